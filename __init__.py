@@ -1,0 +1,11 @@
+"""Shoal: a reinforcement-learning actor-learner framework.
+
+Packages (dependencies point one way, top to bottom):
+
+* ``shoal.launch``   -- experiment configs, runners and the ``shoal`` CLI.
+* ``shoal.agents``   -- one builder per algorithm (``shoal.agents.dqn``).
+* ``shoal.actors``, ``shoal.learners``, ``shoal.replay`` -- the three moving parts.
+* ``shoal.core``     -- the shared vocabulary: specs, types, interfaces, loggers, counters.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,45 @@
+"""Gymnasium vector environments, set up the way Shoal's actors expect."""
+
+from __future__ import annotations
+
+import difflib
+
+import gymnasium as gym
+
+
+def check_env_id(env_id: str) -> None:
+    """Raises a ``ValueError`` naming close matches if ``env_id`` is not registered."""
+    if env_id in gym.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise ValueError(f"unknown gymnasium environment id {env_id!r}{hint} "
+                     "(see `python -c \"import gymnasium; gymnasium.pprint_registry()\"`)")
+
+
+def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
+    """A synchronous vector env of ``num_envs`` copies, reset with seeds ``seed, seed+1, ...``.
+
+    Autoreset is ``SAME_STEP``: when an env's episode ends, ``step`` already returns the first
+    observation of its next episode and puts the final one in ``info["final_obs"]``, so every
+    step returned is a real transition (no dummy reset steps to skip).
+    """
+    check_env_id(env_id)
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env
+
+
+def final_observations(next_obs, terminated, truncated, info):
+    """The observation that followed each env's action: the final one where an episode ended."""
+    ended = terminated | truncated
+    if not ended.any():
+        return next_obs
+    final = next_obs.copy()
+    for i in ended.nonzero()[0]:
+        final[i] = info["final_obs"][i]
+    return final

@@ -1,0 +1,83 @@
+"""The environment loop (actor <-> vector env) and the evaluation loop."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+import gymnasium as gym
+import numpy as np
+
+from shoal.actors.environments import final_observations
+from shoal.core.counting import Counter
+from shoal.core.interfaces import Actor
+from shoal.core.loggers import Logger, NoOpLogger
+
+
+class EnvironmentLoop:
+    """Steps a vector env with an actor, one vector step per ``step()`` call.
+
+    Counts ``env_steps`` and ``episodes`` in ``counter`` and logs finished-episode returns
+    (mean over the episodes that ended since the last log line).
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, actor: Actor, counter: Counter | None = None,
+                 logger: Logger | None = None) -> None:
+        self._env = env
+        self._actor = actor
+        self._counter = counter or Counter()
+        self._logger = logger or NoOpLogger()
+        self._num_envs = env.num_envs
+        self._obs, _ = env.reset()
+        self._returns = np.zeros(self._num_envs)
+        self._lengths = np.zeros(self._num_envs, np.int64)
+        self._finished: list[tuple[float, int]] = []
+        self._start = time.monotonic()
+        self.env_steps = 0
+
+    def step(self) -> None:
+        obs = self._obs
+        action = self._actor.select_action(obs)
+        next_obs, reward, terminated, truncated, info = self._env.step(action)
+        self._actor.observe(obs, action, reward, terminated, truncated,
+                            final_observations(next_obs, terminated, truncated, info))
+        self._actor.update()
+        self._obs = next_obs
+        self._returns += reward
+        self._lengths += 1
+        for i in (terminated | truncated).nonzero()[0]:
+            self._finished.append((float(self._returns[i]), int(self._lengths[i])))
+            self._returns[i], self._lengths[i] = 0.0, 0
+        self.env_steps += self._num_envs
+        self._counter.increment(env_steps=self._num_envs)
+
+    def log(self, **extra: Any) -> Mapping[str, Any]:
+        """Writes one row: counts, steps/s since start, recent episode stats, ``extra``."""
+        counts = self._counter.get_counts()
+        row: dict[str, Any] = {"env_steps": int(counts.get("env_steps", self.env_steps))}
+        row.update({k: v for k, v in counts.items() if k != "env_steps"})
+        row["steps_per_s"] = self.env_steps / max(time.monotonic() - self._start, 1e-9)
+        if self._finished:
+            row["episode_return"] = float(np.mean([r for r, _ in self._finished]))
+            row["episode_length"] = float(np.mean([n for _, n in self._finished]))
+            self._finished.clear()
+        row.update(extra)
+        self._logger.write(row)
+        return row
+
+
+def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None) -> np.ndarray:
+    """Runs exactly one episode in each env of ``env`` and returns the ``num_envs`` returns.
+
+    The actor should hold an evaluation (e.g. greedy) policy and no adder. Envs whose episode
+    already ended keep stepping (vector envs step together) but are no longer counted.
+    """
+    obs, _ = env.reset(seed=seed)
+    returns = np.zeros(env.num_envs)
+    running = np.ones(env.num_envs, bool)
+    while running.any():
+        action = actor.select_action(obs)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        returns += np.where(running, reward, 0.0)
+        running &= ~(terminated | truncated)
+    return returns

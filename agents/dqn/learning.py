@@ -1,0 +1,101 @@
+"""DQN's learning step and policies, written top to bottom.
+
+Loss for a batch of n-step transitions ``(s, a, R, d, s')`` (``R`` the n-step return, ``d`` the
+bootstrap discount, 0 after termination -- see ``shoal.replay.adders``):
+
+    a*     = argmax_a' Q(s', a'; online)                      # double Q: online net chooses
+    y      = R + d * Q(s', a*; target)                        # target net evaluates
+    loss   = mean_i  w_i * huber(Q(s_i, a_i; online) - y_i)
+
+with ``w_i = 1`` for uniform replay, or importance weights ``(N P(i))^-beta / max_j(...)`` for
+prioritized replay. Gradients are averaged over devices (``pmean``), clipped, and applied with
+Adam; every ``target_update_period`` steps the target params are set to the online ones.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from shoal.agents.dqn.config import DQNConfig
+from shoal.agents.dqn.networks import QNetwork
+from shoal.learners.sgd import AXIS_NAME
+
+
+class TrainingState(NamedTuple):
+    params: optax.Params
+    target_params: optax.Params
+    opt_state: optax.OptState
+    steps: jax.Array
+
+
+def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm),
+                       optax.adam(config.learning_rate))
+
+
+def init_state(key: jax.Array, network: QNetwork, observation_shape, config: DQNConfig) -> TrainingState:
+    params = network.init(key, jnp.zeros((1, *observation_shape), jnp.float32))
+    return TrainingState(params, params, make_optimizer(config).init(params), jnp.zeros((), jnp.int32))
+
+
+def make_sgd_step(network: QNetwork, config: DQNConfig):
+    optimizer = make_optimizer(config)
+
+    def loss_fn(params, target_params, batch):
+        batch_size = batch["observation"].shape[0]
+        # One pass of the online net over s and s' together (half the dispatches of two).
+        q_online = network.apply(params, jnp.concatenate([batch["observation"], batch["next_observation"]]))
+        q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
+        q_t_target = network.apply(target_params, batch["next_observation"])
+        best_next = jnp.argmax(q_t_online, axis=-1)
+        bootstrap = jnp.take_along_axis(q_t_target, best_next[:, None], axis=-1)[:, 0]
+        target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * bootstrap)
+        q_taken = jnp.take_along_axis(q_tm1, batch["action"][:, None].astype(jnp.int32), axis=-1)[:, 0]
+        td = q_taken - target
+        losses = optax.huber_loss(td, delta=config.huber_delta)
+        if config.prioritized_replay:
+            weights = (batch["table_size"] * batch["probability"]) ** -config.importance_sampling_exponent
+            weights = weights / jax.lax.pmax(jnp.max(weights), AXIS_NAME)
+            losses = losses * weights
+        return jnp.mean(losses), (td, q_taken)
+
+    def sgd_step(state: TrainingState, batch):
+        (loss, (td, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, state.target_params, batch)
+        grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        steps = state.steps + 1
+        target_params = optax.periodic_update(params, state.target_params, steps,
+                                              config.target_update_period)
+        metrics = {"loss": jax.lax.pmean(loss, AXIS_NAME),
+                   "q_mean": jax.lax.pmean(jnp.mean(q), AXIS_NAME),
+                   "td_abs": jnp.abs(td)}  # per transition, for priority updates
+        return TrainingState(params, target_params, opt_state, steps), metrics
+
+    return sgd_step
+
+
+def epsilon_at(env_step, config: DQNConfig):
+    """Linear decay from ``epsilon_start`` to ``epsilon_end`` over ``epsilon_decay_steps``."""
+    fraction = jnp.clip(env_step / max(config.epsilon_decay_steps, 1), 0.0, 1.0)
+    return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
+
+
+def make_policy(network: QNetwork, num_actions: int, config: DQNConfig, evaluation: bool):
+    """Epsilon-greedy over Q values, for a batch of observations, in one jittable function."""
+
+    def policy(params, key, observation, env_step):
+        q = network.apply(params, observation.astype(jnp.float32))
+        greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
+        epsilon = config.eval_epsilon if evaluation else epsilon_at(env_step, config)
+        key, explore_key, action_key = jax.random.split(key, 3)
+        random_actions = jax.random.randint(action_key, greedy.shape, 0, num_actions, jnp.int32)
+        explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
+        return jnp.where(explore, random_actions, greedy), key
+
+    return policy

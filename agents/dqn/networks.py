@@ -1,0 +1,35 @@
+"""The Q network: an MLP from observations to one value per discrete action."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from shoal.core.specs import EnvironmentSpec
+
+
+class QNetwork(nn.Module):
+    hidden_sizes: Sequence[int]
+    num_actions: int
+
+    @nn.compact
+    def __call__(self, observation: jnp.ndarray) -> jnp.ndarray:
+        x = observation.reshape(observation.shape[0], -1)  # [batch, features]
+        for size in self.hidden_sizes:
+            x = nn.relu(nn.Dense(size)(x))
+        return nn.Dense(self.num_actions)(x)
+
+
+class DQNNetworks(NamedTuple):
+    q_network: QNetwork
+    observation_shape: tuple[int, ...]
+    num_actions: int
+
+
+def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (128, 128)) -> DQNNetworks:
+    if spec.num_actions is None:
+        raise ValueError(f"DQN needs a discrete action space, got {spec.action_space}")
+    return DQNNetworks(QNetwork(tuple(hidden_sizes), spec.num_actions), spec.observation_shape,
+                       spec.num_actions)

@@ -1,0 +1,26 @@
+"""Writing priorities back to a prioritized Reverb table."""
+
+from __future__ import annotations
+
+import numpy as np
+import reverb
+
+
+def item_priorities(td_abs: np.ndarray, items_per_batch: int, num_envs: int,
+                    epsilon: float = 1e-6) -> np.ndarray:
+    """Per-item priorities ``[steps, items]`` from per-transition ``|TD|`` ``[steps, batch]``.
+
+    An item holds ``num_envs`` transitions; its priority is the largest ``|TD| + epsilon`` of
+    those that were trained on (the last item of a batch may be partly used).
+    """
+    steps, batch = td_abs.shape
+    padded = np.full((steps, items_per_batch * num_envs), -np.inf)
+    padded[:, :batch] = td_abs
+    return padded.reshape(steps, items_per_batch, num_envs).max(axis=-1) + epsilon
+
+
+def update_item_priorities(client: reverb.Client, table: str, keys: np.ndarray,
+                           priorities: np.ndarray) -> None:
+    """Sets ``priorities[i]`` for item ``keys[i]`` (same shapes); a key sampled twice keeps the last."""
+    updates = dict(zip(keys.reshape(-1).tolist(), priorities.reshape(-1).astype(float).tolist()))
+    client.mutate_priorities(table, updates=updates)

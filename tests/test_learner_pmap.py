@@ -1,0 +1,29 @@
+"""A pmap update on 2 (forced CPU) devices equals 1 device on the same global batch."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("loss", ["uniform", "prioritized"])
+def test_two_devices_match_one(loss, pmap_result):
+    result = pmap_result[loss]
+    assert result["max_update"] > 1e-3  # the updates really moved the params
+    assert result["max_diff"] < 1e-5, result
+    assert result["replica_spread"] == 0.0  # all devices hold identical params
+
+
+@pytest.fixture(scope="module")
+def pmap_result():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "tests.pmap_equivalence_worker"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["num_devices"] == 2
+    return result
