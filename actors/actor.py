@@ -29,9 +29,13 @@ class BatchedActor(Actor):
         self._adder = adder
         self._num_envs = num_envs_per_step
         self.steps = 0  # vector steps taken
+        self._device_params, self._device_version = None, None
 
     def select_action(self, observation: np.ndarray) -> np.ndarray:
-        actions, self._key = self._policy(self._client.params, self._key, observation,
+        if self._device_version != self._client.version:  # one host->device copy per version
+            self._device_params = jax.device_put(self._client.params)
+            self._device_version = self._client.version
+        actions, self._key = self._policy(self._device_params, self._key, observation,
                                           self.steps * self._num_envs)
         return np.asarray(actions)
 

@@ -122,12 +122,13 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
         loop = EnvironmentLoop(env, actor, counter, train_logger)
 
         updates, eval_s, num_evals, last_log = 0, 0.0, 0, time.monotonic()
+        next_eval, last_eval_at = config.eval_every, -1
         final_return: float | None = None
         solved = False
 
         def run_evaluation() -> float:
-            nonlocal eval_s, num_evals
-            t0 = time.monotonic()
+            nonlocal eval_s, num_evals, last_eval_at
+            t0, last_eval_at = time.monotonic(), loop.env_steps
             eval_actor.update(wait=True)
             returns = evaluate(eval_env, eval_actor, seed=config.seed + 1_000_003 + 7919 * num_evals)
             num_evals += 1
@@ -145,7 +146,8 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
             while updates < allowed:
                 learner.step()
                 updates += 1
-            if loop.env_steps % config.eval_every < config.num_envs:
+            if loop.env_steps >= next_eval:
+                next_eval += config.eval_every * (1 + (loop.env_steps - next_eval) // config.eval_every)
                 final_return = run_evaluation()
                 if target is not None and final_return >= target:
                     solved = True
@@ -156,7 +158,7 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
                 if progress:
                     progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps",
                                                         "episode_return", "eval_return") if k in row})
-        if not solved and (final_return is None or loop.env_steps % config.eval_every >= config.num_envs):
+        if not solved and last_eval_at != loop.env_steps:  # the budget ran out between evaluations
             final_return = run_evaluation()
             solved = target is not None and final_return >= target
         wall_s = time.monotonic() - start

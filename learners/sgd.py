@@ -103,7 +103,8 @@ class SGDLearner(Learner):
         now = time.monotonic()
         if now - self._last_log >= 1.0:  # scalar metrics are read (a device sync) once a second
             self._last_log = now
-            scalars = {k: float(np.mean(v)) for k, v in jax.device_get(metrics).items() if np.ndim(v) <= 2}
+            per_step = {k: v for k, v in metrics.items() if v.ndim <= 2}  # [devices, steps]
+            scalars = {k: float(np.mean(v)) for k, v in jax.device_get(per_step).items()}
             self._logger.write({**counts, **scalars})
         return metrics
 

@@ -33,20 +33,20 @@ class DQNConfig:
       variable_update_period: vector steps between the actor's parameter pulls.
     """
 
-    learning_rate: float = 1e-3
-    batch_size: int = 128
+    learning_rate: float = 2.5e-3
+    batch_size: int = 64
     discount: float = 0.99
     n_step: int = 3
     hidden_sizes: tuple[int, ...] = (128, 128)
     target_update_period: int = 100
-    samples_per_insert: float = 8.0
+    samples_per_insert: float = 16.0
     samples_per_insert_tolerance: float = 0.1
     sgd_steps_per_update: int = 8
     min_replay_size: int = 1_000
     max_replay_size: int = 100_000
     epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    epsilon_decay_steps: int = 10_000
+    epsilon_end: float = 0.04
+    epsilon_decay_steps: int = 8_000
     eval_epsilon: float = 0.0
     prioritized_replay: bool = False
     priority_exponent: float = 0.6
