@@ -1,0 +1,116 @@
+"""The RPC codec: msgpack for structure, raw buffers for numpy arrays. Never pickle.
+
+A frame is::
+
+    b"SHL1" | uint32 header_length | msgpack header | pad | array buffers (each 16-byte aligned)
+
+The header is the message with every array replaced by an extension record ``(dtype, shape,
+offset)`` into the buffer section, so arrays are copied once when encoding and not at all when
+decoding (decoded arrays are read-only views of the frame). Supported values: None, bool, int,
+float, str, bytes, lists, tuples, dicts (any of these as keys), numpy arrays and scalars of
+bool / int / uint / float / complex dtypes (and bfloat16), and anything with ``__array__``
+(e.g. ``jax.Array``), which arrives as a numpy array. Anything else is refused with
+``CodecError`` when encoding; a malformed frame raises ``CodecError`` when decoding.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+import numpy as np
+
+MAGIC = b"SHL1"
+_PREFIX = struct.Struct("<4sI")
+_ALIGN = 16
+_ARRAY, _TUPLE = 1, 2
+_DTYPES = {np.dtype(t).str.lstrip("<>|="): np.dtype(t) for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, np.float32, np.float64, np.complex64, np.complex128)}
+try:  # jax's bfloat16 (ml_dtypes) travels by name
+    import ml_dtypes
+
+    _DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover
+    pass
+_DTYPE_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+
+
+class CodecError(ValueError):
+    """A value that cannot be sent, or bytes that are not a valid frame."""
+
+
+def encode(obj: Any) -> bytes:
+    buffers: list[np.ndarray] = []
+    offset = 0
+
+    def default(value: Any) -> Any:
+        nonlocal offset
+        if isinstance(value, tuple):
+            return msgpack.ExtType(_TUPLE, _pack(list(value)))
+        if isinstance(value, (np.ndarray, np.generic)) or hasattr(value, "__array__"):
+            array = np.asarray(value)
+            if not array.flags.c_contiguous:  # (np.ascontiguousarray would make 0-d arrays 1-d)
+                array = array.copy(order="C")
+            name = _DTYPE_NAMES.get(array.dtype)
+            if name is None:
+                raise CodecError(f"cannot send arrays of dtype {array.dtype}; supported: "
+                                 f"{', '.join(sorted(_DTYPES))}")
+            record = msgpack.packb([name, list(array.shape), offset])
+            buffers.append(array)
+            offset += -(-array.nbytes // _ALIGN) * _ALIGN
+            return msgpack.ExtType(_ARRAY, record)
+        raise CodecError(f"cannot send a value of type {type(value).__name__}: {value!r:.80}")
+
+    def _pack(value: Any) -> bytes:
+        return msgpack.packb(value, default=default, strict_types=True, use_bin_type=True)
+
+    header = _pack(obj)
+    parts = [_PREFIX.pack(MAGIC, len(header)), header]
+    start = _PREFIX.size + len(header)
+    parts.append(b"\0" * (-start % _ALIGN))
+    for array in buffers:
+        parts.append(array.reshape(-1).view(np.uint8).data)
+        parts.append(b"\0" * (-array.nbytes % _ALIGN))
+    return b"".join(parts)
+
+
+def decode(frame: bytes) -> Any:
+    if len(frame) < _PREFIX.size:
+        raise CodecError(f"frame too short ({len(frame)} bytes)")
+    magic, header_length = _PREFIX.unpack_from(frame)
+    if magic != MAGIC:
+        raise CodecError(f"not a shoal frame (magic {magic!r})")
+    header_end = _PREFIX.size + header_length
+    if header_end > len(frame):
+        raise CodecError("frame truncated inside its header")
+    data_start = header_end + (-header_end % _ALIGN)
+
+    def ext_hook(code: int, payload: bytes) -> Any:
+        if code == _TUPLE:
+            return tuple(_unpack(payload))
+        if code != _ARRAY:
+            raise CodecError(f"unknown extension type {code}")
+        try:
+            name, shape, offset = msgpack.unpackb(payload)
+            dtype = _DTYPES[name]
+            shape = tuple(int(d) for d in shape)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CodecError(f"bad array record: {e}") from None
+        count = int(np.prod(shape, dtype=np.int64))
+        begin = data_start + int(offset)
+        if min(shape, default=0) < 0 or offset < 0 or begin + count * dtype.itemsize > len(frame):
+            raise CodecError(f"array record points outside the frame: {name}{list(shape)} at {offset}")
+        return np.frombuffer(frame, dtype, count, begin).reshape(shape)
+
+    def _unpack(payload: bytes) -> Any:
+        return msgpack.unpackb(payload, ext_hook=ext_hook, raw=False, strict_map_key=False,
+                               use_list=True)
+
+    try:
+        return _unpack(memoryview(frame)[_PREFIX.size:header_end])
+    except CodecError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- any msgpack failure is a bad frame
+        raise CodecError(f"malformed frame: {type(e).__name__}: {e}") from None
