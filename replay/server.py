@@ -7,11 +7,23 @@ from typing import Sequence
 import reverb
 
 
-class ReplayServer:
-    """Starts a Reverb server on ``port`` (``None``: a free one) and opens a client to it."""
+def make_replay_client(address: str) -> reverb.Client:
+    """A Reverb client for the server at ``address`` (``host:port``)."""
+    return reverb.Client(address)
 
-    def __init__(self, tables: Sequence[reverb.Table], port: int | None = None) -> None:
-        self._server = reverb.Server(list(tables), port=port)
+
+class ReplayServer:
+    """Starts a Reverb server on ``port`` (``None``: a free one) and opens a client to it.
+
+    With ``checkpoint_dir``, the server can write checkpoints there and restores the latest one
+    at start. Note: Reverb's server listens on all interfaces (its API takes no host).
+    """
+
+    def __init__(self, tables: Sequence[reverb.Table], port: int | None = None,
+                 checkpoint_dir: str | None = None) -> None:
+        checkpointer = (reverb.checkpointers.DefaultCheckpointer(checkpoint_dir)
+                        if checkpoint_dir else None)
+        self._server = reverb.Server(list(tables), port=port, checkpointer=checkpointer)
         self.port = self._server.port
         self.address = f"localhost:{self.port}"
         self.client = reverb.Client(self.address)

@@ -1,0 +1,165 @@
+"""Node kinds, and the context a node executes in.
+
+* ``ServiceNode(factory, *args)`` builds ``factory(*args)`` (handles dereferenced), serves its
+  public methods over RPC, and runs its ``run()`` if it has one (else serves until stopped).
+* ``ReplayNode(make_tables, checkpoint_dir=None)`` runs a Reverb server with those tables.
+* ``FunctionNode(fn, *args)`` runs ``fn(*args)``; its return value is the node's result, and a
+  program ends when all its function nodes have returned.
+
+Servers bind port 0 (the OS picks a free port: no races) and publish their address in the
+launch's ``AddressRegistry``; a handle is dereferenced by looking that address up (with a
+timeout) and connecting. Node code can ask ``current_context().should_stop()`` in its loops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from shoal.launch.program import Handle, Node, dereference
+
+_local = threading.local()
+_process_context: "NodeContext | None" = None
+
+
+class AddressRegistry:
+    """Addresses of running nodes, as one small file per node label in ``directory``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+
+    def publish(self, label: str, address: str) -> None:
+        path = os.path.join(self.directory, label)
+        with open(path + ".tmp", "w") as f:
+            f.write(address)
+        os.replace(path + ".tmp", path)  # readers never see a half-written address
+
+    def lookup(self, label: str, timeout_s: float = 120.0) -> str:
+        path = os.path.join(self.directory, label)
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {label!r} published no address within {timeout_s}s "
+                                   f"(did it fail to start? see its log)")
+            time.sleep(0.05)
+        with open(path) as f:
+            return f.read()
+
+
+@dataclasses.dataclass
+class NodeContext:
+    label: str
+    group: str
+    registry: AddressRegistry
+    run_dir: str
+    token: str | None = None
+    host: str = "127.0.0.1"
+    stop_event: threading.Event = dataclasses.field(default_factory=threading.Event)
+    connect_timeout_s: float = 120.0
+
+    def should_stop(self) -> bool:
+        return self.stop_event.is_set()
+
+    def resolve(self, handle: Handle) -> Any:
+        address = self.registry.lookup(handle.node.label, self.connect_timeout_s)
+        return handle.node.make_client(address, self)
+
+    def deref(self, value: Any) -> Any:
+        return dereference(value, self.resolve)
+
+
+def set_context(ctx: NodeContext, process_wide: bool = False) -> None:
+    global _process_context
+    _local.ctx = ctx
+    if process_wide:
+        _process_context = ctx
+
+
+def current_context() -> NodeContext | None:
+    """The context of the node running in this thread (or process), or ``None`` outside one."""
+    return getattr(_local, "ctx", None) or _process_context
+
+
+def should_stop() -> bool:
+    ctx = current_context()
+    return ctx is not None and ctx.should_stop()
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+class ServiceNode(Node):
+    kind = "service"
+
+    def __init__(self, factory: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.factory = factory
+
+    def describe_target(self) -> str:
+        return _name(self.factory)
+
+    def make_client(self, address: str, ctx: NodeContext) -> Any:
+        from shoal.launch.rpc import RpcClient
+
+        return RpcClient(address, token=ctx.token)
+
+    def run(self, ctx: NodeContext) -> Any:
+        from shoal.launch.rpc import RpcServer
+
+        obj = self.factory(*ctx.deref(self.args), **ctx.deref(self.kwargs))
+        server = RpcServer(obj, host=ctx.host, token=ctx.token).start()
+        ctx.registry.publish(self.label, server.address)
+        try:
+            if callable(getattr(obj, "run", None)):
+                return obj.run()
+            ctx.stop_event.wait()
+        finally:
+            server.stop()
+
+
+class ReplayNode(Node):
+    kind = "replay"
+
+    def __init__(self, make_tables: Callable[[], list], checkpoint_dir: str | None = None) -> None:
+        super().__init__()
+        self.make_tables, self.checkpoint_dir = make_tables, checkpoint_dir
+
+    def describe_target(self) -> str:
+        return f"reverb({_name(self.make_tables)})"
+
+    def make_client(self, address: str, ctx: NodeContext) -> Any:
+        from shoal.replay import make_replay_client
+
+        return make_replay_client(address)
+
+    def run(self, ctx: NodeContext) -> None:
+        from shoal.replay import ReplayServer
+
+        server = ReplayServer(self.make_tables(), checkpoint_dir=self.checkpoint_dir)
+        ctx.registry.publish(self.label, server.address)
+        try:
+            ctx.stop_event.wait()
+        finally:
+            server.stop()
+
+
+class FunctionNode(Node):
+    kind = "function"
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fn = fn
+
+    def describe_target(self) -> str:
+        return _name(self.fn)
+
+    def make_client(self, address: str, ctx: NodeContext) -> Any:
+        raise TypeError(f"function node {self.label!r} serves nothing; it cannot be a handle target")
+
+    def run(self, ctx: NodeContext) -> Any:
+        return self.fn(*ctx.deref(self.args), **ctx.deref(self.kwargs))

@@ -1,0 +1,127 @@
+"""Programs as graphs of nodes (after Launchpad): setup -> launch -> execution.
+
+Setup (user code)::
+
+    program = Program("dqn")
+    replay = program.add_node(ReplayNode(make_tables), label="replay")
+    learner = program.add_node(ServiceNode(make_learner, replay), label="learner")
+    with program.group("actor"):
+        for i in range(4):
+            program.add_node(ServiceNode(make_actor, replay, learner, i))
+
+``add_node`` returns the node's ``Handle``. Passing a handle into another node's constructor
+(also inside lists, tuples and dicts) is an edge of the graph. At execution time, inside the
+node's own thread or process, every handle is *dereferenced* into a client: an ``RpcClient``
+for a service node, a ``reverb.Client`` for a replay node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+
+class Handle:
+    """A reference to a node, resolved into a client where it is used."""
+
+    def __init__(self, node: "Node") -> None:
+        self.node = node
+
+    def __repr__(self) -> str:
+        return f"Handle({self.node.label!r})"
+
+
+class Node:
+    """Something to run in its own thread or process. Subclasses: see ``shoal.launch.nodes``."""
+
+    kind = "node"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.kwargs = args, kwargs
+        self.label: str = ""
+        self.group: str = ""
+
+    def dependencies(self) -> list["Node"]:
+        return [h.node for h in find_handles((self.args, self.kwargs))]
+
+    def run(self, ctx: Any) -> Any:  # pragma: no cover -- overridden
+        raise NotImplementedError
+
+
+def find_handles(value: Any) -> list[Handle]:
+    if isinstance(value, Handle):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [h for v in value for h in find_handles(v)]
+    if isinstance(value, dict):
+        return [h for v in value.values() for h in find_handles(v)]
+    return []
+
+
+def dereference(value: Any, resolve) -> Any:
+    """``value`` with every ``Handle`` (also nested in lists, tuples, dicts) replaced by ``resolve(h)``."""
+    if isinstance(value, Handle):
+        return resolve(value)
+    if isinstance(value, list):
+        return [dereference(v, resolve) for v in value]
+    if isinstance(value, tuple):
+        return type(value)(*(dereference(v, resolve) for v in value)) if hasattr(value, "_fields") \
+            else tuple(dereference(v, resolve) for v in value)
+    if isinstance(value, dict):
+        return {k: dereference(v, resolve) for k, v in value.items()}
+    return value
+
+
+class Program:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.nodes: list[Node] = []
+        self._group: str | None = None
+
+    @contextlib.contextmanager
+    def group(self, name: str) -> Iterator[None]:
+        """Nodes added inside ``with program.group(name):`` belong to group ``name``."""
+        if self._group is not None:
+            raise ValueError(f"groups do not nest (already in group {self._group!r})")
+        self._group = name
+        try:
+            yield
+        finally:
+            self._group = None
+
+    def add_node(self, node: Node, label: str | None = None) -> Handle:
+        group = self._group or label or node.kind
+        if label is None:
+            label = f"{group}_{sum(n.group == group for n in self.nodes)}"
+        if any(n.label == label for n in self.nodes):
+            raise ValueError(f"program {self.name!r} already has a node labelled {label!r}")
+        if not label.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"node label {label!r}: use letters, digits, '_' and '-' only")
+        node.label, node.group = label, group
+        for dep in node.dependencies():
+            if dep not in self.nodes:
+                raise ValueError(f"node {label!r} takes a handle to {dep.label or dep!r}, "
+                                 f"which was not added to program {self.name!r}")
+        self.nodes.append(node)
+        return Handle(node)
+
+    @property
+    def groups(self) -> dict[str, list[Node]]:
+        out: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            out.setdefault(node.group, []).append(node)
+        return out
+
+    def edges(self) -> list[tuple[str, str]]:
+        """``(user, used)`` label pairs: ``user`` was given a handle to ``used``."""
+        return [(n.label, d.label) for n in self.nodes for d in dict.fromkeys(n.dependencies())]
+
+    def describe(self) -> str:
+        lines = [f"program {self.name!r}: {len(self.nodes)} nodes in {len(self.groups)} groups"]
+        for group, nodes in self.groups.items():
+            lines.append(f"  group {group} ({len(nodes)}):")
+            for node in nodes:
+                deps = ", ".join(d.label for d in dict.fromkeys(node.dependencies()))
+                lines.append(f"    {node.label:<14} {node.kind:<9} {node.describe_target()}"
+                             + (f"  <- {deps}" if deps else ""))
+        return "\n".join(lines)

@@ -1,0 +1,72 @@
+"""Entry point of one node's process (started by the ``processes`` launcher).
+
+    python -m shoal.launch.worker <node file> <registry dir> <run dir> <launcher pid>
+
+The node file was written by the launcher (cloudpickle, same user, local disk) just before it
+started this process; nothing here reads bytes from a socket. The group's environment
+variables are already set (by the launcher), so JAX/XLA see them before their first import.
+The process dies with its launcher (PR_SET_PDEATHSIG, plus a parent-pid watchdog), turns
+SIGTERM into a cooperative stop, and writes a function node's result as JSON.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+    def watchdog() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=watchdog, daemon=True).start()
+
+
+def main(node_file: str, registry_dir: str, run_dir: str, parent_pid: str) -> int:
+    _die_with_parent(int(parent_pid))
+    import cloudpickle
+
+    from shoal.launch.nodes import AddressRegistry, NodeContext, set_context
+
+    with open(node_file, "rb") as f:
+        node = cloudpickle.load(f)
+    ctx = NodeContext(label=node.label, group=node.group, registry=AddressRegistry(registry_dir),
+                      run_dir=run_dir, token=os.environ.get("SHOAL_TOKEN") or None,
+                      host=os.environ.get("SHOAL_HOST", "127.0.0.1"))
+    set_context(ctx, process_wide=True)
+    signal.signal(signal.SIGTERM, lambda *_: ctx.stop_event.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
+    print(f"[{node.label}] started (pid {os.getpid()}, group {node.group})", flush=True)
+    try:
+        result = node.run(ctx)
+    except BaseException:  # noqa: BLE001 -- logged; the exit code tells the launcher
+        traceback.print_exc()
+        return 1
+    if node.kind == "function":
+        with open(os.path.join(run_dir, "results", f"{node.label}.json"), "w") as f:
+            json.dump(result, f, default=str)
+    print(f"[{node.label}] finished", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.stdout.reconfigure(line_buffering=True)
+    code = main(*sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # do not wait on non-daemon threads (gRPC, Reverb) at exit
