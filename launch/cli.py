@@ -68,6 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", dest="overrides", action="append", type=_parse_override, default=[],
                        metavar="KEY=VALUE", help="override an agent setting, e.g. --set "
                        "learning_rate=3e-4 (repeatable; see the agent's config dataclass)")
+    train.add_argument("--launcher", choices=["processes", "inprocess"], default=None,
+                       help="run as a distributed program: one process per node, or one thread "
+                       "per node (for debugging). Default: the single-process runner")
+    train.add_argument("--num-actors", type=int, default=4,
+                       help="actor nodes of a distributed program (default: 4)")
+    train.add_argument("--dry-run", action="store_true",
+                       help="print the distributed program's graph (nodes, groups, edges) and exit")
+    train.add_argument("--token", default=None,
+                       help="shared secret every RPC of a distributed program must carry")
     train.add_argument("--quiet", action="store_true", help="no progress line")
     return parser
 
@@ -86,8 +95,33 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         num_envs=args.num_envs, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
         target_return=args.target_return, run_dir=run_dir, progress=not args.quiet)
     config.validate()  # before any file or server is made
-    result = run_experiment(config)
+    if args.launcher is None and not args.dry_run:
+        result = run_experiment(config)
+    else:
+        result = train_distributed(config, args)
+        if result is None:
+            return None
     result["agent"] = args.agent
+    return result
+
+
+def train_distributed(config, args: argparse.Namespace) -> dict[str, Any] | None:
+    from shoal.launch.distributed import ACTOR_ENV, make_distributed_program
+    from shoal.launch.launchers import launch
+
+    program = make_distributed_program(config, num_actors=args.num_actors)
+    if args.dry_run:
+        print(program.describe())
+        print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
+        return None
+    run = launch(program, args.launcher, run_dir=config.run_dir, token=args.token,
+                 group_env={"actor": ACTOR_ENV})
+    try:
+        results = run.wait()
+    finally:
+        print(run.summary(), file=sys.stderr, flush=True)
+    result = results["evaluator"]
+    result.update(launcher=args.launcher)
     return result
 
 
@@ -96,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         result = train(args)
+        if result is None:  # --dry-run
+            return 0
     except ValueError as e:
         print(f"shoal: error: {e}", file=sys.stderr)
         return 2

@@ -90,6 +90,7 @@ def should_stop() -> bool:
 
 
 def _name(fn: Any) -> str:
+    fn = getattr(fn, "func", fn)  # functools.partial
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 

@@ -88,8 +88,15 @@ class SGDLearner(Learner):
     def num_devices(self) -> int:
         return len(self._devices)
 
+    def _materialize_locked(self) -> None:
+        if self._pending_params is not None:
+            self._host_params = jax.tree_util.tree_map(lambda x: np.asarray(x)[0], self._pending_params)
+            self._pending_params = None
+
     def step(self) -> Mapping[str, float]:
         sample = next(self._iterator)
+        with self._lock:  # the update donates the old state's buffers: copy params out first
+            self._materialize_locked()
         self._state, metrics = self._update(self._state, sample.data)
         if self._after_update is not None:
             self._after_update(sample, metrics)
@@ -112,10 +119,7 @@ class SGDLearner(Learner):
         with self._lock:
             if known_version == self._version:
                 return self._version, None
-            if self._pending_params is not None:  # materialized once per version, not per call
-                self._host_params = jax.tree_util.tree_map(lambda x: np.asarray(x)[0],
-                                                           self._pending_params)
-                self._pending_params = None
+            self._materialize_locked()  # once per version, not per call
             return self._version, self._host_params
 
     @property

@@ -42,3 +42,36 @@ def test_restore_resumes_exactly(tmp_path):
         restored.step()
     for a, b in zip(leaves(original.get_variables()[1]), leaves(restored.get_variables()[1])):
         np.testing.assert_array_equal(a, b)
+
+
+def test_get_variables_while_updating_from_another_thread():
+    # Updates donate the previous state's buffers; a reader (an RPC thread in a distributed
+    # learner) must never see a deleted array.
+    import threading
+
+    config = DQNConfig(batch_size=BATCH, sgd_steps_per_update=1)
+    network = QNetwork((16, 16), 2)
+    state = init_state(jax.random.PRNGKey(0), network, (OBS,), config)
+    devices = jax.local_devices()[:1]
+    data = [Sample(put_sharded({k: v[:1] for k, v in b.items()}, devices), keys=None)
+            for b in batches(3, 1)] * 300
+    learner = SGDLearner(state, make_sgd_step(network, config), iter(data), devices=devices)
+    errors, done = [], threading.Event()
+
+    def read():
+        while not done.is_set():
+            try:
+                version, params = learner.get_variables()
+                leaves(params)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+                return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for _ in range(300):
+        learner.step()
+    done.set()
+    reader.join()
+    assert not errors, errors[0]
+    assert learner.get_variables()[0] == 300

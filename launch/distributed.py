@@ -1,0 +1,164 @@
+"""``make_distributed_program``: any agent builder as a program of replay, counter, learner,
+N actors and an evaluator, for ``launch(program, "processes" | "inprocess")``.
+
+* ``replay``  -- a Reverb server with the builder's tables.
+* ``counter`` -- a ``Counter`` service; actors add ``env_steps``, the learner ``learner_steps``.
+* ``learner`` -- steps the builder's learner as fast as the table's rate limiter allows and
+  serves ``get_variables`` (its cached host copy, with a version) over RPC.
+* ``actor_i`` -- (group ``actor``, restartable) steps its own vector env, writes to replay, pulls
+  parameters asynchronously every ``variable_update_period`` steps, and logs its steps/s and its
+  staleness (learner version minus the version it acts with).
+* ``evaluator`` -- evaluates every ``eval_every`` env steps (counted over all actors) and returns
+  the run's result when the target return is reached or the step budget is spent, which ends
+  the program: it is also the step-budget stopper.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from shoal.actors import EnvironmentLoop, evaluate, make_vector_env
+from shoal.core.counting import Counter
+from shoal.core.loggers import make_logger
+from shoal.core.specs import make_environment_spec
+from shoal.launch.experiment import ExperimentConfig
+from shoal.launch.nodes import FunctionNode, ReplayNode, ServiceNode, should_stop
+from shoal.launch.program import Program
+
+# Actors act on the CPU with one thread each; the learner keeps the accelerators.
+ACTOR_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
+             "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+
+
+def _spec(config: ExperimentConfig, num_envs: int):
+    env = make_vector_env(config.env_id, num_envs, config.seed)
+    spec = make_environment_spec(env)
+    env.close()
+    return spec
+
+
+class LearnerWorker:
+    def __init__(self, config: ExperimentConfig, replay, counter) -> None:
+        self._counter = counter
+        spec = _spec(config, config.num_envs)
+        builder = config.builder
+        builder.make_replay_tables(spec)  # sizes the builder's items
+        networks = (config.network_factory or builder.make_networks)(spec)
+        self._dataset = builder.make_dataset_iterator(replay)
+        self._local = Counter()
+        logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
+        self._learner = builder.make_learner(jax.random.PRNGKey(config.seed), networks, self._dataset,
+                                             logger, self._local, replay)
+
+    def get_variables(self, known_version: int = -1):
+        return self._learner.get_variables(known_version)
+
+    def run(self) -> None:
+        reported, last = 0, time.monotonic()
+        while not should_stop():
+            if not self._dataset.ready():  # the rate limiter holds sampling back: wait for actors
+                time.sleep(0.001)
+                continue
+            self._learner.step()
+            if time.monotonic() - last > 0.5:
+                steps = int(self._local.get_counts().get("learner_steps", 0))
+                self._counter.increment(learner_steps=steps - reported)
+                reported, last = steps, time.monotonic()
+
+
+class ActorWorker:
+    def __init__(self, config: ExperimentConfig, actor_id: int, replay, learner, counter) -> None:
+        self._id, self._counter = actor_id, counter
+        seed = config.seed + 10_007 * (actor_id + 1)
+        self._env = make_vector_env(config.env_id, config.num_envs, seed)
+        spec = make_environment_spec(self._env)
+        builder = config.builder
+        networks = (config.network_factory or builder.make_networks)(spec)
+        policy = builder.make_policy(networks, spec, evaluation=False)
+        self._adder = builder.make_adder(replay, spec, policy)
+        self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, learner, self._adder)
+        self._logger = make_logger(f"actor_{actor_id}", config.run_dir, terminal=False)
+
+    def run(self) -> None:
+        loop = EnvironmentLoop(self._env, self._actor)
+        client = self._actor._client
+        reported, last = 0, time.monotonic()
+        while not should_stop():
+            loop.step()
+            if time.monotonic() - last > 0.5:
+                delta, reported = loop.env_steps - reported, loop.env_steps
+                self._counter.increment(**{"env_steps": delta, f"env_steps_actor_{self._id}": delta})
+                loop.log(params_version=client.version, staleness=client.latest_version - client.version)
+                last = time.monotonic()
+        self._adder.close()
+
+
+def run_evaluator(config: ExperimentConfig, learner, counter, num_actors: int) -> dict[str, Any]:
+    """Evaluates on schedule; returns the run's result (ending the program)."""
+    start = time.monotonic()
+    builder = config.builder
+    env = make_vector_env(config.env_id, config.eval_episodes, config.seed + 1_000_003)
+    spec = make_environment_spec(env)
+    networks = (config.network_factory or builder.make_networks)(spec)
+    actor = builder.make_actor(jax.random.PRNGKey(config.seed + 1), builder.make_policy(networks, spec, True),
+                               spec, learner, None, asynchronous_updates=False)
+    logger = make_logger("eval", config.run_dir, terminal=False)
+    progress = make_logger("train", None, terminal=config.progress, time_delta=config.progress_every_s)
+    target = config.resolved_target_return()
+    next_eval, eval_s, num_evals, solved, final = config.eval_every, 0.0, 0, False, None
+    while True:
+        counts = counter.get_counts()
+        env_steps = int(counts.get("env_steps", 0))
+        out_of_budget = env_steps >= config.max_env_steps
+        progress.write({"env_steps": env_steps, "steps_per_s": env_steps / (time.monotonic() - start),
+                        "learner_steps": int(counts.get("learner_steps", 0)),
+                        "eval_return": final if final is not None else float("nan")})
+        if env_steps >= next_eval or out_of_budget:
+            next_eval += config.eval_every * (1 + (env_steps - next_eval) // config.eval_every)
+            t0 = time.monotonic()
+            actor.update(wait=True)
+            returns = evaluate(env, actor, seed=config.seed + 1_000_003 + 7919 * num_evals)
+            num_evals += 1
+            eval_s += time.monotonic() - t0
+            final = float(np.mean(returns))
+            logger.write({"env_steps": env_steps, "eval_return": final, "params_version": actor.params_version,
+                          "wall_s": time.monotonic() - start})
+            solved = target is not None and final >= target
+            if solved or out_of_budget:
+                break
+        time.sleep(0.05)
+    wall_s = time.monotonic() - start
+    counts = counter.get_counts()
+    per_actor = {f"actor_{i}": counts.get(f"env_steps_actor_{i}", 0) / wall_s for i in range(num_actors)}
+    logger.close()
+    return {"agent": getattr(builder, "name", "dqn"), "env": config.env_id, "seed": config.seed,
+            "solved": bool(solved), "env_steps": int(counts.get("env_steps", 0)),
+            "wall_s": round(wall_s, 3), "train_s": round(wall_s - eval_s, 3), "eval_s": round(eval_s, 3),
+            "final_eval_return": final, "learner_steps": int(counts.get("learner_steps", 0)),
+            "num_evals": num_evals, "num_actors": num_actors,
+            "actor_steps_per_s": round(sum(per_actor.values()), 1),
+            "actor_steps_per_s_each": {k: round(v, 1) for k, v in per_actor.items()}}
+
+
+def make_distributed_program(config: ExperimentConfig, num_actors: int = 4) -> Program:
+    """The program graph for ``config`` (validated first: bad settings raise here, before launch)."""
+    config.validate()
+    if num_actors < 1:
+        raise ValueError(f"num_actors must be >= 1, got {num_actors}")
+    spec = _spec(config, config.num_envs)
+    config.builder.validate(spec, jax.local_device_count())
+    program = Program("dqn" if type(config.builder).__name__ == "DQNBuilder" else "agent")
+    replay = program.add_node(ReplayNode(functools.partial(config.builder.make_replay_tables, spec)),
+                              label="replay")
+    counter = program.add_node(ServiceNode(Counter), label="counter")
+    learner = program.add_node(ServiceNode(LearnerWorker, config, replay, counter), label="learner")
+    with program.group("actor"):
+        for i in range(num_actors):
+            program.add_node(ServiceNode(ActorWorker, config, i, replay, learner, counter))
+    program.add_node(FunctionNode(run_evaluator, config, learner, counter, num_actors), label="evaluator")
+    return program
