@@ -138,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("shoal: interrupted", file=sys.stderr)
         return 130
+    except (TimeoutError, RuntimeError) as e:  # e.g. ProgramFailed: a node died
+        print(f"shoal: error: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(result), flush=True)
     return 0
 
