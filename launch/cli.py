@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import sys
+import threading
 from typing import Any, Sequence
 
 
@@ -116,13 +117,31 @@ def train_distributed(config, args: argparse.Namespace) -> dict[str, Any] | None
         return None
     run = launch(program, args.launcher, run_dir=config.run_dir, token=args.token,
                  group_env={"actor": ACTOR_ENV})
+    stop_following = threading.Event()
+    if args.launcher == "processes" and not args.quiet:  # the evaluator's progress line, here
+        threading.Thread(target=_follow, daemon=True, args=(
+            os.path.join(run.run_dir, "logs", "evaluator.log"), "[train]", stop_following)).start()
     try:
         results = run.wait()
     finally:
+        stop_following.set()
         print(run.summary(), file=sys.stderr, flush=True)
     result = results["evaluator"]
     result.update(launcher=args.launcher)
     return result
+
+
+def _follow(path: str, prefix: str, stop: threading.Event) -> None:
+    """Echoes the lines of a growing log file that start with ``prefix`` to stderr."""
+    while not os.path.exists(path) and not stop.wait(0.2):
+        pass
+    with open(path) as f:
+        while not stop.is_set():
+            line = f.readline()
+            if not line:
+                stop.wait(0.2)
+            elif line.startswith(prefix):
+                print(line, end="", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -85,7 +85,7 @@ class ActorWorker:
         self._logger = make_logger(f"actor_{actor_id}", config.run_dir, terminal=False)
 
     def run(self) -> None:
-        loop = EnvironmentLoop(self._env, self._actor)
+        loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
         client = self._actor._client
         reported, last = 0, time.monotonic()
         while not should_stop():
@@ -96,6 +96,7 @@ class ActorWorker:
                 loop.log(params_version=client.version, staleness=client.latest_version - client.version)
                 last = time.monotonic()
         self._adder.close()
+        self._logger.close()
 
 
 def run_evaluator(config: ExperimentConfig, learner, counter, num_actors: int) -> dict[str, Any]:
