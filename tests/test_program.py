@@ -1,0 +1,103 @@
+"""The program graph model, and nodes run by the in-process launcher."""
+
+import collections
+
+import numpy as np
+import pytest
+import reverb
+
+from shoal.launch import FunctionNode, Program, ReplayNode, ServiceNode, launch
+from shoal.launch.program import Handle, dereference
+
+Pair = collections.namedtuple("Pair", "left right")
+
+
+class Store:
+    def __init__(self, value):
+        self.value = value
+
+    def get(self):
+        return self.value
+
+
+def gather(stores, extra):
+    """Reads through clients that arrived nested in a list, a dict and a namedtuple."""
+    return {"list": [s.get() for s in stores], "dict": {k: s.get() for k, s in extra["by_name"].items()},
+            "pair": [extra["pair"].left.get(), extra["pair"].right.get()], "plain": extra["plain"]}
+
+
+def test_graph_groups_labels_and_edges():
+    program = Program("p")
+    a = program.add_node(ServiceNode(Store, 1), label="a")
+    with program.group("worker"):
+        w0 = program.add_node(ServiceNode(Store, a))
+        w1 = program.add_node(ServiceNode(Store, [a, {"x": w0}]))
+    assert [n.label for n in program.nodes] == ["a", "worker_0", "worker_1"]
+    assert set(program.groups) == {"a", "worker"}
+    assert program.edges() == [("worker_0", "a"), ("worker_1", "a"), ("worker_1", "worker_0")]
+    assert "worker_1" in program.describe() and "<- a, worker_0" in program.describe()
+    with pytest.raises(ValueError, match="already has a node labelled 'a'"):
+        program.add_node(ServiceNode(Store, 2), label="a")
+    other = Program("other").add_node(ServiceNode(Store, 3), label="b")
+    with pytest.raises(ValueError, match="takes a handle to 'b', which was not added"):
+        program.add_node(ServiceNode(Store, other))
+    assert isinstance(w1, Handle)
+
+
+def test_dereference_reaches_nested_handles():
+    h = Handle(ServiceNode(Store, 1))
+    value = {"l": [h, (h, 2)], "p": Pair(h, 3), "d": {"k": h}}
+    out = dereference(value, lambda handle: "client")
+    assert out == {"l": ["client", ("client", 2)], "p": Pair("client", 3), "d": {"k": "client"}}
+
+
+def test_nested_handles_become_clients_inside_nodes():
+    program = Program("nested")
+    stores = [program.add_node(ServiceNode(Store, i), label=f"s{i}") for i in range(3)]
+    extra = {"by_name": {"first": stores[0], "last": stores[2]}, "pair": Pair(stores[1], stores[2]),
+             "plain": np.arange(3)}
+    program.add_node(FunctionNode(gather, stores, extra), label="gather")
+    result = launch(program, "inprocess").wait(timeout_s=60)["gather"]
+    assert result["list"] == [0, 1, 2] and result["dict"] == {"first": 0, "last": 2}
+    assert result["pair"] == [1, 2] and list(result["plain"]) == [0, 1, 2]
+
+
+def fill_and_checkpoint(replay):
+    with replay.trajectory_writer(num_keep_alive_refs=1) as writer:
+        for i in range(5):
+            writer.append({"x": np.full(2, i, np.float32)})
+            writer.create_item("t", 1.0, {"x": writer.history["x"][-1]})
+        writer.flush()
+    replay.checkpoint()
+    return replay.server_info()["t"].current_size
+
+
+def read_size(replay):
+    return replay.server_info()["t"].current_size
+
+
+def make_tables():
+    return [reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 100,
+                         reverb.rate_limiters.MinSize(1))]
+
+
+def test_replay_node_restores_its_checkpoint(tmp_path):
+    first = Program("replay")
+    replay = first.add_node(ReplayNode(make_tables, checkpoint_dir=str(tmp_path / "ckpt")), label="replay")
+    first.add_node(FunctionNode(fill_and_checkpoint, replay), label="fill")
+    assert launch(first, "inprocess", run_dir=str(tmp_path / "run1")).wait(60)["fill"] == 5
+    second = Program("replay")
+    replay = second.add_node(ReplayNode(make_tables, checkpoint_dir=str(tmp_path / "ckpt")), label="replay")
+    second.add_node(FunctionNode(read_size, replay), label="read")
+    assert launch(second, "inprocess", run_dir=str(tmp_path / "run2")).wait(60)["read"] == 5
+
+
+def test_launch_rejects_bad_settings():
+    program = Program("p")
+    program.add_node(ServiceNode(Store, 1), label="a")
+    with pytest.raises(ValueError, match="unknown launcher 'ray'"):
+        launch(program, "ray")
+    with pytest.raises(ValueError, match=r"group_env names groups \['actors'\]"):
+        launch(program, "processes", group_env={"actors": {"X": "1"}})
+    with pytest.raises(ValueError, match="has no nodes"):
+        launch(Program("empty"), "inprocess")
