@@ -28,14 +28,12 @@ class VariableClient:
                           if asynchronous else None)
         self._future: concurrent.futures.Future | None = None
         self.version = -1
-        self.latest_version = -1  # newest version the source reported (staleness = latest - version)
         self.params: Any = None
         self.num_fetches = 0  # how many requests were sent to the source
         self.update_and_wait(initial_timeout_s)
 
     def _adopt(self, result: tuple[int, Any]) -> None:
         version, params = result
-        self.latest_version = max(self.latest_version, version)
         if params is not None and version > self.version:
             self.version, self.params = version, params
 

@@ -58,6 +58,9 @@ class LearnerWorker:
     def get_variables(self, known_version: int = -1):
         return self._learner.get_variables(known_version)
 
+    def version(self) -> int:
+        return self._learner.version
+
     def run(self) -> None:
         reported, last = 0, time.monotonic()
         while not should_stop():
@@ -73,7 +76,7 @@ class LearnerWorker:
 
 class ActorWorker:
     def __init__(self, config: ExperimentConfig, actor_id: int, replay, learner, counter) -> None:
-        self._id, self._counter = actor_id, counter
+        self._id, self._counter, self._learner = actor_id, counter, learner
         seed = config.seed + 10_007 * (actor_id + 1)
         self._env = make_vector_env(config.env_id, config.num_envs, seed)
         spec = make_environment_spec(self._env)
@@ -93,7 +96,8 @@ class ActorWorker:
             if time.monotonic() - last > 0.5:
                 delta, reported = loop.env_steps - reported, loop.env_steps
                 self._counter.increment(**{"env_steps": delta, f"env_steps_actor_{self._id}": delta})
-                loop.log(params_version=client.version, staleness=client.latest_version - client.version)
+                # staleness: learner updates the params this actor acts with are behind by
+                loop.log(params_version=client.version, staleness=self._learner.version() - client.version)
                 last = time.monotonic()
         self._adder.close()
         self._logger.close()

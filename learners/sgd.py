@@ -85,6 +85,11 @@ class SGDLearner(Learner):
         return params
 
     @property
+    def version(self) -> int:
+        """Number of updates so far: the version ``get_variables`` serves."""
+        return self._version
+
+    @property
     def num_devices(self) -> int:
         return len(self._devices)
 

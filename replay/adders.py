@@ -60,7 +60,7 @@ class NStepTransitionAdder(Adder):
 
     def __init__(self, client: reverb.Client, table: str, n_step: int, discount: float,
                  observation_dtype: np.dtype = np.float32, action_dtype: np.dtype = np.int32,
-                 priority: float = 1.0, max_in_flight_items: int = 64) -> None:
+                 priority: float = 1.0, max_in_flight_items: int = 8) -> None:
         if n_step < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step}")
         self._writer = client.trajectory_writer(num_keep_alive_refs=1)
