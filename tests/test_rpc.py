@@ -126,11 +126,11 @@ def test_bad_frames_and_tokens_get_errors_and_server_keeps_serving(served):
 
 
 def test_wait_for_ready_times_out_clearly():
-    with socket.socket() as s:  # a port with nothing listening
+    with socket.socket() as s:  # bound but not listening: refused, and no other server can take it
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(TimeoutError, match=f"no RPC server answered at 127.0.0.1:{port} within 0.5s"):
-        RpcClient(f"127.0.0.1:{port}").wait_for_ready(0.5)
-    client = RpcClient(f"127.0.0.1:{port}", timeout_s=0.5)
-    with pytest.raises(TimeoutError, match="no reply within 0.5s"):
-        client.echo(1)
+        with pytest.raises(TimeoutError, match=f"no RPC server answered at 127.0.0.1:{port} within 0.5s"):
+            RpcClient(f"127.0.0.1:{port}").wait_for_ready(0.5)
+        client = RpcClient(f"127.0.0.1:{port}", timeout_s=0.5)
+        with pytest.raises(TimeoutError, match="no reply within 0.5s"):
+            client.echo(1)
