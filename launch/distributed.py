@@ -47,7 +47,6 @@ class LearnerWorker:
         self._counter = counter
         spec = _spec(config, config.num_envs)
         builder = config.builder
-        builder.make_replay_tables(spec)  # sizes the builder's items
         networks = (config.network_factory or builder.make_networks)(spec)
         self._dataset = builder.make_dataset_iterator(replay)
         self._local = Counter()
@@ -89,7 +88,6 @@ class ActorWorker:
 
     def run(self) -> None:
         loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
-        client = self._actor._client
         reported, last = 0, time.monotonic()
         while not should_stop():
             loop.step()
@@ -97,7 +95,8 @@ class ActorWorker:
                 delta, reported = loop.env_steps - reported, loop.env_steps
                 self._counter.increment(**{"env_steps": delta, f"env_steps_actor_{self._id}": delta})
                 # staleness: learner updates the params this actor acts with are behind by
-                loop.log(params_version=client.version, staleness=self._learner.version() - client.version)
+                version = self._actor.params_version
+                loop.log(params_version=version, staleness=self._learner.version() - version)
                 last = time.monotonic()
         self._adder.close()
         self._logger.close()

@@ -73,7 +73,6 @@ class ShardedPrefetchIterator:
         self.items_per_sample = self.steps * self.items_per_batch
         self._table = table
         self._timeout_s = timeout_s
-        # Imported here so that only the replay package ever touches TensorFlow.
         dataset = reverb.TrajectoryDataset.from_table_signature(
             server_address, table, max_in_flight_samples_per_worker=2 * self.items_per_sample,
             get_signature_timeout_secs=int(timeout_s))

@@ -28,10 +28,5 @@ class ReplayServer:
         self.address = f"localhost:{self.port}"
         self.client = reverb.Client(self.address)
 
-    def table_info(self, table: str) -> dict:
-        info = self.client.server_info(timeout=10)[table]
-        return {"current_size": info.current_size, "num_inserts": info.rate_limiter_info.insert_stats.completed,
-                "num_samples": info.rate_limiter_info.sample_stats.completed}
-
     def stop(self) -> None:
         self._server.stop()
