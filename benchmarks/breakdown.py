@@ -21,7 +21,6 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import jax  # noqa: E402
-import numpy as np  # noqa: E402
 
 from shoal.actors import BatchedActor, VariableClient, make_vector_env  # noqa: E402
 from shoal.actors.environments import final_observations  # noqa: E402
@@ -102,7 +101,6 @@ def main() -> None:
         adder.flush()
         for key in ("actor_sps", "actor_adder_sps"):
             out[key + "_ratio"] = out[key] / out["raw_env_sps"]
-        builder.make_replay_tables(spec)  # sizes the builder's items from the spec
         learner = builder.make_learner(jax.random.PRNGKey(0), networks,
                                        builder.make_dataset_iterator(server.client), None, Counter(),
                                        server.client)

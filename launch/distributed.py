@@ -20,12 +20,12 @@ import time
 from typing import Any
 
 import jax
-import numpy as np
 
-from shoal.actors import EnvironmentLoop, evaluate, make_vector_env
+from shoal.actors import EnvironmentLoop, make_vector_env
 from shoal.core.counting import Counter
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
+from shoal.launch.evaluation import Evaluator
 from shoal.launch.experiment import ExperimentConfig
 from shoal.launch.nodes import FunctionNode, ReplayNode, ServiceNode, should_stop
 from shoal.launch.program import Program
@@ -105,47 +105,26 @@ class ActorWorker:
 def run_evaluator(config: ExperimentConfig, learner, counter, num_actors: int) -> dict[str, Any]:
     """Evaluates on schedule; returns the run's result (ending the program)."""
     start = time.monotonic()
-    builder = config.builder
-    env = make_vector_env(config.env_id, config.eval_episodes, config.seed + 1_000_003)
-    spec = make_environment_spec(env)
-    networks = (config.network_factory or builder.make_networks)(spec)
-    actor = builder.make_actor(jax.random.PRNGKey(config.seed + 1), builder.make_policy(networks, spec, True),
-                               spec, learner, None, asynchronous_updates=False)
-    logger = make_logger("eval", config.run_dir, terminal=False)
+    evaluator = Evaluator(config, learner, jax.random.PRNGKey(config.seed + 1), start)
     progress = make_logger("train", None, terminal=config.progress, time_delta=config.progress_every_s)
-    target = config.resolved_target_return()
-    next_eval, eval_s, num_evals, solved, final = config.eval_every, 0.0, 0, False, None
     while True:
         counts = counter.get_counts()
         env_steps = int(counts.get("env_steps", 0))
         out_of_budget = env_steps >= config.max_env_steps
+        last = evaluator.last_return
         progress.write({"env_steps": env_steps, "steps_per_s": env_steps / (time.monotonic() - start),
                         "learner_steps": int(counts.get("learner_steps", 0)),
-                        "eval_return": final if final is not None else float("nan")})
-        if env_steps >= next_eval or out_of_budget:
-            next_eval += config.eval_every * (1 + (env_steps - next_eval) // config.eval_every)
-            t0 = time.monotonic()
-            actor.update(wait=True)
-            returns = evaluate(env, actor, seed=config.seed + 1_000_003 + 7919 * num_evals)
-            num_evals += 1
-            eval_s += time.monotonic() - t0
-            final = float(np.mean(returns))
-            logger.write({"env_steps": env_steps, "eval_return": final, "params_version": actor.params_version,
-                          "wall_s": time.monotonic() - start})
-            solved = target is not None and final >= target
-            if solved or out_of_budget:
+                        "eval_return": last if last is not None else float("nan")})
+        if evaluator.due(env_steps) or out_of_budget:
+            if evaluator.run(env_steps) or out_of_budget:
                 break
         time.sleep(0.05)
     wall_s = time.monotonic() - start
     counts = counter.get_counts()
+    evaluator.close()
     per_actor = {f"actor_{i}": counts.get(f"env_steps_actor_{i}", 0) / wall_s for i in range(num_actors)}
-    logger.close()
-    return {"agent": getattr(builder, "name", "dqn"), "env": config.env_id, "seed": config.seed,
-            "solved": bool(solved), "env_steps": int(counts.get("env_steps", 0)),
-            "wall_s": round(wall_s, 3), "train_s": round(wall_s - eval_s, 3), "eval_s": round(eval_s, 3),
-            "final_eval_return": final, "learner_steps": int(counts.get("learner_steps", 0)),
-            "num_evals": num_evals, "num_actors": num_actors,
-            "actor_steps_per_s": round(sum(per_actor.values()), 1),
+    return {**evaluator.result(counts.get("env_steps", 0), counts.get("learner_steps", 0), wall_s),
+            "num_actors": num_actors, "actor_steps_per_s": round(sum(per_actor.values()), 1),
             "actor_steps_per_s_each": {k: round(v, 1) for k, v in per_actor.items()}}
 
 

@@ -20,11 +20,12 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-from shoal.actors import EnvironmentLoop, check_env_id, evaluate, make_vector_env
+from shoal.actors import EnvironmentLoop, check_env_id, make_vector_env
 from shoal.agents.builders import AgentBuilder
 from shoal.core.counting import Counter
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.specs import make_environment_spec
+from shoal.launch.evaluation import Evaluator
 from shoal.replay import ReplayServer
 
 
@@ -94,9 +95,6 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
     env = make_vector_env(config.env_id, config.num_envs, config.seed)
     spec = make_environment_spec(env)
     builder.validate(spec, jax.local_device_count())
-    eval_env = make_vector_env(config.env_id, config.eval_episodes, config.seed + 1_000_003)
-    eval_spec = make_environment_spec(eval_env)
-    target = config.resolved_target_return()
     if config.run_dir:
         os.makedirs(config.run_dir, exist_ok=True)
         with open(os.path.join(config.run_dir, "config.json"), "w") as f:
@@ -110,75 +108,45 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
     dataset = builder.make_dataset_iterator(server.client)
     learner_logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
     train_logger = make_logger("train", config.run_dir, terminal=False)
-    eval_logger = make_logger("eval", config.run_dir, terminal=False)
+    evaluator: Evaluator | None = None
     progress = TerminalLogger("train", time_delta=config.progress_every_s) if config.progress else None
     try:
         learner = builder.make_learner(learner_key, networks, dataset, learner_logger, counter,
                                        server.client)
         adder = builder.make_adder(server.client, spec, policy)
         actor = builder.make_actor(actor_key, policy, spec, learner, adder, asynchronous_updates=False)
-        eval_actor = builder.make_actor(eval_key, builder.make_policy(networks, eval_spec, True),
-                                        eval_spec, learner, None, asynchronous_updates=False)
+        evaluator = Evaluator(config, learner, eval_key, start)
         loop = EnvironmentLoop(env, actor, counter, train_logger)
 
-        updates, eval_s, num_evals, last_log = 0, 0.0, 0, time.monotonic()
-        next_eval, last_eval_at = config.eval_every, -1
-        final_return: float | None = None
-        solved = False
-
-        def run_evaluation() -> float:
-            nonlocal eval_s, num_evals, last_eval_at
-            t0, last_eval_at = time.monotonic(), loop.env_steps
-            eval_actor.update(wait=True)
-            returns = evaluate(eval_env, eval_actor, seed=config.seed + 1_000_003 + 7919 * num_evals)
-            num_evals += 1
-            eval_s += time.monotonic() - t0
-            mean = float(np.mean(returns))
-            eval_logger.write({"env_steps": loop.env_steps, "eval_return": mean,
-                               "eval_return_min": float(np.min(returns)),
-                               "eval_return_max": float(np.max(returns)),
-                               "wall_s": time.monotonic() - start})
-            return mean
-
+        updates, last_log = 0, time.monotonic()
         while loop.env_steps < config.max_env_steps:
             loop.step()
             allowed = builder.updates_allowed(adder.items_written)
             while updates < allowed:
                 learner.step()
                 updates += 1
-            if loop.env_steps >= next_eval:
-                next_eval += config.eval_every * (1 + (loop.env_steps - next_eval) // config.eval_every)
-                final_return = run_evaluation()
-                if target is not None and final_return >= target:
-                    solved = True
-                    break
+            if evaluator.due(loop.env_steps) and evaluator.run(loop.env_steps):
+                break
             if time.monotonic() - last_log >= 1.0:
                 last_log = time.monotonic()
-                row = loop.log(eval_return=final_return if final_return is not None else float("nan"))
+                last = evaluator.last_return
+                row = loop.log(eval_return=last if last is not None else float("nan"))
                 if progress:
                     progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps",
                                                         "episode_return", "eval_return") if k in row})
-        if not solved and last_eval_at != loop.env_steps:  # the budget ran out between evaluations
-            final_return = run_evaluation()
-            solved = target is not None and final_return >= target
+        if not evaluator.solved and evaluator.last_at != loop.env_steps:  # budget ran out between evals
+            evaluator.run(loop.env_steps)
         wall_s = time.monotonic() - start
-        loop.log(eval_return=final_return)
+        loop.log(eval_return=evaluator.last_return)
     finally:
         dataset.close()
-        for logger in (learner_logger, train_logger, eval_logger):
+        for logger in (learner_logger, train_logger):
             logger.close()
+        if evaluator is not None:
+            evaluator.close()
         server.stop()
         env.close()
-        eval_env.close()
-    counts = counter.get_counts()
-    result = {
-        "agent": getattr(builder, "name", type(builder).__name__.removesuffix("Builder").lower()),
-        "env": config.env_id, "seed": config.seed, "solved": bool(solved),
-        "env_steps": int(loop.env_steps), "wall_s": round(wall_s, 3),
-        "train_s": round(wall_s - eval_s, 3), "eval_s": round(eval_s, 3),
-        "final_eval_return": final_return, "learner_steps": int(counts.get("learner_steps", 0)),
-        "num_evals": num_evals,
-    }
+    result = evaluator.result(loop.env_steps, counter.get_counts().get("learner_steps", 0), wall_s)
     if config.run_dir:
         with open(os.path.join(config.run_dir, "result.json"), "w") as f:
             json.dump(result, f, indent=2)

@@ -1,0 +1,83 @@
+"""The evaluator both runners share: evaluations on a schedule, and the run's result summary."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from shoal.actors import evaluate, make_vector_env
+from shoal.core.interfaces import VariableSource
+from shoal.core.loggers import make_logger
+from shoal.core.specs import make_environment_spec
+
+EVAL_SEED_OFFSET = 1_000_003
+
+
+class Evaluator:
+    """Runs ``config.eval_episodes`` episodes in parallel with the evaluation policy (e.g.
+    greedy) once ``eval_every`` more env steps were taken. The k-th evaluation resets its envs
+    with seed ``seed + 1_000_003 + 7919 k``, so a seeded run evaluates reproducibly. Each
+    evaluation is one row of ``<run_dir>/eval.csv``.
+    """
+
+    def __init__(self, config: Any, variable_source: VariableSource, key: jax.Array,
+                 start_time: float) -> None:
+        builder = config.builder
+        self._config, self._start = config, start_time
+        self._env = make_vector_env(config.env_id, config.eval_episodes, config.seed + EVAL_SEED_OFFSET)
+        spec = make_environment_spec(self._env)
+        networks = (config.network_factory or builder.make_networks)(spec)
+        self._actor = builder.make_actor(key, builder.make_policy(networks, spec, True), spec,
+                                         variable_source, None, asynchronous_updates=False)
+        self._logger = make_logger("eval", config.run_dir, terminal=False)
+        self._target = config.resolved_target_return()
+        self._next = config.eval_every
+        self.eval_s, self.num_evals = 0.0, 0
+        self.last_return: float | None = None
+        self.last_at = -1  # env steps at the last evaluation
+
+    def due(self, env_steps: int) -> bool:
+        return env_steps >= self._next
+
+    @property
+    def solved(self) -> bool:
+        """Whether the last evaluation reached the target return."""
+        return self._target is not None and self.last_return is not None and self.last_return >= self._target
+
+    def run(self, env_steps: int) -> bool:
+        """Evaluates the newest parameters now; returns ``solved``."""
+        every = self._config.eval_every
+        if env_steps >= self._next:
+            self._next += every * (1 + (env_steps - self._next) // every)
+        t0 = time.monotonic()
+        self._actor.update(wait=True)
+        returns = evaluate(self._env, self._actor,
+                           seed=self._config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
+        self.num_evals += 1
+        self.eval_s += time.monotonic() - t0
+        self.last_return, self.last_at = float(np.mean(returns)), env_steps
+        self._logger.write({"env_steps": env_steps, "eval_return": self.last_return,
+                            "eval_return_min": float(np.min(returns)),
+                            "eval_return_max": float(np.max(returns)),
+                            "params_version": self._actor.params_version,
+                            "wall_s": time.monotonic() - self._start})
+        return self.solved
+
+    def result(self, env_steps: int, learner_steps: int, wall_s: float) -> dict[str, Any]:
+        """The run's summary: the fields of the final JSON line."""
+        builder = self._config.builder
+        return {
+            "agent": getattr(builder, "name", type(builder).__name__.removesuffix("Builder").lower()),
+            "env": self._config.env_id, "seed": self._config.seed, "solved": self.solved,
+            "env_steps": int(env_steps), "wall_s": round(wall_s, 3),
+            "train_s": round(wall_s - self.eval_s, 3), "eval_s": round(self.eval_s, 3),
+            "final_eval_return": self.last_return, "learner_steps": int(learner_steps),
+            "num_evals": self.num_evals,
+        }
+
+    def close(self) -> None:
+        self._logger.close()
+        self._env.close()
