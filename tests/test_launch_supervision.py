@@ -57,10 +57,15 @@ def alive(pids):
 def test_killed_actor_is_restarted_and_run_completes(tmp_path):
     proc, run_dir = start(tmp_path, max_env_steps=30_000)
     try:
-        wait_for(lambda: running(run_dir, "actor_0") and running(run_dir, "learner"), 120, "actor_0")
-        time.sleep(1.0)
-        victim = node_pids(proc.pid)["actor_0"]
-        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: all(running(run_dir, n) for n in ("learner", "actor_0", "actor_1")), 120, "nodes")
+        pids = node_pids(proc.pid)
+        # Hold actor_1 still while actor_0 is down, so no env step is taken (and the budget cannot
+        # run out) until the restarted actor_0 is back: the test waits on that event, not a timer.
+        os.kill(pids["actor_1"], signal.SIGSTOP)
+        os.kill(pids["actor_0"], signal.SIGKILL)
+        log = run_dir / "logs" / "actor_0.log"
+        wait_for(lambda: log.read_text().count("[actor_0] started") == 2, 120, "actor_0 to restart")
+        os.kill(pids["actor_1"], signal.SIGCONT)
         out, err = proc.communicate(timeout=240)
     finally:
         proc.kill()
