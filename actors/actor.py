@@ -2,47 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Mapping
 
 import jax
 import numpy as np
 
 from shoal.actors.variable_client import VariableClient
 from shoal.core.interfaces import Actor, Adder
-
-# policy(params, key, observations[num_envs, ...], actor_step) -> (actions[num_envs], new_key)
-Policy = Callable[[Any, jax.Array, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+from shoal.core.types import ActorInfo, Policy, Step
 
 
 class BatchedActor(Actor):
-    """Acts for a whole vector env with one jitted call, and feeds an adder (if any).
+    """Acts for a whole vector env with one jitted ``policy.apply``, and feeds an adder (if any).
 
-    ``actor_step`` (the number of vector steps taken so far) is passed to the policy so that
-    schedules such as epsilon decay live inside the jitted function.
+    The policy gets an ``ActorInfo``: the env steps this actor took so far (so schedules such
+    as epsilon decay live inside the jitted function; ``env_steps_offset`` lets a restarted
+    actor continue its schedule) and the version of the params it acts with (so an on-policy
+    agent can record it in its extras).
     """
 
     def __init__(self, policy: Policy, key: jax.Array, variable_client: VariableClient,
-                 adder: Adder | None = None, num_envs_per_step: int = 1) -> None:
-        self._policy = jax.jit(policy)
+                 adder: Adder | None = None, num_envs: int = 1, env_steps_offset: int = 0) -> None:
+        self._apply = jax.jit(policy.apply)
         self._key = key
         self._client = variable_client
         self._adder = adder
-        self._num_envs = num_envs_per_step
+        self._num_envs = num_envs
+        self._offset = env_steps_offset
         self.steps = 0  # vector steps taken
         self._device_params, self._device_version = None, None
 
-    def select_action(self, observation: np.ndarray) -> np.ndarray:
+    def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
         if self._device_version != self._client.version:  # one host->device copy per version
             self._device_params = jax.device_put(self._client.params)
             self._device_version = self._client.version
-        actions, self._key = self._policy(self._device_params, self._key, observation,
-                                          self.steps * self._num_envs)
-        return np.asarray(actions)
+        info = ActorInfo(self._offset + self.steps * self._num_envs, self._client.version)
+        actions, extras, self._key = self._apply(self._device_params, self._key, observation, info)
+        return jax.device_get((actions, extras))  # one transfer for actions and extras
 
-    def observe(self, observation, action, reward, terminated, truncated, next_observation) -> None:
+    def observe(self, step: Step) -> None:
         self.steps += 1
         if self._adder is not None:
-            self._adder.add(observation, action, reward, terminated, truncated, next_observation)
+            self._adder.add(step)
 
     def update(self, wait: bool = False) -> None:
         if wait:

@@ -12,6 +12,7 @@ from shoal.actors.environments import final_observations
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Actor
 from shoal.core.loggers import Logger, NoOpLogger
+from shoal.core.types import Step
 
 
 class EnvironmentLoop:
@@ -37,10 +38,10 @@ class EnvironmentLoop:
 
     def step(self) -> None:
         obs = self._obs
-        action = self._actor.select_action(obs)
+        action, extras = self._actor.select_action(obs)
         next_obs, reward, terminated, truncated, info = self._env.step(action)
-        self._actor.observe(obs, action, reward, terminated, truncated,
-                            final_observations(next_obs, terminated, truncated, info))
+        self._actor.observe(Step(obs, action, reward, terminated, truncated,
+                                 final_observations(next_obs, terminated, truncated, info), extras))
         self._actor.update()
         self._obs = next_obs
         self._returns += reward
@@ -76,7 +77,7 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None) -
     returns = np.zeros(env.num_envs)
     running = np.ones(env.num_envs, bool)
     while running.any():
-        action = actor.select_action(obs)
+        action, _ = actor.select_action(obs)
         obs, reward, terminated, truncated, _ = env.step(action)
         returns += np.where(running, reward, 0.0)
         running &= ~(terminated | truncated)

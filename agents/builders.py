@@ -1,69 +1,82 @@
-"""The ``AgentBuilder`` protocol (after Acme) and the registry of agents by name.
+"""``AgentBuilder``: an agent as a set of factories (after Acme's builders).
 
-A builder turns an agent's config into the pieces the runners wire together; the same builder
-serves the single-process runner and the distributed program.
+A builder is pure in ``(config, environment spec)``: every factory takes what it needs as
+arguments, and no factory sets state another reads. The same builder serves the single-process
+runner and the distributed program; each runner wires the pieces together:
+
+    spec -> make_networks -> make_policy -> make_replay_tables(spec, policy) -> Reverb server
+    replay client -> make_dataset_iterator -> make_learner (a VariableSource)
+    replay client -> make_adder -> make_actor(variable_source = learner or an RPC client to it)
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol
+import abc
+from typing import Any, ClassVar, Iterator
 
 import jax
 
+from shoal.actors.actor import BatchedActor
+from shoal.actors.variable_client import VariableClient
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Actor, Adder, Learner, VariableSource
 from shoal.core.loggers import Logger
 from shoal.core.specs import EnvironmentSpec
+from shoal.core.types import Policy
 
 
-class AgentBuilder(Protocol):
+class AgentBuilder(abc.ABC):
+    """Builds one agent's parts from its ``config`` (a documented dataclass).
+
+    ``name`` is the agent's registry name (``shoal train --agent NAME``). The config must have a
+    ``variable_update_period`` (vector steps between an actor's parameter pulls). ``on_policy``
+    agents (PPO) need every rollout acted with the newest params: the single-process runner
+    then lets the actor wait for each update; other agents act while the update runs, one
+    update behind.
+    """
+
+    name: ClassVar[str]
+    on_policy: ClassVar[bool] = False
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         """Raises ``ValueError`` (naming the bad value) if the agent cannot run on ``spec``."""
 
-    def updates_allowed(self, items_inserted: int) -> int:
-        """Learner updates a single-process run may have done once ``items_inserted`` replay
-        items were written: the pace the replay table's rate limiter enforces."""
-
+    @abc.abstractmethod
     def make_networks(self, spec: EnvironmentSpec) -> Any:
-        """The default network factory."""
+        """The default networks (``ExperimentConfig.network_factory`` may replace them)."""
 
-    def make_replay_tables(self, spec: EnvironmentSpec, policy: Any) -> list:
-        """The ``reverb.Table``s this agent writes to and samples from."""
+    @abc.abstractmethod
+    def make_policy(self, networks: Any, spec: EnvironmentSpec, evaluation: bool) -> Policy:
+        """The jittable policy for acting, or for evaluation if ``evaluation``."""
 
-    def make_dataset_iterator(self, replay_client: Any) -> Iterator:
-        """Iterates learner batches out of replay."""
+    @abc.abstractmethod
+    def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
+        """The ``reverb.Table``s the agent writes to and samples from (signatures from ``spec``
+        and ``policy.extras_spec``)."""
 
-    def make_adder(self, replay_client: Any, spec: EnvironmentSpec, policy: Any) -> Adder:
-        """What turns actor steps into replay items."""
+    @abc.abstractmethod
+    def make_dataset_iterator(self, replay_client: Any, spec: EnvironmentSpec) -> Iterator:
+        """Iterates host batches (``shoal.replay.Sample``), one per learner update."""
 
-    def make_actor(self, key: jax.Array, policy: Any, spec: EnvironmentSpec,
-                   variable_source: VariableSource, adder: Adder | None,
-                   asynchronous_updates: bool = True) -> Actor:
-        """An actor acting with ``policy`` on params pulled from ``variable_source``."""
+    @abc.abstractmethod
+    def make_adder(self, replay_client: Any, spec: EnvironmentSpec, policy: Policy) -> Adder:
+        """What turns the actor's vector steps into replay items."""
 
-    def make_learner(self, key: jax.Array, networks: Any, dataset: Iterator, logger: Logger,
-                     counter: Counter, replay_client: Any) -> Learner:
-        """The learner."""
+    @abc.abstractmethod
+    def make_learner(self, key: jax.Array, networks: Any, dataset: Iterator, logger: Logger | None,
+                     counter: Counter | None, replay_client: Any) -> Learner:
+        """The learner, fed by ``dataset`` (from ``make_dataset_iterator``)."""
 
-    def make_policy(self, networks: Any, spec: EnvironmentSpec, evaluation: bool) -> Any:
-        """The (jittable) policy used for acting, or for evaluation if ``evaluation``."""
-
-
-def _dqn(overrides: dict) -> AgentBuilder:
-    from shoal.agents.dqn import DQNBuilder, DQNConfig
-
-    return DQNBuilder(DQNConfig(**overrides))
-
-
-_REGISTRY: dict[str, Callable[[dict], AgentBuilder]] = {"dqn": _dqn}
-
-
-def registered_agents() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def get_builder(name: str, **config_overrides: Any) -> AgentBuilder:
-    """The builder of agent ``name`` with its default config, updated by ``config_overrides``."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown agent {name!r}; available: {', '.join(registered_agents())}")
-    return _REGISTRY[name](config_overrides)
+    def make_actor(self, key: jax.Array, policy: Policy, spec: EnvironmentSpec,
+                   variable_source: VariableSource, adder: Adder | None = None,
+                   asynchronous_updates: bool = True, env_steps_offset: int = 0) -> Actor:
+        """A batched actor acting with ``policy`` on params pulled from ``variable_source``
+        every ``config.variable_update_period`` vector steps (in the background if
+        ``asynchronous_updates``, inline otherwise: a seeded single-process run acts reproducibly)."""
+        client = VariableClient(variable_source, self.config.variable_update_period,
+                                asynchronous=asynchronous_updates)
+        return BatchedActor(policy, key, client, adder, num_envs=spec.num_envs,
+                            env_steps_offset=env_steps_offset)

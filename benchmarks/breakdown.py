@@ -28,6 +28,7 @@ from shoal.agents import get_builder  # noqa: E402
 from shoal.core.counting import Counter  # noqa: E402
 from shoal.core.interfaces import VariableSource  # noqa: E402
 from shoal.core.specs import make_environment_spec  # noqa: E402
+from shoal.core.types import Step  # noqa: E402
 from shoal.replay import ReplayServer  # noqa: E402
 
 
@@ -73,15 +74,16 @@ def main() -> None:
 
     def make_actor_step(actor):
         def step(obs):
-            action = actor.select_action(obs)
+            action, extras = actor.select_action(obs)
             next_obs, reward, term, trunc, info = env.step(action)
-            actor.observe(obs, action, reward, term, trunc, final_observations(next_obs, term, trunc, info))
+            actor.observe(Step(obs, action, reward, term, trunc,
+                               final_observations(next_obs, term, trunc, info), extras))
             actor.update()
             return next_obs
         return step
 
     client = VariableClient(FixedParams(params), asynchronous=False)
-    actor = BatchedActor(policy, jax.random.PRNGKey(0), client, None, args.num_envs)
+    actor = BatchedActor(policy, jax.random.PRNGKey(0), client, None, num_envs=args.num_envs)
     t0 = time.perf_counter()
     actor.select_action(env.reset(seed=0)[0])
     out["compile_s"] = {"policy": time.perf_counter() - t0}
@@ -89,20 +91,23 @@ def main() -> None:
 
     # One table with the agent's layout but no rate limiting, so each side can run flat out.
     from shoal.agents.dqn.builder import TABLE
-    from shoal.replay import make_transition_table
+    from shoal.replay import make_transition_table, transition_signature
 
-    table = make_transition_table(TABLE, spec, args.num_envs, max_size=100_000, min_size=1,
-                                  samples_per_insert=1.0, error_buffer=1e12)
+    c = builder.config
+    table = make_transition_table(
+        TABLE, transition_signature(spec, policy.extras_spec), num_envs=args.num_envs,
+        batch_size=c.batch_size, sgd_steps_per_update=c.sgd_steps_per_update, samples_per_insert=1.0,
+        samples_per_insert_tolerance=1e12, min_replay_size=1, max_replay_size=100_000)
     server = ReplayServer([table])
     try:
         adder = builder.make_adder(server.client, spec, policy)
-        actor = BatchedActor(policy, jax.random.PRNGKey(0), client, adder, args.num_envs)
+        actor = BatchedActor(policy, jax.random.PRNGKey(0), client, adder, num_envs=args.num_envs)
         out["actor_adder_sps"] = timed_loop(env, make_actor_step(actor), args.seconds)
         adder.flush()
         for key in ("actor_sps", "actor_adder_sps"):
             out[key + "_ratio"] = out[key] / out["raw_env_sps"]
         learner = builder.make_learner(jax.random.PRNGKey(0), networks,
-                                       builder.make_dataset_iterator(server.client), None, Counter(),
+                                       builder.make_dataset_iterator(server.client, spec), None, Counter(),
                                        server.client)
         t0 = time.perf_counter()
         learner.step()
@@ -114,7 +119,7 @@ def main() -> None:
             updates += 1
         jax.block_until_ready(learner._state)
         elapsed = time.perf_counter() - start
-        c = builder.config
+        learner.close()
         out["learner_sgd_steps_per_s"] = updates * c.sgd_steps_per_update / elapsed
         out["learner_transitions_per_s"] = out["learner_sgd_steps_per_s"] * c.batch_size
         out["learner_config"] = {"batch_size": c.batch_size, "sgd_steps_per_update": c.sgd_steps_per_update,

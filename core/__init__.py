@@ -2,10 +2,10 @@
 
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Actor, Adder, Learner, Saveable, VariableSource
-from shoal.core.specs import EnvironmentSpec, make_environment_spec
-from shoal.core.types import Transition
+from shoal.core.specs import ArraySpec, EnvironmentSpec, make_environment_spec
+from shoal.core.types import ActorInfo, Policy, Step
 
 __all__ = [
-    "Actor", "Adder", "Counter", "EnvironmentSpec", "Learner", "Saveable", "Transition",
-    "VariableSource", "make_environment_spec",
+    "Actor", "ActorInfo", "Adder", "ArraySpec", "Counter", "EnvironmentSpec", "Learner", "Policy",
+    "Saveable", "Step", "VariableSource", "make_environment_spec",
 ]

@@ -1,4 +1,4 @@
-"""The four small interfaces every Shoal component is written against (after Acme's core)."""
+"""The small interfaces every Shoal component is written against (after Acme's core)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import abc
 from typing import Any, Mapping
 
 import numpy as np
+
+from shoal.core.types import Step
 
 
 class VariableSource(abc.ABC):
@@ -37,41 +39,40 @@ class Learner(VariableSource, Saveable):
 
     @abc.abstractmethod
     def step(self) -> Mapping[str, float]:
-        """Runs one update (one or more SGD steps) and returns its metrics."""
+        """Runs one update (one or more SGD steps) on the next batch; returns its metrics."""
+
+    @abc.abstractmethod
+    def ready(self) -> bool:
+        """True when ``step`` would find its next batch waiting (it would not block on data)."""
+
+    def close(self) -> None:
+        """Stops background work (e.g. prefetching)."""
 
 
 class Adder(abc.ABC):
-    """Turns an actor's batched environment steps into replay items.
-
-    ``items_written`` counts the items created so far (runners pace learners by it).
-    """
-
-    items_written: int = 0
+    """Turns an actor's vector steps into replay items."""
 
     @abc.abstractmethod
-    def add(self, observation: np.ndarray, action: np.ndarray, reward: np.ndarray,
-            terminated: np.ndarray, truncated: np.ndarray, next_observation: np.ndarray) -> None:
-        """Adds one vector step: every argument has a leading ``[num_envs]`` dimension.
-
-        ``next_observation`` is the observation that follows ``action`` (for an env whose
-        episode just ended, its *final* observation, not the reset one).
-        """
+    def add(self, step: Step) -> None:
+        """Adds one vector step (every field has a leading ``[num_envs]`` dimension)."""
 
     def flush(self) -> None:
         """Blocks until everything written so far reached the replay service."""
+
+    def close(self) -> None:
+        """Flushes and releases the connection to replay."""
 
 
 class Actor(abc.ABC):
     """Chooses actions for a batch of environments and feeds what it sees to an adder."""
 
     @abc.abstractmethod
-    def select_action(self, observation: np.ndarray) -> np.ndarray:
-        """Returns one action per environment for ``observation`` of shape ``[num_envs, ...]``."""
+    def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
+        """Returns ``(actions, extras)`` for ``observation`` of shape ``[num_envs, ...]``."""
 
     @abc.abstractmethod
-    def observe(self, observation: np.ndarray, action: np.ndarray, reward: np.ndarray,
-                terminated: np.ndarray, truncated: np.ndarray, next_observation: np.ndarray) -> None:
-        """Records one vector step (see ``Adder.add`` for the arguments)."""
+    def observe(self, step: Step) -> None:
+        """Records one vector step (its ``extras`` are those ``select_action`` returned)."""
 
     @abc.abstractmethod
     def update(self, wait: bool = False) -> None:

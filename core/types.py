@@ -1,25 +1,52 @@
-"""Plain data types passed between actors, replay and learners."""
+"""The data that flows between actors, adders and policies."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
-Params = Any  # a pytree of arrays
-PRNGKey = Any
+from shoal.core.specs import ArraySpec
 
 
-class Transition(NamedTuple):
-    """An n-step transition, as stored in replay and trained on.
+class Step(NamedTuple):
+    """One vector step, as it flows actor -> adder. Every field has a leading ``[num_envs]`` dim.
 
-    ``reward`` is the n-step return ``sum_{k<m} gamma^k r_{t+k}`` and ``discount`` the factor
-    the bootstrap value ``Q(next_observation)`` is multiplied by: ``gamma^m`` if the episode
-    did not terminate within the ``m`` steps, else ``0`` (see ``shoal.replay.adders``).
+    ``next_observation`` is the observation that follows ``action``: for an env whose episode
+    just ended (``terminated`` or ``truncated``), its *final* observation, not the reset one.
+    ``extras`` is what the policy returned beside the actions (e.g. log-probs), keyed as the
+    policy's ``extras_spec`` declares.
     """
 
     observation: np.ndarray
     action: np.ndarray
     reward: np.ndarray
-    discount: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
     next_observation: np.ndarray
+    extras: Mapping[str, np.ndarray]
+
+
+class ActorInfo(NamedTuple):
+    """What an actor tells its policy besides the observations (scalars, traced under jit).
+
+    env_steps: env steps this actor took so far (over all its envs), for schedules such as
+      epsilon decay.
+    params_version: the learner version of the params the actor acts with.
+    """
+
+    env_steps: Any
+    params_version: Any
+
+
+class Policy(NamedTuple):
+    """A batched, jittable policy and the extras it emits.
+
+    ``apply(params, key, observation, info) -> (actions, extras, key)`` acts for a batch of
+    observations ``[num_envs, ...]`` (``info`` an ``ActorInfo``); ``extras`` is a dict of
+    ``[num_envs, ...]`` arrays whose per-env shapes and dtypes ``extras_spec`` declares. Replay
+    table signatures are derived from the environment spec plus ``extras_spec``.
+    """
+
+    apply: Callable[..., tuple[Any, Mapping[str, Any], Any]]
+    extras_spec: Mapping[str, ArraySpec] = {}

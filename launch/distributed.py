@@ -35,24 +35,16 @@ ACTOR_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
 
 
-def _spec(config: ExperimentConfig, num_envs: int):
-    env = make_vector_env(config.env_id, num_envs, config.seed)
-    spec = make_environment_spec(env)
-    env.close()
-    return spec
-
-
 class LearnerWorker:
     def __init__(self, config: ExperimentConfig, replay, counter) -> None:
         self._counter = counter
-        spec = _spec(config, config.num_envs)
+        spec = config.environment_spec()
         builder = config.builder
-        networks = (config.network_factory or builder.make_networks)(spec)
-        self._dataset = builder.make_dataset_iterator(replay)
         self._local = Counter()
         logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
-        self._learner = builder.make_learner(jax.random.PRNGKey(config.seed), networks, self._dataset,
-                                             logger, self._local, replay)
+        self._learner = builder.make_learner(
+            jax.random.PRNGKey(config.seed), config.make_networks(spec),
+            builder.make_dataset_iterator(replay, spec), logger, self._local, replay)
 
     def get_variables(self, known_version: int = -1):
         return self._learner.get_variables(known_version)
@@ -61,16 +53,20 @@ class LearnerWorker:
         return self._learner.version
 
     def run(self) -> None:
-        reported, last = 0, time.monotonic()
-        while not should_stop():
-            if not self._dataset.ready():  # the rate limiter holds sampling back: wait for actors
-                time.sleep(0.001)
-                continue
-            self._learner.step()
-            if time.monotonic() - last > 0.5:
-                steps = int(self._local.get_counts().get("learner_steps", 0))
-                self._counter.increment(learner_steps=steps - reported)
-                reported, last = steps, time.monotonic()
+        reported: dict[str, float] = {}
+        last = time.monotonic()
+        try:
+            while not should_stop():
+                if not self._learner.ready():  # the rate limiter holds sampling back: wait for actors
+                    time.sleep(0.001)
+                    continue
+                self._learner.step()
+                if time.monotonic() - last > 0.5:  # learner_steps, stale_batches_dropped, ...
+                    counts = self._local.get_counts()
+                    self._counter.increment(**{k: v - reported.get(k, 0) for k, v in counts.items()})
+                    reported, last = counts, time.monotonic()
+        finally:
+            self._learner.close()
 
 
 class ActorWorker:
@@ -80,8 +76,7 @@ class ActorWorker:
         self._env = make_vector_env(config.env_id, config.num_envs, seed)
         spec = make_environment_spec(self._env)
         builder = config.builder
-        networks = (config.network_factory or builder.make_networks)(spec)
-        policy = builder.make_policy(networks, spec, evaluation=False)
+        policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
         self._adder = builder.make_adder(replay, spec, policy)
         self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, learner, self._adder)
         self._logger = make_logger(f"actor_{actor_id}", config.run_dir, terminal=False)
@@ -133,10 +128,12 @@ def make_distributed_program(config: ExperimentConfig, num_actors: int = 4) -> P
     config.validate()
     if num_actors < 1:
         raise ValueError(f"num_actors must be >= 1, got {num_actors}")
-    spec = _spec(config, config.num_envs)
-    config.builder.validate(spec, jax.local_device_count())
-    program = Program("dqn" if type(config.builder).__name__ == "DQNBuilder" else "agent")
-    replay = program.add_node(ReplayNode(functools.partial(config.builder.make_replay_tables, spec)),
+    spec = config.environment_spec()
+    builder = config.builder
+    builder.validate(spec, jax.local_device_count())
+    policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
+    program = Program(builder.name)
+    replay = program.add_node(ReplayNode(functools.partial(builder.make_replay_tables, spec, policy)),
                               label="replay")
     counter = program.add_node(ServiceNode(Counter), label="counter")
     learner = program.add_node(ServiceNode(LearnerWorker, config, replay, counter), label="learner")

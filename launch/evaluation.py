@@ -29,7 +29,7 @@ class Evaluator:
         self._config, self._start = config, start_time
         self._env = make_vector_env(config.env_id, config.eval_episodes, config.seed + EVAL_SEED_OFFSET)
         spec = make_environment_spec(self._env)
-        networks = (config.network_factory or builder.make_networks)(spec)
+        networks = config.make_networks(spec)
         self._actor = builder.make_actor(key, builder.make_policy(networks, spec, True), spec,
                                          variable_source, None, asynchronous_updates=False)
         self._logger = make_logger("eval", config.run_dir, terminal=False)
@@ -68,9 +68,8 @@ class Evaluator:
 
     def result(self, env_steps: int, learner_steps: int, wall_s: float) -> dict[str, Any]:
         """The run's summary: the fields of the final JSON line."""
-        builder = self._config.builder
         return {
-            "agent": getattr(builder, "name", type(builder).__name__.removesuffix("Builder").lower()),
+            "agent": self._config.builder.name,
             "env": self._config.env_id, "seed": self._config.seed, "solved": self.solved,
             "env_steps": int(env_steps), "wall_s": round(wall_s, 3),
             "train_s": round(wall_s - self.eval_s, 3), "eval_s": round(self.eval_s, 3),

@@ -1,11 +1,17 @@
 """``ExperimentConfig`` and the single-process runner ``run_experiment``.
 
-In one process the actor, an embedded Reverb server and the learner share one thread: after
-every vector step the runner runs as many learner updates as the replay table's rate limiter
-allows for the items inserted so far (``builder.updates_allowed``), so samples-per-insert is
-kept without either side ever blocking on the other. The actor's variable source is the
-learner object itself, pulled synchronously, so a seeded run's acting is reproducible
-(Reverb's sampler has no seed, so which items a learner batch holds is not).
+In one process the actor, an embedded Reverb server and the learner share one thread, paced by
+one rule for every agent and table (after Acme's runner): inserts never block (the tables'
+rate limiters are rebuilt without an insert bound), and after each vector step the learner
+steps while it can get a batch without blocking -- its prefetched batch is waiting, or the
+items of its next batch were already served by the table or can be served now (then the
+runner waits the moment the prefetch thread needs to deliver it). So a replay ratio (a
+``SampleToInsertRatio`` table) and an on-policy queue pace the same way, and exactly.
+
+Actor parameters come from the learner object itself, pulled synchronously, so a seeded run
+acts reproducibly. An ``on_policy`` agent pulls after the learner stepped (every rollout is
+acted with the newest params); any other agent pulls before, so the update it dispatches runs
+on the devices while the actor takes its next vector step (acting one update behind).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import gymnasium as gym
 import jax
@@ -23,10 +29,12 @@ import numpy as np
 from shoal.actors import EnvironmentLoop, check_env_id, make_vector_env
 from shoal.agents.builders import AgentBuilder
 from shoal.core.counting import Counter
+from shoal.core.interfaces import Actor, Learner
 from shoal.core.loggers import TerminalLogger, make_logger
-from shoal.core.specs import make_environment_spec
+from shoal.core.specs import EnvironmentSpec, make_environment_spec
+from shoal.core.types import Step
 from shoal.launch.evaluation import Evaluator
-from shoal.replay import ReplayServer
+from shoal.replay import ReplayServer, without_insert_blocking
 
 
 @dataclasses.dataclass
@@ -38,7 +46,7 @@ class ExperimentConfig:
       env_id: a registered gymnasium id.
       seed: seeds envs (``seed, seed+1, ...``), networks and exploration.
       max_env_steps: step budget, counted over all envs.
-      num_envs: envs stepped together by the actor (one vector env).
+      num_envs: envs stepped together by an actor (one vector env).
       eval_every: env steps between evaluations.
       eval_episodes: episodes per evaluation (run in parallel, one per env, with the
         evaluation policy, e.g. greedy).
@@ -58,7 +66,7 @@ class ExperimentConfig:
     eval_episodes: int = 10
     target_return: float | None = None
     run_dir: str | None = None
-    network_factory: Callable[[Any], Any] | None = None
+    network_factory: Callable[[EnvironmentSpec], Any] | None = None
     progress: bool = True
     progress_every_s: float = 2.0
 
@@ -75,16 +83,69 @@ class ExperimentConfig:
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
+    def environment_spec(self) -> EnvironmentSpec:
+        """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``)."""
+        env = make_vector_env(self.env_id, self.num_envs, self.seed)
+        try:
+            return make_environment_spec(env)
+        finally:
+            env.close()
+
+    def make_networks(self, spec: EnvironmentSpec) -> Any:
+        return (self.network_factory or self.builder.make_networks)(spec)
+
     def to_dict(self) -> dict[str, Any]:
         builder_config = getattr(self.builder, "config", None)
         return {
             **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in ("builder", "network_factory")},
             "target_return": self.resolved_target_return(),
-            "agent": type(self.builder).__name__,
+            "agent": self.builder.name,
             "agent_config": dataclasses.asdict(builder_config) if builder_config is not None else None,
             "jax_devices": [str(d) for d in jax.local_devices()],
         }
+
+
+class LearningActor(Actor):
+    """An actor whose ``update`` steps the learner while data is ready (the pacing rule in the
+    module docstring) and refreshes the actor's parameters: after that if ``pull_after``,
+    else before. The learner reads ``items_per_update`` items of ``table`` per step."""
+
+    def __init__(self, actor: Actor, learner: Learner, server: ReplayServer, table: str,
+                 items_per_update: int, pull_after: bool, timeout_s: float = 120.0) -> None:
+        self._actor, self._learner, self._server, self._table = actor, learner, server, table
+        self._items_per_update, self._pull_after, self._timeout_s = items_per_update, pull_after, timeout_s
+
+    def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
+        return self._actor.select_action(observation)
+
+    def observe(self, step: Step) -> None:
+        self._actor.observe(step)
+
+    def _train(self) -> None:
+        stepped, waiting_since = False, None
+        while True:
+            behind = self._server.can_sample(self._table, self._items_per_update)
+            if self._learner.ready() and (behind or not stepped):
+                self._learner.step()
+                stepped, waiting_since = True, None
+            elif not behind:
+                return
+            elif waiting_since is None:
+                waiting_since = time.monotonic()
+            elif time.monotonic() - waiting_since > self._timeout_s:
+                raise TimeoutError(f"replay table '{self._table}' could serve a batch, but none "
+                                   f"reached the learner within {self._timeout_s}s")
+            else:
+                time.sleep(0.0002)  # the learner's prefetch thread is fetching the batch
+
+    def update(self, wait: bool = False) -> None:
+        if self._pull_after:
+            self._train()
+            self._actor.update(wait)
+        else:
+            self._actor.update(wait)
+            self._train()
 
 
 def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
@@ -100,31 +161,30 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
         with open(os.path.join(config.run_dir, "config.json"), "w") as f:
             json.dump(config.to_dict(), f, indent=2, default=str)
 
-    networks = (config.network_factory or builder.make_networks)(spec)
+    networks = config.make_networks(spec)
     policy = builder.make_policy(networks, spec, evaluation=False)
-    server = ReplayServer(builder.make_replay_tables(spec, policy))
+    server = ReplayServer(without_insert_blocking(builder.make_replay_tables(spec, policy)))
     counter = Counter()
     learner_key, actor_key, eval_key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
-    dataset = builder.make_dataset_iterator(server.client)
     learner_logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
     train_logger = make_logger("train", config.run_dir, terminal=False)
+    learner: Learner | None = None
     evaluator: Evaluator | None = None
     progress = TerminalLogger("train", time_delta=config.progress_every_s) if config.progress else None
     try:
+        dataset = builder.make_dataset_iterator(server.client, spec)
         learner = builder.make_learner(learner_key, networks, dataset, learner_logger, counter,
                                        server.client)
         adder = builder.make_adder(server.client, spec, policy)
         actor = builder.make_actor(actor_key, policy, spec, learner, adder, asynchronous_updates=False)
+        actor = LearningActor(actor, learner, server, dataset.table, dataset.items_per_update,
+                              pull_after=builder.on_policy)
         evaluator = Evaluator(config, learner, eval_key, start)
         loop = EnvironmentLoop(env, actor, counter, train_logger)
 
-        updates, last_log = 0, time.monotonic()
+        last_log = time.monotonic()
         while loop.env_steps < config.max_env_steps:
             loop.step()
-            allowed = builder.updates_allowed(adder.items_written)
-            while updates < allowed:
-                learner.step()
-                updates += 1
             if evaluator.due(loop.env_steps) and evaluator.run(loop.env_steps):
                 break
             if time.monotonic() - last_log >= 1.0:
@@ -139,7 +199,8 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
         wall_s = time.monotonic() - start
         loop.log(eval_return=evaluator.last_return)
     finally:
-        dataset.close()
+        if learner is not None:
+            learner.close()
         for logger in (learner_logger, train_logger):
             logger.close()
         if evaluator is not None:

@@ -1,40 +1,77 @@
-"""The n-step transition adder, batched over a vector of environments.
+"""Adders: an actor's vector steps -> Reverb items, written batched (one item per vector step or
+chunk, never one per env per step) through one ``TrajectoryWriter``.
 
-For a step ``t`` of one env, with ``m = min(n, steps until its episode ends, inclusive)``:
+**N-step transitions** (``NStepTransitionAdder``). For a step ``t`` of one env, with
+``m = min(n, steps until its episode ends, inclusive)``:
 
     reward   = sum_{k=0}^{m-1} gamma^k * r_{t+k}
     discount = gamma^m * (1 - terminated_{t+m-1})
     next_observation = o_{t+m}   (the *final* observation if the episode ended at t+m-1)
+    extras   = the extras of step t
 
 so a terminated episode does not bootstrap, and a truncated one (time limit) does, from its
-final observation. The adder keeps the last ``n`` vector steps; once it has ``n`` of them, every
-new vector step emits the transitions that start ``n - 1`` steps earlier, one per env, as ONE
-Reverb item with fields shaped ``[num_envs, ...]``. A start whose episode ends inside the window
-simply gets a shorter horizon, so episode ends need no special writes. The last ``n - 1`` steps
-of a run are not emitted.
+final observation. Once ``n`` vector steps are held, every new vector step emits the transitions
+that start ``n - 1`` steps earlier, one per env, as ONE item with fields ``[num_envs, ...]``.
+The last ``n - 1`` steps of a run are not emitted.
+
+**Sequences** (``SequenceAdder``): ``length`` consecutive vector steps, as ONE item whose fields
+are the ``Step`` fields stacked time-major, ``[length, num_envs, ...]``; a new item every
+``period`` vector steps (``period < length``: consecutive items overlap). What a learner sees
+at episode ends: sequences are *not* cut or padded at episode boundaries (the envs of a vector
+env end their episodes at different times); each step carries its own ``terminated`` and
+``truncated`` flags and its own ``next_observation`` (the final observation where the episode
+ended, never the reset one). So a learner bootstraps from ``next_observation`` after a
+truncation, does not bootstrap after a termination, and cuts its traces (GAE, V-trace) at
+either; the step after an episode end is the first step of the next episode.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import NamedTuple
+from typing import Mapping, Sequence
 
 import numpy as np
 import reverb
+import tree
 
 from shoal.core.interfaces import Adder
+from shoal.core.specs import EnvironmentSpec
+from shoal.core.types import Step
 
 
-class _Step(NamedTuple):
-    observation: np.ndarray
-    action: np.ndarray
-    reward: np.ndarray
-    terminated: np.ndarray
-    ended: np.ndarray  # terminated or truncated
-    next_observation: np.ndarray
+def _cast_step(step: Step, spec: EnvironmentSpec) -> Step:
+    """The step with the dtypes of the table signature (e.g. float64 observations -> float32)."""
+    obs, act = spec.observation.dtype, spec.action.dtype
+    return Step(np.asarray(step.observation, obs), np.asarray(step.action, act),
+                np.asarray(step.reward, np.float32), np.asarray(step.terminated, bool),
+                np.asarray(step.truncated, bool), np.asarray(step.next_observation, obs),
+                dict(step.extras))
 
 
-def n_step_transition(steps: "collections.abc.Sequence[_Step]", discount: float) -> dict[str, np.ndarray]:
+class _WriterAdder(Adder):
+    """Owns the ``TrajectoryWriter`` and its bounded, timed flushes."""
+
+    def __init__(self, client: reverb.Client, table: str, num_keep_alive_refs: int,
+                 flush_timeout_s: float) -> None:
+        self._writer = client.trajectory_writer(num_keep_alive_refs=num_keep_alive_refs)
+        self._table = table
+        self._timeout_s = flush_timeout_s
+
+    def flush(self, block_until_num_items: int = 0) -> None:
+        """Waits until at most ``block_until_num_items`` written items are unconfirmed."""
+        try:
+            self._writer.flush(block_until_num_items, timeout_ms=int(self._timeout_s * 1000))
+        except reverb.errors.DeadlineExceededError as e:
+            raise TimeoutError(
+                f"replay table '{self._table}' did not confirm pending items within "
+                f"{self._timeout_s}s (inserts wait while the learner lags behind the table's "
+                "rate limiter or while a queue is full)") from e
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def n_step_transition(steps: Sequence[Step], discount: float) -> dict[str, np.ndarray]:
     """The batched n-step transition starting at ``steps[0]`` (see the module docstring)."""
     first = steps[0]
     ret = np.zeros(first.reward.shape, np.float64)
@@ -45,59 +82,68 @@ def n_step_transition(steps: "collections.abc.Sequence[_Step]", discount: float)
         ret += np.where(alive, discount ** k * step.reward, 0.0)
         next_obs[alive] = step.next_observation[alive]
         disc = np.where(alive, discount ** (k + 1) * (1.0 - step.terminated), disc)
-        alive &= ~step.ended
-    return {
-        "observation": first.observation,
-        "action": first.action,
-        "reward": ret.astype(np.float32),
-        "discount": disc.astype(np.float32),
-        "next_observation": next_obs,
-    }
+        alive &= ~(step.terminated | step.truncated)
+    transition = {"observation": first.observation, "action": first.action,
+                  "reward": ret.astype(np.float32), "discount": disc.astype(np.float32),
+                  "next_observation": next_obs}
+    if first.extras:
+        transition["extras"] = dict(first.extras)
+    return transition
 
 
-class NStepTransitionAdder(Adder):
-    """Writes batched n-step transitions to ``table`` through one ``TrajectoryWriter``."""
+class NStepTransitionAdder(_WriterAdder):
+    """Writes batched n-step transitions to ``table`` (see the module docstring)."""
 
-    def __init__(self, client: reverb.Client, table: str, n_step: int, discount: float,
-                 observation_dtype: np.dtype = np.float32, action_dtype: np.dtype = np.int32,
-                 priority: float = 1.0, max_in_flight_items: int = 8) -> None:
+    def __init__(self, client: reverb.Client, table: str, spec: EnvironmentSpec, n_step: int,
+                 discount: float, priority: float = 1.0, max_in_flight_items: int = 8,
+                 flush_timeout_s: float = 120.0) -> None:
         if n_step < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step}")
-        self._writer = client.trajectory_writer(num_keep_alive_refs=1)
-        self._table = table
-        self._discount = discount
-        self._obs_dtype = observation_dtype
-        self._act_dtype = action_dtype
-        self._priority = priority
+        super().__init__(client, table, 1, flush_timeout_s)
+        self._spec, self._discount, self._priority = spec, discount, priority
         self._max_in_flight = max_in_flight_items
-        self._steps: collections.deque[_Step] = collections.deque(maxlen=n_step)
-        self.items_written = 0
+        self._steps: collections.deque[Step] = collections.deque(maxlen=n_step)
+        self._items = 0
 
-    def add(self, observation, action, reward, terminated, truncated, next_observation) -> None:
-        terminated = np.asarray(terminated, bool)
-        self._steps.append(_Step(
-            np.asarray(observation, self._obs_dtype), np.asarray(action, self._act_dtype),
-            np.asarray(reward, np.float64), terminated, terminated | np.asarray(truncated, bool),
-            np.asarray(next_observation, self._obs_dtype)))
+    def add(self, step: Step) -> None:
+        self._steps.append(_cast_step(step, self._spec))
         if len(self._steps) < self._steps.maxlen:
             return
         self._writer.append(n_step_transition(self._steps, self._discount))
-        history = self._writer.history
-        self._writer.create_item(self._table, self._priority,
-                                 {name: history[name][-1] for name in history})
-        self.items_written += 1
-        if self.items_written % self._max_in_flight == 0:
+        item = tree.map_structure(lambda column: column[-1], self._writer.history)
+        self._writer.create_item(self._table, self._priority, item)
+        self._items += 1
+        if self._items % self._max_in_flight == 0:
             # Items stream to the server in the background; this only bounds how many are pending.
             self.flush(block_until_num_items=self._max_in_flight)
 
-    def flush(self, block_until_num_items: int = 0, timeout_s: float = 120.0) -> None:
-        """Waits until at most ``block_until_num_items`` written items are unconfirmed."""
-        try:
-            self._writer.flush(block_until_num_items, timeout_ms=int(timeout_s * 1000))
-        except reverb.errors.DeadlineExceededError as e:
-            raise TimeoutError(
-                f"replay table '{self._table}' did not confirm pending items within {timeout_s}s "
-                "(inserts block while the learner lags behind the rate limiter's ratio)") from e
 
-    def close(self) -> None:
-        self._writer.close()
+class SequenceAdder(_WriterAdder):
+    """Writes ``[length, num_envs, ...]`` sequences of vector steps every ``period`` steps.
+
+    Each item is flushed (confirmed by the server) before ``add`` returns, so a learner in the
+    same thread can sample it at once, and an actor feeding a full queue waits here.
+    """
+
+    def __init__(self, client: reverb.Client, table: str, spec: EnvironmentSpec, length: int,
+                 period: int | None = None, priority: float = 1.0,
+                 flush_timeout_s: float = 120.0) -> None:
+        period = length if period is None else period
+        if length < 1 or not 1 <= period <= length:
+            raise ValueError(f"sequence length must be >= 1 and 1 <= period <= length, got "
+                             f"length={length}, period={period}")
+        super().__init__(client, table, length, flush_timeout_s)
+        self._spec, self._length, self._period, self._priority = spec, length, period, priority
+        self._steps = 0
+
+    def add(self, step: Step) -> None:
+        step = _cast_step(step, self._spec)
+        fields: Mapping = step._asdict()
+        if not step.extras:
+            fields = {k: v for k, v in fields.items() if k != "extras"}
+        self._writer.append(fields)
+        self._steps += 1
+        if self._steps >= self._length and (self._steps - self._length) % self._period == 0:
+            item = tree.map_structure(lambda column: column[-self._length:], self._writer.history)
+            self._writer.create_item(self._table, self._priority, item)
+            self.flush()

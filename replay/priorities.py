@@ -10,8 +10,9 @@ def item_priorities(td_abs: np.ndarray, items_per_batch: int, num_envs: int,
                     epsilon: float = 1e-6) -> np.ndarray:
     """Per-item priorities ``[steps, items]`` from per-transition ``|TD|`` ``[steps, batch]``.
 
-    An item holds ``num_envs`` transitions; its priority is the largest ``|TD| + epsilon`` of
-    those that were trained on (the last item of a batch may be partly used).
+    Transition ``b`` of step ``s`` came from item ``b // num_envs`` of that step (the layout of
+    ``transition_batches``); an item's priority is the largest ``|TD| + epsilon`` of those of its
+    transitions that were trained on (the last item of a batch may be partly used).
     """
     steps, batch = td_abs.shape
     padded = np.full((steps, items_per_batch * num_envs), -np.inf)

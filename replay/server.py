@@ -23,10 +23,15 @@ class ReplayServer:
                  checkpoint_dir: str | None = None) -> None:
         checkpointer = (reverb.checkpointers.DefaultCheckpointer(checkpoint_dir)
                         if checkpoint_dir else None)
+        self._tables = {table.name: table for table in tables}
         self._server = reverb.Server(list(tables), port=port, checkpointer=checkpointer)
         self.port = self._server.port
         self.address = f"localhost:{self.port}"
         self.client = reverb.Client(self.address)
+
+    def can_sample(self, table: str, num_items: int) -> bool:
+        """Whether ``table``'s rate limiter would let ``num_items`` more items be sampled now."""
+        return self._tables[table].can_sample(num_items)
 
     def stop(self) -> None:
         self._server.stop()

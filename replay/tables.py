@@ -1,59 +1,83 @@
-"""Reverb tables for batched n-step transitions.
+"""Reverb tables: transitions under a replay ratio, an on-policy queue, and a dropping FIFO.
 
-One replay *item* holds one vector step: ``num_envs`` transitions, each field shaped
-``[num_envs, ...]``. Writing one item per vector step (instead of one per env) is what keeps the
-actor fast; the dataset flattens items back into transitions (``shoal.replay.dataset``).
+Sizes given to these factories count *transitions* (env steps) where they say so; a table
+counts *items*, and an item holds one vector step (``num_envs`` transitions) or one chunk of
+vector steps. The conversion is done here, once, for every agent.
 """
 
 from __future__ import annotations
 
+import math
+import sys
+from typing import Sequence
+
 import reverb
-import tensorflow as tf
-
-from shoal.core.specs import EnvironmentSpec
 
 
-def transition_signature(spec: EnvironmentSpec, num_envs: int) -> dict[str, tf.TensorSpec]:
-    """The table signature of one item: a ``Transition`` with a leading ``[num_envs]`` dim."""
-    obs = tf.TensorSpec((num_envs, *spec.observation_shape), tf.as_dtype(spec.observation_dtype))
-    return {
-        "observation": obs,
-        "action": tf.TensorSpec((num_envs, *spec.action_shape), tf.as_dtype(spec.action_dtype)),
-        "reward": tf.TensorSpec((num_envs,), tf.float32),
-        "discount": tf.TensorSpec((num_envs,), tf.float32),
-        "next_observation": obs,
-    }
+def transition_items_per_batch(batch_size: int, num_envs: int) -> int:
+    """Items a batch of ``batch_size`` transitions is cut from (the last one may be partly used)."""
+    return math.ceil(batch_size / num_envs)
 
 
-def make_transition_table(name: str, spec: EnvironmentSpec, num_envs: int, *, max_size: int,
-                          min_size: int, samples_per_insert: float, error_buffer: float,
-                          prioritized: bool = False, priority_exponent: float = 0.6) -> reverb.Table:
-    """A replay table of batched transitions (sizes in items, i.e. vector steps).
+def make_transition_table(name: str, signature: dict, *, num_envs: int, batch_size: int,
+                          sgd_steps_per_update: int, samples_per_insert: float,
+                          samples_per_insert_tolerance: float, min_replay_size: int,
+                          max_replay_size: int, prioritized: bool = False,
+                          priority_exponent: float = 0.6) -> reverb.Table:
+    """A replay table of batched transitions (sizes and ratio in transitions).
 
     Sampling is uniform, or prioritized with ``P(i) ∝ priority_i ** priority_exponent``; the
-    oldest item is removed first (FIFO). A ``SampleToInsertRatio`` rate limiter keeps
-    ``samples / inserts`` within ``error_buffer`` of ``samples_per_insert`` once ``min_size``
-    items are in the table: the learner cannot run ahead of the actors, nor fall behind.
+    oldest item is removed first. A ``SampleToInsertRatio`` rate limiter keeps transitions
+    trained on per transition inserted at ``samples_per_insert`` once ``min_replay_size``
+    transitions are in: the learner cannot run ahead of the actors, nor fall behind by more
+    than ``samples_per_insert_tolerance * samples_per_insert * min_replay_size`` samples (at
+    least two updates' worth, so one update never blocks halfway).
     """
+    items_per_batch = transition_items_per_batch(batch_size, num_envs)
+    # An item is sampled whole even if the batch uses part of it: scale the ratio to items.
+    item_ratio = samples_per_insert * items_per_batch * num_envs / batch_size
+    min_items = max(1, math.ceil(min_replay_size / num_envs))
+    one_update = items_per_batch * sgd_steps_per_update
+    error_buffer = max(2 * one_update + 2 * item_ratio,
+                       samples_per_insert_tolerance * item_ratio * min_items)
     sampler = (reverb.selectors.Prioritized(priority_exponent) if prioritized
                else reverb.selectors.Uniform())
     return reverb.Table(
-        name=name,
-        sampler=sampler,
-        remover=reverb.selectors.Fifo(),
-        max_size=max_size,
+        name=name, sampler=sampler, remover=reverb.selectors.Fifo(),
+        max_size=max(min_items, math.ceil(max_replay_size / num_envs)),
         rate_limiter=reverb.rate_limiters.SampleToInsertRatio(
-            samples_per_insert=samples_per_insert, min_size_to_sample=min_size,
-            error_buffer=error_buffer),
-        signature=transition_signature(spec, num_envs),
-    )
+            samples_per_insert=item_ratio, min_size_to_sample=min_items, error_buffer=error_buffer),
+        signature=signature)
 
 
-def rate_limited_sample_budget(inserted: int, *, min_size: int, samples_per_insert: float) -> float:
-    """How many items a learner keeping exactly ``samples_per_insert`` may have sampled.
+def make_queue_table(name: str, signature: dict, capacity: int) -> reverb.Table:
+    """A FIFO queue: every item is sampled exactly once; inserts wait while it holds ``capacity``
+    items (actors wait for the learner: on-policy data, e.g. PPO)."""
+    return reverb.Table.queue(name, capacity, signature=signature)
 
-    Zero until ``min_size`` items were inserted, then ``(inserted - min_size) * spi``. A
-    single-process runner that keeps its sampling at or under this budget (plus one update's
-    worth, which the table's ``error_buffer`` must cover) never blocks on the rate limiter.
+
+def make_dropping_fifo_table(name: str, signature: dict, capacity: int) -> reverb.Table:
+    """A FIFO that never makes inserts wait: items are sampled oldest first, at most once
+    (samples-per-insert <= 1), and when ``capacity`` unsampled items are waiting the oldest is
+    dropped (actors never wait for the learner, e.g. IMPALA). Sampling waits for an item."""
+    return reverb.Table(
+        name=name, sampler=reverb.selectors.Fifo(), remover=reverb.selectors.Fifo(),
+        max_size=capacity, max_times_sampled=1,
+        rate_limiter=reverb.rate_limiters.RateLimiter(
+            samples_per_insert=1.0, min_size_to_sample=1, min_diff=0.0, max_diff=sys.float_info.max),
+        signature=signature)
+
+
+def without_insert_blocking(tables: Sequence[reverb.Table]) -> list[reverb.Table]:
+    """The same tables with rate limiters that never block inserts (samples are still limited).
+
+    For the single-process runner, which inserts and samples from one thread: an insert that
+    waited for the learner would wait forever. (Acme's runner does the same.)
     """
-    return max(0.0, (inserted - min_size) * samples_per_insert)
+    out = []
+    for table in tables:
+        info = table.info.rate_limiter_info
+        out.append(table.replace(rate_limiter=reverb.rate_limiters.RateLimiter(
+            samples_per_insert=info.samples_per_insert, min_size_to_sample=info.min_size_to_sample,
+            min_diff=info.min_diff, max_diff=sys.float_info.max)))
+    return out

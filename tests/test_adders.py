@@ -8,8 +8,8 @@ import tree
 
 from shoal.actors.environments import final_observations
 from shoal.core.specs import make_environment_spec
-from shoal.replay import NStepTransitionAdder, ReplayServer
-from shoal.replay.tables import transition_signature
+from shoal.core.types import Step
+from shoal.replay import NStepTransitionAdder, ReplayServer, transition_signature
 from tests.scripted_env import ScriptedEnv
 
 GAMMA = 0.5
@@ -18,21 +18,23 @@ GAMMA = 0.5
 def collect_items(n_step: int, num_vector_steps: int, envs):
     vec = gym.vector.SyncVectorEnv(envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     spec = make_environment_spec(vec)
-    signature = transition_signature(spec, vec.num_envs)
+    signature = transition_signature(spec, {})
     table = reverb.Table.queue("q", max_size=1000, signature=signature)
     server = ReplayServer([table])
     try:
-        adder = NStepTransitionAdder(server.client, "q", n_step, GAMMA)
+        adder = NStepTransitionAdder(server.client, "q", spec, n_step, GAMMA)
         obs, _ = vec.reset(seed=0)
         for _ in range(num_vector_steps):
             action = np.zeros(vec.num_envs, np.int32)
             next_obs, reward, term, trunc, info = vec.step(action)
-            adder.add(obs, action, reward, term, trunc, final_observations(next_obs, term, trunc, info))
+            adder.add(Step(obs, action, reward, term, trunc,
+                           final_observations(next_obs, term, trunc, info), {}))
             obs = next_obs
         adder.flush()
-        assert adder.items_written == num_vector_steps - n_step + 1
+        num_items = num_vector_steps - n_step + 1
+        assert server.client.server_info()["q"].current_size == num_items
         samples = [server.client.sample("q", num_samples=1, emit_timesteps=False)
-                   for _ in range(adder.items_written)]
+                   for _ in range(num_items)]
         return [tree.unflatten_as(signature, next(s).data) for s in samples]
     finally:
         server.stop()

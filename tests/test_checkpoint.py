@@ -1,21 +1,21 @@
 """A learner restored from a checkpoint resumes exactly."""
 
+import threading
+
 import jax
 import numpy as np
 
 from shoal.agents.dqn import DQNConfig, QNetwork
-from shoal.agents.dqn.learning import init_state, make_sgd_step
-from shoal.learners import SGDLearner, restore_checkpoint, save_checkpoint
-from shoal.replay import Sample, put_sharded
-from tests.pmap_equivalence_worker import STEPS, BATCH, OBS, batches
+from shoal.agents.dqn.learning import init_state, make_update
+from shoal.learners import ReplicatedLearner, restore_checkpoint, save_checkpoint
+from tests.pmap_equivalence_worker import BATCH, OBS, STEPS, dqn_batches
 
 
-def make_learner(config, seed_of_data):
+def make_learner(config, batches):
     network = QNetwork((16, 16), 2)
     state = init_state(jax.random.PRNGKey(0), network, (OBS,), config)
-    devices = jax.local_devices()[:1]
-    data = (Sample(put_sharded(b, devices), keys=None) for b in batches(seed_of_data, 6))
-    return SGDLearner(state, make_sgd_step(network, config), data, devices=devices)
+    return ReplicatedLearner(state, make_update(network, config), iter(batches),
+                             devices=jax.local_devices()[:1])
 
 
 def leaves(tree):
@@ -24,14 +24,13 @@ def leaves(tree):
 
 def test_restore_resumes_exactly(tmp_path):
     config = DQNConfig(batch_size=BATCH, sgd_steps_per_update=STEPS, target_update_period=4)
-    original = make_learner(config, seed_of_data=1)
+    batches = list(dqn_batches(1, 5))
+    original = make_learner(config, batches)
     for _ in range(3):
         original.step()
     path = save_checkpoint(original, str(tmp_path / "learner.ckpt"))
 
-    restored = make_learner(config, seed_of_data=1)
-    for _ in range(3):  # consume the same first batches, so both iterators are aligned
-        next(restored._iterator)
+    restored = make_learner(config, batches[3:])  # fed the batches the original has not used
     restore_checkpoint(restored, path)
     assert restored.get_variables()[0] == original.get_variables()[0] == 3
     for a, b in zip(leaves(original.state), leaves(restored.state)):
@@ -47,15 +46,10 @@ def test_restore_resumes_exactly(tmp_path):
 def test_get_variables_while_updating_from_another_thread():
     # Updates donate the previous state's buffers; a reader (an RPC thread in a distributed
     # learner) must never see a deleted array.
-    import threading
-
     config = DQNConfig(batch_size=BATCH, sgd_steps_per_update=1)
-    network = QNetwork((16, 16), 2)
-    state = init_state(jax.random.PRNGKey(0), network, (OBS,), config)
-    devices = jax.local_devices()[:1]
-    data = [Sample(put_sharded({k: v[:1] for k, v in b.items()}, devices), keys=None)
-            for b in batches(3, 1)] * 300
-    learner = SGDLearner(state, make_sgd_step(network, config), iter(data), devices=devices)
+    batch = next(dqn_batches(3, 1))
+    one_step = batch._replace(data={k: v[:, :1] for k, v in batch.data.items()})
+    learner = make_learner(config, [one_step] * 300)
     errors, done = [], threading.Event()
 
     def read():

@@ -1,21 +1,21 @@
-"""The sharded dataset over a real Reverb table, and priority updates."""
+"""Host batches from a real Reverb table, their device sharding, and priority updates."""
 
 import numpy as np
-import reverb
 
-from shoal.core.specs import make_environment_spec
 from shoal.actors import make_vector_env
-from shoal.replay import ReplayServer, ShardedPrefetchIterator, make_transition_table
-from shoal.replay.priorities import item_priorities, update_item_priorities
+from shoal.core.specs import make_environment_spec
+from shoal.replay import (ReplayServer, item_priorities, make_transition_table, transition_batches,
+                          transition_signature, update_item_priorities)
 
 NUM_ENVS = 4
 
 
 def make_server(prioritized=False, num_items=10):
     spec = make_environment_spec(make_vector_env("CartPole-v1", NUM_ENVS, seed=0))
-    table = make_transition_table("t", spec, NUM_ENVS, max_size=100, min_size=1,
-                                  samples_per_insert=1e6, error_buffer=1e9,
-                                  prioritized=prioritized, priority_exponent=1.0)
+    table = make_transition_table("t", transition_signature(spec, {}), num_envs=NUM_ENVS,
+                                  batch_size=4, sgd_steps_per_update=1, samples_per_insert=1e6,
+                                  samples_per_insert_tolerance=1e9, min_replay_size=1,
+                                  max_replay_size=400, prioritized=prioritized, priority_exponent=1.0)
     server = ReplayServer([table])
     with server.client.trajectory_writer(num_keep_alive_refs=1) as writer:
         for i in range(num_items):
@@ -30,23 +30,22 @@ def make_server(prioritized=False, num_items=10):
     return server
 
 
-def test_batches_are_flattened_items_in_device_layout():
+def test_transition_batches_are_flattened_items_batch_major():
     server = make_server()
     try:
-        it = ShardedPrefetchIterator(server.address, "t", batch_size=6, steps_per_update=3)
-        assert it.num_envs == NUM_ENVS and it.items_per_batch == 2  # read off the signature
+        it = transition_batches(server.address, "t", num_envs=NUM_ENVS, batch_size=6, num_steps=3)
+        assert it.items_per_update == 6 and it.num_envs == NUM_ENVS  # 3 steps x 2 items
         sample = next(it)
-        obs = np.asarray(sample.data["observation"])
-        assert obs.shape == (1, 3, 6, 4)  # [devices, steps, batch/devices, obs]
+        obs = sample.data["observation"]
+        assert obs.shape == (6, 3, 4)  # [batch, steps, obs]: the batch axis leads
         assert sample.keys.shape == (3, 2)
-        marks = obs[0, :, :, 0].astype(int)
-        for step in marks:  # each batch: all 4 of one item, then the first 2 of another
+        marks = obs[:, :, 0].T.astype(int)  # [steps, batch]
+        for step in marks:  # each step's batch: all 4 of one item, then the first 2 of another
             assert list(step[:4] % 10) == [0, 1, 2, 3] and list(step[4:] % 10) == [0, 1]
             assert len(set(step[:4] // 10)) == 1 and len(set(step[4:] // 10)) == 1
-        np.testing.assert_array_equal(np.asarray(sample.data["reward"])[0], marks)
-        np.testing.assert_allclose(np.asarray(sample.data["probability"]), 0.1)
-        np.testing.assert_allclose(np.asarray(sample.data["table_size"]), 10)
-        it.close()
+        np.testing.assert_array_equal(sample.data["reward"].T, marks)
+        np.testing.assert_allclose(sample.data["probability"], 0.1)
+        np.testing.assert_allclose(sample.data["table_size"], 10)
     finally:
         server.stop()
 

@@ -7,15 +7,21 @@ import sys
 
 import pytest
 
+from tests.pmap_equivalence_worker import CASES
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("loss", ["uniform", "prioritized"])
-def test_two_devices_match_one(loss, pmap_result):
-    result = pmap_result[loss]
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_devices_match_one(case, pmap_result):
+    result = pmap_result[case]
     assert result["max_update"] > 1e-3  # the updates really moved the params
     assert result["max_diff"] < 1e-5, result
     assert result["replica_spread"] == 0.0  # all devices hold identical params
+
+
+def test_batches_are_split_along_their_leading_axis(pmap_result):
+    assert pmap_result["shard_layout_ok"]
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ bootstrap discount, 0 after termination -- see ``shoal.replay.adders``):
 
 with ``w_i = 1`` for uniform replay, or importance weights ``(N P(i))^-beta / max_j(...)`` for
 prioritized replay. Gradients are averaged over devices (``pmean``), clipped, and applied with
-Adam; every ``target_update_period`` steps the target params are set to the online ones.
+Adam; every ``target_update_period`` steps the target params are set to the online ones. One
+learner update is ``sgd_steps_per_update`` such steps in one ``lax.scan``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import optax
 
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.networks import QNetwork
-from shoal.learners.sgd import AXIS_NAME
+from shoal.core.types import ActorInfo, Policy
+from shoal.learners.updates import AXIS_NAME, UpdateFn, scan_sgd_steps
 
 
 class TrainingState(NamedTuple):
@@ -42,7 +44,9 @@ def init_state(key: jax.Array, network: QNetwork, observation_shape, config: DQN
     return TrainingState(params, params, make_optimizer(config).init(params), jnp.zeros((), jnp.int32))
 
 
-def make_sgd_step(network: QNetwork, config: DQNConfig):
+def make_update(network: QNetwork, config: DQNConfig) -> UpdateFn:
+    """The learner's update: ``sgd_steps_per_update`` scanned SGD steps on ``[batch, k, ...]``;
+    ``aux`` is ``|TD|`` per transition (for priority updates)."""
     optimizer = make_optimizer(config)
 
     def loss_fn(params, target_params, batch):
@@ -73,11 +77,10 @@ def make_sgd_step(network: QNetwork, config: DQNConfig):
         target_params = optax.periodic_update(params, state.target_params, steps,
                                               config.target_update_period)
         metrics = {"loss": jax.lax.pmean(loss, AXIS_NAME),
-                   "q_mean": jax.lax.pmean(jnp.mean(q), AXIS_NAME),
-                   "td_abs": jnp.abs(td)}  # per transition, for priority updates
-        return TrainingState(params, target_params, opt_state, steps), metrics
+                   "q_mean": jax.lax.pmean(jnp.mean(q), AXIS_NAME)}
+        return TrainingState(params, target_params, opt_state, steps), metrics, jnp.abs(td)
 
-    return sgd_step
+    return scan_sgd_steps(sgd_step)
 
 
 def epsilon_at(env_step, config: DQNConfig):
@@ -86,16 +89,16 @@ def epsilon_at(env_step, config: DQNConfig):
     return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
 
 
-def make_policy(network: QNetwork, num_actions: int, config: DQNConfig, evaluation: bool):
+def make_policy(network: QNetwork, num_actions: int, config: DQNConfig, evaluation: bool) -> Policy:
     """Epsilon-greedy over Q values, for a batch of observations, in one jittable function."""
 
-    def policy(params, key, observation, env_step):
+    def policy(params, key, observation, info: ActorInfo):
         q = network.apply(params, observation.astype(jnp.float32))
         greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
-        epsilon = config.eval_epsilon if evaluation else epsilon_at(env_step, config)
+        epsilon = config.eval_epsilon if evaluation else epsilon_at(info.env_steps, config)
         key, explore_key, action_key = jax.random.split(key, 3)
         random_actions = jax.random.randint(action_key, greedy.shape, 0, num_actions, jnp.int32)
         explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
-        return jnp.where(explore, random_actions, greedy), key
+        return jnp.where(explore, random_actions, greedy), {}, key
 
-    return policy
+    return Policy(policy)

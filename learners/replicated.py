@@ -1,0 +1,250 @@
+"""The data-parallel learner. Every ``pmap``-specific line of Shoal lives in this module.
+
+``ReplicatedLearner`` keeps the training state replicated on every local device and runs
+
+    update = pmap(update_fn, AXIS_NAME, donate_argnums=0)
+
+on batches whose leading axis is split across the devices (``[num_devices, batch/num_devices,
+...]``). ``update_fn`` is the agent's (see ``shoal.learners.updates``): k scanned SGD steps,
+epochs x minibatches over a rollout, ... A background thread (``DevicePrefetcher``) pulls host
+batches from replay and ``device_put``s their shards, so an update never waits on Python for a
+batch Reverb already served. After each update the copy of device 0's params to the host is
+started asynchronously; ``get_variables`` serves that host copy (materialized once per version),
+with the version. (JAX >= 0.8 keeps ``pmap`` in maintenance mode; ``shard_map`` over a mesh is
+the later path, and only this module would change.)
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from shoal.core.counting import Counter
+from shoal.core.interfaces import Learner
+from shoal.core.loggers import Logger, NoOpLogger
+from shoal.learners.updates import AXIS_NAME, UpdateFn
+
+__all__ = ["AXIS_NAME", "DevicePrefetcher", "ReplicatedLearner", "replicate", "shard"]
+
+
+def replicate(tree: Any, devices: Sequence[jax.Device]) -> Any:
+    return jax.device_put_replicated(tree, list(devices))
+
+
+def shard(tree: Any, devices: Sequence[jax.Device]) -> Any:
+    """Host arrays ``[batch, ...]`` -> device arrays ``[num_devices, batch/num_devices, ...]``:
+    device ``d`` gets rows ``d*b .. (d+1)*b - 1`` (``b = batch / num_devices``)."""
+    n = len(devices)
+
+    def split(x):
+        x = np.asarray(x)
+        if x.shape[0] % n:
+            raise ValueError(f"batch of {x.shape[0]} rows cannot be split over {n} devices")
+        return jax.device_put_sharded(list(x.reshape(n, x.shape[0] // n, *x.shape[1:])), list(devices))
+
+    return jax.tree_util.tree_map(split, tree)
+
+
+class DevicePrefetcher:
+    """Iterates ``(host_sample, device_data)``: host samples (with ``.data``) pulled from
+    ``iterator`` on a background thread, their data sharded over ``devices`` there."""
+
+    def __init__(self, iterator: Iterator, devices: Sequence[jax.Device], buffer_size: int = 2,
+                 timeout_s: float = 120.0) -> None:
+        self._iterator, self._devices, self._timeout_s = iterator, list(devices), timeout_s
+        self._what = f"replay table '{getattr(iterator, 'table', '?')}'"
+        self._queue: queue.Queue = queue.Queue(maxsize=buffer_size)
+        self._delivering = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, name="device-prefetch", daemon=True)
+        self._thread.start()
+
+    def _fill(self) -> None:
+        try:
+            while not self._stop.is_set():
+                sample = next(self._iterator)
+                self._delivering = True  # served by replay; on its way to the devices
+                self._put((sample, shard(sample.data, self._devices)))
+                self._delivering = False
+        except BaseException as e:  # noqa: BLE001 -- handed to the consumer, re-raised there
+            if not self._stop.is_set():
+                self._put(e)
+
+    def _put(self, item: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def ready(self) -> bool:
+        """True when replay already served the next batch (``next`` waits at most for its
+        placement on the devices)."""
+        return self._delivering or not self._queue.empty()
+
+    def __iter__(self) -> "DevicePrefetcher":
+        return self
+
+    def __next__(self) -> tuple[Any, Any]:
+        try:
+            item = self._queue.get(timeout=self._timeout_s)
+        except queue.Empty:
+            raise TimeoutError(
+                f"waited {self._timeout_s}s for a batch from {self._what} (is anything inserting? "
+                "the table's rate limiter holds sampling back until enough items arrived)") from None
+        if isinstance(item, BaseException):
+            raise RuntimeError(f"sampling from {self._what} failed: {item!r}") from item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class ReplicatedLearner(Learner):
+    """Runs an agent's update function over host batches, data-parallel on all local devices.
+
+    Args:
+      state: the initial training state (a pytree with a ``params`` field or key).
+      update: ``update(state, batch) -> (state, UpdateOutput)`` on one device's shard.
+      iterator: yields host ``Sample``s (``.data`` with the batch axis leading, ``.keys``).
+      devices: where to replicate (default ``jax.local_devices()``).
+      after_update: optional host hook ``fn(sample, aux)`` after each update (``aux`` as device
+        arrays ``[num_devices, ...]``), e.g. writing priorities back to replay.
+      max_policy_lag: for on-policy agents: a batch whose ``extras["policy_version"]`` is more
+        than this many learner versions old is dropped, not trained on, and counted.
+      counter / logger: ``learner_steps`` (SGD steps) are counted; metrics logged once a second.
+    """
+
+    def __init__(self, state: Any, update: UpdateFn, iterator: Iterator, *,
+                 devices: Sequence[jax.Device] | None = None,
+                 after_update: Callable[[Any, Any], None] | None = None,
+                 max_policy_lag: int | None = None, counter: Counter | None = None,
+                 logger: Logger | None = None, prefetch: int = 2) -> None:
+        self._devices = list(devices or jax.local_devices())
+        self._state = replicate(state, self._devices)
+        self._static_sgd_steps: int | None = None
+
+        def replicated_update(state, batch):
+            state, out = update(state, batch)
+            if isinstance(out.sgd_steps, int):  # known when tracing: step() need not wait to read it
+                self._static_sgd_steps = out.sgd_steps
+            return state, out
+
+        self._update = jax.pmap(replicated_update, axis_name=AXIS_NAME, devices=self._devices,
+                                donate_argnums=(0,))
+        self._batches = DevicePrefetcher(iterator, self._devices, buffer_size=prefetch)
+        self._after_update, self._max_policy_lag = after_update, max_policy_lag
+        self._counter = counter or Counter()
+        self._logger = logger or NoOpLogger()
+        self._lock = threading.Lock()
+        self._version = 0
+        self._pending_params = None
+        self._host_params = jax.device_get(_params_of(state))
+        self._last_log = time.monotonic()
+        self._checked_metrics = False
+        self.last_policy_lag: int | None = None
+
+    @property
+    def version(self) -> int:
+        """Number of updates so far: the version ``get_variables`` serves."""
+        return self._version
+
+    @property
+    def num_devices(self) -> int:
+        return len(self._devices)
+
+    def ready(self) -> bool:
+        return self._batches.ready()
+
+    def _start_host_copy(self) -> Any:
+        """Device 0's params, with their copy to the host started (no wait, no device op)."""
+        params = jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data, _params_of(self._state))
+        for leaf in jax.tree_util.tree_leaves(params):
+            leaf.copy_to_host_async()
+        return params
+
+    def _materialize_locked(self) -> None:
+        if self._pending_params is not None:
+            self._host_params = jax.tree_util.tree_map(lambda x: np.asarray(x)[0], self._pending_params)
+            self._pending_params = None
+
+    def _too_stale(self, sample: Any) -> bool:
+        versions = sample.data.get("extras", {}).get("policy_version")
+        if self._max_policy_lag is None or versions is None:
+            return False
+        self.last_policy_lag = int(self._version - np.min(versions))
+        if self.last_policy_lag <= self._max_policy_lag:
+            return False
+        self._counter.increment(stale_batches_dropped=1)
+        return True
+
+    def step(self) -> Mapping[str, Any]:
+        sample, data = next(self._batches)
+        if self._too_stale(sample):
+            return {"dropped_stale_batch": 1}
+        with self._lock:  # the update donates the old state's buffers: copy params out first
+            self._materialize_locked()
+        self._state, out = self._update(self._state, data)
+        if not self._checked_metrics:
+            self._check_metrics(out.metrics)
+        if self._after_update is not None:
+            self._after_update(sample, out.aux)
+        sgd_steps = self._static_sgd_steps
+        if sgd_steps is None:  # a data-dependent count: read it (waits for the update)
+            sgd_steps = int(np.asarray(out.sgd_steps)[0])
+        pending = self._start_host_copy()
+        with self._lock:
+            self._pending_params = pending
+            self._version += 1
+        counts = self._counter.increment(learner_steps=sgd_steps)
+        now = time.monotonic()
+        if now - self._last_log >= 1.0:  # metrics are read (a device sync) once a second
+            self._last_log = now
+            row = {**counts, **{k: float(v[0]) for k, v in jax.device_get(dict(out.metrics)).items()}}
+            if self.last_policy_lag is not None:
+                row["policy_lag"] = self.last_policy_lag
+            self._logger.write(row)
+        return out.metrics
+
+    def _check_metrics(self, metrics: Mapping[str, jax.Array]) -> None:
+        for name, value in metrics.items():
+            if value.shape != (self.num_devices,):
+                raise ValueError(
+                    f"update metric {name!r} has shape {value.shape[1:]} per device; metrics "
+                    "must be scalars (reduce them, and average over devices with lax.pmean; "
+                    "return per-example values as UpdateOutput.aux)")
+        self._checked_metrics = True
+
+    def get_variables(self, known_version: int = -1) -> tuple[int, Any]:
+        with self._lock:
+            if known_version == self._version:
+                return self._version, None
+            self._materialize_locked()  # once per version, not per call
+            return self._version, self._host_params
+
+    @property
+    def state(self) -> Any:
+        """The training state of device 0, on the host."""
+        return jax.device_get(jax.tree_util.tree_map(lambda x: x[0], self._state))
+
+    def save(self) -> Any:
+        return {"state": self.state, "version": self._version}
+
+    def restore(self, saved: Any) -> None:
+        self._state = replicate(saved["state"], self._devices)
+        with self._lock:
+            self._version = int(saved["version"])
+            self._pending_params = self._start_host_copy()
+
+    def close(self) -> None:
+        self._batches.close()
+
+
+def _params_of(state: Any) -> Any:
+    return state["params"] if isinstance(state, Mapping) else state.params

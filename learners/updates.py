@@ -1,0 +1,92 @@
+"""The update-function contract of ``ReplicatedLearner``, and two ways to build one.
+
+An update function runs on ONE device's shard of a batch (the learner maps it over devices)::
+
+    update(state, batch) -> (state, UpdateOutput(metrics, sgd_steps, aux))
+
+* ``metrics``: a dict of *scalars*, already averaged over devices (``lax.pmean(x, AXIS_NAME)``);
+* ``sgd_steps``: how many SGD steps the update did (an int or an int array);
+* ``aux``: optional per-example outputs for the learner's host-side ``after_update`` hook
+  (e.g. ``|TD|`` for priority updates).
+
+Gradients must be all-reduced inside the update, ``grads = lax.pmean(grads, AXIS_NAME)`` (the
+Horovod / TF-Replicator scheme: every device applies the same update, so replicas stay equal).
+Collectives by axis name work the same under ``pmap`` and ``shard_map``; nothing here is
+specific to how the function is replicated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+AXIS_NAME = "devices"
+
+
+class UpdateOutput(NamedTuple):
+    metrics: Mapping[str, jax.Array]
+    sgd_steps: Any
+    aux: Any = None
+
+
+UpdateFn = Callable[[Any, Any], tuple[Any, UpdateOutput]]
+# sgd_step(state, batch) -> (state, metrics, aux): one SGD step on one device's minibatch.
+SGDStep = Callable[[Any, Any], tuple[Any, Mapping[str, jax.Array], Any]]
+
+
+def _mean_over_steps(metrics: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+    return {name: jnp.mean(value, axis=0) for name, value in metrics.items()}
+
+
+def scan_sgd_steps(sgd_step: SGDStep) -> UpdateFn:
+    """``k`` SGD steps in one ``lax.scan``, over a batch laid out ``[batch, k, ...]``.
+
+    Step ``s`` trains on column ``s`` (``batch[:, s]``); metrics are averaged over the ``k``
+    steps and ``aux`` is stacked ``[k, ...]``. This is DQN's and SAC's update shape.
+    """
+
+    def update(state, batch):
+        steps = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), batch)  # [k, batch, ...]
+        num_steps = jax.tree_util.tree_leaves(steps)[0].shape[0]
+        state, (metrics, aux) = jax.lax.scan(
+            lambda s, b: (lambda out: (out[0], out[1:]))(sgd_step(s, b)), state, steps)
+        return state, UpdateOutput(_mean_over_steps(metrics), num_steps, aux)
+
+    return update
+
+
+def minibatch_epochs(sgd_step: SGDStep, state: Any, data: Any, key: jax.Array, *,
+                     num_epochs: int, num_minibatches: int) -> tuple[Any, UpdateOutput]:
+    """``num_epochs`` passes of ``num_minibatches`` SGD steps over ``data`` ``[rows, T, ...]``.
+
+    Each pass splits every row's ``T`` steps at random into ``num_minibatches`` disjoint parts;
+    minibatch ``i`` holds part ``i`` of every row, flattened to ``[rows * T / num_minibatches,
+    ...]``. A row's permutation is drawn from ``fold_in(epoch_key, global_row_index)``, so the
+    global minibatches are the same whatever the number of devices the rows are spread over
+    (a 2-device update equals a 1-device one on the same global batch). PPO's update shape.
+    """
+    rows, length = jax.tree_util.tree_leaves(data)[0].shape[:2]
+    if length % num_minibatches:
+        raise ValueError(f"sequence length {length} is not divisible into {num_minibatches} minibatches")
+    part = length // num_minibatches
+    global_rows = jax.lax.axis_index(AXIS_NAME) * rows + jnp.arange(rows)
+
+    def epoch(state, epoch_key):
+        row_keys = jax.vmap(jax.random.fold_in, (None, 0))(epoch_key, global_rows)
+        order = jax.vmap(lambda k: jax.random.permutation(k, length))(row_keys)  # [rows, T]
+        parts = jnp.swapaxes(order.reshape(rows, num_minibatches, part), 0, 1)  # [M, rows, T/M]
+
+        def minibatch(state, index):
+            take = jax.vmap(lambda row, i: row[i])  # row [T, ...], i [T/M] -> [T/M, ...]
+            batch = jax.tree_util.tree_map(
+                lambda x: take(x, index).reshape(rows * part, *x.shape[2:]), data)
+            state, metrics, _ = sgd_step(state, batch)
+            return state, metrics
+
+        return jax.lax.scan(minibatch, state, parts)
+
+    state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, num_epochs))
+    metrics = jax.tree_util.tree_map(lambda m: jnp.mean(m, axis=(0, 1)), metrics)
+    return state, UpdateOutput(metrics, num_epochs * num_minibatches)

@@ -1,0 +1,58 @@
+"""Table signatures, derived from the environment spec plus the policy's extras spec.
+
+Replay items hold whole vector steps, so every field has a leading ``[num_envs]`` dimension:
+
+* a *transition* item (``NStepTransitionAdder``): ``observation, action, reward, discount,
+  next_observation`` and ``extras``, each ``[num_envs, ...]``;
+* a *sequence* item (``SequenceAdder``): the fields of ``shoal.core.Step`` stacked over
+  ``length`` vector steps, time-major as Reverb stores trajectories: ``[length, num_envs, ...]``.
+
+``extras`` is omitted from a signature when the policy declares none.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import tensorflow as tf
+
+from shoal.core.specs import ArraySpec, EnvironmentSpec
+
+
+def _tensor(spec: ArraySpec, leading: tuple[int, ...]) -> tf.TensorSpec:
+    return tf.TensorSpec((*leading, *spec.shape), tf.as_dtype(spec.dtype))
+
+
+def _with_extras(fields: dict, extras_spec: Mapping[str, ArraySpec], leading: tuple[int, ...]) -> dict:
+    if extras_spec:
+        fields["extras"] = {name: _tensor(s, leading) for name, s in extras_spec.items()}
+    return fields
+
+
+def transition_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec]) -> dict:
+    """One batched n-step transition: ``[num_envs, ...]`` per field."""
+    e = (spec.num_envs,)
+    scalar = ArraySpec((), np.float32)
+    return _with_extras({
+        "observation": _tensor(spec.observation, e), "action": _tensor(spec.action, e),
+        "reward": _tensor(scalar, e), "discount": _tensor(scalar, e),
+        "next_observation": _tensor(spec.observation, e),
+    }, extras_spec, e)
+
+
+def step_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec],
+                   leading: tuple[int, ...] = ()) -> dict:
+    """The fields of one ``Step`` (``[*leading, num_envs, ...]``)."""
+    e = (*leading, spec.num_envs)
+    flag = ArraySpec((), np.bool_)
+    return _with_extras({
+        "observation": _tensor(spec.observation, e), "action": _tensor(spec.action, e),
+        "reward": _tensor(ArraySpec((), np.float32), e), "terminated": _tensor(flag, e),
+        "truncated": _tensor(flag, e), "next_observation": _tensor(spec.observation, e),
+    }, extras_spec, e)
+
+
+def sequence_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], length: int) -> dict:
+    """``length`` stacked vector steps, time-major: ``[length, num_envs, ...]`` per field."""
+    return step_signature(spec, extras_spec, leading=(length,))
