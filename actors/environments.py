@@ -17,6 +17,19 @@ def check_env_id(env_id: str) -> None:
                      "(see `python -c \"import gymnasium; gymnasium.pprint_registry()\"`)")
 
 
+# gymnasium env families that need an optional dependency, and the Shoal extra that installs it
+EXTRAS = {"gymnasium.envs.box2d": "box2d", "gymnasium.envs.mujoco": "mujoco"}
+
+
+def _missing_extra(env_id: str, error: Exception) -> ValueError:
+    entry_point = str(gym.spec(env_id).entry_point)
+    extra = next((name for prefix, name in EXTRAS.items() if entry_point.startswith(prefix)), None)
+    if extra is None:
+        return ValueError(f"{env_id} needs a package that is not installed: {error}")
+    return ValueError(f"{env_id} needs the '{extra}' extra, which is not installed; run "
+                      f"pip install -e '.[{extra}]' (from the Shoal repository)")
+
+
 def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
     """A synchronous vector env of ``num_envs`` copies, reset with seeds ``seed, seed+1, ...``.
 
@@ -27,8 +40,11 @@ def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorE
     check_env_id(env_id)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    try:
+        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    except gym.error.DependencyNotInstalled as e:
+        raise _missing_extra(env_id, e) from None
     env.reset(seed=seed)
     env.action_space.seed(seed)
     return env

@@ -11,6 +11,9 @@ from shoal.agents.builders import AgentBuilder
 # name -> (package, builder class, config class)
 _AGENTS = {
     "dqn": ("shoal.agents.dqn", "DQNBuilder", "DQNConfig"),
+    "ppo": ("shoal.agents.ppo", "PPOBuilder", "PPOConfig"),
+    "impala": ("shoal.agents.impala", "IMPALABuilder", "IMPALAConfig"),
+    "sac": ("shoal.agents.sac", "SACBuilder", "SACConfig"),
 }
 
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 import sys
 import time
@@ -81,8 +82,8 @@ class TensorBoardLogger(Logger):
     def write(self, values: Mapping[str, Any]) -> None:
         step = int(values.get(self._step_key, self._rows))
         self._rows += 1
-        for key, value in values.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+        for key, value in values.items():  # (NaN placeholders, e.g. no evaluation yet, are skipped)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 self._writer.add_scalar(key, value, step)
 
     def close(self) -> None:

@@ -16,6 +16,8 @@ import json
 import os
 import sys
 import threading
+import types
+import typing
 from typing import Any, Sequence
 
 
@@ -27,21 +29,28 @@ def _parse_override(text: str) -> tuple[str, str]:
 
 
 def _convert(config_cls, key: str, value: str) -> Any:
+    """``value`` parsed as the type of the config field ``key`` (``none`` for an optional one)."""
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     if key not in fields:
         raise ValueError(f"unknown agent setting {key!r} for --set; known: {', '.join(sorted(fields))}")
-    default = fields[key].default
+    hint = typing.get_type_hints(config_cls)[key]
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    if optional:  # e.g. float | None
+        if value.lower() == "none":
+            return None
+        hint = next(t for t in typing.get_args(hint) if t is not type(None))
+    kind = typing.get_origin(hint) or hint
     try:
-        if isinstance(default, bool):
+        if kind is bool:
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(value)
             return value.lower() in ("true", "1")
-        if isinstance(default, tuple):
+        if kind is tuple:
             return tuple(int(v) for v in value.split(",") if v)
-        return type(default)(value)
+        return kind(value)
     except ValueError:
-        raise ValueError(f"--set {key}={value!r}: expected a {type(default).__name__} "
-                         f"like {default!r}") from None
+        default = fields[key].default
+        raise ValueError(f"--set {key}={value!r}: expected a {kind.__name__} like {default!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

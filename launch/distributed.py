@@ -2,7 +2,8 @@
 N actors and an evaluator, for ``launch(program, "processes" | "inprocess")``.
 
 * ``replay``  -- a Reverb server with the builder's tables.
-* ``counter`` -- a ``Counter`` service; actors add ``env_steps``, the learner ``learner_steps``.
+* ``counter`` -- a ``Counter`` service; actors add ``env_steps``, the learner ``learner_steps``
+  (and ``stale_batches_dropped``, for an on-policy agent whose batches lag too far).
 * ``learner`` -- steps the builder's learner as fast as the table's rate limiter allows and
   serves ``get_variables`` (its cached host copy, with a version) over RPC.
 * ``actor_i`` -- (group ``actor``, restartable) steps its own vector env, writes to replay, pulls
@@ -51,6 +52,10 @@ class LearnerWorker:
 
     def version(self) -> int:
         return self._learner.version
+
+    def counts(self) -> dict[str, float]:
+        """The learner's own totals (``learner_steps``, ...), exact, not the last report."""
+        return self._local.get_counts()
 
     def run(self) -> None:
         reported: dict[str, float] = {}
@@ -115,12 +120,15 @@ def run_evaluator(config: ExperimentConfig, learner, counter, num_actors: int) -
                 break
         time.sleep(0.05)
     wall_s = time.monotonic() - start
-    counts = counter.get_counts()
+    counts = {**counter.get_counts(), **learner.counts()}  # the learner's own, not its last report
     evaluator.close()
     per_actor = {f"actor_{i}": counts.get(f"env_steps_actor_{i}", 0) / wall_s for i in range(num_actors)}
-    return {**evaluator.result(counts.get("env_steps", 0), counts.get("learner_steps", 0), wall_s),
-            "num_actors": num_actors, "actor_steps_per_s": round(sum(per_actor.values()), 1),
-            "actor_steps_per_s_each": {k: round(v, 1) for k, v in per_actor.items()}}
+    result = {**evaluator.result(counts.get("env_steps", 0), counts.get("learner_steps", 0), wall_s),
+              "num_actors": num_actors, "actor_steps_per_s": round(sum(per_actor.values()), 1),
+              "actor_steps_per_s_each": {k: round(v, 1) for k, v in per_actor.items()}}
+    if "stale_batches_dropped" in counts:  # on-policy agents: batches older than max_policy_lag
+        result["stale_batches_dropped"] = int(counts["stale_batches_dropped"])
+    return result
 
 
 def make_distributed_program(config: ExperimentConfig, num_actors: int = 4) -> Program:

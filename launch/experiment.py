@@ -3,10 +3,10 @@
 In one process the actor, an embedded Reverb server and the learner share one thread, paced by
 one rule for every agent and table (after Acme's runner): inserts never block (the tables'
 rate limiters are rebuilt without an insert bound), and after each vector step the learner
-steps while it can get a batch without blocking -- its prefetched batch is waiting, or the
-items of its next batch were already served by the table or can be served now (then the
-runner waits the moment the prefetch thread needs to deliver it). So a replay ratio (a
-``SampleToInsertRatio`` table) and an on-policy queue pace the same way, and exactly.
+takes its next batch if it is waiting, and goes on stepping while the table could serve yet
+another batch (it lags behind the rate limiter; the runner waits the moment the prefetch thread
+needs to deliver it). So a replay ratio (a ``SampleToInsertRatio`` table) and an on-policy
+queue pace the same way, and updates spread out between actor steps instead of bunching.
 
 Actor parameters come from the learner object itself, pulled synchronously, so a seeded run
 acts reproducibly. An ``on_policy`` agent pulls after the learner stepped (every rollout is
@@ -115,6 +115,15 @@ class LearningActor(Actor):
                  items_per_update: int, pull_after: bool, timeout_s: float = 120.0) -> None:
         self._actor, self._learner, self._server, self._table = actor, learner, server, table
         self._items_per_update, self._pull_after, self._timeout_s = items_per_update, pull_after, timeout_s
+        self._items_consumed = 0
+
+    def _behind(self) -> bool:
+        """Whether the table can serve another batch now, or (for an on-policy agent, which must
+        not act before training on it) already served one that is on its way to the learner."""
+        if self._server.can_sample(self._table, self._items_per_update):
+            return True
+        return self._pull_after and (
+            self._server.items_sampled(self._table) >= self._items_consumed + self._items_per_update)
 
     def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
         return self._actor.select_action(observation)
@@ -125,9 +134,10 @@ class LearningActor(Actor):
     def _train(self) -> None:
         stepped, waiting_since = False, None
         while True:
-            behind = self._server.can_sample(self._table, self._items_per_update)
+            behind = self._behind()
             if self._learner.ready() and (behind or not stepped):
                 self._learner.step()
+                self._items_consumed += self._items_per_update
                 stepped, waiting_since = True, None
             elif not behind:
                 return

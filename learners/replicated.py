@@ -117,7 +117,8 @@ class ReplicatedLearner(Learner):
       after_update: optional host hook ``fn(sample, aux)`` after each update (``aux`` as device
         arrays ``[num_devices, ...]``), e.g. writing priorities back to replay.
       max_policy_lag: for on-policy agents: a batch whose ``extras["policy_version"]`` is more
-        than this many learner versions old is dropped, not trained on, and counted.
+        than this many learner versions old is dropped, not trained on, and counted. (The lag
+        of batches that carry ``policy_version`` is logged as ``policy_lag`` either way.)
       counter / logger: ``learner_steps`` (SGD steps) are counted; metrics logged once a second.
     """
 
@@ -176,10 +177,10 @@ class ReplicatedLearner(Learner):
 
     def _too_stale(self, sample: Any) -> bool:
         versions = sample.data.get("extras", {}).get("policy_version")
-        if self._max_policy_lag is None or versions is None:
+        if versions is None:
             return False
         self.last_policy_lag = int(self._version - np.min(versions))
-        if self.last_policy_lag <= self._max_policy_lag:
+        if self._max_policy_lag is None or self.last_policy_lag <= self._max_policy_lag:
             return False
         self._counter.increment(stale_batches_dropped=1)
         return True

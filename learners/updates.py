@@ -36,6 +36,13 @@ UpdateFn = Callable[[Any, Any], tuple[Any, UpdateOutput]]
 SGDStep = Callable[[Any, Any], tuple[Any, Mapping[str, jax.Array], Any]]
 
 
+def global_row_keys(key: jax.Array, rows: int) -> jax.Array:
+    """One key per row of this device's shard, ``fold_in(key, global row index)``: the same key
+    for the same row of the global batch however many devices the rows are spread over."""
+    global_rows = jax.lax.axis_index(AXIS_NAME) * rows + jnp.arange(rows)
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, global_rows)
+
+
 def _mean_over_steps(metrics: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
     return {name: jnp.mean(value, axis=0) for name, value in metrics.items()}
 
@@ -71,10 +78,9 @@ def minibatch_epochs(sgd_step: SGDStep, state: Any, data: Any, key: jax.Array, *
     if length % num_minibatches:
         raise ValueError(f"sequence length {length} is not divisible into {num_minibatches} minibatches")
     part = length // num_minibatches
-    global_rows = jax.lax.axis_index(AXIS_NAME) * rows + jnp.arange(rows)
 
     def epoch(state, epoch_key):
-        row_keys = jax.vmap(jax.random.fold_in, (None, 0))(epoch_key, global_rows)
+        row_keys = global_row_keys(epoch_key, rows)
         order = jax.vmap(lambda k: jax.random.permutation(k, length))(row_keys)  # [rows, T]
         parts = jnp.swapaxes(order.reshape(rows, num_minibatches, part), 0, 1)  # [M, rows, T/M]
 

@@ -33,5 +33,10 @@ class ReplayServer:
         """Whether ``table``'s rate limiter would let ``num_items`` more items be sampled now."""
         return self._tables[table].can_sample(num_items)
 
+    def items_sampled(self, table: str) -> int:
+        """How many items ``table`` has served to samplers so far (a heavier call than
+        ``can_sample``: it reads the table's whole info)."""
+        return int(self._tables[table].info.rate_limiter_info.sample_stats.completed)
+
     def stop(self) -> None:
         self._server.stop()

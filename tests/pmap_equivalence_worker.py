@@ -42,6 +42,69 @@ def dqn_case(prioritized: bool):
             dqn.make_update(network, config), list(dqn_batches(1, 4)))
 
 
+ROWS, LENGTH, ACTIONS = 8, 8, 3
+
+
+def sequence_batches(seed: int, count: int, extras):
+    """Host batches of env sequences ``[rows, T, ...]`` with episode ends inside."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        yield Sample({
+            "observation": rng.normal(size=(ROWS, LENGTH, OBS)).astype(np.float32),
+            "action": rng.integers(0, ACTIONS, (ROWS, LENGTH)).astype(np.int32),
+            "reward": rng.normal(size=(ROWS, LENGTH)).astype(np.float32),
+            "terminated": rng.random((ROWS, LENGTH)) < 0.1,
+            "truncated": rng.random((ROWS, LENGTH)) < 0.1,
+            "next_observation": rng.normal(size=(ROWS, LENGTH, OBS)).astype(np.float32),
+            "extras": {name: make(rng) for name, make in extras.items()},
+        }, keys=None)
+
+
+def ppo_case():
+    from shoal.agents.networks import ActorCritic
+    from shoal.agents.ppo import PPOConfig, PPONetworks
+    from shoal.agents.ppo import learning as ppo
+
+    config = PPOConfig(num_epochs=2, num_minibatches=2, learning_rate=1e-2)
+    networks = PPONetworks(ActorCritic((16,), ACTIONS), (OBS,), ACTIONS)
+    extras = {"log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
+              "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32)}
+    return (ppo.init_state(jax.random.PRNGKey(0), networks, config),
+            ppo.make_update(networks.network, config), list(sequence_batches(2, 3, extras)))
+
+
+def impala_case():
+    from shoal.agents.impala import IMPALAConfig, IMPALANetworks
+    from shoal.agents.impala import learning as impala
+    from shoal.agents.networks import ActorCritic
+
+    config = IMPALAConfig(learning_rate=1e-2)
+    networks = IMPALANetworks(ActorCritic((16,), ACTIONS), (OBS,), ACTIONS)
+    extras = {"logits": lambda rng: rng.normal(size=(ROWS, LENGTH, ACTIONS)).astype(np.float32),
+              "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32)}
+    return (impala.init_state(jax.random.PRNGKey(0), networks, config),
+            impala.make_update(networks.network, config), list(sequence_batches(3, 3, extras)))
+
+
+def sac_case():
+    import gymnasium as gym
+
+    from shoal.agents.sac import SACConfig, make_networks
+    from shoal.agents.sac import learning as sac
+    from shoal.core.specs import make_environment_spec
+
+    class Box(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (OBS,), np.float32)
+        action_space = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+
+    config = SACConfig(learning_rate=1e-2)
+    networks = make_networks(make_environment_spec(Box()), (16,))
+    rng = np.random.default_rng(4)
+    batches = [Sample({**b.data, "action": rng.uniform(-2, 2, (BATCH, STEPS, 2)).astype(np.float32)}, None)
+               for b in dqn_batches(5, 3)]
+    return sac.init_state(jax.random.PRNGKey(0), networks, config), sac.make_update(networks, config), batches
+
+
 def train(devices, state, update, batches):
     learner = ReplicatedLearner(state, update, iter(batches), devices=devices)
     for _ in batches:
@@ -61,7 +124,8 @@ def compare(devices, state, update, batches) -> dict:
                               for a, b in zip(leaves(one), leaves(state.params)))}
 
 
-CASES = {"dqn_uniform": lambda: dqn_case(False), "dqn_prioritized": lambda: dqn_case(True)}
+CASES = {"dqn_uniform": lambda: dqn_case(False), "dqn_prioritized": lambda: dqn_case(True),
+         "ppo_epochs_x_minibatches": ppo_case, "impala_vtrace": impala_case, "sac": sac_case}
 
 
 def main() -> None:

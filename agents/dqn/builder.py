@@ -5,21 +5,17 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from shoal.agents.builders import AgentBuilder
 from shoal.agents.dqn import learning
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.networks import DQNNetworks, make_networks
+from shoal.agents.transition_replay import TABLE, TransitionReplayBuilder
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
 from shoal.learners import ReplicatedLearner
-from shoal.replay import (NStepTransitionAdder, item_priorities, make_transition_table,
-                          transition_batches, transition_items_per_batch, transition_signature,
-                          update_item_priorities)
-
-TABLE = "transitions"
+from shoal.replay import item_priorities, transition_items_per_batch, update_item_priorities
 
 
-class DQNBuilder(AgentBuilder):
+class DQNBuilder(TransitionReplayBuilder):
     """Double DQN on batched n-step transitions from a rate-limited (optionally prioritized) table."""
 
     name = "dqn"
@@ -28,45 +24,18 @@ class DQNBuilder(AgentBuilder):
         super().__init__(config)
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
-        c = self.config
         if spec.num_actions is None:
             raise ValueError(f"DQN needs a discrete action space; this environment's is "
                              f"{spec.action_space} (try a Discrete-action env such as CartPole-v1)")
-        if c.batch_size <= 0 or c.batch_size % num_devices:
-            raise ValueError(f"batch_size={c.batch_size} must be a positive multiple of the "
-                             f"number of local devices ({num_devices})")
-        for name in ("n_step", "sgd_steps_per_update", "target_update_period", "min_replay_size"):
-            if getattr(c, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}")
-        if c.samples_per_insert <= 0:
-            raise ValueError(f"samples_per_insert must be > 0, got {c.samples_per_insert}")
-        if c.max_replay_size < c.min_replay_size:
-            raise ValueError(f"max_replay_size={c.max_replay_size} is below "
-                             f"min_replay_size={c.min_replay_size}")
+        if self.config.target_update_period < 1:
+            raise ValueError(f"target_update_period must be >= 1, got {self.config.target_update_period}")
+        super().validate(spec, num_devices)
 
     def make_networks(self, spec: EnvironmentSpec) -> DQNNetworks:
         return make_networks(spec, self.config.hidden_sizes)
 
     def make_policy(self, networks: DQNNetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks.q_network, networks.num_actions, self.config, evaluation)
-
-    def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
-        c = self.config
-        return [make_transition_table(
-            TABLE, transition_signature(spec, policy.extras_spec), num_envs=spec.num_envs,
-            batch_size=c.batch_size, sgd_steps_per_update=c.sgd_steps_per_update,
-            samples_per_insert=c.samples_per_insert,
-            samples_per_insert_tolerance=c.samples_per_insert_tolerance,
-            min_replay_size=c.min_replay_size, max_replay_size=c.max_replay_size,
-            prioritized=c.prioritized_replay, priority_exponent=c.priority_exponent)]
-
-    def make_dataset_iterator(self, replay_client, spec: EnvironmentSpec):
-        return transition_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
-                                  batch_size=self.config.batch_size,
-                                  num_steps=self.config.sgd_steps_per_update)
-
-    def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy) -> NStepTransitionAdder:
-        return NStepTransitionAdder(replay_client, TABLE, spec, self.config.n_step, self.config.discount)
 
     def make_learner(self, key, networks: DQNNetworks, dataset, logger=None, counter=None,
                      replay_client=None) -> ReplicatedLearner:

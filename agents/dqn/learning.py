@@ -40,8 +40,12 @@ def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
 
 
 def init_state(key: jax.Array, network: QNetwork, observation_shape, config: DQNConfig) -> TrainingState:
-    params = network.init(key, jnp.zeros((1, *observation_shape), jnp.float32))
-    return TrainingState(params, params, make_optimizer(config).init(params), jnp.zeros((), jnp.int32))
+    @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
+    def init(key):
+        params = network.init(key, jnp.zeros((1, *observation_shape), jnp.float32))
+        return TrainingState(params, params, make_optimizer(config).init(params), jnp.zeros((), jnp.int32))
+
+    return init(key)
 
 
 def make_update(network: QNetwork, config: DQNConfig) -> UpdateFn:

@@ -1,0 +1,67 @@
+"""The IMPALA builder: env sequences into a dropping FIFO, a V-trace learner."""
+
+from __future__ import annotations
+
+from shoal.agents.builders import AgentBuilder
+from shoal.agents.impala import learning
+from shoal.agents.impala.config import IMPALAConfig
+from shoal.agents.impala.networks import IMPALANetworks, make_networks
+from shoal.core.specs import EnvironmentSpec
+from shoal.core.types import Policy
+from shoal.learners import ReplicatedLearner
+from shoal.replay import SequenceAdder, make_dropping_fifo_table, sequence_batches, sequence_signature
+
+TABLE = "sequences"
+
+
+class IMPALABuilder(AgentBuilder):
+    """Actors never wait for the learner; each sequence is trained on at most once."""
+
+    name = "impala"
+
+    def __init__(self, config: IMPALAConfig) -> None:
+        super().__init__(config)
+
+    def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
+        c = self.config
+        if spec.num_actions is None:
+            raise ValueError(f"IMPALA here takes a discrete action space; this environment's is "
+                             f"{spec.action_space} (for continuous actions use --agent sac)")
+        for name in ("rollout_length", "sequences_per_update", "queue_capacity", "variable_update_period"):
+            if getattr(c, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}")
+        if c.sequences_per_update % spec.num_envs:
+            raise ValueError(f"sequences_per_update={c.sequences_per_update} must be a multiple of "
+                             f"num_envs={spec.num_envs} (a replay item holds one sequence per env)")
+        if c.sequences_per_update % num_devices:
+            raise ValueError(f"sequences_per_update={c.sequences_per_update} must be a multiple of "
+                             f"the number of local devices ({num_devices})")
+        if c.queue_capacity * spec.num_envs < c.sequences_per_update:
+            raise ValueError(f"queue_capacity={c.queue_capacity} items cannot hold one update's "
+                             f"{c.sequences_per_update} sequences")
+
+    def _items_per_update(self, spec: EnvironmentSpec) -> int:
+        return self.config.sequences_per_update // spec.num_envs
+
+    def make_networks(self, spec: EnvironmentSpec) -> IMPALANetworks:
+        return make_networks(spec, self.config.hidden_sizes)
+
+    def make_policy(self, networks: IMPALANetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
+        return learning.make_policy(networks.network, networks.num_actions, evaluation)
+
+    def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
+        signature = sequence_signature(spec, policy.extras_spec, self.config.rollout_length)
+        return [make_dropping_fifo_table(TABLE, signature, self.config.queue_capacity)]
+
+    def make_dataset_iterator(self, replay_client, spec: EnvironmentSpec):
+        return sequence_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
+                                num_items=self._items_per_update(spec))
+
+    def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy) -> SequenceAdder:
+        return SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
+
+    def make_learner(self, key, networks: IMPALANetworks, dataset, logger=None, counter=None,
+                     replay_client=None) -> ReplicatedLearner:
+        state = learning.init_state(key, networks, self.config)
+        return ReplicatedLearner(state, learning.make_update(networks.network, self.config), dataset,
+                                 counter=counter, logger=logger)

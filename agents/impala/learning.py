@@ -1,0 +1,126 @@
+"""IMPALA's update and policies, written top to bottom (Espeholt et al., 2018).
+
+Actors act with params that may lag the learner's; each step records the behaviour policy's
+logits, so the learner corrects for the lag with V-trace. On a batch of env sequences
+``[rows, T]`` (each step with its own next observation, see ``shoal.replay.adders``):
+
+1. ``rho_t = pi(a_t|s_t) / mu(a_t|s_t)`` with the current policy ``pi`` and the behaviour ``mu``;
+2. values ``v_t = V(s_t)`` and ``v'_t = V(s'_t)``; the V-trace targets and policy-gradient
+   advantages come from ``rlax.vtrace_td_error_and_advantage`` per sequence, with
+
+       r'_t = r_t + gamma * truncated_t * v'_t        discount_t = gamma * (1 - done_t)
+
+   i.e. a truncated episode bootstraps from its final observation through the reward, and no
+   trace crosses an episode end (``discount_t = 0``); a terminated one does not bootstrap;
+3. one SGD step on
+
+       L = -mean(log pi(a_t|s_t) * A_t^pg) + baseline_coef * mean((vs_t - v_t)^2) / 2
+           - entropy_coef * mean(entropy(pi(.|s_t)))
+
+   with gradients averaged over devices (``pmean``), clipped, and applied with Adam.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from shoal.agents.impala.config import IMPALAConfig
+from shoal.agents.impala.networks import IMPALANetworks
+from shoal.agents.networks import ActorCritic
+from shoal.core.specs import ArraySpec
+from shoal.core.types import ActorInfo, Policy
+from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput
+
+
+class TrainingState(NamedTuple):
+    params: optax.Params
+    opt_state: optax.OptState
+
+
+def make_optimizer(config: IMPALAConfig) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm),
+                       optax.adam(config.learning_rate))
+
+
+def init_state(key: jax.Array, networks: IMPALANetworks, config: IMPALAConfig) -> TrainingState:
+    @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
+    def init(key):
+        params = networks.network.init(key, jnp.zeros((1, *networks.observation_shape), jnp.float32))
+        return TrainingState(params, make_optimizer(config).init(params))
+
+    return init(key)
+
+
+def vtrace_targets(value, next_value, reward, terminated, truncated, rho, config: IMPALAConfig):
+    """V-trace errors ``vs_t - v_t`` and pg advantages, ``[rows, T]`` (module docstring, step 2)."""
+    import rlax  # imported here: its import pulls in distrax and TFP, which actors do not need
+
+    done = jnp.maximum(terminated, truncated)
+    reward = reward + config.discount * truncated * next_value
+    discount = config.discount * (1.0 - done)
+    vtrace = jax.vmap(lambda v, v_next, r, d, p: rlax.vtrace_td_error_and_advantage(
+        v, v_next, r, d, p, config.vtrace_lambda, config.clip_rho_threshold,
+        config.clip_pg_rho_threshold))
+    out = vtrace(value, next_value, reward, discount, rho)
+    return out.errors, out.pg_advantage
+
+
+def make_update(network: ActorCritic, config: IMPALAConfig) -> UpdateFn:
+    optimizer = make_optimizer(config)
+
+    def loss_fn(params, batch):
+        rows, length = batch["reward"].shape
+        flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
+        logits, values = network.apply(params, jnp.concatenate(
+            [flat(batch["observation"]), flat(batch["next_observation"])]))
+        logits = logits[:rows * length].reshape(rows, length, -1)
+        value, next_value = jnp.split(values.reshape(2, rows, length), 2)
+        value, next_value = value[0], jax.lax.stop_gradient(next_value[0])
+        log_probs = jax.nn.log_softmax(logits)
+        take = lambda lp: jnp.take_along_axis(lp, batch["action"][..., None], axis=-1)[..., 0]  # noqa: E731
+        log_prob = take(log_probs)
+        behaviour_log_prob = take(jax.nn.log_softmax(batch["extras"]["logits"]))
+        rho = jax.lax.stop_gradient(jnp.exp(log_prob - behaviour_log_prob))
+        errors, pg_advantage = vtrace_targets(
+            value, next_value, batch["reward"], batch["terminated"].astype(jnp.float32),
+            batch["truncated"].astype(jnp.float32), rho, config)
+        policy_loss = -jnp.mean(log_prob * jax.lax.stop_gradient(pg_advantage))
+        baseline_loss = 0.5 * jnp.mean(jnp.square(errors))
+        entropy = -jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
+        loss = policy_loss + config.baseline_coef * baseline_loss - config.entropy_coef * entropy
+        return loss, {"loss": loss, "policy_loss": policy_loss, "baseline_loss": baseline_loss,
+                      "entropy": entropy, "mean_rho": jnp.mean(rho)}
+
+    def update(state: TrainingState, batch) -> tuple[TrainingState, UpdateOutput]:
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch)
+        grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        state = TrainingState(optax.apply_updates(state.params, updates), opt_state)
+        return state, UpdateOutput(jax.lax.pmean(metrics, AXIS_NAME), 1)
+
+    return update
+
+
+def extras_spec(num_actions: int) -> dict[str, ArraySpec]:
+    return {"logits": ArraySpec((num_actions,), np.float32), "policy_version": ArraySpec((), np.int32)}
+
+
+def make_policy(network: ActorCritic, num_actions: int, evaluation: bool) -> Policy:
+    """Sampling from the categorical policy (recording its logits and the params version), or
+    its most likely action for evaluation."""
+
+    def policy(params, key, observation, info: ActorInfo):
+        logits = network.apply(params, observation, method=ActorCritic.logits)
+        if evaluation:
+            return jnp.argmax(logits, axis=-1).astype(jnp.int32), {}, key
+        key, sample_key = jax.random.split(key)
+        action = jax.random.categorical(sample_key, logits).astype(jnp.int32)
+        version = jnp.full(action.shape, info.params_version, jnp.int32)
+        return action, {"logits": logits, "policy_version": version}, key
+
+    return Policy(policy, {} if evaluation else extras_spec(num_actions))

@@ -1,0 +1,14 @@
+"""IMPALA's networks: a categorical policy and a value function (``shoal.agents.networks.ActorCritic``)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from shoal.agents.networks import ActorCriticNetworks, make_actor_critic_networks
+from shoal.core.specs import EnvironmentSpec
+
+IMPALANetworks = ActorCriticNetworks
+
+
+def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64)) -> ActorCriticNetworks:
+    return make_actor_critic_networks(spec, hidden_sizes, "IMPALA")

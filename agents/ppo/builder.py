@@ -1,0 +1,68 @@
+"""The PPO builder: env sequences into a Reverb queue, an epochs x minibatches learner."""
+
+from __future__ import annotations
+
+from shoal.agents.builders import AgentBuilder
+from shoal.agents.ppo import learning
+from shoal.agents.ppo.config import PPOConfig
+from shoal.agents.ppo.networks import PPONetworks, make_networks
+from shoal.core.specs import EnvironmentSpec
+from shoal.core.types import Policy
+from shoal.learners import ReplicatedLearner
+from shoal.replay import SequenceAdder, make_queue_table, sequence_batches, sequence_signature
+
+TABLE = "rollouts"
+
+
+class PPOBuilder(AgentBuilder):
+    """On-policy PPO: each rollout is trained on once (for ``num_epochs`` passes), in order."""
+
+    name = "ppo"
+    on_policy = True
+
+    def __init__(self, config: PPOConfig) -> None:
+        super().__init__(config)
+
+    def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
+        c = self.config
+        if spec.num_actions is None:
+            raise ValueError(f"PPO here takes a discrete action space; this environment's is "
+                             f"{spec.action_space} (for continuous actions use --agent sac)")
+        for name in ("rollout_length", "rollouts_per_update", "num_epochs", "num_minibatches",
+                     "queue_capacity", "variable_update_period"):
+            if getattr(c, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}")
+        if c.rollout_length % c.num_minibatches:
+            raise ValueError(f"num_minibatches={c.num_minibatches} must divide "
+                             f"rollout_length={c.rollout_length}")
+        rows = c.rollouts_per_update * spec.num_envs
+        if rows % num_devices:
+            raise ValueError(f"rollouts_per_update x num_envs = {rows} env sequences per update must "
+                             f"be a multiple of the number of local devices ({num_devices})")
+        if c.queue_capacity < c.rollouts_per_update:
+            raise ValueError(f"queue_capacity={c.queue_capacity} is below "
+                             f"rollouts_per_update={c.rollouts_per_update}: no update could ever run")
+
+    def make_networks(self, spec: EnvironmentSpec) -> PPONetworks:
+        return make_networks(spec, self.config.hidden_sizes)
+
+    def make_policy(self, networks: PPONetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
+        return learning.make_policy(networks.network, evaluation)
+
+    def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
+        signature = sequence_signature(spec, policy.extras_spec, self.config.rollout_length)
+        return [make_queue_table(TABLE, signature, self.config.queue_capacity)]
+
+    def make_dataset_iterator(self, replay_client, spec: EnvironmentSpec):
+        return sequence_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
+                                num_items=self.config.rollouts_per_update)
+
+    def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy) -> SequenceAdder:
+        return SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
+
+    def make_learner(self, key, networks: PPONetworks, dataset, logger=None, counter=None,
+                     replay_client=None) -> ReplicatedLearner:
+        state = learning.init_state(key, networks, self.config)
+        return ReplicatedLearner(state, learning.make_update(networks.network, self.config), dataset,
+                                 max_policy_lag=self.config.max_policy_lag, counter=counter,
+                                 logger=logger)

@@ -1,0 +1,37 @@
+"""The SAC builder: n-step transitions under a replay ratio, a k-step scanned learner."""
+
+from __future__ import annotations
+
+from shoal.agents.sac import learning
+from shoal.agents.sac.config import SACConfig
+from shoal.agents.sac.networks import SACNetworks, make_networks
+from shoal.agents.transition_replay import TransitionReplayBuilder
+from shoal.core.specs import EnvironmentSpec
+from shoal.core.types import Policy
+from shoal.learners import ReplicatedLearner
+
+
+class SACBuilder(TransitionReplayBuilder):
+    """Soft actor-critic for continuous (Box) actions."""
+
+    name = "sac"
+
+    def __init__(self, config: SACConfig) -> None:
+        super().__init__(config)
+
+    def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
+        self.make_networks(spec)  # raises for discrete or unbounded action spaces
+        super().validate(spec, num_devices)
+
+    def make_networks(self, spec: EnvironmentSpec) -> SACNetworks:
+        c = self.config
+        return make_networks(spec, c.hidden_sizes, c.log_std_min, c.log_std_max)
+
+    def make_policy(self, networks: SACNetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
+        return learning.make_policy(networks, evaluation)
+
+    def make_learner(self, key, networks: SACNetworks, dataset, logger=None, counter=None,
+                     replay_client=None) -> ReplicatedLearner:
+        state = learning.init_state(key, networks, self.config)
+        return ReplicatedLearner(state, learning.make_update(networks, self.config), dataset,
+                                 counter=counter, logger=logger)

@@ -1,0 +1,52 @@
+"""``TransitionReplayBuilder``: the replay half of agents that learn from n-step transitions
+under a replay ratio (DQN, SAC).
+
+Its config has ``batch_size``, ``sgd_steps_per_update``, ``samples_per_insert``,
+``samples_per_insert_tolerance``, ``min_replay_size``, ``max_replay_size``, ``n_step`` and
+``discount``; with ``prioritized_replay`` (and ``priority_exponent``) the table samples by
+priority, otherwise uniformly.
+"""
+
+from __future__ import annotations
+
+from shoal.agents.builders import AgentBuilder
+from shoal.core.specs import EnvironmentSpec
+from shoal.core.types import Policy
+from shoal.replay import NStepTransitionAdder, make_transition_table, transition_batches, transition_signature
+
+TABLE = "transitions"
+
+
+class TransitionReplayBuilder(AgentBuilder):
+    def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
+        c = self.config
+        if c.batch_size <= 0 or c.batch_size % num_devices:
+            raise ValueError(f"batch_size={c.batch_size} must be a positive multiple of the "
+                             f"number of local devices ({num_devices})")
+        for name in ("n_step", "sgd_steps_per_update", "min_replay_size", "variable_update_period"):
+            if getattr(c, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}")
+        if c.samples_per_insert <= 0:
+            raise ValueError(f"samples_per_insert must be > 0, got {c.samples_per_insert}")
+        if c.max_replay_size < c.min_replay_size:
+            raise ValueError(f"max_replay_size={c.max_replay_size} is below "
+                             f"min_replay_size={c.min_replay_size}")
+
+    def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
+        c = self.config
+        return [make_transition_table(
+            TABLE, transition_signature(spec, policy.extras_spec), num_envs=spec.num_envs,
+            batch_size=c.batch_size, sgd_steps_per_update=c.sgd_steps_per_update,
+            samples_per_insert=c.samples_per_insert,
+            samples_per_insert_tolerance=c.samples_per_insert_tolerance,
+            min_replay_size=c.min_replay_size, max_replay_size=c.max_replay_size,
+            prioritized=getattr(c, "prioritized_replay", False),
+            priority_exponent=getattr(c, "priority_exponent", 1.0))]
+
+    def make_dataset_iterator(self, replay_client, spec: EnvironmentSpec):
+        return transition_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
+                                  batch_size=self.config.batch_size,
+                                  num_steps=self.config.sgd_steps_per_update)
+
+    def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy) -> NStepTransitionAdder:
+        return NStepTransitionAdder(replay_client, TABLE, spec, self.config.n_step, self.config.discount)
