@@ -103,7 +103,10 @@ class DevicePrefetcher:
         return item
 
     def close(self) -> None:
+        """Stops the thread (an iterator with a ``close`` is closed, so a blocked ``next`` ends)."""
         self._stop.set()
+        if callable(getattr(self._iterator, "close", None)):
+            self._iterator.close()
 
 
 class ReplicatedLearner(Learner):

@@ -13,7 +13,10 @@ keys of the sampled items (for priority updates). One batch = one learner update
   (Reverb's time-major ``[length, num_envs]`` items are transposed); ``keys`` is ``[num_items]``.
 
 Iteration blocks until Reverb serves the items (the rate limiter decides when); the learner
-reads it from a background thread (``shoal.learners``).
+reads it from a background thread (``shoal.learners``). Reverb's dataset is opened with a rate
+limiter timeout, so a stream that waited ``poll_s`` for an item ends by itself (a new one is
+opened, and items already served are kept for the batch): ``close()`` then takes effect within
+``poll_s``, and no sampler is left blocked in the table for a destructor to wait on.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import reverb
+import tensorflow as tf
 import tree
 
 from shoal.replay.tables import transition_items_per_batch
@@ -32,27 +36,73 @@ class Sample(NamedTuple):
     keys: np.ndarray
 
 
+class _Served(NamedTuple):  # items Reverb served: data and their SampleInfo, leading axis = items
+    data: Any
+    info: Any
+
+
 class ReplayIterator:
     """Samples ``items_per_update`` items of ``table`` per batch and lays them out with ``layout``.
 
     ``num_envs`` is the envs axis every Shoal item has (transitions of one vector step, or env
-    sequences of one chunk)."""
+    sequences of one chunk). After ``close()``, ``next`` raises ``StopIteration``."""
 
     def __init__(self, server_address: str, table: str, items_per_update: int, num_envs: int,
-                 layout: Callable[[Any, Any], Sample], timeout_s: float = 120.0) -> None:
+                 layout: Callable[[Any, Any], Sample], timeout_s: float = 120.0,
+                 poll_s: float = 0.5) -> None:
         self.table, self.items_per_update, self.num_envs = table, items_per_update, num_envs
         self._layout = layout
         dataset = reverb.TrajectoryDataset.from_table_signature(
             server_address, table, max_in_flight_samples_per_worker=2 * items_per_update,
-            get_signature_timeout_secs=int(timeout_s))
-        self._source = dataset.batch(items_per_update, drop_remainder=True).as_numpy_iterator()
+            get_signature_timeout_secs=int(timeout_s), rate_limiter_timeout_ms=int(poll_s * 1000),
+        ).batch(items_per_update, drop_remainder=False)
+        # No tf.data autotuning: nothing here to tune, and its model thread sleeps for growing
+        # periods that an iterator's destructor waits out (seconds, at an arbitrary later GC).
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        self._dataset = dataset.with_options(options)
+        self._source = None
+        self._served: list = []  # items served but not yet in a batch
+        self._closed = False
 
     def __iter__(self) -> "ReplayIterator":
         return self
 
     def __next__(self) -> Sample:
-        sample = next(self._source)
-        return self._layout(sample.data, sample.info)
+        have = sum(len(part.info.key) for part in self._served)
+        while have < self.items_per_update:
+            if self._closed:
+                raise StopIteration
+            if self._source is None:
+                self._source = self._dataset.as_numpy_iterator()
+            try:
+                part = next(self._source)
+            except StopIteration:  # the stream waited poll_s for an item: open a new one
+                self._source = None
+                continue
+            self._served.append(part)
+            have += len(part.info.key)
+        data, info = _concatenate(self._served)
+        n = self.items_per_update
+        self._served = [] if have == n else [_Served(*_slice(data, info, n, have))]
+        return self._layout(*_slice(data, info, 0, n))
+
+    def close(self) -> None:
+        """Stops iterating (within ``poll_s``) and releases the Reverb stream."""
+        self._closed = True
+
+
+def _concatenate(parts: list) -> tuple[Any, Any]:
+    if len(parts) == 1:
+        return parts[0].data, parts[0].info
+    join = lambda *xs: np.concatenate(xs)  # noqa: E731
+    return (tree.map_structure(join, *[p.data for p in parts]),
+            tree.map_structure(join, *[p.info for p in parts]))
+
+
+def _slice(data: Any, info: Any, start: int, stop: int):
+    cut = lambda x: x[start:stop]  # noqa: E731
+    return tree.map_structure(cut, data), tree.map_structure(cut, info)
 
 
 def transition_batches(server_address: str, table: str, *, num_envs: int, batch_size: int,

@@ -1,10 +1,15 @@
-"""Host batches from a real Reverb table, their device sharding, and priority updates."""
+"""Host batches from a real Reverb table, and priority updates."""
+
+import threading
 
 import numpy as np
+import pytest
 
 from shoal.actors import make_vector_env
 from shoal.core.specs import make_environment_spec
-from shoal.replay import (ReplayServer, item_priorities, make_transition_table, transition_batches,
+from shoal.core.types import Step
+from shoal.replay import (ReplayServer, SequenceAdder, item_priorities, make_queue_table,
+                          make_transition_table, sequence_batches, sequence_signature, transition_batches,
                           transition_signature, update_item_priorities)
 
 NUM_ENVS = 4
@@ -68,3 +73,35 @@ def test_priority_updates_change_sampling():
         assert after == {keep}
     finally:
         server.stop()
+
+
+def test_a_batch_waits_across_streams_and_loses_no_item():
+    # A queue sampled 2 items per batch: with one item in, the stream times out (poll_s) and a
+    # new one is opened; the item already served is kept, and the batch completes on the next.
+    spec = make_environment_spec(make_vector_env("CartPole-v1", NUM_ENVS, seed=0))
+    server = ReplayServer([make_queue_table("q", sequence_signature(spec, {}, 2), 10)])
+    adder = SequenceAdder(server.client, "q", spec, 2)
+    try:
+        it = sequence_batches(server.address, "q", num_envs=NUM_ENVS, num_items=2)
+        batches = []
+        reader = threading.Thread(target=lambda: batches.append(next(it)))
+        for t in range(2):  # one item: vector steps 0 and 1
+            adder.add(scripted_step(t))
+        reader.start()
+        reader.join(1.5)  # several stream timeouts pass with half a batch
+        assert reader.is_alive() and not batches
+        for t in range(2, 4):  # the second item
+            adder.add(scripted_step(t))
+        reader.join(10)
+        assert [int(x) for x in batches[0].data["reward"][::NUM_ENVS, 0]] == [0, 2]  # items 1 and 2, in order
+        it.close()
+        with pytest.raises(StopIteration):
+            next(it)
+    finally:
+        server.stop()
+
+
+def scripted_step(t):
+    obs = np.full((NUM_ENVS, 4), t, np.float32)
+    flags = np.zeros(NUM_ENVS, bool)
+    return Step(obs, np.zeros(NUM_ENVS, np.int32), np.full(NUM_ENVS, t, np.float32), flags, flags, obs, {})
