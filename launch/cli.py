@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent on a gymnasium task",
                            description="Train an agent in one process with an embedded Reverb "
-                           "replay server. Ends with one JSON line on stdout.")
+                           "replay server. Ends with one JSON line on stdout. Compiled JAX code "
+                           "is cached in ~/.cache/shoal/jax (SHOAL_COMPILATION_CACHE=DIR or off).")
     train.add_argument("--agent", default="dqn", help="agent to train (default: dqn)")
     train.add_argument("--env", default="CartPole-v1", help="gymnasium environment id (default: CartPole-v1)")
     train.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
@@ -93,7 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
     from shoal.agents import get_builder
+    from shoal.launch.compilation_cache import enable_compilation_cache
     from shoal.launch.experiment import ExperimentConfig, run_experiment
+
+    enable_compilation_cache()
 
     builder = get_builder(args.agent)
     overrides = {k: _convert(type(builder.config), k, v) for k, v in args.overrides}

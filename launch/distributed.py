@@ -43,9 +43,12 @@ class LearnerWorker:
         builder = config.builder
         self._local = Counter()
         logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
-        self._learner = builder.make_learner(
-            jax.random.PRNGKey(config.seed), config.make_networks(spec),
-            builder.make_dataset_iterator(replay, spec), logger, self._local, replay)
+        dataset = builder.make_dataset_iterator(replay, spec)
+        self._learner = builder.make_learner(jax.random.PRNGKey(config.seed), config.make_networks(spec),
+                                             dataset, logger, self._local, replay)
+        # Compile before this node serves (actors and the evaluator wait for it), so the first
+        # batches are trained on at once rather than after the compiler (seconds on a CPU).
+        self._learner.warm_up(dataset.example())
 
     def get_variables(self, known_version: int = -1):
         return self._learner.get_variables(known_version)

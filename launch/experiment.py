@@ -179,7 +179,7 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
     learner_logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
     train_logger = make_logger("train", config.run_dir, terminal=False)
     learner: Learner | None = None
-    evaluator: Evaluator | None = None
+    adder = evaluator = None
     progress = TerminalLogger("train", time_delta=config.progress_every_s) if config.progress else None
     try:
         dataset = builder.make_dataset_iterator(server.client, spec)
@@ -209,8 +209,9 @@ def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
         wall_s = time.monotonic() - start
         loop.log(eval_return=evaluator.last_return)
     finally:
-        if learner is not None:
-            learner.close()
+        for part in (learner, adder):  # before the server stops: nothing left waiting on it
+            if part is not None:
+                part.close()
         for logger in (learner_logger, train_logger):
             logger.close()
         if evaluator is not None:

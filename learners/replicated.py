@@ -216,6 +216,13 @@ class ReplicatedLearner(Learner):
             self._logger.write(row)
         return out.metrics
 
+    def warm_up(self, example: Any) -> None:
+        """Compiles the update for batches like the host ``Sample`` ``example`` by running it once
+        on a copy of the state (the result is discarded; nothing is counted or logged), so that
+        the first real update does not wait for the compiler."""
+        copy = jax.tree_util.tree_map(lambda x: x.copy(), self._state)
+        jax.block_until_ready(self._update(copy, shard(example.data, self._devices)))
+
     def _check_metrics(self, metrics: Mapping[str, jax.Array]) -> None:
         for name, value in metrics.items():
             if value.shape != (self.num_devices,):

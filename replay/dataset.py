@@ -52,6 +52,7 @@ class ReplayIterator:
                  poll_s: float = 0.5) -> None:
         self.table, self.items_per_update, self.num_envs = table, items_per_update, num_envs
         self._layout = layout
+        self._address, self._timeout_s = server_address, timeout_s
         dataset = reverb.TrajectoryDataset.from_table_signature(
             server_address, table, max_in_flight_samples_per_worker=2 * items_per_update,
             get_signature_timeout_secs=int(timeout_s), rate_limiter_timeout_ms=int(poll_s * 1000),
@@ -90,6 +91,17 @@ class ReplayIterator:
     def close(self) -> None:
         """Stops iterating (within ``poll_s``) and releases the Reverb stream."""
         self._closed = True
+
+    def example(self) -> Sample:
+        """A batch of zeros shaped like the real ones (from the table's signature), sampling
+        nothing: what a learner compiles its update with before data arrives."""
+        signature = reverb.Client(self._address).server_info(timeout=int(self._timeout_s))[self.table].signature
+        n = self.items_per_update
+        data = tree.map_structure(lambda spec: np.zeros((n, *spec.shape), spec.dtype.as_numpy_dtype), signature)
+        info = reverb.replay_sample.SampleInfo(
+            key=np.zeros(n, np.uint64), probability=np.ones(n), table_size=np.ones(n, np.int64),
+            priority=np.ones(n), times_sampled=np.ones(n, np.int32))
+        return self._layout(data, info)
 
 
 def _concatenate(parts: list) -> tuple[Any, Any]:
