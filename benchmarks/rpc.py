@@ -31,7 +31,7 @@ class ParamsService:
 
 
 def serve(num_params: int, conn) -> None:
-    from shoal.launch.rpc import RpcServer
+    from shoal.launch.programs.rpc import RpcServer
 
     server = RpcServer(ParamsService(num_params), max_workers=32).start()
     conn.send(server.address)
@@ -40,7 +40,7 @@ def serve(num_params: int, conn) -> None:
 
 
 def measure(address: str, num_clients: int, calls: int) -> dict:
-    from shoal.launch.rpc import RpcClient
+    from shoal.launch.programs.rpc import RpcClient
 
     clients = [RpcClient(address).wait_for_ready(30) for _ in range(num_clients)]
     for c in clients:

@@ -34,7 +34,7 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         run_dir = os.path.join(args.runs_root, f"{args.agent}-{args.env}-s{seed}")
-        cmd = [sys.executable, "-m", "shoal.launch.cli", "train", "--agent", args.agent, "--env",
+        cmd = [sys.executable, "-m", "shoal", "train", "--agent", args.agent, "--env",
                args.env, "--seed", str(seed), "--max-env-steps", str(args.max_env_steps),
                "--run-dir", run_dir, "--quiet", *extra]
         proc = subprocess.run(cmd, capture_output=True, text=True)

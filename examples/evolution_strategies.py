@@ -102,10 +102,11 @@ if __name__ == "__main__":
     parser.add_argument("--population", type=int, default=32)
     parser.add_argument("--max-iterations", type=int, default=50)
     parser.add_argument("--target", type=float, default=475.0)
-    parser.add_argument("--launcher", default="processes", choices=["processes", "inprocess"])
+    parser.add_argument("--launcher", default="processes", choices=["processes", "inprocess", "ray"])
+    parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: a local one)")
     args = parser.parse_args()
     run = launch(make_program(args.workers, args.population, max_iterations=args.max_iterations,
-                              target=args.target), args.launcher)
+                              target=args.target), args.launcher, ray_address=args.ray_address)
     results = run.wait(timeout_s=600)
     print(run.summary())
     print(json.dumps(results["coordinator"]))

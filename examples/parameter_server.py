@@ -87,9 +87,10 @@ def make_program(num_workers: int, target_loss: float = 1e-3, timeout_s: float =
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--launcher", default="processes", choices=["processes", "inprocess"])
+    parser.add_argument("--launcher", default="processes", choices=["processes", "inprocess", "ray"])
+    parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: a local one)")
     args = parser.parse_args()
-    run = launch(make_program(args.workers), args.launcher)
+    run = launch(make_program(args.workers), args.launcher, ray_address=args.ray_address)
     results = run.wait(timeout_s=120)
     print(run.summary())
     print(json.dumps(results["coordinator"]))

@@ -1,15 +1,21 @@
-"""Launch: programs of nodes, launchers, experiment configs, the runners, and the CLI.
+"""Launch: two houses, imports one way (experiments -> programs).
 
-The experiment runners import JAX, gymnasium and Reverb; they load on first use, so that a node
+* ``shoal.launch.programs`` -- the program layer: programs, nodes, handles, launchers
+  (threads, processes, Ray), supervision, address books, RPC. Knows nothing of RL.
+* ``shoal.launch.experiments`` -- the RL runners: ``ExperimentConfig``, ``run_experiment``,
+  ``make_distributed_program``, the evaluator, the ``shoal`` CLI.
+
+The experiment names load on first use (they import JAX, gymnasium and Reverb), so that a node
 process which needs none of them (or must set XLA flags first) starts fast.
 """
 
-from shoal.launch.launchers import ProgramFailed, ProgramRun, launch
-from shoal.launch.nodes import FunctionNode, ReplayNode, ServiceNode, current_context, should_stop
-from shoal.launch.program import Handle, Program
+from shoal.launch.programs import (FunctionNode, Handle, Program, ProgramFailed, ProgramRun,
+                                   ReplayNode, Resources, ServiceNode, current_context, launch,
+                                   should_stop)
 
-_LAZY = {"ExperimentConfig": "shoal.launch.experiment", "run_experiment": "shoal.launch.experiment",
-         "make_distributed_program": "shoal.launch.distributed"}
+_LAZY = {"ExperimentConfig": "shoal.launch.experiments.runner",
+         "run_experiment": "shoal.launch.experiments.runner",
+         "make_distributed_program": "shoal.launch.experiments.distributed"}
 
 
 def __getattr__(name: str):
@@ -21,5 +27,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["ExperimentConfig", "FunctionNode", "Handle", "Program", "ProgramFailed", "ProgramRun",
-           "ReplayNode", "ServiceNode", "current_context", "launch", "make_distributed_program",
-           "run_experiment", "should_stop"]
+           "ReplayNode", "Resources", "ServiceNode", "current_context", "launch",
+           "make_distributed_program", "run_experiment", "should_stop"]

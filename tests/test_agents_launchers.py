@@ -22,7 +22,7 @@ BUDGET = 2_048
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_agent_runs_under_launcher(agent, launcher, tmp_path):
     env_id, settings = AGENTS[agent]
-    args = [sys.executable, "-m", "shoal.launch.cli", "train", "--agent", agent, "--env", env_id,
+    args = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env_id,
             "--launcher", launcher, "--num-actors", "2", "--num-envs", "8", "--seed", "0",
             "--max-env-steps", str(BUDGET), "--eval-every", str(BUDGET), "--eval-episodes", "2",
             "--target-return", "1e9", "--quiet", "--run-dir", str(tmp_path / "run")]

@@ -10,7 +10,7 @@ import pytest
 def run_cli(args, tmp_path, extra_env=None):
     run_dir = tmp_path / "run"
     env = dict(os.environ, **(extra_env or {}))
-    proc = subprocess.run([sys.executable, "-m", "shoal.launch.cli", "train", *args,
+    proc = subprocess.run([sys.executable, "-m", "shoal", "train", *args,
                            "--run-dir", str(run_dir)], capture_output=True, text=True,
                           timeout=120, env=env)
     return proc, run_dir

@@ -12,25 +12,18 @@ import time
 import psutil
 import pytest
 
+from tests.waiting import wait_for
+
 ARGS = ["train", "--agent", "dqn", "--env", "CartPole-v1", "--launcher", "processes",
         "--num-actors", "2", "--seed", "0", "--target-return", "1e9", "--quiet"]
 
 
 def start(tmp_path, max_env_steps):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "shoal.launch.cli", *ARGS, "--max-env-steps",
+    proc = subprocess.Popen([sys.executable, "-m", "shoal", *ARGS, "--max-env-steps",
                              str(max_env_steps), "--run-dir", str(run_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, run_dir
-
-
-def wait_for(predicate, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def node_pids(launcher_pid):
@@ -41,8 +34,8 @@ def node_pids(launcher_pid):
             cmd = child.cmdline()
         except psutil.Error:
             continue
-        if "shoal.launch.worker" in cmd:
-            out[os.path.basename(cmd[cmd.index("shoal.launch.worker") + 1])[:-4]] = child.pid
+        if "shoal.launch.programs.worker" in cmd:
+            out[os.path.basename(cmd[cmd.index("shoal.launch.programs.worker") + 1])[:-4]] = child.pid
     return out
 
 

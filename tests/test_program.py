@@ -7,7 +7,7 @@ import pytest
 import reverb
 
 from shoal.launch import FunctionNode, Program, ReplayNode, ServiceNode, launch
-from shoal.launch.program import Handle, dereference
+from shoal.launch.programs.program import Handle, dereference
 
 Pair = collections.namedtuple("Pair", "left right")
 
@@ -95,9 +95,41 @@ def test_replay_node_restores_its_checkpoint(tmp_path):
 def test_launch_rejects_bad_settings():
     program = Program("p")
     program.add_node(ServiceNode(Store, 1), label="a")
-    with pytest.raises(ValueError, match="unknown launcher 'ray'"):
-        launch(program, "ray")
+    with pytest.raises(ValueError, match="unknown launcher 'slurm'"):
+        launch(program, "slurm")
     with pytest.raises(ValueError, match=r"group_env names groups \['actors'\]"):
         launch(program, "processes", group_env={"actors": {"X": "1"}})
     with pytest.raises(ValueError, match="has no nodes"):
         launch(Program("empty"), "inprocess")
+
+
+def test_binding_every_interface_turns_the_token_on(tmp_path):
+    # No token given: the launcher generates one (nodes get it from the launcher, not argv).
+    program = Program("open")
+    stores = [program.add_node(ServiceNode(Store, i), label=f"s{i}") for i in range(2)]
+    program.add_node(FunctionNode(gather, stores, {"by_name": {}, "pair": Pair(stores[0], stores[1]), "plain": 0}),
+                     label="gather")
+    result = launch(program, "inprocess", host="0.0.0.0", run_dir=str(tmp_path)).wait(timeout_s=60)["gather"]
+    assert result["list"] == [0, 1]
+
+
+def test_the_program_layer_imports_no_rl_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, shoal.launch, shoal.launch.programs.ray_launcher\n"
+            "heavy = sorted(m for m in ('jax', 'gymnasium', 'reverb', 'tensorflow') if m in sys.modules)\n"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_groups_grow_from_their_factory():
+    program = Program("elastic")
+    hub = program.add_node(ServiceNode(Store, 0), label="hub")
+    program.add_group("worker", lambda i: ServiceNode(Store, hub), 2)
+    assert [n.label for n in program.groups["worker"]] == ["worker_0", "worker_1"]
+    assert program.new_node("worker").label == "worker_2" and ("worker_2", "hub") in program.edges()
+    with pytest.raises(ValueError, match="group 'hub' of program 'elastic' cannot grow"):
+        program.new_node("hub")

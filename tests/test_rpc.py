@@ -8,8 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from shoal.launch.rpc import CodecError, RemoteError, RpcClient, RpcServer, decode, encode
-from shoal.launch.rpc.server import METHOD, TOKEN_KEY
+from shoal.launch.programs.rpc import CodecError, RemoteError, RpcClient, RpcServer, decode, encode
+from shoal.launch.programs.rpc.server import METHOD, TOKEN_KEY
 
 DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
           np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128, ml_dtypes.bfloat16]
@@ -134,3 +134,14 @@ def test_wait_for_ready_times_out_clearly():
         client = RpcClient(f"127.0.0.1:{port}", timeout_s=0.5)
         with pytest.raises(TimeoutError, match="no reply within 0.5s"):
             client.echo(1)
+
+
+def test_a_server_off_loopback_needs_a_token():
+    with pytest.raises(ValueError, match="refusing to serve RPC on '0.0.0.0' without a token"):
+        RpcServer(Service(), host="0.0.0.0")
+    server = RpcServer(Service(), host="0.0.0.0", token="s3cret").start()
+    try:
+        client = RpcClient(f"127.0.0.1:{server.port}", token="s3cret").wait_for_ready(10)
+        assert client.add(1, 2) == 3
+    finally:
+        server.stop()

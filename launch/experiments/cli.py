@@ -14,8 +14,10 @@ import dataclasses
 import datetime
 import json
 import os
+import signal
 import sys
 import threading
+import time
 import types
 import typing
 from typing import Any, Sequence
@@ -53,13 +55,31 @@ def _convert(config_cls, key: str, value: str) -> Any:
         raise ValueError(f"--set {key}={value!r}: expected a {kind.__name__} like {default!r}") from None
 
 
+def _parse_resources(text: str) -> tuple[str, Any]:
+    """``GROUP:NAME=VALUE[,NAME=VALUE...]`` -> ``(group, Resources)``."""
+    from shoal.launch.programs import Resources
+
+    group, _, spec = text.partition(":")
+    try:
+        pairs = dict((k.strip(), float(v)) for k, v in (item.split("=", 1) for item in spec.split(",") if item))
+    except ValueError:
+        pairs = {}
+    if not group or not pairs:
+        raise argparse.ArgumentTypeError(f"--resources takes GROUP:NAME=VALUE[,NAME=VALUE...], got {text!r}")
+    standard = {name: pairs.pop(name) for name in ("num_cpus", "num_gpus", "memory") if name in pairs}
+    if "memory" in standard:
+        standard["memory"] = int(standard["memory"])
+    return group, Resources(**standard, custom=pairs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shoal", description="Shoal: RL actor-learner framework.")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent on a gymnasium task",
                            description="Train an agent in one process with an embedded Reverb "
-                           "replay server. Ends with one JSON line on stdout. Compiled JAX code "
-                           "is cached in ~/.cache/shoal/jax (SHOAL_COMPILATION_CACHE=DIR or off).")
+                           "replay server, or as a distributed program (--launcher). Ends with one "
+                           "JSON line on stdout. Compiled JAX code is cached in ~/.cache/shoal/jax "
+                           "(SHOAL_COMPILATION_CACHE=DIR or off).")
     train.add_argument("--agent", default="dqn", help="agent to train (default: dqn)")
     train.add_argument("--env", default="CartPole-v1", help="gymnasium environment id (default: CartPole-v1)")
     train.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
@@ -79,23 +99,39 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", dest="overrides", action="append", type=_parse_override, default=[],
                        metavar="KEY=VALUE", help="override an agent setting, e.g. --set "
                        "learning_rate=3e-4 (repeatable; see the agent's config dataclass)")
-    train.add_argument("--launcher", choices=["processes", "inprocess"], default=None,
-                       help="run as a distributed program: one process per node, or one thread "
-                       "per node (for debugging). Default: the single-process runner")
+    train.add_argument("--launcher", choices=["processes", "inprocess", "ray"], default=None,
+                       help="run as a distributed program: one process per node, one thread per "
+                       "node (for debugging), or one Ray actor per node. Default: the "
+                       "single-process runner")
     train.add_argument("--num-actors", type=int, default=4,
-                       help="actor nodes of a distributed program (default: 4)")
+                       help="actor nodes of a distributed program (default: 4; change it while "
+                       "the program runs with `shoal scale RUN_DIR --actors N`)")
+    train.add_argument("--ray-address", default=None,
+                       help="the Ray cluster to join (auto, or HOST:PORT); default: start a local "
+                       "Ray instance with this machine's CPUs")
+    train.add_argument("--resources", action="append", type=_parse_resources, default=[],
+                       metavar="GROUP:NAME=VALUE,...", help="what each node of a group asks of the "
+                       "Ray cluster: num_cpus, num_gpus, memory (bytes) or a custom resource, e.g. "
+                       "--resources learner:num_gpus=1 --resources actor:actor_host=1 (repeatable)")
     train.add_argument("--dry-run", action="store_true",
                        help="print the distributed program's graph (nodes, groups, edges) and exit")
     train.add_argument("--token", default=None,
-                       help="shared secret every RPC of a distributed program must carry")
+                       help="shared secret every RPC of a distributed program must carry "
+                       "(generated for the Ray launcher when not given)")
     train.add_argument("--quiet", action="store_true", help="no progress line")
+    for name, text in (("scale", "grow or shrink the actors of a running distributed program"),
+                       ("status", "show the node table of a running distributed program")):
+        command = sub.add_parser(name, help=text, description=text.capitalize() + ".")
+        command.add_argument("run_dir", help="the program's run directory (its --run-dir)")
+        if name == "scale":
+            command.add_argument("--actors", type=int, required=True, help="actors to run from now on")
     return parser
 
 
-def train(args: argparse.Namespace) -> dict[str, Any]:
+def train(args: argparse.Namespace, started: float) -> dict[str, Any]:
     from shoal.agents import get_builder
-    from shoal.launch.compilation_cache import enable_compilation_cache
-    from shoal.launch.experiment import ExperimentConfig, run_experiment
+    from shoal.launch.experiments.compilation_cache import enable_compilation_cache
+    from shoal.launch.experiments.runner import ExperimentConfig, run_experiment
 
     enable_compilation_cache()
 
@@ -112,35 +148,53 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     if args.launcher is None and not args.dry_run:
         result = run_experiment(config)
     else:
-        result = train_distributed(config, args)
+        result = train_distributed(config, args, started)
         if result is None:
             return None
     result["agent"] = args.agent
     return result
 
 
-def train_distributed(config, args: argparse.Namespace) -> dict[str, Any] | None:
-    from shoal.launch.distributed import ACTOR_ENV, make_distributed_program
-    from shoal.launch.launchers import launch
+def train_distributed(config, args: argparse.Namespace, started: float) -> dict[str, Any] | None:
+    """Launches the distributed program; SIGTERM (what a cluster scheduler sends) stops it
+    gracefully: the evaluator returns its result, which is printed, and ``shoal`` exits 143."""
+    from shoal.launch.experiments.distributed import ACTOR_ENV, make_distributed_program
+    from shoal.launch.programs import launch
 
-    program = make_distributed_program(config, num_actors=args.num_actors)
+    program = make_distributed_program(config, num_actors=args.num_actors, launched_at=started)
+    for group, resources in args.resources:
+        program.set_resources(group, resources)
     if args.dry_run:
         print(program.describe())
         print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
         return None
+    if args.launcher == "ray":
+        _require_ray()
     run = launch(program, args.launcher, run_dir=config.run_dir, token=args.token,
-                 group_env={"actor": ACTOR_ENV})
-    stop_following = threading.Event()
+                 group_env={"actor": ACTOR_ENV}, ray_address=args.ray_address)
+    run.serve_control(config.run_dir)  # for `shoal scale` / `shoal status`
+    stop_following, terminated = threading.Event(), threading.Event()
     if args.launcher == "processes" and not args.quiet:  # the evaluator's progress line, here
         threading.Thread(target=_follow, daemon=True, args=(
             os.path.join(run.run_dir, "logs", "evaluator.log"), "[train]", stop_following)).start()
+
+    def on_sigterm(*_) -> None:
+        terminated.set()
+        threading.Thread(target=run.stop, args=("terminated (SIGTERM)",), daemon=True).start()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         results = run.wait()
     finally:
+        signal.signal(signal.SIGTERM, previous)
         stop_following.set()
         print(run.summary(), file=sys.stderr, flush=True)
     result = results["evaluator"]
+    if result is None:
+        raise RuntimeError(f"program {program.name!r} ended before its evaluator returned a result")
     result.update(launcher=args.launcher)
+    if terminated.is_set():
+        result["terminated"] = "SIGTERM"
     return result
 
 
@@ -157,11 +211,33 @@ def _follow(path: str, prefix: str, stop: threading.Event) -> None:
                 print(line, end="", file=sys.stderr, flush=True)
 
 
+def _require_ray() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ValueError("the Ray launcher needs the 'ray' extra, which is not installed; run "
+                         "pip install -e '.[ray]' (from the Shoal repository)") from None
+
+
+def control(args: argparse.Namespace) -> None:
+    from shoal.launch.programs.supervision import connect_control
+
+    client = connect_control(args.run_dir)
+    rows = client.scale("actor", args.actors) if args.command == "scale" else client.status()
+    print(f"{'node':<14} {'group':<10} {'state':<12} {'restarts':>8}")
+    for row in rows:
+        print(f"{row['label']:<14} {row['group']:<10} {row['state']:<12} {row['restarts']:>8}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.time()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        result = train(args)
+        if args.command in ("scale", "status"):
+            control(args)
+            return 0
+        result = train(args, started)
         if result is None:  # --dry-run
             return 0
     except ValueError as e:
@@ -174,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"shoal: error: {e}", file=sys.stderr)
         return 1
     print(json.dumps(result), flush=True)
-    return 0
+    return 143 if result.get("terminated") == "SIGTERM" else 0
 
 
 if __name__ == "__main__":

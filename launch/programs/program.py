@@ -13,12 +13,35 @@ Setup (user code)::
 (also inside lists, tuples and dicts) is an edge of the graph. At execution time, inside the
 node's own thread or process, every handle is *dereferenced* into a client: an ``RpcClient``
 for a service node, a ``reverb.Client`` for a replay node.
+
+A group may carry ``Resources`` (CPUs, GPUs, memory, custom resources), which the Ray launcher
+asks of the cluster for each of its nodes. ``program.add_group(name, make_node, count)`` adds
+``count`` nodes ``make_node(i)`` and keeps ``make_node``, so that a running program can grow
+or shrink that group (``ProgramRun.add_nodes`` / ``remove_nodes``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+import dataclasses
+from typing import Any, Callable, Iterator, Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What each node of a group asks of the machine it is placed on (Ray launcher; the local
+    launchers run everything on this machine and ignore it). ``None``: the engine's default.
+
+    num_cpus / num_gpus: CPUs / GPUs reserved (fractions allowed).
+    memory: bytes of memory reserved.
+    custom: custom resources, e.g. ``{"actor_host": 1}`` places nodes only on machines started
+      with ``ray start --resources '{"actor_host": N}'``.
+    """
+
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    memory: int | None = None
+    custom: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
 class Handle:
@@ -32,7 +55,7 @@ class Handle:
 
 
 class Node:
-    """Something to run in its own thread or process. Subclasses: see ``shoal.launch.nodes``."""
+    """Something to run in its own thread or process. Subclasses: see ``shoal.launch.programs.nodes``."""
 
     kind = "node"
 
@@ -76,18 +99,47 @@ class Program:
     def __init__(self, name: str) -> None:
         self.name = name
         self.nodes: list[Node] = []
+        self.resources: dict[str, Resources] = {}
+        self.node_factories: dict[str, Callable[[int], Node]] = {}
         self._group: str | None = None
 
     @contextlib.contextmanager
-    def group(self, name: str) -> Iterator[None]:
+    def group(self, name: str, resources: Resources | None = None) -> Iterator[None]:
         """Nodes added inside ``with program.group(name):`` belong to group ``name``."""
         if self._group is not None:
             raise ValueError(f"groups do not nest (already in group {self._group!r})")
+        if resources is not None:
+            self.resources[name] = resources
         self._group = name
         try:
             yield
         finally:
             self._group = None
+
+    def add_group(self, name: str, make_node: Callable[[int], Node], count: int,
+                  resources: Resources | None = None) -> list[Handle]:
+        """Adds nodes ``make_node(0) .. make_node(count - 1)``, labelled ``{name}_{i}``, as group
+        ``name``, which a running program can then grow and shrink."""
+        if count < 0:
+            raise ValueError(f"group {name!r}: count must be >= 0, got {count}")
+        self.node_factories[name] = make_node
+        with self.group(name, resources):
+            return [self.add_node(make_node(i), label=f"{name}_{i}") for i in range(count)]
+
+    def new_node(self, group: str) -> Node:
+        """Adds the next node of a group made with ``add_group`` (labels are never reused: a
+        removed node keeps its place in the graph) and returns it."""
+        if group not in self.node_factories:
+            raise ValueError(f"group {group!r} of program {self.name!r} cannot grow: it was not "
+                             f"added with add_group (growable: {sorted(self.node_factories) or 'none'})")
+        index = sum(n.group == group for n in self.nodes)
+        with self.group(group):
+            return self.add_node(self.node_factories[group](index), label=f"{group}_{index}").node
+
+    def set_resources(self, group: str, resources: Resources) -> None:
+        if group not in self.groups:
+            raise ValueError(f"program {self.name!r} has no group {group!r} (groups: {sorted(self.groups)})")
+        self.resources[group] = resources
 
     def add_node(self, node: Node, label: str | None = None) -> Handle:
         group = self._group or label or node.kind

@@ -10,24 +10,35 @@ A request is ``encode({"method": name, "args": [...], "kwargs": {...}})``; the r
 * ``INTERNAL`` -- the result cannot be encoded.
 
 Only public methods (no leading underscore) are callable, and never ``run``. The server binds
-127.0.0.1 unless another host is given; port 0 lets the OS pick a free port (no races).
+127.0.0.1 unless another host is given, and refuses any other interface without a token; port 0
+lets the OS pick a free port (no races).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import hmac
+import ipaddress
 import traceback
 from typing import Any
 
 import grpc
 
-from shoal.launch.rpc.codec import CodecError, decode, encode
+from shoal.launch.programs.rpc.codec import CodecError, decode, encode
 
 SERVICE = "shoal.Rpc"
 METHOD = f"/{SERVICE}/Call"
 TOKEN_KEY = "shoal-token"
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        return False
 
 
 def public_methods(obj: Any) -> dict[str, Any]:
@@ -40,6 +51,10 @@ class RpcServer:
 
     def __init__(self, obj: Any, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
                  max_workers: int = 16) -> None:
+        if not is_loopback(host) and not token:
+            raise ValueError(f"refusing to serve RPC on {host!r} without a token: every process "
+                             "that can reach that interface could call this server (pass a token, "
+                             "or bind 127.0.0.1)")
         self._methods = public_methods(obj)
         self._token = token.encode() if token else None
         self._server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers),

@@ -33,7 +33,7 @@ from shoal.core.interfaces import Actor, Learner
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 from shoal.core.types import Step
-from shoal.launch.evaluation import Evaluator
+from shoal.launch.experiments.evaluation import Evaluator
 from shoal.replay import ReplayServer, without_insert_blocking
 
 

@@ -1,17 +1,18 @@
 """``make_distributed_program``: any agent builder as a program of replay, counter, learner,
-N actors and an evaluator, for ``launch(program, "processes" | "inprocess")``.
+N actors and an evaluator, for ``launch(program, "processes" | "inprocess" | "ray")``.
 
 * ``replay``  -- a Reverb server with the builder's tables.
 * ``counter`` -- a ``Counter`` service; actors add ``env_steps``, the learner ``learner_steps``
   (and ``stale_batches_dropped``, for an on-policy agent whose batches lag too far).
 * ``learner`` -- steps the builder's learner as fast as the table's rate limiter allows and
   serves ``get_variables`` (its cached host copy, with a version) over RPC.
-* ``actor_i`` -- (group ``actor``, restartable) steps its own vector env, writes to replay, pulls
+* ``actor_i`` -- (group ``actor``, restartable, scalable while running) steps its own vector env, writes to replay, pulls
   parameters asynchronously every ``variable_update_period`` steps, and logs its steps/s and its
   staleness (learner version minus the version it acts with).
 * ``evaluator`` -- evaluates every ``eval_every`` env steps (counted over all actors) and returns
-  the run's result when the target return is reached or the step budget is spent, which ends
-  the program: it is also the step-budget stopper.
+  the run's result when the target return is reached, the step budget is spent, or the program
+  is asked to stop (then ``"stopped": true``), which ends the program: it is also the
+  step-budget stopper. ``first_update_s`` in the result: launch to the learner's first update.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from shoal.actors import EnvironmentLoop, make_vector_env
 from shoal.core.counting import Counter
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
-from shoal.launch.evaluation import Evaluator
-from shoal.launch.experiment import ExperimentConfig
-from shoal.launch.nodes import FunctionNode, ReplayNode, ServiceNode, should_stop
-from shoal.launch.program import Program
+from shoal.launch.experiments.evaluation import Evaluator
+from shoal.launch.experiments.runner import ExperimentConfig
+from shoal.launch.programs.nodes import FunctionNode, ReplayNode, ServiceNode, should_stop
+from shoal.launch.programs.program import Program
 
 # Actors act on the CPU with one thread each; the learner keeps the accelerators.
 ACTOR_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
@@ -49,6 +50,7 @@ class LearnerWorker:
         # Compile before this node serves (actors and the evaluator wait for it), so the first
         # batches are trained on at once rather than after the compiler (seconds on a CPU).
         self._learner.warm_up(dataset.example())
+        self._first_update_at: float | None = None
 
     def get_variables(self, known_version: int = -1):
         return self._learner.get_variables(known_version)
@@ -57,8 +59,12 @@ class LearnerWorker:
         return self._learner.version
 
     def counts(self) -> dict[str, float]:
-        """The learner's own totals (``learner_steps``, ...), exact, not the last report."""
-        return self._local.get_counts()
+        """The learner's own totals (``learner_steps``, ...), exact, not the last report, and
+        ``first_update_at`` (Unix time of its first update, if any)."""
+        counts = self._local.get_counts()
+        if self._first_update_at is not None:
+            counts["first_update_at"] = self._first_update_at
+        return counts
 
     def run(self) -> None:
         reported: dict[str, float] = {}
@@ -69,6 +75,8 @@ class LearnerWorker:
                     time.sleep(0.001)
                     continue
                 self._learner.step()
+                if self._first_update_at is None:
+                    self._first_update_at = time.time()
                 if time.monotonic() - last > 0.5:  # learner_steps, stale_batches_dropped, ...
                     counts = self._local.get_counts()
                     self._counter.increment(**{k: v - reported.get(k, 0) for k, v in counts.items()})
@@ -92,25 +100,35 @@ class ActorWorker:
     def run(self) -> None:
         loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
         reported, last = 0, time.monotonic()
+
+        def report() -> None:
+            nonlocal reported
+            delta, reported = loop.env_steps - reported, loop.env_steps
+            self._counter.increment(**{"env_steps": delta, f"env_steps_actor_{self._id}": delta})
+
         while not should_stop():
             loop.step()
             if time.monotonic() - last > 0.5:
-                delta, reported = loop.env_steps - reported, loop.env_steps
-                self._counter.increment(**{"env_steps": delta, f"env_steps_actor_{self._id}": delta})
+                report()
                 # staleness: learner updates the params this actor acts with are behind by
                 version = self._actor.params_version
                 loop.log(params_version=version, staleness=self._learner.version() - version)
                 last = time.monotonic()
+        report()  # an actor stopped while the program goes on (scaled down): its last steps count
         self._adder.close()
         self._logger.close()
 
 
-def run_evaluator(config: ExperimentConfig, learner, counter, num_actors: int) -> dict[str, Any]:
-    """Evaluates on schedule; returns the run's result (ending the program)."""
-    start = time.monotonic()
+def run_evaluator(config: ExperimentConfig, learner, counter, launched_at: float | None = None) -> dict[str, Any]:
+    """Evaluates on schedule; returns the run's result when the target return is reached, the
+    budget is spent, or the program is asked to stop (ending the program). ``wall_s`` counts
+    from ``launched_at`` (Unix time, e.g. when ``shoal train`` started), else from here; actor
+    speeds are measured over this node's own run (after every node started)."""
+    start, start_unix = time.monotonic(), time.time()
     evaluator = Evaluator(config, learner, jax.random.PRNGKey(config.seed + 1), start)
     progress = make_logger("train", None, terminal=config.progress, time_delta=config.progress_every_s)
-    while True:
+    first = counter.get_counts()
+    while not should_stop():
         counts = counter.get_counts()
         env_steps = int(counts.get("env_steps", 0))
         out_of_budget = env_steps >= config.max_env_steps
@@ -122,20 +140,28 @@ def run_evaluator(config: ExperimentConfig, learner, counter, num_actors: int) -
             if evaluator.run(env_steps) or out_of_budget:
                 break
         time.sleep(0.05)
-    wall_s = time.monotonic() - start
+    window_s = time.monotonic() - start
+    wall_s = time.time() - (launched_at or start_unix)
     counts = {**counter.get_counts(), **learner.counts()}  # the learner's own, not its last report
     evaluator.close()
-    per_actor = {f"actor_{i}": counts.get(f"env_steps_actor_{i}", 0) / wall_s for i in range(num_actors)}
+    per_actor = {name.removeprefix("env_steps_"): (steps - first.get(name, 0)) / window_s
+                 for name, steps in counts.items() if name.startswith("env_steps_actor_")}
     result = {**evaluator.result(counts.get("env_steps", 0), counts.get("learner_steps", 0), wall_s),
-              "num_actors": num_actors, "actor_steps_per_s": round(sum(per_actor.values()), 1),
+              "num_actors": len(per_actor), "actor_steps_per_s": round(sum(per_actor.values()), 1),
               "actor_steps_per_s_each": {k: round(v, 1) for k, v in per_actor.items()}}
     if "stale_batches_dropped" in counts:  # on-policy agents: batches older than max_policy_lag
         result["stale_batches_dropped"] = int(counts["stale_batches_dropped"])
+    if "first_update_at" in counts:
+        result["first_update_s"] = round(counts["first_update_at"] - (launched_at or start_unix), 3)
+    if should_stop():
+        result["stopped"] = True
     return result
 
 
-def make_distributed_program(config: ExperimentConfig, num_actors: int = 4) -> Program:
-    """The program graph for ``config`` (validated first: bad settings raise here, before launch)."""
+def make_distributed_program(config: ExperimentConfig, num_actors: int = 4,
+                             launched_at: float | None = None) -> Program:
+    """The program graph for ``config`` (validated first: bad settings raise here, before launch).
+    ``launched_at``: Unix time the run counts its ``wall_s`` from (default: the evaluator's start)."""
     config.validate()
     if num_actors < 1:
         raise ValueError(f"num_actors must be >= 1, got {num_actors}")
@@ -148,8 +174,10 @@ def make_distributed_program(config: ExperimentConfig, num_actors: int = 4) -> P
                               label="replay")
     counter = program.add_node(ServiceNode(Counter), label="counter")
     learner = program.add_node(ServiceNode(LearnerWorker, config, replay, counter), label="learner")
-    with program.group("actor"):
-        for i in range(num_actors):
-            program.add_node(ServiceNode(ActorWorker, config, i, replay, learner, counter))
-    program.add_node(FunctionNode(run_evaluator, config, learner, counter, num_actors), label="evaluator")
+    program.add_group("actor", functools.partial(_actor_node, config, replay, learner, counter), num_actors)
+    program.add_node(FunctionNode(run_evaluator, config, learner, counter, launched_at), label="evaluator")
     return program
+
+
+def _actor_node(config: ExperimentConfig, replay, learner, counter, index: int) -> ServiceNode:
+    return ServiceNode(ActorWorker, config, index, replay, learner, counter)

@@ -6,58 +6,36 @@
 * ``FunctionNode(fn, *args)`` runs ``fn(*args)``; its return value is the node's result, and a
   program ends when all its function nodes have returned.
 
-Servers bind port 0 (the OS picks a free port: no races) and publish their address in the
-launch's ``AddressRegistry``; a handle is dereferenced by looking that address up (with a
-timeout) and connecting. Node code can ask ``current_context().should_stop()`` in its loops.
+Servers bind port 0 (the OS picks a free port: no races) on ``ctx.bind_host`` and publish
+``ctx.advertise_host:port`` in the launch's address book (``shoal.launch.programs.addressing``);
+a handle is dereferenced by looking that address up (with a timeout) and connecting. Node code
+can ask ``current_context().should_stop()`` in its loops.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
-import time
 from typing import Any, Callable
 
-from shoal.launch.program import Handle, Node, dereference
+from shoal.launch.programs.addressing import AddressBook
+from shoal.launch.programs.program import Handle, Node, dereference
 
 _local = threading.local()
 _process_context: "NodeContext | None" = None
 
 
-class AddressRegistry:
-    """Addresses of running nodes, as one small file per node label in ``directory``."""
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-        os.makedirs(directory, exist_ok=True)
-
-    def publish(self, label: str, address: str) -> None:
-        path = os.path.join(self.directory, label)
-        with open(path + ".tmp", "w") as f:
-            f.write(address)
-        os.replace(path + ".tmp", path)  # readers never see a half-written address
-
-    def lookup(self, label: str, timeout_s: float = 120.0) -> str:
-        path = os.path.join(self.directory, label)
-        deadline = time.monotonic() + timeout_s
-        while not os.path.exists(path):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"node {label!r} published no address within {timeout_s}s "
-                                   f"(did it fail to start? see its log)")
-            time.sleep(0.05)
-        with open(path) as f:
-            return f.read()
-
-
 @dataclasses.dataclass
 class NodeContext:
+    """Where and how a node runs: its address book, the RPC token, the interface its servers
+    bind and the host they advertise, and the event that asks it to stop."""
+
     label: str
     group: str
-    registry: AddressRegistry
-    run_dir: str
+    address_book: AddressBook
     token: str | None = None
-    host: str = "127.0.0.1"
+    bind_host: str = "127.0.0.1"
+    advertise_host: str = "127.0.0.1"
     stop_event: threading.Event = dataclasses.field(default_factory=threading.Event)
     connect_timeout_s: float = 120.0
 
@@ -65,11 +43,16 @@ class NodeContext:
         return self.stop_event.is_set()
 
     def resolve(self, handle: Handle) -> Any:
-        address = self.registry.lookup(handle.node.label, self.connect_timeout_s)
+        address = self.address_book.lookup(handle.node.label, self.connect_timeout_s)
         return handle.node.make_client(address, self)
 
     def deref(self, value: Any) -> Any:
         return dereference(value, self.resolve)
+
+    def publish(self, port: int) -> str:
+        address = f"{self.advertise_host}:{port}"
+        self.address_book.publish(self.label, address)
+        return address
 
 
 def set_context(ctx: NodeContext, process_wide: bool = False) -> None:
@@ -105,16 +88,16 @@ class ServiceNode(Node):
         return _name(self.factory)
 
     def make_client(self, address: str, ctx: NodeContext) -> Any:
-        from shoal.launch.rpc import RpcClient
+        from shoal.launch.programs.rpc import RpcClient
 
         return RpcClient(address, token=ctx.token)
 
     def run(self, ctx: NodeContext) -> Any:
-        from shoal.launch.rpc import RpcServer
+        from shoal.launch.programs.rpc import RpcServer
 
         obj = self.factory(*ctx.deref(self.args), **ctx.deref(self.kwargs))
-        server = RpcServer(obj, host=ctx.host, token=ctx.token).start()
-        ctx.registry.publish(self.label, server.address)
+        server = RpcServer(obj, host=ctx.bind_host, token=ctx.token).start()
+        ctx.publish(server.port)
         try:
             if callable(getattr(obj, "run", None)):
                 return obj.run()
@@ -142,7 +125,7 @@ class ReplayNode(Node):
         from shoal.replay import ReplayServer
 
         server = ReplayServer(self.make_tables(), checkpoint_dir=self.checkpoint_dir)
-        ctx.registry.publish(self.label, server.address)
+        ctx.publish(server.port)  # (Reverb's server listens on every interface)
         try:
             ctx.stop_event.wait()
         finally:

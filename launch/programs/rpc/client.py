@@ -12,8 +12,8 @@ from typing import Any
 
 import grpc
 
-from shoal.launch.rpc.codec import decode, encode
-from shoal.launch.rpc.server import CHANNEL_OPTIONS, METHOD, TOKEN_KEY
+from shoal.launch.programs.rpc.codec import decode, encode
+from shoal.launch.programs.rpc.server import CHANNEL_OPTIONS, METHOD, TOKEN_KEY
 
 
 class RemoteError(RuntimeError):

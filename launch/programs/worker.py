@@ -1,12 +1,14 @@
 """Entry point of one node's process (started by the ``processes`` launcher).
 
-    python -m shoal.launch.worker <node file> <registry dir> <run dir> <launcher pid>
+    python -m shoal.launch.programs.worker <node file> <addresses dir> <launcher pid> <result fd>
 
 The node file was written by the launcher (cloudpickle, same user, local disk) just before it
 started this process; nothing here reads bytes from a socket. The group's environment
-variables are already set (by the launcher), so JAX/XLA see them before their first import.
-The process dies with its launcher (PR_SET_PDEATHSIG, plus a parent-pid watchdog), turns
-SIGTERM into a cooperative stop, and writes a function node's result as JSON.
+variables are already set (by the launcher), so JAX/XLA see them before their first import;
+``SHOAL_TOKEN``, ``SHOAL_BIND_HOST`` and ``SHOAL_ADVERTISE_HOST`` come the same way (never on
+the command line). The process dies with its launcher (PR_SET_PDEATHSIG, plus a parent-pid
+watchdog), turns SIGTERM into a cooperative stop, and writes a function node's result as JSON
+to the pipe ``<result fd>``.
 """
 
 from __future__ import annotations
@@ -37,17 +39,19 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watchdog, daemon=True).start()
 
 
-def main(node_file: str, registry_dir: str, run_dir: str, parent_pid: str) -> int:
+def main(node_file: str, addresses_dir: str, parent_pid: str, result_fd: str) -> int:
     _die_with_parent(int(parent_pid))
     import cloudpickle
 
-    from shoal.launch.nodes import AddressRegistry, NodeContext, set_context
+    from shoal.launch.programs.addressing import FileAddressBook
+    from shoal.launch.programs.nodes import NodeContext, set_context
 
     with open(node_file, "rb") as f:
         node = cloudpickle.load(f)
-    ctx = NodeContext(label=node.label, group=node.group, registry=AddressRegistry(registry_dir),
-                      run_dir=run_dir, token=os.environ.get("SHOAL_TOKEN") or None,
-                      host=os.environ.get("SHOAL_HOST", "127.0.0.1"))
+    ctx = NodeContext(label=node.label, group=node.group, address_book=FileAddressBook(addresses_dir),
+                      token=os.environ.get("SHOAL_TOKEN") or None,
+                      bind_host=os.environ.get("SHOAL_BIND_HOST", "127.0.0.1"),
+                      advertise_host=os.environ.get("SHOAL_ADVERTISE_HOST", "127.0.0.1"))
     set_context(ctx, process_wide=True)
     signal.signal(signal.SIGTERM, lambda *_: ctx.stop_event.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
@@ -57,9 +61,9 @@ def main(node_file: str, registry_dir: str, run_dir: str, parent_pid: str) -> in
     except BaseException:  # noqa: BLE001 -- logged; the exit code tells the launcher
         traceback.print_exc()
         return 1
-    if node.kind == "function":
-        with open(os.path.join(run_dir, "results", f"{node.label}.json"), "w") as f:
-            json.dump(result, f, default=str)
+    with os.fdopen(int(result_fd), "w") as pipe:
+        if node.kind == "function":
+            json.dump(result, pipe, default=str)
     print(f"[{node.label}] finished", flush=True)
     return 0
 

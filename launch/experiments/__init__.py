@@ -1,0 +1,1 @@
+"""The RL experiment runners, on top of the program layer (``shoal.launch.programs``)."""

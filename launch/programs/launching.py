@@ -1,0 +1,74 @@
+"""``launch(program, launcher)``: start every node of a program and supervise it.
+
+Launchers: ``"processes"`` (one OS process per node, this machine), ``"inprocess"`` (one thread
+per node, for debugging) and ``"ray"`` (one Ray actor per node, on a Ray cluster or a local Ray
+instance). All return a ``ProgramRun`` with the same supervision policy.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from typing import Mapping
+
+from shoal.launch.programs.addressing import FileAddressBook
+from shoal.launch.programs.local import ProcessWorker, ThreadWorker
+from shoal.launch.programs.program import Program
+from shoal.launch.programs.rpc.server import is_loopback
+from shoal.launch.programs.supervision import ProgramRun
+
+LAUNCHERS = ("processes", "inprocess", "ray")
+
+
+def launch(program: Program, launcher: str = "processes", *, run_dir: str | None = None,
+           token: str | None = None, host: str = "127.0.0.1",
+           group_env: Mapping[str, Mapping[str, str]] | None = None,
+           restartable_groups=("actor",), max_restarts: int = 3, grace_s: float = 5.0,
+           ray_address: str | None = None) -> ProgramRun:
+    """Starts every node of ``program``.
+
+    Args:
+      launcher: ``"processes"``, ``"inprocess"`` (``group_env`` cannot apply there) or ``"ray"``.
+      run_dir: holds ``logs/``, ``addresses/``, ``nodes/`` of a local launch (default: a new
+        temp dir); the Ray launcher writes nothing there (logs stream to this process).
+      token: a shared secret every RPC must carry. Generated when servers bind an interface
+        other than loopback (always, under Ray); never put on a node's command line.
+      host: the interface RPC servers bind (local launchers); 127.0.0.1 unless you opt in to
+        another. Ray nodes bind every interface and advertise their node's IP.
+      group_env: extra environment variables per group, e.g. ``{"actor": {"CUDA_VISIBLE_DEVICES": ""}}``.
+      ray_address: the cluster to join (``auto``, ``HOST:PORT``); ``None`` starts a local Ray.
+    """
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
+    if not program.nodes:
+        raise ValueError(f"program {program.name!r} has no nodes")
+    group_env = {group: dict(env) for group, env in (group_env or {}).items()}
+    unknown = set(group_env) - set(program.groups)
+    if unknown:
+        raise ValueError(f"group_env names groups {sorted(unknown)} that program {program.name!r} "
+                         f"does not have (groups: {sorted(program.groups)})")
+    options = dict(restartable_groups=restartable_groups, max_restarts=max_restarts, grace_s=grace_s)
+    if launcher == "ray":
+        from shoal.launch.programs.ray_launcher import launch_ray
+
+        return launch_ray(program, token=token or secrets.token_urlsafe(32), group_env=group_env,
+                          ray_address=ray_address, **options)
+    if not is_loopback(host) and not token:
+        token = secrets.token_urlsafe(32)  # servers reachable off this machine: never unauthenticated
+    advertise = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # (all nodes are on this machine)
+    run_dir = run_dir or tempfile.mkdtemp(prefix=f"shoal-{program.name}-")
+    for sub in ("logs", "addresses", "nodes"):
+        os.makedirs(os.path.join(run_dir, sub), exist_ok=True)
+    book = FileAddressBook(os.path.join(run_dir, "addresses"))
+    book.clear()  # addresses of an earlier run in this directory
+    if launcher == "processes":
+        base = dict(os.environ, SHOAL_TOKEN=token or "", SHOAL_BIND_HOST=host,
+                    SHOAL_ADVERTISE_HOST=advertise, PYTHONUNBUFFERED="1")
+
+        def make_worker(node):
+            return ProcessWorker(node, run_dir, {**base, **group_env.get(node.group, {})})
+    else:
+        def make_worker(node):
+            return ThreadWorker(node, book, token, host, advertise)
+    return ProgramRun(program, make_worker, launcher=launcher, run_dir=run_dir, **options)

@@ -1,0 +1,125 @@
+"""Local launchers: every node a thread of this process (``inprocess``), or an OS process of
+this machine (``processes``), supervised by a ``ProgramRun``.
+
+Node processes run ``python -m shoal.launch.programs.worker`` in their own session, die with the
+launcher, log to ``<run_dir>/logs/<label>.log``, find each other through a ``FileAddressBook`` in
+``<run_dir>/addresses``, and send a function node's result back through a pipe. Stopping a node
+sends SIGTERM (a cooperative stop: ``should_stop()`` turns true), then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from typing import Any, Mapping
+
+from shoal.launch.programs.addressing import FileAddressBook
+from shoal.launch.programs.nodes import NodeContext, set_context
+from shoal.launch.programs.program import Node
+
+
+class ThreadWorker:
+    managed_restarts, restarts = False, 0
+
+    def __init__(self, node: Node, book: FileAddressBook, token: str | None, bind_host: str,
+                 advertise_host: str) -> None:
+        self.node, self._book, self._token = node, book, token
+        self._hosts = bind_host, advertise_host
+        self.log_path = "(this process)"
+        self.thread: threading.Thread | None = None
+        self.code: int | None = None
+        self._result: Any = None
+        self.ctx: NodeContext | None = None
+
+    def start(self) -> None:
+        self.code = None
+        self.ctx = NodeContext(self.node.label, self.node.group, self._book, self._token, *self._hosts)
+        self.thread = threading.Thread(target=self._main, name=self.node.label, daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        set_context(self.ctx)
+        try:
+            self._result = self.node.run(self.ctx)
+            self.code = 0
+        except BaseException:  # noqa: BLE001
+            print(f"[{self.node.label}] failed:\n{traceback.format_exc()}", file=sys.stderr)
+            self.code = 1
+
+    def poll(self) -> int | None:
+        return None if self.thread is None or self.thread.is_alive() else self.code
+
+    def terminate(self) -> None:
+        if self.ctx:
+            self.ctx.stop_event.set()
+
+    def kill(self) -> None:  # threads cannot be killed; they are daemons and die with the process
+        pass
+
+    def result(self) -> Any:
+        return self._result
+
+
+class ProcessWorker:
+    managed_restarts, restarts = False, 0
+
+    def __init__(self, node: Node, run_dir: str, env: Mapping[str, str]) -> None:
+        self.node, self.run_dir, self.env = node, run_dir, dict(env)
+        self.log_path = os.path.join(run_dir, "logs", f"{node.label}.log")
+        self.node_file = os.path.join(run_dir, "nodes", f"{node.label}.pkl")
+        import cloudpickle
+
+        with open(self.node_file, "wb") as f:  # read by the node process, same user, local disk
+            cloudpickle.dump(node, f)
+        self.proc: subprocess.Popen | None = None
+        self._result_bytes = b""
+
+    def start(self) -> None:
+        read_end, write_end = os.pipe()
+        with open(self.log_path, "a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "shoal.launch.programs.worker", self.node_file,
+                 os.path.join(self.run_dir, "addresses"), str(os.getpid()), str(write_end)],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, pass_fds=(write_end,))
+        os.close(write_end)
+        self._reader = threading.Thread(target=self._read_result, args=(read_end,), daemon=True)
+        self._reader.start()
+
+    def _read_result(self, fd: int) -> None:
+        chunks = []
+        with os.fdopen(fd, "rb") as pipe:  # until the node process exits
+            while chunk := pipe.read(65536):
+                chunks.append(chunk)
+        self._result_bytes = b"".join(chunks)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def poll(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def _signal(self, sig: int) -> None:
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        if self.proc:
+            self.proc.wait(5)
+
+    def result(self) -> Any:
+        self._reader.join(10)  # the pipe's last bytes may still be in flight after the exit
+        return json.loads(self._result_bytes) if self._result_bytes else None

@@ -1,0 +1,81 @@
+"""A real 2-node Ray cluster on this machine, started with `ray start` and torn down by the
+process groups its daemons run in (never touching another Ray on the machine).
+
+It runs with Ray's token authentication (``RAY_AUTH_MODE=token``; Ray 2.59+ turns it on for
+local clusters, 2.61 for all), with a token of its own, which ``start_cluster`` puts in this
+process's environment: the drivers the tests start inherit it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+import portpicker
+
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
+@dataclasses.dataclass
+class Cluster:
+    address: str
+    dashboard: str
+    actor_host_node: str  # id of the node that has the custom "actor_host" resource
+    groups: list[int]
+
+    def actors(self, state: str | None = "ALIVE") -> list:
+        from ray.util.state import list_actors
+
+        filters = [("state", "=", state)] if state else None
+        return list_actors(address=self.dashboard, filters=filters, detail=True, limit=1000)
+
+    def actor(self, name: str):
+        """The live actor named ``name`` (a node label), or ``None``."""
+        return next((a for a in self.actors() if a.name == name), None)
+
+    def shutdown(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for group in self.groups:
+                try:
+                    os.killpg(group, sig)
+                except ProcessLookupError:
+                    pass
+            time.sleep(2)
+
+
+def start_cluster(temp_dir: str) -> Cluster:
+    port, dashboard_port = portpicker.pick_unused_port(), portpicker.pick_unused_port()
+    cluster = Cluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", "", [])
+    common = ["--num-cpus=2", "--object-store-memory=100000000", "--disable-usage-stats"]
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    try:
+        for args in ([f"--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=true",
+                      f"--dashboard-port={dashboard_port}"],
+                     [f"--address={cluster.address}", '--resources={"actor_host": 8}']):
+            proc = subprocess.Popen([RAY, "start", *args, *common], start_new_session=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            cluster.groups.append(proc.pid)  # the daemons stay in this process group
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0, out[-2000:]
+        from ray.util.state import list_nodes
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                nodes = [n for n in list_nodes(address=cluster.dashboard, detail=True) if n.state == "ALIVE"]
+            except Exception:  # noqa: BLE001 -- the dashboard is still starting
+                nodes = []
+            hosts = [n.node_id for n in nodes if "actor_host" in (n.resources_total or {})]
+            if len(nodes) == 2 and hosts:
+                cluster.actor_host_node = hosts[0]
+                return cluster
+            time.sleep(0.5)
+        raise AssertionError("the 2-node Ray cluster did not come up within 60 s")
+    except BaseException:
+        cluster.shutdown()
+        raise

@@ -1,0 +1,65 @@
+"""Elastic actors: a running distributed program grows from 2 to 4 actors and back to 2 with
+`shoal scale`, while its learner keeps updating, then ends gracefully with its JSON line."""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+
+from tests.waiting import wait_for
+
+RUN = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0", "--num-actors", "2",
+       "--set", "min_replay_size=256", "--max-env-steps", str(10**8), "--target-return", "1e9",
+       "--eval-every", str(10**8), "--quiet"]
+
+
+def shoal(*args):
+    proc = subprocess.run([sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {line.split()[0]: line.split()[2] for line in proc.stdout.splitlines()[1:]}  # label -> state
+
+
+def csv_rows(path):
+    try:
+        with open(path) as f:
+            return list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
+
+
+def learner_steps(run_dir):
+    rows = csv_rows(run_dir / "learner.csv")
+    return int(float(rows[-1]["learner_steps"])) if rows else 0
+
+
+def check_grows_and_shrinks(tmp_path, *launcher_args):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "shoal", "train", *RUN, *launcher_args, "--run-dir",
+                             str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (run_dir / "control.json").exists(), 180, "the program to start")
+        steps = wait_for(lambda: learner_steps(run_dir), 180, "the learner's first updates")
+        table = shoal("scale", str(run_dir), "--actors", "4")
+        assert [table.get(f"actor_{i}") for i in range(4)] == ["running"] * 4, table
+        wait_for(lambda: csv_rows(run_dir / "actor_3.csv"), 180, "the new actors to act")
+        steps = wait_for(lambda: learner_steps(run_dir) > steps and learner_steps(run_dir), 60,
+                         "the learner to go on with 4 actors")
+        shoal("scale", str(run_dir), "--actors", "2")
+        wait_for(lambda: [shoal("status", str(run_dir)).get(f"actor_{i}") for i in range(4)]
+                 == ["running", "running", "removed", "removed"], 60, "actors 2 and 3 to be removed")
+        wait_for(lambda: learner_steps(run_dir) > steps, 60, "the learner to go on with 2 actors")
+        proc.send_signal(signal.SIGTERM)  # a graceful stop: the run's result, then exit 143
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["terminated"] == "SIGTERM" and result["learner_steps"] > 0
+    assert {"actor_0", "actor_1", "actor_2", "actor_3"} <= set(result["actor_steps_per_s_each"])
+    for label in ("actor_2", "actor_3"):  # the node table shows the change
+        assert any(line.split()[:3] == [label, "actor", "removed"] for line in err.splitlines()), err[-2000:]
+
+
+def test_processes_program_grows_and_shrinks(tmp_path):
+    check_grows_and_shrinks(tmp_path, "--launcher", "processes")

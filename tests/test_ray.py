@@ -1,0 +1,109 @@
+"""The Ray launcher on a real 2-node Ray cluster: placement by a custom resource, restart of a
+killed actor, failure when the learner dies, the Launchpad-style examples, and that no actor
+of a program outlives it."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.ray_cluster import start_cluster
+from tests.test_elastic import check_grows_and_shrinks
+from tests.test_examples import EXAMPLES
+from tests.waiting import wait_for
+
+SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0",
+         "--set", "min_replay_size=256", "--target-return", "1e9", "--eval-episodes", "2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = start_cluster(str(tmp_path_factory.mktemp("ray")))
+    yield cluster
+    cluster.shutdown()
+
+
+def train(cluster, tmp_path, *args):
+    return subprocess.Popen([sys.executable, "-m", "shoal", "train", *SMALL, "--launcher", "ray",
+                             "--ray-address", cluster.address, "--run-dir", str(tmp_path / "run"), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def assert_no_actor_left(cluster):
+    wait_for(lambda: not cluster.actors(), 15, "every Ray actor of the program to be gone")
+
+
+def test_actors_are_placed_by_a_custom_resource(cluster, tmp_path):
+    proc = train(cluster, tmp_path, "--num-actors", "2", "--max-env-steps", "3000", "--eval-every", "3000",
+                 "--resources", "actor:actor_host=1")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["launcher"] == "ray" and result["env_steps"] >= 3000 and result["learner_steps"] > 0
+    for label in ("actor_0", "actor_1"):  # started on the node that has the resource
+        assert f"[{label}] started (pid" in out + err
+        assert any(f"[{label}] started" in line and f"node {cluster.actor_host_node}" in line
+                   for line in (out + err).splitlines()), (out + err)[-3000:]
+    assert_no_actor_left(cluster)
+
+
+def test_killed_actor_is_restarted_by_ray_and_run_completes(cluster, tmp_path):
+    proc = train(cluster, tmp_path, "--num-actors", "2", "--max-env-steps", "40000", "--eval-every", "40000")
+    try:
+        alive = wait_for(lambda: all(cluster.actor(n) for n in ("learner", "actor_0", "actor_1")) and
+                         {n: cluster.actor(n).pid for n in ("learner", "actor_0", "actor_1")}, 120, "nodes")
+        # Hold the learner and actor_1 still while actor_0 is down (the rate limiter then stops
+        # every env step), so the run waits for the restart instead of racing it.
+        os.kill(alive["learner"], signal.SIGSTOP)
+        os.kill(alive["actor_1"], signal.SIGSTOP)
+        os.kill(alive["actor_0"], signal.SIGKILL)
+        wait_for(lambda: (a := cluster.actor("actor_0")) and a.pid != alive["actor_0"], 120, "actor_0's restart")
+        os.kill(alive["actor_1"], signal.SIGCONT)
+        os.kill(alive["learner"], signal.SIGCONT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["env_steps"] >= 40000
+    assert re.search(r"\n  actor_0 +actor +(stopped|killed) +1  ", err), err[-2000:]  # one restart, by Ray
+    assert_no_actor_left(cluster)
+
+
+def test_killing_the_learner_stops_the_program_within_10s(cluster, tmp_path):
+    proc = train(cluster, tmp_path, "--num-actors", "2", "--max-env-steps", str(10**7), "--eval-every", str(10**7))
+    try:
+        learner = wait_for(lambda: all(cluster.actor(n) for n in ("learner", "actor_0", "actor_1"))
+                           and cluster.actor("learner").pid, 120, "nodes")
+        killed_at = time.monotonic()
+        os.kill(learner, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+        assert time.monotonic() - killed_at < 10
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    errors = [line for line in err.splitlines() if line.startswith("shoal: error:")]
+    assert len(errors) == 1 and "program 'dqn' failed: learner exited" in errors[0], err[-2000:]
+    assert_no_actor_left(cluster)
+
+
+@pytest.mark.parametrize("example, args", [("parameter_server.py", ["--workers", "2"]),
+                                           ("mapreduce.py", ["--mappers", "3", "--reducers", "2", "--lines", "500"]),
+                                           ("evolution_strategies.py", ["--workers", "2", "--population", "16",
+                                                                        "--max-iterations", "40"])])
+def test_launchpad_examples_run_under_ray_unchanged(cluster, example, args):
+    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, example), *args, "--launcher", "ray",
+                           "--ray-address", cluster.address], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ended: coordinator finished" in proc.stdout
+    json.loads(proc.stdout.strip().splitlines()[-1])
+    assert_no_actor_left(cluster)
+
+
+def test_ray_program_grows_and_shrinks(cluster, tmp_path):
+    check_grows_and_shrinks(tmp_path, "--launcher", "ray", "--ray-address", cluster.address)
+    assert_no_actor_left(cluster)
