@@ -8,11 +8,11 @@ import jax
 import numpy as np
 
 from shoal.actors.variable_client import VariableClient
-from shoal.core.interfaces import Actor, Adder
+from shoal.core.interfaces import Actor, Adder, Saveable
 from shoal.core.types import ActorInfo, Policy, Step
 
 
-class BatchedActor(Actor):
+class BatchedActor(Actor, Saveable):
     """Acts for a whole vector env with one jitted ``policy.apply``, and feeds an adder (if any).
 
     The policy gets an ``ActorInfo``: the env steps this actor took so far (so schedules such
@@ -54,3 +54,13 @@ class BatchedActor(Actor):
     @property
     def params_version(self) -> int:
         return self._client.version
+
+    def save(self) -> dict:
+        """Where the actor's schedules stand (env steps taken) and its RNG key."""
+        return {"env_steps": int(self._offset + self.steps * self._num_envs),
+                "key": np.asarray(jax.random.key_data(self._key) if jax.dtypes.issubdtype(
+                    self._key.dtype, jax.dtypes.prng_key) else self._key).tolist()}
+
+    def restore(self, state: dict) -> None:
+        self._offset, self.steps = int(state["env_steps"]), 0
+        self._key = jax.numpy.asarray(state["key"], jax.numpy.uint32)

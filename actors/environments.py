@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 
 import gymnasium as gym
 
 
+def resolve_env_id(env_id: str) -> str:
+    """The registered id of ``env_id``: ``module:EnvId`` imports ``module`` (where a custom env
+    registers itself) and gives ``EnvId``. Raises a ``ValueError`` naming close matches if the
+    id is not registered."""
+    if ":" in env_id:
+        module, _, name = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ValueError(f"cannot import {module!r} for environment {env_id!r}: {e}") from None
+        env_id = name
+    check_env_id(env_id)
+    return env_id
+
+
 def check_env_id(env_id: str) -> None:
     """Raises a ``ValueError`` naming close matches if ``env_id`` is not registered."""
+    if ":" in env_id:
+        resolve_env_id(env_id)
+        return
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
@@ -37,7 +56,7 @@ def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorE
     observation of its next episode and puts the final one in ``info["final_obs"]``, so every
     step returned is a real transition (no dummy reset steps to skip).
     """
-    check_env_id(env_id)
+    env_id = resolve_env_id(env_id)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     try:

@@ -19,7 +19,8 @@ class EnvironmentLoop:
     """Steps a vector env with an actor, one vector step per ``step()`` call.
 
     Counts ``env_steps`` and ``episodes`` in ``counter`` and logs finished-episode returns
-    (mean over the episodes that ended since the last log line).
+    (mean over the episodes that ended since the last log line). An env that raises in ``step``
+    or returns a NaN or infinite observation stops the loop with one ``RuntimeError`` saying so.
     """
 
     def __init__(self, env: gym.vector.VectorEnv, actor: Actor, counter: Counter | None = None,
@@ -30,6 +31,7 @@ class EnvironmentLoop:
         self._logger = logger or NoOpLogger()
         self._num_envs = env.num_envs
         self._obs, _ = env.reset()
+        self._check_finite = np.issubdtype(np.asarray(self._obs).dtype, np.floating)
         self._returns = np.zeros(self._num_envs)
         self._lengths = np.zeros(self._num_envs, np.int64)
         self._finished: list[tuple[float, int]] = []
@@ -39,7 +41,15 @@ class EnvironmentLoop:
     def step(self) -> None:
         obs = self._obs
         action, extras = self._actor.select_action(obs)
-        next_obs, reward, terminated, truncated, info = self._env.step(action)
+        try:
+            next_obs, reward, terminated, truncated, info = self._env.step(action)
+        except Exception as e:  # noqa: BLE001 -- named, once, instead of a traceback
+            raise RuntimeError(f"the environment raised in step() after {self.env_steps} env steps: "
+                               f"{type(e).__name__}: {e}") from e
+        if self._check_finite and not np.isfinite(next_obs).all():
+            raise RuntimeError(f"the environment returned a non-finite observation after "
+                               f"{self.env_steps} env steps (NaN or inf in envs "
+                               f"{sorted(set(np.nonzero(~np.isfinite(next_obs))[0].tolist()))})")
         self._actor.observe(Step(obs, action, reward, terminated, truncated,
                                  final_observations(next_obs, terminated, truncated, info), extras))
         self._actor.update()

@@ -21,6 +21,7 @@ from shoal.actors.variable_client import VariableClient
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Actor, Adder, Learner, VariableSource
 from shoal.core.loggers import Logger
+from shoal.core.settings import check_settings
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
 
@@ -42,7 +43,14 @@ class AgentBuilder(abc.ABC):
         self.config = config
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
-        """Raises ``ValueError`` (naming the bad value) if the agent cannot run on ``spec``."""
+        """Raises ``ValueError`` (naming the bad value) if the agent cannot run on ``spec``:
+        every config field against its range (``shoal.core.settings``), then what depends on
+        the environment or on several fields (a subclass extends this)."""
+        check_settings(self.config)
+
+    @abc.abstractmethod
+    def env_steps_before_learning(self, spec: EnvironmentSpec) -> int:
+        """Env steps (over all of one actor's envs) before the learner's first update can run."""
 
     @abc.abstractmethod
     def make_networks(self, spec: EnvironmentSpec) -> Any:

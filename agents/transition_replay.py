@@ -19,18 +19,17 @@ TABLE = "transitions"
 
 class TransitionReplayBuilder(AgentBuilder):
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
+        super().validate(spec, num_devices)
         c = self.config
-        if c.batch_size <= 0 or c.batch_size % num_devices:
+        if c.batch_size % num_devices:
             raise ValueError(f"batch_size={c.batch_size} must be a positive multiple of the "
                              f"number of local devices ({num_devices})")
-        for name in ("n_step", "sgd_steps_per_update", "min_replay_size", "variable_update_period"):
-            if getattr(c, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}")
-        if c.samples_per_insert <= 0:
-            raise ValueError(f"samples_per_insert must be > 0, got {c.samples_per_insert}")
         if c.max_replay_size < c.min_replay_size:
             raise ValueError(f"max_replay_size={c.max_replay_size} is below "
                              f"min_replay_size={c.min_replay_size}")
+
+    def env_steps_before_learning(self, spec: EnvironmentSpec) -> int:
+        return self.config.min_replay_size + (self.config.n_step - 1) * spec.num_envs
 
     def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
         c = self.config

@@ -45,6 +45,10 @@ class Learner(VariableSource, Saveable):
     def ready(self) -> bool:
         """True when ``step`` would find its next batch waiting (it would not block on data)."""
 
+    def check_finite(self) -> None:
+        """Raises ``FloatingPointError`` if the last update's loss or metrics were NaN or
+        infinite (with what is known of the batch); nothing to check by default."""
+
     def close(self) -> None:
         """Stops background work (e.g. prefetching)."""
 

@@ -1,8 +1,8 @@
 """Loggers: each ``write(values)`` one row of named scalars.
 
 * ``TerminalLogger`` prints a compact line, at most every ``time_delta`` seconds.
-* ``CSVLogger`` appends rows to ``<run_dir>/<label>.csv`` (columns fixed by the first row;
-  later keys that were not in it are dropped, missing ones left blank).
+* ``CSVLogger`` appends rows to ``<run_dir>/<label>.csv`` (across restarts; a new column widens
+  the header, missing values are left blank).
 * ``TensorBoardLogger`` writes scalars with tensorboardX under ``<run_dir>/tb/<label>``.
 * ``Dispatcher`` fans one row out to several loggers.
 """
@@ -52,18 +52,38 @@ class TerminalLogger(Logger):
 
 
 class CSVLogger(Logger):
+    """Rows of ``<run_dir>/<label>.csv``, appended to what an earlier process of the same node
+    (a restart, a resumed run) wrote. A row with a column the file does not have yet rewrites
+    the file once with the wider header (rows without it leave it blank), so no value is lost."""
+
     def __init__(self, run_dir: str, label: str) -> None:
         os.makedirs(run_dir, exist_ok=True)
         self.path = os.path.join(run_dir, f"{label}.csv")
-        self._file = open(self.path, "w", newline="")
-        self._writer: csv.DictWriter | None = None
+        self._fields: list[str] = []
+        if os.path.exists(self.path) and os.path.getsize(self.path):
+            with open(self.path, newline="") as f:
+                self._fields = next(csv.reader(f), [])
+        self._file = open(self.path, "a", newline="")
 
     def write(self, values: Mapping[str, Any]) -> None:
-        if self._writer is None:
-            self._writer = csv.DictWriter(self._file, fieldnames=list(values), extrasaction="ignore")
-            self._writer.writeheader()
-        self._writer.writerow(dict(values))
+        new = [key for key in values if key not in self._fields]
+        if new:
+            self._widen(new)
+        csv.DictWriter(self._file, fieldnames=self._fields).writerow(dict(values))
         self._file.flush()
+
+    def _widen(self, new: list[str]) -> None:
+        self._file.close()
+        with open(self.path, newline="") as f:
+            rows = list(csv.DictReader(f)) if self._fields else []
+        self._fields = self._fields + new
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self._fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.path)
+        self._file = open(self.path, "a", newline="")
 
     def close(self) -> None:
         self._file.close()
@@ -87,7 +107,15 @@ class TensorBoardLogger(Logger):
                 self._writer.add_scalar(key, value, step)
 
     def close(self) -> None:
-        self._writer.close()
+        try:
+            self._writer.close()
+        except OSError:  # e.g. a full disk: tensorboardX would keep its flush thread and retry at exit
+            for writer in self._writer.all_writers.values():
+                events = writer.event_writer
+                if events._worker is not None:
+                    events._worker.stop()
+                events._closed = True
+            raise
 
 
 class Dispatcher(Logger):
@@ -99,8 +127,15 @@ class Dispatcher(Logger):
             logger.write(values)
 
     def close(self) -> None:
+        """Closes every logger, even when one fails (the first failure is raised after)."""
+        failure = None
         for logger in self._loggers:
-            logger.close()
+            try:
+                logger.close()
+            except Exception as e:  # noqa: BLE001
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
 
 class NoOpLogger(Logger):

@@ -13,7 +13,7 @@ from shoal.launch.programs import (FunctionNode, Handle, Program, ProgramFailed,
                                    ReplayNode, Resources, ServiceNode, current_context, launch,
                                    should_stop)
 
-_LAZY = {"ExperimentConfig": "shoal.launch.experiments.runner",
+_LAZY = {"ExperimentConfig": "shoal.launch.experiments.config",
          "run_experiment": "shoal.launch.experiments.runner",
          "make_distributed_program": "shoal.launch.experiments.distributed"}
 

@@ -152,6 +152,7 @@ class ReplicatedLearner(Learner):
         self._host_params = jax.device_get(_params_of(state))
         self._last_log = time.monotonic()
         self._checked_metrics = False
+        self._unchecked: tuple[Any, Any] | None = None  # (metrics, host sample) of the last update
         self.last_policy_lag: int | None = None
 
     @property
@@ -194,7 +195,9 @@ class ReplicatedLearner(Learner):
             return {"dropped_stale_batch": 1}
         with self._lock:  # the update donates the old state's buffers: copy params out first
             self._materialize_locked()
+        self.check_finite()  # the previous update: finished by now, so reading it costs no wait
         self._state, out = self._update(self._state, data)
+        self._unchecked = (out.metrics, sample)
         if not self._checked_metrics:
             self._check_metrics(out.metrics)
         if self._after_update is not None:
@@ -215,6 +218,21 @@ class ReplicatedLearner(Learner):
                 row["policy_lag"] = self.last_policy_lag
             self._logger.write(row)
         return out.metrics
+
+    def check_finite(self) -> None:
+        """Raises ``FloatingPointError`` if the last update's loss (or any metric) is NaN or
+        infinite, naming the update and the statistics of the batch that produced it. (Checked
+        one update late, when reading the value no longer waits for the device.)"""
+        if self._unchecked is None:
+            return
+        metrics, sample = self._unchecked
+        self._unchecked = None
+        values = {k: float(v[0]) for k, v in jax.device_get(dict(metrics)).items()}
+        bad = {k: v for k, v in values.items() if not np.isfinite(v)}
+        if bad:
+            raise FloatingPointError(
+                f"learner update {self._version} (after {self._counter.get_counts().get('learner_steps', 0):.0f} "
+                f"SGD steps) produced non-finite {bad}; its batch: {batch_statistics(sample.data)}")
 
     def warm_up(self, example: Any) -> None:
         """Compiles the update for batches like the host ``Sample`` ``example`` by running it once
@@ -248,13 +266,29 @@ class ReplicatedLearner(Learner):
         return {"state": self.state, "version": self._version}
 
     def restore(self, saved: Any) -> None:
-        self._state = replicate(saved["state"], self._devices)
+        # Copies owned by XLA: a device_put of a host array may alias its memory on a CPU, and the
+        # update donates the state's buffers (a donated alias of numpy memory corrupted the heap).
+        owned = jax.tree_util.tree_map(lambda x: jax.numpy.array(x, copy=True), saved["state"])
+        self._state = replicate(owned, self._devices)
         with self._lock:
             self._version = int(saved["version"])
             self._pending_params = self._start_host_copy()
 
     def close(self) -> None:
         self._batches.close()
+
+
+def batch_statistics(data: Any) -> str:
+    """``name: min/mean/max (n non-finite)`` of every numeric field of a host batch."""
+    parts = []
+    for path, x in jax.tree_util.tree_flatten_with_path(data)[0]:
+        x = np.asarray(x)
+        if x.size and np.issubdtype(x.dtype, np.number):
+            finite = x[np.isfinite(x)] if np.issubdtype(x.dtype, np.floating) else x
+            name = "/".join(str(getattr(k, "key", k)) for k in path)
+            stats = f"{finite.min():.3g}/{finite.mean():.3g}/{finite.max():.3g}" if finite.size else "-"
+            parts.append(f"{name}: {stats} ({x.size - finite.size} non-finite)")
+    return "; ".join(parts)
 
 
 def _params_of(state: Any) -> Any:

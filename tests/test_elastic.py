@@ -1,13 +1,12 @@
 """Elastic actors: a running distributed program grows from 2 to 4 actors and back to 2 with
 `shoal scale`, while its learner keeps updating, then ends gracefully with its JSON line."""
 
-import csv
 import json
 import signal
 import subprocess
 import sys
 
-from tests.waiting import wait_for
+from tests.waiting import csv_rows, wait_for
 
 RUN = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0", "--num-actors", "2",
        "--set", "min_replay_size=256", "--max-env-steps", str(10**8), "--target-return", "1e9",
@@ -18,14 +17,6 @@ def shoal(*args):
     proc = subprocess.run([sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return {line.split()[0]: line.split()[2] for line in proc.stdout.splitlines()[1:]}  # label -> state
-
-
-def csv_rows(path):
-    try:
-        with open(path) as f:
-            return list(csv.DictReader(f))
-    except FileNotFoundError:
-        return []
 
 
 def learner_steps(run_dir):
@@ -42,7 +33,9 @@ def check_grows_and_shrinks(tmp_path, *launcher_args):
         steps = wait_for(lambda: learner_steps(run_dir), 180, "the learner's first updates")
         table = shoal("scale", str(run_dir), "--actors", "4")
         assert [table.get(f"actor_{i}") for i in range(4)] == ["running"] * 4, table
-        wait_for(lambda: csv_rows(run_dir / "actor_3.csv"), 180, "the new actors to act")
+        # an actor writes its first row after its first report to the counter: both new actors count
+        wait_for(lambda: csv_rows(run_dir / "actor_2.csv") and csv_rows(run_dir / "actor_3.csv"), 180,
+                 "the new actors to act")
         steps = wait_for(lambda: learner_steps(run_dir) > steps and learner_steps(run_dir), 60,
                          "the learner to go on with 4 actors")
         shoal("scale", str(run_dir), "--actors", "2")

@@ -27,8 +27,6 @@ class DQNBuilder(TransitionReplayBuilder):
         if spec.num_actions is None:
             raise ValueError(f"DQN needs a discrete action space; this environment's is "
                              f"{spec.action_space} (try a Discrete-action env such as CartPole-v1)")
-        if self.config.target_update_period < 1:
-            raise ValueError(f"target_update_period must be >= 1, got {self.config.target_update_period}")
         super().validate(spec, num_devices)
 
     def make_networks(self, spec: EnvironmentSpec) -> DQNNetworks:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from shoal.core.settings import setting
+
 
 @dataclasses.dataclass
 class DQNConfig:
-    """DQN settings. Replay sizes count transitions (env steps), not Reverb items.
+    """DQN settings (each checked against its range before a run starts). Replay sizes count
+    transitions (env steps), not Reverb items.
 
     Attributes:
       learning_rate: Adam step size.
@@ -33,24 +36,24 @@ class DQNConfig:
       variable_update_period: vector steps between the actor's parameter pulls.
     """
 
-    learning_rate: float = 2.5e-3
-    batch_size: int = 64
-    discount: float = 0.99
-    n_step: int = 3
-    hidden_sizes: tuple[int, ...] = (128, 128)
-    target_update_period: int = 100
-    samples_per_insert: float = 16.0
-    samples_per_insert_tolerance: float = 0.1
-    sgd_steps_per_update: int = 8
-    min_replay_size: int = 1_000
-    max_replay_size: int = 100_000
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.04
-    epsilon_decay_steps: int = 8_000
-    eval_epsilon: float = 0.0
+    learning_rate: float = setting(2.5e-3, low=0.0, low_open=True, high=1.0)
+    batch_size: int = setting(64, low=1, high=1_000_000)
+    discount: float = setting(0.99, low=0.0, high=1.0)
+    n_step: int = setting(3, low=1, high=1_000)
+    hidden_sizes: tuple[int, ...] = setting((128, 128), low=1, high=65_536, items=True)
+    target_update_period: int = setting(100, low=1)
+    samples_per_insert: float = setting(16.0, low=0.0, low_open=True, high=10_000.0)
+    samples_per_insert_tolerance: float = setting(0.1, low=0.0, low_open=True, high=1_000.0)
+    sgd_steps_per_update: int = setting(8, low=1, high=10_000)
+    min_replay_size: int = setting(1_000, low=1)
+    max_replay_size: int = setting(100_000, low=1, high=1_000_000_000)
+    epsilon_start: float = setting(1.0, low=0.0, high=1.0)
+    epsilon_end: float = setting(0.04, low=0.0, high=1.0)
+    epsilon_decay_steps: int = setting(8_000, low=1)
+    eval_epsilon: float = setting(0.0, low=0.0, high=1.0)
     prioritized_replay: bool = False
-    priority_exponent: float = 0.6
-    importance_sampling_exponent: float = 0.4
-    max_gradient_norm: float = 10.0
-    huber_delta: float = 1.0
-    variable_update_period: int = 1
+    priority_exponent: float = setting(0.6, low=0.0, high=10.0)
+    importance_sampling_exponent: float = setting(0.4, low=0.0, high=1.0)
+    max_gradient_norm: float = setting(10.0, low=0.0, low_open=True)
+    huber_delta: float = setting(1.0, low=0.0, low_open=True)
+    variable_update_period: int = setting(1, low=1, high=1_000_000)

@@ -27,9 +27,7 @@ class IMPALABuilder(AgentBuilder):
         if spec.num_actions is None:
             raise ValueError(f"IMPALA here takes a discrete action space; this environment's is "
                              f"{spec.action_space} (for continuous actions use --agent sac)")
-        for name in ("rollout_length", "sequences_per_update", "queue_capacity", "variable_update_period"):
-            if getattr(c, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}")
+        super().validate(spec, num_devices)
         if c.sequences_per_update % spec.num_envs:
             raise ValueError(f"sequences_per_update={c.sequences_per_update} must be a multiple of "
                              f"num_envs={spec.num_envs} (a replay item holds one sequence per env)")
@@ -39,6 +37,9 @@ class IMPALABuilder(AgentBuilder):
         if c.queue_capacity * spec.num_envs < c.sequences_per_update:
             raise ValueError(f"queue_capacity={c.queue_capacity} items cannot hold one update's "
                              f"{c.sequences_per_update} sequences")
+
+    def env_steps_before_learning(self, spec: EnvironmentSpec) -> int:
+        return self.config.rollout_length * self.config.sequences_per_update
 
     def _items_per_update(self, spec: EnvironmentSpec) -> int:
         return self.config.sequences_per_update // spec.num_envs

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from shoal.core.settings import setting
+
 
 @dataclasses.dataclass
 class IMPALAConfig:
@@ -27,16 +29,16 @@ class IMPALAConfig:
         actors never wait for the learner.
     """
 
-    learning_rate: float = 3e-3
-    rollout_length: int = 16
-    sequences_per_update: int = 16
-    discount: float = 0.99
-    vtrace_lambda: float = 1.0
-    clip_rho_threshold: float = 1.0
-    clip_pg_rho_threshold: float = 1.0
-    baseline_coef: float = 0.5
-    entropy_coef: float = 0.01
-    max_gradient_norm: float = 10.0
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    variable_update_period: int = 1
-    queue_capacity: int = 64
+    learning_rate: float = setting(3e-3, low=0.0, low_open=True, high=1.0)
+    rollout_length: int = setting(16, low=1, high=100_000)
+    sequences_per_update: int = setting(16, low=1, high=1_000_000)
+    discount: float = setting(0.99, low=0.0, high=1.0)
+    vtrace_lambda: float = setting(1.0, low=0.0, high=1.0)
+    clip_rho_threshold: float = setting(1.0, low=0.0, low_open=True, high=1_000.0)
+    clip_pg_rho_threshold: float = setting(1.0, low=0.0, low_open=True, high=1_000.0)
+    baseline_coef: float = setting(0.5, low=0.0, high=1_000.0)
+    entropy_coef: float = setting(0.01, low=0.0, high=1_000.0)
+    max_gradient_norm: float = setting(10.0, low=0.0, low_open=True)
+    hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
+    variable_update_period: int = setting(1, low=1, high=1_000_000)
+    queue_capacity: int = setting(64, low=1, high=1_000_000)

@@ -28,10 +28,7 @@ class PPOBuilder(AgentBuilder):
         if spec.num_actions is None:
             raise ValueError(f"PPO here takes a discrete action space; this environment's is "
                              f"{spec.action_space} (for continuous actions use --agent sac)")
-        for name in ("rollout_length", "rollouts_per_update", "num_epochs", "num_minibatches",
-                     "queue_capacity", "variable_update_period"):
-            if getattr(c, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(c, name)}")
+        super().validate(spec, num_devices)
         if c.rollout_length % c.num_minibatches:
             raise ValueError(f"num_minibatches={c.num_minibatches} must divide "
                              f"rollout_length={c.rollout_length}")
@@ -42,6 +39,9 @@ class PPOBuilder(AgentBuilder):
         if c.queue_capacity < c.rollouts_per_update:
             raise ValueError(f"queue_capacity={c.queue_capacity} is below "
                              f"rollouts_per_update={c.rollouts_per_update}: no update could ever run")
+
+    def env_steps_before_learning(self, spec: EnvironmentSpec) -> int:
+        return self.config.rollout_length * self.config.rollouts_per_update * spec.num_envs
 
     def make_networks(self, spec: EnvironmentSpec) -> PPONetworks:
         return make_networks(spec, self.config.hidden_sizes)

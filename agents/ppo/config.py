@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from shoal.core.settings import setting
+
 
 @dataclasses.dataclass
 class PPOConfig:
@@ -30,19 +32,19 @@ class PPOConfig:
       queue_capacity: rollouts the replay queue holds; actors wait while it is full.
     """
 
-    learning_rate: float = 1e-3
-    rollout_length: int = 32
-    rollouts_per_update: int = 1
-    num_epochs: int = 4
-    num_minibatches: int = 4
-    discount: float = 0.99
-    gae_lambda: float = 0.95
-    clip_epsilon: float = 0.2
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    max_gradient_norm: float = 0.5
+    learning_rate: float = setting(1e-3, low=0.0, low_open=True, high=1.0)
+    rollout_length: int = setting(32, low=1, high=100_000)
+    rollouts_per_update: int = setting(1, low=1, high=10_000)
+    num_epochs: int = setting(4, low=1, high=10_000)
+    num_minibatches: int = setting(4, low=1, high=100_000)
+    discount: float = setting(0.99, low=0.0, high=1.0)
+    gae_lambda: float = setting(0.95, low=0.0, high=1.0)
+    clip_epsilon: float = setting(0.2, low=0.0, low_open=True, high=10.0)
+    value_coef: float = setting(0.5, low=0.0, high=1_000.0)
+    entropy_coef: float = setting(0.01, low=0.0, high=1_000.0)
+    max_gradient_norm: float = setting(0.5, low=0.0, low_open=True)
     normalize_advantages: bool = True
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    variable_update_period: int = 1
-    max_policy_lag: int = 8
-    queue_capacity: int = 8
+    hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
+    variable_update_period: int = setting(1, low=1, high=1_000_000)
+    max_policy_lag: int = setting(8, low=0)
+    queue_capacity: int = setting(8, low=1, high=1_000_000)

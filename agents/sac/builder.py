@@ -22,6 +22,9 @@ class SACBuilder(TransitionReplayBuilder):
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         self.make_networks(spec)  # raises for discrete or unbounded action spaces
         super().validate(spec, num_devices)
+        if self.config.log_std_min >= self.config.log_std_max:
+            raise ValueError(f"log_std_min={self.config.log_std_min} must be below "
+                             f"log_std_max={self.config.log_std_max}")
 
     def make_networks(self, spec: EnvironmentSpec) -> SACNetworks:
         c = self.config

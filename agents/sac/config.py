@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from shoal.core.settings import setting
+
 
 @dataclasses.dataclass
 class SACConfig:
@@ -29,19 +31,19 @@ class SACConfig:
       variable_update_period: vector steps between an actor's parameter pulls.
     """
 
-    learning_rate: float = 1e-3
-    batch_size: int = 256
-    discount: float = 0.99
-    n_step: int = 1
-    tau: float = 0.005
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    initial_temperature: float = 1.0
-    target_entropy: float | None = None
-    samples_per_insert: float = 256.0
-    samples_per_insert_tolerance: float = 0.1
-    sgd_steps_per_update: int = 16
-    min_replay_size: int = 1_000
-    max_replay_size: int = 1_000_000
-    log_std_min: float = -5.0
-    log_std_max: float = 2.0
-    variable_update_period: int = 1
+    learning_rate: float = setting(1e-3, low=0.0, low_open=True, high=1.0)
+    batch_size: int = setting(256, low=1, high=1_000_000)
+    discount: float = setting(0.99, low=0.0, high=1.0)
+    n_step: int = setting(1, low=1, high=1_000)
+    tau: float = setting(0.005, low=0.0, low_open=True, high=1.0)
+    hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
+    initial_temperature: float = setting(1.0, low=0.0, low_open=True, high=1e6)
+    target_entropy: float | None = setting(None, low=-1e6, high=1e6)
+    samples_per_insert: float = setting(256.0, low=0.0, low_open=True, high=10_000.0)
+    samples_per_insert_tolerance: float = setting(0.1, low=0.0, low_open=True, high=1_000.0)
+    sgd_steps_per_update: int = setting(16, low=1, high=10_000)
+    min_replay_size: int = setting(1_000, low=1)
+    max_replay_size: int = setting(1_000_000, low=1, high=1_000_000_000)
+    log_std_min: float = setting(-5.0, low=-20.0, high=20.0)
+    log_std_max: float = setting(2.0, low=-20.0, high=20.0)
+    variable_update_period: int = setting(1, low=1, high=1_000_000)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import errno
 import json
 import os
 import signal
@@ -115,9 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "--resources learner:num_gpus=1 --resources actor:actor_host=1 (repeatable)")
     train.add_argument("--dry-run", action="store_true",
                        help="print the distributed program's graph (nodes, groups, edges) and exit")
-    train.add_argument("--token", default=None,
-                       help="shared secret every RPC of a distributed program must carry "
-                       "(generated for the Ray launcher when not given)")
+    train.add_argument("--checkpoint-every", type=float, default=300.0, metavar="SECONDS",
+                       help="seconds between checkpoints in the run directory (default: 300); "
+                       "one is also taken at the end and on SIGTERM")
+    train.add_argument("--resume", default=None, metavar="RUN_DIR",
+                       help="continue the run in RUN_DIR from its last checkpoint, with its saved "
+                       "settings (learner, replay, counters, schedules and RNG are restored); "
+                       "--max-env-steps may set a new budget")
     train.add_argument("--quiet", action="store_true", help="no progress line")
     for name, text in (("scale", "grow or shrink the actors of a running distributed program"),
                        ("status", "show the node table of a running distributed program")):
@@ -128,38 +133,95 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def train(args: argparse.Namespace, started: float) -> dict[str, Any]:
-    from shoal.agents import get_builder
-    from shoal.launch.experiments.compilation_cache import enable_compilation_cache
-    from shoal.launch.experiments.runner import ExperimentConfig, run_experiment
+MAX_ACTORS_PER_CORE, MIN_ACTOR_CAP = 4, 64
+RESUMABLE = ("--quiet", "--max-env-steps", "--checkpoint-every")  # the training flags that may come with --resume
 
+
+def max_actors() -> int:
+    """The most actor processes one machine may start (more wants a cluster: --launcher ray)."""
+    return max(MIN_ACTOR_CAP, MAX_ACTORS_PER_CORE * (os.cpu_count() or 1))
+
+
+def train(args: argparse.Namespace, started: float) -> dict[str, Any]:
+    from shoal.launch.experiments.compilation_cache import enable_compilation_cache
+    from shoal.launch.experiments.runner import run_experiment
+
+    config = _resumed_config(args) if args.resume else _new_config(args)
+    config.validate()  # every setting against its range, before any file or server is made
+    if args.launcher is not None or args.dry_run:
+        _check_actors(args)
     enable_compilation_cache()
+    if args.launcher is None and not args.dry_run:
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a graceful stop
+        try:
+            result = run_experiment(config, stop)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    else:
+        result = train_distributed(config, args, started)
+        if result is None:
+            return None
+    result["agent"] = config.builder.name
+    return result
+
+
+def _new_config(args: argparse.Namespace):
+    from shoal.agents import get_builder
+    from shoal.launch.experiments.config import ExperimentConfig
 
     builder = get_builder(args.agent)
     overrides = {k: _convert(type(builder.config), k, v) for k, v in args.overrides}
     builder = get_builder(args.agent, **overrides)
     run_dir = args.run_dir or os.path.join(
         "runs", f"{args.agent}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    config = ExperimentConfig(
+    return ExperimentConfig(
         builder=builder, env_id=args.env, seed=args.seed, max_env_steps=args.max_env_steps,
         num_envs=args.num_envs, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-        target_return=args.target_return, run_dir=run_dir, progress=not args.quiet)
-    config.validate()  # before any file or server is made
-    if args.launcher is None and not args.dry_run:
-        result = run_experiment(config)
-    else:
-        result = train_distributed(config, args, started)
-        if result is None:
-            return None
-    result["agent"] = args.agent
-    return result
+        target_return=args.target_return, run_dir=run_dir, checkpoint_every_s=args.checkpoint_every,
+        progress=not args.quiet)
+
+
+def _resumed_config(args: argparse.Namespace):
+    """The config ``args.resume`` saved, and its launch settings put back into ``args``."""
+    from shoal.launch.experiments.config import config_from_dict
+
+    defaults = vars(build_parser().parse_args(["train"]))
+    given = [f"--{name.replace('_', '-')}" for name, value in vars(args).items()
+             if name not in ("resume", "command") and value != defaults.get(name)
+             and f"--{name.replace('_', '-')}" not in RESUMABLE]
+    if given:
+        raise ValueError(f"--resume continues a run with its saved settings; drop {', '.join(given)}")
+    try:
+        with open(os.path.join(args.resume, "config.json")) as f:
+            saved = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"{args.resume!r} is not a Shoal run directory (no config.json in it)") from None
+    launch = saved.get("launch") or {}
+    args.launcher, args.ray_address = launch.get("launcher"), launch.get("ray_address")
+    args.num_actors = launch.get("num_actors", args.num_actors)
+    args.resources = [_parse_resources(text) for text in launch.get("resources", [])]
+    changed = {name: getattr(args, flag) for name, flag in (("max_env_steps", "max_env_steps"),
+                                                            ("checkpoint_every_s", "checkpoint_every"))
+               if getattr(args, flag) != defaults[flag]}
+    return config_from_dict(saved, run_dir=args.resume, resume=True, progress=not args.quiet, **changed)
+
+
+def _check_actors(args: argparse.Namespace) -> None:
+    cap, cores = max_actors(), os.cpu_count() or 1
+    if not isinstance(args.num_actors, int) or not 1 <= args.num_actors <= cap:
+        raise ValueError(f"--num-actors must be an integer in [1, {cap}] on this machine "
+                         f"({cores} cores), got {args.num_actors}; for more, use a cluster (--launcher ray)")
+    if args.num_actors > cores and args.launcher != "ray":
+        print(f"shoal: warning: {args.num_actors} actor processes on {cores} CPU cores: they will "
+              "share the cores (fine for slow envs, slower per actor for fast ones)", file=sys.stderr)
 
 
 def train_distributed(config, args: argparse.Namespace, started: float) -> dict[str, Any] | None:
     """Launches the distributed program; SIGTERM (what a cluster scheduler sends) stops it
     gracefully: the evaluator returns its result, which is printed, and ``shoal`` exits 143."""
-    from shoal.launch.experiments.distributed import ACTOR_ENV, make_distributed_program
-    from shoal.launch.programs import launch
+    from shoal.launch.experiments.distributed import make_distributed_program
+    from shoal.launch.experiments.runner import claim_run_directory
 
     program = make_distributed_program(config, num_actors=args.num_actors, launched_at=started)
     for group, resources in args.resources:
@@ -170,8 +232,23 @@ def train_distributed(config, args: argparse.Namespace, started: float) -> dict[
         return None
     if args.launcher == "ray":
         _require_ray()
-    run = launch(program, args.launcher, run_dir=config.run_dir, token=args.token,
-                 group_env={"actor": ACTOR_ENV}, ray_address=args.ray_address)
+    run_dir = claim_run_directory(config, launch={
+        "launcher": args.launcher, "num_actors": args.num_actors, "ray_address": args.ray_address,
+        "resources": [_resources_text(group, r) for group, r in args.resources]})
+    try:
+        result = _run_program(program, config, args, run_dir)
+        run_dir.write_json("result.json", result)
+    finally:
+        run_dir.unlock()
+    return result
+
+
+def _run_program(program, config, args: argparse.Namespace, run_dir) -> dict[str, Any]:
+    from shoal.launch.experiments.distributed import ACTOR_ENV
+    from shoal.launch.programs import launch
+
+    run = launch(program, args.launcher, run_dir=config.run_dir, group_env={"actor": ACTOR_ENV},
+                 ray_address=args.ray_address)  # a token of its own (or SHOAL_TOKEN), never on argv
     run.serve_control(config.run_dir)  # for `shoal scale` / `shoal status`
     stop_following, terminated = threading.Event(), threading.Event()
     if args.launcher == "processes" and not args.quiet:  # the evaluator's progress line, here
@@ -192,6 +269,7 @@ def train_distributed(config, args: argparse.Namespace, started: float) -> dict[
     result = results["evaluator"]
     if result is None:
         raise RuntimeError(f"program {program.name!r} ended before its evaluator returned a result")
+    del run_dir  # (held by the caller)
     result.update(launcher=args.launcher)
     if terminated.is_set():
         result["terminated"] = "SIGTERM"
@@ -209,6 +287,12 @@ def _follow(path: str, prefix: str, stop: threading.Event) -> None:
                 stop.wait(0.2)
             elif line.startswith(prefix):
                 print(line, end="", file=sys.stderr, flush=True)
+
+
+def _resources_text(group: str, resources) -> str:
+    values = {k: getattr(resources, k) for k in ("num_cpus", "num_gpus", "memory") if getattr(resources, k) is not None}
+    values.update(resources.custom)
+    return f"{group}:" + ",".join(f"{k}={v}" for k, v in values.items())
 
 
 def _require_ray() -> None:
@@ -229,10 +313,30 @@ def control(args: argparse.Namespace) -> None:
         print(f"{row['label']:<14} {row['group']:<10} {row['state']:<12} {row['restarts']:>8}")
 
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _quiet_disk_errors() -> None:
+    """A full disk is reported once, by ``main``: the same error in a logging thread or at exit
+    (e.g. TensorBoard's flush) is not printed again as a traceback."""
+    thread_hook, unraisable_hook = threading.excepthook, sys.unraisablehook
+
+    def on_thread_error(info: Any) -> None:
+        if not (isinstance(info.exc_value, OSError) and info.exc_value.errno in DISK_FULL):
+            thread_hook(info)
+
+    def on_unraisable(info: Any) -> None:
+        if not (isinstance(info.exc_value, OSError) and info.exc_value.errno in DISK_FULL):
+            unraisable_hook(info)
+
+    threading.excepthook, sys.unraisablehook = on_thread_error, on_unraisable
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     parser = build_parser()
     args = parser.parse_args(argv)
+    _quiet_disk_errors()
     try:
         if args.command in ("scale", "status"):
             control(args)
@@ -246,8 +350,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("shoal: interrupted", file=sys.stderr)
         return 130
-    except (TimeoutError, RuntimeError) as e:  # e.g. ProgramFailed: a node died
+    except (TimeoutError, RuntimeError, FloatingPointError) as e:  # a node died, a NaN loss, ...
         print(f"shoal: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        if e.errno not in DISK_FULL:
+            raise
+        print(f"shoal: error: cannot write {e.filename or 'to the run directory'}: {e.strerror} "
+              "(free some space, or choose another --run-dir)", file=sys.stderr)
         return 1
     print(json.dumps(result), flush=True)
     return 143 if result.get("terminated") == "SIGTERM" else 0

@@ -18,6 +18,8 @@ N actors and an evaluator, for ``launch(program, "processes" | "inprocess" | "ra
 from __future__ import annotations
 
 import functools
+import json
+import os
 import time
 from typing import Any
 
@@ -28,7 +30,9 @@ from shoal.core.counting import Counter
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
 from shoal.launch.experiments.evaluation import Evaluator
-from shoal.launch.experiments.runner import ExperimentConfig
+from shoal.launch.experiments.checkpointing import Checkpointer, read_run, restore_learner
+from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.rundir import write_json
 from shoal.launch.programs.nodes import FunctionNode, ReplayNode, ServiceNode, should_stop
 from shoal.launch.programs.program import Program
 
@@ -38,8 +42,11 @@ ACTOR_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
 
 
 class LearnerWorker:
+    """Trains, serves parameters, and checkpoints the run (learner, replay and counter) every
+    ``checkpoint_every_s`` and when it stops; on resume it starts from that checkpoint."""
+
     def __init__(self, config: ExperimentConfig, replay, counter) -> None:
-        self._counter = counter
+        self._counter, self._replay = counter, replay
         spec = config.environment_spec()
         builder = config.builder
         self._local = Counter()
@@ -47,10 +54,29 @@ class LearnerWorker:
         dataset = builder.make_dataset_iterator(replay, spec)
         self._learner = builder.make_learner(jax.random.PRNGKey(config.seed), config.make_networks(spec),
                                              dataset, logger, self._local, replay)
+        self._checkpointer = Checkpointer(config.run_dir, config.checkpoint_every_s) if config.run_dir else None
+        self._resumed: dict[str, Any] | None = None
+        if config.resume:
+            saved = read_run(config.run_dir)
+            self._local.restore({k: v for k, v in saved["counter"].items() if k == "learner_steps"})
+            self._resumed = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
+                             "learner_digest": restore_learner(config.run_dir, self._learner, saved),
+                             "replay_items": _replay_items(replay),
+                             "checkpoint_replay_items": saved.get("replay_items")}
+            print(f"[learner] resumed at env step {saved['env_steps']:,}: {self._resumed}", flush=True)
         # Compile before this node serves (actors and the evaluator wait for it), so the first
         # batches are trained on at once rather than after the compiler (seconds on a CPU).
         self._learner.warm_up(dataset.example())
         self._first_update_at: float | None = None
+
+    def resumed(self) -> dict[str, Any] | None:
+        """What was restored when the run resumed (``None`` for a fresh run)."""
+        return self._resumed
+
+    def _checkpoint(self) -> None:
+        counts = self._counter.get_counts()
+        self._checkpointer.save(int(counts.get("env_steps", 0)), self._learner, self._replay,
+                                counter={**counts, **self._local.get_counts()})
 
     def get_variables(self, known_version: int = -1):
         return self._learner.get_variables(known_version)
@@ -67,7 +93,7 @@ class LearnerWorker:
         return counts
 
     def run(self) -> None:
-        reported: dict[str, float] = {}
+        reported = self._local.get_counts()  # (a resumed counter already holds the restored totals)
         last = time.monotonic()
         try:
             while not should_stop():
@@ -81,20 +107,34 @@ class LearnerWorker:
                     counts = self._local.get_counts()
                     self._counter.increment(**{k: v - reported.get(k, 0) for k, v in counts.items()})
                     reported, last = counts, time.monotonic()
+                if self._checkpointer is not None and self._checkpointer.due():
+                    self._checkpoint()
         finally:
-            self._learner.close()
+            try:
+                self._learner.check_finite()
+                if self._checkpointer is not None and should_stop():  # asked to stop: save first
+                    self._checkpoint()
+            finally:
+                self._learner.close()
 
 
 class ActorWorker:
+    """Acts, writes to replay, reports its env steps. A restarted (or resumed) actor continues
+    its schedules (e.g. epsilon) from the steps it had reported."""
+
     def __init__(self, config: ExperimentConfig, actor_id: int, replay, learner, counter) -> None:
         self._id, self._counter, self._learner = actor_id, counter, learner
-        seed = config.seed + 10_007 * (actor_id + 1)
+        done = int(counter.get_counts().get(f"env_steps_actor_{actor_id}", 0))
+        if done:
+            print(f"[actor_{actor_id}] continues its schedules from {done:,} env steps", flush=True)
+        seed = config.seed + 10_007 * (actor_id + 1) + done  # (a restart does not replay its episodes)
         self._env = make_vector_env(config.env_id, config.num_envs, seed)
         spec = make_environment_spec(self._env)
         builder = config.builder
         policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
         self._adder = builder.make_adder(replay, spec, policy)
-        self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, learner, self._adder)
+        self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, learner, self._adder,
+                                         env_steps_offset=done)
         self._logger = make_logger(f"actor_{actor_id}", config.run_dir, terminal=False)
 
     def run(self) -> None:
@@ -126,6 +166,10 @@ def run_evaluator(config: ExperimentConfig, learner, counter, launched_at: float
     speeds are measured over this node's own run (after every node started)."""
     start, start_unix = time.monotonic(), time.time()
     evaluator = Evaluator(config, learner, jax.random.PRNGKey(config.seed + 1), start)
+    schedule = os.path.join(config.run_dir, "checkpoints", "evaluator.json") if config.run_dir else None
+    if config.resume and schedule and os.path.exists(schedule):
+        with open(schedule) as f:
+            evaluator.restore(json.load(f))
     progress = make_logger("train", None, terminal=config.progress, time_delta=config.progress_every_s)
     first = counter.get_counts()
     while not should_stop():
@@ -137,7 +181,11 @@ def run_evaluator(config: ExperimentConfig, learner, counter, launched_at: float
                         "learner_steps": int(counts.get("learner_steps", 0)),
                         "eval_return": last if last is not None else float("nan")})
         if evaluator.due(env_steps) or out_of_budget:
-            if evaluator.run(env_steps) or out_of_budget:
+            solved = evaluator.run(env_steps)
+            if schedule:
+                os.makedirs(os.path.dirname(schedule), exist_ok=True)
+                write_json(schedule, evaluator.save())
+            if solved or out_of_budget:
                 break
         time.sleep(0.05)
     window_s = time.monotonic() - start
@@ -153,6 +201,8 @@ def run_evaluator(config: ExperimentConfig, learner, counter, launched_at: float
         result["stale_batches_dropped"] = int(counts["stale_batches_dropped"])
     if "first_update_at" in counts:
         result["first_update_s"] = round(counts["first_update_at"] - (launched_at or start_unix), 3)
+    if config.resume:
+        result["resumed_from"] = learner.resumed()
     if should_stop():
         result["stopped"] = True
     return result
@@ -170,14 +220,32 @@ def make_distributed_program(config: ExperimentConfig, num_actors: int = 4,
     builder.validate(spec, jax.local_device_count())
     policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
     program = Program(builder.name)
-    replay = program.add_node(ReplayNode(functools.partial(builder.make_replay_tables, spec, policy)),
-                              label="replay")
-    counter = program.add_node(ServiceNode(Counter), label="counter")
-    learner = program.add_node(ServiceNode(LearnerWorker, config, replay, counter), label="learner")
+    checkpoints = os.path.join(config.run_dir, "checkpoints") if config.run_dir else None
+    replay = program.add_node(ReplayNode(functools.partial(builder.make_replay_tables, spec, policy),
+                                         checkpoint_dir=checkpoints and os.path.join(checkpoints, "replay")),
+                              label="replay")  # (a replay node restores the checkpoint it finds)
+    # Each service serves what its clients call, no more (e.g. no remote Counter.restore).
+    counter = program.add_node(ServiceNode(_counter, config.run_dir if config.resume else None,
+                                           methods=("increment", "get_counts")), label="counter")
+    learner = program.add_node(ServiceNode(LearnerWorker, config, replay, counter,
+                                           methods=("get_variables", "version", "counts", "resumed")),
+                               label="learner")
     program.add_group("actor", functools.partial(_actor_node, config, replay, learner, counter), num_actors)
     program.add_node(FunctionNode(run_evaluator, config, learner, counter, launched_at), label="evaluator")
     return program
 
 
+def _counter(resumed_run_dir: str | None) -> Counter:
+    """The run's counter: restored from the checkpoint when the run resumes."""
+    counter = Counter()
+    if resumed_run_dir is not None:
+        counter.restore(read_run(resumed_run_dir)["counter"])
+    return counter
+
+
+def _replay_items(replay) -> dict[str, int]:
+    return {name: int(info.current_size) for name, info in replay.server_info().items()}
+
+
 def _actor_node(config: ExperimentConfig, replay, learner, counter, index: int) -> ServiceNode:
-    return ServiceNode(ActorWorker, config, index, replay, learner, counter)
+    return ServiceNode(ActorWorker, config, index, replay, learner, counter, methods=())  # nobody calls it

@@ -66,6 +66,16 @@ class Evaluator:
                             "wall_s": time.monotonic() - self._start})
         return self.solved
 
+    def save(self) -> dict[str, Any]:
+        """The evaluation schedule: where the next evaluation falls, and what the last found."""
+        return {"next": self._next, "num_evals": self.num_evals, "last_return": self.last_return,
+                "last_at": self.last_at, "eval_s": self.eval_s}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._next, self.num_evals = int(state["next"]), int(state["num_evals"])
+        self.last_return, self.last_at = state["last_return"], int(state["last_at"])
+        self.eval_s = float(state["eval_s"])
+
     def result(self, env_steps: int, learner_steps: int, wall_s: float) -> dict[str, Any]:
         """The run's summary: the fields of the final JSON line."""
         return {

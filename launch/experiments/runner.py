@@ -1,4 +1,4 @@
-"""``ExperimentConfig`` and the single-process runner ``run_experiment``.
+"""The single-process runner ``run_experiment``.
 
 In one process the actor, an embedded Reverb server and the learner share one thread, paced by
 one rule for every agent and table (after Acme's runner): inserts never block (the tables'
@@ -16,94 +16,26 @@ on the devices while the actor takes its next vector step (acting one update beh
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
+import errno
+import sys
+import threading
 import time
 from typing import Any, Callable, Mapping
 
-import gymnasium as gym
 import jax
 import numpy as np
 
-from shoal.actors import EnvironmentLoop, check_env_id, make_vector_env
-from shoal.agents.builders import AgentBuilder
+from shoal.actors import EnvironmentLoop, make_vector_env
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Actor, Learner
 from shoal.core.loggers import TerminalLogger, make_logger
-from shoal.core.specs import EnvironmentSpec, make_environment_spec
+from shoal.core.specs import make_environment_spec
 from shoal.core.types import Step
+from shoal.launch.experiments.checkpointing import Checkpointer, read_run, restore_learner
+from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator
+from shoal.launch.experiments.rundir import RunDirectory, write_json
 from shoal.replay import ReplayServer, without_insert_blocking
-
-
-@dataclasses.dataclass
-class ExperimentConfig:
-    """Everything a run needs; the single input of both runners.
-
-    Attributes:
-      builder: the agent (e.g. ``shoal.agents.get_builder("dqn")``).
-      env_id: a registered gymnasium id.
-      seed: seeds envs (``seed, seed+1, ...``), networks and exploration.
-      max_env_steps: step budget, counted over all envs.
-      num_envs: envs stepped together by an actor (one vector env).
-      eval_every: env steps between evaluations.
-      eval_episodes: episodes per evaluation (run in parallel, one per env, with the
-        evaluation policy, e.g. greedy).
-      target_return: stop once an evaluation's mean return reaches it. ``None``: the env's
-        registered ``reward_threshold`` (475 for CartPole-v1), if it has one.
-      run_dir: where config, CSV logs and TensorBoard events go (``None``: nowhere).
-      network_factory: ``spec -> networks``; ``None`` uses ``builder.make_networks``.
-      progress: print a progress line (to stderr) about once per ``progress_every_s``.
-    """
-
-    builder: AgentBuilder
-    env_id: str
-    seed: int = 0
-    max_env_steps: int = 100_000
-    num_envs: int = 16
-    eval_every: int = 2_000
-    eval_episodes: int = 10
-    target_return: float | None = None
-    run_dir: str | None = None
-    network_factory: Callable[[EnvironmentSpec], Any] | None = None
-    progress: bool = True
-    progress_every_s: float = 2.0
-
-    def resolved_target_return(self) -> float | None:
-        if self.target_return is not None:
-            return self.target_return
-        return gym.spec(self.env_id).reward_threshold
-
-    def validate(self) -> None:
-        """Raises ``ValueError`` naming the first bad setting."""
-        check_env_id(self.env_id)
-        for name in ("max_env_steps", "num_envs", "eval_every", "eval_episodes"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-    def environment_spec(self) -> EnvironmentSpec:
-        """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``)."""
-        env = make_vector_env(self.env_id, self.num_envs, self.seed)
-        try:
-            return make_environment_spec(env)
-        finally:
-            env.close()
-
-    def make_networks(self, spec: EnvironmentSpec) -> Any:
-        return (self.network_factory or self.builder.make_networks)(spec)
-
-    def to_dict(self) -> dict[str, Any]:
-        builder_config = getattr(self.builder, "config", None)
-        return {
-            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("builder", "network_factory")},
-            "target_return": self.resolved_target_return(),
-            "agent": self.builder.name,
-            "agent_config": dataclasses.asdict(builder_config) if builder_config is not None else None,
-            "jax_devices": [str(d) for d in jax.local_devices()],
-        }
 
 
 class LearningActor(Actor):
@@ -158,68 +90,154 @@ class LearningActor(Actor):
             self._train()
 
 
-def run_experiment(config: ExperimentConfig) -> dict[str, Any]:
-    """Trains in this process until solved or out of budget; returns the result summary."""
+def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Trains in this process until solved, out of budget, or ``stop`` is set (then the result
+    has ``"terminated": "SIGTERM"``); returns the result summary.
+
+    With a ``run_dir`` the run owns it (a lock), checkpoints every ``checkpoint_every_s`` and at
+    its end, and, with ``config.resume``, first restores the checkpoint found there.
+    """
     start = time.monotonic()
     config.validate()
-    builder = config.builder
     env = make_vector_env(config.env_id, config.num_envs, config.seed)
-    spec = make_environment_spec(env)
-    builder.validate(spec, jax.local_device_count())
-    if config.run_dir:
-        os.makedirs(config.run_dir, exist_ok=True)
-        with open(os.path.join(config.run_dir, "config.json"), "w") as f:
-            json.dump(config.to_dict(), f, indent=2, default=str)
+    closers: list[tuple[str, Callable[[], None]]] = [("the environment", env.close)]
+    try:
+        spec = make_environment_spec(env)
+        config.validate(spec)  # the agent's settings, and whether the budget lets it learn
+        run_dir = _claim(config)
+        if run_dir is not None:
+            closers.insert(0, ("the run directory lock", run_dir.unlock))  # released last
+        result = _train(config, env, spec, run_dir, start, stop, closers)
+        if run_dir is not None:
+            write_json(run_dir.file("result.json"), result)
+    finally:
+        _close(closers)
+    return result
 
+
+def _claim(config: ExperimentConfig) -> RunDirectory | None:
+    if not config.run_dir:
+        if config.resume:
+            raise ValueError("resume needs a run directory")
+        return None
+    return claim_run_directory(config)
+
+
+def claim_run_directory(config: ExperimentConfig, launch: dict[str, Any] | None = None) -> RunDirectory:
+    """Locks the run directory (one live run per directory); a fresh run refuses a directory
+    that holds another run's checkpoints and writes its ``config.json`` (with ``launch``, how
+    it was launched), a resumed one needs a checkpoint there."""
+    run_dir = RunDirectory(config.run_dir).lock()
+    try:
+        saved = read_run(config.run_dir)
+        if config.resume and saved is None:
+            raise ValueError(f"run directory {config.run_dir!r} holds no checkpoint to resume")
+        if not config.resume and saved is not None:
+            raise ValueError(f"run directory {config.run_dir!r} holds the checkpoints of an earlier run; "
+                             "continue it with --resume, or choose another --run-dir")
+        if not config.resume:
+            write_json(run_dir.file("config.json"), {**config.to_dict(), "launch": launch})
+    except BaseException:
+        run_dir.unlock()
+        raise
+    return run_dir
+
+
+def _train(config: ExperimentConfig, env, spec, run_dir: RunDirectory | None, start: float,
+           stop: threading.Event | None, closers: list) -> dict[str, Any]:
+    builder = config.builder
+    checkpointer = Checkpointer(config.run_dir, config.checkpoint_every_s) if run_dir else None
     networks = config.make_networks(spec)
     policy = builder.make_policy(networks, spec, evaluation=False)
-    server = ReplayServer(without_insert_blocking(builder.make_replay_tables(spec, policy)))
+    server = ReplayServer(without_insert_blocking(builder.make_replay_tables(spec, policy)),
+                          checkpoint_dir=checkpointer.replay_directory if checkpointer else None)
+    closers.insert(1 if run_dir else 0, ("the replay server", server.stop))  # after its users
     counter = Counter()
     learner_key, actor_key, eval_key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
     learner_logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
     train_logger = make_logger("train", config.run_dir, terminal=False)
-    learner: Learner | None = None
-    adder = evaluator = None
+    closers += [("the learner log", learner_logger.close), ("the train log", train_logger.close)]
+    dataset = builder.make_dataset_iterator(server.client, spec)
+    learner = builder.make_learner(learner_key, networks, dataset, learner_logger, counter, server.client)
+    adder = builder.make_adder(server.client, spec, policy)
+    closers += [("the learner", learner.close), ("the adder", adder.close)]
+    actor = builder.make_actor(actor_key, policy, spec, learner, adder, asynchronous_updates=False)
+    evaluator = Evaluator(config, learner, eval_key, start)
+    closers.append(("the evaluator", evaluator.close))
+    resumed = _resume(config, checkpointer, learner, counter, actor, evaluator, server) if config.resume else None
+    loop = EnvironmentLoop(env, LearningActor(actor, learner, server, dataset.table, dataset.items_per_update,
+                                              pull_after=builder.on_policy), counter, train_logger)
+    loop.env_steps = int(counter.get_counts().get("env_steps", 0))
     progress = TerminalLogger("train", time_delta=config.progress_every_s) if config.progress else None
-    try:
-        dataset = builder.make_dataset_iterator(server.client, spec)
-        learner = builder.make_learner(learner_key, networks, dataset, learner_logger, counter,
-                                       server.client)
-        adder = builder.make_adder(server.client, spec, policy)
-        actor = builder.make_actor(actor_key, policy, spec, learner, adder, asynchronous_updates=False)
-        actor = LearningActor(actor, learner, server, dataset.table, dataset.items_per_update,
-                              pull_after=builder.on_policy)
-        evaluator = Evaluator(config, learner, eval_key, start)
-        loop = EnvironmentLoop(env, actor, counter, train_logger)
 
-        last_log = time.monotonic()
-        while loop.env_steps < config.max_env_steps:
-            loop.step()
-            if evaluator.due(loop.env_steps) and evaluator.run(loop.env_steps):
-                break
-            if time.monotonic() - last_log >= 1.0:
-                last_log = time.monotonic()
-                last = evaluator.last_return
-                row = loop.log(eval_return=last if last is not None else float("nan"))
-                if progress:
-                    progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps",
-                                                        "episode_return", "eval_return") if k in row})
-        if not evaluator.solved and evaluator.last_at != loop.env_steps:  # budget ran out between evals
-            evaluator.run(loop.env_steps)
-        wall_s = time.monotonic() - start
-        loop.log(eval_return=evaluator.last_return)
-    finally:
-        for part in (learner, adder):  # before the server stops: nothing left waiting on it
-            if part is not None:
-                part.close()
-        for logger in (learner_logger, train_logger):
-            logger.close()
-        if evaluator is not None:
-            evaluator.close()
-        server.stop()
-        env.close()
+    def checkpoint() -> None:
+        checkpointer.save(loop.env_steps, learner, server.client, counter=counter.save(),
+                          evaluator=evaluator.save(), actor=actor.save())
+
+    last_log = time.monotonic()
+    while loop.env_steps < config.max_env_steps and not (stop is not None and stop.is_set()):
+        loop.step()
+        if evaluator.due(loop.env_steps) and evaluator.run(loop.env_steps):
+            break
+        if checkpointer is not None and checkpointer.due():
+            checkpoint()
+        if time.monotonic() - last_log >= 1.0:
+            last_log = time.monotonic()
+            last = evaluator.last_return
+            row = loop.log(eval_return=last if last is not None else float("nan"))
+            if progress:
+                progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps",
+                                                    "episode_return", "eval_return") if k in row})
+    terminated = stop is not None and stop.is_set()
+    if not terminated and not evaluator.solved and evaluator.last_at != loop.env_steps:
+        evaluator.run(loop.env_steps)  # the budget ran out between evaluations
+    learner.check_finite()  # the last update too
+    if checkpointer is not None:
+        checkpoint()
+    wall_s = time.monotonic() - start
+    loop.log(eval_return=evaluator.last_return)
     result = evaluator.result(loop.env_steps, counter.get_counts().get("learner_steps", 0), wall_s)
-    if config.run_dir:
-        with open(os.path.join(config.run_dir, "result.json"), "w") as f:
-            json.dump(result, f, indent=2)
+    if resumed is not None:
+        result["resumed_from"] = resumed
+    if terminated:
+        result["terminated"] = "SIGTERM"
     return result
+
+
+def _resume(config: ExperimentConfig, checkpointer: Checkpointer, learner, counter, actor, evaluator,
+            server: ReplayServer) -> dict[str, Any]:
+    """Restores the run's checkpoint (replay restored itself when its server started)."""
+    saved = read_run(config.run_dir)
+    restored_digest = restore_learner(config.run_dir, learner, saved)
+    counter.restore(saved["counter"])
+    actor.restore(saved["actor"])
+    evaluator.restore(saved["evaluator"])
+    replay_items = {name: int(info.current_size) for name, info in server.client.server_info().items()}
+    info = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
+            "learner_digest": restored_digest, "replay_items": replay_items,
+            "actor_env_steps": actor.save()["env_steps"], "actor_key": actor.save()["key"],
+            "next_eval_at": evaluator.save()["next"], "num_evals": evaluator.num_evals}
+    print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
+          f"{saved['learner_version']} (state {restored_digest}), replay items {replay_items}, "
+          f"actor schedule at {saved['actor']['env_steps']:,} env steps, next evaluation at "
+          f"{saved['evaluator']['next']:,}", file=sys.stderr, flush=True)
+    return info
+
+
+def _close(closers: list[tuple[str, Callable[[], None]]]) -> None:
+    """Closes everything, newest first; a failure does not skip the rest. A full disk is raised
+    once everything is closed (unless an error is already on its way out); other failures are
+    reported as warnings."""
+    disk_full, failing = None, sys.exc_info()[1] is not None
+    for what, close in reversed(closers):
+        try:
+            close()
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                disk_full = disk_full or e
+            else:
+                print(f"shoal: warning: could not close {what}: {type(e).__name__}: {e}", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001
+            print(f"shoal: warning: could not close {what}: {type(e).__name__}: {e}", file=sys.stderr)
+    if disk_full is not None and not failing:
+        raise disk_full

@@ -15,7 +15,6 @@ from typing import Mapping
 from shoal.launch.programs.addressing import FileAddressBook
 from shoal.launch.programs.local import ProcessWorker, ThreadWorker
 from shoal.launch.programs.program import Program
-from shoal.launch.programs.rpc.server import is_loopback
 from shoal.launch.programs.supervision import ProgramRun
 
 LAUNCHERS = ("processes", "inprocess", "ray")
@@ -32,8 +31,9 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
       launcher: ``"processes"``, ``"inprocess"`` (``group_env`` cannot apply there) or ``"ray"``.
       run_dir: holds ``logs/``, ``addresses/``, ``nodes/`` of a local launch (default: a new
         temp dir); the Ray launcher writes nothing there (logs stream to this process).
-      token: a shared secret every RPC must carry. Generated when servers bind an interface
-        other than loopback (always, under Ray); never put on a node's command line.
+      token: the shared secret every RPC between nodes must carry. Default: ``SHOAL_TOKEN``
+        from the environment, else a new random one for each launch. Nodes get it from the
+        launcher (environment, thread context, Ray actor argument), never on a command line.
       host: the interface RPC servers bind (local launchers); 127.0.0.1 unless you opt in to
         another. Ray nodes bind every interface and advertise their node's IP.
       group_env: extra environment variables per group, e.g. ``{"actor": {"CUDA_VISIBLE_DEVICES": ""}}``.
@@ -49,13 +49,13 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
         raise ValueError(f"group_env names groups {sorted(unknown)} that program {program.name!r} "
                          f"does not have (groups: {sorted(program.groups)})")
     options = dict(restartable_groups=restartable_groups, max_restarts=max_restarts, grace_s=grace_s)
+    # Every launch is authenticated: any local process could otherwise call a node (and e.g.
+    # inflate a run's step counter).
+    token = token or os.environ.get("SHOAL_TOKEN") or secrets.token_urlsafe(32)
     if launcher == "ray":
         from shoal.launch.programs.ray_launcher import launch_ray
 
-        return launch_ray(program, token=token or secrets.token_urlsafe(32), group_env=group_env,
-                          ray_address=ray_address, **options)
-    if not is_loopback(host) and not token:
-        token = secrets.token_urlsafe(32)  # servers reachable off this machine: never unauthenticated
+        return launch_ray(program, token=token, group_env=group_env, ray_address=ray_address, **options)
     advertise = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # (all nodes are on this machine)
     run_dir = run_dir or tempfile.mkdtemp(prefix=f"shoal-{program.name}-")
     for sub in ("logs", "addresses", "nodes"):

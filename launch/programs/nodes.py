@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from shoal.launch.programs.addressing import AddressBook
 from shoal.launch.programs.program import Handle, Node, dereference
@@ -78,11 +78,15 @@ def _name(fn: Any) -> str:
 
 
 class ServiceNode(Node):
+    """``factory(*args, **kwargs)`` served over RPC: all its public methods, or only ``methods``
+    (serve what the node's clients need, no more)."""
+
     kind = "service"
 
-    def __init__(self, factory: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def __init__(self, factory: Callable[..., Any], *args: Any, methods: Sequence[str] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.factory = factory
+        self.factory, self.methods = factory, methods
 
     def describe_target(self) -> str:
         return _name(self.factory)
@@ -96,7 +100,7 @@ class ServiceNode(Node):
         from shoal.launch.programs.rpc import RpcServer
 
         obj = self.factory(*ctx.deref(self.args), **ctx.deref(self.kwargs))
-        server = RpcServer(obj, host=ctx.bind_host, token=ctx.token).start()
+        server = RpcServer(obj, host=ctx.bind_host, token=ctx.token, methods=self.methods).start()
         ctx.publish(server.port)
         try:
             if callable(getattr(obj, "run", None)):

@@ -8,8 +8,8 @@ supervisor polls:
   the engine itself where it has restart machinery (Ray: ``worker.managed_restarts``);
 * the program completes when all its function nodes have returned (e.g. the evaluator that
   stops at the step budget), and fails when any other node dies for good;
-* ``stop()`` asks every node to stop (``should_stop()`` turns true), consumers before the
-  services they use, then kills what is left after ``grace_s``.
+* ``stop()`` asks every node to stop (``should_stop()`` turns true), users before the services
+  they use, then kills what is left after the grace period.
 
 A group made with ``Program.add_group`` can grow and shrink while the program runs
 (``add_nodes`` / ``remove_nodes`` / ``scale``): a removed node is asked to stop like at the end
@@ -132,19 +132,7 @@ class ProgramRun:
             if self._done.is_set():
                 return
             self.reason, self.failed = reason, failed
-            # Consumers first (nodes no other node holds a handle to), then the services they
-            # use, so that nobody is left blocked on a call to a server that already stopped.
-            used = {dep for node in self.program.nodes for dep in node.dependencies()}
-            workers = list(self.workers.values())
-            consumers = [w for w in workers if w.node not in used]
-            providers = [w for w in workers if w.node in used]
-            deadline = time.monotonic() + self._grace_s
-            for phase, until in ((consumers, time.monotonic() + self._grace_s / 2), (providers, deadline)):
-                live = [w for w in phase if w.poll() is None]
-                for worker in live:
-                    worker.terminate()
-                while any(w.poll() is None for w in live) and time.monotonic() < until:
-                    time.sleep(0.05)
+            self._stop_in_order()
             for label, worker in self.workers.items():
                 if worker.poll() is None:
                     worker.kill()
@@ -158,6 +146,29 @@ class ProgramRun:
             if self._on_close is not None:
                 self._on_close()
             self._done.set()
+
+    def _stop_in_order(self) -> None:
+        """Asks nodes to stop, a node only once every node that uses it has ended (or its turn
+        timed out): users before the services they use, so that a node stopping can still call
+        them (e.g. the learner's last checkpoint of replay and counter), and nobody is left
+        blocked on a server that already stopped. Each turn waits up to ``grace_s``, all of
+        them together up to twice that."""
+        users: dict[str, set[str]] = {label: set() for label in self.workers}
+        for label, worker in self.workers.items():
+            for dep in worker.node.dependencies():
+                users.setdefault(dep.label, set()).add(label)
+        pending = {label for label, w in self.workers.items() if w.poll() is None}
+        ended: set[str] = set(self.workers) - pending
+        deadline = time.monotonic() + 2 * self._grace_s
+        while pending and time.monotonic() < deadline:
+            turn = {label for label in pending if users[label] <= ended} or set(pending)  # (a cycle: all)
+            for label in turn:
+                self.workers[label].terminate()
+            until = min(deadline, time.monotonic() + self._grace_s)
+            while any(self.workers[label].poll() is None for label in turn) and time.monotonic() < until:
+                time.sleep(0.05)
+            ended |= turn
+            pending -= turn
 
     # -- elastic groups -----------------------------------------------------------------------
     def running(self, group: str) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from shoal.launch.programs.rpc.codec import decode, encode
-from shoal.launch.programs.rpc.server import CHANNEL_OPTIONS, METHOD, TOKEN_KEY
+from shoal.launch.programs.rpc.server import MAX_MESSAGE_ENV, METHOD, TOKEN_KEY, channel_options
 
 
 class RemoteError(RuntimeError):
@@ -51,7 +51,7 @@ class RpcClient:
         self.address = address
         self._timeout_s = timeout_s
         self._metadata = ((TOKEN_KEY, token),) if token else None
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(address, options=channel_options())
         self._stub = self._channel.unary_unary(METHOD)
         self.futures = _Futures(self)
 
@@ -67,14 +67,19 @@ class RpcClient:
 
     def _future(self, method: str, args, kwargs) -> _Future:
         request = encode({"method": method, "args": list(args), "kwargs": kwargs})
-        inner = self._stub.future(request, timeout=self._timeout_s, metadata=self._metadata,
-                                  wait_for_ready=True)
+        # No wait_for_ready: a server publishes its address once it serves, so an unreachable
+        # one is gone and the call fails at once (UNAVAILABLE), instead of holding the caller
+        # (and a stopping program) until its deadline.
+        inner = self._stub.future(request, timeout=self._timeout_s, metadata=self._metadata)
         return _Future(self, method, inner)
 
     def _error(self, method: str, e: grpc.RpcError) -> Exception:
         if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
             return TimeoutError(f"RPC {method} at {self.address}: no reply within {self._timeout_s}s")
-        return RemoteError(self.address, method, e.code(), e.details())
+        details = e.details()
+        if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (details or ""):
+            details += f" (messages are limited to {MAX_MESSAGE_ENV} MiB; raise it for larger params)"
+        return RemoteError(self.address, method, e.code(), details)
 
     def __getattr__(self, method: str):
         if method.startswith("_"):

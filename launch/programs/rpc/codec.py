@@ -11,10 +11,16 @@ float, str, bytes, lists, tuples, dicts (any of these as keys), numpy arrays and
 bool / int / uint / float / complex dtypes (and bfloat16), and anything with ``__array__``
 (e.g. ``jax.Array``), which arrives as a numpy array. Anything else is refused with
 ``CodecError`` when encoding; a malformed frame raises ``CodecError`` when decoding.
+
+Decoding is bounded, so that no frame can crash or exhaust the process that reads it: at most
+``MAX_DEPTH`` nested containers (msgpack's own and tuple extensions alike; a deeper frame once
+overflowed the C stack), at most ``MAX_ARRAYS`` arrays of at most ``MAX_DIMS`` dimensions, each
+lying inside the frame, and a header no longer than the frame.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any
 
@@ -22,6 +28,9 @@ import msgpack
 import numpy as np
 
 MAGIC = b"SHL1"
+MAX_DEPTH = 32
+MAX_ARRAYS = 100_000
+MAX_DIMS = 32
 _PREFIX = struct.Struct("<4sI")
 _ALIGN = 16
 _ARRAY, _TUPLE = 1, 2
@@ -76,6 +85,18 @@ def encode(obj: Any) -> bytes:
     return b"".join(parts)
 
 
+def _check_depth(value: Any, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise CodecError(f"nesting deeper than {MAX_DEPTH} levels")
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _check_depth(item, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_depth(key, depth + 1)
+            _check_depth(item, depth + 1)
+
+
 def decode(frame: bytes) -> Any:
     if len(frame) < _PREFIX.size:
         raise CodecError(f"frame too short ({len(frame)} bytes)")
@@ -86,30 +107,42 @@ def decode(frame: bytes) -> Any:
     if header_end > len(frame):
         raise CodecError("frame truncated inside its header")
     data_start = header_end + (-header_end % _ALIGN)
+    arrays = 0
 
-    def ext_hook(code: int, payload: bytes) -> Any:
+    def ext_hook(code: int, payload: bytes, depth: int) -> Any:
+        nonlocal arrays
         if code == _TUPLE:
-            return tuple(_unpack(payload))
+            return tuple(_unpack(payload, depth + 1))
         if code != _ARRAY:
             raise CodecError(f"unknown extension type {code}")
+        arrays += 1
+        if arrays > MAX_ARRAYS:
+            raise CodecError(f"more than {MAX_ARRAYS} arrays")
         try:
-            name, shape, offset = msgpack.unpackb(payload)
+            name, shape, offset = msgpack.unpackb(payload, max_array_len=MAX_DIMS + 1)
             dtype = _DTYPES[name]
             shape = tuple(int(d) for d in shape)
+            offset = int(offset)
         except (KeyError, TypeError, ValueError) as e:
             raise CodecError(f"bad array record: {e}") from None
-        count = int(np.prod(shape, dtype=np.int64))
-        begin = data_start + int(offset)
-        if min(shape, default=0) < 0 or offset < 0 or begin + count * dtype.itemsize > len(frame):
+        if len(shape) > MAX_DIMS or min(shape, default=0) < 0 or offset < 0:
+            raise CodecError(f"bad array record: shape {list(shape)[:8]}, offset {offset}")
+        count = math.prod(shape)  # exact (Python integers): no overflow to slip past the check
+        begin = data_start + offset
+        if begin + count * dtype.itemsize > len(frame):
             raise CodecError(f"array record points outside the frame: {name}{list(shape)} at {offset}")
         return np.frombuffer(frame, dtype, count, begin).reshape(shape)
 
-    def _unpack(payload: bytes) -> Any:
-        return msgpack.unpackb(payload, ext_hook=ext_hook, raw=False, strict_map_key=False,
-                               use_list=True)
+    def _unpack(payload: bytes, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise CodecError(f"nesting deeper than {MAX_DEPTH} levels")
+        value = msgpack.unpackb(payload, ext_hook=lambda code, data: ext_hook(code, data, depth),
+                                raw=False, strict_map_key=False, use_list=True)
+        _check_depth(value, depth)
+        return value
 
     try:
-        return _unpack(memoryview(frame)[_PREFIX.size:header_end])
+        return _unpack(memoryview(frame)[_PREFIX.size:header_end], 0)
     except CodecError:
         raise
     except Exception as e:  # noqa: BLE001 -- any msgpack failure is a bad frame

@@ -3,15 +3,21 @@
 A request is ``encode({"method": name, "args": [...], "kwargs": {...}})``; the reply is
 ``encode(result)``. Failures come back as gRPC status codes, and the server keeps serving:
 
-* ``UNAUTHENTICATED`` -- a token is set and the call's ``shoal-token`` metadata differs;
-* ``INVALID_ARGUMENT`` -- the request is not a valid frame or not a call record;
-* ``UNIMPLEMENTED`` -- no such public method;
+* ``UNAUTHENTICATED`` -- a token is set and the call's ``shoal-token`` metadata differs. This
+  is decided from the call's metadata *before its body is read* (the method is served as a
+  client stream, which is the same on the wire as a unary call), so an unauthenticated caller
+  cannot make the server hold a large message;
+* ``RESOURCE_EXHAUSTED`` -- the request is larger than ``max_message_bytes``;
+* ``INVALID_ARGUMENT`` -- the request is not a valid frame (see the codec's limits) or not a
+  call record;
+* ``UNIMPLEMENTED`` -- no such method is served;
 * ``UNKNOWN`` -- the method raised (the details name the exception);
 * ``INTERNAL`` -- the result cannot be encoded.
 
-Only public methods (no leading underscore) are callable, and never ``run``. The server binds
-127.0.0.1 unless another host is given, and refuses any other interface without a token; port 0
-lets the OS pick a free port (no races).
+Only public methods (no leading underscore) are callable, never ``run``, and, when ``methods``
+is given, only those (a service exposes what its clients need). The server binds 127.0.0.1
+unless another host is given, and refuses any other interface without a token; port 0 lets the
+OS pick a free port (no races).
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from __future__ import annotations
 import concurrent.futures
 import hmac
 import ipaddress
+import os
 import traceback
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 import grpc
 
@@ -29,7 +36,17 @@ from shoal.launch.programs.rpc.codec import CodecError, decode, encode
 SERVICE = "shoal.Rpc"
 METHOD = f"/{SERVICE}/Call"
 TOKEN_KEY = "shoal-token"
-CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+MAX_MESSAGE_ENV = "SHOAL_RPC_MAX_MESSAGE_MB"
+
+
+def max_message_bytes() -> int:
+    """The largest request or reply (default 256 MiB; ``SHOAL_RPC_MAX_MESSAGE_MB`` to change)."""
+    return int(float(os.environ.get(MAX_MESSAGE_ENV, 256)) * 2**20)
+
+
+def channel_options(limit: int | None = None) -> list[tuple[str, int]]:
+    limit = max_message_bytes() if limit is None else limit
+    return [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
 
 
 def is_loopback(host: str) -> bool:
@@ -41,26 +58,33 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def public_methods(obj: Any) -> dict[str, Any]:
-    names = [n for n in dir(obj) if not n.startswith("_") and n != "run"]
-    return {n: getattr(obj, n) for n in names if callable(getattr(obj, n, None))}
+def public_methods(obj: Any, methods: Sequence[str] | None = None) -> dict[str, Any]:
+    names = [n for n in dir(obj) if not n.startswith("_") and n != "run"
+             and callable(getattr(obj, n, None))]
+    if methods is not None:
+        unknown = sorted(set(methods) - set(names))
+        if unknown:
+            raise ValueError(f"{type(obj).__name__} has no public method(s) {unknown} to serve")
+        names = list(methods)
+    return {n: getattr(obj, n) for n in names}
 
 
 class RpcServer:
-    """Serves ``obj``'s public methods at ``address`` (``host:port``) once started."""
+    """Serves ``obj``'s public methods (or just ``methods``) at ``address`` once started."""
 
     def __init__(self, obj: Any, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 max_workers: int = 16) -> None:
+                 max_workers: int = 16, methods: Sequence[str] | None = None,
+                 max_message_bytes: int | None = None) -> None:
         if not is_loopback(host) and not token:
             raise ValueError(f"refusing to serve RPC on {host!r} without a token: every process "
                              "that can reach that interface could call this server (pass a token, "
                              "or bind 127.0.0.1)")
-        self._methods = public_methods(obj)
+        self._methods = public_methods(obj, methods)
         self._token = token.encode() if token else None
         self._server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers),
-                                   options=CHANNEL_OPTIONS)
+                                   options=channel_options(max_message_bytes))
         handler = grpc.method_handlers_generic_handler(
-            SERVICE, {"Call": grpc.unary_unary_rpc_method_handler(self._handle)})
+            SERVICE, {"Call": grpc.stream_unary_rpc_method_handler(self._handle)})
         self._server.add_generic_rpc_handlers((handler,))
         self.port = self._server.add_insecure_port(f"{host}:{port}")
         if not self.port:
@@ -74,22 +98,26 @@ class RpcServer:
     def stop(self, grace_s: float = 1.0) -> None:
         self._server.stop(grace_s).wait(grace_s + 1.0)
 
-    def _handle(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        if self._token is not None:
+    def _handle(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+        if self._token is not None:  # from the metadata, before the body is read
             sent = dict(context.invocation_metadata()).get(TOKEN_KEY, "")
             if not hmac.compare_digest(sent.encode(), self._token):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong shoal-token")
+        request = next(requests, None)
         try:
+            if request is None:
+                raise CodecError("no request message")
             message = decode(request)
             name, args, kwargs = message["method"], message.get("args", []), message.get("kwargs", {})
-            if not (isinstance(name, str) and isinstance(args, list) and isinstance(kwargs, dict)):
-                raise CodecError("a call is {'method': str, 'args': list, 'kwargs': dict}")
+            if not (isinstance(name, str) and isinstance(args, list) and isinstance(kwargs, dict)
+                    and all(isinstance(k, str) for k in kwargs)):
+                raise CodecError("a call is {'method': str, 'args': list, 'kwargs': {str: ...}}")
         except (CodecError, KeyError, TypeError) as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad request: {e}")
         method = self._methods.get(name)
         if method is None:
             context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                          f"no public method {name!r}; available: {', '.join(sorted(self._methods))}")
+                          f"no method {name!r} is served; available: {', '.join(sorted(self._methods))}")
         try:
             result = method(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 -- reported to the caller, the server keeps serving

@@ -1,0 +1,81 @@
+"""Settings with their accepted ranges, declared where they are defined, checked in one place.
+
+    learning_rate: float = setting(1e-3, low=0.0, low_open=True, high=1.0)
+
+``check_settings(config)`` checks every field of a dataclass that declares a range: numbers must
+be of the field's type, finite, and inside ``[low, high]`` (an open end excludes the bound);
+a tuple field (``items=True``) must be non-empty with every element in range; ``None`` passes
+only for an optional field. The first bad value raises ``ValueError`` naming the field, the
+value, and what would be accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import typing
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    items: bool = False  # the value is a tuple of numbers, each in range
+
+    def describe(self) -> str:
+        def show(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+        low = "-inf" if self.low is None else show(self.low)
+        high = "inf" if self.high is None else show(self.high)
+        return f"{'(' if self.low_open or self.low is None else '['}{low}, {high}{')' if self.high_open or self.high is None else ']'}"
+
+    def contains(self, x: float) -> bool:
+        if self.low is not None and (x < self.low or (self.low_open and x == self.low)):
+            return False
+        return self.high is None or not (x > self.high or (self.high_open and x == self.high))
+
+
+def setting(default: Any, *, low: float | None = None, high: float | None = None,
+            low_open: bool = False, high_open: bool = False, items: bool = False) -> Any:
+    """A dataclass field with ``default`` whose values must lie in the given range."""
+    metadata = {"range": Range(low, high, low_open, high_open, items)}
+    if isinstance(default, (list, dict, set)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _kind(hint: Any) -> tuple[type, bool]:
+    """``(number type, optional)`` of a field's type hint."""
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    if optional:
+        hint = next(a for a in args if a is not type(None))
+    return (typing.get_origin(hint) or hint), optional
+
+
+def check_settings(config: Any, prefix: str = "") -> None:
+    hints = typing.get_type_hints(type(config))
+    for field in dataclasses.fields(config):
+        accepted: Range | None = field.metadata.get("range")
+        if accepted is None:
+            continue
+        value = getattr(config, field.name)
+        kind, optional = _kind(hints[field.name])
+        name = f"{prefix}{field.name}"
+        if value is None and optional:
+            continue
+        values = value if accepted.items else (value,)
+        if accepted.items and (not isinstance(value, (tuple, list)) or not value):
+            raise ValueError(f"{name} must be a non-empty list of numbers in {accepted.describe()}, got {value!r}")
+        for x in values:
+            number_kind = int if accepted.items else kind
+            ok_type = (isinstance(x, numbers.Integral) and not isinstance(x, bool)) if number_kind is int \
+                else isinstance(x, numbers.Real) and not isinstance(x, bool)
+            if not ok_type or not math.isfinite(x) or not accepted.contains(x):
+                what = "an integer" if number_kind is int else "a finite number"
+                raise ValueError(f"{name} must be {what} in {accepted.describe()}, got {value!r}")

@@ -1,0 +1,112 @@
+"""``ExperimentConfig``: everything a run needs, the single input of both runners."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Callable
+
+import gymnasium as gym
+import jax
+
+from shoal.actors import check_env_id, make_vector_env
+from shoal.actors.environments import resolve_env_id
+from shoal.agents.builders import AgentBuilder
+from shoal.core.settings import check_settings, setting
+from shoal.core.specs import EnvironmentSpec, make_environment_spec
+
+
+@dataclasses.dataclass
+class ExperimentConfig:
+    """Everything a run needs; the single input of both runners.
+
+    Attributes:
+      builder: the agent (e.g. ``shoal.agents.get_builder("dqn")``).
+      env_id: a registered gymnasium id.
+      seed: seeds envs (``seed, seed+1, ...``), networks and exploration.
+      max_env_steps: step budget, counted over all envs.
+      num_envs: envs stepped together by an actor (one vector env).
+      eval_every: env steps between evaluations.
+      eval_episodes: episodes per evaluation (run in parallel, one per env, with the
+        evaluation policy, e.g. greedy).
+      target_return: stop once an evaluation's mean return reaches it. ``None``: the env's
+        registered ``reward_threshold`` (475 for CartPole-v1), if it has one.
+      run_dir: where config, CSV logs, checkpoints and TensorBoard events go (``None``: nowhere).
+      checkpoint_every_s: seconds between checkpoints (with a run_dir); a checkpoint is also
+        taken when the run stops on SIGTERM or ends.
+      resume: continue the run whose checkpoint is in ``run_dir`` (its counters, schedules,
+        learner, replay and RNG), instead of starting afresh.
+      network_factory: ``spec -> networks``; ``None`` uses ``builder.make_networks``.
+      progress: print a progress line (to stderr) about once per ``progress_every_s``.
+    """
+
+    builder: AgentBuilder
+    env_id: str
+    seed: int = setting(0, low=0, high=2**31 - 1)
+    max_env_steps: int = setting(100_000, low=1, high=10**13)
+    num_envs: int = setting(16, low=1, high=4_096)
+    eval_every: int = setting(2_000, low=1, high=10**13)
+    eval_episodes: int = setting(10, low=1, high=10_000)
+    target_return: float | None = setting(None, low=-1e15, high=1e15)
+    run_dir: str | None = None
+    checkpoint_every_s: float = setting(300.0, low=0.0, low_open=True, high=1e7)
+    resume: bool = False
+    network_factory: Callable[[EnvironmentSpec], Any] | None = None
+    progress: bool = True
+    progress_every_s: float = setting(2.0, low=0.0, low_open=True, high=1e6)
+
+    def resolved_target_return(self) -> float | None:
+        if self.target_return is not None:
+            return self.target_return
+        return gym.spec(resolve_env_id(self.env_id)).reward_threshold
+
+    def validate(self, spec: EnvironmentSpec | None = None) -> None:
+        """Raises ``ValueError`` naming the first bad setting: every field against its range;
+        with ``spec`` also the agent's settings and whether the step budget lets it learn."""
+        check_env_id(self.env_id)
+        check_settings(self)
+        if spec is None:
+            return
+        self.builder.validate(spec, jax.local_device_count())
+        needed = self.builder.env_steps_before_learning(spec)
+        if self.max_env_steps < needed:
+            raise ValueError(f"max_env_steps={self.max_env_steps} is below the {needed} env steps "
+                             f"{self.builder.name} takes before its first update (see its replay or "
+                             "rollout settings): the run could not learn")
+
+    def environment_spec(self) -> EnvironmentSpec:
+        """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``)."""
+        env = make_vector_env(self.env_id, self.num_envs, self.seed)
+        try:
+            return make_environment_spec(env)
+        finally:
+            env.close()
+
+    def make_networks(self, spec: EnvironmentSpec) -> Any:
+        return (self.network_factory or self.builder.make_networks)(spec)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("builder", "network_factory", "resume")},
+            "resolved_target_return": self.resolved_target_return(),
+            "agent": self.builder.name,
+            "agent_config": dataclasses.asdict(self.builder.config),
+            "jax_devices": [str(d) for d in jax.local_devices()],
+        }
+
+
+def config_from_dict(saved: dict[str, Any], **changes: Any) -> ExperimentConfig:
+    """The ``ExperimentConfig`` a run saved with ``to_dict`` (its ``config.json``)."""
+    from shoal.agents import get_builder
+    from shoal.agents.registry import config_class
+
+    missing = [key for key in ("agent", "agent_config", "env_id") if key not in saved]
+    if missing:
+        raise ValueError(f"not the config of a Shoal run (no {', '.join(missing)} in it)")
+    hints = typing.get_type_hints(config_class(saved["agent"]))
+    agent = {k: tuple(v) if isinstance(v, list) and typing.get_origin(hints.get(k)) is tuple else v
+             for k, v in saved["agent_config"].items()}
+    fields = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"builder", "network_factory"}
+    kept = {k: v for k, v in saved.items() if k in fields}
+    return ExperimentConfig(builder=get_builder(saved["agent"], **agent), **{**kept, **changes})

@@ -1,0 +1,50 @@
+"""Launching the real CLI as a distributed program and finding its node processes."""
+
+import os
+import subprocess
+import sys
+
+import psutil
+
+SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0",
+         "--set", "min_replay_size=256", "--target-return", "1e9", "--eval-episodes", "2", "--quiet"]
+
+
+def start(run_dir, *args, launcher="processes", num_actors=2, **popen):
+    """``shoal train`` of a small DQN program (``args`` added last), as a subprocess."""
+    cmd = [sys.executable, "-m", "shoal", "train", *SMALL, "--launcher", launcher, "--num-actors",
+           str(num_actors), "--run-dir", str(run_dir), *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def node_pids(launcher_pid):
+    """{label: pid} of the launcher's node processes."""
+    out = {}
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            cmd = child.cmdline()
+        except psutil.Error:
+            continue
+        if "shoal.launch.programs.worker" in cmd:
+            out[os.path.basename(cmd[cmd.index("shoal.launch.programs.worker") + 1])[:-4]] = child.pid
+    return out
+
+
+def running(run_dir, *labels):
+    """Whether every node in ``labels`` published its address (it serves)."""
+    return all((run_dir / "addresses" / label).exists() for label in labels)
+
+
+def alive(pids):
+    out = []
+    for p in pids:
+        try:
+            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def errors(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("shoal: error:")]

@@ -1,0 +1,161 @@
+"""Node faults of the real distributed DQN program, launched by the real CLI, one process per
+node: each kind of node killed, an actor frozen, failing environments, signals to the launcher.
+Every outcome is waited for as an event, under a hard timeout."""
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.faults.harness import alive, errors, node_pids, running, start
+from tests.waiting import csv_rows, wait_for
+
+NODES = ("replay", "counter", "learner", "actor_0", "actor_1", "evaluator")
+
+
+def started(proc, run_dir):
+    wait_for(lambda: running(run_dir, "learner", "actor_0", "actor_1"), 120, "the nodes to serve")
+    pids = node_pids(proc.pid)
+    assert set(pids) == set(NODES), pids
+    return pids
+
+
+@pytest.mark.timeout(300)
+def test_killed_actor_is_restarted_continues_its_schedule_and_run_completes(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, "--max-env-steps", "30000", "--eval-every", "30000")
+    try:
+        pids = started(proc, run_dir)
+        wait_for(lambda: csv_rows(run_dir / "actor_0.csv"), 60, "actor_0 to report steps")
+        # Hold actor_1 still while actor_0 is down, so no env step is taken (and the budget cannot
+        # run out) until the restarted actor_0 is back: the test waits on that event, not a timer.
+        os.kill(pids["actor_1"], signal.SIGSTOP)
+        os.kill(pids["actor_0"], signal.SIGKILL)
+        log = run_dir / "logs" / "actor_0.log"
+        wait_for(lambda: log.read_text().count("[actor_0] started") == 2, 120, "actor_0 to restart")
+        os.kill(pids["actor_1"], signal.SIGCONT)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["env_steps"] >= 30_000 and result["launcher"] == "processes"
+    assert "actor_0 exited with -9; restart 1/3" in err
+    # summary row: (stopped cooperatively, or killed after the grace period) with 1 restart
+    assert re.search(r"\n  actor_0 +actor +(stopped|killed) +1  ", err), err[-2000:]
+    # the restarted actor continued its epsilon schedule (it did not start over at 1.0) ...
+    assert re.search(r"\[actor_0\] continues its schedules from [0-9,]+ env steps", log.read_text())
+    assert len(csv_rows(run_dir / "actor_0.csv")) >= 2  # ... and its CSV kept the rows of its first life (appended, not rewritten)
+    with open(run_dir / "actor_1.csv") as f:  # actors log their speed and staleness
+        rows = list(csv.DictReader(f))
+    assert rows and {"steps_per_s", "params_version", "staleness"} <= set(rows[-1])
+    assert all(int(float(r["staleness"])) >= 0 for r in rows)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("victim", ["learner", "replay", "counter", "evaluator"])
+def test_killing_a_non_restartable_node_stops_every_process_within_10s(tmp_path, victim):
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", "2000")
+    try:
+        pids = started(proc, run_dir)
+        killed_at = time.monotonic()
+        os.kill(pids[victim], signal.SIGKILL)
+        wait_for(lambda: not alive(list(pids.values()) + [proc.pid]), 10, "every process to exit")
+        took = time.monotonic() - killed_at
+        out, err = proc.communicate(timeout=5)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1 and took < 10
+    assert errors(err) == [f"shoal: error: program 'dqn' failed: {victim} exited with code -9 "
+                           f"(see {run_dir}/logs/{victim}.log)"], err[-2000:]
+
+
+@pytest.mark.timeout(300)
+def test_a_frozen_actor_does_not_stop_the_run_and_is_killed_at_its_end(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, "--max-env-steps", "12000", "--eval-every", "12000")
+    try:
+        pids = started(proc, run_dir)
+        os.kill(pids["actor_1"], signal.SIGSTOP)  # hangs, never exits
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["env_steps"] >= 12000  # actor_0 finished the budget
+    assert re.search(r"\n  actor_1 +actor +killed +0  ", err), err[-2000:]  # after the grace period
+    assert not alive(list(pids.values()))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("env, message", [
+    ("RaisesInStep-v0", "the environment raised in step() after"),
+    ("NaNObservations-v0", "the environment returned a non-finite observation after"),
+])
+def test_a_failing_environment_ends_in_one_line(tmp_path, env, message):
+    env_id = f"tests.faults.faulty_envs:{env}"
+    # one process: the first failure is the run's error
+    single = subprocess.run(
+        [sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", env_id,
+         "--num-envs", "8", "--run-dir", str(tmp_path / "single"), "--quiet"],
+        capture_output=True, text=True, timeout=240)
+    assert single.returncode == 1 and len(errors(single.stderr)) == 1, single.stderr[-2000:]
+    assert message in errors(single.stderr)[0] and "Traceback" not in single.stderr
+    # distributed: the actor is restarted (its env fails again), then the program fails
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, "--env", env_id, "--max-env-steps", str(10**8), "--eval-every", str(10**8))
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 1
+    assert "restart 3/3" in err and len(errors(err)) == 1, err[-2000:]
+    assert re.search(r"program 'dqn' failed: actor_\d exited with code 1", errors(err)[0])
+    assert message in (run_dir / "logs" / "actor_0.log").read_text() + (run_dir / "logs" / "actor_1.log").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_to_the_launcher_stops_gracefully_with_result_and_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", "2000")
+    try:
+        pids = started(proc, run_dir)
+        wait_for(lambda: csv_rows(run_dir / "learner.csv"), 120, "the learner to update")
+        stopped_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - stopped_at
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["terminated"] == "SIGTERM" and result["learner_steps"] > 0
+    assert "ended: terminated (SIGTERM)" in err and took < 15  # every node honours should_stop()
+    assert re.search(r"\n  evaluator +evaluator +stopped +0  ", err)  # (not killed)
+    assert json.loads((run_dir / "result.json").read_text()) == result
+    assert json.loads((run_dir / "config.json").read_text())["launch"]["launcher"] == "processes"
+    assert json.loads((run_dir / "checkpoints" / "run.json").read_text())["learner_version"] > 0
+    assert not alive(list(pids.values()))
+
+
+@pytest.mark.timeout(300)
+def test_sigint_to_the_launcher_leaves_no_process(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, "--max-env-steps", str(10**8))
+    try:
+        pids = list(started(proc, run_dir).values())
+        interrupted_at = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        took = time.monotonic() - interrupted_at
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and took < 15
+    assert not alive(pids)
+    leftovers = [p for p in psutil.process_iter(["cmdline"])
+                 if p.info["cmdline"] and any(str(run_dir) in part for part in p.info["cmdline"])]
+    assert not leftovers
