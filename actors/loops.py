@@ -12,6 +12,7 @@ from shoal.actors.environments import final_observations
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Actor
 from shoal.core.loggers import Logger, NoOpLogger
+from shoal.core.timing import Stopwatch, breakdown
 from shoal.core.types import Step
 
 
@@ -21,6 +22,8 @@ class EnvironmentLoop:
     Counts ``env_steps`` and ``episodes`` in ``counter`` and logs finished-episode returns
     (mean over the episodes that ended since the last log line). An env that raises in ``step``
     or returns a NaN or infinite observation stops the loop with one ``RuntimeError`` saying so.
+    ``stopwatch`` times ``env_step``, ``policy``, ``replay_insert`` (``observe``) and
+    ``param_fetch`` (``update``); each log row has their shares of the time since the last row.
     """
 
     def __init__(self, env: gym.vector.VectorEnv, actor: Actor, counter: Counter | None = None,
@@ -37,12 +40,16 @@ class EnvironmentLoop:
         self._finished: list[tuple[float, int]] = []
         self._start = time.monotonic()
         self.env_steps = 0
+        self.stopwatch = Stopwatch()
+        self._last_log, self._last_seconds = self._start, {}
 
     def step(self) -> None:
-        obs = self._obs
-        action, extras = self._actor.select_action(obs)
+        obs, stopwatch = self._obs, self.stopwatch
+        with stopwatch.time("policy"):
+            action, extras = self._actor.select_action(obs)
         try:
-            next_obs, reward, terminated, truncated, info = self._env.step(action)
+            with stopwatch.time("env_step"):
+                next_obs, reward, terminated, truncated, info = self._env.step(action)
         except Exception as e:  # noqa: BLE001 -- named, once, instead of a traceback
             raise RuntimeError(f"the environment raised in step() after {self.env_steps} env steps: "
                                f"{type(e).__name__}: {e}") from e
@@ -50,9 +57,11 @@ class EnvironmentLoop:
             raise RuntimeError(f"the environment returned a non-finite observation after "
                                f"{self.env_steps} env steps (NaN or inf in envs "
                                f"{sorted(set(np.nonzero(~np.isfinite(next_obs))[0].tolist()))})")
-        self._actor.observe(Step(obs, action, reward, terminated, truncated,
-                                 final_observations(next_obs, terminated, truncated, info), extras))
-        self._actor.update()
+        with stopwatch.time("replay_insert"):
+            self._actor.observe(Step(obs, action, reward, terminated, truncated,
+                                     final_observations(next_obs, terminated, truncated, info), extras))
+        with stopwatch.time("param_fetch"):
+            self._actor.update()
         self._obs = next_obs
         self._returns += reward
         self._lengths += 1
@@ -66,8 +75,13 @@ class EnvironmentLoop:
         """Writes one row: counts, steps/s since start, recent episode stats, ``extra``."""
         counts = self._counter.get_counts()
         row: dict[str, Any] = {"env_steps": int(counts.get("env_steps", self.env_steps))}
-        row.update({k: v for k, v in counts.items() if k != "env_steps"})
-        row["steps_per_s"] = self.env_steps / max(time.monotonic() - self._start, 1e-9)
+        row.update({k: v for k, v in counts.items() if k != "env_steps" and not k.startswith("time_s/")})
+        now = time.monotonic()
+        row["steps_per_s"] = self.env_steps / max(now - self._start, 1e-9)
+        seconds = self.stopwatch.snapshot()
+        shares = breakdown({k: v - self._last_seconds.get(k, 0.0) for k, v in seconds.items()}, now - self._last_log)
+        row.update({f"time_{k}": v for k, v in shares.items()})
+        self._last_log, self._last_seconds = now, seconds
         if self._finished:
             row["episode_return"] = float(np.mean([r for r, _ in self._finished]))
             row["episode_length"] = float(np.mean([n for _, n in self._finished]))

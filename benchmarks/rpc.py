@@ -68,26 +68,35 @@ def measure(address: str, num_clients: int, calls: int) -> dict:
         c.close()
     return {"clients": num_clients, "calls": int(all_ms.size), "p50_ms": float(np.percentile(all_ms, 50)),
             "p99_ms": float(np.percentile(all_ms, 99)), "calls_per_s": all_ms.size / elapsed,
-            "throughput_MB_per_s": all_ms.size * 4e-6 * args_params / elapsed}
+            "calls_MB_per_s": all_ms.size / elapsed}
+
+
+def measure_latencies(num_params: int, calls: int) -> list[dict]:
+    """Latencies of 1 client (``calls`` calls) and of 32 concurrent clients (``calls // 8`` each)
+    against a server process serving ``num_params`` float32 params."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=serve, args=(num_params, child), daemon=True)
+    proc.start()
+    try:
+        if not parent.poll(120):
+            raise TimeoutError("the RPC server process did not start within 120 s")
+        address = parent.recv()
+        results = [measure(address, 1, calls), measure(address, 32, max(calls // 8, 10))]
+    finally:
+        parent.send("stop")
+        proc.join(10)
+    for r in results:
+        r["throughput_MB_per_s"] = r.pop("calls_MB_per_s") * num_params * 4e-6
+    return results
 
 
 def main() -> None:
-    global args_params
     parser = argparse.ArgumentParser()
     parser.add_argument("--params", type=int, default=1_000_000)
     parser.add_argument("--calls", type=int, default=200, help="calls per client")
     args = parser.parse_args()
-    args_params = args.params
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=serve, args=(args.params, child), daemon=True)
-    proc.start()
-    try:
-        address = parent.recv()
-        results = [measure(address, 1, args.calls), measure(address, 32, max(args.calls // 8, 10))]
-    finally:
-        parent.send("stop")
-        proc.join(10)
+    results = measure_latencies(args.params, args.calls)
     print(json.dumps({"benchmark": "rpc_get_variables", "params": args.params,
                       "payload_MB": args.params * 4 / 1e6, "results": results}))
 

@@ -1,11 +1,19 @@
-"""Full solves: runs `shoal train` once per seed and prints its JSON line per seed, then a summary.
+"""Learning benchmarks: `shoal train` for agent x env x seed, a markdown table and learning curves.
 
-    python benchmarks/solve.py                       # dqn, CartPole-v1, seeds 0 1 2
-    python benchmarks/solve.py --seeds 0 1 2 3 4 --out results/solve.json
+    python benchmarks/solve.py --agents dqn ppo --envs CartPole-v1 --seeds 0 1 2 --out results/solve
+    python benchmarks/solve.py --suite full --out results/full       # every task below
+    python benchmarks/solve.py ... -- --launcher processes --num-actors 2   # more `shoal train` flags
 
-Each seed runs in a fresh process, exactly as a user would run it (the timings are the CLI's
-own `wall_s`, counted after imports). The summary line reports median wall seconds and env
-steps; `--out` also writes all lines to a JSON file and a PNG of eval return vs wall time.
+Each run is a fresh `shoal train` process, as a user runs it (its JSON line is the record; its
+`wall_s` counts after imports). Into ``--out``: ``runs.jsonl`` (one line per run, appended as
+runs finish: run the same command again to resume a half-done sweep; finished runs are kept),
+``table.md`` (per agent and env: solved, env steps and wall seconds as median [min-max], the
+final eval return, and where the time went), and ``<agent>-<env>.png`` (eval return against
+env steps and against wall seconds, one line per seed, the target dashed).
+
+Tasks (target return; SAC on HalfCheetah has no target: a fixed budget, its return reported):
+CartPole-v1 475, Acrobot-v1 -100, LunarLander-v3 200 (box2d extra) for DQN, PPO and IMPALA;
+Pendulum-v1 -200 and HalfCheetah-v5 (mujoco extra) for SAC.
 """
 
 from __future__ import annotations
@@ -14,74 +22,163 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import time
+
+TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0,
+           "HalfCheetah-v5": None}
+BUDGETS = {"CartPole-v1": 100_000, "Acrobot-v1": 200_000, "LunarLander-v3": 1_000_000, "Pendulum-v1": 20_000,
+           "HalfCheetah-v5": 100_000}
+SUITES = {"cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
+          "full": [(a, e) for a in ("dqn", "ppo", "impala") for e in ("CartPole-v1", "Acrobot-v1", "LunarLander-v3")]
+          + [("sac", "Pendulum-v1"), ("sac", "HalfCheetah-v5")]}
+
+
+def run_one(agent: str, env: str, seed: int, root: str, max_env_steps: int | None, extra: list[str]) -> dict:
+    run_dir = os.path.join(root, "runs", f"{agent}-{env}-s{seed}")
+    shutil.rmtree(run_dir, ignore_errors=True)  # a run the last sweep did not finish starts over
+    target = TARGETS.get(env)
+    cmd = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env, "--seed", str(seed),
+           "--max-env-steps", str(max_env_steps or BUDGETS.get(env, 100_000)), "--run-dir", run_dir, "--quiet",
+           "--target-return", str(target if target is not None else 1e12), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{agent} {env} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**result, "run_dir": run_dir, "target": target}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--agent", default="dqn")
-    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--agents", nargs="+", default=None, help="default: dqn (or the suite's)")
+    parser.add_argument("--envs", nargs="+", default=None, help="default: CartPole-v1 (or the suite's)")
+    parser.add_argument("--suite", choices=sorted(SUITES), default=None, help="a preset list of agent x env")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--max-env-steps", type=int, default=100_000)
-    parser.add_argument("--runs-root", default="runs/bench-solve")
-    parser.add_argument("--out", default=None, help="write results JSON (and a .png beside it)")
-    parser.add_argument("extra", nargs=argparse.REMAINDER, help="passed on to `shoal train` after --")
+    parser.add_argument("--max-env-steps", type=int, default=None, help="default: per env (see BUDGETS)")
+    parser.add_argument("--out", default="results/solve")
+    parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: passed on to `shoal train`")
     args = parser.parse_args()
+    if args.suite and (args.agents or args.envs):
+        parser.error("--suite picks the agents and envs; drop --agents/--envs")
+    tasks = SUITES[args.suite] if args.suite else [(a, e) for a in args.agents or ["dqn"]
+                                                   for e in args.envs or ["CartPole-v1"]]
     extra = [a for a in args.extra if a != "--"]
-
-    results = []
-    for seed in args.seeds:
-        run_dir = os.path.join(args.runs_root, f"{args.agent}-{args.env}-s{seed}")
-        cmd = [sys.executable, "-m", "shoal", "train", "--agent", args.agent, "--env",
-               args.env, "--seed", str(seed), "--max-env-steps", str(args.max_env_steps),
-               "--run-dir", run_dir, "--quiet", *extra]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            sys.exit(f"seed {seed} failed:\n{proc.stderr[-3000:]}")
-        line = json.loads(proc.stdout.strip().splitlines()[-1])
-        line["run_dir"] = run_dir
-        print(json.dumps(line), flush=True)
-        results.append(line)
-
-    solved = [r for r in results if r["solved"]]
-    summary = {"summary": True, "agent": args.agent, "env": args.env, "seeds": args.seeds,
-               "solved": f"{len(solved)}/{len(results)}",
-               "median_wall_s": statistics.median(r["wall_s"] for r in results),
-               "median_env_steps": statistics.median(r["env_steps"] for r in results),
-               "max_env_steps_to_solve": max((r["env_steps"] for r in solved), default=None)}
-    print(json.dumps(summary), flush=True)
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"runs": results, "summary": summary}, f, indent=2)
-        plot(results, os.path.splitext(args.out)[0] + ".png", f"{args.agent} on {args.env}")
+    os.makedirs(args.out, exist_ok=True)
+    log_path = os.path.join(args.out, "runs.jsonl")
+    done = {(r["agent"], r["env"], r["seed"]): r for r in read_runs(log_path)}
+    todo = [(a, e, s) for a, e in tasks for s in args.seeds if (a, e, s) not in done]
+    print(f"[solve] {len(tasks) * len(args.seeds)} runs, {len(todo)} to go ({len(done)} already in {log_path})",
+          file=sys.stderr, flush=True)
+    started = time.monotonic()
+    for i, (agent, env, seed) in enumerate(todo, 1):
+        result = run_one(agent, env, seed, args.out, args.max_env_steps, extra)
+        with open(log_path, "a") as f:
+            f.write(json.dumps(result) + "\n")
+        done[(agent, env, seed)] = result
+        print(f"[solve] {i}/{len(todo)} {agent} {env} seed {seed}: "
+              f"{'solved' if result['solved'] else 'not solved'} at {result['env_steps']:,} env steps, "
+              f"{result['wall_s']:.1f} s (sweep {time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+    runs = [done[(a, e, s)] for a, e in tasks for s in args.seeds]
+    table = markdown_table(runs)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(table)
+    for agent, env in tasks:
+        plot([r for r in runs if r["agent"] == agent and r["env"] == env],
+             os.path.join(args.out, f"{agent}-{env}.png"), f"{agent} on {env}", TARGETS.get(env))
+    print(table, file=sys.stderr)
+    for key, group in groups(runs).items():
+        print(json.dumps(summary(key, group)), flush=True)
 
 
-def plot(results, path: str, title: str) -> None:
+def read_runs(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def groups(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        out.setdefault((r["agent"], r["env"]), []).append(r)
+    return out
+
+
+def summary(key: tuple[str, str], runs: list[dict]) -> dict:
+    solved = [r for r in runs if r["solved"]]
+    return {"agent": key[0], "env": key[1], "seeds": [r["seed"] for r in runs],
+            "solved": f"{len(solved)}/{len(runs)}",
+            "median_env_steps": statistics.median(r["env_steps"] for r in runs),
+            "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+            "median_final_return": statistics.median(r["final_eval_return"] for r in runs),
+            "time_breakdown": median_breakdown(runs)}
+
+
+def median_breakdown(runs: list[dict]) -> dict[str, float]:
+    """The median, over runs, of each component's share of wall time (all nodes' shares summed
+    per component for distributed runs, so a share can exceed 1 there)."""
+    per_run = []
+    for r in runs:
+        shares: dict[str, float] = {}
+        for node in (r.get("time_breakdown") or {}).values():
+            for component, share in node.items():
+                shares[component] = shares.get(component, 0.0) + share
+        per_run.append(shares)
+    components = sorted({c for shares in per_run for c in shares})
+    return {c: round(statistics.median(s.get(c, 0.0) for s in per_run), 3) for c in components}
+
+
+def _range(values: list[float], fmt: str) -> str:
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}–{max(values):{fmt}}]"
+
+
+def markdown_table(runs: list[dict]) -> str:
+    lines = ["| agent | env | target | solved | env steps, median [range] | wall s, median [range] "
+             "| final eval return | time: largest shares |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (agent, env), group in groups(runs).items():
+        s = summary((agent, env), group)
+        top = sorted(((v, k) for k, v in s["time_breakdown"].items()), reverse=True)[:3]
+        target = group[0]["target"]
+        lines.append(f"| {agent} | {env} | {target if target is not None else 'fixed budget'} | {s['solved']} | "
+                     f"{_range([r['env_steps'] for r in group], ',.0f')} | "
+                     f"{_range([r['wall_s'] for r in group], '.1f')} | "
+                     f"{_range([r['final_eval_return'] for r in group], '.1f')} | "
+                     f"{', '.join(f'{k} {v:.0%}' for v, k in top)} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(runs: list[dict], path: str, title: str, target: float | None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for r in results:
-        with open(os.path.join(r["run_dir"], "eval.csv")) as f:
-            rows = list(csv.DictReader(f))
-        steps = [int(row["env_steps"]) for row in rows]
-        wall = [float(row["wall_s"]) for row in rows]
-        ret = [float(row["eval_return"]) for row in rows]
-        axes[0].plot(steps, ret, marker=".", label=f"seed {r['seed']}")
-        axes[1].plot(wall, ret, marker=".", label=f"seed {r['seed']}")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    for r in runs:
+        try:
+            with open(os.path.join(r["run_dir"], "eval.csv")) as f:
+                rows = list(csv.DictReader(f))
+        except FileNotFoundError:  # (a run recorded in runs.jsonl whose directory was removed)
+            print(f"[solve] no {r['run_dir']}/eval.csv: seed {r['seed']} left out of {path}", file=sys.stderr)
+            continue
+        returns = [float(row["eval_return"]) for row in rows]
+        axes[0].plot([int(row["env_steps"]) for row in rows], returns, marker=".", label=f"seed {r['seed']}")
+        axes[1].plot([float(row["wall_s"]) for row in rows], returns, marker=".", label=f"seed {r['seed']}")
     for ax, xlabel in zip(axes, ("env steps", "wall seconds (incl. compile and evaluation)")):
+        if target is not None:
+            ax.axhline(target, color="grey", linestyle="--", linewidth=1, label="target")
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("mean greedy eval return (10 episodes)")
+        ax.set_ylabel("mean greedy eval return")
         ax.grid(alpha=0.3)
-        ax.legend()
+    axes[0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=72)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import numpy as np
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Learner
 from shoal.core.loggers import Logger, NoOpLogger
+from shoal.core.timing import Stopwatch, breakdown
 from shoal.learners.updates import AXIS_NAME, UpdateFn
 
 __all__ = ["AXIS_NAME", "DevicePrefetcher", "ReplicatedLearner", "replicate", "shard"]
@@ -151,6 +152,9 @@ class ReplicatedLearner(Learner):
         self._pending_params = None
         self._host_params = jax.device_get(_params_of(state))
         self._last_log = time.monotonic()
+        # sample_wait and sgd_update seconds (a single-process run puts its own stopwatch here)
+        self.stopwatch = Stopwatch()
+        self._logged_seconds, self._logged_at = {}, self._last_log
         self._checked_metrics = False
         self._unchecked: tuple[Any, Any] | None = None  # (metrics, host sample) of the last update
         self.last_policy_lag: int | None = None
@@ -190,9 +194,14 @@ class ReplicatedLearner(Learner):
         return True
 
     def step(self) -> Mapping[str, Any]:
-        sample, data = next(self._batches)
+        with self.stopwatch.time("sample_wait"):
+            sample, data = next(self._batches)
         if self._too_stale(sample):
             return {"dropped_stale_batch": 1}
+        with self.stopwatch.time("sgd_update"):
+            return self._step(sample, data)
+
+    def _step(self, sample: Any, data: Any) -> Mapping[str, Any]:
         with self._lock:  # the update donates the old state's buffers: copy params out first
             self._materialize_locked()
         self.check_finite()  # the previous update: finished by now, so reading it costs no wait
@@ -213,7 +222,12 @@ class ReplicatedLearner(Learner):
         now = time.monotonic()
         if now - self._last_log >= 1.0:  # metrics are read (a device sync) once a second
             self._last_log = now
-            row = {**counts, **{k: float(v[0]) for k, v in jax.device_get(dict(out.metrics)).items()}}
+            row = {**{k: v for k, v in counts.items() if not k.startswith("time_s/")},
+                   **{k: float(v[0]) for k, v in jax.device_get(dict(out.metrics)).items()}}
+            seconds = self.stopwatch.snapshot()
+            row.update({f"time_{k}": v for k, v in breakdown(
+                {k: v - self._logged_seconds.get(k, 0.0) for k, v in seconds.items()}, now - self._logged_at).items()})
+            self._logged_seconds, self._logged_at = seconds, now
             if self.last_policy_lag is not None:
                 row["policy_lag"] = self.last_policy_lag
             self._logger.write(row)

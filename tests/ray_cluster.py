@@ -54,7 +54,7 @@ def start_cluster(temp_dir: str) -> Cluster:
     common = ["--num-cpus=2", "--object-store-memory=100000000", "--disable-usage-stats"]
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
     try:
-        for args in ([f"--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=true",
+        for args in (["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=true",
                       f"--dashboard-port={dashboard_port}"],
                      [f"--address={cluster.address}", '--resources={"actor_host": 8}']):
             proc = subprocess.Popen([RAY, "start", *args, *common], start_new_session=True,

@@ -39,3 +39,9 @@ def test_agent_runs_under_launcher(agent, launcher, tmp_path):
         # budget cannot run out before it learned. IMPALA's actors never wait: by design, its
         # budget may be spent before the learner's first update; its learning is benchmarked.
         assert result["learner_steps"] > 0, result
+    # Where each node's time went: shares of its own wall time, the rest as "other".
+    times = result["time_breakdown"]
+    assert set(times) == {"learner", "actor_0", "actor_1", "evaluator"}, times
+    for node, shares in times.items():
+        assert all(0 <= share <= 1 for share in shares.values()) and abs(sum(shares.values()) - 1) < 0.02, times
+    assert {"env_step", "policy", "replay_insert"} <= set(times["actor_0"]) and times["evaluator"]["evaluation"] > 0

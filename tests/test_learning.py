@@ -31,6 +31,11 @@ def test_short_run_return_clearly_rises(tmp_path):
     assert read_csv(run_dir / "train.csv") and read_csv(run_dir / "learner.csv")
     assert list((run_dir / "tb" / "train").glob("events.out.tfevents.*"))
     assert json.loads((run_dir / "result.json").read_text()) == result
+    # Where the time went, in the result and in every CSV row.
+    shares = result["time_breakdown"]["process"]
+    assert {"env_step", "policy", "replay_insert", "sample_wait", "sgd_update", "evaluation", "other"} <= set(shares)
+    assert abs(sum(shares.values()) - 1) < 0.02 and shares["sgd_update"] > 0.05, shares
+    assert "time_env_step" in read_csv(run_dir / "train.csv")[-1]
 
 
 def test_seeded_acting_is_reproducible(tmp_path):

@@ -3,7 +3,6 @@ fails to close does not keep the rest of a run from being cleaned up."""
 
 import csv
 
-
 from shoal.agents.dqn import DQNBuilder, DQNConfig
 from shoal.core import loggers
 from shoal.launch import ExperimentConfig, run_experiment

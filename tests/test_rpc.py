@@ -1,6 +1,5 @@
 """The RPC layer over real gRPC on loopback."""
 
-import os
 import socket
 import time
 

@@ -40,7 +40,7 @@ class Checkpointer:
         import orbax.checkpoint as ocp  # (loaded only by runs that checkpoint)
 
         self._ocp = ocp
-        self.directory = os.path.join(run_dir, "checkpoints")
+        self.directory = os.path.join(os.path.abspath(run_dir), "checkpoints")  # (orbax wants absolute paths)
         self.replay_directory = os.path.join(self.directory, "replay")
         self._manager = ocp.CheckpointManager(os.path.join(self.directory, "learner"),
                                               options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
@@ -101,7 +101,7 @@ def restore_learner(run_dir: str, learner: Any, run: dict[str, Any]) -> str:
     """Restores ``learner`` to the checkpoint ``run`` names; returns the restored state's digest."""
     import orbax.checkpoint as ocp
 
-    manager = ocp.CheckpointManager(os.path.join(run_dir, "checkpoints", "learner"))
+    manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
     template = jax.tree_util.tree_map(np.asarray, learner.save())
     restored = manager.restore(run["learner_step"], args=ocp.args.StandardRestore(template))
     learner.restore(restored)

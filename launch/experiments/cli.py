@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "settings (learner, replay, counters, schedules and RNG are restored); "
                        "--max-env-steps may set a new budget")
     train.add_argument("--quiet", action="store_true", help="no progress line")
+    train.add_argument("--verbose", action="store_true",
+                       help="keep native libraries' log lines (Reverb's, TensorFlow's) on stderr")
     for name, text in (("scale", "grow or shrink the actors of a running distributed program"),
                        ("status", "show the node table of a running distributed program")):
         command = sub.add_parser(name, help=text, description=text.capitalize() + ".")
@@ -134,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 MAX_ACTORS_PER_CORE, MIN_ACTOR_CAP = 4, 64
-RESUMABLE = ("--quiet", "--max-env-steps", "--checkpoint-every")  # the training flags that may come with --resume
+RESUMABLE = ("--quiet", "--verbose", "--max-env-steps", "--checkpoint-every")  # the training flags that may come with --resume
 
 
 def max_actors() -> int:
@@ -151,6 +153,10 @@ def train(args: argparse.Namespace, started: float) -> dict[str, Any]:
     if args.launcher is not None or args.dry_run:
         _check_actors(args)
     enable_compilation_cache()
+    if not args.verbose and args.launcher != "ray":  # (Ray's own processes would hold the pipe)
+        from shoal.launch.experiments.quiet import drop_native_log_lines
+
+        drop_native_log_lines()
     if args.launcher is None and not args.dry_run:
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a graceful stop

@@ -29,6 +29,7 @@ from shoal.actors import EnvironmentLoop, make_vector_env
 from shoal.core.counting import Counter
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
+from shoal.core.timing import breakdown
 from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.experiments.checkpointing import Checkpointer, read_run, restore_learner
 from shoal.launch.experiments.config import ExperimentConfig
@@ -68,6 +69,7 @@ class LearnerWorker:
         # batches are trained on at once rather than after the compiler (seconds on a CPU).
         self._learner.warm_up(dataset.example())
         self._first_update_at: float | None = None
+        self._started_at: float | None = None
 
     def resumed(self) -> dict[str, Any] | None:
         """What was restored when the run resumed (``None`` for a fresh run)."""
@@ -90,15 +92,20 @@ class LearnerWorker:
         counts = self._local.get_counts()
         if self._first_update_at is not None:
             counts["first_update_at"] = self._first_update_at
+        if self._started_at is not None:  # where its time went (seconds), for the time breakdown
+            counts.update({f"time_s/learner/{k}": v for k, v in self._learner.stopwatch.snapshot().items()})
+            counts["time_s/learner/wall"] = time.monotonic() - self._started_at
         return counts
 
     def run(self) -> None:
         reported = self._local.get_counts()  # (a resumed counter already holds the restored totals)
-        last = time.monotonic()
+        last = self._started_at = time.monotonic()
+        waiting = self._learner.stopwatch.time("sample_wait")
         try:
             while not should_stop():
                 if not self._learner.ready():  # the rate limiter holds sampling back: wait for actors
-                    time.sleep(0.001)
+                    with waiting:
+                        time.sleep(0.001)
                     continue
                 self._learner.step()
                 if self._first_update_at is None:
@@ -141,10 +148,16 @@ class ActorWorker:
         loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
         reported, last = 0, time.monotonic()
 
-        def report() -> None:
-            nonlocal reported
+        node, seconds, clock = f"actor_{self._id}", {}, time.monotonic()
+
+        def report() -> None:  # env steps, and where this actor's time went since the last report
+            nonlocal reported, seconds, clock
             delta, reported = loop.env_steps - reported, loop.env_steps
-            self._counter.increment(**{"env_steps": delta, f"env_steps_actor_{self._id}": delta})
+            now, times = time.monotonic(), loop.stopwatch.snapshot()
+            spent = {f"time_s/{node}/{k}": v - seconds.get(k, 0.0) for k, v in times.items()}
+            self._counter.increment(**{"env_steps": delta, f"env_steps_{node}": delta, **spent,
+                                       f"time_s/{node}/wall": now - clock})
+            seconds, clock = times, now
 
         while not should_stop():
             loop.step()
@@ -194,7 +207,10 @@ def run_evaluator(config: ExperimentConfig, learner, counter, launched_at: float
     evaluator.close()
     per_actor = {name.removeprefix("env_steps_"): (steps - first.get(name, 0)) / window_s
                  for name, steps in counts.items() if name.startswith("env_steps_actor_")}
+    times = node_breakdowns(counts)
+    times["evaluator"] = breakdown(evaluator.stopwatch.seconds, window_s)
     result = {**evaluator.result(counts.get("env_steps", 0), counts.get("learner_steps", 0), wall_s),
+              "time_breakdown": times,
               "num_actors": len(per_actor), "actor_steps_per_s": round(sum(per_actor.values()), 1),
               "actor_steps_per_s_each": {k: round(v, 1) for k, v in per_actor.items()}}
     if "stale_batches_dropped" in counts:  # on-policy agents: batches older than max_policy_lag
@@ -206,6 +222,18 @@ def run_evaluator(config: ExperimentConfig, learner, counter, launched_at: float
     if should_stop():
         result["stopped"] = True
     return result
+
+
+def node_breakdowns(counts: dict[str, float]) -> dict[str, dict[str, float]]:
+    """``{node: {component: share of the node's wall time}}`` from the ``time_s/<node>/<component>``
+    seconds (and ``time_s/<node>/wall``) that nodes report."""
+    seconds: dict[str, dict[str, float]] = {}
+    for key, value in counts.items():
+        if key.startswith("time_s/"):
+            _, node, component = key.split("/", 2)
+            seconds.setdefault(node, {})[component] = value
+    return {node: breakdown({k: v for k, v in spent.items() if k != "wall"}, spent.get("wall", 0.0))
+            for node, spent in sorted(seconds.items()) if spent.get("wall")}
 
 
 def make_distributed_program(config: ExperimentConfig, num_actors: int = 4,

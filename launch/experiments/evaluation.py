@@ -12,6 +12,7 @@ from shoal.actors import evaluate, make_vector_env
 from shoal.core.interfaces import VariableSource
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
+from shoal.core.timing import Stopwatch
 
 EVAL_SEED_OFFSET = 1_000_003
 
@@ -36,6 +37,7 @@ class Evaluator:
         self._target = config.resolved_target_return()
         self._next = config.eval_every
         self.eval_s, self.num_evals = 0.0, 0
+        self.stopwatch = Stopwatch()  # (a single-process run shares its own)
         self.last_return: float | None = None
         self.last_at = -1  # env steps at the last evaluation
 
@@ -53,9 +55,10 @@ class Evaluator:
         if env_steps >= self._next:
             self._next += every * (1 + (env_steps - self._next) // every)
         t0 = time.monotonic()
-        self._actor.update(wait=True)
-        returns = evaluate(self._env, self._actor,
-                           seed=self._config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
+        with self.stopwatch.time("evaluation"):
+            self._actor.update(wait=True)
+            returns = evaluate(self._env, self._actor,
+                               seed=self._config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
         self.num_evals += 1
         self.eval_s += time.monotonic() - t0
         self.last_return, self.last_at = float(np.mean(returns)), env_steps

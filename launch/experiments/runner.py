@@ -30,6 +30,7 @@ from shoal.core.counting import Counter
 from shoal.core.interfaces import Actor, Learner
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.specs import make_environment_spec
+from shoal.core.timing import breakdown
 from shoal.core.types import Step
 from shoal.launch.experiments.checkpointing import Checkpointer, read_run, restore_learner
 from shoal.launch.experiments.config import ExperimentConfig
@@ -79,7 +80,8 @@ class LearningActor(Actor):
                 raise TimeoutError(f"replay table '{self._table}' could serve a batch, but none "
                                    f"reached the learner within {self._timeout_s}s")
             else:
-                time.sleep(0.0002)  # the learner's prefetch thread is fetching the batch
+                with self._learner.stopwatch.time("sample_wait"):
+                    time.sleep(0.0002)  # the learner's prefetch thread is fetching the batch
 
     def update(self, wait: bool = False) -> None:
         if self._pull_after:
@@ -168,6 +170,7 @@ def _train(config: ExperimentConfig, env, spec, run_dir: RunDirectory | None, st
     loop = EnvironmentLoop(env, LearningActor(actor, learner, server, dataset.table, dataset.items_per_update,
                                               pull_after=builder.on_policy), counter, train_logger)
     loop.env_steps = int(counter.get_counts().get("env_steps", 0))
+    learner.stopwatch = evaluator.stopwatch = loop.stopwatch  # one thread: one time breakdown
     progress = TerminalLogger("train", time_delta=config.progress_every_s) if config.progress else None
 
     def checkpoint() -> None:
@@ -192,11 +195,12 @@ def _train(config: ExperimentConfig, env, spec, run_dir: RunDirectory | None, st
     if not terminated and not evaluator.solved and evaluator.last_at != loop.env_steps:
         evaluator.run(loop.env_steps)  # the budget ran out between evaluations
     learner.check_finite()  # the last update too
+    wall_s = time.monotonic() - start  # (the run's result is settled: the last checkpoint is not in it)
     if checkpointer is not None:
         checkpoint()
-    wall_s = time.monotonic() - start
     loop.log(eval_return=evaluator.last_return)
     result = evaluator.result(loop.env_steps, counter.get_counts().get("learner_steps", 0), wall_s)
+    result["time_breakdown"] = {"process": breakdown(loop.stopwatch.seconds, wall_s)}
     if resumed is not None:
         result["resumed_from"] = resumed
     if terminated:

@@ -62,7 +62,8 @@ def test_single_process_run_directory_is_locked_and_a_stale_lock_is_taken_over(t
     run_dir.mkdir()
     (run_dir / ".lock").write_text("999999")  # left by a run that died: not held by anyone
     first = subprocess.Popen([sys.executable, "-m", "shoal", "train", *SMALL, "--max-env-steps", str(10**8),
-                              "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              "--run-dir", "run"],  # (a relative one: its checkpoint at SIGTERM too)
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (run_dir / "train.csv").exists(), 180, "the first run to log")
         second = train("--max-env-steps", "1000", "--run-dir", str(run_dir))
@@ -74,6 +75,7 @@ def test_single_process_run_directory_is_locked_and_a_stale_lock_is_taken_over(t
     finally:
         first.kill()
     assert first.returncode == 143, err[-3000:]
+    assert (run_dir / "checkpoints" / "run.json").exists()
 
 
 def _small_file_limit():

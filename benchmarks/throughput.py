@@ -1,0 +1,139 @@
+"""Throughput ratios and latencies, each measured within one run: prints one JSON object.
+
+    python benchmarks/throughput.py [--quick] [--out results/throughput.json]
+
+* ``actor_efficiency``: actor-loop env steps/s (CartPole-v1, 16 envs, the DQN policy and its
+  n-step adder writing to a real Reverb table) / raw vector-env steps/s with random actions;
+  ``actor_policy_efficiency`` is the same without the adder.
+* ``actor_scaling``: 1, 2, 4, 8, 16 actor processes on a latency-bound env (CartPole with a 1 ms
+  sleep per env step, 16 envs per actor), all feeding one real replay server: total steps/s /
+  (N x the 1-actor figure). The 16 processes start once; phases switch N of them on.
+* ``learner_feed_ratio``: DQN and PPO updates/s fed from Reverb (a filled table, the real
+  dataset iterator and device prefetch) / the same jitted update on a batch already on the
+  devices; ``learner_feed_ratio_2_devices`` the same with 2 forced CPU devices (a subprocess).
+* ``rpc``: ``get_variables`` p50/p99 latency, 1M float32 params, 1 and 32 concurrent clients.
+
+``--quick`` (short windows; about a minute on 2 cores) prints the same keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def actor_efficiency(seconds: float) -> dict:
+    from actor_bench import actor_rates  # (benchmarks/ helpers)
+
+    rates = actor_rates("CartPole-v1", 16, seconds)
+    return {"actor_efficiency": round(rates["actor_adder_sps"] / rates["raw_env_sps"], 3),
+            "actor_policy_efficiency": round(rates["actor_sps"] / rates["raw_env_sps"], 3),
+            "actor_sps": {k: round(v) for k, v in rates.items()}}
+
+
+def _scaling_actor(index: int, address: str, ready, go, start_at, phase_s: float, scaling, out) -> None:
+    from actor_bench import scaling_actor_steps
+
+    out.put((index, scaling_actor_steps(index, address, ready, go, start_at, phase_s, scaling)))
+
+
+def actor_scaling(phase_s: float, scaling: tuple[int, ...]) -> dict:
+    from actor_bench import scaling_table
+    from shoal.replay import ReplayServer
+
+    server = ReplayServer([scaling_table()])
+    ctx = mp.get_context("spawn")
+    ready, results, go, start_at = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
+    # Each actor process: one XLA thread on the CPU (as the distributed program's actors).
+    os.environ.update({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false "
+                       "intra_op_parallelism_threads=1"})
+    procs = [ctx.Process(target=_scaling_actor, daemon=True,
+                         args=(i, f"localhost:{server.port}", ready, go, start_at, phase_s, scaling, results))
+             for i in range(scaling[-1])]
+    try:
+        for p in procs:
+            p.start()
+        for _ in procs:  # every actor built and compiled
+            ready.get(timeout=300)
+        start_at.value = time.time() + 0.5
+        go.set()
+        steps = [results.get(timeout=phase_s * len(scaling) + 120) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+        server.stop()
+    totals = [sum(per_phase[k] for _, per_phase in steps) / phase_s for k in range(len(scaling))]
+    return {"actor_scaling": {str(n): round(total / (n * totals[0]), 3) for n, total in zip(scaling, totals)},
+            "actor_scaling_sps": {str(n): round(total) for n, total in zip(scaling, totals)}}
+
+
+def learner_feed(seconds: float, devices: int) -> dict:
+    if devices == 1:
+        from learner_bench import feed_ratios
+
+        return feed_ratios(seconds)
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "learner_bench.py"), "--seconds", str(seconds)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    if proc.returncode:
+        raise RuntimeError(f"the {devices}-device learner benchmark failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def rpc(calls: int) -> dict:
+    from rpc import measure_latencies
+
+    out = measure_latencies(1_000_000, calls)
+    return {str(r["clients"]): {"p50_ms": round(r["p50_ms"], 2), "p99_ms": round(r["p99_ms"], 2)} for r in out}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short windows (same keys)")
+    parser.add_argument("--out", default=None, help="also write the JSON object to this file")
+    parser.add_argument("--scaling", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="actor counts")
+    parser.add_argument("--window", type=float, default=None, help="seconds per measurement (overrides)")
+    parser.add_argument("--verbose", action="store_true", help="keep Reverb's and TensorFlow's log lines")
+    args = parser.parse_args()
+    if args.scaling[0] != 1:
+        parser.error("--scaling must start at 1 (the other counts are relative to one actor)")
+    sys.path.insert(0, HERE)
+    if not args.verbose:
+        from shoal.launch.experiments.quiet import drop_native_log_lines
+
+        drop_native_log_lines()
+    window = args.window or (0.75 if args.quick else 4.0)
+    phase = args.window or (1.5 if args.quick else 5.0)
+    started, out = time.monotonic(), {"quick": args.quick, "cpu_count": os.cpu_count()}
+    for name, measure in (("actor", lambda: actor_efficiency(window)),
+                          ("rpc", lambda: {"rpc": rpc(10 if args.window else 40 if args.quick else 200)}),
+                          ("learner", lambda: _learner(window)),
+                          ("scaling", lambda: actor_scaling(phase, tuple(args.scaling)))):
+        print(f"[throughput] measuring {name} ...", file=sys.stderr, flush=True)
+        out.update(measure())
+    out["seconds"] = round(time.monotonic() - started, 1)
+    print(json.dumps(out), flush=True)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+def _learner(window: float) -> dict:
+    one, two = learner_feed(window, 1), learner_feed(window, 2)
+    return {"learner_feed_ratio": one["ratio"], "learner_feed_ratio_2_devices": two["ratio"],
+            "learner_updates_per_s": {"1_device": one["updates_per_s"], "2_devices": two["updates_per_s"]}}
+
+
+if __name__ == "__main__":
+    main()

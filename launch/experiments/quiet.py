@@ -1,0 +1,51 @@
+"""Keeping native libraries' log lines off a user's terminal (``shoal train`` without ``--verbose``).
+
+Reverb's C++ code writes its informational lines (``[reverb/cc/...] Started replay server ...``)
+straight to file descriptor 2, beyond the reach of Python's ``logging``; TensorFlow's C++ code
+writes ``2026-01-01 12:00:00.000000: W external/...`` lines the same way. ``drop_native_log_lines``
+points fd 2 at a pipe and forwards every line except those to the real stderr, from a thread;
+at exit it puts the real stderr back and forwards what is left, so no line of Shoal's own (its
+final error line included) is lost or reordered.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import sys
+import threading
+
+NATIVE_LOG_LINE = re.compile(rb"^(\[reverb/cc/|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] )")
+
+
+def drop_native_log_lines() -> None:
+    """From now on, fd 2 of this process (and of processes it starts) drops native info/warning
+    log lines; Python's ``sys.stderr`` and everything else pass through unchanged."""
+    sys.stderr.flush()
+    real_stderr = os.dup(2)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def forward() -> None:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            pending = b""
+            while chunk := pipe.read(65536):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                kept = b"".join(line + b"\n" for line in lines if not NATIVE_LOG_LINE.match(line))
+                if kept:
+                    os.write(real_stderr, kept)
+            if pending and not NATIVE_LOG_LINE.match(pending):
+                os.write(real_stderr, pending)
+
+    thread = threading.Thread(target=forward, name="stderr-filter", daemon=True)
+    thread.start()
+
+    def restore() -> None:
+        sys.stderr.flush()
+        os.dup2(real_stderr, 2)  # the pipe's write end closes here (unless a child still holds it)
+        thread.join(timeout=2.0)
+
+    atexit.register(restore)

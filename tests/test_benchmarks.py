@@ -1,0 +1,44 @@
+"""Smoke tests of the benchmark scripts (tiny budgets): they run and print what they promise."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def script(*args, timeout=300):
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.timeout(300)
+def test_throughput_prints_every_figure():
+    proc = script("benchmarks/throughput.py", "--window", "0.2", "--scaling", "1", "2")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert 0 < out["actor_efficiency"] <= out["actor_policy_efficiency"] < 1.5
+    assert set(out["actor_scaling"]) == {"1", "2"} and out["actor_scaling"]["1"] == 1.0
+    assert out["actor_scaling"]["2"] > 0
+    assert set(out["learner_feed_ratio"]) == set(out["learner_feed_ratio_2_devices"]) == {"dqn", "ppo"}
+    assert all(ratio > 0 for ratio in out["learner_feed_ratio"].values())
+    assert set(out["rpc"]) == {"1", "32"} and 0 < out["rpc"]["1"]["p50_ms"] <= out["rpc"]["1"]["p99_ms"]
+    assert "[reverb/cc/" not in proc.stderr  # library noise stays out
+
+
+@pytest.mark.timeout(300)
+def test_solve_writes_table_and_curves_and_resumes(tmp_path):
+    args = ["benchmarks/solve.py", "--agents", "dqn", "--envs", "CartPole-v1", "--seeds", "0", "1",
+            "--max-env-steps", "1600", "--out", str(tmp_path), "--", "--set", "min_replay_size=256",
+            "--eval-every", "800", "--eval-episodes", "2"]
+    first = script(*args)
+    summary = json.loads(first.stdout.strip().splitlines()[-1])
+    assert summary["agent"] == "dqn" and summary["seeds"] == [0, 1] and summary["solved"] in ("0/2", "1/2", "2/2")
+    assert 800 <= summary["median_env_steps"] <= 1600 and summary["time_breakdown"]["sgd_update"] > 0
+    table = (tmp_path / "table.md").read_text()
+    assert f"| dqn | CartPole-v1 | 475.0 | {summary['solved']} | " in table
+    assert (tmp_path / "dqn-CartPole-v1.png").stat().st_size > 5000
+    assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 2
+    again = script(*args)  # a finished sweep: nothing is run again
+    assert "0 to go (2 already in" in again.stderr
+    assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 2
