@@ -5,7 +5,9 @@
 A server process serves a learner-like ``get_variables`` returning ``--params`` float32
 parameters (in 4 arrays, like an MLP's weights). Clients in this process (each with its own
 channel, on threads) call it with ``known_version=-1`` so every reply carries the full
-parameters. Reports p50/p99 latency in ms for 1 and for 32 concurrent clients.
+parameters. Reports p50/p99 latency in ms for 1 and for 32 concurrent clients, over gRPC
+and through shared memory (the path actors on the learner's host take: the server process
+publishes the parameters once, clients read them with ``LocalFirstSource``).
 """
 
 from __future__ import annotations
@@ -26,23 +28,38 @@ class ParamsService:
         rng = np.random.default_rng(0)
         self.params = {f"layer{i}": rng.normal(size=n).astype(np.float32) for i, n in enumerate(sizes)}
 
+        self.location = None
+
     def get_variables(self, known_version: int = -1):
         return (1, None) if known_version == 1 else (1, self.params)
+
+    def shared_params(self):
+        return self.location
 
 
 def serve(num_params: int, conn) -> None:
     from shoal.launch.programs.rpc import RpcServer
 
-    server = RpcServer(ParamsService(num_params), max_workers=32).start()
+    from shoal.launch.programs.shared_memory import SharedValuePublisher
+
+    service = ParamsService(num_params)
+    publisher = SharedValuePublisher("bench", 2 * 4 * num_params + 65536)
+    publisher.publish(1, service.params)
+    service.location = publisher.location()
+    server = RpcServer(service, max_workers=32).start()
     conn.send(server.address)
     conn.recv()  # until told to stop
     server.stop()
+    publisher.close()
 
 
-def measure(address: str, num_clients: int, calls: int) -> dict:
+def measure(address: str, num_clients: int, calls: int, shared: bool = False) -> dict:
+    from shoal.launch.experiments.shared_params import LocalFirstSource
     from shoal.launch.programs.rpc import RpcClient
 
-    clients = [RpcClient(address).wait_for_ready(30) for _ in range(num_clients)]
+    rpc = [RpcClient(address).wait_for_ready(30) for _ in range(num_clients)]
+    clients = [LocalFirstSource(c) for c in rpc] if shared else rpc
+    assert not shared or all(c.local for c in clients), "the shared-memory segment is not readable here"
     for c in clients:
         c.get_variables(-1)  # warm-up
     latencies: list[list[float]] = [[] for _ in clients]
@@ -64,16 +81,17 @@ def measure(address: str, num_clients: int, calls: int) -> dict:
         t.join()
     elapsed = time.perf_counter() - start
     all_ms = np.array([x for per in latencies for x in per]) * 1e3
-    for c in clients:
+    for c in rpc:
         c.close()
-    return {"clients": num_clients, "calls": int(all_ms.size), "p50_ms": float(np.percentile(all_ms, 50)),
+    return {"clients": num_clients, "path": "shared_memory" if shared else "grpc", "calls": int(all_ms.size), "p50_ms": float(np.percentile(all_ms, 50)),
             "p99_ms": float(np.percentile(all_ms, 99)), "calls_per_s": all_ms.size / elapsed,
             "calls_MB_per_s": all_ms.size / elapsed}
 
 
 def measure_latencies(num_params: int, calls: int) -> list[dict]:
     """Latencies of 1 client (``calls`` calls) and of 32 concurrent clients (``calls // 8`` each)
-    against a server process serving ``num_params`` float32 params."""
+    against a server process serving ``num_params`` float32 params: over gRPC, then through
+    shared memory."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=serve, args=(num_params, child), daemon=True)
@@ -82,7 +100,8 @@ def measure_latencies(num_params: int, calls: int) -> list[dict]:
         if not parent.poll(120):
             raise TimeoutError("the RPC server process did not start within 120 s")
         address = parent.recv()
-        results = [measure(address, 1, calls), measure(address, 32, max(calls // 8, 10))]
+        results = [measure(address, 1, calls), measure(address, 32, max(calls // 8, 10)),
+                   measure(address, 1, calls, shared=True), measure(address, 32, max(calls // 8, 10), shared=True)]
     finally:
         parent.send("stop")
         proc.join(10)

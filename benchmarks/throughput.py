@@ -11,7 +11,9 @@
 * ``learner_feed_ratio``: DQN and PPO updates/s fed from Reverb (a filled table, the real
   dataset iterator and device prefetch) / the same jitted update on a batch already on the
   devices; ``learner_feed_ratio_2_devices`` the same with 2 forced CPU devices (a subprocess).
-* ``rpc``: ``get_variables`` p50/p99 latency, 1M float32 params, 1 and 32 concurrent clients.
+* ``rpc``: ``get_variables`` p50/p99 latency, 1M float32 params, 1 and 32 concurrent clients,
+  as actors on the learner's host fetch them (shared memory, one copy per read);
+  ``rpc_grpc``: the same over gRPC (actors on other hosts).
 
 ``--quick`` (short windows; about a minute on 2 cores) prints the same keys.
 """
@@ -94,7 +96,8 @@ def rpc(calls: int) -> dict:
     from rpc import measure_latencies
 
     out = measure_latencies(1_000_000, calls)
-    return {str(r["clients"]): {"p50_ms": round(r["p50_ms"], 2), "p99_ms": round(r["p99_ms"], 2)} for r in out}
+    return {path: {str(r["clients"]): {"p50_ms": round(r["p50_ms"], 2), "p99_ms": round(r["p99_ms"], 2)}
+                   for r in out if r["path"] == path} for path in ("grpc", "shared_memory")}
 
 
 def main() -> None:
@@ -116,7 +119,7 @@ def main() -> None:
     phase = args.window or (1.5 if args.quick else 5.0)
     started, out = time.monotonic(), {"quick": args.quick, "cpu_count": os.cpu_count()}
     for name, measure in (("actor", lambda: actor_efficiency(window)),
-                          ("rpc", lambda: {"rpc": rpc(10 if args.window else 40 if args.quick else 200)}),
+                          ("rpc", lambda: _rpc(10 if args.window else 40 if args.quick else 200)),
                           ("learner", lambda: _learner(window)),
                           ("scaling", lambda: actor_scaling(phase, tuple(args.scaling)))):
         print(f"[throughput] measuring {name} ...", file=sys.stderr, flush=True)
@@ -127,6 +130,13 @@ def main() -> None:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(out, f, indent=2)
+
+
+def _rpc(calls: int) -> dict:
+    """``rpc``: what an actor on the learner's host sees (shared memory); ``rpc_grpc``: the
+    gRPC path (actors on other hosts)."""
+    paths = rpc(calls)
+    return {"rpc": paths["shared_memory"], "rpc_grpc": paths["grpc"]}
 
 
 def _learner(window: float) -> dict:

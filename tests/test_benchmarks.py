@@ -22,7 +22,8 @@ def test_throughput_prints_every_figure():
     assert out["actor_scaling"]["2"] > 0
     assert set(out["learner_feed_ratio"]) == set(out["learner_feed_ratio_2_devices"]) == {"dqn", "ppo"}
     assert all(ratio > 0 for ratio in out["learner_feed_ratio"].values())
-    assert set(out["rpc"]) == {"1", "32"} and 0 < out["rpc"]["1"]["p50_ms"] <= out["rpc"]["1"]["p99_ms"]
+    for path in ("rpc", "rpc_grpc"):  # shared memory (actors on the learner's host), and gRPC
+        assert set(out[path]) == {"1", "32"} and 0 < out[path]["1"]["p50_ms"] <= out[path]["1"]["p99_ms"]
     assert "[reverb/cc/" not in proc.stderr  # library noise stays out
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import shutil
 import time
 from typing import Any
 
@@ -54,10 +55,14 @@ class Checkpointer:
              **state: Any) -> dict[str, Any]:
         """Checkpoints replay (if a client is given), then the learner, then ``run.json``
         (``state`` is stored in it as is: JSON values). Returns what ``run.json`` holds."""
-        if replay_client is not None:
-            _checkpoint_replay(replay_client, os.path.join(self.directory, "replay"))
-            state["replay_items"] = {name: int(info.current_size)
-                                     for name, info in replay_client.server_info().items()}
+        if replay_client is not None:  # (actors may insert meanwhile: the count is a range)
+            before = _item_counts(replay_client)
+            path = _checkpoint_replay(replay_client, self.replay_directory)
+            after = _item_counts(replay_client)
+            state["replay_checkpoint"] = os.path.basename(path.rstrip("/"))
+            state["replay_items"] = after
+            state["replay_items_range"] = {name: [min(before.get(name, n), n), max(before.get(name, n), n)]
+                                           for name, n in after.items()}
         learner_state = jax.tree_util.tree_map(np.asarray, learner.save())
         step = max(env_steps, (self._manager.latest_step() or -1) + 1)  # steps must increase
         self._manager.save(step, args=self._ocp.args.StandardSave(learner_state))
@@ -66,19 +71,37 @@ class Checkpointer:
                "learner_version": int(learner_state["version"]), "learner_digest": digest(learner_state),
                "saved_at": time.time()}
         write_json(os.path.join(self.directory, "run.json"), run)
+        if replay_client is not None:
+            keep_only_replay_checkpoint(self.directory, run["replay_checkpoint"])
         self._last = time.monotonic()
         return run
+
+
+def _item_counts(replay_client: Any) -> dict[str, int]:
+    return {name: int(info.current_size) for name, info in replay_client.server_info().items()}
+
+
+def keep_only_replay_checkpoint(checkpoints: str, name: str | None) -> None:
+    """Removes every Reverb checkpoint in ``checkpoints/replay`` but ``name`` (the one
+    ``run.json`` names): older ones, and one a killed run wrote after its last ``run.json``
+    (Reverb would load that one, the latest, on resume)."""
+    directory = os.path.join(checkpoints, "replay")
+    if name is None or not os.path.isdir(os.path.join(directory, name)):
+        return
+    for entry in os.listdir(directory):
+        if entry != name and os.path.isdir(os.path.join(directory, entry)):
+            shutil.rmtree(os.path.join(directory, entry), ignore_errors=True)
 
 
 _DISK_ERRORS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
                 "File too large": errno.EFBIG}
 
 
-def _checkpoint_replay(replay_client: Any, directory: str) -> None:
-    """Reverb's checkpoint; a full disk is raised as the ``OSError`` it is (Reverb raises it as
+def _checkpoint_replay(replay_client: Any, directory: str) -> str:
+    """Reverb's checkpoint (returns its path); a full disk is raised as the ``OSError`` it is (Reverb raises it as
     an ``IndexError`` carrying the message)."""
     try:
-        replay_client.checkpoint()
+        return replay_client.checkpoint()
     except Exception as e:  # noqa: BLE001
         for message, code in _DISK_ERRORS.items():
             if message in str(e):

@@ -34,6 +34,7 @@ from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.experiments.checkpointing import Checkpointer, read_run, restore_learner
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.rundir import write_json
+from shoal.launch.experiments.shared_params import LocalFirstSource, ParamsPublisher
 from shoal.launch.programs.nodes import FunctionNode, ReplayNode, ServiceNode, should_stop
 from shoal.launch.programs.program import Program
 
@@ -63,12 +64,14 @@ class LearnerWorker:
             self._resumed = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
                              "learner_digest": restore_learner(config.run_dir, self._learner, saved),
                              "replay_items": _replay_items(replay),
-                             "checkpoint_replay_items": saved.get("replay_items")}
+                             "checkpoint_replay_items": saved.get("replay_items"),
+                             "checkpoint_replay_items_range": saved.get("replay_items_range")}
             print(f"[learner] resumed at env step {saved['env_steps']:,}: {self._resumed}", flush=True)
         # Compile before this node serves (actors and the evaluator wait for it), so the first
         # batches are trained on at once rather than after the compiler (seconds on a CPU).
         self._learner.warm_up(dataset.example())
         self._first_update_at: float | None = None
+        self._params = ParamsPublisher(self._learner)  # for nodes on this host: no RPC copy per fetch
         self._started_at: float | None = None
 
     def resumed(self) -> dict[str, Any] | None:
@@ -82,6 +85,10 @@ class LearnerWorker:
 
     def get_variables(self, known_version: int = -1):
         return self._learner.get_variables(known_version)
+
+    def shared_params(self) -> dict[str, str] | None:
+        """Where this host's nodes read the parameters from shared memory (``None``: use RPC)."""
+        return self._params.location()
 
     def version(self) -> int:
         return self._learner.version
@@ -122,6 +129,7 @@ class LearnerWorker:
                 if self._checkpointer is not None and should_stop():  # asked to stop: save first
                     self._checkpoint()
             finally:
+                self._params.close()
                 self._learner.close()
 
 
@@ -140,7 +148,9 @@ class ActorWorker:
         builder = config.builder
         policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
         self._adder = builder.make_adder(replay, spec, policy)
-        self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, learner, self._adder,
+        source = LocalFirstSource(learner)
+        print(f"[actor_{actor_id}] reads parameters {'from shared memory' if source.local else 'over RPC'}", flush=True)
+        self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, source, self._adder,
                                          env_steps_offset=done)
         self._logger = make_logger(f"actor_{actor_id}", config.run_dir, terminal=False)
 
@@ -178,7 +188,7 @@ def run_evaluator(config: ExperimentConfig, learner, counter, launched_at: float
     from ``launched_at`` (Unix time, e.g. when ``shoal train`` started), else from here; actor
     speeds are measured over this node's own run (after every node started)."""
     start, start_unix = time.monotonic(), time.time()
-    evaluator = Evaluator(config, learner, jax.random.PRNGKey(config.seed + 1), start)
+    evaluator = Evaluator(config, LocalFirstSource(learner), jax.random.PRNGKey(config.seed + 1), start)
     schedule = os.path.join(config.run_dir, "checkpoints", "evaluator.json") if config.run_dir else None
     if config.resume and schedule and os.path.exists(schedule):
         with open(schedule) as f:
@@ -256,7 +266,7 @@ def make_distributed_program(config: ExperimentConfig, num_actors: int = 4,
     counter = program.add_node(ServiceNode(_counter, config.run_dir if config.resume else None,
                                            methods=("increment", "get_counts")), label="counter")
     learner = program.add_node(ServiceNode(LearnerWorker, config, replay, counter,
-                                           methods=("get_variables", "version", "counts", "resumed")),
+                                           methods=("get_variables", "shared_params", "version", "counts", "resumed")),
                                label="learner")
     program.add_group("actor", functools.partial(_actor_node, config, replay, learner, counter), num_actors)
     program.add_node(FunctionNode(run_evaluator, config, learner, counter, launched_at), label="evaluator")

@@ -17,6 +17,7 @@ on the devices while the actor takes its next vector step (acting one update beh
 from __future__ import annotations
 
 import errno
+import os
 import sys
 import threading
 import time
@@ -32,7 +33,8 @@ from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.specs import make_environment_spec
 from shoal.core.timing import breakdown
 from shoal.core.types import Step
-from shoal.launch.experiments.checkpointing import Checkpointer, read_run, restore_learner
+from shoal.launch.experiments.checkpointing import (Checkpointer, keep_only_replay_checkpoint, read_run,
+                                                    restore_learner)
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.experiments.rundir import RunDirectory, write_json
@@ -134,6 +136,8 @@ def claim_run_directory(config: ExperimentConfig, launch: dict[str, Any] | None 
         saved = read_run(config.run_dir)
         if config.resume and saved is None:
             raise ValueError(f"run directory {config.run_dir!r} holds no checkpoint to resume")
+        if config.resume:  # Reverb loads its latest checkpoint: make that the one run.json names
+            keep_only_replay_checkpoint(os.path.join(config.run_dir, "checkpoints"), saved.get("replay_checkpoint"))
         if not config.resume and saved is not None:
             raise ValueError(f"run directory {config.run_dir!r} holds the checkpoints of an earlier run; "
                              "continue it with --resume, or choose another --run-dir")

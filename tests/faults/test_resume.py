@@ -77,8 +77,12 @@ def test_distributed_run_resumes_after_its_learner_was_killed(tmp_path):
     assert result["launcher"] == "processes"  # the saved launch settings
     assert restored["learner_version"] == saved["learner_version"]
     assert restored["learner_digest"] == saved["learner_digest"]
-    # replay holds exactly what the checkpoint recorded (what came after it was lost with the run)
-    assert restored["replay_items"] == restored["checkpoint_replay_items"] == saved["replay_items"]
+    # replay holds what the checkpoint recorded (what came after it was lost with the run); actors
+    # insert while Reverb checkpoints, so the recorded count is the range seen around it
+    for table, items in restored["replay_items"].items():
+        low, high = saved["replay_items_range"][table]
+        assert low <= items <= high, (table, items, saved["replay_items_range"])
+    assert restored["checkpoint_replay_items_range"] == saved["replay_items_range"]
     assert result["env_steps"] >= saved["env_steps"] + 6000 > result["env_steps"] - 10**5
 
 
