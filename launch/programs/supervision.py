@@ -132,7 +132,9 @@ class ProgramRun:
             if self._done.is_set():
                 return
             self.reason, self.failed = reason, failed
-            self._stop_in_order()
+            # After a failure, nodes may be blocked on the dead one and cannot stop by themselves:
+            # a shorter grace (the checkpoints they would write are periodic anyway).
+            self._stop_in_order(self._grace_s / 2.5 if failed else self._grace_s)
             for label, worker in self.workers.items():
                 if worker.poll() is None:
                     worker.kill()
@@ -147,24 +149,24 @@ class ProgramRun:
                 self._on_close()
             self._done.set()
 
-    def _stop_in_order(self) -> None:
+    def _stop_in_order(self, grace_s: float) -> None:
         """Asks nodes to stop, a node only once every node that uses it has ended (or its turn
         timed out): users before the services they use, so that a node stopping can still call
         them (e.g. the learner's last checkpoint of replay and counter), and nobody is left
         blocked on a server that already stopped. Each turn waits up to ``grace_s``, all of
-        them together up to twice that."""
+        them together up to twice that (``grace_s`` of the program, or less after a failure)."""
         users: dict[str, set[str]] = {label: set() for label in self.workers}
         for label, worker in self.workers.items():
             for dep in worker.node.dependencies():
                 users.setdefault(dep.label, set()).add(label)
         pending = {label for label, w in self.workers.items() if w.poll() is None}
         ended: set[str] = set(self.workers) - pending
-        deadline = time.monotonic() + 2 * self._grace_s
+        deadline = time.monotonic() + 2 * grace_s
         while pending and time.monotonic() < deadline:
             turn = {label for label in pending if users[label] <= ended} or set(pending)  # (a cycle: all)
             for label in turn:
                 self.workers[label].terminate()
-            until = min(deadline, time.monotonic() + self._grace_s)
+            until = min(deadline, time.monotonic() + grace_s)
             while any(self.workers[label].poll() is None for label in turn) and time.monotonic() < until:
                 time.sleep(0.05)
             ended |= turn

@@ -66,6 +66,8 @@ def test_killing_a_non_restartable_node_stops_every_process_within_10s(tmp_path,
     proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", "2000")
     try:
         pids = started(proc, run_dir)
+        # while the learner trains: its users are then blocked on a dead replay or counter
+        wait_for(lambda: csv_rows(run_dir / "learner.csv"), 120, "the learner to train")
         killed_at = time.monotonic()
         os.kill(pids[victim], signal.SIGKILL)
         wait_for(lambda: not alive(list(pids.values()) + [proc.pid]), 10, "every process to exit")
