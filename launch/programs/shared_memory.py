@@ -7,9 +7,12 @@ pickle). Readers on other hosts keep using RPC (``SharedValueReader.attach`` ret
 when the segment is not on this host).
 
 A segment is a file in ``/dev/shm`` (mode 0600: only this user's processes can read it),
-named after the writer's pid. Layout: a 32-byte header ``(sequence, version, length,
-capacity)`` then the frame. Writes follow a sequence lock: the sequence is odd while a frame is
-written, and a reader retries a copy during which it changed, so it never sees a torn value.
+named after the writer's pid. Layout: a header of four aligned 64-bit words ``(sequence,
+version, length, capacity)`` then the frame. Writes follow a sequence lock: the sequence is odd
+while the header and frame are written, and a reader retries a copy during which it changed, so
+it never sees a torn value. Each word is stored and loaded whole (one aligned 8-byte access
+through a ``memoryview``; ``struct.pack_into`` would zero the header before filling it, and a
+reader could catch the zeros), and x86-64 keeps both stores and loads in program order.
 A value larger than the segment is not published (``publish`` returns ``False``): readers
 then see the last one that fit, and callers fall back to RPC.
 """
@@ -19,15 +22,20 @@ from __future__ import annotations
 import mmap
 import os
 import socket
-import struct
 import time
 from typing import Any
 
 from shoal.launch.programs.rpc.codec import decode, encode
 
 SHM_DIR = "/dev/shm"
-_HEADER = struct.Struct("<QqQQ")  # sequence, version, frame length, capacity
+_SEQUENCE, _VERSION, _LENGTH, _CAPACITY = range(4)  # the header's 64-bit words
+_HEADER_SIZE = 32
 _CLOSED = -2  # the version of a segment its publisher closed
+
+
+def _header(buffer: mmap.mmap) -> memoryview:
+    """The header as four int64 words (aligned: a mapping starts on a page)."""
+    return memoryview(buffer)[:_HEADER_SIZE].cast("q")
 
 
 def host_id() -> str:
@@ -46,12 +54,13 @@ class SharedValuePublisher:
         self.path = os.path.join(SHM_DIR, f"shoal-{label}-{os.getpid()}-{time.monotonic_ns()}")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.ftruncate(fd, _HEADER.size + capacity)
-            self._map = mmap.mmap(fd, _HEADER.size + capacity)
+            os.ftruncate(fd, _HEADER_SIZE + capacity)
+            self._map = mmap.mmap(fd, _HEADER_SIZE + capacity)
         finally:
             os.close(fd)
         self._capacity, self._sequence = capacity, 0
-        _HEADER.pack_into(self._map, 0, 0, -1, 0, capacity)
+        self._header = _header(self._map)
+        self._header[_VERSION], self._header[_CAPACITY] = -1, capacity
 
     @classmethod
     def available(cls) -> bool:
@@ -64,20 +73,24 @@ class SharedValuePublisher:
         frame = encode(value)
         if len(frame) > self._capacity:
             return False
-        self._sequence += 1  # odd: a frame is being written
-        _HEADER.pack_into(self._map, 0, self._sequence, version, len(frame), self._capacity)
-        self._map[_HEADER.size:_HEADER.size + len(frame)] = frame
-        self._sequence += 1
-        _HEADER.pack_into(self._map, 0, self._sequence, version, len(frame), self._capacity)
+        self._write(version, frame)
         return True
+
+    def _write(self, version: int, frame: bytes) -> None:
+        header = self._header
+        header[_SEQUENCE] = self._sequence = self._sequence + 1  # odd: being written
+        header[_VERSION], header[_LENGTH] = version, len(frame)
+        self._map[_HEADER_SIZE:_HEADER_SIZE + len(frame)] = frame
+        header[_SEQUENCE] = self._sequence = self._sequence + 1
 
     def close(self) -> None:
         """Marks the segment closed (readers' next ``read`` raises ``ValueError``) and removes it."""
-        _HEADER.pack_into(self._map, 0, self._sequence + 2, _CLOSED, 0, self._capacity)
+        self._write(_CLOSED, b"")
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        self._header.release()
         self._map.close()
 
 
@@ -88,6 +101,7 @@ class SharedValueReader:
             self._map = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
         finally:
             os.close(fd)
+        self._header = _header(self._map)
 
     @classmethod
     def attach(cls, location: dict[str, str] | None) -> "SharedValueReader | None":
@@ -104,19 +118,21 @@ class SharedValueReader:
         published. Raises ``TimeoutError`` if no consistent copy could be made in ``timeout_s``,
         ``ValueError`` once the publisher closed the segment."""
         deadline = time.monotonic() + timeout_s
+        header = self._header
         while True:
-            sequence, version, length, _ = _HEADER.unpack_from(self._map, 0)
+            sequence = header[_SEQUENCE]
             if sequence % 2 == 0:
-                if version == _CLOSED:
-                    raise ValueError("the publisher closed this shared value")
-                if version < 0 or version == known_version:
-                    return version, None
-                frame = self._map[_HEADER.size:_HEADER.size + length]  # (a copy)
-                if _HEADER.unpack_from(self._map, 0)[0] == sequence:
-                    return version, decode(frame)
+                version, length = header[_VERSION], header[_LENGTH]
+                fresh = version >= 0 and version != known_version
+                frame = self._map[_HEADER_SIZE:_HEADER_SIZE + length] if fresh else b""  # a copy
+                if header[_SEQUENCE] == sequence:  # nothing changed while we read
+                    if version == _CLOSED:
+                        raise ValueError("the publisher closed this shared value")
+                    return version, decode(frame) if fresh else None
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no consistent copy of the shared value within {timeout_s}s")
             time.sleep(0.0001)  # the writer is mid-frame
 
     def close(self) -> None:
+        self._header.release()
         self._map.close()
