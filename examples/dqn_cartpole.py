@@ -9,7 +9,7 @@ from shoal.agents import get_builder
 from shoal.launch import ExperimentConfig, run_experiment
 
 if __name__ == "__main__":
-    builder = get_builder("dqn", learning_rate=2.5e-3, n_step=3)  # any DQNConfig field
+    builder = get_builder("dqn", learning_rate=4e-3, n_step=3)  # any DQNConfig field
     config = ExperimentConfig(builder=builder, env_id="CartPole-v1", seed=0,
                               max_env_steps=100_000, run_dir="runs/example-dqn-cartpole")
     result = run_experiment(config)

@@ -36,13 +36,13 @@ class DQNConfig:
       variable_update_period: vector steps between the actor's parameter pulls.
     """
 
-    learning_rate: float = setting(2.5e-3, low=0.0, low_open=True, high=1.0)
+    learning_rate: float = setting(4e-3, low=0.0, low_open=True, high=1.0)
     batch_size: int = setting(64, low=1, high=1_000_000)
     discount: float = setting(0.99, low=0.0, high=1.0)
     n_step: int = setting(3, low=1, high=1_000)
-    hidden_sizes: tuple[int, ...] = setting((128, 128), low=1, high=65_536, items=True)
+    hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
     target_update_period: int = setting(100, low=1)
-    samples_per_insert: float = setting(16.0, low=0.0, low_open=True, high=10_000.0)
+    samples_per_insert: float = setting(32.0, low=0.0, low_open=True, high=10_000.0)
     samples_per_insert_tolerance: float = setting(0.1, low=0.0, low_open=True, high=1_000.0)
     sgd_steps_per_update: int = setting(8, low=1, high=10_000)
     min_replay_size: int = setting(1_000, low=1)

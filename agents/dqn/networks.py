@@ -28,7 +28,7 @@ class DQNNetworks(NamedTuple):
     num_actions: int
 
 
-def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (128, 128)) -> DQNNetworks:
+def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64)) -> DQNNetworks:
     if spec.num_actions is None:
         raise ValueError(f"DQN needs a discrete action space, got {spec.action_space}")
     return DQNNetworks(QNetwork(tuple(hidden_sizes), spec.num_actions), spec.observation_shape,
