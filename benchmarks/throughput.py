@@ -93,11 +93,14 @@ def learner_feed(seconds: float, devices: int) -> dict:
 
 
 def rpc(calls: int) -> dict:
+    """``rpc``: what an actor on the learner's host sees (shared memory); ``rpc_grpc``: the
+    gRPC path (actors on other hosts)."""
     from rpc import measure_latencies
 
     out = measure_latencies(1_000_000, calls)
-    return {path: {str(r["clients"]): {"p50_ms": round(r["p50_ms"], 2), "p99_ms": round(r["p99_ms"], 2)}
-                   for r in out if r["path"] == path} for path in ("grpc", "shared_memory")}
+    return {key: {str(r["clients"]): {"p50_ms": round(r["p50_ms"], 2), "p99_ms": round(r["p99_ms"], 2)}
+                  for r in out if r["path"] == path}
+            for key, path in (("rpc", "shared_memory"), ("rpc_grpc", "grpc"))}
 
 
 def main() -> None:
@@ -119,7 +122,7 @@ def main() -> None:
     phase = args.window or (1.5 if args.quick else 5.0)
     started, out = time.monotonic(), {"quick": args.quick, "cpu_count": os.cpu_count()}
     for name, measure in (("actor", lambda: actor_efficiency(window)),
-                          ("rpc", lambda: _rpc(10 if args.window else 40 if args.quick else 200)),
+                          ("rpc", lambda: rpc(10 if args.window else 40 if args.quick else 200)),
                           ("learner", lambda: _learner(window)),
                           ("scaling", lambda: actor_scaling(phase, tuple(args.scaling)))):
         print(f"[throughput] measuring {name} ...", file=sys.stderr, flush=True)
@@ -130,13 +133,6 @@ def main() -> None:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(out, f, indent=2)
-
-
-def _rpc(calls: int) -> dict:
-    """``rpc``: what an actor on the learner's host sees (shared memory); ``rpc_grpc``: the
-    gRPC path (actors on other hosts)."""
-    paths = rpc(calls)
-    return {"rpc": paths["shared_memory"], "rpc_grpc": paths["grpc"]}
 
 
 def _learner(window: float) -> dict:
