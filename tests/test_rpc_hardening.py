@@ -119,6 +119,16 @@ def test_depth_bomb_and_fuzz_frames_get_invalid_argument_and_the_server_serves_o
         server.stop()
 
 
+def test_a_request_that_is_not_a_call_record_gets_invalid_argument():
+    server = RpcServer(Counter(), token="s3cret").start()
+    try:
+        for message in (np.arange(3), [1, 2], "increment", 7, None):  # a valid frame, but no call
+            assert call(server.address, encode(message)) == grpc.StatusCode.INVALID_ARGUMENT, message
+        assert RpcClient(server.address, token="s3cret").increment(1) == 1
+    finally:
+        server.stop()
+
+
 def test_only_the_methods_a_service_exposes_are_callable():
     server = RpcServer(Counter(), token="s3cret", methods=["increment"]).start()
     try:

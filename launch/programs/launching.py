@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
-from typing import Mapping
+from typing import Callable, Mapping
 
 from shoal.launch.programs.addressing import FileAddressBook
 from shoal.launch.programs.local import ProcessWorker, ThreadWorker
 from shoal.launch.programs.program import Program
+from shoal.launch.programs.shared_memory import sweep_segments
 from shoal.launch.programs.supervision import ProgramRun
 
 LAUNCHERS = ("processes", "inprocess", "ray")
@@ -22,9 +23,9 @@ LAUNCHERS = ("processes", "inprocess", "ray")
 
 def launch(program: Program, launcher: str = "processes", *, run_dir: str | None = None,
            token: str | None = None, host: str = "127.0.0.1",
-           group_env: Mapping[str, Mapping[str, str]] | None = None,
-           restartable_groups=("actor",), max_restarts: int = 3, grace_s: float = 5.0,
-           ray_address: str | None = None) -> ProgramRun:
+           group_env: Mapping[str, Mapping[str, str]] | None = None, max_restarts: int = 3,
+           grace_s: float = 5.0, ray_address: str | None = None,
+           before_stop: Callable[[ProgramRun], None] | None = None) -> ProgramRun:
     """Starts every node of ``program``.
 
     Args:
@@ -37,7 +38,10 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
       host: the interface RPC servers bind (local launchers); 127.0.0.1 unless you opt in to
         another. Ray nodes bind every interface and advertise their node's IP.
       group_env: extra environment variables per group, e.g. ``{"actor": {"CUDA_VISIBLE_DEVICES": ""}}``.
+      max_restarts: restarts of a crashed node of a restartable group (``Program.group``).
       ray_address: the cluster to join (``auto``, ``HOST:PORT``); ``None`` starts a local Ray.
+      before_stop: ``fn(run)``, called when the program is about to stop (completed, or
+        ``stop()``; not after a failure) while all its nodes still run.
     """
     if launcher not in LAUNCHERS:
         raise ValueError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
@@ -48,7 +52,7 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     if unknown:
         raise ValueError(f"group_env names groups {sorted(unknown)} that program {program.name!r} "
                          f"does not have (groups: {sorted(program.groups)})")
-    options = dict(restartable_groups=restartable_groups, max_restarts=max_restarts, grace_s=grace_s)
+    options = dict(max_restarts=max_restarts, grace_s=grace_s, before_stop=before_stop)
     # Every launch is authenticated: any local process could otherwise call a node (and e.g.
     # inflate a run's step counter).
     token = token or os.environ.get("SHOAL_TOKEN") or secrets.token_urlsafe(32)
@@ -65,10 +69,18 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     if launcher == "processes":
         base = dict(os.environ, SHOAL_TOKEN=token or "", SHOAL_BIND_HOST=host,
                     SHOAL_ADVERTISE_HOST=advertise, PYTHONUNBUFFERED="1")
+        workers: list[ProcessWorker] = []
 
         def make_worker(node):
-            return ProcessWorker(node, run_dir, {**base, **group_env.get(node.group, {})})
+            workers.append(ProcessWorker(node, run_dir, {**base, **group_env.get(node.group, {})}))
+            return workers[-1]
+
+        def close() -> None:  # shared-memory segments its (now dead) nodes could not remove
+            sweep_segments(pid for worker in workers for pid in worker.pids)
     else:
         def make_worker(node):
             return ThreadWorker(node, book, token, host, advertise)
-    return ProgramRun(program, make_worker, launcher=launcher, run_dir=run_dir, **options)
+
+        close = None
+    return ProgramRun(program, make_worker, launcher=launcher, run_dir=run_dir, address_book=book,
+                      token=token, on_close=close, **options)

@@ -3,7 +3,7 @@ this machine (``processes``), supervised by a ``ProgramRun``.
 
 Node processes run ``python -m shoal.launch.programs.worker`` in their own session, die with the
 launcher, log to ``<run_dir>/logs/<label>.log``, find each other through a ``FileAddressBook`` in
-``<run_dir>/addresses``, and send a function node's result back through a pipe. Stopping a node
+``<run_dir>/addresses``, and send their node's result back through a pipe. Stopping a node
 sends SIGTERM (a cooperative stop: ``should_stop()`` turns true), then SIGKILL.
 """
 
@@ -35,10 +35,12 @@ class ThreadWorker:
         self.code: int | None = None
         self._result: Any = None
         self.ctx: NodeContext | None = None
+        self._starts = 0
 
     def start(self) -> None:
-        self.code = None
-        self.ctx = NodeContext(self.node.label, self.node.group, self._book, self._token, *self._hosts)
+        self.code, self._starts = None, self._starts + 1
+        self.ctx = NodeContext(self.node.label, self.node.group, self._book, self._token, *self._hosts,
+                               start_count=self._starts)
         self.thread = threading.Thread(target=self._main, name=self.node.label, daemon=True)
         self.thread.start()
 
@@ -64,6 +66,9 @@ class ThreadWorker:
     def result(self) -> Any:
         return self._result
 
+    def pid(self) -> int | None:
+        return None  # (a thread of this process)
+
 
 class ProcessWorker:
     managed_restarts, restarts = False, 0
@@ -78,15 +83,20 @@ class ProcessWorker:
             cloudpickle.dump(node, f)
         self.proc: subprocess.Popen | None = None
         self._result_bytes = b""
+        self._starts = 0
+        self.pids: list[int] = []  # of every process this node ran in
 
     def start(self) -> None:
         read_end, write_end = os.pipe()
+        self._starts += 1
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "shoal.launch.programs.worker", self.node_file,
                  os.path.join(self.run_dir, "addresses"), str(os.getpid()), str(write_end)],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, pass_fds=(write_end,))
+                env={**self.env, "SHOAL_NODE_START": str(self._starts)}, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                pass_fds=(write_end,))
+        self.pids.append(self.proc.pid)
         os.close(write_end)
         self._reader = threading.Thread(target=self._read_result, args=(read_end,), daemon=True)
         self._reader.start()
@@ -98,7 +108,6 @@ class ProcessWorker:
                 chunks.append(chunk)
         self._result_bytes = b"".join(chunks)
 
-    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 

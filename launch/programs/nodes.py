@@ -1,10 +1,14 @@
 """Node kinds, and the context a node executes in.
 
 * ``ServiceNode(factory, *args)`` builds ``factory(*args)`` (handles dereferenced), serves its
-  public methods over RPC, and runs its ``run()`` if it has one (else serves until stopped).
-* ``ReplayNode(make_tables, checkpoint_dir=None)`` runs a Reverb server with those tables.
+  public methods over RPC, and runs its ``run()`` if it has one (else serves until stopped);
+  what ``run()`` returns is the node's result.
 * ``FunctionNode(fn, *args)`` runs ``fn(*args)``; its return value is the node's result, and a
-  program ends when all its function nodes have returned.
+  program ends when all its function nodes (and service nodes made with ``ends_program=True``)
+  have returned.
+
+Other kinds subclass ``shoal.launch.programs.program.Node`` (e.g. the experiments' Reverb
+replay node): a ``run(ctx)`` and a ``make_client(address, ctx)``.
 
 Servers bind port 0 (the OS picks a free port: no races) on ``ctx.bind_host`` and publish
 ``ctx.advertise_host:port`` in the launch's address book (``shoal.launch.programs.addressing``);
@@ -38,6 +42,7 @@ class NodeContext:
     advertise_host: str = "127.0.0.1"
     stop_event: threading.Event = dataclasses.field(default_factory=threading.Event)
     connect_timeout_s: float = 120.0
+    start_count: int = 1  # 1 the first time the node starts, 2 after its first restart, ...
 
     def should_stop(self) -> bool:
         return self.stop_event.is_set()
@@ -84,9 +89,9 @@ class ServiceNode(Node):
     kind = "service"
 
     def __init__(self, factory: Callable[..., Any], *args: Any, methods: Sequence[str] | None = None,
-                 **kwargs: Any) -> None:
+                 ends_program: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.factory, self.methods = factory, methods
+        self.factory, self.methods, self.ends_program = factory, methods, ends_program
 
     def describe_target(self) -> str:
         return _name(self.factory)
@@ -110,34 +115,9 @@ class ServiceNode(Node):
             server.stop()
 
 
-class ReplayNode(Node):
-    kind = "replay"
-
-    def __init__(self, make_tables: Callable[[], list], checkpoint_dir: str | None = None) -> None:
-        super().__init__()
-        self.make_tables, self.checkpoint_dir = make_tables, checkpoint_dir
-
-    def describe_target(self) -> str:
-        return f"reverb({_name(self.make_tables)})"
-
-    def make_client(self, address: str, ctx: NodeContext) -> Any:
-        from shoal.replay import make_replay_client
-
-        return make_replay_client(address)
-
-    def run(self, ctx: NodeContext) -> None:
-        from shoal.replay import ReplayServer
-
-        server = ReplayServer(self.make_tables(), checkpoint_dir=self.checkpoint_dir)
-        ctx.publish(server.port)  # (Reverb's server listens on every interface)
-        try:
-            ctx.stop_event.wait()
-        finally:
-            server.stop()
-
-
 class FunctionNode(Node):
     kind = "function"
+    ends_program = True
 
     def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -145,9 +125,6 @@ class FunctionNode(Node):
 
     def describe_target(self) -> str:
         return _name(self.fn)
-
-    def make_client(self, address: str, ctx: NodeContext) -> Any:
-        raise TypeError(f"function node {self.label!r} serves nothing; it cannot be a handle target")
 
     def run(self, ctx: NodeContext) -> Any:
         return self.fn(*ctx.deref(self.args), **ctx.deref(self.kwargs))

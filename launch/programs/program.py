@@ -5,25 +5,29 @@ Setup (user code)::
     program = Program("dqn")
     replay = program.add_node(ReplayNode(make_tables), label="replay")
     learner = program.add_node(ServiceNode(make_learner, replay), label="learner")
-    with program.group("actor"):
+    with program.group("actor", restartable=True):
         for i in range(4):
             program.add_node(ServiceNode(make_actor, replay, learner, i))
 
 ``add_node`` returns the node's ``Handle``. Passing a handle into another node's constructor
 (also inside lists, tuples and dicts) is an edge of the graph. At execution time, inside the
 node's own thread or process, every handle is *dereferenced* into a client: an ``RpcClient``
-for a service node, a ``reverb.Client`` for a replay node.
+for a service node, whatever its ``make_client`` makes for another kind (a ``reverb.Client`` for
+the experiments' replay node).
 
 A group may carry ``Resources`` (CPUs, GPUs, memory, custom resources), which the Ray launcher
-asks of the cluster for each of its nodes. ``program.add_group(name, make_node, count)`` adds
-``count`` nodes ``make_node(i)`` and keeps ``make_node``, so that a running program can grow
-or shrink that group (``ProgramRun.add_nodes`` / ``remove_nodes``).
+asks of the cluster for each of its nodes, and may be ``restartable``: a node of it that crashes
+is restarted (a bounded number of times) instead of failing the program. The program names its
+restartable groups; the launcher knows no group by name. ``program.add_group(name, make_node,
+count)`` adds ``count`` nodes ``make_node(i)`` and keeps ``make_node``, so that a running program
+can grow or shrink that group (``ProgramRun.add_nodes`` / ``remove_nodes``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from typing import Any, Callable, Iterator, Mapping
 
 
@@ -43,6 +47,36 @@ class Resources:
     memory: int | None = None
     custom: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        amounts = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "memory": self.memory,
+                   **dict(self.custom)}
+        for name, value in amounts.items():
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 0:
+                raise ValueError(f"resource {name} must be a finite number >= 0, got {value!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> "Resources":
+        """``NAME=VALUE[,NAME=VALUE...]`` (``num_cpus``, ``num_gpus``, ``memory`` in bytes, or a
+        custom resource) -> ``Resources``; raises ``ValueError`` naming what is wrong."""
+        try:
+            pairs = dict((k.strip(), float(v)) for k, v in (item.split("=", 1) for item in text.split(",") if item))
+        except ValueError:
+            pairs = {}
+        if not pairs or any(not name for name in pairs):
+            raise ValueError(f"resources are NAME=VALUE[,NAME=VALUE...], got {text!r}")
+        standard = {name: pairs.pop(name) for name in ("num_cpus", "num_gpus", "memory") if name in pairs}
+        if "memory" in standard and math.isfinite(standard["memory"]):
+            standard["memory"] = int(standard["memory"])
+        return cls(**standard, custom=pairs)
+
+    def text(self) -> str:
+        """The ``NAME=VALUE,...`` form ``parse`` reads."""
+        values = {k: getattr(self, k) for k in ("num_cpus", "num_gpus", "memory") if getattr(self, k) is not None}
+        return ",".join(f"{k}={v}" for k, v in {**values, **dict(self.custom)}.items())
+
 
 class Handle:
     """A reference to a node, resolved into a client where it is used."""
@@ -55,9 +89,16 @@ class Handle:
 
 
 class Node:
-    """Something to run in its own thread or process. Subclasses: see ``shoal.launch.programs.nodes``."""
+    """Something to run in its own thread or process. Subclasses: see ``shoal.launch.programs.nodes``.
+
+    ``run(ctx)``'s return value is the node's result (JSON values), which the launcher collects
+    (``ProgramRun.results``). ``ends_program``: the program completes once every node that has
+    it set returned (function nodes have it by default). ``make_client(address, ctx)`` turns
+    the address a node published into what a handle to it becomes in another node.
+    """
 
     kind = "node"
+    ends_program = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.args, self.kwargs = args, kwargs
@@ -69,6 +110,12 @@ class Node:
 
     def run(self, ctx: Any) -> Any:  # pragma: no cover -- overridden
         raise NotImplementedError
+
+    def make_client(self, address: str, ctx: Any) -> Any:
+        raise TypeError(f"node {self.label!r} ({self.kind}) serves nothing; it cannot be a handle target")
+
+    def describe_target(self) -> str:
+        return type(self).__name__
 
 
 def find_handles(value: Any) -> list[Handle]:
@@ -100,16 +147,20 @@ class Program:
         self.name = name
         self.nodes: list[Node] = []
         self.resources: dict[str, Resources] = {}
+        self.restartable: set[str] = set()  # groups whose crashed nodes are restarted
         self.node_factories: dict[str, Callable[[int], Node]] = {}
         self._group: str | None = None
 
     @contextlib.contextmanager
-    def group(self, name: str, resources: Resources | None = None) -> Iterator[None]:
-        """Nodes added inside ``with program.group(name):`` belong to group ``name``."""
+    def group(self, name: str, resources: Resources | None = None, restartable: bool = False) -> Iterator[None]:
+        """Nodes added inside ``with program.group(name):`` belong to group ``name``; with
+        ``restartable`` a node of it that crashes is restarted instead of failing the program."""
         if self._group is not None:
             raise ValueError(f"groups do not nest (already in group {self._group!r})")
         if resources is not None:
             self.resources[name] = resources
+        if restartable:
+            self.restartable.add(name)
         self._group = name
         try:
             yield
@@ -117,13 +168,13 @@ class Program:
             self._group = None
 
     def add_group(self, name: str, make_node: Callable[[int], Node], count: int,
-                  resources: Resources | None = None) -> list[Handle]:
+                  resources: Resources | None = None, restartable: bool = False) -> list[Handle]:
         """Adds nodes ``make_node(0) .. make_node(count - 1)``, labelled ``{name}_{i}``, as group
         ``name``, which a running program can then grow and shrink."""
         if count < 0:
             raise ValueError(f"group {name!r}: count must be >= 0, got {count}")
         self.node_factories[name] = make_node
-        with self.group(name, resources):
+        with self.group(name, resources, restartable):
             return [self.add_node(make_node(i), label=f"{name}_{i}") for i in range(count)]
 
     def new_node(self, group: str) -> Node:

@@ -6,9 +6,9 @@
 * Addresses live in a named actor (``RayAddressBook``): no shared filesystem. Servers bind
   every interface, advertise their node's IP, and require the launch's token, which reaches
   the nodes as an actor constructor argument (never a command line).
-* Supervision uses Ray's own restart machinery: a node of a restartable group gets
-  ``max_restarts`` and its ``run`` is retried after a restart; any other node's death ends the
-  program. Stopping asks every node to stop, then kills every actor the launch made. Node output
+* Supervision uses Ray's own restart machinery: a node of a restartable group (``Program.group``)
+  gets ``max_restarts`` and its ``run`` is retried after a restart; any other node's death ends
+  the program. Stopping asks every node to stop, then kills every actor the launch made. Node output
   streams to this process (prefixed with the node's label).
 * Environment: ``group_env`` plus this process's ``SHOAL_*``, ``JAX_*``, ``XLA_*`` and
   ``TF_CPP_*`` variables are set in the actors' processes (Ray's ``runtime_env``).
@@ -20,7 +20,9 @@ clusters on machines and networks you trust (as Ray's own documentation says).
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import uuid
 import warnings
 from typing import Any, Mapping
@@ -72,10 +74,11 @@ class RayAddressBook(AddressBook):
 class _NodeActor:
     def __init__(self, node: Node, addresses: Any, token: str) -> None:
         self._node = node
-        self._ctx = NodeContext(node.label, node.group, RayAddressBook(addresses), token,
-                                bind_host="0.0.0.0", advertise_host=ray.util.get_node_ip_address())
-        set_context(self._ctx, process_wide=True)
         start = ray.get(addresses.started.remote(node.label))
+        self._ctx = NodeContext(node.label, node.group, RayAddressBook(addresses), token,
+                                bind_host="0.0.0.0", advertise_host=ray.util.get_node_ip_address(),
+                                start_count=start)
+        set_context(self._ctx, process_wide=True)
         print(f"[{node.label}] started (pid {os.getpid()}, node {ray.get_runtime_context().get_node_id()} "
               f"at {self._ctx.advertise_host}, group {node.group}"
               f"{f', restart {start - 1}' if start > 1 else ''})", flush=True)
@@ -154,17 +157,30 @@ class RayWorker:
     def result(self) -> Any:
         return self._result
 
+    def pid(self) -> int | None:
+        return None  # (a process Ray manages, maybe on another machine)
+
+
+def _signal_handlers() -> dict:
+    """This process's SIGTERM and SIGINT handlers (none from a thread other than the main one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
 
 def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[str, str]],
-               ray_address: str | None, restartable_groups, max_restarts: int,
-               grace_s: float) -> ProgramRun:
+               ray_address: str | None, max_restarts: int, grace_s: float,
+               before_stop=None) -> ProgramRun:
     started_ray = not ray.is_initialized()
     if started_ray:
         local = {} if ray_address else {"num_cpus": os.cpu_count(), "include_dashboard": False}
+        handlers = _signal_handlers()
         with warnings.catch_warnings():  # Ray fork+execs its processes; JAX warns of any fork
             warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
             ray.init(address=ray_address, namespace=f"shoal-{program.name}-{uuid.uuid4().hex[:8]}",
                      log_to_driver=True, logging_level="warning", **local)
+        for sig, handler in handlers.items():  # (ray.init installs its own: SIGTERM would exit at once)
+            signal.signal(sig, handler)
     addresses = _Addresses.options(name="addresses").remote()
     forwarded = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
     workers: list[RayWorker] = []
@@ -172,7 +188,7 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
     def make_worker(node: Node) -> RayWorker:
         env = {**forwarded, **group_env.get(node.group, {})}
         options = _actor_options(program.resources.get(node.group),
-                                 node.group in restartable_groups, max_restarts, env)
+                                 node.group in program.restartable, max_restarts, env)
         workers.append(RayWorker(node, addresses, token, options))
         return workers[-1]
 
@@ -183,5 +199,6 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
         if started_ray:
             ray.shutdown()
 
-    return ProgramRun(program, make_worker, launcher="ray", restartable_groups=restartable_groups,
-                      max_restarts=max_restarts, grace_s=grace_s, on_close=close)
+    return ProgramRun(program, make_worker, launcher="ray", address_book=RayAddressBook(addresses),
+                      token=token, max_restarts=max_restarts, grace_s=grace_s, on_close=close,
+                      before_stop=before_stop)

@@ -15,15 +15,21 @@ through a ``memoryview``; ``struct.pack_into`` would zero the header before fill
 reader could catch the zeros), and x86-64 keeps both stores and loads in program order.
 A value larger than the segment is not published (``publish`` returns ``False``): readers
 then see the last one that fit, and callers fall back to RPC.
+
+A publisher removes its segment when it closes; one killed first cannot. ``sweep_segments``
+removes the segments of this user whose writer process is gone: a launcher sweeps its dead
+nodes' segments when its program ends, and every new publisher sweeps those of any dead writer
+(e.g. of a run whose launcher was killed with SIGKILL).
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import re
 import socket
 import time
-from typing import Any
+from typing import Any, Iterable
 
 from shoal.launch.programs.rpc.codec import decode, encode
 
@@ -31,6 +37,43 @@ SHM_DIR = "/dev/shm"
 _SEQUENCE, _VERSION, _LENGTH, _CAPACITY = range(4)  # the header's 64-bit words
 _HEADER_SIZE = 32
 _CLOSED = -2  # the version of a segment its publisher closed
+_SEGMENT = re.compile(r"^shoal-.+-(\d+)-\d+$")  # shoal-<label>-<writer pid>-<ns>
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def sweep_segments(pids: Iterable[int] | None = None, directory: str | None = None) -> list[str]:
+    """Removes this user's segments whose writer process is dead (only those written by
+    ``pids``, if given); returns their paths."""
+    directory = directory or SHM_DIR
+    wanted = None if pids is None else set(pids)
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        match = _SEGMENT.match(name)
+        if not match:
+            continue
+        pid, path = int(match.group(1)), os.path.join(directory, name)
+        if (wanted is not None and pid not in wanted) or _alive(pid):
+            continue
+        try:
+            if os.stat(path).st_uid == os.getuid():
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            pass
+    return removed
 
 
 def _header(buffer: mmap.mmap) -> memoryview:
@@ -51,6 +94,7 @@ def host_id() -> str:
 class SharedValuePublisher:
     def __init__(self, label: str, capacity: int) -> None:
         """A segment for frames of up to ``capacity`` bytes (``label`` goes into its name)."""
+        sweep_segments()  # left by writers that were killed before they could remove theirs
         self.path = os.path.join(SHM_DIR, f"shoal-{label}-{os.getpid()}-{time.monotonic_ns()}")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:

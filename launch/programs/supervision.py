@@ -1,38 +1,54 @@
 """``ProgramRun``: a launched program's nodes, their supervision, and how the program ends.
 
 Each node runs in a *worker* (a thread, a process, a Ray actor; see the launchers), which the
-supervisor polls:
+supervisor polls. A node's state moves along::
 
-* a node of a restartable group (default: ``actor``) that crashes is restarted, at most
-  ``max_restarts`` times, after a backoff of ``0.5 * 2**k`` seconds -- by the supervisor, or by
-  the engine itself where it has restart machinery (Ray: ``worker.managed_restarts``);
-* the program completes when all its function nodes have returned (e.g. the evaluator that
-  stops at the step budget), and fails when any other node dies for good;
-* ``stop()`` asks every node to stop (``should_stop()`` turns true), users before the services
-  they use, then kills what is left after the grace period.
+    running -> done                      its run() returned (the program completes once every
+                                         node with ``ends_program`` is done)
+    running -> restarting -> running     it crashed, its group is restartable, and it has
+                                         restarts left (backoff 0.5 * 2**k s); an engine with its
+                                         own restart machinery (Ray) restarts it instead
+    running -> failed                    it crashed for good: the program fails
+    running -> removing -> removed       its group was scaled down (``shoal.launch.programs.scaling``)
+    running -> stopped | killed          the program ended: asked to stop, or killed after the grace
 
-A group made with ``Program.add_group`` can grow and shrink while the program runs
-(``add_nodes`` / ``remove_nodes`` / ``scale``): a removed node is asked to stop like at the end
-of a program, and its exit is not a failure. ``serve_control()`` exposes ``scale`` and
-``status`` on loopback RPC for the ``shoal scale`` command.
+When the program ends (completed, failed, or ``stop()``), a ``before_stop(run)`` hook runs while
+every node is still up (unless a node failed), e.g. a final checkpoint; then nodes are asked to
+stop in dependency order (``shoal.launch.programs.shutdown``) and what is left is killed.
+Every node's return value is its result (``results()``); ``client(label)`` talks to a node.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import secrets
+import enum
 import sys
 import threading
 import time
 from typing import Any, Callable, Protocol
 
+from shoal.launch.programs.addressing import AddressBook
+from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node, Program
+from shoal.launch.programs.scaling import ElasticGroups
+from shoal.launch.programs.shutdown import stop_in_order
 
 
 class ProgramFailed(RuntimeError):
     pass
+
+
+class NodeState(str, enum.Enum):
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    REMOVING = "removing"
+    REMOVED = "removed"
+    DONE = "done"
+    STOPPED = "stopped"
+    KILLED = "killed"
+    FAILED = "failed"
+
+
+LIVE = (NodeState.RUNNING, NodeState.RESTARTING)
 
 
 class Worker(Protocol):
@@ -45,31 +61,30 @@ class Worker(Protocol):
     def poll(self) -> int | None: ...   # exit code once the node ended for good
     def terminate(self) -> None: ...    # cooperative stop
     def kill(self) -> None: ...
-    def result(self) -> Any: ...
+    def result(self) -> Any: ...        # what the node's run() returned (once it exited with 0)
+    def pid(self) -> int | None: ...    # its OS process on this machine, if any
 
 
-def _index(label: str) -> int:
-    match = re.search(r"_(\d+)$", label)
-    return int(match.group(1)) if match else -1
-
-
-class ProgramRun:
+class ProgramRun(ElasticGroups):
     def __init__(self, program: Program, make_worker: Callable[[Node], Worker], *, launcher: str,
-                 restartable_groups=("actor",), max_restarts: int = 3, grace_s: float = 5.0,
-                 run_dir: str | None = None, on_close: Callable[[], None] | None = None) -> None:
+                 address_book: AddressBook, token: str | None, max_restarts: int = 3, grace_s: float = 5.0,
+                 run_dir: str | None = None, on_close: Callable[[], None] | None = None,
+                 before_stop: Callable[["ProgramRun"], None] | None = None) -> None:
         self.program, self.launcher, self.run_dir = program, launcher, run_dir
-        self._make_worker, self._on_close = make_worker, on_close
-        self._restartable = set(restartable_groups)
+        self._make_worker, self._on_close, self._before_stop = make_worker, on_close, before_stop
+        self._context = NodeContext("launcher", "launcher", address_book, token)
         self._max_restarts, self._grace_s = max_restarts, grace_s
         self.workers: dict[str, Worker] = {}
-        self.states: dict[str, str] = {}
+        self.states: dict[str, NodeState] = {}
+        self.exit_codes: dict[str, int] = {}
         self.restarts: dict[str, int] = {}
         self._restart_at: dict[str, float] = {}
         self._remove_by: dict[str, float] = {}
         self._lock = threading.RLock()
         self._done = threading.Event()
+        self._finishing = False
         self._control = None
-        self.reason, self.failed = "", False
+        self.reason, self.failed, self.stop_error = "", False, None
         self.start_time = time.monotonic()
         for node in program.nodes:
             self._start(node)
@@ -78,70 +93,100 @@ class ProgramRun:
 
     def _start(self, node: Node) -> None:
         worker = self._make_worker(node)
-        self.workers[node.label], self.states[node.label], self.restarts[node.label] = worker, "running", 0
+        self.workers[node.label], self.states[node.label], self.restarts[node.label] = worker, NodeState.RUNNING, 0
         worker.start()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def ending(self, within_s: float = 0.0) -> bool:
+        """Whether the program is ending (completed, failed or stopped), waiting up to
+        ``within_s`` for it: e.g. after a call to a node failed, until the supervisor saw why."""
+        deadline = time.monotonic() + within_s
+        while not self._finishing and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self._finishing
+
+    def client(self, label: str, timeout_s: float = 30.0) -> Any:
+        """A client to node ``label`` (what a handle to it becomes inside a node)."""
+        address = self._context.address_book.lookup(label, timeout_s)
+        return self.workers[label].node.make_client(address, self._context)
+
+    def pids(self) -> dict[str, int]:
+        """``{label: pid}`` of the nodes that run as processes of this machine."""
+        return {label: pid for label, w in self.workers.items() if (pid := w.pid()) is not None}
 
     # -- supervision --------------------------------------------------------------------------
     def _supervise(self) -> None:
-        functions = [n.label for n in self.program.nodes if n.kind == "function"]
-        while not self._done.is_set():
+        while not self._finishing:
             with self._lock:
-                ending = self._check(functions)
+                ending = self._check()
             if ending is not None:
                 self._finish(*ending)
                 return
             time.sleep(0.1)
 
-    def _check(self, functions: list[str]) -> tuple[str, bool] | None:
+    def _check(self) -> tuple[str, bool] | None:
         """Acts on what the workers did; returns ``(reason, failed)`` once the program ends."""
         now = time.monotonic()
         for label, worker in list(self.workers.items()):
             state = self.states[label]
-            if state == "restarting" and now >= self._restart_at[label]:
+            if state == NodeState.RESTARTING and now >= self._restart_at[label]:
                 worker.start()
-                state = self.states[label] = "running"
-            if state not in ("running", "removing"):
+                state = self.states[label] = NodeState.RUNNING
+            if state not in (NodeState.RUNNING, NodeState.REMOVING):
                 continue
             code = worker.poll()
             if code is None:
-                if state == "removing" and now > self._remove_by[label]:
+                if state == NodeState.REMOVING and now > self._remove_by[label]:
                     worker.kill()
-                    self.states[label] = "removed"
+                    self.states[label] = NodeState.REMOVED
                 continue
-            if state == "removing":
-                self.states[label] = "removed"
+            self.exit_codes[label] = code
+            if state == NodeState.REMOVING:
+                self.states[label] = NodeState.REMOVED
                 worker.kill()  # (an engine's worker may outlive its node: a Ray actor does)
             elif code == 0:
-                self.states[label] = "done"
-                if functions and all(self.states[f] == "done" for f in functions):
-                    return f"{', '.join(functions)} finished", False
-            elif (not worker.managed_restarts and worker.node.group in self._restartable
+                self.states[label] = NodeState.DONE
+                finishers = [n.label for n in self.program.nodes if n.ends_program]
+                if finishers and all(self.states[f] == NodeState.DONE for f in finishers):
+                    return f"{', '.join(finishers)} finished", False
+            elif (not worker.managed_restarts and worker.node.group in self.program.restartable
                   and self.restarts[label] < self._max_restarts):
                 self.restarts[label] += 1
                 backoff = 0.5 * 2 ** (self.restarts[label] - 1)
                 print(f"[launcher] {label} exited with {code}; restart {self.restarts[label]}/"
                       f"{self._max_restarts} in {backoff:.1f}s", file=sys.stderr, flush=True)
-                self.states[label], self._restart_at[label] = "restarting", now + backoff
+                self.states[label], self._restart_at[label] = NodeState.RESTARTING, now + backoff
             else:
-                self.states[label] = f"failed ({code})"
+                self.states[label] = NodeState.FAILED
                 return f"{label} exited with code {code} (see {worker.log_path})", True
         return None
 
     def _finish(self, reason: str, failed: bool) -> None:
         with self._lock:
-            if self._done.is_set():
+            if self._finishing:
                 return
+            self._finishing = True
             self.reason, self.failed = reason, failed
+        if not failed and self._before_stop is not None:
+            try:  # every node is still up (e.g. a final checkpoint); (not under the lock: it may use the run)
+                self._before_stop(self)
+            except Exception as e:  # noqa: BLE001 -- raised from wait(), once the program stopped
+                self.stop_error = e
+        with self._lock:
             # After a failure, nodes may be blocked on the dead one and cannot stop by themselves:
             # a shorter grace (the checkpoints they would write are periodic anyway).
-            self._stop_in_order(self._grace_s / 2.5 if failed else self._grace_s)
+            stop_in_order({label: w for label, w in self.workers.items() if self.states[label] != NodeState.REMOVED},
+                          self._grace_s / 2.5 if failed else self._grace_s)
             for label, worker in self.workers.items():
                 if worker.poll() is None:
                     worker.kill()
-                    if self.states[label] in ("running", "restarting", "removing"):
-                        self.states[label] = "killed"
-                elif self.states[label] in ("running", "restarting"):
-                    self.states[label] = "stopped"
+                    if self.states[label] in (*LIVE, NodeState.REMOVING):
+                        self.states[label] = NodeState.KILLED
+                elif self.states[label] in LIVE:
+                    self.states[label] = NodeState.STOPPED
             self.elapsed_s = time.monotonic() - self.start_time
             if self._control is not None:
                 self._control.stop()
@@ -149,105 +194,15 @@ class ProgramRun:
                 self._on_close()
             self._done.set()
 
-    def _stop_in_order(self, grace_s: float) -> None:
-        """Asks nodes to stop, a node only once every node that uses it has ended (or its turn
-        timed out): users before the services they use, so that a node stopping can still call
-        them (e.g. the learner's last checkpoint of replay and counter), and nobody is left
-        blocked on a server that already stopped. Each turn waits up to ``grace_s``, all of
-        them together up to twice that (``grace_s`` of the program, or less after a failure)."""
-        users: dict[str, set[str]] = {label: set() for label in self.workers}
-        for label, worker in self.workers.items():
-            for dep in worker.node.dependencies():
-                users.setdefault(dep.label, set()).add(label)
-        pending = {label for label, w in self.workers.items() if w.poll() is None}
-        ended: set[str] = set(self.workers) - pending
-        deadline = time.monotonic() + 2 * grace_s
-        while pending and time.monotonic() < deadline:
-            turn = {label for label in pending if users[label] <= ended} or set(pending)  # (a cycle: all)
-            for label in turn:
-                self.workers[label].terminate()
-            until = min(deadline, time.monotonic() + grace_s)
-            while any(self.workers[label].poll() is None for label in turn) and time.monotonic() < until:
-                time.sleep(0.05)
-            ended |= turn
-            pending -= turn
-
-    # -- elastic groups -----------------------------------------------------------------------
-    def running(self, group: str) -> list[str]:
-        """Labels of ``group``'s nodes that are running (or being restarted), in index order."""
-        return sorted((label for label, w in self.workers.items() if w.node.group == group
-                       and self.states[label] in ("running", "restarting")), key=_index)
-
-    def add_nodes(self, group: str, count: int) -> list[str]:
-        """Starts ``count`` new nodes of ``group`` (made by its ``add_group`` factory)."""
-        with self._lock:
-            if self._done.is_set():
-                raise RuntimeError(f"program {self.program.name!r} has ended")
-            labels = []
-            for _ in range(count):
-                node = self.program.new_node(group)
-                self._start(node)
-                labels.append(node.label)
-        return labels
-
-    def remove_nodes(self, group: str, count: int) -> list[str]:
-        """Asks the ``count`` newest running nodes of ``group`` to stop (killed after the grace
-        period); their exit is not a failure."""
-        with self._lock:
-            labels = self.running(group)[::-1][:count]
-            for label in labels:
-                self.states[label] = "removing"
-                self._remove_by[label] = time.monotonic() + self._grace_s
-                self.workers[label].terminate()
-        return labels
-
-    def scale(self, group: str, count: int) -> list[dict[str, Any]]:
-        """Grows or shrinks ``group`` to ``count`` running nodes; returns the node table."""
-        if count < 0:
-            raise ValueError(f"cannot scale group {group!r} to {count} nodes")
-        if group not in self.program.node_factories:
-            raise ValueError(f"group {group!r} cannot be scaled (scalable: "
-                             f"{sorted(self.program.node_factories) or 'none'})")
-        change = count - len(self.running(group))
-        if change > 0:
-            self.add_nodes(group, change)
-        elif change < 0:
-            self.remove_nodes(group, -change)
-        return self.status()
-
-    def status(self) -> list[dict[str, Any]]:
-        """One row per node: label, group, state, restarts, log."""
-        with self._lock:
-            return [{"label": label, "group": w.node.group, "state": self.states[label],
-                     "restarts": w.restarts if w.managed_restarts else self.restarts[label],
-                     "log": w.log_path} for label, w in self.workers.items()]
-
-    def serve_control(self, directory: str) -> str:
-        """Serves ``scale`` and ``status`` on loopback RPC; writes ``control.json`` (address)
-        and ``control.token`` (mode 0600) to ``directory``. Returns the address."""
-        from shoal.launch.programs.rpc import RpcServer
-
-        token = secrets.token_urlsafe(32)
-        self._control = RpcServer(_Control(self), host="127.0.0.1", token=token).start()
-        os.makedirs(directory, exist_ok=True)
-        token_path = os.path.join(directory, "control.token")
-        fd = os.open(token_path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(token)
-        os.replace(token_path + ".tmp", token_path)
-        with open(os.path.join(directory, "control.json"), "w") as f:
-            json.dump({"address": self._control.address, "program": self.program.name,
-                       "pid": os.getpid()}, f)
-        return self._control.address
-
     # -- ending -------------------------------------------------------------------------------
     def stop(self, reason: str = "stopped by the user") -> None:
         self._finish(reason, failed=False)
 
     def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """Blocks until the program ends; returns ``{label: result}`` of its function nodes.
+        """Blocks until the program ends; returns ``{label: result}`` of the nodes that end it.
 
-        Raises ``ProgramFailed`` if a node failed, ``TimeoutError`` after ``timeout_s``.
+        Raises ``ProgramFailed`` if a node failed, ``TimeoutError`` after ``timeout_s``, and
+        what the ``before_stop`` hook raised.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
@@ -260,7 +215,21 @@ class ProgramRun:
             raise
         if self.failed:
             raise ProgramFailed(f"program {self.program.name!r} failed: {self.reason}")
-        return {n.label: self.workers[n.label].result() for n in self.program.nodes if n.kind == "function"}
+        if self.stop_error is not None:
+            raise self.stop_error
+        return {n.label: self.workers[n.label].result() for n in self.program.nodes if n.ends_program}
+
+    def results(self) -> dict[str, Any]:
+        """``{label: result}`` of every node whose last run returned (exit code 0)."""
+        return {label: worker.result() for label, worker in self.workers.items() if worker.poll() == 0}
+
+    def serve_control(self, directory: str, limits: dict[str, tuple[int, int]] | None = None) -> str:
+        """Serves ``scale`` and ``status`` on loopback RPC for ``shoal scale`` (see
+        ``shoal.launch.programs.control``); returns its address."""
+        from shoal.launch.programs.control import serve_control
+
+        self._control = serve_control(self, directory, limits or {})
+        return self._control.address
 
     def summary(self) -> str:
         rows = [f"program {self.program.name!r} {'FAILED' if self.failed else 'ended'}: {self.reason} "
@@ -270,35 +239,3 @@ class ProgramRun:
             rows.append(f"  {row['label']:<14} {row['group']:<10} {row['state']:<12} "
                         f"{row['restarts']:>8}  {row['log']}")
         return "\n".join(rows)
-
-
-class _Control:
-    """What ``shoal scale`` may call on a running program (nothing else is exposed)."""
-
-    def __init__(self, run: ProgramRun) -> None:
-        self._run = run
-
-    def scale(self, group: str, count: int) -> list[dict[str, Any]]:
-        return self._run.scale(group, int(count))
-
-    def status(self) -> list[dict[str, Any]]:
-        return self._run.status()
-
-
-def connect_control(directory: str, timeout_s: float = 10.0):
-    """An RPC client to the control service of the program running with ``directory`` as its
-    run directory (``ProgramRun.serve_control``)."""
-    from shoal.launch.programs.rpc import RpcClient
-
-    try:
-        with open(os.path.join(directory, "control.json")) as f:
-            address = json.load(f)["address"]
-        with open(os.path.join(directory, "control.token")) as f:
-            token = f.read().strip()
-    except FileNotFoundError:
-        raise ValueError(f"{directory!r} is not the run directory of a running distributed program "
-                         "(no control.json / control.token in it)") from None
-    try:
-        return RpcClient(address, token=token, timeout_s=timeout_s).wait_for_ready(timeout_s)
-    except TimeoutError:
-        raise ValueError(f"the program of {directory!r} does not answer at {address} (has it ended?)") from None

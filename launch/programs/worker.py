@@ -7,8 +7,8 @@ started this process; nothing here reads bytes from a socket. The group's enviro
 variables are already set (by the launcher), so JAX/XLA see them before their first import;
 ``SHOAL_TOKEN``, ``SHOAL_BIND_HOST`` and ``SHOAL_ADVERTISE_HOST`` come the same way (never on
 the command line). The process dies with its launcher (PR_SET_PDEATHSIG, plus a parent-pid
-watchdog), turns SIGTERM into a cooperative stop, and writes a function node's result as JSON
-to the pipe ``<result fd>``.
+watchdog), turns SIGTERM into a cooperative stop, and writes its node's result as JSON to the
+pipe ``<result fd>``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def main(node_file: str, addresses_dir: str, parent_pid: str, result_fd: str) ->
     ctx = NodeContext(label=node.label, group=node.group, address_book=FileAddressBook(addresses_dir),
                       token=os.environ.get("SHOAL_TOKEN") or None,
                       bind_host=os.environ.get("SHOAL_BIND_HOST", "127.0.0.1"),
-                      advertise_host=os.environ.get("SHOAL_ADVERTISE_HOST", "127.0.0.1"))
+                      advertise_host=os.environ.get("SHOAL_ADVERTISE_HOST", "127.0.0.1"),
+                      start_count=int(os.environ.get("SHOAL_NODE_START", "1")))
     set_context(ctx, process_wide=True)
     signal.signal(signal.SIGTERM, lambda *_: ctx.stop_event.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
@@ -62,8 +63,7 @@ def main(node_file: str, addresses_dir: str, parent_pid: str, result_fd: str) ->
         traceback.print_exc()
         return 1
     with os.fdopen(int(result_fd), "w") as pipe:
-        if node.kind == "function":
-            json.dump(result, pipe, default=str)
+        json.dump(result, pipe, default=str)
     print(f"[{node.label}] finished", flush=True)
     return 0
 

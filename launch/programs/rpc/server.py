@@ -108,6 +108,8 @@ class RpcServer:
             if request is None:
                 raise CodecError("no request message")
             message = decode(request)
+            if not isinstance(message, dict):
+                raise CodecError(f"a call is a dict, not {type(message).__name__}")
             name, args, kwargs = message["method"], message.get("args", []), message.get("kwargs", {})
             if not (isinstance(name, str) and isinstance(args, list) and isinstance(kwargs, dict)
                     and all(isinstance(k, str) for k in kwargs)):

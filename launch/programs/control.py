@@ -1,0 +1,75 @@
+"""The control service of a running program: ``scale`` and ``status`` for ``shoal scale`` /
+``shoal status``, on loopback RPC, with a token of its own.
+
+``serve_control(run, directory, limits)`` writes ``control.json`` (address, program, pid) and
+``control.token`` (mode 0600) into ``directory``; ``connect_control(directory)`` reads them
+back, with one clear error for a directory that holds no running program (or unreadable or
+damaged files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from typing import Any
+
+
+class _Control:
+    """What ``shoal scale`` may call on a running program (nothing else is exposed)."""
+
+    def __init__(self, run: Any, limits: dict[str, tuple[int, int]]) -> None:
+        self._run, self._limits = run, limits
+
+    def scale(self, group: str, count: int) -> list[dict[str, Any]]:
+        return self._run.scale(group, count, self._limits.get(group, (0, 1_000_000)))
+
+    def status(self) -> list[dict[str, Any]]:
+        return self._run.status()
+
+
+def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]]):
+    """Starts the control server of ``run``; ``limits``: ``{group: (fewest, most)}`` nodes."""
+    from shoal.launch.programs.rpc import RpcServer
+
+    token = secrets.token_urlsafe(32)
+    server = RpcServer(_Control(run, limits), host="127.0.0.1", token=token).start()
+    os.makedirs(directory, exist_ok=True)
+    token_path = os.path.join(directory, "control.token")
+    fd = os.open(token_path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+    os.replace(token_path + ".tmp", token_path)
+    with open(os.path.join(directory, "control.json"), "w") as f:
+        json.dump({"address": server.address, "program": run.program.name, "pid": os.getpid()}, f)
+    return server
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ValueError(f"{os.path.dirname(path)!r} is not the run directory of a running distributed "
+                         f"program (no {os.path.basename(path)} in it)") from None
+    except OSError as e:
+        raise ValueError(f"cannot read {path} ({what}): {e.strerror or e}") from None
+
+
+def connect_control(directory: str, timeout_s: float = 10.0):
+    """An RPC client to the control service of the program running in ``directory``."""
+    from shoal.launch.programs.rpc import RpcClient
+
+    text = _read(os.path.join(directory, "control.json"), "the program's control address")
+    try:
+        address = json.loads(text)["address"]
+        if not isinstance(address, str):
+            raise TypeError(address)
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"{os.path.join(directory, 'control.json')} is damaged (not the JSON a running "
+                         "program writes); is the program still running?") from None
+    token = _read(os.path.join(directory, "control.token"), "the control token").strip()
+    try:
+        return RpcClient(address, token=token, timeout_s=timeout_s).wait_for_ready(timeout_s)
+    except TimeoutError:
+        raise ValueError(f"the program of {directory!r} does not answer at {address} (has it ended?)") from None

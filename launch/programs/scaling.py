@@ -1,0 +1,82 @@
+"""Elastic groups: a running program grows and shrinks a group made with ``Program.add_group``.
+
+``add_nodes`` starts new nodes from the group's factory; ``remove_nodes`` asks the newest
+running ones to stop (like at the end of a program; killed after the grace period) and their
+exit is not a failure: they show as ``removed``. ``scale(group, count)`` does either, within the
+bounds the caller allows. Mixed into ``ProgramRun`` (it uses the run's workers, states and lock).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+
+def _index(label: str) -> int:
+    match = re.search(r"_(\d+)$", label)
+    return int(match.group(1)) if match else -1
+
+
+class ElasticGroups:
+    def running(self, group: str) -> list[str]:
+        """Labels of ``group``'s nodes that are running (or being restarted), in index order."""
+        from shoal.launch.programs.supervision import LIVE
+
+        return sorted((label for label, w in self.workers.items() if w.node.group == group
+                       and self.states[label] in LIVE), key=_index)
+
+    def add_nodes(self, group: str, count: int) -> list[str]:
+        """Starts ``count`` new nodes of ``group`` (made by its ``add_group`` factory)."""
+        with self._lock:
+            if self._finishing:
+                raise RuntimeError(f"program {self.program.name!r} has ended")
+            labels = []
+            for _ in range(count):
+                node = self.program.new_node(group)
+                self._start(node)
+                labels.append(node.label)
+        return labels
+
+    def remove_nodes(self, group: str, count: int) -> list[str]:
+        """Asks the ``count`` newest running nodes of ``group`` to stop (killed after the grace
+        period); their exit is not a failure."""
+        from shoal.launch.programs.supervision import NodeState
+
+        with self._lock:
+            labels = self.running(group)[::-1][:count]
+            for label in labels:
+                self.states[label] = NodeState.REMOVING
+                self._remove_by[label] = time.monotonic() + self._grace_s
+                self.workers[label].terminate()
+        return labels
+
+    def scale(self, group: str, count: int, bounds: tuple[int, int] = (0, 1_000_000)) -> list[dict[str, Any]]:
+        """Grows or shrinks ``group`` to ``count`` running nodes (``bounds``: the counts
+        allowed, inclusive); returns the node table."""
+        low, high = bounds
+        if isinstance(count, bool) or not isinstance(count, int) or not low <= count <= high:
+            raise ValueError(f"group {group!r} can run between {low} and {high} nodes, not {count!r}")
+        if group not in self.program.node_factories:
+            raise ValueError(f"group {group!r} cannot be scaled (scalable: "
+                             f"{sorted(self.program.node_factories) or 'none'})")
+        change = count - len(self.running(group))
+        if change > 0:
+            self.add_nodes(group, change)
+        elif change < 0:
+            self.remove_nodes(group, -change)
+        return self.status()
+
+    def status(self) -> list[dict[str, Any]]:
+        """One row per node: label, group, state, restarts, log."""
+        from shoal.launch.programs.supervision import NodeState
+
+        with self._lock:
+            rows = []
+            for label, w in self.workers.items():
+                state = self.states[label]
+                shown = f"failed ({self.exit_codes.get(label)})" if state == NodeState.FAILED else state.value
+                rows.append({"label": label, "group": w.node.group, "state": shown,
+                             "restarts": w.restarts if w.managed_restarts else self.restarts[label],
+                             "log": w.log_path})
+            return rows
