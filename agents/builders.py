@@ -7,22 +7,27 @@ runner and the distributed program; each runner wires the pieces together:
     spec -> make_networks -> make_policy -> make_replay_tables(spec, policy) -> Reverb server
     replay client -> make_dataset_iterator -> make_learner (a VariableSource)
     replay client -> make_adder -> make_actor(variable_source = learner or an RPC client to it)
+
+Builders import ``shoal.replay`` (Reverb, TensorFlow) inside the factories that need it, so an
+agent's networks, learning code and learner import and run where Reverb is not installed (a
+GPU machine with current JAX).
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import jax
 
 from shoal.actors.actor import BatchedActor
 from shoal.actors.variable_client import VariableClient
 from shoal.core.counting import Counter
-from shoal.core.interfaces import Actor, Adder, Learner, VariableSource
+from shoal.core.interfaces import Actor, Adder, Dataset, Learner, VariableSource
 from shoal.core.loggers import Logger
 from shoal.core.settings import check_settings
 from shoal.core.specs import EnvironmentSpec
+from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy
 
 
@@ -66,17 +71,20 @@ class AgentBuilder(abc.ABC):
         and ``policy.extras_spec``)."""
 
     @abc.abstractmethod
-    def make_dataset_iterator(self, replay_client: Any, spec: EnvironmentSpec) -> Iterator:
-        """Iterates host batches (``shoal.replay.Sample``), one per learner update."""
+    def make_dataset_iterator(self, replay_client: Any, spec: EnvironmentSpec) -> Dataset:
+        """Host batches (``shoal.core.types.Sample``) from replay, one per learner update."""
 
     @abc.abstractmethod
     def make_adder(self, replay_client: Any, spec: EnvironmentSpec, policy: Policy) -> Adder:
         """What turns the actor's vector steps into replay items."""
 
     @abc.abstractmethod
-    def make_learner(self, key: jax.Array, networks: Any, dataset: Iterator, logger: Logger | None,
-                     counter: Counter | None, replay_client: Any) -> Learner:
-        """The learner, fed by ``dataset`` (from ``make_dataset_iterator``)."""
+    def make_learner(self, key: jax.Array, networks: Any, dataset: Dataset, logger: Logger | None = None,
+                     counter: Counter | None = None, replay_client: Any = None,
+                     stopwatch: Stopwatch | None = None) -> Learner:
+        """The learner, fed by ``dataset`` (from ``make_dataset_iterator``); it counts its SGD
+        steps in ``counter``, logs to ``logger``, times itself with ``stopwatch``, and writes
+        priorities through ``replay_client`` if the agent needs to."""
 
     def make_actor(self, key: jax.Array, policy: Policy, spec: EnvironmentSpec,
                    variable_source: VariableSource, adder: Adder | None = None,

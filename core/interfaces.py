@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import abc
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from shoal.core.types import Step
+from shoal.core.timing import Stopwatch
+from shoal.core.types import Sample, Step
 
 
 class VariableSource(abc.ABC):
@@ -34,8 +35,42 @@ class Saveable(abc.ABC):
         """Restores what ``save`` returned."""
 
 
+class Dataset(Iterator[Sample], abc.ABC):
+    """Host batches from a replay table, one per learner update: what a learner consumes and
+    what the runners pace it by.
+
+    ``table`` is the table sampled, ``items_per_update`` the replay items one batch takes, and
+    ``num_envs`` the envs axis every item has (transitions of one vector step, or env
+    sequences of one chunk)."""
+
+    table: str
+    items_per_update: int
+    num_envs: int
+
+    @abc.abstractmethod
+    def __next__(self) -> Sample:
+        """The next batch; blocks until replay serves it (raises ``StopIteration`` once closed)."""
+
+    @abc.abstractmethod
+    def example(self) -> Sample:
+        """A batch of zeros shaped like the real ones, sampling nothing (to compile with)."""
+
+    def close(self) -> None:
+        """Stops iterating and releases the connection to replay."""
+
+
 class Learner(VariableSource, Saveable):
-    """Consumes replay data and updates parameters."""
+    """Consumes replay data and updates parameters.
+
+    ``stopwatch`` (given to the learner when it is made) times its ``sample_wait`` and
+    ``sgd_update``; ``version`` counts its updates (the version ``get_variables`` serves)."""
+
+    stopwatch: Stopwatch
+
+    @property
+    @abc.abstractmethod
+    def version(self) -> int:
+        """Updates so far."""
 
     @abc.abstractmethod
     def step(self) -> Mapping[str, float]:
@@ -44,6 +79,10 @@ class Learner(VariableSource, Saveable):
     @abc.abstractmethod
     def ready(self) -> bool:
         """True when ``step`` would find its next batch waiting (it would not block on data)."""
+
+    def warm_up(self, example: Sample) -> None:
+        """Compiles the update for batches like ``example`` (nothing is trained or counted), so
+        that the first real update does not wait for the compiler."""
 
     def check_finite(self) -> None:
         """Raises ``FloatingPointError`` if the last update's loss or metrics were NaN or

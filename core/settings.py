@@ -6,7 +6,8 @@
 be of the field's type, finite, and inside ``[low, high]`` (an open end excludes the bound);
 a tuple field (``items=True``) must be non-empty with every element in range; ``None`` passes
 only for an optional field. The first bad value raises ``ValueError`` naming the field, the
-value, and what would be accepted.
+value, and what would be accepted. ``parse_setting(config_cls, key, text)`` reads a field's
+value from text (``--set KEY=VALUE``) as the field's type.
 """
 
 from __future__ import annotations
@@ -47,6 +48,29 @@ def setting(default: Any, *, low: float | None = None, high: float | None = None
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def parse_setting(config_cls: type, key: str, text: str) -> Any:
+    """``text`` as a value of field ``key`` of the dataclass ``config_cls``: ``none`` for an
+    optional field, ``true``/``false`` for a bool, ``1,2,3`` for a tuple of ints."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    if key not in fields:
+        raise ValueError(f"unknown setting {key!r}; known: {', '.join(sorted(fields))}")
+    kind, optional = _kind(typing.get_type_hints(config_cls)[key])
+    text = text.strip()
+    if optional and text.lower() == "none":
+        return None
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        if kind is tuple:
+            return tuple(int(v) for v in text.split(",") if v)
+        return kind(text)
+    except ValueError:
+        default = fields[key].default
+        raise ValueError(f"--set {key}={text!r}: expected a {kind.__name__} like {default!r}") from None
 
 
 def _kind(hint: Any) -> tuple[type, bool]:

@@ -27,6 +27,18 @@ class Step(NamedTuple):
     extras: Mapping[str, np.ndarray]
 
 
+class Sample(NamedTuple):
+    """One learner update's batch from replay, on the host.
+
+    ``data``: a dict of numpy arrays whose *leading* axis is the batch axis (the one a
+    data-parallel learner splits over its devices); ``keys``: the replay keys of the sampled
+    items (for priority updates), or ``None``.
+    """
+
+    data: Mapping[str, Any]
+    keys: Any = None
+
+
 class ActorInfo(NamedTuple):
     """What an actor tells its policy besides the observations (scalars, traced under jit).
 

@@ -120,17 +120,20 @@ class ReplicatedLearner(Learner):
       devices: where to replicate (default ``jax.local_devices()``).
       after_update: optional host hook ``fn(sample, aux)`` after each update (``aux`` as device
         arrays ``[num_devices, ...]``), e.g. writing priorities back to replay.
-      max_policy_lag: for on-policy agents: a batch whose ``extras["policy_version"]`` is more
-        than this many learner versions old is dropped, not trained on, and counted. (The lag
-        of batches that carry ``policy_version`` is logged as ``policy_lag`` either way.)
+      keep_batch: optional ``fn(sample, version) -> bool``, asked before each update with the
+        learner's current version: ``False`` skips the batch (not trained on, no new version).
+        An agent's rule, e.g. PPO's: drop rollouts acted with params too many versions old. If
+        it has a ``metrics()`` method, its values join the learner's log rows.
       counter / logger: ``learner_steps`` (SGD steps) are counted; metrics logged once a second.
+      stopwatch: times ``sample_wait`` and ``sgd_update`` (a single-process run passes the one
+        its whole thread shares).
     """
 
     def __init__(self, state: Any, update: UpdateFn, iterator: Iterator, *,
                  devices: Sequence[jax.Device] | None = None,
                  after_update: Callable[[Any, Any], None] | None = None,
-                 max_policy_lag: int | None = None, counter: Counter | None = None,
-                 logger: Logger | None = None, prefetch: int = 2) -> None:
+                 keep_batch: Callable[[Any, int], bool] | None = None, counter: Counter | None = None,
+                 logger: Logger | None = None, stopwatch: Stopwatch | None = None, prefetch: int = 2) -> None:
         self._devices = list(devices or jax.local_devices())
         self._state = replicate(state, self._devices)
         self._static_sgd_steps: int | None = None
@@ -144,7 +147,7 @@ class ReplicatedLearner(Learner):
         self._update = jax.pmap(replicated_update, axis_name=AXIS_NAME, devices=self._devices,
                                 donate_argnums=(0,))
         self._batches = DevicePrefetcher(iterator, self._devices, buffer_size=prefetch)
-        self._after_update, self._max_policy_lag = after_update, max_policy_lag
+        self._after_update, self._keep_batch = after_update, keep_batch
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()
         self._lock = threading.Lock()
@@ -152,12 +155,10 @@ class ReplicatedLearner(Learner):
         self._pending_params = None
         self._host_params = jax.device_get(_params_of(state))
         self._last_log = time.monotonic()
-        # sample_wait and sgd_update seconds (a single-process run puts its own stopwatch here)
-        self.stopwatch = Stopwatch()
+        self.stopwatch = stopwatch or Stopwatch()
         self._logged_seconds, self._logged_at = {}, self._last_log
         self._checked_metrics = False
         self._unchecked: tuple[Any, Any] | None = None  # (metrics, host sample) of the last update
-        self.last_policy_lag: int | None = None
 
     @property
     def version(self) -> int:
@@ -183,21 +184,11 @@ class ReplicatedLearner(Learner):
             self._host_params = jax.tree_util.tree_map(lambda x: np.asarray(x)[0], self._pending_params)
             self._pending_params = None
 
-    def _too_stale(self, sample: Any) -> bool:
-        versions = sample.data.get("extras", {}).get("policy_version")
-        if versions is None:
-            return False
-        self.last_policy_lag = int(self._version - np.min(versions))
-        if self._max_policy_lag is None or self.last_policy_lag <= self._max_policy_lag:
-            return False
-        self._counter.increment(stale_batches_dropped=1)
-        return True
-
     def step(self) -> Mapping[str, Any]:
         with self.stopwatch.time("sample_wait"):
             sample, data = next(self._batches)
-        if self._too_stale(sample):
-            return {"dropped_stale_batch": 1}
+        if self._keep_batch is not None and not self._keep_batch(sample, self._version):
+            return {"skipped_batch": 1}
         with self.stopwatch.time("sgd_update"):
             return self._step(sample, data)
 
@@ -222,14 +213,12 @@ class ReplicatedLearner(Learner):
         now = time.monotonic()
         if now - self._last_log >= 1.0:  # metrics are read (a device sync) once a second
             self._last_log = now
-            row = {**{k: v for k, v in counts.items() if not k.startswith("time_s/")},
-                   **{k: float(v[0]) for k, v in jax.device_get(dict(out.metrics)).items()}}
+            row = {**counts, **{k: float(v[0]) for k, v in jax.device_get(dict(out.metrics)).items()}}
             seconds = self.stopwatch.snapshot()
             row.update({f"time_{k}": v for k, v in breakdown(
                 {k: v - self._logged_seconds.get(k, 0.0) for k, v in seconds.items()}, now - self._logged_at).items()})
             self._logged_seconds, self._logged_at = seconds, now
-            if self.last_policy_lag is not None:
-                row["policy_lag"] = self.last_policy_lag
+            row.update(getattr(self._keep_batch, "metrics", dict)())
             self._logger.write(row)
         return out.metrics
 

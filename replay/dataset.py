@@ -28,12 +28,9 @@ import reverb
 import tensorflow as tf
 import tree
 
+from shoal.core.interfaces import Dataset
+from shoal.core.types import Sample
 from shoal.replay.tables import transition_items_per_batch
-
-
-class Sample(NamedTuple):
-    data: dict[str, Any]
-    keys: np.ndarray
 
 
 class _Served(NamedTuple):  # items Reverb served: data and their SampleInfo, leading axis = items
@@ -41,11 +38,9 @@ class _Served(NamedTuple):  # items Reverb served: data and their SampleInfo, le
     info: Any
 
 
-class ReplayIterator:
-    """Samples ``items_per_update`` items of ``table`` per batch and lays them out with ``layout``.
-
-    ``num_envs`` is the envs axis every Shoal item has (transitions of one vector step, or env
-    sequences of one chunk). After ``close()``, ``next`` raises ``StopIteration``."""
+class ReplayIterator(Dataset):
+    """Samples ``items_per_update`` items of ``table`` per batch and lays them out with ``layout``
+    (the ``Dataset`` a learner consumes). After ``close()``, ``next`` raises ``StopIteration``."""
 
     def __init__(self, server_address: str, table: str, items_per_update: int, num_envs: int,
                  layout: Callable[[Any, Any], Sample], timeout_s: float = 120.0,
@@ -65,9 +60,6 @@ class ReplayIterator:
         self._source = None
         self._served: list = []  # items served but not yet in a batch
         self._closed = False
-
-    def __iter__(self) -> "ReplayIterator":
-        return self
 
     def __next__(self) -> Sample:
         have = sum(len(part.info.key) for part in self._served)

@@ -22,11 +22,11 @@ def transition_items_per_batch(batch_size: int, num_envs: int) -> int:
 def make_transition_table(name: str, signature: dict, *, num_envs: int, batch_size: int,
                           sgd_steps_per_update: int, samples_per_insert: float,
                           samples_per_insert_tolerance: float, min_replay_size: int,
-                          max_replay_size: int, prioritized: bool = False,
-                          priority_exponent: float = 0.6) -> reverb.Table:
+                          max_replay_size: int, priority_exponent: float | None = None) -> reverb.Table:
     """A replay table of batched transitions (sizes and ratio in transitions).
 
-    Sampling is uniform, or prioritized with ``P(i) ∝ priority_i ** priority_exponent``; the
+    Sampling is uniform (``priority_exponent=None``), or prioritized with ``P(i) ∝ priority_i **
+    priority_exponent``; the
     oldest item is removed first. A ``SampleToInsertRatio`` rate limiter keeps transitions
     trained on per transition inserted at ``samples_per_insert`` once ``min_replay_size``
     transitions are in: the learner cannot run ahead of the actors, nor fall behind by more
@@ -40,8 +40,8 @@ def make_transition_table(name: str, signature: dict, *, num_envs: int, batch_si
     one_update = items_per_batch * sgd_steps_per_update
     error_buffer = max(2 * one_update + 2 * item_ratio,
                        samples_per_insert_tolerance * item_ratio * min_items)
-    sampler = (reverb.selectors.Prioritized(priority_exponent) if prioritized
-               else reverb.selectors.Uniform())
+    sampler = (reverb.selectors.Uniform() if priority_exponent is None
+               else reverb.selectors.Prioritized(priority_exponent))
     return reverb.Table(
         name=name, sampler=sampler, remover=reverb.selectors.Fifo(),
         max_size=max(min_items, math.ceil(max_replay_size / num_envs)),

@@ -14,7 +14,7 @@ import numpy as np
 from shoal.agents.dqn import DQNConfig, QNetwork
 from shoal.agents.dqn import learning as dqn
 from shoal.learners import ReplicatedLearner, shard
-from shoal.replay import Sample
+from shoal.core.types import Sample
 
 STEPS, BATCH, OBS = 3, 8, 4
 

@@ -20,7 +20,7 @@ def make_server(prioritized=False, num_items=10):
     table = make_transition_table("t", transition_signature(spec, {}), num_envs=NUM_ENVS,
                                   batch_size=4, sgd_steps_per_update=1, samples_per_insert=1e6,
                                   samples_per_insert_tolerance=1e9, min_replay_size=1,
-                                  max_replay_size=400, prioritized=prioritized, priority_exponent=1.0)
+                                  max_replay_size=400, priority_exponent=1.0 if prioritized else None)
     server = ReplayServer([table])
     with server.client.trajectory_writer(num_keep_alive_refs=1) as writer:
         for i in range(num_items):

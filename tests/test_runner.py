@@ -23,7 +23,7 @@ def slowed(builder_cls):
             def slow_step():
                 time.sleep(0.02)
                 metrics = step()
-                Slow.lags.append(learner.last_policy_lag)
+                Slow.lags.append(learner._keep_batch.last)  # (the agent's PolicyLag rule)
                 return metrics
 
             learner.step = slow_step

@@ -12,7 +12,6 @@ from shoal.agents.transition_replay import TABLE, TransitionReplayBuilder
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
 from shoal.learners import ReplicatedLearner
-from shoal.replay import item_priorities, transition_items_per_batch, update_item_priorities
 
 
 class DQNBuilder(TransitionReplayBuilder):
@@ -29,6 +28,9 @@ class DQNBuilder(TransitionReplayBuilder):
                              f"{spec.action_space} (try a Discrete-action env such as CartPole-v1)")
         super().validate(spec, num_devices)
 
+    def priority_exponent(self) -> float | None:
+        return self.config.priority_exponent if self.config.prioritized_replay else None
+
     def make_networks(self, spec: EnvironmentSpec) -> DQNNetworks:
         return make_networks(spec, self.config.hidden_sizes)
 
@@ -36,11 +38,13 @@ class DQNBuilder(TransitionReplayBuilder):
         return learning.make_policy(networks.q_network, networks.num_actions, self.config, evaluation)
 
     def make_learner(self, key, networks: DQNNetworks, dataset, logger=None, counter=None,
-                     replay_client=None) -> ReplicatedLearner:
+                     replay_client=None, stopwatch=None) -> ReplicatedLearner:
         c = self.config
         state = learning.init_state(key, networks.q_network, networks.observation_shape, c)
         after_update = None
         if c.prioritized_replay:
+            from shoal.replay import item_priorities, transition_items_per_batch, update_item_priorities
+
             if replay_client is None:
                 raise ValueError("prioritized replay needs a replay client to write priorities")
             items_per_batch = transition_items_per_batch(c.batch_size, dataset.num_envs)
@@ -52,4 +56,5 @@ class DQNBuilder(TransitionReplayBuilder):
                 update_item_priorities(replay_client, TABLE, sample.keys, priorities)
 
         return ReplicatedLearner(state, learning.make_update(networks.q_network, c), dataset,
-                                 after_update=after_update, counter=counter, logger=logger)
+                                 after_update=after_update, counter=counter, logger=logger,
+                                 stopwatch=stopwatch)

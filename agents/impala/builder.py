@@ -6,10 +6,10 @@ from shoal.agents.builders import AgentBuilder
 from shoal.agents.impala import learning
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.networks import IMPALANetworks, make_networks
+from shoal.agents.policy_lag import PolicyLag
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
 from shoal.learners import ReplicatedLearner
-from shoal.replay import SequenceAdder, make_dropping_fifo_table, sequence_batches, sequence_signature
 
 TABLE = "sequences"
 
@@ -51,18 +51,26 @@ class IMPALABuilder(AgentBuilder):
         return learning.make_policy(networks.network, networks.num_actions, evaluation)
 
     def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
+        from shoal.replay import make_dropping_fifo_table, sequence_signature
+
         signature = sequence_signature(spec, policy.extras_spec, self.config.rollout_length)
         return [make_dropping_fifo_table(TABLE, signature, self.config.queue_capacity)]
 
     def make_dataset_iterator(self, replay_client, spec: EnvironmentSpec):
+        from shoal.replay import sequence_batches
+
         return sequence_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
                                 num_items=self._items_per_update(spec))
 
-    def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy) -> SequenceAdder:
+    def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy):
+        from shoal.replay import SequenceAdder
+
         return SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
 
     def make_learner(self, key, networks: IMPALANetworks, dataset, logger=None, counter=None,
-                     replay_client=None) -> ReplicatedLearner:
+                     replay_client=None, stopwatch=None) -> ReplicatedLearner:
+        """The learner (it logs each batch's policy lag, which V-trace corrects for)."""
         state = learning.init_state(key, networks, self.config)
         return ReplicatedLearner(state, learning.make_update(networks.network, self.config), dataset,
-                                 counter=counter, logger=logger)
+                                 keep_batch=PolicyLag(), counter=counter, logger=logger,
+                                 stopwatch=stopwatch)

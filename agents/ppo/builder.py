@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from shoal.agents.builders import AgentBuilder
+from shoal.agents.policy_lag import PolicyLag
 from shoal.agents.ppo import learning
 from shoal.agents.ppo.config import PPOConfig
 from shoal.agents.ppo.networks import PPONetworks, make_networks
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
 from shoal.learners import ReplicatedLearner
-from shoal.replay import SequenceAdder, make_queue_table, sequence_batches, sequence_signature
 
 TABLE = "rollouts"
 
@@ -50,19 +50,27 @@ class PPOBuilder(AgentBuilder):
         return learning.make_policy(networks.network, evaluation)
 
     def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
+        from shoal.replay import make_queue_table, sequence_signature
+
         signature = sequence_signature(spec, policy.extras_spec, self.config.rollout_length)
         return [make_queue_table(TABLE, signature, self.config.queue_capacity)]
 
     def make_dataset_iterator(self, replay_client, spec: EnvironmentSpec):
+        from shoal.replay import sequence_batches
+
         return sequence_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
                                 num_items=self.config.rollouts_per_update)
 
-    def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy) -> SequenceAdder:
+    def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy):
+        from shoal.replay import SequenceAdder
+
         return SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
 
     def make_learner(self, key, networks: PPONetworks, dataset, logger=None, counter=None,
-                     replay_client=None) -> ReplicatedLearner:
+                     replay_client=None, stopwatch=None) -> ReplicatedLearner:
+        """The learner; it drops rollouts acted with params more than ``max_policy_lag`` updates
+        old (``shoal.agents.policy_lag``)."""
         state = learning.init_state(key, networks, self.config)
         return ReplicatedLearner(state, learning.make_update(networks.network, self.config), dataset,
-                                 max_policy_lag=self.config.max_policy_lag, counter=counter,
-                                 logger=logger)
+                                 keep_batch=PolicyLag(self.config.max_policy_lag, counter),
+                                 counter=counter, logger=logger, stopwatch=stopwatch)

@@ -34,7 +34,7 @@ class SACBuilder(TransitionReplayBuilder):
         return learning.make_policy(networks, evaluation)
 
     def make_learner(self, key, networks: SACNetworks, dataset, logger=None, counter=None,
-                     replay_client=None) -> ReplicatedLearner:
+                     replay_client=None, stopwatch=None) -> ReplicatedLearner:
         state = learning.init_state(key, networks, self.config)
         return ReplicatedLearner(state, learning.make_update(networks, self.config), dataset,
-                                 counter=counter, logger=logger)
+                                 counter=counter, logger=logger, stopwatch=stopwatch)
