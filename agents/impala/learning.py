@@ -6,7 +6,7 @@ logits, so the learner corrects for the lag with V-trace. On a batch of env sequ
 
 1. ``rho_t = pi(a_t|s_t) / mu(a_t|s_t)`` with the current policy ``pi`` and the behaviour ``mu``;
 2. values ``v_t = V(s_t)`` and ``v'_t = V(s'_t)``; the V-trace targets and policy-gradient
-   advantages come from ``rlax.vtrace_td_error_and_advantage`` per sequence, with
+   advantages come from ``shoal.agents.impala.vtrace`` (the recursion is written out there), with
 
        r'_t = r_t + gamma * truncated_t * v'_t        discount_t = gamma * (1 - done_t)
 
@@ -31,6 +31,7 @@ import optax
 
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.networks import IMPALANetworks
+from shoal.agents.impala.vtrace import vtrace
 from shoal.agents.networks import ActorCritic
 from shoal.core.specs import ArraySpec
 from shoal.core.types import ActorInfo, Policy
@@ -58,15 +59,11 @@ def init_state(key: jax.Array, networks: IMPALANetworks, config: IMPALAConfig) -
 
 def vtrace_targets(value, next_value, reward, terminated, truncated, rho, config: IMPALAConfig):
     """V-trace errors ``vs_t - v_t`` and pg advantages, ``[rows, T]`` (module docstring, step 2)."""
-    import rlax  # imported here: its import pulls in distrax and TFP, which actors do not need
-
     done = jnp.maximum(terminated, truncated)
     reward = reward + config.discount * truncated * next_value
     discount = config.discount * (1.0 - done)
-    vtrace = jax.vmap(lambda v, v_next, r, d, p: rlax.vtrace_td_error_and_advantage(
-        v, v_next, r, d, p, config.vtrace_lambda, config.clip_rho_threshold,
-        config.clip_pg_rho_threshold))
-    out = vtrace(value, next_value, reward, discount, rho)
+    out = vtrace(value, next_value, reward, discount, rho, config.vtrace_lambda,
+                 config.clip_rho_threshold, config.clip_pg_rho_threshold)
     return out.errors, out.pg_advantage
 
 
