@@ -27,7 +27,7 @@ class EnvironmentLoop:
     """
 
     def __init__(self, env: gym.vector.VectorEnv, actor: Actor, counter: Counter | None = None,
-                 logger: Logger | None = None) -> None:
+                 logger: Logger | None = None, stopwatch: Stopwatch | None = None) -> None:
         self._env = env
         self._actor = actor
         self._counter = counter or Counter()
@@ -40,7 +40,7 @@ class EnvironmentLoop:
         self._finished: list[tuple[float, int]] = []
         self._start = time.monotonic()
         self.env_steps = 0
-        self.stopwatch = Stopwatch()
+        self.stopwatch = stopwatch or Stopwatch()
         self._last_log, self._last_seconds = self._start, {}
 
     def step(self) -> None:

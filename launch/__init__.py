@@ -2,20 +2,24 @@
 
 * ``shoal.launch.programs`` -- the program layer: programs, nodes, handles, launchers
   (threads, processes, Ray), supervision, address books, RPC. Knows nothing of RL.
-* ``shoal.launch.experiments`` -- the RL runners: ``ExperimentConfig``, ``run_experiment``,
-  ``make_distributed_program``, the evaluator, the ``shoal`` CLI.
+* ``shoal.launch.experiments`` -- the RL runners: ``ExperimentConfig``, ``run_experiment`` (one
+  process), ``run_distributed_experiment`` (a program of processes or Ray actors),
+  ``resume_experiment``, ``make_distributed_program``, the replay node, the evaluator, the
+  ``shoal`` CLI.
 
 The experiment names load on first use (they import JAX, gymnasium and Reverb), so that a node
 process which needs none of them (or must set XLA flags first) starts fast.
 """
 
 from shoal.launch.programs import (FunctionNode, Handle, Program, ProgramFailed, ProgramRun,
-                                   ReplayNode, Resources, ServiceNode, current_context, launch,
-                                   should_stop)
+                                   Resources, ServiceNode, current_context, launch, should_stop)
 
 _LAZY = {"ExperimentConfig": "shoal.launch.experiments.config",
          "run_experiment": "shoal.launch.experiments.runner",
-         "make_distributed_program": "shoal.launch.experiments.distributed"}
+         "run_distributed_experiment": "shoal.launch.experiments.distributed",
+         "resume_experiment": "shoal.launch.experiments.resuming",
+         "make_distributed_program": "shoal.launch.experiments.program",
+         "ReplayNode": "shoal.launch.experiments.replay_node"}
 
 
 def __getattr__(name: str):
@@ -28,4 +32,5 @@ def __getattr__(name: str):
 
 __all__ = ["ExperimentConfig", "FunctionNode", "Handle", "Program", "ProgramFailed", "ProgramRun",
            "ReplayNode", "Resources", "ServiceNode", "current_context", "launch",
-           "make_distributed_program", "run_experiment", "should_stop"]
+           "make_distributed_program", "resume_experiment", "run_distributed_experiment",
+           "run_experiment", "should_stop"]

@@ -4,11 +4,17 @@
   with orbax: each save is atomic, the last two are kept;
 * ``replay/`` -- Reverb's own checkpoint of every table (the latest, written atomically by
   Reverb), restored by a replay server that starts on this directory;
-* ``run.json`` -- written (atomically) last, so it always names a complete checkpoint: its env
-  step and learner step, the run's counters, the replay item count, a digest of the learner
-  state, and whatever the runner adds (evaluator schedule, actor position and RNG).
+* ``run.json`` -- written (atomically) last, so it always names a complete checkpoint: the env
+  step, the learner step, version and state digest, the replay checkpoint and its item counts,
+  the agent and the environment spec it was made for, the run's counters, the evaluator's
+  schedule, and each actor's schedule position and RNG key.
 
-A crash between the writes leaves ``run.json`` naming the previous, complete checkpoint.
+A checkpoint is taken in two halves, by the same code in both runners: ``Checkpointer.save``
+writes replay and the learner where the learner lives (the single-process runner, or the
+learner node of a distributed run), and returns what it wrote; ``commit`` then writes
+``run.json`` with the rest of the run's state (the runner, or the distributed driver, which
+gathers it from the nodes). A crash between the writes leaves ``run.json`` naming the
+previous, complete checkpoint.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from shoal.launch.experiments.rundir import write_json
+from shoal.core.specs import EnvironmentSpec
+from shoal.launch.experiments.rundir import read_json, write_json
 
 
 def digest(tree: Any) -> str:
@@ -36,8 +43,16 @@ def digest(tree: Any) -> str:
     return h.hexdigest()[:16]
 
 
+def spec_record(spec: EnvironmentSpec) -> dict[str, Any]:
+    """What a checkpoint's networks were built for: observation and action shapes and dtypes."""
+    return {"observation": [list(spec.observation.shape), str(spec.observation.dtype)],
+            "action": [list(spec.action.shape), str(spec.action.dtype)], "num_actions": spec.num_actions}
+
+
 class Checkpointer:
-    def __init__(self, run_dir: str, every_s: float = 300.0) -> None:
+    """Writes the learner's state (orbax) and Reverb's checkpoint of ``run_dir``'s run."""
+
+    def __init__(self, run_dir: str) -> None:
         import orbax.checkpoint as ocp  # (loaded only by runs that checkpoint)
 
         self._ocp = ocp
@@ -45,36 +60,49 @@ class Checkpointer:
         self.replay_directory = os.path.join(self.directory, "replay")
         self._manager = ocp.CheckpointManager(os.path.join(self.directory, "learner"),
                                               options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
-        self._every_s = every_s
-        self._last = time.monotonic()
 
-    def due(self) -> bool:
-        return time.monotonic() - self._last >= self._every_s
-
-    def save(self, env_steps: int, learner: Any, replay_client: Any | None = None,
-             **state: Any) -> dict[str, Any]:
-        """Checkpoints replay (if a client is given), then the learner, then ``run.json``
-        (``state`` is stored in it as is: JSON values). Returns what ``run.json`` holds."""
+    def save(self, env_steps: int, learner: Any, replay_client: Any | None = None) -> dict[str, Any]:
+        """Checkpoints replay (if a client is given), then the learner; returns what ``commit``
+        records of them."""
+        written: dict[str, Any] = {}
         if replay_client is not None:  # (actors may insert meanwhile: the count is a range)
             before = _item_counts(replay_client)
             path = _checkpoint_replay(replay_client, self.replay_directory)
             after = _item_counts(replay_client)
-            state["replay_checkpoint"] = os.path.basename(path.rstrip("/"))
-            state["replay_items"] = after
-            state["replay_items_range"] = {name: [min(before.get(name, n), n), max(before.get(name, n), n)]
-                                           for name, n in after.items()}
+            written["replay_checkpoint"] = os.path.basename(path.rstrip("/"))
+            written["replay_items"] = after
+            written["replay_items_range"] = {name: [min(before.get(name, n), n), max(before.get(name, n), n)]
+                                             for name, n in after.items()}
         learner_state = jax.tree_util.tree_map(np.asarray, learner.save())
-        step = max(env_steps, (self._manager.latest_step() or -1) + 1)  # steps must increase
+        step = max(int(env_steps), (self._manager.latest_step() or -1) + 1)  # steps must increase
         self._manager.save(step, args=self._ocp.args.StandardSave(learner_state))
         self._manager.wait_until_finished()
-        run = {**state, "env_steps": int(env_steps), "learner_step": step,
-               "learner_version": int(learner_state["version"]), "learner_digest": digest(learner_state),
-               "saved_at": time.time()}
-        write_json(os.path.join(self.directory, "run.json"), run)
-        if replay_client is not None:
-            keep_only_replay_checkpoint(self.directory, run["replay_checkpoint"])
+        return {**written, "learner_step": step, "learner_version": int(learner_state["version"]),
+                "learner_digest": digest(learner_state)}
+
+
+def commit(run_dir: str, written: dict[str, Any], env_steps: int, **state: Any) -> dict[str, Any]:
+    """Writes ``run.json`` (what ``Checkpointer.save`` ``written`` plus ``state``: JSON values),
+    the last step of a checkpoint, and removes replay checkpoints it no longer names."""
+    directory = os.path.join(run_dir, "checkpoints")
+    run = {**state, **written, "env_steps": int(env_steps), "saved_at": time.time()}
+    write_json(os.path.join(directory, "run.json"), run)
+    if written.get("replay_checkpoint"):
+        keep_only_replay_checkpoint(directory, written["replay_checkpoint"])
+    return run
+
+
+class Periodic:
+    """``due()`` once every ``seconds`` (counted from creation, or the last ``reset()``)."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds, self._last = seconds, time.monotonic()
+
+    def due(self) -> bool:
+        return time.monotonic() - self._last >= self._seconds
+
+    def reset(self) -> None:
         self._last = time.monotonic()
-        return run
 
 
 def _item_counts(replay_client: Any) -> dict[str, int]:
@@ -110,14 +138,38 @@ def _checkpoint_replay(replay_client: Any, directory: str) -> str:
 
 
 def read_run(run_dir: str) -> dict[str, Any] | None:
-    """The ``run.json`` of ``run_dir``'s latest complete checkpoint, or ``None``."""
-    import json
-
-    try:
-        with open(os.path.join(run_dir, "checkpoints", "run.json")) as f:
-            return json.load(f)
-    except FileNotFoundError:
+    """The ``run.json`` of ``run_dir``'s latest complete checkpoint, or ``None``. (Checkpoints of
+    earlier Shoal versions are read too: one actor's state under ``actor``, a distributed
+    evaluator's schedule in ``evaluator.json``.)"""
+    directory = os.path.join(run_dir, "checkpoints")
+    run = read_json(os.path.join(directory, "run.json"), "the run's latest checkpoint")
+    if run is None:
         return None
+    if "actors" not in run and "actor" in run:
+        run["actors"] = {"actor": run.pop("actor")}
+    if "evaluator" not in run:
+        run["evaluator"] = read_json(os.path.join(directory, "evaluator.json"), "the evaluator's schedule")
+    return run
+
+
+def check_resumable(run_dir: str, run: dict[str, Any], agent: str, spec: EnvironmentSpec) -> None:
+    """Raises ``ValueError`` saying what does not match if the checkpoint ``run`` names cannot
+    continue ``agent`` on an environment of ``spec`` (e.g. an edited ``config.json``), or if a
+    part of it is missing. Nothing is written before this passes."""
+    if run.get("agent") not in (None, agent):
+        raise ValueError(f"the checkpoint in {run_dir} is of agent {run['agent']!r}, but its config.json "
+                         f"names {agent!r}; resume it with its own config")
+    saved, now = run.get("spec"), spec_record(spec)
+    if saved is not None and saved != now:
+        diff = ", ".join(f"{key} {saved.get(key)} (checkpoint) vs {now.get(key)} (config.json)"
+                         for key in now if saved.get(key) != now.get(key))
+        raise ValueError(f"the checkpoint in {run_dir} was made for another environment than config.json "
+                         f"names: {diff}")
+    learner = os.path.join(run_dir, "checkpoints", "learner", str(run.get("learner_step")))
+    if not os.path.isdir(learner):
+        raise ValueError(f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names learner checkpoint step "
+                         f"{run.get('learner_step')}, which is not in {os.path.dirname(learner)}; the "
+                         "checkpoint is incomplete and cannot be resumed")
 
 
 def restore_learner(run_dir: str, learner: Any, run: dict[str, Any]) -> str:

@@ -1,289 +1,217 @@
-"""``make_distributed_program``: any agent builder as a program of replay, counter, learner,
-N actors and an evaluator, for ``launch(program, "processes" | "inprocess" | "ray")``.
+"""``run_distributed_experiment``: the same experiment as ``run_experiment``, as a program of
+processes (or threads, or Ray actors), with the same result.
 
-* ``replay``  -- a Reverb server with the builder's tables.
-* ``counter`` -- a ``Counter`` service; actors add ``env_steps``, the learner ``learner_steps``
-  (and ``stale_batches_dropped``, for an on-policy agent whose batches lag too far).
-* ``learner`` -- steps the builder's learner as fast as the table's rate limiter allows and
-  serves ``get_variables`` (its cached host copy, with a version) over RPC.
-* ``actor_i`` -- (group ``actor``, restartable, scalable while running) steps its own vector env, writes to replay, pulls
-  parameters asynchronously every ``variable_update_period`` steps, and logs its steps/s and its
-  staleness (learner version minus the version it acts with).
-* ``evaluator`` -- evaluates every ``eval_every`` env steps (counted over all actors) and returns
-  the run's result when the target return is reached, the step budget is spent, or the program
-  is asked to stop (then ``"stopped": true``), which ends the program: it is also the
-  step-budget stopper. ``first_update_s`` in the result: launch to the learner's first update.
+It claims the run directory (lock, ``config.json`` with the launch settings), launches
+``make_distributed_program``, and drives the run from this process: it prints the progress line,
+takes the run's checkpoints (every ``checkpoint_every_s``, and once more while every node still
+runs when the program ends or is stopped) -- the learner node writes its state and replay's,
+this process gathers each actor's and the evaluator's schedule and writes ``run.json`` -- and it
+puts the result together from the evaluator's result and every node's summary, then writes
+``result.json``. ``stop`` (e.g. set on SIGTERM) ends the run gracefully.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import os
+import sys
+import threading
 import time
-from typing import Any
+from typing import Any, Mapping
 
-import jax
-
-from shoal.actors import EnvironmentLoop, make_vector_env
-from shoal.core.counting import Counter
-from shoal.core.loggers import make_logger
-from shoal.core.specs import make_environment_spec
+from shoal.core.loggers import TerminalLogger
 from shoal.core.timing import breakdown
-from shoal.launch.experiments.evaluation import Evaluator
-from shoal.launch.experiments.checkpointing import Checkpointer, read_run, restore_learner
+from shoal.launch.experiments.checkpointing import Periodic, commit, read_run, spec_record
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.rundir import write_json
-from shoal.launch.experiments.shared_params import LocalFirstSource, ParamsPublisher
-from shoal.launch.programs.nodes import FunctionNode, ReplayNode, ServiceNode, should_stop
-from shoal.launch.programs.program import Program
+from shoal.launch.experiments.program import CPU_ENV, make_distributed_program
+from shoal.launch.experiments.runs import claim_run_directory
+from shoal.launch.programs import LAUNCHERS, Resources, launch
 
-# Actors act on the CPU with one thread each; the learner keeps the accelerators.
-ACTOR_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
-             "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+MAX_ACTORS_PER_CORE, MIN_ACTOR_CAP = 4, 64
 
 
-class LearnerWorker:
-    """Trains, serves parameters, and checkpoints the run (learner, replay and counter) every
-    ``checkpoint_every_s`` and when it stops; on resume it starts from that checkpoint."""
-
-    def __init__(self, config: ExperimentConfig, replay, counter) -> None:
-        self._counter, self._replay = counter, replay
-        spec = config.environment_spec()
-        builder = config.builder
-        self._local = Counter()
-        logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
-        dataset = builder.make_dataset_iterator(replay, spec)
-        self._learner = builder.make_learner(jax.random.PRNGKey(config.seed), config.make_networks(spec),
-                                             dataset, logger, self._local, replay)
-        self._checkpointer = Checkpointer(config.run_dir, config.checkpoint_every_s) if config.run_dir else None
-        self._resumed: dict[str, Any] | None = None
-        if config.resume:
-            saved = read_run(config.run_dir)
-            self._local.restore({k: v for k, v in saved["counter"].items() if k == "learner_steps"})
-            self._resumed = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
-                             "learner_digest": restore_learner(config.run_dir, self._learner, saved),
-                             "replay_items": _replay_items(replay),
-                             "checkpoint_replay_items": saved.get("replay_items"),
-                             "checkpoint_replay_items_range": saved.get("replay_items_range")}
-            print(f"[learner] resumed at env step {saved['env_steps']:,}: {self._resumed}", flush=True)
-        # Compile before this node serves (actors and the evaluator wait for it), so the first
-        # batches are trained on at once rather than after the compiler (seconds on a CPU).
-        self._learner.warm_up(dataset.example())
-        self._first_update_at: float | None = None
-        self._params = ParamsPublisher(self._learner)  # for nodes on this host: no RPC copy per fetch
-        self._started_at: float | None = None
-
-    def resumed(self) -> dict[str, Any] | None:
-        """What was restored when the run resumed (``None`` for a fresh run)."""
-        return self._resumed
-
-    def _checkpoint(self) -> None:
-        counts = self._counter.get_counts()
-        self._checkpointer.save(int(counts.get("env_steps", 0)), self._learner, self._replay,
-                                counter={**counts, **self._local.get_counts()})
-
-    def get_variables(self, known_version: int = -1):
-        return self._learner.get_variables(known_version)
-
-    def shared_params(self) -> dict[str, str] | None:
-        """Where this host's nodes read the parameters from shared memory (``None``: use RPC)."""
-        return self._params.location()
-
-    def version(self) -> int:
-        return self._learner.version
-
-    def counts(self) -> dict[str, float]:
-        """The learner's own totals (``learner_steps``, ...), exact, not the last report, and
-        ``first_update_at`` (Unix time of its first update, if any)."""
-        counts = self._local.get_counts()
-        if self._first_update_at is not None:
-            counts["first_update_at"] = self._first_update_at
-        if self._started_at is not None:  # where its time went (seconds), for the time breakdown
-            counts.update({f"time_s/learner/{k}": v for k, v in self._learner.stopwatch.snapshot().items()})
-            counts["time_s/learner/wall"] = time.monotonic() - self._started_at
-        return counts
-
-    def run(self) -> None:
-        reported = self._local.get_counts()  # (a resumed counter already holds the restored totals)
-        last = self._started_at = time.monotonic()
-        waiting = self._learner.stopwatch.time("sample_wait")
-        try:
-            while not should_stop():
-                if not self._learner.ready():  # the rate limiter holds sampling back: wait for actors
-                    with waiting:
-                        time.sleep(0.001)
-                    continue
-                self._learner.step()
-                if self._first_update_at is None:
-                    self._first_update_at = time.time()
-                if time.monotonic() - last > 0.5:  # learner_steps, stale_batches_dropped, ...
-                    counts = self._local.get_counts()
-                    self._counter.increment(**{k: v - reported.get(k, 0) for k, v in counts.items()})
-                    reported, last = counts, time.monotonic()
-                if self._checkpointer is not None and self._checkpointer.due():
-                    self._checkpoint()
-        finally:
-            try:
-                self._learner.check_finite()
-                if self._checkpointer is not None and should_stop():  # asked to stop: save first
-                    self._checkpoint()
-            finally:
-                self._params.close()
-                self._learner.close()
+def max_actors() -> int:
+    """The most actor processes one machine may run (more wants a cluster: the Ray launcher)."""
+    return max(MIN_ACTOR_CAP, MAX_ACTORS_PER_CORE * (os.cpu_count() or 1))
 
 
-class ActorWorker:
-    """Acts, writes to replay, reports its env steps. A restarted (or resumed) actor continues
-    its schedules (e.g. epsilon) from the steps it had reported."""
-
-    def __init__(self, config: ExperimentConfig, actor_id: int, replay, learner, counter) -> None:
-        self._id, self._counter, self._learner = actor_id, counter, learner
-        done = int(counter.get_counts().get(f"env_steps_actor_{actor_id}", 0))
-        if done:
-            print(f"[actor_{actor_id}] continues its schedules from {done:,} env steps", flush=True)
-        seed = config.seed + 10_007 * (actor_id + 1) + done  # (a restart does not replay its episodes)
-        self._env = make_vector_env(config.env_id, config.num_envs, seed)
-        spec = make_environment_spec(self._env)
-        builder = config.builder
-        policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
-        self._adder = builder.make_adder(replay, spec, policy)
-        source = LocalFirstSource(learner)
-        print(f"[actor_{actor_id}] reads parameters {'from shared memory' if source.local else 'over RPC'}", flush=True)
-        self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, source, self._adder,
-                                         env_steps_offset=done)
-        self._logger = make_logger(f"actor_{actor_id}", config.run_dir, terminal=False)
-
-    def run(self) -> None:
-        loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
-        reported, last = 0, time.monotonic()
-
-        node, seconds, clock = f"actor_{self._id}", {}, time.monotonic()
-
-        def report() -> None:  # env steps, and where this actor's time went since the last report
-            nonlocal reported, seconds, clock
-            delta, reported = loop.env_steps - reported, loop.env_steps
-            now, times = time.monotonic(), loop.stopwatch.snapshot()
-            spent = {f"time_s/{node}/{k}": v - seconds.get(k, 0.0) for k, v in times.items()}
-            self._counter.increment(**{"env_steps": delta, f"env_steps_{node}": delta, **spent,
-                                       f"time_s/{node}/wall": now - clock})
-            seconds, clock = times, now
-
-        while not should_stop():
-            loop.step()
-            if time.monotonic() - last > 0.5:
-                report()
-                # staleness: learner updates the params this actor acts with are behind by
-                version = self._actor.params_version
-                loop.log(params_version=version, staleness=self._learner.version() - version)
-                last = time.monotonic()
-        report()  # an actor stopped while the program goes on (scaled down): its last steps count
-        self._adder.close()
-        self._logger.close()
+def check_num_actors(num_actors: Any, launcher: str, what: str = "num_actors") -> None:
+    cap, cores = max_actors(), os.cpu_count() or 1
+    if isinstance(num_actors, bool) or not isinstance(num_actors, int) or not 1 <= num_actors <= cap:
+        raise ValueError(f"{what} must be an integer in [1, {cap}] on this machine ({cores} cores), "
+                         f"got {num_actors!r}; for more, use a cluster (the Ray launcher)")
+    if num_actors > cores and launcher != "ray":
+        print(f"shoal: warning: {num_actors} actor processes on {cores} CPU cores: they will share the "
+              "cores (fine for slow envs, slower per actor for fast ones)", file=sys.stderr)
 
 
-def run_evaluator(config: ExperimentConfig, learner, counter, launched_at: float | None = None) -> dict[str, Any]:
-    """Evaluates on schedule; returns the run's result when the target return is reached, the
-    budget is spent, or the program is asked to stop (ending the program). ``wall_s`` counts
-    from ``launched_at`` (Unix time, e.g. when ``shoal train`` started), else from here; actor
-    speeds are measured over this node's own run (after every node started)."""
-    start, start_unix = time.monotonic(), time.time()
-    evaluator = Evaluator(config, LocalFirstSource(learner), jax.random.PRNGKey(config.seed + 1), start)
-    schedule = os.path.join(config.run_dir, "checkpoints", "evaluator.json") if config.run_dir else None
-    if config.resume and schedule and os.path.exists(schedule):
-        with open(schedule) as f:
-            evaluator.restore(json.load(f))
-    progress = make_logger("train", None, terminal=config.progress, time_delta=config.progress_every_s)
-    first = counter.get_counts()
-    while not should_stop():
-        counts = counter.get_counts()
-        env_steps = int(counts.get("env_steps", 0))
-        out_of_budget = env_steps >= config.max_env_steps
-        last = evaluator.last_return
-        progress.write({"env_steps": env_steps, "steps_per_s": env_steps / (time.monotonic() - start),
-                        "learner_steps": int(counts.get("learner_steps", 0)),
-                        "eval_return": last if last is not None else float("nan")})
-        if evaluator.due(env_steps) or out_of_budget:
-            solved = evaluator.run(env_steps)
-            if schedule:
-                os.makedirs(os.path.dirname(schedule), exist_ok=True)
-                write_json(schedule, evaluator.save())
-            if solved or out_of_budget:
-                break
-        time.sleep(0.05)
-    window_s = time.monotonic() - start
-    wall_s = time.time() - (launched_at or start_unix)
-    counts = {**counter.get_counts(), **learner.counts()}  # the learner's own, not its last report
-    evaluator.close()
-    per_actor = {name.removeprefix("env_steps_"): (steps - first.get(name, 0)) / window_s
-                 for name, steps in counts.items() if name.startswith("env_steps_actor_")}
-    times = node_breakdowns(counts)
-    times["evaluator"] = breakdown(evaluator.stopwatch.seconds, window_s)
-    result = {**evaluator.result(counts.get("env_steps", 0), counts.get("learner_steps", 0), wall_s),
-              "time_breakdown": times,
-              "num_actors": len(per_actor), "actor_steps_per_s": round(sum(per_actor.values()), 1),
-              "actor_steps_per_s_each": {k: round(v, 1) for k, v in per_actor.items()}}
-    if "stale_batches_dropped" in counts:  # on-policy agents: batches older than max_policy_lag
-        result["stale_batches_dropped"] = int(counts["stale_batches_dropped"])
-    if "first_update_at" in counts:
-        result["first_update_s"] = round(counts["first_update_at"] - (launched_at or start_unix), 3)
-    if config.resume:
-        result["resumed_from"] = learner.resumed()
-    if should_stop():
-        result["stopped"] = True
+def run_distributed_experiment(config: ExperimentConfig, num_actors: int = 4, launcher: str = "processes", *,
+                               resources: Mapping[str, Resources] | None = None, ray_address: str | None = None,
+                               stop: threading.Event | None = None, launched_at: float | None = None) -> dict[str, Any]:
+    """Trains ``config`` as a distributed program until solved, out of budget, or ``stop`` is
+    set (then the result has ``"terminated": "SIGTERM"``); returns the result summary.
+
+    ``launcher``: ``"processes"``, ``"inprocess"`` or ``"ray"`` (``ray_address``: the cluster
+    to join; default a local Ray). ``resources``: per group, what each node asks of Ray.
+    ``launched_at``: Unix time ``wall_s`` counts from (default: now).
+    """
+    launched_at = launched_at or time.time()
+    config.validate()
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
+    check_num_actors(num_actors, launcher)
+    resources = dict(resources or {})
+    spec = config.environment_spec()
+    config.validate(spec)
+    saved = read_run(config.run_dir) if config.resume and config.run_dir else None
+    if saved and saved.get("actors"):  # as many actors as ran at the checkpoint
+        num_actors = min(len(saved["actors"]), max_actors())
+    program = make_distributed_program(config, num_actors, launched_at, resume=saved)
+    for group, wanted in resources.items():
+        program.set_resources(group, wanted)
+    if launcher == "ray":
+        _require_ray()
+    settings = {"launcher": launcher, "num_actors": num_actors, "ray_address": ray_address,
+                "resources": [f"{group}:{r.text()}" for group, r in resources.items()]}
+    run_dir = claim_run_directory(config, spec, settings) if config.run_dir else None
+    try:
+        driver = _Driver(config, spec, saved, launched_at)
+        run = launch(program, launcher, run_dir=config.run_dir, ray_address=ray_address,
+                     group_env={"actor": CPU_ENV, "evaluator": CPU_ENV}, before_stop=driver.last_checkpoint)
+        result = driver.follow(run, stop)
+        result.update(launcher=launcher)
+        if run_dir is not None:
+            run_dir.write_json("result.json", result)
+    finally:
+        if run_dir is not None:
+            run_dir.unlock()
     return result
 
 
-def node_breakdowns(counts: dict[str, float]) -> dict[str, dict[str, float]]:
-    """``{node: {component: share of the node's wall time}}`` from the ``time_s/<node>/<component>``
-    seconds (and ``time_s/<node>/wall``) that nodes report."""
-    seconds: dict[str, dict[str, float]] = {}
-    for key, value in counts.items():
-        if key.startswith("time_s/"):
-            _, node, component = key.split("/", 2)
-            seconds.setdefault(node, {})[component] = value
-    return {node: breakdown({k: v for k, v in spent.items() if k != "wall"}, spent.get("wall", 0.0))
-            for node, spent in sorted(seconds.items()) if spent.get("wall")}
+class _Driver:
+    """Progress, checkpoints and the result of one launched program."""
+
+    def __init__(self, config: ExperimentConfig, spec, saved: dict[str, Any] | None, launched_at: float) -> None:
+        self._config, self._saved, self._launched_at = config, saved, launched_at
+        self._spec = spec_record(spec)
+        self._checkpoints = Periodic(config.checkpoint_every_s) if config.run_dir else None
+        self._actors: dict[str, Any] = dict((saved or {}).get("actors") or {})  # last known states
+        self._lock = threading.Lock()
+        self._clients: dict[str, Any] = {}
+        self._progress = Periodic(config.progress_every_s) if config.progress else None
+        self._baseline: tuple[float, int] | None = None  # (time, env steps) the speed counts from
+        if saved is not None:
+            print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
+                  f"{saved['learner_version']} (state {saved['learner_digest']}), "
+                  f"{len(self._actors)} actors, next evaluation at "
+                  f"{(saved.get('evaluator') or {}).get('next', '?'):,}", file=sys.stderr, flush=True)
+
+    def _client(self, run, label: str) -> Any:
+        """A client to a node that is never restarted (counter, learner, evaluator), kept."""
+        if label not in self._clients:
+            self._clients[label] = run.client(label)
+        return self._clients[label]
+
+    def follow(self, run, stop: threading.Event | None) -> dict[str, Any]:
+        """Drives ``run`` until it ends; returns the run's result."""
+        terminated = False
+        try:
+            if self._config.run_dir:
+                run.serve_control(self._config.run_dir, {"actor": (1, max_actors())})  # shoal scale / status
+            while not run.done:
+                if stop is not None and stop.is_set() and not terminated:
+                    terminated = True
+                    threading.Thread(target=run.stop, args=("terminated (SIGTERM)",), daemon=True).start()
+                if self._checkpoints is not None and self._checkpoints.due() and not terminated:
+                    try:
+                        self._checkpoint(run)
+                    except Exception:  # a node died under the call: the program's failure says which
+                        if not run.ending(within_s=5.0):
+                            raise
+                if self._progress is not None and self._progress.due():
+                    self._progress.reset()
+                    self._show_progress(run)
+                time.sleep(0.05)
+            results = run.wait()
+        except BaseException as e:
+            run.stop("interrupted (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else f"the driver failed: {e!r:.200}")
+            raise
+        finally:
+            print(run.summary(), file=sys.stderr, flush=True)
+        return self._result(results["evaluator"], run.results(), terminated)
+
+    def _show_progress(self, run) -> None:
+        try:
+            counts = self._client(run, "counter").get_counts()
+            evaluation = self._client(run, "evaluator").progress()
+        except Exception:  # noqa: BLE001 -- not up yet, or ending: no line this time
+            return
+        env_steps, now = int(counts.get("env_steps", 0)), time.monotonic()
+        if self._baseline is None:  # (a resumed run's restored steps are not this run's speed)
+            self._baseline = (now, env_steps)
+        since, steps_then = self._baseline
+        last = evaluation["eval_return"]
+        TerminalLogger("train").write({"env_steps": env_steps, "steps_per_s": (env_steps - steps_then) / max(now - since, 1e-9),
+                                       "learner_steps": int(counts.get("learner_steps", 0)),
+                                       "eval_return": float("nan") if last is None else last})
+
+    def _checkpoint(self, run, evaluator: dict[str, Any] | None = None) -> None:
+        """The learner node writes the learner and replay; this process writes ``run.json`` with
+        the counter, the evaluator's schedule and every running actor's schedule and RNG."""
+        with self._lock:
+            counts = self._client(run, "counter").get_counts()
+            env_steps = int(counts.get("env_steps", 0))
+            written = self._client(run, "learner").checkpoint(env_steps)
+            actors = {}
+            for label in run.running("actor"):
+                try:
+                    actors[label] = run.client(label, timeout_s=5).futures.save().result(timeout=5)
+                except Exception as e:  # noqa: BLE001 -- restarting, or frozen: its last known state stands
+                    print(f"shoal: warning: {label} did not hand over its schedule ({e!r:.200}); "
+                          "the checkpoint keeps its previous one", file=sys.stderr, flush=True)
+                    if label in self._actors:
+                        actors[label] = self._actors[label]
+            self._actors = actors
+            evaluator = evaluator or self._client(run, "evaluator").save()
+            commit(self._config.run_dir, written, env_steps, agent=self._config.builder.name, spec=self._spec,
+                   counter=counts, evaluator=evaluator, actors=actors)
+            self._checkpoints.reset()
+
+    def last_checkpoint(self, run) -> None:
+        """The final checkpoint, while every node still runs (``launch``'s ``before_stop``)."""
+        if self._checkpoints is None:
+            return
+        done = run.results().get("evaluator")  # (an evaluator that ended hands its schedule over)
+        self._checkpoint(run, done["schedule"] if done else None)
+
+    def _result(self, evaluator: dict[str, Any] | None, summaries: dict[str, Any], terminated: bool) -> dict[str, Any]:
+        if evaluator is None:
+            raise RuntimeError("the program ended before its evaluator returned a result")
+        result = dict(evaluator["result"])
+        summaries = {label: s for label, s in sorted(summaries.items()) if isinstance(s, dict) and "time_s" in s}
+        actors = {label: s for label, s in summaries.items() if label.startswith("actor_")}
+        learner = summaries.get("learner") or {}
+        result.update(time_breakdown={label: breakdown(s["time_s"], s["wall_s"]) for label, s in summaries.items()},
+                      num_actors=len(actors), actor_steps_per_s=round(sum(s["steps_per_s"] for s in actors.values()), 1),
+                      actor_steps_per_s_each={label: round(s["steps_per_s"], 1) for label, s in actors.items()})
+        counts = learner.get("counts") or {}
+        if "learner_steps" in counts:  # the learner's own count at its end, not its last report
+            result["learner_steps"] = int(counts["learner_steps"])
+        if "stale_batches_dropped" in counts:  # on-policy agents: batches older than max_policy_lag
+            result["stale_batches_dropped"] = int(counts["stale_batches_dropped"])
+        if learner.get("first_update_at"):
+            result["first_update_s"] = round(learner["first_update_at"] - self._launched_at, 3)
+        if self._saved is not None:
+            result["resumed_from"] = {**(learner.get("resumed") or {}),
+                                      "actors": {k: v.get("env_steps") for k, v in (self._saved.get("actors") or {}).items()},
+                                      "next_eval_at": (self._saved.get("evaluator") or {}).get("next")}
+        if terminated:
+            result["terminated"] = "SIGTERM"
+        return result
 
 
-def make_distributed_program(config: ExperimentConfig, num_actors: int = 4,
-                             launched_at: float | None = None) -> Program:
-    """The program graph for ``config`` (validated first: bad settings raise here, before launch).
-    ``launched_at``: Unix time the run counts its ``wall_s`` from (default: the evaluator's start)."""
-    config.validate()
-    if num_actors < 1:
-        raise ValueError(f"num_actors must be >= 1, got {num_actors}")
-    spec = config.environment_spec()
-    builder = config.builder
-    builder.validate(spec, jax.local_device_count())
-    policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
-    program = Program(builder.name)
-    checkpoints = os.path.join(config.run_dir, "checkpoints") if config.run_dir else None
-    replay = program.add_node(ReplayNode(functools.partial(builder.make_replay_tables, spec, policy),
-                                         checkpoint_dir=checkpoints and os.path.join(checkpoints, "replay")),
-                              label="replay")  # (a replay node restores the checkpoint it finds)
-    # Each service serves what its clients call, no more (e.g. no remote Counter.restore).
-    counter = program.add_node(ServiceNode(_counter, config.run_dir if config.resume else None,
-                                           methods=("increment", "get_counts")), label="counter")
-    learner = program.add_node(ServiceNode(LearnerWorker, config, replay, counter,
-                                           methods=("get_variables", "shared_params", "version", "counts", "resumed")),
-                               label="learner")
-    program.add_group("actor", functools.partial(_actor_node, config, replay, learner, counter), num_actors)
-    program.add_node(FunctionNode(run_evaluator, config, learner, counter, launched_at), label="evaluator")
-    return program
-
-
-def _counter(resumed_run_dir: str | None) -> Counter:
-    """The run's counter: restored from the checkpoint when the run resumes."""
-    counter = Counter()
-    if resumed_run_dir is not None:
-        counter.restore(read_run(resumed_run_dir)["counter"])
-    return counter
-
-
-def _replay_items(replay) -> dict[str, int]:
-    return {name: int(info.current_size) for name, info in replay.server_info().items()}
-
-
-def _actor_node(config: ExperimentConfig, replay, learner, counter, index: int) -> ServiceNode:
-    return ServiceNode(ActorWorker, config, index, replay, learner, counter, methods=())  # nobody calls it
+def _require_ray() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ValueError("the Ray launcher needs the 'ray' extra, which is not installed; run "
+                         "pip install -e '.[ray]' (from the Shoal repository)") from None

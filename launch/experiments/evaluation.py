@@ -25,7 +25,7 @@ class Evaluator:
     """
 
     def __init__(self, config: Any, variable_source: VariableSource, key: jax.Array,
-                 start_time: float) -> None:
+                 start_time: float, stopwatch: Stopwatch | None = None) -> None:
         builder = config.builder
         self._config, self._start = config, start_time
         self._env = make_vector_env(config.env_id, config.eval_episodes, config.seed + EVAL_SEED_OFFSET)
@@ -37,7 +37,7 @@ class Evaluator:
         self._target = config.resolved_target_return()
         self._next = config.eval_every
         self.eval_s, self.num_evals = 0.0, 0
-        self.stopwatch = Stopwatch()  # (a single-process run shares its own)
+        self.stopwatch = stopwatch or Stopwatch()  # (a single-process run shares its own)
         self.last_return: float | None = None
         self.last_at = -1  # env steps at the last evaluation
 

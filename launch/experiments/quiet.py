@@ -48,4 +48,14 @@ def drop_native_log_lines() -> None:
         os.dup2(real_stderr, 2)  # the pipe's write end closes here (unless a child still holds it)
         thread.join(timeout=2.0)
 
-    atexit.register(restore)
+    _restores.append(restore)
+    atexit.register(restore_stderr)
+
+
+_restores: list = []
+
+
+def restore_stderr() -> None:
+    """Puts the real stderr back and forwards what the filter still holds (once; also at exit)."""
+    while _restores:
+        _restores.pop()()

@@ -16,8 +16,8 @@ on the devices while the actor takes its next vector step (acting one update beh
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import os
 import sys
 import threading
 import time
@@ -30,15 +30,14 @@ from shoal.actors import EnvironmentLoop, make_vector_env
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Actor, Learner
 from shoal.core.loggers import TerminalLogger, make_logger
-from shoal.core.specs import make_environment_spec
-from shoal.core.timing import breakdown
+from shoal.core.specs import EnvironmentSpec, make_environment_spec
+from shoal.core.timing import Stopwatch, breakdown
 from shoal.core.types import Step
-from shoal.launch.experiments.checkpointing import (Checkpointer, keep_only_replay_checkpoint, read_run,
-                                                    restore_learner)
+from shoal.launch.experiments.checkpointing import (Checkpointer, Periodic, commit, read_run, restore_learner,
+                                                    spec_record)
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator
-from shoal.launch.experiments.rundir import RunDirectory, write_json
-from shoal.replay import ReplayServer, without_insert_blocking
+from shoal.launch.experiments.runs import claim_run_directory
 
 
 class LearningActor(Actor):
@@ -103,90 +102,66 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
     """
     start = time.monotonic()
     config.validate()
-    env = make_vector_env(config.env_id, config.num_envs, config.seed)
-    closers: list[tuple[str, Callable[[], None]]] = [("the environment", env.close)]
-    try:
+    if config.resume and not config.run_dir:
+        raise ValueError("resume needs a run directory")
+    with contextlib.ExitStack() as stack:  # closes everything, newest first, however the run ends
+        env = make_vector_env(config.env_id, config.num_envs, config.seed)
+        _closing(stack, "the environment", env.close)
         spec = make_environment_spec(env)
         config.validate(spec)  # the agent's settings, and whether the budget lets it learn
-        run_dir = _claim(config)
+        run_dir = claim_run_directory(config, spec) if config.run_dir else None
         if run_dir is not None:
-            closers.insert(0, ("the run directory lock", run_dir.unlock))  # released last
-        result = _train(config, env, spec, run_dir, start, stop, closers)
+            _closing(stack, "the run directory lock", run_dir.unlock)
+        result = _train(config, env, spec, start, stop, stack)
         if run_dir is not None:
-            write_json(run_dir.file("result.json"), result)
-    finally:
-        _close(closers)
+            run_dir.write_json("result.json", result)
     return result
 
 
-def _claim(config: ExperimentConfig) -> RunDirectory | None:
-    if not config.run_dir:
-        if config.resume:
-            raise ValueError("resume needs a run directory")
-        return None
-    return claim_run_directory(config)
+def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, stop: threading.Event | None,
+           stack: contextlib.ExitStack) -> dict[str, Any]:
+    from shoal.replay import ReplayServer, without_insert_blocking
 
-
-def claim_run_directory(config: ExperimentConfig, launch: dict[str, Any] | None = None) -> RunDirectory:
-    """Locks the run directory (one live run per directory); a fresh run refuses a directory
-    that holds another run's checkpoints and writes its ``config.json`` (with ``launch``, how
-    it was launched), a resumed one needs a checkpoint there."""
-    run_dir = RunDirectory(config.run_dir).lock()
-    try:
-        saved = read_run(config.run_dir)
-        if config.resume and saved is None:
-            raise ValueError(f"run directory {config.run_dir!r} holds no checkpoint to resume")
-        if config.resume:  # Reverb loads its latest checkpoint: make that the one run.json names
-            keep_only_replay_checkpoint(os.path.join(config.run_dir, "checkpoints"), saved.get("replay_checkpoint"))
-        if not config.resume and saved is not None:
-            raise ValueError(f"run directory {config.run_dir!r} holds the checkpoints of an earlier run; "
-                             "continue it with --resume, or choose another --run-dir")
-        if not config.resume:
-            write_json(run_dir.file("config.json"), {**config.to_dict(), "launch": launch})
-    except BaseException:
-        run_dir.unlock()
-        raise
-    return run_dir
-
-
-def _train(config: ExperimentConfig, env, spec, run_dir: RunDirectory | None, start: float,
-           stop: threading.Event | None, closers: list) -> dict[str, Any]:
     builder = config.builder
-    checkpointer = Checkpointer(config.run_dir, config.checkpoint_every_s) if run_dir else None
+    checkpointer = Checkpointer(config.run_dir) if config.run_dir else None
     networks = config.make_networks(spec)
     policy = builder.make_policy(networks, spec, evaluation=False)
     server = ReplayServer(without_insert_blocking(builder.make_replay_tables(spec, policy)),
                           checkpoint_dir=checkpointer.replay_directory if checkpointer else None)
-    closers.insert(1 if run_dir else 0, ("the replay server", server.stop))  # after its users
-    counter = Counter()
+    _closing(stack, "the replay server", server.stop)  # (after its users: closed last of these)
+    counter, stopwatch = Counter(), Stopwatch()  # one thread: one time breakdown
     learner_key, actor_key, eval_key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
     learner_logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
+    _closing(stack, "the learner log", learner_logger.close)
     train_logger = make_logger("train", config.run_dir, terminal=False)
-    closers += [("the learner log", learner_logger.close), ("the train log", train_logger.close)]
+    _closing(stack, "the train log", train_logger.close)
     dataset = builder.make_dataset_iterator(server.client, spec)
-    learner = builder.make_learner(learner_key, networks, dataset, learner_logger, counter, server.client)
+    learner = builder.make_learner(learner_key, networks, dataset, learner_logger, counter, server.client, stopwatch)
+    _closing(stack, "the learner", learner.close)
     adder = builder.make_adder(server.client, spec, policy)
-    closers += [("the learner", learner.close), ("the adder", adder.close)]
+    _closing(stack, "the adder", adder.close)
     actor = builder.make_actor(actor_key, policy, spec, learner, adder, asynchronous_updates=False)
-    evaluator = Evaluator(config, learner, eval_key, start)
-    closers.append(("the evaluator", evaluator.close))
-    resumed = _resume(config, checkpointer, learner, counter, actor, evaluator, server) if config.resume else None
+    evaluator = Evaluator(config, learner, eval_key, start, stopwatch)
+    _closing(stack, "the evaluator", evaluator.close)
+    resumed = _resume(config, learner, counter, actor, evaluator, server) if config.resume else None
     loop = EnvironmentLoop(env, LearningActor(actor, learner, server, dataset.table, dataset.items_per_update,
-                                              pull_after=builder.on_policy), counter, train_logger)
+                                              pull_after=builder.on_policy), counter, train_logger, stopwatch)
     loop.env_steps = int(counter.get_counts().get("env_steps", 0))
-    learner.stopwatch = evaluator.stopwatch = loop.stopwatch  # one thread: one time breakdown
     progress = TerminalLogger("train", time_delta=config.progress_every_s) if config.progress else None
+    due = Periodic(config.checkpoint_every_s)
 
     def checkpoint() -> None:
-        checkpointer.save(loop.env_steps, learner, server.client, counter=counter.save(),
-                          evaluator=evaluator.save(), actor=actor.save())
+        written = checkpointer.save(loop.env_steps, learner, server.client)
+        commit(config.run_dir, written, loop.env_steps, agent=builder.name, spec=spec_record(spec),
+               counter=counter.save(), evaluator=evaluator.save(), actors={"actor": actor.save()})
+        due.reset()
 
     last_log = time.monotonic()
     while loop.env_steps < config.max_env_steps and not (stop is not None and stop.is_set()):
         loop.step()
         if evaluator.due(loop.env_steps) and evaluator.run(loop.env_steps):
             break
-        if checkpointer is not None and checkpointer.due():
+        if checkpointer is not None and due.due():
             checkpoint()
         if time.monotonic() - last_log >= 1.0:
             last_log = time.monotonic()
@@ -204,7 +179,7 @@ def _train(config: ExperimentConfig, env, spec, run_dir: RunDirectory | None, st
         checkpoint()
     loop.log(eval_return=evaluator.last_return)
     result = evaluator.result(loop.env_steps, counter.get_counts().get("learner_steps", 0), wall_s)
-    result["time_breakdown"] = {"process": breakdown(loop.stopwatch.seconds, wall_s)}
+    result["time_breakdown"] = {"process": breakdown(stopwatch.seconds, wall_s)}
     if resumed is not None:
         result["resumed_from"] = resumed
     if terminated:
@@ -212,13 +187,12 @@ def _train(config: ExperimentConfig, env, spec, run_dir: RunDirectory | None, st
     return result
 
 
-def _resume(config: ExperimentConfig, checkpointer: Checkpointer, learner, counter, actor, evaluator,
-            server: ReplayServer) -> dict[str, Any]:
+def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server) -> dict[str, Any]:
     """Restores the run's checkpoint (replay restored itself when its server started)."""
     saved = read_run(config.run_dir)
     restored_digest = restore_learner(config.run_dir, learner, saved)
     counter.restore(saved["counter"])
-    actor.restore(saved["actor"])
+    actor.restore(saved["actors"]["actor"])
     evaluator.restore(saved["evaluator"])
     replay_items = {name: int(info.current_size) for name, info in server.client.server_info().items()}
     info = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
@@ -227,25 +201,27 @@ def _resume(config: ExperimentConfig, checkpointer: Checkpointer, learner, count
             "next_eval_at": evaluator.save()["next"], "num_evals": evaluator.num_evals}
     print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
           f"{saved['learner_version']} (state {restored_digest}), replay items {replay_items}, "
-          f"actor schedule at {saved['actor']['env_steps']:,} env steps, next evaluation at "
+          f"actor schedule at {saved['actors']['actor']['env_steps']:,} env steps, next evaluation at "
           f"{saved['evaluator']['next']:,}", file=sys.stderr, flush=True)
     return info
 
 
-def _close(closers: list[tuple[str, Callable[[], None]]]) -> None:
-    """Closes everything, newest first; a failure does not skip the rest. A full disk is raised
-    once everything is closed (unless an error is already on its way out); other failures are
-    reported as warnings."""
-    disk_full, failing = None, sys.exc_info()[1] is not None
-    for what, close in reversed(closers):
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _closing(stack: contextlib.ExitStack, what: str, close: Callable[[], None]) -> None:
+    """Registers ``close`` with ``stack``: a failure does not skip the rest. A full disk is
+    raised (after everything else closed) unless an error is already on its way out; other
+    failures are reported as warnings."""
+
+    def quietly() -> None:
         try:
             close()
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                disk_full = disk_full or e
-            else:
-                print(f"shoal: warning: could not close {what}: {type(e).__name__}: {e}", file=sys.stderr)
+            if e.errno in DISK_FULL and sys.exc_info()[1] is None:
+                raise
+            print(f"shoal: warning: could not close {what}: {type(e).__name__}: {e}", file=sys.stderr)
         except Exception as e:  # noqa: BLE001
             print(f"shoal: warning: could not close {what}: {type(e).__name__}: {e}", file=sys.stderr)
-    if disk_full is not None and not failing:
-        raise disk_full
+
+    stack.callback(quietly)

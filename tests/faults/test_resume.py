@@ -45,8 +45,8 @@ def test_one_process_stops_on_sigterm_and_resumes_where_it_stopped(tmp_path):
     assert restored["learner_digest"] == saved["learner_digest"]  # the learner state, bit for bit
     assert restored["learner_version"] == saved["learner_version"]
     assert restored["replay_items"] == saved["replay_items"]  # replay restored
-    assert restored["actor_env_steps"] == saved["actor"]["env_steps"]  # epsilon schedule continues
-    assert restored["actor_key"] == saved["actor"]["key"]  # the actor's RNG continues, not reset
+    assert restored["actor_env_steps"] == saved["actors"]["actor"]["env_steps"]  # epsilon schedule continues
+    assert restored["actor_key"] == saved["actors"]["actor"]["key"]  # the actor's RNG continues, not reset
     assert restored["next_eval_at"] == saved["evaluator"]["next"] > saved["env_steps"] - 2000
     assert result["env_steps"] >= budget and result["learner_steps"] > saved["counter"]["learner_steps"]
     evals = csv_rows(run_dir / "eval.csv")  # the evaluation schedule continued where it was

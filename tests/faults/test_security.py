@@ -28,7 +28,7 @@ def test_live_run_refuses_strangers_and_a_second_run(tmp_path):
     run_dir = tmp_path / "run"
     proc = start(run_dir, "--max-env-steps", str(10**8), num_actors=1, env=dict(os.environ, SHOAL_TOKEN=TOKEN))
     try:
-        wait_for(lambda: running(run_dir, "counter", "learner", "actor_0"), 180, "the program's nodes to serve")
+        wait_for(lambda: running(run_dir, "counter", "learner", "actor_0", "evaluator"), 180, "the program's nodes to serve")
         counter = (run_dir / "addresses" / "counter").read_text()
         for token in (None, "a-wrong-token"):  # no token, or a wrong one: refused before the body is read
             with pytest.raises(RemoteError) as refused:

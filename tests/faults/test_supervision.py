@@ -14,6 +14,7 @@ import time
 import psutil
 import pytest
 
+from shoal.launch.experiments.rundir import RunDirectory
 from tests.faults.harness import alive, errors, node_pids, running, start
 from tests.waiting import csv_rows, wait_for
 
@@ -145,19 +146,25 @@ def test_sigterm_to_the_launcher_stops_gracefully_with_result_and_checkpoint(tmp
 
 
 @pytest.mark.timeout(300)
-def test_sigint_to_the_launcher_leaves_no_process(tmp_path):
+def test_sigint_to_the_launcher_leaves_no_process_and_exits_at_once(tmp_path):
+    # An exit hook that would hold any interpreter that finalizes for ten minutes: once its nodes
+    # are gone and its lock released, the launcher leaves without tearing its libraries down
+    # (which took 10-14 s on a busy machine). Each step is waited for as the event it is.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import atexit, time\natexit.register(time.sleep, 600)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     run_dir = tmp_path / "run"
-    proc = start(run_dir, "--max-env-steps", str(10**8))
+    proc = start(run_dir, "--max-env-steps", str(10**8), env=env)
     try:
         pids = list(started(proc, run_dir).values())
-        interrupted_at = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
-        took = time.monotonic() - interrupted_at
+        wait_for(lambda: not alive(pids), 120, "every node to exit")
+        out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 130 and took < 15
-    assert not alive(pids)
+    assert proc.returncode == 130 and "shoal: interrupted" in err, err[-2000:]
     leftovers = [p for p in psutil.process_iter(["cmdline"])
                  if p.info["cmdline"] and any(str(run_dir) in part for part in p.info["cmdline"])]
     assert not leftovers
+    RunDirectory(str(run_dir)).lock().unlock()  # released: a new run may take the directory

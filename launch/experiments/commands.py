@@ -1,0 +1,110 @@
+"""What ``shoal train``, ``shoal scale`` and ``shoal status`` do, over the Python API.
+
+``train`` turns the flags into an ``ExperimentConfig`` (or loads the one ``--resume`` names) and
+hands it to ``run_experiment`` (one process) or ``run_distributed_experiment`` (``--launcher``),
+with SIGTERM as a graceful stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import signal
+import threading
+from typing import Any
+
+# The `shoal train` flags that may come with --resume (the rest are the run's own).
+RESUME_FLAGS = ("--resume", "--quiet", "--verbose", "--max-env-steps", "--checkpoint-every")
+
+
+def train(args: argparse.Namespace, given: list[str], started: float,
+          filter_stderr: bool = False) -> dict[str, Any] | None:
+    """Runs ``shoal train`` (``given``: the flags on its command line); returns the result, or
+    ``None`` after ``--dry-run``. ``filter_stderr``: keep native libraries' log lines off fd 2."""
+    from shoal.launch.experiments.compilation_cache import enable_compilation_cache
+    from shoal.launch.experiments.runs import distributed_settings
+
+    config, launch = _resumed(args, given) if args.resume else _new(args)
+    config.validate()  # every setting against its range, before any file or server is made
+    if args.dry_run:
+        from shoal.launch.experiments.program import make_distributed_program
+
+        program = make_distributed_program(config, num_actors=(launch or {}).get("num_actors", args.num_actors))
+        print(program.describe())
+        print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
+        return None
+    enable_compilation_cache()
+    if filter_stderr and (launch or {}).get("launcher") != "ray":  # (Ray's own processes would hold the pipe)
+        from shoal.launch.experiments.quiet import drop_native_log_lines
+
+        drop_native_log_lines()
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a graceful stop
+    try:
+        if launch:
+            from shoal.launch.experiments.distributed import run_distributed_experiment
+
+            return run_distributed_experiment(config, **distributed_settings(launch), stop=stop, launched_at=started)
+        from shoal.launch.experiments.runner import run_experiment
+
+        return run_experiment(config, stop)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _new(args: argparse.Namespace):
+    from shoal.agents import config_class, get_builder
+    from shoal.core.settings import parse_setting
+    from shoal.launch.experiments.config import ExperimentConfig
+
+    settings = {key: parse_setting(config_class(args.agent), key, value) for key, value in args.overrides}
+    run_dir = args.run_dir or os.path.join(
+        "runs", f"{args.agent}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    config = ExperimentConfig(
+        builder=get_builder(args.agent, **settings), env_id=args.env, seed=args.seed,
+        max_env_steps=args.max_env_steps, num_envs=args.num_envs, eval_every=args.eval_every,
+        eval_episodes=args.eval_episodes, target_return=args.target_return, run_dir=run_dir,
+        checkpoint_every_s=args.checkpoint_every, progress=not args.quiet)
+    launch = None
+    if args.launcher is not None or args.dry_run:
+        from shoal.launch.experiments.distributed import check_num_actors
+
+        check_num_actors(args.num_actors, args.launcher, what="--num-actors")
+    if args.launcher is not None:
+        launch = {"launcher": args.launcher, "num_actors": args.num_actors, "ray_address": args.ray_address,
+                  "resources": [f"{group}:{r.text()}" for group, r in args.resources]}
+    return config, launch
+
+
+def _resumed(args: argparse.Namespace, given: list[str]):
+    """The config and launch settings ``args.resume`` saved (only ``RESUME_FLAGS`` may change)."""
+    from shoal.launch.experiments.runs import load_run
+
+    extra = [flag for flag in given if flag not in RESUME_FLAGS]
+    if extra:
+        raise ValueError(f"--resume continues a run with its saved settings; drop {', '.join(extra)} "
+                         f"(only {', '.join(RESUME_FLAGS[1:])} may come with it)")
+    changes: dict[str, Any] = {"progress": not args.quiet}
+    if "--max-env-steps" in given:
+        changes["max_env_steps"] = args.max_env_steps
+    if "--checkpoint-every" in given:
+        changes["checkpoint_every_s"] = args.checkpoint_every
+    return load_run(args.resume, **changes)
+
+
+def control(args: argparse.Namespace) -> None:
+    """``shoal scale`` / ``shoal status``: prints the running program's node table."""
+    from shoal.launch.programs.control import connect_control
+
+    if args.command == "scale":
+        from shoal.launch.experiments.distributed import max_actors
+
+        if not 1 <= args.actors <= max_actors():
+            raise ValueError(f"--actors must be in [1, {max_actors()}] on this machine "
+                             f"({os.cpu_count()} cores), got {args.actors}")
+    client = connect_control(args.run_dir)
+    rows = client.scale("actor", args.actors) if args.command == "scale" else client.status()
+    print(f"{'node':<14} {'group':<10} {'state':<12} {'restarts':>8}")
+    for row in rows:
+        print(f"{row['label']:<14} {row['group']:<10} {row['state']:<12} {row['restarts']:>8}")

@@ -1,0 +1,73 @@
+"""``make_distributed_program``: any agent builder as a program of replay, counter, learner,
+N actors and an evaluator (the node bodies are in ``shoal.launch.experiments.workers``).
+
+* ``replay``  -- a Reverb server with the builder's tables (restoring the run's checkpoint).
+* ``counter`` -- a ``Counter`` service; actors add ``env_steps`` (and their own
+  ``env_steps_actor_i``), the learner ``learner_steps`` (and ``stale_batches_dropped``, for an
+  on-policy agent whose batches lag too far).
+* ``learner`` -- trains as fast as the table's rate limiter allows and serves ``get_variables``
+  (its cached host copy, with a version) over RPC and shared memory.
+* ``actor_i`` -- (group ``actor``: restartable, scalable while running) steps its own vector env,
+  writes to replay, pulls parameters asynchronously every ``variable_update_period`` steps.
+* ``evaluator`` -- evaluates every ``eval_every`` env steps (counted over all actors) and ends
+  the program when the target return is reached or the step budget is spent.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import jax
+
+from shoal.core.counting import Counter
+from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.replay_node import ReplayNode
+from shoal.launch.experiments.workers import ActorWorker, EvaluatorWorker, LearnerWorker
+from shoal.launch.programs.nodes import ServiceNode
+from shoal.launch.programs.program import Program
+
+# Actors and the evaluator act on the CPU with one XLA thread each; the learner keeps the accelerators.
+CPU_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
+           "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+
+
+def make_distributed_program(config: ExperimentConfig, num_actors: int = 4, launched_at: float | None = None,
+                             resume: dict[str, Any] | None = None) -> Program:
+    """The program graph for ``config`` (validated first: bad settings raise here, before launch).
+
+    ``launched_at``: Unix time the run counts its ``wall_s`` from (default: the evaluator's
+    start). ``resume``: the ``run.json`` of the checkpoint to continue from (each node gets
+    its part of it), or ``None``.
+    """
+    config.validate()
+    if num_actors < 1:
+        raise ValueError(f"num_actors must be >= 1, got {num_actors}")
+    spec = config.environment_spec()
+    builder = config.builder
+    builder.validate(spec, jax.local_device_count())
+    policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
+    resume = resume or {}
+    program = Program(builder.name)
+    checkpoints = os.path.join(config.run_dir, "checkpoints", "replay") if config.run_dir else None
+    replay = program.add_node(ReplayNode(functools.partial(builder.make_replay_tables, spec, policy),
+                                         checkpoint_dir=checkpoints), label="replay")
+    # Each service serves what its clients call, no more (e.g. no remote Counter.restore).
+    counter = program.add_node(ServiceNode(Counter, resume.get("counter"), methods=("increment", "get_counts")),
+                               label="counter")
+    learner = program.add_node(ServiceNode(LearnerWorker, config, replay, counter, resume or None,
+                                           methods=("get_variables", "shared_params", "version", "checkpoint")),
+                               label="learner")
+    actors = resume.get("actors") or {}
+    program.add_group("actor", functools.partial(_actor_node, config, replay, learner, counter, actors),
+                      num_actors, restartable=True)
+    program.add_node(ServiceNode(EvaluatorWorker, config, learner, counter, launched_at, resume.get("evaluator"),
+                                 methods=("save", "progress"), ends_program=True), label="evaluator")
+    return program
+
+
+def _actor_node(config: ExperimentConfig, replay, learner, counter, resumes: dict[str, Any],
+                index: int) -> ServiceNode:
+    return ServiceNode(ActorWorker, config, index, replay, learner, counter, resumes.get(f"actor_{index}"),
+                       methods=("save",))

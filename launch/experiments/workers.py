@@ -1,0 +1,240 @@
+"""What the learner, actor and evaluator nodes of a distributed run do (``make_distributed_program``
+builds the graph; ``run_distributed_experiment`` drives it).
+
+Each node's ``run()`` returns its summary -- where its time went (seconds per component and its
+wall time), and its own figures -- which the launcher collects for the run's result; each logs
+its rows to its own CSV. Nodes with state to checkpoint serve it to the driver: the learner
+writes its half of a checkpoint between two updates (``checkpoint``), actors and the evaluator
+hand over their schedules (``save``). On resume each node is given its part of the checkpoint.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+import time
+from typing import Any
+
+import jax
+
+from shoal.actors import EnvironmentLoop, make_vector_env
+from shoal.core.counting import Counter
+from shoal.core.loggers import make_logger
+from shoal.core.specs import make_environment_spec
+from shoal.core.timing import Stopwatch
+from shoal.launch.experiments.checkpointing import Checkpointer, restore_learner
+from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.evaluation import Evaluator
+from shoal.launch.experiments.shared_params import LocalFirstSource, ParamsPublisher
+from shoal.launch.programs.nodes import current_context, should_stop
+
+
+def summary(stopwatch: Stopwatch, wall_s: float, **figures: Any) -> dict[str, Any]:
+    """A node's summary: seconds per time component, its wall time, and ``figures``."""
+    return {"time_s": stopwatch.snapshot(), "wall_s": wall_s, **figures}
+
+
+class LearnerWorker:
+    """Trains as fast as replay serves batches, serves its parameters (RPC, and shared memory
+    for nodes on its host), reports its SGD steps to the counter, and writes the learner and
+    replay half of the run's checkpoints when the driver asks."""
+
+    def __init__(self, config: ExperimentConfig, replay, counter, resume: dict[str, Any] | None = None) -> None:
+        self._counter, self._replay = counter, replay
+        spec = config.environment_spec()
+        builder = config.builder
+        self._local, self.stopwatch = Counter(), Stopwatch()
+        logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
+        dataset = builder.make_dataset_iterator(replay, spec)
+        self._learner = builder.make_learner(jax.random.PRNGKey(config.seed), config.make_networks(spec),
+                                             dataset, logger, self._local, replay, self.stopwatch)
+        self._checkpointer = Checkpointer(config.run_dir) if config.run_dir else None
+        self._resumed: dict[str, Any] | None = None
+        if resume is not None:
+            self._local.restore({k: v for k, v in resume["counter"].items() if k == "learner_steps"})
+            self._resumed = {"env_steps": resume["env_steps"], "learner_version": resume["learner_version"],
+                             "learner_digest": restore_learner(config.run_dir, self._learner, resume),
+                             "replay_items": _replay_items(replay),
+                             "checkpoint_replay_items": resume.get("replay_items"),
+                             "checkpoint_replay_items_range": resume.get("replay_items_range")}
+            print(f"[learner] resumed at env step {resume['env_steps']:,}: {self._resumed}", flush=True)
+        # Compile before this node serves (actors and the evaluator wait for it), so the first
+        # batches are trained on at once rather than after the compiler (seconds on a CPU).
+        self._learner.warm_up(dataset.example())
+        self._requests: queue.Queue = queue.Queue()  # checkpoints asked for, taken between updates
+        self._running = threading.Event()
+        self._first_update_at: float | None = None
+        self._params = ParamsPublisher(self._learner)  # for nodes on this host: no RPC copy per fetch
+
+    def get_variables(self, known_version: int = -1):
+        return self._learner.get_variables(known_version)
+
+    def shared_params(self) -> dict[str, str] | None:
+        """Where this host's nodes read the parameters from shared memory (``None``: use RPC)."""
+        return self._params.location()
+
+    def version(self) -> int:
+        return self._learner.version
+
+    def checkpoint(self, env_steps: int) -> dict[str, Any]:
+        """Writes replay's and the learner's checkpoints (between two updates); returns what was
+        written (for ``run.json``)."""
+        if self._checkpointer is None:
+            raise RuntimeError("this run has no run directory to checkpoint into")
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._requests.put((int(env_steps), done))
+        while True:
+            try:
+                return done.result(timeout=0.5)
+            except concurrent.futures.TimeoutError:
+                if not self._running.is_set() and not done.done():
+                    raise RuntimeError("the learner stopped before it could checkpoint") from None
+
+    def _serve_checkpoints(self) -> None:
+        while not self._requests.empty():
+            env_steps, done = self._requests.get()
+            try:
+                done.set_result(self._checkpointer.save(env_steps, self._learner, self._replay))
+            except BaseException as e:  # noqa: BLE001 -- the caller gets it
+                done.set_exception(e)
+
+    def run(self) -> dict[str, Any]:
+        reported = self._local.get_counts()  # (a resumed counter already holds the restored totals)
+        last = started = time.monotonic()
+        waiting = self.stopwatch.time("sample_wait")
+        self._running.set()
+        try:
+            while not should_stop():
+                self._serve_checkpoints()
+                if not self._learner.ready():  # the rate limiter holds sampling back: wait for actors
+                    with waiting:
+                        time.sleep(0.001)
+                    continue
+                self._learner.step()
+                if self._first_update_at is None:
+                    self._first_update_at = time.time()
+                if time.monotonic() - last > 0.5:  # learner_steps, stale_batches_dropped, ...
+                    reported, last = self._report(reported), time.monotonic()
+        finally:
+            self._running.clear()
+            self._serve_checkpoints()  # (one asked for just before the stop)
+            try:
+                self._learner.check_finite()
+            finally:
+                self._params.close()
+                self._learner.close()
+        self._report(reported)
+        return summary(self.stopwatch, time.monotonic() - started, first_update_at=self._first_update_at,
+                       counts=self._local.get_counts(), resumed=self._resumed)
+
+    def _report(self, reported: dict[str, float]) -> dict[str, float]:
+        counts = self._local.get_counts()
+        self._counter.increment(**{k: v - reported.get(k, 0) for k, v in counts.items()})
+        return counts
+
+
+class ActorWorker:
+    """Acts, writes to replay, reports its env steps. A resumed actor starts from its
+    checkpointed schedule position and RNG key; a restarted one (after a crash) continues its
+    schedules from the env steps it had reported."""
+
+    def __init__(self, config: ExperimentConfig, actor_id: int, replay, learner, counter,
+                 resume: dict[str, Any] | None = None) -> None:
+        self._label, self._counter, self._learner = f"actor_{actor_id}", counter, learner
+        ctx = current_context()
+        resume = resume if ctx is None or ctx.start_count == 1 else None  # (a restart: the counter knows better)
+        done = int(resume["env_steps"]) if resume else int(counter.get_counts().get(f"env_steps_{self._label}", 0))
+        if resume:
+            print(f"[{self._label}] resumes its schedules from its checkpoint at {done:,} env steps "
+                  f"(key {resume['key']})", flush=True)
+        elif done:
+            print(f"[{self._label}] continues its schedules from {done:,} env steps", flush=True)
+        seed = config.seed + 10_007 * (actor_id + 1) + done  # (a restart does not replay its episodes)
+        self._env = make_vector_env(config.env_id, config.num_envs, seed)
+        spec = make_environment_spec(self._env)
+        builder = config.builder
+        policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
+        self._adder = builder.make_adder(replay, spec, policy)
+        source = LocalFirstSource(learner)
+        print(f"[{self._label}] reads parameters {'from shared memory' if source.local else 'over RPC'}", flush=True)
+        self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, source, self._adder,
+                                         env_steps_offset=done)
+        if resume:
+            self._actor.restore(resume)
+        self._logger = make_logger(self._label, config.run_dir, terminal=False)
+        self._loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
+        self._lock = threading.Lock()  # save() sees the schedule and key of the same step
+
+    def save(self) -> dict[str, Any]:
+        """This actor's schedule position (env steps) and RNG key."""
+        with self._lock:
+            return self._actor.save()
+
+    def run(self) -> dict[str, Any]:
+        loop, reported = self._loop, 0
+        last = started = time.monotonic()
+        while not should_stop():
+            with self._lock:
+                loop.step()
+            if time.monotonic() - last > 0.5:
+                reported = self._report(reported)
+                # staleness: learner updates the params this actor acts with are behind by
+                version = self._actor.params_version
+                loop.log(params_version=version, staleness=self._learner.version() - version)
+                last = time.monotonic()
+        self._report(reported)  # an actor stopped while the program goes on (scaled down): its last steps count
+        wall_s = time.monotonic() - started
+        self._adder.close()
+        self._logger.close()
+        return summary(loop.stopwatch, wall_s, env_steps=loop.env_steps, steps_per_s=loop.env_steps / max(wall_s, 1e-9))
+
+    def _report(self, reported: int) -> int:
+        delta = self._loop.env_steps - reported
+        self._counter.increment(**{"env_steps": delta, f"env_steps_{self._label}": delta})
+        return self._loop.env_steps
+
+
+class EvaluatorWorker:
+    """Evaluates on schedule and ends the program when the target return is reached, the step
+    budget is spent, or the program is asked to stop; returns the run's result."""
+
+    def __init__(self, config: ExperimentConfig, learner, counter, launched_at: float | None = None,
+                 resume: dict[str, Any] | None = None) -> None:
+        self._config, self._counter, self._learner = config, counter, learner
+        self._start, self._launched_at = time.monotonic(), launched_at or time.time()
+        self._evaluator = Evaluator(config, LocalFirstSource(learner), jax.random.PRNGKey(config.seed + 1),
+                                    self._start)
+        if resume:
+            self._evaluator.restore(resume)
+
+    def save(self) -> dict[str, Any]:
+        """The evaluation schedule (where the next evaluation falls, what the last found)."""
+        return self._evaluator.save()
+
+    def progress(self) -> dict[str, Any]:
+        last = self._evaluator.last_return
+        return {"eval_return": last, "num_evals": self._evaluator.num_evals, "last_at": self._evaluator.last_at}
+
+    def run(self) -> dict[str, Any]:
+        evaluator, counts = self._evaluator, {}
+        while not should_stop():
+            counts = self._counter.get_counts()
+            env_steps = int(counts.get("env_steps", 0))
+            out_of_budget = env_steps >= self._config.max_env_steps
+            if evaluator.due(env_steps) or out_of_budget:
+                if evaluator.run(env_steps) or out_of_budget:
+                    break
+            time.sleep(0.05)
+        counts = self._counter.get_counts()
+        result = evaluator.result(counts.get("env_steps", 0), counts.get("learner_steps", 0),
+                                  time.time() - self._launched_at)
+        if should_stop():
+            result["stopped"] = True
+        evaluator.close()
+        return {**summary(evaluator.stopwatch, time.monotonic() - self._start), "result": result,
+                "schedule": evaluator.save()}
+
+
+def _replay_items(replay) -> dict[str, int]:
+    return {name: int(info.current_size) for name, info in replay.server_info().items()}
