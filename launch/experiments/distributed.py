@@ -25,6 +25,7 @@ from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.program import CPU_ENV, make_distributed_program
 from shoal.launch.experiments.runs import claim_run_directory
 from shoal.launch.programs import LAUNCHERS, Resources, launch
+from shoal.launch.programs.control import serve_control
 
 MAX_ACTORS_PER_CORE, MIN_ACTOR_CAP = 4, 64
 
@@ -116,7 +117,7 @@ class _Driver:
         terminated = False
         try:
             if self._config.run_dir:
-                run.serve_control(self._config.run_dir, {"actor": (1, max_actors())})  # shoal scale / status
+                serve_control(run, self._config.run_dir, {"actor": (1, max_actors())})  # shoal scale / status
             while not run.done:
                 if stop is not None and stop.is_set() and not terminated:
                     terminated = True

@@ -28,12 +28,14 @@ class _Control:
         return self._run.status()
 
 
-def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]]):
-    """Starts the control server of ``run``; ``limits``: ``{group: (fewest, most)}`` nodes."""
+def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]] | None = None):
+    """Starts the control server of ``run`` (stopped when the program ends); ``limits``:
+    ``{group: (fewest, most)}`` nodes ``scale`` may run."""
     from shoal.launch.programs.rpc import RpcServer
 
     token = secrets.token_urlsafe(32)
-    server = RpcServer(_Control(run, limits), host="127.0.0.1", token=token).start()
+    server = RpcServer(_Control(run, limits or {}), host="127.0.0.1", token=token).start()
+    run.closers.append(server.stop)
     os.makedirs(directory, exist_ok=True)
     token_path = os.path.join(directory, "control.token")
     fd = os.open(token_path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

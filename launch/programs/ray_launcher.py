@@ -31,7 +31,8 @@ import ray
 
 from shoal.launch.programs.addressing import AddressBook
 from shoal.launch.programs.nodes import NodeContext, set_context
-from shoal.launch.programs.program import Node, Program, Resources
+from shoal.launch.programs.program import Node, Program
+from shoal.launch.programs.resources import Resources
 from shoal.launch.programs.supervision import ProgramRun
 
 FORWARDED_ENV = ("SHOAL_", "JAX_", "XLA_", "TF_CPP_")

@@ -3,7 +3,8 @@
 ``add_nodes`` starts new nodes from the group's factory; ``remove_nodes`` asks the newest
 running ones to stop (like at the end of a program; killed after the grace period) and their
 exit is not a failure: they show as ``removed``. ``scale(group, count)`` does either, within the
-bounds the caller allows. Mixed into ``ProgramRun`` (it uses the run's workers, states and lock).
+bounds the caller allows. ``status`` / ``summary`` give the node table. Mixed into
+``ProgramRun`` (it uses the run's workers, states and lock).
 """
 
 from __future__ import annotations
@@ -80,3 +81,12 @@ class ElasticGroups:
                              "restarts": w.restarts if w.managed_restarts else self.restarts[label],
                              "log": w.log_path})
             return rows
+
+    def summary(self) -> str:
+        rows = [f"program {self.program.name!r} {'FAILED' if self.failed else 'ended'}: {self.reason} "
+                f"({getattr(self, 'elapsed_s', time.monotonic() - self.start_time):.1f}s, {self.launcher})",
+                f"  {'node':<14} {'group':<10} {'state':<12} {'restarts':>8}  log"]
+        for row in self.status():
+            rows.append(f"  {row['label']:<14} {row['group']:<10} {row['state']:<12} "
+                        f"{row['restarts']:>8}  {row['log']}")
+        return "\n".join(rows)

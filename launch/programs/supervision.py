@@ -71,7 +71,8 @@ class ProgramRun(ElasticGroups):
                  run_dir: str | None = None, on_close: Callable[[], None] | None = None,
                  before_stop: Callable[["ProgramRun"], None] | None = None) -> None:
         self.program, self.launcher, self.run_dir = program, launcher, run_dir
-        self._make_worker, self._on_close, self._before_stop = make_worker, on_close, before_stop
+        self._make_worker, self._before_stop = make_worker, before_stop
+        self.closers: list[Callable[[], None]] = [on_close] if on_close is not None else []  # run at the end
         self._context = NodeContext("launcher", "launcher", address_book, token)
         self._max_restarts, self._grace_s = max_restarts, grace_s
         self.workers: dict[str, Worker] = {}
@@ -83,7 +84,6 @@ class ProgramRun(ElasticGroups):
         self._lock = threading.RLock()
         self._done = threading.Event()
         self._finishing = False
-        self._control = None
         self.reason, self.failed, self.stop_error = "", False, None
         self.start_time = time.monotonic()
         for node in program.nodes:
@@ -188,10 +188,8 @@ class ProgramRun(ElasticGroups):
                 elif self.states[label] in LIVE:
                     self.states[label] = NodeState.STOPPED
             self.elapsed_s = time.monotonic() - self.start_time
-            if self._control is not None:
-                self._control.stop()
-            if self._on_close is not None:
-                self._on_close()
+            for close in reversed(self.closers):
+                close()
             self._done.set()
 
     # -- ending -------------------------------------------------------------------------------
@@ -222,20 +220,3 @@ class ProgramRun(ElasticGroups):
     def results(self) -> dict[str, Any]:
         """``{label: result}`` of every node whose last run returned (exit code 0)."""
         return {label: worker.result() for label, worker in self.workers.items() if worker.poll() == 0}
-
-    def serve_control(self, directory: str, limits: dict[str, tuple[int, int]] | None = None) -> str:
-        """Serves ``scale`` and ``status`` on loopback RPC for ``shoal scale`` (see
-        ``shoal.launch.programs.control``); returns its address."""
-        from shoal.launch.programs.control import serve_control
-
-        self._control = serve_control(self, directory, limits or {})
-        return self._control.address
-
-    def summary(self) -> str:
-        rows = [f"program {self.program.name!r} {'FAILED' if self.failed else 'ended'}: {self.reason} "
-                f"({getattr(self, 'elapsed_s', time.monotonic() - self.start_time):.1f}s, {self.launcher})",
-                f"  {'node':<14} {'group':<10} {'state':<12} {'restarts':>8}  log"]
-        for row in self.status():
-            rows.append(f"  {row['label']:<14} {row['group']:<10} {row['state']:<12} "
-                        f"{row['restarts']:>8}  {row['log']}")
-        return "\n".join(rows)

@@ -17,7 +17,7 @@ from shoal.agents import get_builder
 from shoal.core.counting import Counter
 from shoal.launch import ExperimentConfig, Program, Resources, ServiceNode, launch, run_experiment
 from shoal.launch.experiments.cli import main
-from shoal.launch.programs.control import connect_control
+from shoal.launch.programs.control import connect_control, serve_control
 from shoal.launch.programs.rpc import RemoteError
 from shoal.launch.programs.shared_memory import SharedValuePublisher, sweep_segments
 
@@ -61,7 +61,7 @@ def test_the_control_service_keeps_a_group_within_its_bounds(tmp_path):
     del hub
     run = launch(program, "inprocess", run_dir=str(tmp_path))
     try:
-        run.serve_control(str(tmp_path), {"worker": (1, 3)})
+        serve_control(run, str(tmp_path), {"worker": (1, 3)})
         control = connect_control(str(tmp_path))
         for count in (0, 4):
             with pytest.raises(RemoteError, match="between 1 and 3"):

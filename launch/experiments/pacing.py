@@ -1,0 +1,78 @@
+"""How one process paces its learner against its actor (the single-process runner's rule).
+
+In one process the actor, an embedded Reverb server and the learner share one thread, paced by
+one rule for every agent and table (after Acme's runner): inserts never block (the tables'
+rate limiters are rebuilt without an insert bound), and after each vector step the learner
+takes its next batch if it is waiting, and goes on stepping while the table could serve yet
+another batch (it lags behind the rate limiter; the runner waits the moment the prefetch thread
+needs to deliver it). So a replay ratio (a ``SampleToInsertRatio`` table) and an on-policy
+queue pace the same way, and updates spread out between actor steps instead of bunching.
+
+Actor parameters come from the learner object itself, pulled synchronously, so a seeded run
+acts reproducibly. An ``on_policy`` agent pulls after the learner stepped (every rollout is
+acted with the newest params); any other agent pulls before, so the update it dispatches runs
+on the devices while the actor takes its next vector step (acting one update behind).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from shoal.core.interfaces import Actor, Learner
+from shoal.core.types import Step
+
+
+class LearningActor(Actor):
+    """An actor whose ``update`` steps the learner while data is ready (the pacing rule in the
+    module docstring) and refreshes the actor's parameters: after that if ``pull_after``,
+    else before. The learner reads ``items_per_update`` items of ``table`` per step."""
+
+    def __init__(self, actor: Actor, learner: Learner, server: Any, table: str,
+                 items_per_update: int, pull_after: bool, timeout_s: float = 120.0) -> None:
+        self._actor, self._learner, self._server, self._table = actor, learner, server, table
+        self._items_per_update, self._pull_after, self._timeout_s = items_per_update, pull_after, timeout_s
+        self._items_consumed = 0
+
+    def _behind(self) -> bool:
+        """Whether the table can serve another batch now, or (for an on-policy agent, which must
+        not act before training on it) already served one that is on its way to the learner."""
+        if self._server.can_sample(self._table, self._items_per_update):
+            return True
+        return self._pull_after and (
+            self._server.items_sampled(self._table) >= self._items_consumed + self._items_per_update)
+
+    def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
+        return self._actor.select_action(observation)
+
+    def observe(self, step: Step) -> None:
+        self._actor.observe(step)
+
+    def _train(self) -> None:
+        stepped, waiting_since = False, None
+        while True:
+            behind = self._behind()
+            if self._learner.ready() and (behind or not stepped):
+                self._learner.step()
+                self._items_consumed += self._items_per_update
+                stepped, waiting_since = True, None
+            elif not behind:
+                return
+            elif waiting_since is None:
+                waiting_since = time.monotonic()
+            elif time.monotonic() - waiting_since > self._timeout_s:
+                raise TimeoutError(f"replay table '{self._table}' could serve a batch, but none "
+                                   f"reached the learner within {self._timeout_s}s")
+            else:
+                with self._learner.stopwatch.time("sample_wait"):
+                    time.sleep(0.0002)  # the learner's prefetch thread is fetching the batch
+
+    def update(self, wait: bool = False) -> None:
+        if self._pull_after:
+            self._train()
+            self._actor.update(wait)
+        else:
+            self._actor.update(wait)
+            self._train()
