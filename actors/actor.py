@@ -19,12 +19,18 @@ class BatchedActor(Actor, Saveable):
     as epsilon decay live inside the jitted function; ``env_steps_offset`` lets a restarted
     actor continue its schedule) and the version of the params it acts with (so an on-policy
     agent can record it in its extras).
+
+    It acts on ``device``, by default the CPU, where the params and the key are placed (and so
+    the policy runs): a policy over a few envs is latency-bound, and on a machine with a GPU
+    the learner's, it would otherwise round-trip to the GPU every step.
     """
 
     def __init__(self, policy: Policy, key: jax.Array, variable_client: VariableClient,
-                 adder: Adder | None = None, num_envs: int = 1, env_steps_offset: int = 0) -> None:
+                 adder: Adder | None = None, num_envs: int = 1, env_steps_offset: int = 0,
+                 device: jax.Device | None = None) -> None:
         self._apply = jax.jit(policy.apply)
-        self._key = key
+        self._device = device or cpu_device()
+        self._key = jax.device_put(key, self._device)
         self._client = variable_client
         self._adder = adder
         self._num_envs = num_envs
@@ -34,7 +40,7 @@ class BatchedActor(Actor, Saveable):
 
     def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
         if self._device_version != self._client.version:  # one host->device copy per version
-            self._device_params = jax.device_put(self._client.params)
+            self._device_params = jax.device_put(self._client.params, self._device)
             self._device_version = self._client.version
         info = ActorInfo(self._offset + self.steps * self._num_envs, self._client.version)
         actions, extras, self._key = self._apply(self._device_params, self._key, observation, info)
@@ -63,4 +69,12 @@ class BatchedActor(Actor, Saveable):
 
     def restore(self, state: dict) -> None:
         self._offset, self.steps = int(state["env_steps"]), 0
-        self._key = jax.numpy.asarray(state["key"], jax.numpy.uint32)
+        self._key = jax.device_put(np.asarray(state["key"], np.uint32), self._device)
+
+
+def cpu_device() -> jax.Device | None:
+    """This process's CPU device (``None`` where JAX was started without one)."""
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError:
+        return None

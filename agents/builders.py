@@ -28,7 +28,7 @@ from shoal.core.loggers import Logger
 from shoal.core.settings import check_settings
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
-from shoal.core.types import Policy
+from shoal.core.types import Policy, Sample
 
 
 class AgentBuilder(abc.ABC):
@@ -73,6 +73,11 @@ class AgentBuilder(abc.ABC):
     @abc.abstractmethod
     def make_dataset_iterator(self, replay_client: Any, spec: EnvironmentSpec) -> Dataset:
         """Host batches (``shoal.core.types.Sample``) from replay, one per learner update."""
+
+    @abc.abstractmethod
+    def example_batch(self, spec: EnvironmentSpec, policy: Policy) -> Sample:
+        """A batch of zeros shaped like the dataset's (``shoal.replay.layouts``; no Reverb needed):
+        to feed the learner where no replay server runs (benchmarks, current-JAX machines)."""
 
     @abc.abstractmethod
     def make_adder(self, replay_client: Any, spec: EnvironmentSpec, policy: Policy) -> Adder:

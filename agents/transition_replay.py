@@ -53,6 +53,12 @@ class TransitionReplayBuilder(AgentBuilder):
                                   batch_size=self.config.batch_size,
                                   num_steps=self.config.sgd_steps_per_update)
 
+    def example_batch(self, spec: EnvironmentSpec, policy: Policy):
+        from shoal.replay.layouts import transition_example
+
+        return transition_example(spec, policy.extras_spec, self.config.batch_size,
+                                  self.config.sgd_steps_per_update)
+
     def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy):
         from shoal.replay import NStepTransitionAdder
 

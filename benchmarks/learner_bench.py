@@ -1,52 +1,222 @@
-"""The learner fed from Reverb against the same update on a batch already on the devices.
+"""How fast each agent's learner updates, fed through its prefetcher and in memory.
 
-    python benchmarks/learner_bench.py [--seconds 2]     # one JSON object (the devices JAX sees)
+    python benchmarks/learner_bench.py --in-memory [--agents dqn ppo impala sac] [--configs default large]
+    python benchmarks/learner_bench.py --replay        # DQN and PPO fed from a real Reverb table
 
-For DQN (a uniform table filled once, not rate limited) and PPO (a queue filled with enough
-rollouts first): ``fed`` = learner updates/s through the real dataset iterator and device
-prefetch (``learner.step()``: sample, update, the host copy of params for actors);
-``in_memory`` = the same jitted update applied again and again to one batch on the devices.
-``ratio`` = fed / in_memory. (The benchmark reaches into the learner for its jitted update.)
+``--in-memory`` (no replay server: runs wherever JAX runs, a GPU machine included) builds each
+agent's learner through its builder and feeds it synthetic host batches of the right shapes
+(``builder.example_batch`` filled with random numbers; a pool of 4, cycled):
+
+* ``fed``: ``learner.step()`` -- the prefetch thread places each host batch on the devices while
+  the previous update runs, as in a training run;
+* ``in_memory``: the same compiled update applied again and again to one batch already on the
+  devices (the benchmark reaches into the learner for it);
+
+each as updates/s, SGD steps/s and samples/s (transitions, or env steps of sequences, per
+second, epochs counted), and ``ratio`` = fed / in memory. ``default`` is each agent's default
+config; ``large`` a GPU-sized one. One JSON object on stdout (a table on stderr), with the
+devices it ran on.
+
+``--replay`` measures the feed from Reverb instead (``learner_feed_ratio`` in throughput.py):
+a real table filled by a real actor, the real dataset iterator, on CartPole-v1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
-from shoal.actors import EnvironmentLoop, make_vector_env  # noqa: E402
+from shoal.actors import make_vector_env  # noqa: E402
 from shoal.agents import get_builder  # noqa: E402
-from shoal.core.counting import Counter  # noqa: E402
+from shoal.core.interfaces import Dataset  # noqa: E402
 from shoal.core.specs import make_environment_spec  # noqa: E402
-from shoal.replay import ReplayServer  # noqa: E402
+from shoal.core.types import Sample  # noqa: E402
 
-AGENTS = {"dqn": {"num_envs": 16, "overrides": {}},
-          "ppo": {"num_envs": 8, "overrides": {"queue_capacity": 100_000, "max_policy_lag": 10**9}}}
+# agent -> (env, num_envs, {config name: settings})
+CONFIGS = {
+    "dqn": ("CartPole-v1", 16, {"default": {}, "large": {"batch_size": 4096, "hidden_sizes": (512, 512)}}),
+    # (synthetic rollouts carry no policy version to go by: PPO's staleness rule is off here)
+    "ppo": ("CartPole-v1", 16, {"default": {"max_policy_lag": 10**9},
+                                "large": {"rollout_length": 128, "hidden_sizes": (256, 256), "num_envs": 64,
+                                          "max_policy_lag": 10**9}}),
+    "impala": ("CartPole-v1", 16, {"default": {}, "large": {"rollout_length": 64, "sequences_per_update": 256,
+                                                            "hidden_sizes": (256, 256), "num_envs": 64}}),
+    "sac": ("Pendulum-v1", 16, {"default": {}, "large": {"batch_size": 1024, "hidden_sizes": (256, 256)}}),
+}
 
 
-def _tables(name, builder, spec, policy):
-    if name == "dqn":
-        from actor_bench import free_table
+class SyntheticDataset(Dataset):
+    """Random host batches shaped like ``example`` (a pool of ``pool`` of them, cycled)."""
 
-        return [free_table(builder, spec, policy)]
-    return builder.make_replay_tables(spec, policy)
+    table, items_per_update = "synthetic", 1
+
+    def __init__(self, example: Sample, spec, pool: int = 4, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.num_envs = spec.num_envs
+        self._example, self._i = example, 0
+        self._batches = [Sample(jax.tree_util.tree_map_with_path(lambda p, x: _fill(p, x, spec, rng), example.data),
+                                example.keys) for _ in range(pool)]
+
+    def __next__(self) -> Sample:
+        self._i += 1
+        return self._batches[self._i % len(self._batches)]
+
+    def example(self) -> Sample:
+        return self._example
 
 
-def feed_ratio(name: str, seconds: float) -> dict:
-    setting = AGENTS[name]
+def _fill(path, x: np.ndarray, spec, rng: np.random.Generator) -> np.ndarray:
+    name = str(getattr(path[-1], "key", path[-1]))
+    if name == "action" and spec.num_actions is not None:
+        return rng.integers(0, spec.num_actions, x.shape).astype(x.dtype)
+    if name == "action":
+        return rng.uniform(spec.action_space.low, spec.action_space.high, x.shape).astype(x.dtype)
+    if name in ("terminated", "truncated"):
+        return rng.random(x.shape) < 0.02
+    if name == "discount":
+        return np.where(rng.random(x.shape) < 0.02, 0.0, 0.99 ** 3).astype(x.dtype)
+    if name in ("probability", "table_size"):
+        return np.full(x.shape, 1e-3 if name == "probability" else 1e4, x.dtype)
+    if name == "log_prob":
+        return np.log(rng.uniform(0.2, 0.8, x.shape)).astype(x.dtype)
+    if name == "policy_version":
+        return np.zeros(x.shape, x.dtype)
+    if np.issubdtype(x.dtype, np.integer):
+        return rng.integers(0, 256, x.shape).astype(x.dtype)
+    return rng.normal(size=x.shape).astype(x.dtype)
+
+
+def samples_per_update(builder, example: Sample) -> int:
+    """Transitions (or env steps of sequences) one update trains on, epochs counted."""
+    leading = jax.tree_util.tree_leaves(example.data)[0].shape[:2]
+    return math.prod(leading) * getattr(builder.config, "num_epochs", 1)
+
+
+def _rate(step, seconds: float, done, calls: list | None = None) -> float:
+    """Calls of ``step`` per second over about ``seconds`` (``done`` waits for the last)."""
+    step()  # (warm: compiled already)
+    done()
+    start, n = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        step()
+        n += 1
+    done()
+    if calls is not None:
+        calls.append(n)
+    return n / (time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def python_dispatches():
+    """Counts the calls of jitted functions that missed JAX's C++ dispatch path (each one goes
+    through Python: tracing-cache lookups, argument checks) while the block runs."""
+    import jax._src.pjit as pjit
+
+    name = "_run_python_pjit" if hasattr(pjit, "_run_python_pjit") else "_python_pjit_helper"
+    original, count = getattr(pjit, name), [0]
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return original(*args, **kwargs)
+
+    setattr(pjit, name, counted)
+    try:
+        yield count
+    finally:
+        setattr(pjit, name, original)
+
+
+def learner_speed(agent: str, config_name: str, seconds: float) -> dict:
+    env_id, num_envs, configs = CONFIGS[agent]
+    settings = dict(configs[config_name])
+    num_envs = settings.pop("num_envs", num_envs)
+    builder = get_builder(agent, **settings)
+    env = make_vector_env(env_id, num_envs, seed=0)
+    spec = make_environment_spec(env)
+    env.close()
+    networks = builder.make_networks(spec)
+    example = builder.example_batch(spec, builder.make_policy(networks, spec, evaluation=False))
+    dataset = SyntheticDataset(example, spec)
+    learner = builder.make_learner(jax.random.PRNGKey(0), networks, dataset)
+    try:
+        learner.warm_up(example)
+        learner.step()  # (the first update: its dispatch path is set up)
+        calls: list = []
+        with python_dispatches() as missed:
+            fed = _rate(learner.step, seconds, learner.check_finite, calls)
+        data = learner._place.shard(next(dataset).data)  # one batch, already on the devices
+        state = {"params": learner._params, "rest": jax.tree_util.tree_map(lambda x: x.copy(), learner._rest)}
+
+        def in_memory_step():
+            state["params"], state["rest"], _, _ = learner._update(state["params"], state["rest"], data)
+
+        in_memory = _rate(in_memory_step, seconds, lambda: jax.block_until_ready(state["params"]))
+        sgd_steps = learner._static_sgd_steps or 1
+    finally:
+        learner.close()
+    samples = samples_per_update(builder, example)
+    return {"updates_per_s": {"fed": round(fed, 1), "in_memory": round(in_memory, 1)},
+            "sgd_steps_per_s": {"fed": round(fed * sgd_steps), "in_memory": round(in_memory * sgd_steps)},
+            "samples_per_s": {"fed": round(fed * samples), "in_memory": round(in_memory * samples)},
+            "ratio": round(fed / in_memory, 3), "sgd_steps_per_update": sgd_steps, "samples_per_update": samples,
+            "python_dispatches_per_update": round(missed[0] / (calls[0] + 1), 3)}
+
+
+def in_memory_table(agents, configs, seconds: float) -> dict:
+    results = {}
+    for agent in agents:
+        for name in configs:
+            print(f"[learner_bench] {agent} {name} ...", file=sys.stderr, flush=True)
+            results.setdefault(agent, {})[name] = learner_speed(agent, name, seconds)
+    return {"jax": jax.__version__, "backend": jax.default_backend(),
+            "devices": [str(d) for d in jax.local_devices()], "results": results}
+
+
+def markdown(out: dict) -> str:
+    lines = [f"devices: {', '.join(out['devices'])} (JAX {out['jax']})", "",
+             "| agent | config | updates/s fed | updates/s in memory | fed / in memory | SGD steps/s fed | samples/s fed |",
+             "|---|---|---|---|---|---|---|"]
+    for agent, configs in out["results"].items():
+        for name, r in configs.items():
+            lines.append(f"| {agent} | {name} | {r['updates_per_s']['fed']:,.0f} | {r['updates_per_s']['in_memory']:,.0f} "
+                         f"| {r['ratio']:.2f} | {r['sgd_steps_per_s']['fed']:,} | {r['samples_per_s']['fed']:,} |")
+    return "\n".join(lines)
+
+
+# -- fed from Reverb (--replay) ---------------------------------------------------------------
+REPLAY_AGENTS = {"dqn": {"num_envs": 16, "overrides": {}},
+                 "ppo": {"num_envs": 8, "overrides": {"queue_capacity": 100_000, "max_policy_lag": 10**9}}}
+
+
+def replay_feed_ratio(name: str, seconds: float) -> dict:
+    """Updates/s of ``name``'s learner fed from a filled Reverb table, against in memory."""
+    from shoal.actors import EnvironmentLoop
+    from shoal.core.counting import Counter
+    from shoal.replay import ReplayServer
+
+    setting = REPLAY_AGENTS[name]
     builder = get_builder(name, **setting["overrides"])
     env = make_vector_env("CartPole-v1", setting["num_envs"], seed=0)
     spec = make_environment_spec(env)
     networks = builder.make_networks(spec)
     policy = builder.make_policy(networks, spec, evaluation=False)
-    server = ReplayServer(_tables(name, builder, spec, policy))
+    if name == "dqn":
+        from actor_bench import free_table
+
+        tables = [free_table(builder, spec, policy)]
+    else:
+        tables = builder.make_replay_tables(spec, policy)
+    server = ReplayServer(tables)
     learner = builder.make_learner(jax.random.PRNGKey(0), networks, builder.make_dataset_iterator(server.client, spec),
                                    None, Counter(), server.client)
     adder = builder.make_adder(server.client, spec, policy)
@@ -61,25 +231,17 @@ def feed_ratio(name: str, seconds: float) -> dict:
 
     try:
         fill(max(4, 2000 // steps_per_update))
-        learner.step()  # compiles
-        jax.block_until_ready(learner._state)
-        _, data = next(learner._batches)  # one batch, already on the devices
-        state = jax.tree_util.tree_map(jax.numpy.copy, learner._state)  # (the update donates it)
-        jax.block_until_ready(state)
-        start, n = time.perf_counter(), 0
-        while time.perf_counter() - start < seconds:
-            state, _ = learner._update(state, data)
-            n += 1
-        jax.block_until_ready(state)
-        in_memory = n / (time.perf_counter() - start)
-        updates = max(5, math.ceil(in_memory * seconds))
+        learner.warm_up(builder.example_batch(spec, policy))
+        data = learner._place.shard(builder.example_batch(spec, policy).data)
+        state = {"params": learner._params, "rest": jax.tree_util.tree_map(lambda x: x.copy(), learner._rest)}
+
+        def in_memory_step():
+            state["params"], state["rest"], _, _ = learner._update(state["params"], state["rest"], data)
+
+        in_memory = _rate(in_memory_step, seconds, lambda: jax.block_until_ready(state["params"]))
         if name == "ppo":  # a queue: every update takes its own rollout
-            fill(updates + 2)
-        start = time.perf_counter()
-        for _ in range(updates):
-            learner.step()
-        jax.block_until_ready(learner._state)
-        fed = updates / (time.perf_counter() - start)
+            fill(max(5, math.ceil(in_memory * seconds)) + 4)
+        fed = _rate(learner.step, seconds, learner.check_finite)
     finally:
         adder.close()
         learner.close()
@@ -89,15 +251,32 @@ def feed_ratio(name: str, seconds: float) -> dict:
 
 
 def feed_ratios(seconds: float) -> dict:
-    out = {name: feed_ratio(name, seconds) for name in AGENTS}
+    out = {name: replay_feed_ratio(name, seconds) for name in REPLAY_AGENTS}
     return {"devices": len(jax.local_devices()), "ratio": {k: v["ratio"] for k, v in out.items()},
             "updates_per_s": out}
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=2.0)
-    import sys
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--in-memory", action="store_true", help="synthetic batches, no replay server (default)")
+    mode.add_argument("--replay", action="store_true", help="DQN and PPO fed from a real Reverb table")
+    parser.add_argument("--agents", nargs="+", default=sorted(CONFIGS), choices=sorted(CONFIGS))
+    parser.add_argument("--configs", nargs="+", default=["default", "large"], choices=["default", "large"])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    parser.add_argument("--out", default=None, help="also write the JSON object to this file")
+    args = parser.parse_args()
+    if args.replay:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        out = feed_ratios(args.seconds)
+    else:
+        out = in_memory_table(args.agents, args.configs, args.seconds)
+        print(markdown(out), file=sys.stderr)
+    print(json.dumps(out), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=2)
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    print(json.dumps(feed_ratios(parser.parse_args().seconds)))
+
+if __name__ == "__main__":
+    main()

@@ -85,7 +85,7 @@ def learner_feed(seconds: float, devices: int) -> dict:
 
         return feed_ratios(seconds)
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "learner_bench.py"), "--seconds", str(seconds)],
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "learner_bench.py"), "--replay", "--seconds", str(seconds)],
                           capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode:
         raise RuntimeError(f"the {devices}-device learner benchmark failed:\n{proc.stderr[-3000:]}")

@@ -1,17 +1,36 @@
-"""The data-parallel learner. Every ``pmap``-specific line of Shoal lives in this module.
+"""The data-parallel learner. Every device-specific line of Shoal lives in this module.
 
-``ReplicatedLearner`` keeps the training state replicated on every local device and runs
+``ReplicatedLearner`` keeps the training state on every one of the learner's devices (a one-axis
+``Mesh`` named ``AXIS_NAME``) and runs the agent's update function on each device's share of
+the batch::
 
-    update = pmap(update_fn, AXIS_NAME, donate_argnums=0)
+    update = jit(shard_map(update_fn, mesh, in_specs=(P(), P(AXIS_NAME)),
+                           out_specs=(P(), UpdateOutput(P(), P(), P(AXIS_NAME)))))
 
-on batches whose leading axis is split across the devices (``[num_devices, batch/num_devices,
-...]``). ``update_fn`` is the agent's (see ``shoal.learners.updates``): k scanned SGD steps,
-epochs x minibatches over a rollout, ... A background thread (``DevicePrefetcher``) pulls host
-batches from replay and ``device_put``s their shards, so an update never waits on Python for a
-batch Reverb already served. After each update the copy of device 0's params to the host is
-started asynchronously; ``get_variables`` serves that host copy (materialized once per version),
-with the version. (JAX >= 0.8 keeps ``pmap`` in maintenance mode; ``shard_map`` over a mesh is
-the later path, and only this module would change.)
+Placement is ``jax.device_put`` with a ``NamedSharding``: the state replicated (``P()``), host
+batches split along their leading axis (``P(AXIS_NAME)``: device ``d`` gets rows ``d*b ..
+(d+1)*b - 1``), the same on every JAX from the pinned 0.4.34 to today's. ``update_fn`` sees one
+device's rows and all-reduces its gradients by axis name (``lax.pmean``); per-example outputs
+(``aux``) come back concatenated along the batch axis, in the host batch's order.
+
+Why ``jit(shard_map)`` and not ``pmap`` (which the project card names): JAX 0.10 removed the
+placement ``pmap`` wanted (the functions that replicate or shard onto a list of devices, and
+pmap's own sharding type), and from JAX 0.8 on ``pmap`` is itself implemented as
+``jit(shard_map)``. Writing the latter directly, with the input shardings given to ``jit``,
+keeps every call on JAX's C++ dispatch path on every version, needs no ``[devices,
+batch/devices]`` reshape of batches, and returns per-example outputs in global batch order (no
+agent decodes a device layout). The collectives (``pmean`` by axis name) are the same under
+both. (JAX 0.4.34's ``shard_map`` miscompiled one pattern, a permutation computed outside a loop
+and read inside it; ``shoal.learners.updates`` draws its permutations inside the loop, and the
+2-device tests compare every agent's update with the 1-device one.)
+
+The update never waits on Python: a background thread (``DevicePrefetcher``) pulls the next host
+batches from replay while the current update runs (and places them, with ``place_ahead``;
+otherwise the compiled update places its host batch itself); the parameters are not donated
+to the update, so the previous version stays readable while the next one is computed and
+``get_variables`` copies a version to the host only when asked (once per version); the NaN
+check of each update's metrics reads them once they are ready, without waiting; and the
+agent's host-side hook (e.g. DQN's priority writes) runs on a thread of its own.
 """
 
 from __future__ import annotations
@@ -19,45 +38,70 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from shoal.core.counting import Counter
-from shoal.core.interfaces import Learner
+from shoal.core.interfaces import Dataset, Learner
 from shoal.core.loggers import Logger, NoOpLogger
 from shoal.core.timing import Stopwatch, breakdown
-from shoal.learners.updates import AXIS_NAME, UpdateFn
+from shoal.core.types import Sample
+from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput
 
-__all__ = ["AXIS_NAME", "DevicePrefetcher", "ReplicatedLearner", "replicate", "shard"]
+__all__ = ["AXIS_NAME", "DevicePrefetcher", "Placement", "ReplicatedLearner"]
+
+MAX_IN_FLIGHT = 4  # updates dispatched but not finished before step() waits for the oldest
 
 
-def replicate(tree: Any, devices: Sequence[jax.Device]) -> Any:
-    return jax.device_put_replicated(tree, list(devices))
+def _shard_map(f: Callable, mesh: Mesh, in_specs: Any, out_specs: Any) -> Callable:
+    """``shard_map`` on any JAX. Replication is not checked (JAX 0.4.34 has no rule for
+    ``lax.cond``, e.g. in optax's periodic target update): the agents' updates keep replicas
+    equal by all-reducing their gradients, which the 2-device tests check."""
+    if hasattr(jax, "shard_map"):  # JAX >= 0.6.1
+        return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    from jax.experimental.shard_map import shard_map  # JAX 0.4.34
+
+    return shard_map(f, mesh, in_specs, out_specs, check_rep=False)
 
 
-def shard(tree: Any, devices: Sequence[jax.Device]) -> Any:
-    """Host arrays ``[batch, ...]`` -> device arrays ``[num_devices, batch/num_devices, ...]``:
-    device ``d`` gets rows ``d*b .. (d+1)*b - 1`` (``b = batch / num_devices``)."""
-    n = len(devices)
+class Placement:
+    """The learner's devices as a one-axis mesh: what is replicated, and how batches split."""
 
-    def split(x):
-        x = np.asarray(x)
-        if x.shape[0] % n:
-            raise ValueError(f"batch of {x.shape[0]} rows cannot be split over {n} devices")
-        return jax.device_put_sharded(list(x.reshape(n, x.shape[0] // n, *x.shape[1:])), list(devices))
+    def __init__(self, devices: Sequence[jax.Device]) -> None:
+        self.devices = list(devices)
+        self.mesh = Mesh(np.asarray(self.devices), (AXIS_NAME,))
+        self.replicated, self.split = NamedSharding(self.mesh, P()), NamedSharding(self.mesh, P(AXIS_NAME))
 
-    return jax.tree_util.tree_map(split, tree)
+    def replicate(self, tree: Any) -> Any:
+        return jax.device_put(tree, self.replicated)
+
+    def check(self, tree: Any) -> Any:
+        """``tree`` (host arrays ``[batch, ...]``), once checked to split evenly over the devices."""
+        n = len(self.devices)
+        for leaf in jax.tree_util.tree_leaves(tree):
+            if np.shape(leaf)[0] % n:
+                raise ValueError(f"batch of {np.shape(leaf)[0]} rows cannot be split over {n} devices")
+        return tree
+
+    def shard(self, tree: Any) -> Any:
+        """Host arrays ``[batch, ...]`` split along ``batch`` over the devices: device ``d``
+        holds rows ``d*b .. (d+1)*b - 1`` (``b = batch / num_devices``)."""
+        return jax.device_put(self.check(tree), self.split)
 
 
 class DevicePrefetcher:
     """Iterates ``(host_sample, device_data)``: host samples (with ``.data``) pulled from
-    ``iterator`` on a background thread, their data sharded over ``devices`` there."""
+    ``iterator`` on a background thread and placed there (``place``), ``buffer_size`` ahead."""
 
-    def __init__(self, iterator: Iterator, devices: Sequence[jax.Device], buffer_size: int = 2,
+    def __init__(self, iterator: Iterator, place: Callable[[Any], Any], buffer_size: int = 2,
                  timeout_s: float = 120.0) -> None:
-        self._iterator, self._devices, self._timeout_s = iterator, list(devices), timeout_s
+        self._iterator, self._place, self._timeout_s = iterator, place, timeout_s
         self._what = f"replay table '{getattr(iterator, 'table', '?')}'"
         self._queue: queue.Queue = queue.Queue(maxsize=buffer_size)
         self._delivering = False
@@ -70,7 +114,7 @@ class DevicePrefetcher:
             while not self._stop.is_set():
                 sample = next(self._iterator)
                 self._delivering = True  # served by replay; on its way to the devices
-                self._put((sample, shard(sample.data, self._devices)))
+                self._put((sample, self._place(sample.data)))
                 self._delivering = False
         except BaseException as e:  # noqa: BLE001 -- handed to the consumer, re-raised there
             if not self._stop.is_set():
@@ -110,16 +154,46 @@ class DevicePrefetcher:
             self._iterator.close()
 
 
+class _HostHook:
+    """Runs ``hook(sample, aux)`` for each update on a thread of its own, in update order, so
+    that reading ``aux`` back (which waits for the update) stays off the update's critical
+    path. At most ``depth`` updates wait for it; a failure is raised at the next ``put``."""
+
+    def __init__(self, hook: Callable[[Any, Any], None], depth: int = 4) -> None:
+        self._hook, self._queue, self._error = hook, queue.Queue(maxsize=depth), None
+        self._thread = threading.Thread(target=self._run, name="learner-host-hook", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            try:
+                self._hook(*item)
+            except BaseException as e:  # noqa: BLE001 -- re-raised in the learner's thread
+                self._error = self._error or e
+
+    def put(self, sample: Any, aux: Any) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the learner's after-update hook failed: {self._error!r}") from self._error
+        self._queue.put((sample, aux))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+
 class ReplicatedLearner(Learner):
-    """Runs an agent's update function over host batches, data-parallel on all local devices.
+    """Runs an agent's update function over host batches, data-parallel on the learner's devices.
 
     Args:
-      state: the initial training state (a pytree with a ``params`` field or key).
-      update: ``update(state, batch) -> (state, UpdateOutput)`` on one device's shard.
-      iterator: yields host ``Sample``s (``.data`` with the batch axis leading, ``.keys``).
-      devices: where to replicate (default ``jax.local_devices()``).
-      after_update: optional host hook ``fn(sample, aux)`` after each update (``aux`` as device
-        arrays ``[num_devices, ...]``), e.g. writing priorities back to replay.
+      state: the initial training state (a pytree with a ``params`` field or key: what
+        ``get_variables`` serves).
+      update: ``update(state, batch) -> (state, UpdateOutput)`` on one device's rows (see
+        ``shoal.learners.updates``).
+      dataset: yields host ``Sample``s (``.data`` with the batch axis leading, ``.keys``).
+      devices: where to replicate (default ``jax.local_devices()``: a GPU if there is one).
+      after_update: optional host hook ``fn(sample, aux)`` after each update, ``aux`` (device
+        arrays) in the host batch's order, e.g. writing priorities back to replay. It runs on a
+        background thread, in update order.
       keep_batch: optional ``fn(sample, version) -> bool``, asked before each update with the
         learner's current version: ``False`` skips the batch (not trained on, no new version).
         An agent's rule, e.g. PPO's: drop rollouts acted with params too many versions old. If
@@ -127,38 +201,50 @@ class ReplicatedLearner(Learner):
       counter / logger: ``learner_steps`` (SGD steps) are counted; metrics logged once a second.
       stopwatch: times ``sample_wait`` and ``sgd_update`` (a single-process run passes the one
         its whole thread shares).
+      prefetch / place_ahead: host batches the background thread keeps ready, and whether it
+        also places them on the devices (``False``: the compiled update takes the host batch and
+        places it itself, in C++ -- on 2 CPU cores here, and in an H100 measurement, faster than
+        placing from a Python thread, which competes for the interpreter lock).
     """
 
-    def __init__(self, state: Any, update: UpdateFn, iterator: Iterator, *,
+    def __init__(self, state: Any, update: UpdateFn, dataset: Dataset | Iterator, *,
                  devices: Sequence[jax.Device] | None = None,
                  after_update: Callable[[Any, Any], None] | None = None,
                  keep_batch: Callable[[Any, int], bool] | None = None, counter: Counter | None = None,
-                 logger: Logger | None = None, stopwatch: Stopwatch | None = None, prefetch: int = 2) -> None:
-        self._devices = list(devices or jax.local_devices())
-        self._state = replicate(state, self._devices)
+                 logger: Logger | None = None, stopwatch: Stopwatch | None = None, prefetch: int = 2,
+                 place_ahead: bool = False) -> None:
+        self._place = Placement(devices or jax.local_devices())
+        params, rest = _split(state)
+        self._params, self._rest = self._place.replicate(_owned(params)), self._place.replicate(_owned(rest))
         self._static_sgd_steps: int | None = None
 
-        def replicated_update(state, batch):
-            state, out = update(state, batch)
-            if isinstance(out.sgd_steps, int):  # known when tracing: step() need not wait to read it
+        def step_fn(params, rest, batch):
+            new_state, out = update(_join(rest, params), batch)
+            if isinstance(out.sgd_steps, int):  # known when tracing: step() need not read it back
                 self._static_sgd_steps = out.sgd_steps
-            return state, out
+            finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(m)) for m in jax.tree_util.tree_leaves(out.metrics)]))
+            return (*_split(new_state), out._replace(sgd_steps=jnp.asarray(out.sgd_steps, jnp.int32)), finite)
 
-        self._update = jax.pmap(replicated_update, axis_name=AXIS_NAME, devices=self._devices,
-                                donate_argnums=(0,))
-        self._batches = DevicePrefetcher(iterator, self._devices, buffer_size=prefetch)
-        self._after_update, self._keep_batch = after_update, keep_batch
+        specs = (P(), P(), UpdateOutput(P(), P(), P(AXIS_NAME)), P())
+        # The params are not donated: the version before stays readable (by get_variables, from
+        # another thread) while the next one is computed.
+        place = self._place
+        self._update = jax.jit(_shard_map(step_fn, place.mesh, (P(), P(), P(AXIS_NAME)), specs),
+                               in_shardings=(place.replicated, place.replicated, place.split), donate_argnums=(1,))
+        self._prepare = place.shard if place_ahead else place.check  # what the update is given, as a batch
+        self._batches = DevicePrefetcher(dataset, self._prepare, buffer_size=prefetch)
+        self._hook = _HostHook(after_update) if after_update is not None else None
+        self._keep_batch = keep_batch
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()
+        self.stopwatch = stopwatch or Stopwatch()
         self._lock = threading.Lock()
         self._version = 0
-        self._pending_params = None
-        self._host_params = jax.device_get(_params_of(state))
-        self._last_log = time.monotonic()
-        self.stopwatch = stopwatch or Stopwatch()
-        self._logged_seconds, self._logged_at = {}, self._last_log
-        self._checked_metrics = False
-        self._unchecked: tuple[Any, Any] | None = None  # (metrics, host sample) of the last update
+        self._host: tuple[int, Any] = (0, jax.device_get(params))
+        self._in_flight: deque = deque()  # (version, SGD steps by then, metrics, host sample), oldest first
+        self._last_log = self._logged_at = time.monotonic()
+        self._logged_seconds: dict[str, float] = {}
+        self._checked_shapes = False
 
     @property
     def version(self) -> int:
@@ -167,22 +253,10 @@ class ReplicatedLearner(Learner):
 
     @property
     def num_devices(self) -> int:
-        return len(self._devices)
+        return len(self._place.devices)
 
     def ready(self) -> bool:
         return self._batches.ready()
-
-    def _start_host_copy(self) -> Any:
-        """Device 0's params, with their copy to the host started (no wait, no device op)."""
-        params = jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data, _params_of(self._state))
-        for leaf in jax.tree_util.tree_leaves(params):
-            leaf.copy_to_host_async()
-        return params
-
-    def _materialize_locked(self) -> None:
-        if self._pending_params is not None:
-            self._host_params = jax.tree_util.tree_map(lambda x: np.asarray(x)[0], self._pending_params)
-            self._pending_params = None
 
     def step(self) -> Mapping[str, Any]:
         with self.stopwatch.time("sample_wait"):
@@ -193,92 +267,119 @@ class ReplicatedLearner(Learner):
             return self._step(sample, data)
 
     def _step(self, sample: Any, data: Any) -> Mapping[str, Any]:
-        with self._lock:  # the update donates the old state's buffers: copy params out first
-            self._materialize_locked()
-        self.check_finite()  # the previous update: finished by now, so reading it costs no wait
-        self._state, out = self._update(self._state, data)
-        self._unchecked = (out.metrics, sample)
-        if not self._checked_metrics:
-            self._check_metrics(out.metrics)
-        if self._after_update is not None:
-            self._after_update(sample, out.aux)
+        self._check_finished(wait=len(self._in_flight) >= MAX_IN_FLIGHT)
+        params, self._rest, out, finite = self._update(self._params, self._rest, data)
+        with self._lock:
+            self._params, self._version = params, self._version + 1
+        if not self._checked_shapes:
+            self._check_shapes(out.metrics)
+        if self._hook is not None:
+            self._hook.put(sample, out.aux)
         sgd_steps = self._static_sgd_steps
         if sgd_steps is None:  # a data-dependent count: read it (waits for the update)
-            sgd_steps = int(np.asarray(out.sgd_steps)[0])
-        pending = self._start_host_copy()
-        with self._lock:
-            self._pending_params = pending
-            self._version += 1
+            sgd_steps = int(out.sgd_steps)
         counts = self._counter.increment(learner_steps=sgd_steps)
-        now = time.monotonic()
-        if now - self._last_log >= 1.0:  # metrics are read (a device sync) once a second
-            self._last_log = now
-            row = {**counts, **{k: float(v[0]) for k, v in jax.device_get(dict(out.metrics)).items()}}
-            seconds = self.stopwatch.snapshot()
-            row.update({f"time_{k}": v for k, v in breakdown(
-                {k: v - self._logged_seconds.get(k, 0.0) for k, v in seconds.items()}, now - self._logged_at).items()})
-            self._logged_seconds, self._logged_at = seconds, now
-            row.update(getattr(self._keep_batch, "metrics", dict)())
-            self._logger.write(row)
+        self._in_flight.append((self._version, counts.get("learner_steps", 0), finite, out.metrics, sample))
+        if time.monotonic() - self._last_log >= 1.0:  # metrics are read (a device sync) once a second
+            self._log(counts, out.metrics)
         return out.metrics
 
-    def check_finite(self) -> None:
-        """Raises ``FloatingPointError`` if the last update's loss (or any metric) is NaN or
-        infinite, naming the update and the statistics of the batch that produced it. (Checked
-        one update late, when reading the value no longer waits for the device.)"""
-        if self._unchecked is None:
-            return
-        metrics, sample = self._unchecked
-        self._unchecked = None
-        values = {k: float(v[0]) for k, v in jax.device_get(dict(metrics)).items()}
-        bad = {k: v for k, v in values.items() if not np.isfinite(v)}
-        if bad:
-            raise FloatingPointError(
-                f"learner update {self._version} (after {self._counter.get_counts().get('learner_steps', 0):.0f} "
-                f"SGD steps) produced non-finite {bad}; its batch: {batch_statistics(sample.data)}")
+    def _log(self, counts: Mapping[str, float], metrics: Mapping[str, jax.Array]) -> None:
+        now = time.monotonic()
+        row = {**counts, **{k: float(v) for k, v in jax.device_get(dict(metrics)).items()}}
+        seconds = self.stopwatch.snapshot()
+        row.update({f"time_{k}": v for k, v in breakdown(
+            {k: v - self._logged_seconds.get(k, 0.0) for k, v in seconds.items()}, now - self._logged_at).items()})
+        self._logged_seconds, self._logged_at, self._last_log = seconds, now, now
+        row.update(getattr(self._keep_batch, "metrics", dict)())
+        self._logger.write(row)
 
-    def warm_up(self, example: Any) -> None:
+    def _check_finished(self, wait: bool = False) -> None:
+        """The NaN check of the updates that finished (all of them, or the oldest, if ``wait``)."""
+        while self._in_flight:
+            version, sgd_steps, finite, metrics, sample = self._in_flight[0]
+            if not (wait or finite.is_ready()):
+                return
+            self._in_flight.popleft()
+            wait = False
+            if not finite:  # (one flag per update, computed with it: one small read)
+                values = {k: float(v) for k, v in jax.device_get(dict(metrics)).items()}
+                bad = {k: v for k, v in values.items() if not np.isfinite(v)}
+                raise FloatingPointError(
+                    f"learner update {version} (after {sgd_steps:.0f} SGD steps) produced non-finite "
+                    f"{bad}; its batch: {batch_statistics(sample.data)}")
+
+    def check_finite(self) -> None:
+        """Raises ``FloatingPointError`` if an update's loss (or any metric) was NaN or infinite,
+        naming the update and the statistics of the batch that produced it. Updates are checked
+        as they finish (without waiting for them); this waits for the ones still running."""
+        while self._in_flight:
+            self._check_finished(wait=True)
+
+    def _check_shapes(self, metrics: Mapping[str, jax.Array]) -> None:
+        for name, value in metrics.items():
+            if value.shape != ():
+                raise ValueError(
+                    f"update metric {name!r} has shape {value.shape}; metrics must be scalars "
+                    "(reduce them, and average over devices with lax.pmean; return per-example "
+                    "values as UpdateOutput.aux)")
+        self._checked_shapes = True
+
+    def warm_up(self, example: Sample) -> None:
         """Compiles the update for batches like the host ``Sample`` ``example`` by running it once
         on a copy of the state (the result is discarded; nothing is counted or logged), so that
         the first real update does not wait for the compiler."""
-        copy = jax.tree_util.tree_map(lambda x: x.copy(), self._state)
-        jax.block_until_ready(self._update(copy, shard(example.data, self._devices)))
-
-    def _check_metrics(self, metrics: Mapping[str, jax.Array]) -> None:
-        for name, value in metrics.items():
-            if value.shape != (self.num_devices,):
-                raise ValueError(
-                    f"update metric {name!r} has shape {value.shape[1:]} per device; metrics "
-                    "must be scalars (reduce them, and average over devices with lax.pmean; "
-                    "return per-example values as UpdateOutput.aux)")
-        self._checked_metrics = True
+        rest = jax.tree_util.tree_map(lambda x: x.copy(), self._rest)  # (donated)
+        jax.block_until_ready(self._update(self._params, rest, self._prepare(example.data)))
 
     def get_variables(self, known_version: int = -1) -> tuple[int, Any]:
         with self._lock:
-            if known_version == self._version:
-                return self._version, None
-            self._materialize_locked()  # once per version, not per call
-            return self._version, self._host_params
+            version, params, host = self._version, self._params, self._host
+        if known_version == version:
+            return version, None
+        if host[0] != version:  # copied to the host once per version (waits for that update only)
+            host = (version, jax.device_get(params))
+            with self._lock:
+                if host[0] > self._host[0]:
+                    self._host = host
+        return host
 
     @property
     def state(self) -> Any:
-        """The training state of device 0, on the host."""
-        return jax.device_get(jax.tree_util.tree_map(lambda x: x[0], self._state))
+        """The training state, on the host."""
+        return jax.device_get(_join(self._rest, self._params))
 
     def save(self) -> Any:
         return {"state": self.state, "version": self._version}
 
     def restore(self, saved: Any) -> None:
-        # Copies owned by XLA: a device_put of a host array may alias its memory on a CPU, and the
-        # update donates the state's buffers (a donated alias of numpy memory corrupted the heap).
-        owned = jax.tree_util.tree_map(lambda x: jax.numpy.array(x, copy=True), saved["state"])
-        self._state = replicate(owned, self._devices)
+        params, rest = _split(saved["state"])
+        self._params, self._rest = self._place.replicate(_owned(params)), self._place.replicate(_owned(rest))
         with self._lock:
             self._version = int(saved["version"])
-            self._pending_params = self._start_host_copy()
+            self._host = (self._version, jax.device_get(params))
 
     def close(self) -> None:
         self._batches.close()
+        if self._hook is not None:
+            self._hook.close()
+
+
+def _owned(tree: Any) -> Any:
+    """Copies owned by XLA: a device_put of a host array may alias its memory on a CPU, and the
+    update donates the state's buffers (a donated alias of numpy memory corrupted the heap)."""
+    return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)
+
+
+def _split(state: Any) -> tuple[Any, Any]:
+    """``(params, the rest of the state)`` (the rest has ``params`` set to ``None``)."""
+    if isinstance(state, Mapping):
+        return state["params"], {**state, "params": None}
+    return state.params, state._replace(params=None)
+
+
+def _join(rest: Any, params: Any) -> Any:
+    return {**rest, "params": params} if isinstance(rest, Mapping) else rest._replace(params=params)
 
 
 def batch_statistics(data: Any) -> str:
@@ -292,7 +393,3 @@ def batch_statistics(data: Any) -> str:
             stats = f"{finite.min():.3g}/{finite.mean():.3g}/{finite.max():.3g}" if finite.size else "-"
             parts.append(f"{name}: {stats} ({x.size - finite.size} non-finite)")
     return "; ".join(parts)
-
-
-def _params_of(state: Any) -> Any:
-    return state["params"] if isinstance(state, Mapping) else state.params

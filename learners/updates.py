@@ -7,12 +7,13 @@ An update function runs on ONE device's shard of a batch (the learner maps it ov
 * ``metrics``: a dict of *scalars*, already averaged over devices (``lax.pmean(x, AXIS_NAME)``);
 * ``sgd_steps``: how many SGD steps the update did (an int or an int array);
 * ``aux``: optional per-example outputs for the learner's host-side ``after_update`` hook
-  (e.g. ``|TD|`` for priority updates).
+  (e.g. ``|TD|`` for priority updates), each with the shard's batch axis leading: the learner
+  hands them to the hook concatenated over devices, in the host batch's order.
 
 Gradients must be all-reduced inside the update, ``grads = lax.pmean(grads, AXIS_NAME)`` (the
 Horovod / TF-Replicator scheme: every device applies the same update, so replicas stay equal).
-Collectives by axis name work the same under ``pmap`` and ``shard_map``; nothing here is
-specific to how the function is replicated.
+Nothing here is specific to how the function is replicated (``shard_map`` in
+``shoal.learners.replicated``; collectives by axis name work the same under ``pmap``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def scan_sgd_steps(sgd_step: SGDStep) -> UpdateFn:
     """``k`` SGD steps in one ``lax.scan``, over a batch laid out ``[batch, k, ...]``.
 
     Step ``s`` trains on column ``s`` (``batch[:, s]``); metrics are averaged over the ``k``
-    steps and ``aux`` is stacked ``[k, ...]``. This is DQN's and SAC's update shape.
+    steps and ``aux`` is laid out like the batch, ``[batch, k, ...]``. This is DQN's and SAC's
+    update shape.
     """
 
     def update(state, batch):
@@ -59,6 +61,7 @@ def scan_sgd_steps(sgd_step: SGDStep) -> UpdateFn:
         num_steps = jax.tree_util.tree_leaves(steps)[0].shape[0]
         state, (metrics, aux) = jax.lax.scan(
             lambda s, b: (lambda out: (out[0], out[1:]))(sgd_step(s, b)), state, steps)
+        aux = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), aux)  # [batch, k, ...]
         return state, UpdateOutput(_mean_over_steps(metrics), num_steps, aux)
 
     return update
@@ -78,20 +81,20 @@ def minibatch_epochs(sgd_step: SGDStep, state: Any, data: Any, key: jax.Array, *
     if length % num_minibatches:
         raise ValueError(f"sequence length {length} is not divisible into {num_minibatches} minibatches")
     part = length // num_minibatches
+    take = jax.vmap(lambda row, i: row[i])  # row [T, ...], i [T/M] -> [T/M, ...]
 
     def epoch(state, epoch_key):
-        row_keys = global_row_keys(epoch_key, rows)
-        order = jax.vmap(lambda k: jax.random.permutation(k, length))(row_keys)  # [rows, T]
-        parts = jnp.swapaxes(order.reshape(rows, num_minibatches, part), 0, 1)  # [M, rows, T/M]
-
-        def minibatch(state, index):
-            take = jax.vmap(lambda row, i: row[i])  # row [T, ...], i [T/M] -> [T/M, ...]
-            batch = jax.tree_util.tree_map(
-                lambda x: take(x, index).reshape(rows * part, *x.shape[2:]), data)
+        def minibatch(state, i):
+            # The permutations are drawn here, in the loop that uses them (the same ones for every
+            # minibatch of the epoch): JAX 0.4.34 miscompiles a permutation computed outside a
+            # loop and read inside it under shard_map (every device got device 0's).
+            order = jax.vmap(lambda k: jax.random.permutation(k, length))(global_row_keys(epoch_key, rows))
+            index = jax.lax.dynamic_slice_in_dim(order, i * part, part, axis=1)  # [rows, T/M]
+            batch = jax.tree_util.tree_map(lambda x: take(x, index).reshape(rows * part, *x.shape[2:]), data)
             state, metrics, _ = sgd_step(state, batch)
             return state, metrics
 
-        return jax.lax.scan(minibatch, state, parts)
+        return jax.lax.scan(minibatch, state, jnp.arange(num_minibatches))
 
     state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, num_epochs))
     metrics = jax.tree_util.tree_map(lambda m: jnp.mean(m, axis=(0, 1)), metrics)

@@ -1,26 +1,34 @@
 """Replay: Reverb tables and signatures, adders, host batch iterators, and priority updates.
 
-This is the only Shoal package that touches TensorFlow (pulled in by Reverb).
+This is the only Shoal package that touches TensorFlow (pulled in by Reverb). Its names load on
+first use, so that ``shoal.replay.layouts`` (the shapes of the batches a dataset yields, in
+numpy) imports where Reverb is not installed.
 """
 
+import importlib
 import os
 
 # Reverb and TF log every sampler connection at INFO level; keep the terminal readable.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from shoal.replay.adders import NStepTransitionAdder, SequenceAdder  # noqa: E402
-from shoal.replay.dataset import ReplayIterator, Sample, sequence_batches, transition_batches  # noqa: E402
-from shoal.replay.priorities import item_priorities, update_item_priorities  # noqa: E402
-from shoal.replay.server import ReplayServer, make_replay_client  # noqa: E402
-from shoal.replay.signatures import sequence_signature, step_signature, transition_signature  # noqa: E402
-from shoal.replay.tables import (make_dropping_fifo_table, make_queue_table,  # noqa: E402
-                                 make_transition_table, transition_items_per_batch,
-                                 without_insert_blocking)
+_NAMES = {
+    "shoal.replay.adders": ("NStepTransitionAdder", "SequenceAdder"),
+    "shoal.replay.dataset": ("ReplayIterator", "sequence_batches", "transition_batches"),
+    "shoal.replay.layouts": ("sequence_example", "transition_example"),
+    "shoal.replay.priorities": ("item_priorities", "update_item_priorities"),
+    "shoal.replay.server": ("ReplayServer", "make_replay_client"),
+    "shoal.replay.signatures": ("sequence_signature", "step_signature", "transition_signature"),
+    "shoal.replay.tables": ("make_dropping_fifo_table", "make_queue_table", "make_transition_table",
+                            "transition_items_per_batch", "without_insert_blocking"),
+    "shoal.core.types": ("Sample",),
+}
+_MODULE = {name: module for module, names in _NAMES.items() for name in names}
 
-__all__ = [
-    "NStepTransitionAdder", "ReplayIterator", "ReplayServer", "Sample", "SequenceAdder",
-    "item_priorities", "make_dropping_fifo_table", "make_queue_table", "make_replay_client",
-    "make_transition_table", "sequence_batches", "sequence_signature", "step_signature",
-    "transition_batches", "transition_items_per_batch", "transition_signature",
-    "update_item_priorities", "without_insert_blocking",
-]
+
+def __getattr__(name: str):
+    if name in _MODULE:
+        return getattr(importlib.import_module(_MODULE[name]), name)
+    raise AttributeError(f"module 'shoal.replay' has no attribute {name!r}")
+
+
+__all__ = sorted(_MODULE)

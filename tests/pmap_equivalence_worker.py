@@ -9,11 +9,12 @@ import json
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from shoal.agents.dqn import DQNConfig, QNetwork
 from shoal.agents.dqn import learning as dqn
-from shoal.learners import ReplicatedLearner, shard
+from shoal.learners import Placement, ReplicatedLearner
 from shoal.core.types import Sample
 
 STEPS, BATCH, OBS = 3, 8, 4
@@ -109,7 +110,10 @@ def train(devices, state, update, batches):
     learner = ReplicatedLearner(state, update, iter(batches), devices=devices)
     for _ in batches:
         learner.step()
-    replicas = jax.device_get(learner._state.params)  # [num_devices, ...] per leaf
+    learner.check_finite()
+    # every device's copy of the params, [num_devices, ...] per leaf
+    replicas = jax.tree_util.tree_map(lambda x: np.stack([np.asarray(s.data) for s in x.addressable_shards]),
+                                      learner._params)
     learner.close()
     return learner.get_variables()[1], replicas
 
@@ -124,6 +128,24 @@ def compare(devices, state, update, batches) -> dict:
                               for a, b in zip(leaves(one), leaves(state.params)))}
 
 
+def aux_in_host_order(devices) -> bool:
+    """Per-example outputs reach the after_update hook in the host batch's order."""
+    from shoal.learners import AXIS_NAME, UpdateOutput
+
+    seen = []
+
+    def update(state, batch):  # aux: a function of each example alone (its id, doubled)
+        return state, UpdateOutput({"loss": jax.lax.pmean(jnp.float32(0), AXIS_NAME)}, 1, batch["id"] * 2)
+
+    batches = [Sample({"id": np.arange(8, dtype=np.int32) + 10 * i}) for i in range(3)]
+    learner = ReplicatedLearner({"params": jnp.zeros(())}, update, iter(batches), devices=devices,
+                                after_update=lambda sample, aux: seen.append((sample.data["id"], np.asarray(aux))))
+    for _ in batches:
+        learner.step()
+    learner.close()  # (waits for the hook's thread)
+    return len(seen) == 3 and all(np.array_equal(ids * 2, aux) for ids, aux in seen)
+
+
 CASES = {"dqn_uniform": lambda: dqn_case(False), "dqn_prioritized": lambda: dqn_case(True),
          "ppo_epochs_x_minibatches": ppo_case, "impala_vtrace": impala_case, "sac": sac_case}
 
@@ -131,9 +153,11 @@ CASES = {"dqn_uniform": lambda: dqn_case(False), "dqn_prioritized": lambda: dqn_
 def main() -> None:
     devices = jax.local_devices()
     assert len(devices) == 2, devices
-    layout = np.asarray(shard({"x": np.arange(12).reshape(6, 2)}, devices)["x"])
-    out = {"num_devices": len(devices), "shard_layout_ok": layout.shape == (2, 3, 2)
-           and layout[1].tolist() == [[6, 7], [8, 9], [10, 11]]}
+    placed = Placement(devices).shard({"x": np.arange(12).reshape(6, 2)})["x"]
+    rows = {s.device: np.asarray(s.data).tolist() for s in placed.addressable_shards}
+    out = {"num_devices": len(devices), "shard_layout_ok": placed.shape == (6, 2)
+           and rows[devices[1]] == [[6, 7], [8, 9], [10, 11]] and rows[devices[0]] == [[0, 1], [2, 3], [4, 5]]}
+    out["aux_in_host_order"] = aux_in_host_order(devices)
     for name, case in CASES.items():
         out[name] = compare(devices, *case())
     print(json.dumps(out))

@@ -2,6 +2,7 @@
 
 import threading
 
+import jax
 import numpy as np
 import pytest
 
@@ -105,3 +106,28 @@ def scripted_step(t):
     obs = np.full((NUM_ENVS, 4), t, np.float32)
     flags = np.zeros(NUM_ENVS, bool)
     return Step(obs, np.zeros(NUM_ENVS, np.int32), np.full(NUM_ENVS, t, np.float32), flags, flags, obs, {})
+
+
+@pytest.mark.parametrize("agent, env_id", [("dqn", "CartPole-v1"), ("ppo", "CartPole-v1"),
+                                           ("impala", "CartPole-v1"), ("sac", "Pendulum-v1")])
+def test_an_agents_example_batch_is_laid_out_as_its_dataset_yields(agent, env_id):
+    # example_batch needs no replay server (what feeds a learner where Reverb is not installed);
+    # it must match what the dataset of a real table yields, field by field.
+    from shoal.actors import make_vector_env
+    from shoal.agents import get_builder
+    from shoal.core.specs import make_environment_spec
+
+    builder = get_builder(agent)
+    env = make_vector_env(env_id, 4, 0)
+    spec = make_environment_spec(env)
+    env.close()
+    policy = builder.make_policy(builder.make_networks(spec), spec, evaluation=False)
+    server = ReplayServer(builder.make_replay_tables(spec, policy))
+    try:
+        dataset = builder.make_dataset_iterator(server.client, spec)
+        real, example = dataset.example(), builder.example_batch(spec, policy)
+        dataset.close()
+    finally:
+        server.stop()
+    layout = lambda sample: jax.tree_util.tree_map(lambda x: (x.shape, x.dtype), sample.data)  # noqa: E731
+    assert layout(example) == layout(real)

@@ -1,4 +1,4 @@
-"""A pmap update on 2 (forced CPU) devices equals 1 device on the same global batch."""
+"""The learner's update on 2 (forced CPU) devices equals 1 device on the same global batch."""
 
 import json
 import os
@@ -22,6 +22,10 @@ def test_two_devices_match_one(case, pmap_result):
 
 def test_batches_are_split_along_their_leading_axis(pmap_result):
     assert pmap_result["shard_layout_ok"]
+
+
+def test_per_example_outputs_come_back_in_the_host_batchs_order(pmap_result):
+    assert pmap_result["aux_in_host_order"]
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 
 from shoal.agents.dqn import learning
@@ -49,10 +48,9 @@ class DQNBuilder(TransitionReplayBuilder):
                 raise ValueError("prioritized replay needs a replay client to write priorities")
             items_per_batch = transition_items_per_batch(c.batch_size, dataset.num_envs)
 
-            def after_update(sample, td_abs):
-                td = np.asarray(jax.device_get(td_abs))  # [devices, steps, batch / devices]
-                td = np.swapaxes(td, 0, 1).reshape(td.shape[1], -1)  # [steps, batch], sampling order
-                priorities = item_priorities(td, items_per_batch, dataset.num_envs)
+            def after_update(sample, td_abs):  # (on the learner's hook thread)
+                td = np.asarray(td_abs)  # [batch, steps]: |TD| per transition, in the host batch's order
+                priorities = item_priorities(td.T, items_per_batch, dataset.num_envs)
                 update_item_priorities(replay_client, TABLE, sample.keys, priorities)
 
         return ReplicatedLearner(state, learning.make_update(networks.q_network, c), dataset,

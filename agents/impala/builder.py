@@ -62,6 +62,11 @@ class IMPALABuilder(AgentBuilder):
         return sequence_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
                                 num_items=self._items_per_update(spec))
 
+    def example_batch(self, spec: EnvironmentSpec, policy: Policy):
+        from shoal.replay.layouts import sequence_example
+
+        return sequence_example(spec, policy.extras_spec, self.config.sequences_per_update, self.config.rollout_length)
+
     def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy):
         from shoal.replay import SequenceAdder
 

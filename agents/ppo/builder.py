@@ -61,6 +61,11 @@ class PPOBuilder(AgentBuilder):
         return sequence_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
                                 num_items=self.config.rollouts_per_update)
 
+    def example_batch(self, spec: EnvironmentSpec, policy: Policy):
+        from shoal.replay.layouts import sequence_example
+
+        return sequence_example(spec, policy.extras_spec, self.config.rollouts_per_update * spec.num_envs, self.config.rollout_length)
+
     def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy):
         from shoal.replay import SequenceAdder
 

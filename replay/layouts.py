@@ -1,0 +1,52 @@
+"""The batches a replay dataset yields, as zeros, from the specs alone (numpy; no Reverb).
+
+What a learner compiles its update with before data arrives, and what benchmarks fill with
+random numbers to feed a learner where no replay server runs (a GPU machine with current JAX).
+``shoal.replay.dataset`` lays real samples out the same way:
+
+* transitions: ``[batch_size, num_steps, ...]`` of ``observation, action, reward, discount,
+  next_observation`` (and ``extras``), plus ``probability`` and ``table_size`` (sampling);
+* sequences: ``[rows, length, ...]`` of the ``Step`` fields ``observation, action, reward,
+  terminated, truncated, next_observation`` (and ``extras``).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from shoal.core.specs import ArraySpec, EnvironmentSpec
+from shoal.core.types import Sample
+
+
+def _zeros(spec: ArraySpec, leading: tuple[int, ...]) -> np.ndarray:
+    return np.zeros((*leading, *spec.shape), spec.dtype)
+
+
+def _with_extras(fields: dict, extras_spec: Mapping[str, ArraySpec], leading: tuple[int, ...]) -> dict:
+    if extras_spec:
+        fields["extras"] = {name: _zeros(s, leading) for name, s in extras_spec.items()}
+    return fields
+
+
+def transition_example(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], batch_size: int,
+                       num_steps: int) -> Sample:
+    """A transition batch of zeros, ``[batch_size, num_steps, ...]``."""
+    lead = (batch_size, num_steps)
+    scalar = np.zeros(lead, np.float32)
+    return Sample(_with_extras({
+        "observation": _zeros(spec.observation, lead), "action": _zeros(spec.action, lead),
+        "reward": scalar, "discount": scalar.copy(), "next_observation": _zeros(spec.observation, lead),
+        "probability": scalar.copy(), "table_size": scalar.copy()}, extras_spec, lead),
+        np.zeros((num_steps, 1), np.uint64))
+
+
+def sequence_example(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], rows: int, length: int) -> Sample:
+    """A sequence batch of zeros, ``[rows, length, ...]``."""
+    lead = (rows, length)
+    flag = np.zeros(lead, bool)
+    return Sample(_with_extras({
+        "observation": _zeros(spec.observation, lead), "action": _zeros(spec.action, lead),
+        "reward": np.zeros(lead, np.float32), "terminated": flag, "truncated": flag.copy(),
+        "next_observation": _zeros(spec.observation, lead)}, extras_spec, lead), np.zeros(1, np.uint64))
