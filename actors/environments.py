@@ -6,6 +6,7 @@ import difflib
 import importlib
 
 import gymnasium as gym
+import numpy as np
 
 
 def resolve_env_id(env_id: str) -> str:
@@ -78,3 +79,14 @@ def final_observations(next_obs, terminated, truncated, info):
     for i in ended.nonzero()[0]:
         final[i] = info["final_obs"][i]
     return final
+
+
+def action_clipper(env: gym.vector.VectorEnv):
+    """``actions -> actions`` for ``env.step``: clipped to the bounds of a Box action space (a
+    Gaussian policy samples unbounded actions; the step records what it sampled), unchanged
+    otherwise."""
+    space = getattr(env, "single_action_space", env.action_space)
+    if not isinstance(space, gym.spaces.Box):
+        return lambda actions: actions
+    low, high = space.low, space.high
+    return lambda actions: np.clip(actions, low, high)

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import gymnasium as gym
 import numpy as np
 
-from shoal.actors.environments import final_observations
+from shoal.actors.environments import action_clipper, final_observations
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Actor
 from shoal.core.loggers import Logger, NoOpLogger
@@ -33,6 +33,7 @@ class EnvironmentLoop:
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()
         self._num_envs = env.num_envs
+        self._clip = action_clipper(env)
         self._obs, _ = env.reset()
         self._check_finite = np.issubdtype(np.asarray(self._obs).dtype, np.floating)
         self._returns = np.zeros(self._num_envs)
@@ -49,7 +50,7 @@ class EnvironmentLoop:
             action, extras = self._actor.select_action(obs)
         try:
             with stopwatch.time("env_step"):
-                next_obs, reward, terminated, truncated, info = self._env.step(action)
+                next_obs, reward, terminated, truncated, info = self._env.step(self._clip(action))
         except Exception as e:  # noqa: BLE001 -- named, once, instead of a traceback
             raise RuntimeError(f"the environment raised in step() after {self.env_steps} env steps: "
                                f"{type(e).__name__}: {e}") from e
@@ -100,9 +101,10 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None) -
     obs, _ = env.reset(seed=seed)
     returns = np.zeros(env.num_envs)
     running = np.ones(env.num_envs, bool)
+    clip = action_clipper(env)
     while running.any():
         action, _ = actor.select_action(obs)
-        obs, reward, terminated, truncated, _ = env.step(action)
+        obs, reward, terminated, truncated, _ = env.step(clip(action))
         returns += np.where(running, reward, 0.0)
         running &= ~(terminated | truncated)
     return returns

@@ -46,17 +46,50 @@ class ActorCritic(nn.Module):
         return self.policy(observation)
 
 
+class GaussianActorCritic(nn.Module):
+    """``observation -> ((mean [batch, D], log_std [D]), value [batch])``: a Gaussian policy with
+    a state-independent, learned log standard deviation (starting at ``initial_log_std``), and a
+    value function; two separate MLPs (as CleanRL's and SB3's PPO for continuous control)."""
+
+    hidden_sizes: Sequence[int]
+    action_size: int
+    initial_log_std: float = 0.0
+
+    def setup(self) -> None:
+        self.policy = MLP(self.hidden_sizes, self.action_size, 0.01)
+        self.value = MLP(self.hidden_sizes, 1, 1.0)
+        self.log_std = self.param("log_std", nn.initializers.constant(self.initial_log_std), (self.action_size,))
+
+    def __call__(self, observation: jnp.ndarray) -> tuple[tuple[jnp.ndarray, jnp.ndarray], jnp.ndarray]:
+        return (self.policy(observation), self.log_std), self.value(observation)[:, 0]
+
+    def logits(self, observation: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """The policy head alone (what an actor needs): ``(mean, log_std)``."""
+        return self.policy(observation), self.log_std
+
+
 class ActorCriticNetworks(NamedTuple):
-    network: ActorCritic
+    """An actor-critic and what it acts on: ``num_actions`` for a categorical policy, or
+    ``None`` for a Gaussian one over ``action_size`` dimensions."""
+
+    network: nn.Module
     observation_shape: tuple[int, ...]
-    num_actions: int
+    num_actions: int | None
+    action_size: int = 0
 
 
-def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int],
-                               agent: str) -> ActorCriticNetworks:
-    """The ``ActorCritic`` of ``agent`` (named in the error) for a discrete action space."""
-    if spec.num_actions is None:
+def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int], agent: str,
+                               continuous: bool = False, initial_log_std: float = 0.0) -> ActorCriticNetworks:
+    """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
+    space, Gaussian for a 1-d Box one where ``continuous`` is allowed."""
+    if spec.num_actions is not None:
+        return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions),
+                                   spec.observation_shape, spec.num_actions)
+    if not continuous:
         raise ValueError(f"{agent} here takes a discrete action space, got {spec.action_space} "
-                         "(for continuous actions use --agent sac)")
-    return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions),
-                               spec.observation_shape, spec.num_actions)
+                         "(for continuous actions use --agent ppo or sac)")
+    if len(spec.action.shape) != 1:
+        raise ValueError(f"{agent} takes a discrete or a 1-d continuous (Box) action space, got {spec.action_space}")
+    size = spec.action.shape[0]
+    return ActorCriticNetworks(GaussianActorCritic(tuple(hidden_sizes), size, initial_log_std),
+                               spec.observation_shape, None, size)

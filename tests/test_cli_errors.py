@@ -58,7 +58,6 @@ def test_missing_extra_names_the_install_command(tmp_path):
 
 
 @pytest.mark.parametrize("agent, env, expected", [
-    ("ppo", "Pendulum-v1", "PPO here takes a discrete action space"),
     ("impala", "Pendulum-v1", "IMPALA here takes a discrete action space"),
     ("sac", "CartPole-v1", "SAC needs a 1-d continuous (Box) action space"),
     ("ppo", "CartPole-v1", "num_minibatches=5 must divide rollout_length=32"),

@@ -1,10 +1,16 @@
-"""GAE and V-trace against hand-computed numbers, and the tanh-Gaussian density."""
+"""GAE and V-trace against hand-computed numbers, the tanh-Gaussian and Gaussian densities, the
+running statistics of observation and reward normalization, and the discounted returns actors
+record for the latter."""
+
+import math
 
 import gymnasium as gym
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from shoal.agents import distributions, normalization
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.learning import vtrace_targets
 from shoal.agents.ppo.learning import gae
@@ -83,3 +89,42 @@ def test_tanh_gaussian_density_integrates_to_one():
     density = np.exp(np.asarray(tanh_gaussian_log_prob(networks, u, np.full_like(u, 0.3),
                                                        np.full_like(u, -0.2))))
     assert abs(np.sum(density) * (a[1] - a[0]) - 1.0) < 1e-3
+
+
+def test_gaussian_log_prob_and_entropy_by_hand():
+    mean, log_std, action = jnp.array([[0.0, 1.0]]), jnp.array([0.0, math.log(2.0)]), jnp.array([[1.0, 0.0]])
+    # dim 0: N(1; 0, 1) -> -0.5 - 0.5 log 2pi; dim 1: N(0; 1, 2) -> -0.5 (1/2)^2 - log 2 - 0.5 log 2pi
+    expected = (-0.5 - 0.5 * math.log(2 * math.pi)) + (-0.125 - math.log(2.0) - 0.5 * math.log(2 * math.pi))
+    np.testing.assert_allclose(distributions.gaussian_log_prob(mean, log_std, action), [expected], rtol=1e-6)
+    # H = sum_d log sigma_d + 0.5 (1 + log 2pi) = log 2 + 1 + log 2pi
+    np.testing.assert_allclose(distributions.gaussian_entropy(mean, log_std),
+                               [math.log(2.0) + 1.0 + math.log(2 * math.pi)], rtol=1e-6)
+    samples = distributions.gaussian_sample(jax.random.PRNGKey(0), jnp.zeros((200_000, 2)) + mean, log_std)
+    np.testing.assert_allclose(np.std(samples, axis=0), [1.0, 2.0], rtol=0.02)  # sigma = exp(log_std)
+
+
+def test_running_statistics_merge_by_hand():
+    stats = {"count": jnp.float32(2.0), "mean": jnp.array([1.0]), "var": jnp.array([1.0])}  # e.g. from {0, 2}
+    batch = jnp.array([[4.0], [6.0], [8.0]])  # mean 6, population variance 8/3
+    merged = normalization.update(stats, batch)
+    # all five values {0, 2, 4, 6, 8}: mean 4, population variance (16 + 4 + 0 + 4 + 16) / 5 = 8
+    np.testing.assert_allclose([float(merged["count"]), float(merged["mean"][0]), float(merged["var"][0])],
+                               [5.0, 4.0, 8.0], rtol=1e-6)
+    np.testing.assert_allclose(normalization.normalize(merged, jnp.array([6.0])), [2.0 / math.sqrt(8.0 + 1e-8)], rtol=1e-6)
+    np.testing.assert_allclose(normalization.scale(merged, jnp.array([-4.0])), [-4.0 / math.sqrt(8.0)], rtol=1e-6)
+
+
+def test_discounted_returns_restart_after_an_episode_ends():
+    from shoal.core.types import Step
+
+    seen = []
+
+    class Collect:
+        def add(self, step):
+            seen.append(step.extras["discounted_return"].copy())
+
+    adder = normalization.DiscountedReturns(Collect(), num_envs=2, discount=0.5)
+    for reward, done in (([1.0, 2.0], [False, True]), ([1.0, 2.0], [False, False]), ([1.0, 2.0], [True, False])):
+        z = np.zeros(2)
+        adder.add(Step(z, z, np.array(reward), np.array(done), np.zeros(2, bool), z, {}))
+    np.testing.assert_allclose(seen, [[1.0, 2.0], [1.5, 2.0], [1.75, 3.0]])  # env 1 restarted after step 0

@@ -1,8 +1,10 @@
-"""The PPO builder: env sequences into a Reverb queue, an epochs x minibatches learner."""
+"""The PPO builder: env sequences into a Reverb queue, an epochs x minibatches learner; discrete
+or continuous (Box) actions."""
 
 from __future__ import annotations
 
 from shoal.agents.builders import AgentBuilder
+from shoal.agents.normalization import DiscountedReturns
 from shoal.agents.policy_lag import PolicyLag
 from shoal.agents.ppo import learning
 from shoal.agents.ppo.config import PPOConfig
@@ -25,9 +27,7 @@ class PPOBuilder(AgentBuilder):
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         c = self.config
-        if spec.num_actions is None:
-            raise ValueError(f"PPO here takes a discrete action space; this environment's is "
-                             f"{spec.action_space} (for continuous actions use --agent sac)")
+        self.make_networks(spec)  # raises for an action space it cannot act in
         super().validate(spec, num_devices)
         if c.rollout_length % c.num_minibatches:
             raise ValueError(f"num_minibatches={c.num_minibatches} must divide "
@@ -44,15 +44,15 @@ class PPOBuilder(AgentBuilder):
         return self.config.rollout_length * self.config.rollouts_per_update * spec.num_envs
 
     def make_networks(self, spec: EnvironmentSpec) -> PPONetworks:
-        return make_networks(spec, self.config.hidden_sizes)
+        return make_networks(spec, self.config.hidden_sizes, self.config.initial_log_std)
 
     def make_policy(self, networks: PPONetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
-        return learning.make_policy(networks.network, evaluation)
+        return learning.make_policy(networks, self.config, evaluation)
 
     def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
         from shoal.replay import make_queue_table, sequence_signature
 
-        signature = sequence_signature(spec, policy.extras_spec, self.config.rollout_length)
+        signature = sequence_signature(spec, learning.extras_spec(self.config), self.config.rollout_length)
         return [make_queue_table(TABLE, signature, self.config.queue_capacity)]
 
     def make_dataset_iterator(self, replay_client, spec: EnvironmentSpec):
@@ -64,18 +64,22 @@ class PPOBuilder(AgentBuilder):
     def example_batch(self, spec: EnvironmentSpec, policy: Policy):
         from shoal.replay.layouts import sequence_example
 
-        return sequence_example(spec, policy.extras_spec, self.config.rollouts_per_update * spec.num_envs, self.config.rollout_length)
+        return sequence_example(spec, learning.extras_spec(self.config), self.config.rollouts_per_update * spec.num_envs,
+                                self.config.rollout_length)
 
     def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy):
         from shoal.replay import SequenceAdder
 
-        return SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
+        adder = SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
+        if self.config.normalize_rewards:  # each env's discounted return, for the reward scale
+            return DiscountedReturns(adder, spec.num_envs, self.config.discount)
+        return adder
 
     def make_learner(self, key, networks: PPONetworks, dataset, logger=None, counter=None,
                      replay_client=None, stopwatch=None) -> ReplicatedLearner:
         """The learner; it drops rollouts acted with params more than ``max_policy_lag`` updates
         old (``shoal.agents.policy_lag``)."""
         state = learning.init_state(key, networks, self.config)
-        return ReplicatedLearner(state, learning.make_update(networks.network, self.config), dataset,
+        return ReplicatedLearner(state, learning.make_update(networks, self.config), dataset,
                                  keep_batch=PolicyLag(self.config.max_policy_lag, counter),
                                  counter=counter, logger=logger, stopwatch=stopwatch)

@@ -1,4 +1,5 @@
-"""PPO hyperparameters. Defaults are tuned for CartPole-v1 (16 envs) on a 2-core CPU."""
+"""PPO hyperparameters. Defaults are tuned for CartPole-v1 (16 envs) on a 2-core CPU; the presets
+(``shoal.agents.ppo.presets``) tune them for other task families."""
 
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ class PPOConfig:
       max_gradient_norm: global gradient-norm clip.
       normalize_advantages: standardize advantages per minibatch (over all devices).
       hidden_sizes: widths of the policy's and the value function's hidden layers (two MLPs).
+      initial_log_std: for continuous (Box) actions: the Gaussian policy's state-independent
+        log standard deviation at the start (a learned parameter).
+      normalize_observations: normalize observations with the run's running mean and variance
+        (``shoal.agents.normalization``; the learner keeps one set of statistics, actors and the
+        evaluator get them with the params, checkpoints keep them).
+      normalize_rewards: scale rewards by the running standard deviation of the discounted
+        return (actors record each env's discounted return; the learner keeps the statistics).
       variable_update_period: vector steps between an actor's parameter pulls.
       max_policy_lag: (distributed) a rollout acted with params more than this many learner
         updates old is dropped, not trained on; drops are counted and the lag is logged.
@@ -45,6 +53,9 @@ class PPOConfig:
     max_gradient_norm: float = setting(0.5, low=0.0, low_open=True)
     normalize_advantages: bool = True
     hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
+    initial_log_std: float = setting(0.0, low=-20.0, high=5.0)
+    normalize_observations: bool = False
+    normalize_rewards: bool = False
     variable_update_period: int = setting(1, low=1, high=1_000_000)
     max_policy_lag: int = setting(8, low=0)
     queue_capacity: int = setting(8, low=1, high=1_000_000)

@@ -3,8 +3,12 @@
 A learner update takes env sequences ``[rows, T, ...]`` (``rows = rollouts x envs``; each step
 carries its own next observation, see ``shoal.replay.adders``) and, on each device's rows:
 
-1. values with the current params, ``v_t = V(s_t)`` and ``v'_t = V(s'_t)``;
-2. generalized advantage estimation (Schulman et al., 2016), backwards over t::
+1. observations normalized with the running statistics the actors acted with (if
+   ``normalize_observations``), and rewards scaled by the running standard deviation of the
+   discounted return, after merging the returns the actors recorded (if ``normalize_rewards``;
+   ``shoal.agents.normalization``);
+2. values with the current params, ``v_t = V(s_t)`` and ``v'_t = V(s'_t)``;
+3. generalized advantage estimation (Schulman et al., 2016), backwards over t::
 
        delta_t = r_t + gamma * (1 - terminated_t) * v'_t - v_t
        A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}     (done = terminated or truncated)
@@ -12,37 +16,44 @@ carries its own next observation, see ``shoal.replay.adders``) and, on each devi
 
    so a termination does not bootstrap, a truncation bootstraps from its final observation, and
    no trace crosses an episode end (sequences are not cut at episode ends);
-3. ``num_epochs`` passes of ``num_minibatches`` SGD steps (``shoal.learners.minibatch_epochs``),
+4. ``num_epochs`` passes of ``num_minibatches`` SGD steps (``shoal.learners.minibatch_epochs``),
    each minimizing, with ``rho = pi(a|s) / mu(a|s)`` (``mu``: the behaviour policy, whose
    log-probability the actor recorded) and advantages standardized over the minibatch::
 
        L = -mean(min(rho * A, clip(rho, 1 - eps, 1 + eps) * A))
            + value_coef * mean((V(s) - R)^2) / 2 - entropy_coef * mean(entropy(pi(.|s)))
 
-   Gradients are averaged over devices (``pmean``), clipped by global norm, applied with Adam.
+   Gradients are averaged over devices (``pmean``), clipped by global norm, applied with Adam;
+5. the observation statistics merged with this batch's observations (the next rollouts act with
+   them: the statistics travel with the params to actors and the evaluator, one set per run).
+
+The policy is categorical over discrete actions, or a Gaussian with a state-independent
+log-std over Box actions (``shoal.agents.distributions``; the env clips the sampled action).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from shoal.agents import distributions, normalization
+from shoal.agents.networks import ActorCriticNetworks
+from shoal.agents.normalization import RunningStats
 from shoal.agents.ppo.config import PPOConfig
-from shoal.agents.networks import ActorCritic
-from shoal.agents.ppo.networks import PPONetworks
 from shoal.core.specs import ArraySpec
 from shoal.core.types import ActorInfo, Policy
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput, minibatch_epochs
 
 
 class TrainingState(NamedTuple):
-    params: optax.Params
+    params: dict  # {"network": ..., "observation": RunningStats}: what actors pull
     opt_state: optax.OptState
     key: jax.Array
+    return_stats: RunningStats  # of the discounted returns the actors record (reward scaling)
 
 
 def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
@@ -50,14 +61,34 @@ def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
                        optax.adam(config.learning_rate, eps=1e-5))
 
 
-def init_state(key: jax.Array, networks: PPONetworks, config: PPOConfig) -> TrainingState:
+def init_state(key: jax.Array, networks: ActorCriticNetworks, config: PPOConfig) -> TrainingState:
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
     def init(key):
         params_key, key = jax.random.split(key)
-        params = networks.network.init(params_key, jnp.zeros((1, *networks.observation_shape), jnp.float32))
-        return TrainingState(params, make_optimizer(config).init(params), key)
+        network = networks.network.init(params_key, jnp.zeros((1, *networks.observation_shape), jnp.float32))
+        params = {"network": network, "observation": normalization.init_stats(networks.observation_shape)}
+        return TrainingState(params, make_optimizer(config).init(network), key, normalization.init_stats())
 
     return init(key)
+
+
+class Head(NamedTuple):
+    """The policy's distribution over actions, from the network's policy output."""
+
+    log_prob: Any    # (policy output, action) -> [batch]
+    entropy: Any     # policy output -> [batch]
+    sample: Any      # (key, policy output) -> action
+    mode: Any        # policy output -> the most likely action
+
+
+def head(networks: ActorCriticNetworks) -> Head:
+    if networks.num_actions is not None:
+        return Head(distributions.categorical_log_prob, distributions.categorical_entropy,
+                    lambda key, logits: jax.random.categorical(key, logits).astype(jnp.int32),
+                    lambda logits: jnp.argmax(logits, axis=-1).astype(jnp.int32))
+    return Head(lambda out, action: distributions.gaussian_log_prob(*out, action),
+                lambda out: distributions.gaussian_entropy(*out),
+                lambda key, out: distributions.gaussian_sample(key, *out), lambda out: out[0])
 
 
 def gae(reward, terminated, truncated, value, next_value, discount: float, lambda_: float):
@@ -82,13 +113,20 @@ def _global_standardize(x):
     return (x - mean) / (jnp.sqrt(variance) + 1e-8)
 
 
-def make_update(network: ActorCritic, config: PPOConfig) -> UpdateFn:
-    optimizer = make_optimizer(config)
+def observe(params: dict, observation, config: PPOConfig):
+    """Observations as the network sees them (normalized with the run's statistics, if on)."""
+    observation = observation.astype(jnp.float32)
+    if config.normalize_observations:
+        return normalization.normalize(params["observation"], observation)
+    return observation
 
-    def loss_fn(params, minibatch):
-        logits, value = network.apply(params, minibatch["observation"])
-        log_probs = jax.nn.log_softmax(logits)
-        log_prob = jnp.take_along_axis(log_probs, minibatch["action"][:, None], axis=-1)[:, 0]
+
+def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
+    network, dist, optimizer = networks.network, head(networks), make_optimizer(config)
+
+    def loss_fn(network_params, minibatch):
+        policy_out, value = network.apply(network_params, minibatch["observation"])
+        log_prob = dist.log_prob(policy_out, minibatch["action"])
         log_rho = log_prob - minibatch["log_prob"]
         rho = jnp.exp(log_rho)
         advantage = minibatch["advantage"]
@@ -97,54 +135,71 @@ def make_update(network: ActorCritic, config: PPOConfig) -> UpdateFn:
         clipped_rho = jnp.clip(rho, 1.0 - config.clip_epsilon, 1.0 + config.clip_epsilon)
         policy_loss = -jnp.mean(jnp.minimum(rho * advantage, clipped_rho * advantage))
         value_loss = 0.5 * jnp.mean(jnp.square(value - minibatch["return"]))
-        entropy = -jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
+        entropy = jnp.mean(dist.entropy(policy_out))
         loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
         return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss,
                       "entropy": entropy, "approx_kl": jnp.mean((rho - 1.0) - log_rho),
                       "clip_fraction": jnp.mean(jnp.abs(rho - 1.0) > config.clip_epsilon)}
 
     def sgd_step(state: TrainingState, minibatch):
-        grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, minibatch)
+        grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params["network"], minibatch)
         grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        state = state._replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state)
-        return state, jax.lax.pmean(metrics, AXIS_NAME), None
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params["network"])
+        params = {**state.params, "network": optax.apply_updates(state.params["network"], updates)}
+        return state._replace(params=params, opt_state=opt_state), jax.lax.pmean(metrics, AXIS_NAME), None
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, UpdateOutput]:
         rows, length = batch["reward"].shape
         flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
-        _, values = network.apply(state.params, jnp.concatenate(
-            [flat(batch["observation"]), flat(batch["next_observation"])]))
+        observation = observe(state.params, batch["observation"], config)
+        next_observation = observe(state.params, batch["next_observation"], config)
+        _, values = network.apply(state.params["network"], jnp.concatenate([flat(observation), flat(next_observation)]))
         value, next_value = jnp.split(values.reshape(2, rows, length), 2)
         value, next_value = value[0], next_value[0]
-        advantage = gae(batch["reward"], batch["terminated"].astype(jnp.float32),
+        reward, return_stats = batch["reward"], state.return_stats
+        if config.normalize_rewards:
+            return_stats = normalization.update(return_stats, batch["extras"]["discounted_return"], AXIS_NAME)
+            reward = normalization.scale(return_stats, reward)
+        advantage = gae(reward, batch["terminated"].astype(jnp.float32),
                         batch["truncated"].astype(jnp.float32), value, next_value,
                         config.discount, config.gae_lambda)
-        data = {"observation": batch["observation"], "action": batch["action"],
+        data = {"observation": observation, "action": batch["action"],
                 "log_prob": batch["extras"]["log_prob"], "advantage": advantage,
                 "return": advantage + value}
         key, epochs_key = jax.random.split(state.key)
-        return minibatch_epochs(sgd_step, state._replace(key=key), data, epochs_key,
-                                num_epochs=config.num_epochs, num_minibatches=config.num_minibatches)
+        state, out = minibatch_epochs(sgd_step, state._replace(key=key, return_stats=return_stats), data,
+                                      epochs_key, num_epochs=config.num_epochs,
+                                      num_minibatches=config.num_minibatches)
+        if config.normalize_observations:  # after the update: the next rollouts act with these
+            stats = normalization.update(state.params["observation"], batch["observation"], AXIS_NAME)
+            state = state._replace(params={**state.params, "observation": stats})
+        return state, out
 
     return update
 
 
-EXTRAS_SPEC = {"log_prob": ArraySpec((), np.float32), "policy_version": ArraySpec((), np.int32)}
+def extras_spec(config: PPOConfig) -> dict[str, ArraySpec]:
+    """What the acting policy records beside each action (and, with reward normalization, what
+    the adder adds: the discounted return so far, ``shoal.agents.normalization``)."""
+    spec = {"log_prob": ArraySpec((), np.float32), "policy_version": ArraySpec((), np.int32)}
+    if config.normalize_rewards:
+        spec["discounted_return"] = ArraySpec((), np.float32)
+    return spec
 
 
-def make_policy(network: ActorCritic, evaluation: bool) -> Policy:
-    """Sampling from the categorical policy (recording its log-probability and the params
-    version), or its most likely action for evaluation."""
+def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bool) -> Policy:
+    """Sampling from the policy (recording its log-probability and the params version), or its
+    most likely action (the Gaussian's mean) for evaluation."""
+    network, dist = networks.network, head(networks)
 
     def policy(params, key, observation, info: ActorInfo):
-        logits = network.apply(params, observation, method=ActorCritic.logits)
+        out = network.apply(params["network"], observe(params, observation, config), method=type(network).logits)
         if evaluation:
-            return jnp.argmax(logits, axis=-1).astype(jnp.int32), {}, key
+            return dist.mode(out), {}, key
         key, sample_key = jax.random.split(key)
-        action = jax.random.categorical(sample_key, logits)
-        log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
-        version = jnp.full(action.shape, info.params_version, jnp.int32)
-        return action.astype(jnp.int32), {"log_prob": log_prob, "policy_version": version}, key
+        action = dist.sample(sample_key, out)
+        version = jnp.full(action.shape[:1], info.params_version, jnp.int32)
+        return action, {"log_prob": dist.log_prob(out, action), "policy_version": version}, key
 
-    return Policy(policy, {} if evaluation else EXTRAS_SPEC)
+    acting = {k: v for k, v in extras_spec(config).items() if k != "discounted_return"}  # (the adder adds that)
+    return Policy(policy, {} if evaluation else acting)

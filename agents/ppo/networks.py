@@ -1,4 +1,4 @@
-"""PPO's networks: a categorical policy and a value function (``shoal.agents.networks.ActorCritic``)."""
+"""PPO's networks: a categorical or Gaussian policy and a value function (``shoal.agents.networks``)."""
 
 from __future__ import annotations
 
@@ -10,5 +10,7 @@ from shoal.core.specs import EnvironmentSpec
 PPONetworks = ActorCriticNetworks
 
 
-def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64)) -> ActorCriticNetworks:
-    return make_actor_critic_networks(spec, hidden_sizes, "PPO")
+def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
+                  initial_log_std: float = 0.0) -> ActorCriticNetworks:
+    """Categorical for discrete actions, Gaussian (state-independent log-std) for Box ones."""
+    return make_actor_critic_networks(spec, hidden_sizes, "PPO", continuous=True, initial_log_std=initial_log_std)

@@ -53,6 +53,15 @@ def _parse_resources(text: str) -> tuple[str, Any]:
                                          f"amounts >= 0, got {text!r} ({e})") from None
 
 
+def _presets_text() -> str:
+    try:
+        from shoal.agents.presets import describe_presets
+
+        return describe_presets()
+    except ImportError:  # pragma: no cover
+        return "the agent's presets"
+
+
 def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     """The parser (``suppress_defaults``: options not given are absent from the result)."""
     parser = _Parser(prog="shoal", description="Shoal: RL actor-learner framework.")
@@ -69,16 +78,20 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     add("--agent", default=default("dqn"), help="agent to train (default: dqn)")
     add("--env", default=default("CartPole-v1"), help="gymnasium environment id (default: CartPole-v1)")
     add("--seed", type=int, default=default(0), help="random seed (default: 0)")
-    add("--max-env-steps", type=int, default=default(100_000), help="step budget over all envs (default: 100000)")
+    add("--max-env-steps", type=int, default=default(100_000), help="step budget over all envs (default: 100000, or the preset's)")
     add("--target-return", type=float, default=default(None), help="stop when the mean evaluation return "
         "reaches this (default: the env's reward_threshold, 475 for CartPole-v1)")
-    add("--eval-every", type=int, default=default(2_000), help="env steps between evaluations (default: 2000)")
-    add("--eval-episodes", type=int, default=default(10), help="greedy episodes per evaluation (default: 10)")
-    add("--num-envs", type=int, default=default(16), help="envs stepped together by an actor (default: 16)")
+    add("--eval-every", type=int, default=default(2_000), help="env steps between evaluations (default: 2000, or the preset's)")
+    add("--eval-episodes", type=int, default=default(10), help="greedy episodes per evaluation (default: 10, or the preset's)")
+    add("--num-envs", type=int, default=default(16), help="envs stepped together by an actor (default: 16, or the preset's)")
     add("--run-dir", default=default(None), help="output folder (default: runs/<agent>-<env>-s<seed>-<time>)")
+    add("--preset", default=default("auto"), metavar="NAME", help="tuned settings for a task family "
+        "(agent and experiment settings; the --max-env-steps, --num-envs, --eval-every and "
+        "--eval-episodes you give override them): auto (default: the family of --env), none (the "
+        f"agent's plain defaults), or one of {_presets_text()}")
     add("--set", dest="overrides", action="append", type=_parse_override, default=default([]),
-        metavar="KEY=VALUE", help="override an agent setting, e.g. --set learning_rate=3e-4 "
-        "(repeatable; see the agent's config dataclass)")
+        metavar="KEY=VALUE", help="override an agent setting, after the preset, e.g. --set "
+        "learning_rate=3e-4 (repeatable; see the agent's config dataclass)")
     add("--launcher", choices=["processes", "inprocess", "ray"], default=default(None),
         help="run as a distributed program: one process per node, one thread per node (for "
         "debugging), or one Ray actor per node. Default: the single-process runner")
@@ -91,7 +104,8 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
         "num_cpus, num_gpus, memory (bytes) or a custom resource, e.g. --resources learner:num_gpus=1 "
         "--resources actor:actor_host=1 (repeatable)")
     add("--dry-run", action="store_true", default=default(False),
-        help="print the distributed program's graph (nodes, groups, edges) and exit")
+        help="print the resolved config (JSON) and the distributed program's graph (nodes, groups, "
+        "edges), and exit")
     add("--checkpoint-every", type=float, default=default(300.0), metavar="SECONDS",
         help="seconds between checkpoints in the run directory (default: 300); one is also taken "
         "at the end and on SIGTERM")

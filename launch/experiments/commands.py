@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import signal
 import threading
@@ -25,12 +26,13 @@ def train(args: argparse.Namespace, given: list[str], started: float,
     from shoal.launch.experiments.compilation_cache import enable_compilation_cache
     from shoal.launch.experiments.runs import distributed_settings
 
-    config, launch = _resumed(args, given) if args.resume else _new(args)
+    config, launch = _resumed(args, given) if args.resume else _new(args, given)
     config.validate()  # every setting against its range, before any file or server is made
-    if args.dry_run:
+    if args.dry_run:  # what would run: the resolved config, and the program's graph
         from shoal.launch.experiments.program import make_distributed_program
 
         program = make_distributed_program(config, num_actors=(launch or {}).get("num_actors", args.num_actors))
+        print(json.dumps({**config.to_dict(), "launch": launch}, default=str))
         print(program.describe())
         print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
         return None
@@ -53,19 +55,23 @@ def train(args: argparse.Namespace, given: list[str], started: float,
         signal.signal(signal.SIGTERM, previous)
 
 
-def _new(args: argparse.Namespace):
-    from shoal.agents import config_class, get_builder
+# flag -> the ExperimentConfig field it sets (a preset's value stands unless the flag is given)
+EXPERIMENT_FLAGS = {"--max-env-steps": "max_env_steps", "--num-envs": "num_envs", "--eval-every": "eval_every",
+                    "--eval-episodes": "eval_episodes"}
+
+
+def _new(args: argparse.Namespace, given: list[str]):
+    from shoal.agents import config_class
     from shoal.core.settings import parse_setting
-    from shoal.launch.experiments.config import ExperimentConfig
+    from shoal.launch.experiments.config import experiment_config
 
     settings = {key: parse_setting(config_class(args.agent), key, value) for key, value in args.overrides}
     run_dir = args.run_dir or os.path.join(
         "runs", f"{args.agent}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    config = ExperimentConfig(
-        builder=get_builder(args.agent, **settings), env_id=args.env, seed=args.seed,
-        max_env_steps=args.max_env_steps, num_envs=args.num_envs, eval_every=args.eval_every,
-        eval_episodes=args.eval_episodes, target_return=args.target_return, run_dir=run_dir,
-        checkpoint_every_s=args.checkpoint_every, progress=not args.quiet)
+    chosen = {field: getattr(args, field) for flag, field in EXPERIMENT_FLAGS.items() if flag in given}
+    config = experiment_config(
+        args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
+        run_dir=run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet, **chosen)
     launch = None
     if args.launcher is not None or args.dry_run:
         from shoal.launch.experiments.distributed import check_num_actors

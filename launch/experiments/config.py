@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import gymnasium as gym
 import jax
@@ -38,6 +38,8 @@ class ExperimentConfig:
         learner, replay and RNG), instead of starting afresh.
       network_factory: ``spec -> networks``; ``None`` uses ``builder.make_networks``.
       progress: print a progress line (to stderr) about once per ``progress_every_s``.
+      preset: the name of the preset the settings came from (``shoal.agents.presets``; recorded
+        in ``config.json``), if any. ``experiment_config`` builds a config from one.
     """
 
     builder: AgentBuilder
@@ -54,6 +56,7 @@ class ExperimentConfig:
     network_factory: Callable[[EnvironmentSpec], Any] | None = None
     progress: bool = True
     progress_every_s: float = setting(2.0, low=0.0, low_open=True, high=1e6)
+    preset: str | None = None
 
     def resolved_target_return(self) -> float | None:
         if self.target_return is not None:
@@ -110,3 +113,19 @@ def config_from_dict(saved: dict[str, Any], **changes: Any) -> ExperimentConfig:
     fields = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"builder", "network_factory"}
     kept = {k: v for k, v in saved.items() if k in fields}
     return ExperimentConfig(builder=get_builder(saved["agent"], **agent), **{**kept, **changes})
+
+
+def experiment_config(agent: str, env_id: str, preset: str | None = "auto",
+                      agent_settings: Mapping[str, Any] | None = None, **experiment: Any) -> ExperimentConfig:
+    """The config of ``agent`` on ``env_id``: the agent's defaults, then a preset's settings
+    (``"auto"``: the preset of the env's task family, if the agent has one; a family name; or
+    ``None``), then ``agent_settings``; the experiment's fields likewise (the preset's, then
+    ``experiment``)."""
+    from shoal.agents import get_builder
+    from shoal.agents.presets import find_preset
+
+    chosen = find_preset(agent, env_id, preset)
+    settings = {**(chosen.settings if chosen else {}), **(agent_settings or {})}
+    fields = {**(chosen.experiment if chosen else {}), **experiment}
+    return ExperimentConfig(builder=get_builder(agent, **settings), env_id=env_id,
+                            preset=chosen.name if chosen else None, **fields)

@@ -1,0 +1,22 @@
+"""DQN presets.
+
+* ``classic`` -- the defaults, tuned here on CartPole-v1 (15 seeds on a 2-core CPU): a 64x64
+  Q-network, learning rate 4e-3, replay ratio 32, 3-step returns.
+* ``box2d`` -- RL-Zoo's DQN for LunarLander (rl-baselines3-zoo ``hyperparams/dqn.yml``): learning
+  rate 6.3e-4, batch 128, a 50k replay, target update every 250 steps, one SGD step of 128 per
+  env step (train_freq 4 x gradient_steps 4: a replay ratio of 128), epsilon from 1 to 0.1 over
+  the first 12k env steps, a 256x256 network, 1-step returns. A 1M-step budget, evaluations
+  every 20k env steps.
+"""
+
+from shoal.agents.presets import Preset
+
+PRESETS = [
+    Preset("dqn", "classic", "tuned here on CartPole-v1 (15 seeds)"),
+    Preset("dqn", "box2d", "RL-Zoo hyperparams/dqn.yml, LunarLander",
+           settings={"learning_rate": 6.3e-4, "batch_size": 128, "max_replay_size": 50_000,
+                     "min_replay_size": 1_000, "target_update_period": 250, "samples_per_insert": 128.0,
+                     "epsilon_end": 0.1, "epsilon_decay_steps": 12_000, "hidden_sizes": (256, 256),
+                     "n_step": 1},
+           experiment={"max_env_steps": 1_000_000, "eval_every": 20_000}),
+]
