@@ -1,9 +1,19 @@
-"""Gymnasium vector environments, set up the way Shoal's actors expect."""
+"""Gymnasium vector environments, set up the way Shoal's actors expect.
+
+Atari (``ALE/<Game>-v5``, the ``atari`` extra) runs on ale-py's own ``AtariVectorEnv`` (C++
+threads, one per env up to the machine's cores) with the published protocol (Machado et al.,
+2018, as CleanRL and RL-Zoo report it): 84x84 grayscale frames, a stack of 4, frameskip 4 with
+max-pooling, up to 30 no-op starts, FIRE at reset, sticky actions with probability 0.25 (a
+setting); episodes are whole games (losing a life ends nothing); training rewards are clipped to
+[-1, 1] while the game's own reward is kept for the episode returns, and evaluation envs report
+the unclipped score (``env_protocol`` describes it, and the result says so).
+"""
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -29,6 +39,8 @@ def check_env_id(env_id: str) -> None:
     if ":" in env_id:
         resolve_env_id(env_id)
         return
+    if env_id.startswith(ATARI_PREFIX):
+        _import_ale(env_id)
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
@@ -50,23 +62,90 @@ def _missing_extra(env_id: str, error: Exception) -> ValueError:
                       f"pip install -e '.[{extra}]' (from the Shoal repository)")
 
 
-def make_vector_env(env_id: str, num_envs: int, seed: int) -> gym.vector.VectorEnv:
-    """A synchronous vector env of ``num_envs`` copies, reset with seeds ``seed, seed+1, ...``.
+ATARI_PREFIX = "ALE/"
+STICKY_ACTIONS = 0.25  # Machado et al. (2018)
+
+
+def _import_ale(env_id: str) -> None:
+    try:
+        import ale_py  # noqa: F401 -- registers the ALE/ ids with gymnasium
+    except ImportError:
+        raise ValueError(f"{env_id} needs the 'atari' extra, which is not installed; run "
+                         "pip install -e '.[atari]' (from the Shoal repository)") from None
+
+
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith(ATARI_PREFIX)
+
+
+def env_protocol(env_id: str, sticky_actions: float = STICKY_ACTIONS) -> dict | None:
+    """How ``env_id`` is run, where it matters for comparing results (Atari), else ``None``."""
+    if not is_atari(env_id):
+        return None
+    return {"name": "Machado et al. (2018)", "sticky_actions": sticky_actions, "frame_skip": 4,
+            "frames": "stack of 4, 84x84 grayscale, max-pooled", "noop_max": 30, "full_action_space": False,
+            "max_frames_per_episode": 108_000, "training_rewards": "clipped to [-1, 1]",
+            "evaluation": "whole games (a lost life ends nothing), unclipped scores"}
+
+
+def _atari_game(env_id: str) -> str:
+    """``ALE/MsPacman-v5`` -> ``ms_pacman`` (ale-py's ROM id)."""
+    name = env_id[len(ATARI_PREFIX):].rsplit("-v", 1)[0]
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+class ClipTrainingRewards(gym.vector.VectorWrapper):
+    """Rewards clipped to [-1, 1] (what an agent trains on); the game's own reward stays in
+    ``info["game_reward"]`` (what episode returns count)."""
+
+    def step(self, actions):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        info = {**info, "game_reward": reward}
+        return obs, np.clip(reward, -1.0, 1.0).astype(np.float32), terminated, truncated, info
+
+
+def make_atari_vector_env(env_id: str, num_envs: int, seed: int,
+                          sticky_actions: float = STICKY_ACTIONS) -> gym.vector.VectorEnv:
+    """ale-py's ``AtariVectorEnv`` with the protocol in the module docstring (unclipped rewards)."""
+    _import_ale(env_id)
+    check_env_id(env_id)
+    from ale_py.vector_env import AtariVectorEnv
+
+    env = AtariVectorEnv(_atari_game(env_id), num_envs, num_threads=min(num_envs, os.cpu_count() or 1),
+                         repeat_action_probability=sticky_actions, frameskip=4, stack_num=4, img_height=84,
+                         img_width=84, grayscale=True, maxpool=True, noop_max=30, use_fire_reset=True,
+                         episodic_life=False, reward_clipping=False, autoreset_mode="SameStep")
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env
+
+
+def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: float = STICKY_ACTIONS,
+                    evaluation: bool = False, clip_rewards: bool | None = None) -> gym.vector.VectorEnv:
+    """A vector env of ``num_envs`` copies, reset with seeds ``seed, seed+1, ...``.
 
     Autoreset is ``SAME_STEP``: when an env's episode ends, ``step`` already returns the first
     observation of its next episode and puts the final one in ``info["final_obs"]``, so every
-    step returned is a real transition (no dummy reset steps to skip).
+    step returned is a real transition (no dummy reset steps to skip). Atari ids get
+    ``make_atari_vector_env`` (``sticky_actions``); others a synchronous gymnasium vector env.
+    A training env (not ``evaluation``) clips its rewards to [-1, 1] where ``clip_rewards``
+    says so (``None``: for Atari, as its protocol does).
     """
-    env_id = resolve_env_id(env_id)
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    try:
-        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
-    except gym.error.DependencyNotInstalled as e:
-        raise _missing_extra(env_id, e) from None
-    env.reset(seed=seed)
-    env.action_space.seed(seed)
+    if is_atari(env_id):
+        env = make_atari_vector_env(env_id, num_envs, seed, sticky_actions)
+    else:
+        env_id = resolve_env_id(env_id)
+        try:
+            env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                               vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+        except gym.error.DependencyNotInstalled as e:
+            raise _missing_extra(env_id, e) from None
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+    if not evaluation and (clip_rewards if clip_rewards is not None else is_atari(env_id)):
+        env = ClipTrainingRewards(env)
     return env
 
 

@@ -64,7 +64,7 @@ class EnvironmentLoop:
         with stopwatch.time("param_fetch"):
             self._actor.update()
         self._obs = next_obs
-        self._returns += reward
+        self._returns += info.get("game_reward", reward)  # (the game's own score, where training clips it)
         self._lengths += 1
         for i in (terminated | truncated).nonzero()[0]:
             self._finished.append((float(self._returns[i]), int(self._lengths[i])))

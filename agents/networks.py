@@ -8,6 +8,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from shoal.agents.torsos import is_image, make_torso
 from shoal.core.specs import EnvironmentSpec
 
 
@@ -68,6 +69,27 @@ class GaussianActorCritic(nn.Module):
         return self.policy(observation), self.log_std
 
 
+class PixelActorCritic(nn.Module):
+    """``frames -> (logits [batch, num_actions], value [batch])``: a convolutional torso
+    (``shoal.agents.torsos``) shared by a categorical policy head and a value head (as
+    CleanRL's PPO for Atari and IMPALA do)."""
+
+    torso: str
+    num_actions: int
+
+    def setup(self) -> None:
+        self.features = make_torso(self.torso)
+        self.policy = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))
+        self.value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))
+
+    def __call__(self, observation: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        features = self.features(observation)
+        return self.policy(features), self.value(features)[:, 0]
+
+    def logits(self, observation: jnp.ndarray) -> jnp.ndarray:
+        return self.policy(self.features(observation))
+
+
 class ActorCriticNetworks(NamedTuple):
     """An actor-critic and what it acts on: ``num_actions`` for a categorical policy, or
     ``None`` for a Gaussian one over ``action_size`` dimensions."""
@@ -79,9 +101,16 @@ class ActorCriticNetworks(NamedTuple):
 
 
 def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int], agent: str,
-                               continuous: bool = False, initial_log_std: float = 0.0) -> ActorCriticNetworks:
+                               continuous: bool = False, initial_log_std: float = 0.0,
+                               torso: str = "nature") -> ActorCriticNetworks:
     """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
-    space, Gaussian for a 1-d Box one where ``continuous`` is allowed."""
+    space, Gaussian for a 1-d Box one where ``continuous`` is allowed; a convolutional ``torso``
+    for image observations, MLPs of ``hidden_sizes`` for flat ones."""
+    if is_image(spec):
+        if spec.num_actions is None:
+            raise ValueError(f"{agent} takes image observations with discrete actions only, got {spec.action_space}")
+        return ActorCriticNetworks(PixelActorCritic(torso, spec.num_actions), spec.observation_shape,
+                                   spec.num_actions)
     if spec.num_actions is not None:
         return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions),
                                    spec.observation_shape, spec.num_actions)

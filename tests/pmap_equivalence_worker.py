@@ -71,7 +71,7 @@ def ppo_case():
     extras = {"log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
               "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32)}
     return (ppo.init_state(jax.random.PRNGKey(0), networks, config),
-            ppo.make_update(networks.network, config), list(sequence_batches(2, 3, extras)))
+            ppo.make_update(networks, config), list(sequence_batches(2, 3, extras)))
 
 
 def impala_case():

@@ -7,6 +7,7 @@ import numpy as np
 from shoal.agents.dqn import learning
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.networks import DQNNetworks, make_networks
+from shoal.agents.torsos import check_torso
 from shoal.agents.transition_replay import TABLE, TransitionReplayBuilder
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
@@ -25,13 +26,14 @@ class DQNBuilder(TransitionReplayBuilder):
         if spec.num_actions is None:
             raise ValueError(f"DQN needs a discrete action space; this environment's is "
                              f"{spec.action_space} (try a Discrete-action env such as CartPole-v1)")
+        check_torso(self.config.torso)
         super().validate(spec, num_devices)
 
     def priority_exponent(self) -> float | None:
         return self.config.priority_exponent if self.config.prioritized_replay else None
 
     def make_networks(self, spec: EnvironmentSpec) -> DQNNetworks:
-        return make_networks(spec, self.config.hidden_sizes)
+        return make_networks(spec, self.config.hidden_sizes, self.config.torso)
 
     def make_policy(self, networks: DQNNetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks.q_network, networks.num_actions, self.config, evaluation)

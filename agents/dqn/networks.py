@@ -1,4 +1,5 @@
-"""The Q network: an MLP from observations to one value per discrete action."""
+"""The Q network: observations -> one value per discrete action, through an MLP (flat
+observations) or a convolutional torso (image observations, ``shoal.agents.torsos``)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,23 @@ from typing import NamedTuple, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from shoal.agents.torsos import is_image, make_torso
 from shoal.core.specs import EnvironmentSpec
 
 
 class QNetwork(nn.Module):
     hidden_sizes: Sequence[int]
     num_actions: int
+    torso: str | None = None  # a convolutional torso's name, for image observations
 
     @nn.compact
     def __call__(self, observation: jnp.ndarray) -> jnp.ndarray:
-        x = observation.reshape(observation.shape[0], -1)  # [batch, features]
-        for size in self.hidden_sizes:
-            x = nn.relu(nn.Dense(size)(x))
+        if self.torso is not None:
+            x = make_torso(self.torso)(observation)
+        else:
+            x = observation.reshape(observation.shape[0], -1).astype(jnp.float32)  # [batch, features]
+            for size in self.hidden_sizes:
+                x = nn.relu(nn.Dense(size)(x))
         return nn.Dense(self.num_actions)(x)
 
 
@@ -28,8 +34,8 @@ class DQNNetworks(NamedTuple):
     num_actions: int
 
 
-def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64)) -> DQNNetworks:
+def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64), torso: str = "nature") -> DQNNetworks:
     if spec.num_actions is None:
         raise ValueError(f"DQN needs a discrete action space, got {spec.action_space}")
-    return DQNNetworks(QNetwork(tuple(hidden_sizes), spec.num_actions), spec.observation_shape,
-                       spec.num_actions)
+    return DQNNetworks(QNetwork(tuple(hidden_sizes), spec.num_actions, torso if is_image(spec) else None),
+                       spec.observation_shape, spec.num_actions)

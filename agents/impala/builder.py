@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from shoal.agents.builders import AgentBuilder
+from shoal.agents.torsos import check_torso
 from shoal.agents.impala import learning
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.networks import IMPALANetworks, make_networks
@@ -26,7 +27,8 @@ class IMPALABuilder(AgentBuilder):
         c = self.config
         if spec.num_actions is None:
             raise ValueError(f"IMPALA here takes a discrete action space; this environment's is "
-                             f"{spec.action_space} (for continuous actions use --agent sac)")
+                             f"{spec.action_space} (for continuous actions use --agent ppo or sac)")
+        check_torso(c.torso)
         super().validate(spec, num_devices)
         if c.sequences_per_update % spec.num_envs:
             raise ValueError(f"sequences_per_update={c.sequences_per_update} must be a multiple of "
@@ -45,7 +47,7 @@ class IMPALABuilder(AgentBuilder):
         return self.config.sequences_per_update // spec.num_envs
 
     def make_networks(self, spec: EnvironmentSpec) -> IMPALANetworks:
-        return make_networks(spec, self.config.hidden_sizes)
+        return make_networks(spec, self.config.hidden_sizes, self.config.torso)
 
     def make_policy(self, networks: IMPALANetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks.network, networks.num_actions, evaluation)

@@ -24,6 +24,8 @@ class IMPALAConfig:
       baseline_coef / entropy_coef: weights of the value loss and the entropy bonus.
       max_gradient_norm: global gradient-norm clip.
       hidden_sizes: widths of the policy's and the value function's hidden layers (two MLPs).
+      torso: for image observations (rank-3 uint8 frames): the convolutional torso, ``nature``
+        (the Nature DQN network) or ``impala`` (the IMPALA ResNet); ``hidden_sizes`` then do not apply.
       variable_update_period: vector steps between an actor's parameter pulls.
       queue_capacity: sequences (items) waiting in replay; beyond it the oldest is dropped, so
         actors never wait for the learner.
@@ -40,5 +42,6 @@ class IMPALAConfig:
     entropy_coef: float = setting(0.01, low=0.0, high=1_000.0)
     max_gradient_norm: float = setting(10.0, low=0.0, low_open=True)
     hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
+    torso: str = "nature"
     variable_update_period: int = setting(1, low=1, high=1_000_000)
     queue_capacity: int = setting(64, low=1, high=1_000_000)

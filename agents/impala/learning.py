@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,7 +33,6 @@ import optax
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.networks import IMPALANetworks
 from shoal.agents.impala.vtrace import vtrace
-from shoal.agents.networks import ActorCritic
 from shoal.core.specs import ArraySpec
 from shoal.core.types import ActorInfo, Policy
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput
@@ -67,7 +67,7 @@ def vtrace_targets(value, next_value, reward, terminated, truncated, rho, config
     return out.errors, out.pg_advantage
 
 
-def make_update(network: ActorCritic, config: IMPALAConfig) -> UpdateFn:
+def make_update(network: nn.Module, config: IMPALAConfig) -> UpdateFn:
     optimizer = make_optimizer(config)
 
     def loss_fn(params, batch):
@@ -107,12 +107,12 @@ def extras_spec(num_actions: int) -> dict[str, ArraySpec]:
     return {"logits": ArraySpec((num_actions,), np.float32), "policy_version": ArraySpec((), np.int32)}
 
 
-def make_policy(network: ActorCritic, num_actions: int, evaluation: bool) -> Policy:
+def make_policy(network: nn.Module, num_actions: int, evaluation: bool) -> Policy:
     """Sampling from the categorical policy (recording its logits and the params version), or
     its most likely action for evaluation."""
 
     def policy(params, key, observation, info: ActorInfo):
-        logits = network.apply(params, observation, method=ActorCritic.logits)
+        logits = network.apply(params, observation, method=type(network).logits)
         if evaluation:
             return jnp.argmax(logits, axis=-1).astype(jnp.int32), {}, key
         key, sample_key = jax.random.split(key)

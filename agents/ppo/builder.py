@@ -4,6 +4,7 @@ or continuous (Box) actions."""
 from __future__ import annotations
 
 from shoal.agents.builders import AgentBuilder
+from shoal.agents.torsos import check_torso
 from shoal.agents.normalization import DiscountedReturns
 from shoal.agents.policy_lag import PolicyLag
 from shoal.agents.ppo import learning
@@ -27,6 +28,7 @@ class PPOBuilder(AgentBuilder):
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         c = self.config
+        check_torso(c.torso)
         self.make_networks(spec)  # raises for an action space it cannot act in
         super().validate(spec, num_devices)
         if c.rollout_length % c.num_minibatches:
@@ -44,7 +46,7 @@ class PPOBuilder(AgentBuilder):
         return self.config.rollout_length * self.config.rollouts_per_update * spec.num_envs
 
     def make_networks(self, spec: EnvironmentSpec) -> PPONetworks:
-        return make_networks(spec, self.config.hidden_sizes, self.config.initial_log_std)
+        return make_networks(spec, self.config.hidden_sizes, self.config.initial_log_std, self.config.torso)
 
     def make_policy(self, networks: PPONetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks, self.config, evaluation)

@@ -41,7 +41,7 @@ import numpy as np
 import optax
 
 from shoal.agents import distributions, normalization
-from shoal.agents.networks import ActorCriticNetworks
+from shoal.agents.networks import ActorCriticNetworks, PixelActorCritic
 from shoal.agents.normalization import RunningStats
 from shoal.agents.ppo.config import PPOConfig
 from shoal.core.specs import ArraySpec
@@ -169,7 +169,8 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
         key, epochs_key = jax.random.split(state.key)
         state, out = minibatch_epochs(sgd_step, state._replace(key=key, return_stats=return_stats), data,
                                       epochs_key, num_epochs=config.num_epochs,
-                                      num_minibatches=config.num_minibatches)
+                                      num_minibatches=config.num_minibatches,
+                                      unroll=isinstance(network, PixelActorCritic))  # (convolutions: see _loop)
         if config.normalize_observations:  # after the update: the next rollouts act with these
             stats = normalization.update(state.params["observation"], batch["observation"], AXIS_NAME)
             state = state._replace(params={**state.params, "observation": stats})

@@ -11,6 +11,10 @@
   clip 0.2, no entropy bonus, gradient norm 0.5, a Gaussian policy with log-std starting at 0,
   observations normalized and rewards scaled by the running return deviation (clipped at 10).
   A 1M-step budget, evaluations of 5 episodes every 20k env steps.
+* ``atari`` -- CleanRL's ``ppo_atari.py``: 8 envs x 128 steps, 4 epochs of 4 minibatches, learning
+  rate 2.5e-4 (CleanRL anneals it to 0; here it stays), clip 0.1, entropy 0.01, gamma 0.99, GAE
+  lambda 0.95, gradient norm 0.5, the Nature CNN. The published 10M-step budget, evaluations of
+  8 whole games every 100k env steps.
 """
 
 from shoal.agents.presets import Preset
@@ -27,4 +31,9 @@ PRESETS = [
                      "value_coef": 0.5, "max_gradient_norm": 0.5, "normalize_observations": True,
                      "normalize_rewards": True, "initial_log_std": 0.0},
            experiment={"num_envs": 16, "max_env_steps": 1_000_000, "eval_every": 20_480, "eval_episodes": 5}),
+    Preset("ppo", "atari", "CleanRL ppo_atari.py",
+           settings={"rollout_length": 128, "num_minibatches": 4, "num_epochs": 4, "learning_rate": 2.5e-4,
+                     "clip_epsilon": 0.1, "entropy_coef": 0.01, "value_coef": 0.5, "max_gradient_norm": 0.5,
+                     "discount": 0.99, "gae_lambda": 0.95, "torso": "nature"},
+           experiment={"num_envs": 8, "max_env_steps": 10_000_000, "eval_every": 100_000, "eval_episodes": 8}),
 ]

@@ -40,6 +40,10 @@ class ExperimentConfig:
       progress: print a progress line (to stderr) about once per ``progress_every_s``.
       preset: the name of the preset the settings came from (``shoal.agents.presets``; recorded
         in ``config.json``), if any. ``experiment_config`` builds a config from one.
+      sticky_actions: Atari: the probability that the emulator repeats the previous action
+        (Machado et al., 2018); other envs ignore it.
+      clip_rewards: clip training rewards to [-1, 1] (evaluation reports the unclipped return);
+        ``None``: for Atari, as its protocol does.
     """
 
     builder: AgentBuilder
@@ -57,6 +61,8 @@ class ExperimentConfig:
     progress: bool = True
     progress_every_s: float = setting(2.0, low=0.0, low_open=True, high=1e6)
     preset: str | None = None
+    sticky_actions: float = setting(0.25, low=0.0, high=1.0)
+    clip_rewards: bool | None = None
 
     def resolved_target_return(self) -> float | None:
         if self.target_return is not None:
@@ -77,9 +83,14 @@ class ExperimentConfig:
                              f"{self.builder.name} takes before its first update (see its replay or "
                              "rollout settings): the run could not learn")
 
+    def make_env(self, num_envs: int, seed: int, evaluation: bool = False):
+        """A vector env of ``env_id`` as this experiment runs it (for training, or evaluation)."""
+        return make_vector_env(self.env_id, num_envs, seed, sticky_actions=self.sticky_actions,
+                               evaluation=evaluation, clip_rewards=self.clip_rewards)
+
     def environment_spec(self) -> EnvironmentSpec:
         """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``)."""
-        env = make_vector_env(self.env_id, self.num_envs, self.seed)
+        env = self.make_env(self.num_envs, self.seed)
         try:
             return make_environment_spec(env)
         finally:

@@ -8,7 +8,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from shoal.actors import evaluate, make_vector_env
+from shoal.actors import evaluate
+from shoal.actors.environments import env_protocol
 from shoal.core.interfaces import VariableSource
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
@@ -28,7 +29,7 @@ class Evaluator:
                  start_time: float, stopwatch: Stopwatch | None = None) -> None:
         builder = config.builder
         self._config, self._start = config, start_time
-        self._env = make_vector_env(config.env_id, config.eval_episodes, config.seed + EVAL_SEED_OFFSET)
+        self._env = config.make_env(config.eval_episodes, config.seed + EVAL_SEED_OFFSET, evaluation=True)
         spec = make_environment_spec(self._env)
         networks = config.make_networks(spec)
         self._actor = builder.make_actor(key, builder.make_policy(networks, spec, True), spec,
@@ -80,8 +81,9 @@ class Evaluator:
         self.eval_s = float(state["eval_s"])
 
     def result(self, env_steps: int, learner_steps: int, wall_s: float) -> dict[str, Any]:
-        """The run's summary: the fields of the final JSON line."""
-        return {
+        """The run's summary: the fields of the final JSON line (with the env's ``protocol``,
+        for Atari)."""
+        result = {
             "agent": self._config.builder.name,
             "env": self._config.env_id, "seed": self._config.seed, "solved": self.solved,
             "env_steps": int(env_steps), "wall_s": round(wall_s, 3),
@@ -89,6 +91,8 @@ class Evaluator:
             "final_eval_return": self.last_return, "learner_steps": int(learner_steps),
             "num_evals": self.num_evals,
         }
+        protocol = env_protocol(self._config.env_id, self._config.sticky_actions)
+        return {**result, "protocol": protocol} if protocol else result
 
     def close(self) -> None:
         self._logger.close()

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from shoal.actors import EnvironmentLoop, make_vector_env
+from shoal.actors import EnvironmentLoop
 from shoal.core.counting import Counter
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
@@ -41,7 +41,7 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
     if config.resume and not config.run_dir:
         raise ValueError("resume needs a run directory")
     with contextlib.ExitStack() as stack:  # closes everything, newest first, however the run ends
-        env = make_vector_env(config.env_id, config.num_envs, config.seed)
+        env = config.make_env(config.num_envs, config.seed)
         _closing(stack, "the environment", env.close)
         spec = make_environment_spec(env)
         config.validate(spec)  # the agent's settings, and whether the budget lets it learn

@@ -18,7 +18,7 @@ from typing import Any
 
 import jax
 
-from shoal.actors import EnvironmentLoop, make_vector_env
+from shoal.actors import EnvironmentLoop
 from shoal.core.counting import Counter
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
@@ -151,7 +151,7 @@ class ActorWorker:
         elif done:
             print(f"[{self._label}] continues its schedules from {done:,} env steps", flush=True)
         seed = config.seed + 10_007 * (actor_id + 1) + done  # (a restart does not replay its episodes)
-        self._env = make_vector_env(config.env_id, config.num_envs, seed)
+        self._env = config.make_env(config.num_envs, seed)
         spec = make_environment_spec(self._env)
         builder = config.builder
         policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
