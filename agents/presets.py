@@ -20,7 +20,7 @@ import dataclasses
 import importlib
 from typing import Any, Mapping
 
-from shoal.agents.registry import registered_agents
+from shoal.agents.registry import config_class, registered_agents
 
 FAMILIES = {"gymnasium.envs.classic_control": "classic", "gymnasium.envs.box2d": "box2d",
             "gymnasium.envs.mujoco": "mujoco", "ale_py": "atari", "shimmy.atari": "atari"}
@@ -59,6 +59,8 @@ def task_family(env_id: str) -> str | None:
 def presets(agent: str | None = None) -> list[Preset]:
     """Every preset (of ``agent``)."""
     agents = [agent] if agent is not None else registered_agents()
+    for name in agents:
+        config_class(name)  # an unknown agent: one line naming the known ones
     return [p for a in agents for p in importlib.import_module(f"shoal.agents.{a}.presets").PRESETS]
 
 

@@ -1,19 +1,24 @@
 """Learning benchmarks: `shoal train` for agent x env x seed, a markdown table and learning curves.
 
     python benchmarks/solve.py --agents dqn ppo --envs CartPole-v1 --seeds 0 1 2 --out results/solve
-    python benchmarks/solve.py --suite full --out results/full       # every task below
+    python benchmarks/solve.py --suite box2d --out results/box2d     # a preset list of tasks
     python benchmarks/solve.py ... -- --launcher processes --num-actors 2   # more `shoal train` flags
 
-Each run is a fresh `shoal train` process, as a user runs it (its JSON line is the record; its
-`wall_s` counts after imports). Into ``--out``: ``runs.jsonl`` (one line per run, appended as
-runs finish: run the same command again to resume a half-done sweep; finished runs are kept),
-``table.md`` (per agent and env: solved, env steps and wall seconds as median [min-max], the
-final eval return, and where the time went), and ``<agent>-<env>.png`` (eval return against
-env steps and against wall seconds, one line per seed, the target dashed).
+Each run is a fresh `shoal train` process, as a user runs it, with the preset of its env's
+family (its budget too, unless --max-env-steps is given; its JSON line is the record). Into
+``--out``: ``runs.jsonl`` (one line per run, appended as runs finish: run the same command again
+to resume a half-done sweep; finished runs are kept), ``table.md`` (per agent and env: solved,
+env steps and wall seconds as median [min-max], the final eval return, env steps/s and where
+the time went), and ``<agent>-<env>.png`` (eval return against env steps and against wall
+seconds, one line per seed, the target dashed).
 
-Tasks (target return; SAC on HalfCheetah has no target: a fixed budget, its return reported):
-CartPole-v1 475, Acrobot-v1 -100, LunarLander-v3 200 (box2d extra) for DQN, PPO and IMPALA;
-Pendulum-v1 -200 and HalfCheetah-v5 (mujoco extra) for SAC.
+Suites (target return; tasks without one run their budget and report their final return):
+  cartpole -- DQN, PPO, IMPALA on CartPole-v1 (475)
+  box2d    -- PPO, DQN on LunarLander-v3 (200; the box2d extra)
+  mujoco   -- SAC, PPO on HalfCheetah-v5 and Hopper-v5 (the mujoco extra)
+  atari    -- PPO, DQN, IMPALA on Pong and Breakout (the atari extra; give a budget: the presets'
+              is the published 10M steps)
+  full     -- cartpole, Acrobot-v1 (-100), Pendulum-v1 for SAC (-200), box2d and mujoco
 """
 
 from __future__ import annotations
@@ -28,22 +33,22 @@ import subprocess
 import sys
 import time
 
-TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0,
-           "HalfCheetah-v5": None}
-BUDGETS = {"CartPole-v1": 100_000, "Acrobot-v1": 200_000, "LunarLander-v3": 1_000_000, "Pendulum-v1": 20_000,
-           "HalfCheetah-v5": 100_000}
+TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0}
 SUITES = {"cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
-          "full": [(a, e) for a in ("dqn", "ppo", "impala") for e in ("CartPole-v1", "Acrobot-v1", "LunarLander-v3")]
-          + [("sac", "Pendulum-v1"), ("sac", "HalfCheetah-v5")]}
+          "box2d": [(a, "LunarLander-v3") for a in ("ppo", "dqn")],
+          "mujoco": [(a, e) for a in ("sac", "ppo") for e in ("HalfCheetah-v5", "Hopper-v5")],
+          "atari": [(a, e) for a in ("ppo", "dqn", "impala") for e in ("ALE/Pong-v5", "ALE/Breakout-v5")]}
+SUITES["full"] = (SUITES["cartpole"] + [(a, "Acrobot-v1") for a in ("dqn", "ppo", "impala")]
+                  + [("sac", "Pendulum-v1")] + SUITES["box2d"] + SUITES["mujoco"])
 
 
 def run_one(agent: str, env: str, seed: int, root: str, max_env_steps: int | None, extra: list[str]) -> dict:
-    run_dir = os.path.join(root, "runs", f"{agent}-{env}-s{seed}")
+    run_dir = os.path.join(root, "runs", f"{agent}-{env.replace('/', '_')}-s{seed}")
     shutil.rmtree(run_dir, ignore_errors=True)  # a run the last sweep did not finish starts over
     target = TARGETS.get(env)
-    cmd = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env, "--seed", str(seed),
-           "--max-env-steps", str(max_env_steps or BUDGETS.get(env, 100_000)), "--run-dir", run_dir, "--quiet",
-           "--target-return", str(target if target is not None else 1e12), *extra]
+    budget = ["--max-env-steps", str(max_env_steps)] if max_env_steps else []
+    cmd = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env, "--seed", str(seed), *budget,
+           "--run-dir", run_dir, "--quiet", "--target-return", str(target if target is not None else 1e12), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{agent} {env} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -57,7 +62,7 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=None, help="default: CartPole-v1 (or the suite's)")
     parser.add_argument("--suite", choices=sorted(SUITES), default=None, help="a preset list of agent x env")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--max-env-steps", type=int, default=None, help="default: per env (see BUDGETS)")
+    parser.add_argument("--max-env-steps", type=int, default=None, help="default: the preset's budget")
     parser.add_argument("--out", default="results/solve")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="after --: passed on to `shoal train`")
     args = parser.parse_args()
@@ -87,7 +92,7 @@ def main() -> None:
         f.write(table)
     for agent, env in tasks:
         plot([r for r in runs if r["agent"] == agent and r["env"] == env],
-             os.path.join(args.out, f"{agent}-{env}.png"), f"{agent} on {env}", TARGETS.get(env))
+             os.path.join(args.out, f"{agent}-{env.replace('/', '_')}.png"), f"{agent} on {env}", TARGETS.get(env))
     print(table, file=sys.stderr)
     for key, group in groups(runs).items():
         print(json.dumps(summary(key, group)), flush=True)
@@ -137,8 +142,8 @@ def _range(values: list[float], fmt: str) -> str:
 
 def markdown_table(runs: list[dict]) -> str:
     lines = ["| agent | env | target | solved | env steps, median [range] | wall s, median [range] "
-             "| final eval return | time: largest shares |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| final eval return | env steps/s | time: largest shares |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for (agent, env), group in groups(runs).items():
         s = summary((agent, env), group)
         top = sorted(((v, k) for k, v in s["time_breakdown"].items()), reverse=True)[:3]
@@ -147,6 +152,7 @@ def markdown_table(runs: list[dict]) -> str:
                      f"{_range([r['env_steps'] for r in group], ',.0f')} | "
                      f"{_range([r['wall_s'] for r in group], '.1f')} | "
                      f"{_range([r['final_eval_return'] for r in group], '.1f')} | "
+                     f"{statistics.median(r['env_steps'] / max(r['train_s'], 1e-9) for r in group):,.0f} | "
                      f"{', '.join(f'{k} {v:.0%}' for v, k in top)} |")
     return "\n".join(lines) + "\n"
 

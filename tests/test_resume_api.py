@@ -48,7 +48,8 @@ def test_a_distributed_run_made_from_python_resumes_from_the_cli(tmp_path):
     launch = json.loads((run_dir / "config.json").read_text())["launch"]
     assert launch["launcher"] == "inprocess" and launch["num_actors"] == 2
     # one run.json names everything: the evaluator's schedule, each actor's schedule and key
-    assert saved["evaluator"]["next"] > saved["env_steps"] - 1_000 and saved["evaluator"]["num_evals"] >= 2
+    # (the evaluator's last evaluation is at the budget; actors may run on while the program stops)
+    assert saved["evaluator"]["next"] > 3_000 and saved["evaluator"]["num_evals"] >= 2
     assert set(saved["actors"]) == {"actor_0", "actor_1"}
     assert all(a["env_steps"] > 0 and len(a["key"]) == 2 for a in saved["actors"].values())
     assert saved["counter"]["env_steps"] == saved["env_steps"]
