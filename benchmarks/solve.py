@@ -7,7 +7,8 @@
 Each run is a fresh `shoal train` process, as a user runs it, with the preset of its env's
 family (its budget too, unless --max-env-steps is given; its JSON line is the record). Into
 ``--out``: ``runs.jsonl`` (one line per run, appended as runs finish: run the same command again
-to resume a half-done sweep; finished runs are kept), ``table.md`` (per agent and env: solved,
+to resume a half-done sweep; finished runs are kept), ``table.md`` (every run recorded in
+``--out``, per agent and env: solved,
 env steps and wall seconds as median [min-max], the final eval return, env steps/s and where
 the time went), and ``<agent>-<env>.png`` (eval return against env steps and against wall
 seconds, one line per seed, the target dashed).
@@ -86,11 +87,11 @@ def main() -> None:
         print(f"[solve] {i}/{len(todo)} {agent} {env} seed {seed}: "
               f"{'solved' if result['solved'] else 'not solved'} at {result['env_steps']:,} env steps, "
               f"{result['wall_s']:.1f} s (sweep {time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-    runs = [done[(a, e, s)] for a, e in tasks for s in args.seeds]
+    runs = list(done.values())  # (the table and plots hold every run recorded in --out)
     table = markdown_table(runs)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table)
-    for agent, env in tasks:
+    for agent, env in groups(runs):
         plot([r for r in runs if r["agent"] == agent and r["env"] == env],
              os.path.join(args.out, f"{agent}-{env.replace('/', '_')}.png"), f"{agent} on {env}", TARGETS.get(env))
     print(table, file=sys.stderr)

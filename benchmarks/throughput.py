@@ -15,6 +15,12 @@
   as actors on the learner's host fetch them (shared memory, one copy per read);
   ``rpc_grpc``: the same over gRPC (actors on other hosts).
 
+* ``atari_training_ratio`` (with ``--atari``; the atari extra): ``shoal train --agent ppo --env
+  ALE/Breakout-v5`` env steps/s (8 envs, one process, evaluation off, a fixed budget; the rate
+  once the update is compiled: from the second half of its ``train.csv``) / ``AtariVectorEnv``'s
+  random-action steps/s with the same 8 envs, measured in the same run. Its ``time_breakdown``
+  says where the training run's time went.
+
 ``--quick`` (short windows; about a minute on 2 cores) prints the same keys.
 """
 
@@ -103,12 +109,49 @@ def rpc(calls: int) -> dict:
             for key, path in (("rpc", "shared_memory"), ("rpc_grpc", "grpc"))}
 
 
+def atari_training_ratio(env_steps: int, seconds: float, num_envs: int = 8) -> dict:
+    import csv
+    import tempfile
+
+    import numpy as np
+
+    from shoal.actors.environments import make_atari_vector_env
+
+    env = make_atari_vector_env("ALE/Breakout-v5", num_envs, seed=0)
+    env.step(env.action_space.sample())
+    steps, started = 0, time.monotonic()
+    while time.monotonic() - started < seconds:
+        env.step(env.action_space.sample())
+        steps += num_envs
+    raw_sps = steps / (time.monotonic() - started)
+    env.close()
+    run_dir = os.path.join(tempfile.mkdtemp(prefix="shoal-atari-ratio-"), "run")
+    cmd = [sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", "ALE/Breakout-v5", "--seed", "0",
+           "--num-envs", str(num_envs), "--max-env-steps", str(env_steps), "--eval-every", str(10 * env_steps),
+           "--target-return", "1e12", "--run-dir", run_dir, "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"shoal train failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    with open(os.path.join(run_dir, "train.csv")) as f:
+        rows = list(csv.DictReader(f))
+    steady = [float(r["steps_per_s"]) for r in rows[len(rows) // 2:]]
+    train_sps = float(np.mean(steady)) if steady else result["env_steps"] / result["train_s"]
+    return {"atari_training_ratio": round(train_sps / raw_sps, 3),
+            "atari": {"train_env_steps_per_s": round(train_sps, 1), "random_env_steps_per_s": round(raw_sps, 1),
+                      "num_envs": num_envs, "env_steps": result["env_steps"], "wall_s": result["wall_s"],
+                      "time_breakdown": result.get("time_breakdown"), "run_dir": run_dir}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short windows (same keys)")
     parser.add_argument("--out", default=None, help="also write the JSON object to this file")
     parser.add_argument("--scaling", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="actor counts")
     parser.add_argument("--window", type=float, default=None, help="seconds per measurement (overrides)")
+    parser.add_argument("--atari", action="store_true", help="also atari_training_ratio (the atari extra)")
+    parser.add_argument("--only-atari", action="store_true", help="atari_training_ratio alone")
+    parser.add_argument("--atari-steps", type=int, default=None, help="PPO Breakout budget (default 32768; quick 8192)")
     parser.add_argument("--verbose", action="store_true", help="keep Reverb's and TensorFlow's log lines")
     args = parser.parse_args()
     if args.scaling[0] != 1:
@@ -121,10 +164,14 @@ def main() -> None:
     window = args.window or (0.75 if args.quick else 4.0)
     phase = args.window or (1.5 if args.quick else 5.0)
     started, out = time.monotonic(), {"quick": args.quick, "cpu_count": os.cpu_count()}
-    for name, measure in (("actor", lambda: actor_efficiency(window)),
-                          ("rpc", lambda: rpc(10 if args.window else 40 if args.quick else 200)),
-                          ("learner", lambda: _learner(window)),
-                          ("scaling", lambda: actor_scaling(phase, tuple(args.scaling)))):
+    parts = [("actor", lambda: actor_efficiency(window)),
+             ("rpc", lambda: rpc(10 if args.window else 40 if args.quick else 200)),
+             ("learner", lambda: _learner(window)),
+             ("scaling", lambda: actor_scaling(phase, tuple(args.scaling)))]
+    atari = ("atari", lambda: atari_training_ratio(args.atari_steps or (8_192 if args.quick else 32_768),
+                                                   3.0 if args.quick else 10.0))
+    parts = [atari] if args.only_atari else parts + [atari] if args.atari else parts
+    for name, measure in parts:
         print(f"[throughput] measuring {name} ...", file=sys.stderr, flush=True)
         out.update(measure())
     out["seconds"] = round(time.monotonic() - started, 1)

@@ -84,6 +84,8 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     add("--eval-every", type=int, default=default(2_000), help="env steps between evaluations (default: 2000, or the preset's)")
     add("--eval-episodes", type=int, default=default(10), help="greedy episodes per evaluation (default: 10, or the preset's)")
     add("--num-envs", type=int, default=default(16), help="envs stepped together by an actor (default: 16, or the preset's)")
+    add("--sticky-actions", type=float, default=default(0.25), metavar="P", help="Atari: the probability "
+        "that the emulator repeats the previous action (default: 0.25, the published protocol)")
     add("--run-dir", default=default(None), help="output folder (default: runs/<agent>-<env>-s<seed>-<time>)")
     add("--preset", default=default("auto"), metavar="NAME", help="tuned settings for a task family "
         "(agent and experiment settings; the --max-env-steps, --num-envs, --eval-every and "

@@ -57,7 +57,7 @@ def train(args: argparse.Namespace, given: list[str], started: float,
 
 # flag -> the ExperimentConfig field it sets (a preset's value stands unless the flag is given)
 EXPERIMENT_FLAGS = {"--max-env-steps": "max_env_steps", "--num-envs": "num_envs", "--eval-every": "eval_every",
-                    "--eval-episodes": "eval_episodes"}
+                    "--eval-episodes": "eval_episodes", "--sticky-actions": "sticky_actions"}
 
 
 def _new(args: argparse.Namespace, given: list[str]):

@@ -111,6 +111,8 @@ def test_a_failing_environment_ends_in_one_line(tmp_path, env, message):
         capture_output=True, text=True, timeout=240)
     assert single.returncode == 1 and len(errors(single.stderr)) == 1, single.stderr[-2000:]
     assert message in errors(single.stderr)[0] and "Traceback" not in single.stderr
+    if env != "RaisesInStep-v0":  # (the distributed path is the same for every failure: run it once)
+        return
     # distributed: the actor is restarted (its env fails again), then the program fails
     run_dir = tmp_path / "run"
     proc = start(run_dir, "--env", env_id, "--max-env-steps", str(10**8), "--eval-every", str(10**8))
