@@ -71,7 +71,10 @@ def one_stop(hogs: int) -> dict:
     cmd = [sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", "CartPole-v1", "--seed", "0",
            "--num-envs", "8", "--max-env-steps", str(10**9), "--target-return", "1e9", "--quiet",
            "--launcher", "processes", "--num-actors", "2", "--run-dir", run_dir]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # (SIGINT as a terminal gives it, even where this script runs in the background with it ignored)
+    log = open(os.path.join(os.path.dirname(run_dir), "stderr.log"), "w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         serving = lambda: all(os.path.exists(os.path.join(run_dir, "addresses", n)) for n in SERVING)  # noqa: E731
         start_s = _wait(serving, 600, "node serving (every address published)")
@@ -81,9 +84,9 @@ def one_stop(hogs: int) -> dict:
         nodes_gone_s = _wait(lambda: not _alive(pids), 300, "exit of every node")
         proc.wait(timeout=300)
         exit_s = time.monotonic() - signalled
-        proc.stderr.read()
     finally:
         proc.kill()
+        log.close()
         for w in workers:
             w.terminate()
     return {"start_s": round(start_s, 2), "nodes_gone_s": round(nodes_gone_s, 2), "exit_s": round(exit_s, 2),

@@ -1,5 +1,5 @@
 """``make_distributed_program``: any agent builder as a program of replay, counter, learner,
-N actors and an evaluator (the node bodies are in ``shoal.launch.experiments.workers``).
+N actors and an evaluator (the node bodies are in ``shoal.launch.experiments.learner_worker`` and ``.workers``).
 
 * ``replay``  -- a Reverb server with the builder's tables (restoring the run's checkpoint).
 * ``counter`` -- a ``Counter`` service; actors add ``env_steps`` (and their own
@@ -24,7 +24,8 @@ import jax
 from shoal.core.counting import Counter
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.replay_node import ReplayNode
-from shoal.launch.experiments.workers import ActorWorker, EvaluatorWorker, LearnerWorker
+from shoal.launch.experiments.learner_worker import LearnerWorker
+from shoal.launch.experiments.workers import ActorWorker, EvaluatorWorker
 from shoal.launch.programs.nodes import ServiceNode
 from shoal.launch.programs.program import Program
 

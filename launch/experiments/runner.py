@@ -14,7 +14,6 @@ import time
 from typing import Any, Callable
 
 import jax
-import numpy as np
 
 from shoal.actors import EnvironmentLoop
 from shoal.core.counting import Counter

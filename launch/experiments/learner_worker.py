@@ -1,0 +1,126 @@
+"""What the learner node of a distributed run does: trains as fast as replay serves batches,
+serves its parameters, reports its SGD steps, and writes its half of each checkpoint between two
+updates. (The actor and evaluator nodes are in ``shoal.launch.experiments.workers``.)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+import time
+from typing import Any
+
+import jax
+
+from shoal.core.counting import Counter
+from shoal.core.loggers import make_logger
+from shoal.core.timing import Stopwatch
+from shoal.launch.experiments.checkpointing import Checkpointer, restore_learner
+from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.shared_params import ParamsPublisher
+from shoal.launch.experiments.workers import summary
+from shoal.launch.programs.nodes import should_stop
+
+
+class LearnerWorker:
+    """Trains as fast as replay serves batches, serves its parameters (RPC, and shared memory
+    for nodes on its host), reports its SGD steps to the counter, and writes the learner and
+    replay half of the run's checkpoints when the driver asks."""
+
+    def __init__(self, config: ExperimentConfig, replay, counter, resume: dict[str, Any] | None = None) -> None:
+        self._counter, self._replay = counter, replay
+        spec = config.environment_spec()
+        builder = config.builder
+        self._local, self.stopwatch = Counter(), Stopwatch()
+        logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
+        dataset = builder.make_dataset_iterator(replay, spec)
+        self._learner = builder.make_learner(jax.random.PRNGKey(config.seed), config.make_networks(spec),
+                                             dataset, logger, self._local, replay, self.stopwatch)
+        self._checkpointer = Checkpointer(config.run_dir) if config.run_dir else None
+        self._resumed: dict[str, Any] | None = None
+        if resume is not None:
+            self._local.restore({k: v for k, v in resume["counter"].items() if k == "learner_steps"})
+            self._resumed = {"env_steps": resume["env_steps"], "learner_version": resume["learner_version"],
+                             "learner_digest": restore_learner(config.run_dir, self._learner, resume),
+                             "replay_items": _replay_items(replay),
+                             "checkpoint_replay_items": resume.get("replay_items"),
+                             "checkpoint_replay_items_range": resume.get("replay_items_range")}
+            print(f"[learner] resumed at env step {resume['env_steps']:,}: {self._resumed}", flush=True)
+        # Compile before this node serves (actors and the evaluator wait for it), so the first
+        # batches are trained on at once rather than after the compiler (seconds on a CPU).
+        self._learner.warm_up(dataset.example())
+        self._requests: queue.Queue = queue.Queue()  # checkpoints asked for, taken between updates
+        self._running = threading.Event()
+        self._first_update_at: float | None = None
+        self._params = ParamsPublisher(self._learner)  # for nodes on this host: no RPC copy per fetch
+
+    def get_variables(self, known_version: int = -1):
+        return self._learner.get_variables(known_version)
+
+    def shared_params(self) -> dict[str, str] | None:
+        """Where this host's nodes read the parameters from shared memory (``None``: use RPC)."""
+        return self._params.location()
+
+    def version(self) -> int:
+        return self._learner.version
+
+    def checkpoint(self, env_steps: int) -> dict[str, Any]:
+        """Writes replay's and the learner's checkpoints (between two updates); returns what was
+        written (for ``run.json``)."""
+        if self._checkpointer is None:
+            raise RuntimeError("this run has no run directory to checkpoint into")
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._requests.put((int(env_steps), done))
+        while True:
+            try:
+                return done.result(timeout=0.5)
+            except concurrent.futures.TimeoutError:
+                if not self._running.is_set() and not done.done():
+                    raise RuntimeError("the learner stopped before it could checkpoint") from None
+
+    def _serve_checkpoints(self) -> None:
+        while not self._requests.empty():
+            env_steps, done = self._requests.get()
+            try:
+                done.set_result(self._checkpointer.save(env_steps, self._learner, self._replay))
+            except BaseException as e:  # noqa: BLE001 -- the caller gets it
+                done.set_exception(e)
+
+    def run(self) -> dict[str, Any]:
+        reported = self._local.get_counts()  # (a resumed counter already holds the restored totals)
+        last = started = time.monotonic()
+        waiting = self.stopwatch.time("sample_wait")
+        self._running.set()
+        try:
+            while not should_stop():
+                self._serve_checkpoints()
+                if not self._learner.ready():  # the rate limiter holds sampling back: wait for actors
+                    with waiting:
+                        time.sleep(0.001)
+                    continue
+                self._learner.step()
+                if self._first_update_at is None:
+                    self._first_update_at = time.time()
+                if time.monotonic() - last > 0.5:  # learner_steps, stale_batches_dropped, ...
+                    reported, last = self._report(reported), time.monotonic()
+        finally:
+            self._running.clear()
+            self._serve_checkpoints()  # (one asked for just before the stop)
+            try:
+                self._learner.check_finite()
+            finally:
+                self._params.close()
+                self._learner.close()
+        self._report(reported)
+        return summary(self.stopwatch, time.monotonic() - started, first_update_at=self._first_update_at,
+                       counts=self._local.get_counts(), resumed=self._resumed)
+
+    def _report(self, reported: dict[str, float]) -> dict[str, float]:
+        counts = self._local.get_counts()
+        self._counter.increment(**{k: v - reported.get(k, 0) for k, v in counts.items()})
+        return counts
+
+
+def _replay_items(replay) -> dict[str, int]:
+    return {name: int(info.current_size) for name, info in replay.server_info().items()}
