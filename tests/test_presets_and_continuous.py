@@ -68,16 +68,49 @@ def test_normalization_statistics_survive_a_resume_bit_for_bit(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("launch", [[], ["--launcher", "processes", "--num-actors", "2"]])
+# Distributed, a queue of one rollout holds the actors back: without the learner taking rollouts
+# they step at most 3 of the budget's 8 (one queued, two waiting to be), so the budget is spent
+# only after the learner has finished updates (rather than racing its first one).
+@pytest.mark.parametrize("launch", [["--max-env-steps", "4096"],
+                                    ["--max-env-steps", "16384", "--set", "queue_capacity=1",
+                                     "--launcher", "processes", "--num-actors", "2"]])
 def test_ppo_trains_a_gaussian_policy_on_mujoco(tmp_path, launch):
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", "HalfCheetah-v5",
-                           "--max-env-steps", "4096", "--eval-every", "4096", "--eval-episodes", "2", "--quiet",
+                           "--eval-every", "100000", "--eval-episodes", "2", "--quiet",
                            "--run-dir", str(tmp_path / "run"), *launch], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["env_steps"] >= 4096 and result["learner_steps"] > 0 and result["final_eval_return"] is not None
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["preset"] == "ppo/mujoco" and saved["agent_config"]["normalize_observations"]
+
+
+@pytest.mark.parametrize("agent", ["ppo", "impala"])
+def test_eval_sample_evaluates_the_policys_samples_and_atari_presets_use_it(agent):
+    # (A greedy Breakout policy that never serves plays every evaluation game to the frame cap.)
+    from shoal.agents import get_builder
+    from shoal.core.specs import make_environment_spec
+    from shoal.core.types import ActorInfo
+
+    assert experiment_config(agent, "ALE/Breakout-v5").builder.config.eval_sample
+    assert experiment_config("dqn", "ALE/Breakout-v5").builder.config.eval_epsilon == 0.05
+    config = experiment_config(agent, "CartPole-v1", agent_settings={"learning_rate": 1e-3})
+    env = config.make_env(64, 0)
+    spec = make_environment_spec(env)
+    obs = np.repeat(env.reset(seed=0)[0][:1], 64, axis=0)  # one observation, 64 times
+    info = ActorInfo(env_steps=0, params_version=0)
+    actions = {}
+    for sample in (False, True):
+        builder = get_builder(agent, eval_sample=sample)
+        networks = builder.make_networks(spec)
+        learner = builder.make_learner(jax.random.PRNGKey(0), networks, iter([]))
+        params = learner.get_variables()[1]
+        learner.close()
+        policy = builder.make_policy(networks, spec, evaluation=True)
+        actions[sample], extras, _ = policy.apply(params, jax.random.PRNGKey(1), obs, info)
+        assert extras == {}
+    assert len(set(np.asarray(actions[False]).tolist())) == 1  # the most likely action, for every copy
+    assert len(set(np.asarray(actions[True]).tolist())) == 2  # an untrained policy's samples: both actions

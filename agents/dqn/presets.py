@@ -11,7 +11,8 @@
   step per 4 env steps (a replay ratio of 8), the target network updated every 1,000 env steps
   (250 SGD steps), epsilon from 1 to 0.01 over the first 1M env steps, 1-step returns, the Nature
   CNN. Learning starts after 10k env steps (CleanRL waits 80k in its 10M-step runs; 10k lets a
-  short run learn). The published 10M-step budget, evaluations of 8 whole games every 100k.
+  short run learn). The published 10M-step budget, evaluations of 8 whole games every 100k
+  with epsilon 0.05 (CleanRL's evaluation; a greedy policy may never serve in Breakout).
 """
 
 from shoal.agents.presets import Preset
@@ -27,6 +28,7 @@ PRESETS = [
     Preset("dqn", "atari", "CleanRL dqn_atari.py",
            settings={"learning_rate": 1e-4, "batch_size": 32, "max_replay_size": 1_000_000, "min_replay_size": 10_000,
                      "samples_per_insert": 8.0, "target_update_period": 250, "epsilon_end": 0.01,
-                     "epsilon_decay_steps": 1_000_000, "n_step": 1, "torso": "nature"},
+                     "epsilon_decay_steps": 1_000_000, "n_step": 1, "torso": "nature",
+                     "eval_epsilon": 0.05},
            experiment={"num_envs": 8, "max_env_steps": 10_000_000, "eval_every": 100_000, "eval_episodes": 8}),
 ]

@@ -50,7 +50,7 @@ class IMPALABuilder(AgentBuilder):
         return make_networks(spec, self.config.hidden_sizes, self.config.torso)
 
     def make_policy(self, networks: IMPALANetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
-        return learning.make_policy(networks.network, networks.num_actions, evaluation)
+        return learning.make_policy(networks.network, networks.num_actions, evaluation, self.config.eval_sample)
 
     def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
         from shoal.replay import make_dropping_fifo_table, sequence_signature

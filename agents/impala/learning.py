@@ -107,16 +107,18 @@ def extras_spec(num_actions: int) -> dict[str, ArraySpec]:
     return {"logits": ArraySpec((num_actions,), np.float32), "policy_version": ArraySpec((), np.int32)}
 
 
-def make_policy(network: nn.Module, num_actions: int, evaluation: bool) -> Policy:
+def make_policy(network: nn.Module, num_actions: int, evaluation: bool, eval_sample: bool = False) -> Policy:
     """Sampling from the categorical policy (recording its logits and the params version), or
-    its most likely action for evaluation."""
+    for evaluation its most likely action, or a sample (``eval_sample``)."""
 
     def policy(params, key, observation, info: ActorInfo):
         logits = network.apply(params, observation, method=type(network).logits)
-        if evaluation:
+        if evaluation and not eval_sample:
             return jnp.argmax(logits, axis=-1).astype(jnp.int32), {}, key
         key, sample_key = jax.random.split(key)
         action = jax.random.categorical(sample_key, logits).astype(jnp.int32)
+        if evaluation:
+            return action, {}, key
         version = jnp.full(action.shape, info.params_version, jnp.int32)
         return action, {"logits": logits, "policy_version": version}, key
 

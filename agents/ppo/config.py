@@ -36,6 +36,8 @@ class PPOConfig:
         evaluator get them with the params, checkpoints keep them).
       normalize_rewards: scale rewards by the running standard deviation of the discounted
         return (actors record each env's discounted return; the learner keeps the statistics).
+      eval_sample: evaluate the policy's samples, not its most likely action (the Atari preset:
+        a greedy Breakout policy that never serves plays to the 108k-frame cap).
       variable_update_period: vector steps between an actor's parameter pulls.
       max_policy_lag: (distributed) a rollout acted with params more than this many learner
         updates old is dropped, not trained on; drops are counted and the lag is logged.
@@ -59,6 +61,7 @@ class PPOConfig:
     initial_log_std: float = setting(0.0, low=-20.0, high=5.0)
     normalize_observations: bool = False
     normalize_rewards: bool = False
+    eval_sample: bool = False
     variable_update_period: int = setting(1, low=1, high=1_000_000)
     max_policy_lag: int = setting(8, low=0)
     queue_capacity: int = setting(8, low=1, high=1_000_000)

@@ -189,16 +189,18 @@ def extras_spec(config: PPOConfig) -> dict[str, ArraySpec]:
 
 
 def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bool) -> Policy:
-    """Sampling from the policy (recording its log-probability and the params version), or its
-    most likely action (the Gaussian's mean) for evaluation."""
+    """Sampling from the policy (recording its log-probability and the params version), or for
+    evaluation its most likely action (the Gaussian's mean), or a sample (``eval_sample``)."""
     network, dist = networks.network, head(networks)
 
     def policy(params, key, observation, info: ActorInfo):
         out = network.apply(params["network"], observe(params, observation, config), method=type(network).logits)
-        if evaluation:
+        if evaluation and not config.eval_sample:
             return dist.mode(out), {}, key
         key, sample_key = jax.random.split(key)
         action = dist.sample(sample_key, out)
+        if evaluation:
+            return action, {}, key
         version = jnp.full(action.shape[:1], info.params_version, jnp.int32)
         return action, {"log_prob": dist.log_prob(out, action), "policy_version": version}, key
 

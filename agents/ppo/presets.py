@@ -14,7 +14,8 @@
 * ``atari`` -- CleanRL's ``ppo_atari.py``: 8 envs x 128 steps, 4 epochs of 4 minibatches, learning
   rate 2.5e-4 (CleanRL anneals it to 0; here it stays), clip 0.1, entropy 0.01, gamma 0.99, GAE
   lambda 0.95, gradient norm 0.5, the Nature CNN. The published 10M-step budget, evaluations of
-  8 whole games every 100k env steps.
+  8 whole games every 100k env steps, acting by the policy's samples (CleanRL reports the
+  returns of its sampling policy; a greedy one may never serve in Breakout).
 """
 
 from shoal.agents.presets import Preset
@@ -34,6 +35,6 @@ PRESETS = [
     Preset("ppo", "atari", "CleanRL ppo_atari.py",
            settings={"rollout_length": 128, "num_minibatches": 4, "num_epochs": 4, "learning_rate": 2.5e-4,
                      "clip_epsilon": 0.1, "entropy_coef": 0.01, "value_coef": 0.5, "max_gradient_norm": 0.5,
-                     "discount": 0.99, "gae_lambda": 0.95, "torso": "nature"},
+                     "discount": 0.99, "gae_lambda": 0.95, "torso": "nature", "eval_sample": True},
            experiment={"num_envs": 8, "max_env_steps": 10_000_000, "eval_every": 100_000, "eval_episodes": 8}),
 ]
