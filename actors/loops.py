@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -92,8 +92,10 @@ class EnvironmentLoop:
         return row
 
 
-def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None) -> np.ndarray:
-    """Runs exactly one episode in each env of ``env`` and returns the ``num_envs`` returns.
+def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
+             should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
+    """Runs exactly one episode in each env of ``env`` and returns the ``num_envs`` returns
+    (``None`` if ``should_stop()`` turned true first: it is asked before every vector step).
 
     The actor should hold an evaluation (e.g. greedy) policy and no adder. Envs whose episode
     already ended keep stepping (vector envs step together) but are no longer counted.
@@ -103,6 +105,8 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None) -
     running = np.ones(env.num_envs, bool)
     clip = action_clipper(env)
     while running.any():
+        if should_stop is not None and should_stop():
+            return None
         action, _ = actor.select_action(obs)
         obs, reward, terminated, truncated, _ = env.step(clip(action))
         returns += np.where(running, reward, 0.0)

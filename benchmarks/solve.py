@@ -149,7 +149,7 @@ def markdown_table(runs: list[dict]) -> str:
         s = summary((agent, env), group)
         top = sorted(((v, k) for k, v in s["time_breakdown"].items()), reverse=True)[:3]
         target = group[0]["target"]
-        lines.append(f"| {agent} | {env} | {target if target is not None else 'fixed budget'} | {s['solved']} | "
+        lines.append(f"| {agent} | {env} | {target if target is not None else 'fixed budget'} | {s['solved'] if target is not None else '—'} | "
                      f"{_range([r['env_steps'] for r in group], ',.0f')} | "
                      f"{_range([r['wall_s'] for r in group], '.1f')} | "
                      f"{_range([r['final_eval_return'] for r in group], '.1f')} | "

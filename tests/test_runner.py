@@ -75,3 +75,34 @@ def test_seeded_on_policy_run_is_reproducible_after_learning(tmp_path):
     first, again, other = outcome("a", 1), outcome("b", 1), outcome("c", 2)
     assert len(first[0]) == 3 and first == again
     assert first[1] != other[1]
+
+
+def test_a_stopping_run_interrupts_its_evaluation_which_records_nothing_and_stays_due(tmp_path):
+    # (An Atari evaluation can play 27k steps; a stopping run must not wait for it.)
+    import jax
+
+    from shoal.agents import get_builder
+    from shoal.core.specs import make_environment_spec
+    from shoal.launch.experiments.evaluation import Evaluator
+
+    config = ExperimentConfig(builder=get_builder("dqn"), env_id="CartPole-v1", num_envs=4, eval_every=100,
+                              eval_episodes=4, run_dir=str(tmp_path), progress=False)
+    spec = make_environment_spec(config.make_env(1, 0))
+    networks = config.make_networks(spec)
+    learner = config.builder.make_learner(jax.random.PRNGKey(0), networks, iter([]))
+    asked = []
+    stop_after = {"calls": 5}
+
+    def should_stop():
+        asked.append(1)
+        return len(asked) > stop_after["calls"]
+
+    evaluator = Evaluator(config, learner, jax.random.PRNGKey(1), time.monotonic(), should_stop=should_stop)
+    assert evaluator.due(150) and evaluator.run(150) is False
+    assert len(asked) == 6 and evaluator.num_evals == 0 and evaluator.last_return is None
+    assert evaluator.due(150) and evaluator.save()["next"] == 100  # still due, as before
+    stop_after["calls"] = 10**9
+    evaluator.run(150)
+    assert evaluator.num_evals == 1 and evaluator.last_return is not None and not evaluator.due(150)
+    evaluator.close()
+    learner.close()

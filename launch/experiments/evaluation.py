@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -22,13 +22,15 @@ class Evaluator:
     """Runs ``config.eval_episodes`` episodes in parallel with the evaluation policy (e.g.
     greedy) once ``eval_every`` more env steps were taken. The k-th evaluation resets its envs
     with seed ``seed + 1_000_003 + 7919 k``, so a seeded run evaluates reproducibly. Each
-    evaluation is one row of ``<run_dir>/eval.csv``.
+    evaluation is one row of ``<run_dir>/eval.csv``. An evaluation that ``should_stop()``
+    interrupts (a stopping run) records nothing and stays due.
     """
 
     def __init__(self, config: Any, variable_source: VariableSource, key: jax.Array,
-                 start_time: float, stopwatch: Stopwatch | None = None) -> None:
+                 start_time: float, stopwatch: Stopwatch | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> None:
         builder = config.builder
-        self._config, self._start = config, start_time
+        self._config, self._start, self._should_stop = config, start_time, should_stop
         self._env = config.make_env(config.eval_episodes, config.seed + EVAL_SEED_OFFSET, evaluation=True)
         spec = make_environment_spec(self._env)
         networks = config.make_networks(spec)
@@ -52,14 +54,17 @@ class Evaluator:
 
     def run(self, env_steps: int) -> bool:
         """Evaluates the newest parameters now; returns ``solved``."""
-        every = self._config.eval_every
+        every, due_at = self._config.eval_every, self._next
         if env_steps >= self._next:
             self._next += every * (1 + (env_steps - self._next) // every)
         t0 = time.monotonic()
         with self.stopwatch.time("evaluation"):
             self._actor.update(wait=True)
-            returns = evaluate(self._env, self._actor,
+            returns = evaluate(self._env, self._actor, should_stop=self._should_stop,
                                seed=self._config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
+        if returns is None:  # interrupted: nothing recorded, still due
+            self._next = due_at
+            return False
         self.num_evals += 1
         self.eval_s += time.monotonic() - t0
         self.last_return, self.last_at = float(np.mean(returns)), env_steps

@@ -76,7 +76,7 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     adder = builder.make_adder(server.client, spec, policy)
     _closing(stack, "the adder", adder.close)
     actor = builder.make_actor(actor_key, policy, spec, learner, adder, asynchronous_updates=False)
-    evaluator = Evaluator(config, learner, eval_key, start, stopwatch)
+    evaluator = Evaluator(config, learner, eval_key, start, stopwatch, stop.is_set if stop is not None else None)
     _closing(stack, "the evaluator", evaluator.close)
     resumed = _resume(config, learner, counter, actor, evaluator, server) if config.resume else None
     loop = EnvironmentLoop(env, LearningActor(actor, learner, server, dataset.table, dataset.items_per_update,

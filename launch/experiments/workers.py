@@ -102,7 +102,7 @@ class EvaluatorWorker:
         self._config, self._counter, self._learner = config, counter, learner
         self._start, self._launched_at = time.monotonic(), launched_at or time.time()
         self._evaluator = Evaluator(config, LocalFirstSource(learner), jax.random.PRNGKey(config.seed + 1),
-                                    self._start)
+                                    self._start, should_stop=should_stop)
         if resume:
             self._evaluator.restore(resume)
 
