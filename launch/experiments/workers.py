@@ -26,6 +26,8 @@ from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.experiments.shared_params import LocalFirstSource
 from shoal.launch.programs.nodes import current_context, should_stop
 
+SAVE_WAIT_S = 2.0  # how long save() waits for a step to end (the driver's call waits 5 s)
+
 
 def summary(stopwatch: Stopwatch, wall_s: float, **figures: Any) -> dict[str, Any]:
     """A node's summary: seconds per time component, its wall time, and ``figures``."""
@@ -63,11 +65,17 @@ class ActorWorker:
         self._logger = make_logger(self._label, config.run_dir, terminal=False)
         self._loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
         self._lock = threading.Lock()  # save() sees the schedule and key of the same step
+        self._snapshot = self._actor.save()  # (taken at every report: for save() while a step blocks)
 
     def save(self) -> dict[str, Any]:
-        """This actor's schedule position (env steps) and RNG key."""
-        with self._lock:
+        """This actor's schedule position (env steps) and RNG key: now, or, while a step is held
+        up (replay full, waiting on the learner), as of its last report (at most 0.5 s older)."""
+        if not self._lock.acquire(timeout=SAVE_WAIT_S):
+            return self._snapshot
+        try:
             return self._actor.save()
+        finally:
+            self._lock.release()
 
     def run(self) -> dict[str, Any]:
         loop, reported = self._loop, 0
@@ -77,6 +85,7 @@ class ActorWorker:
                 loop.step()
             if time.monotonic() - last > 0.5:
                 reported = self._report(reported)
+                self._snapshot = self._actor.save()
                 # staleness: learner updates the params this actor acts with are behind by
                 version = self._actor.params_version
                 loop.log(params_version=version, staleness=self._learner.version() - version)
