@@ -148,6 +148,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short windows (same keys)")
     parser.add_argument("--out", default=None, help="also write the JSON object to this file")
     parser.add_argument("--scaling", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="actor counts")
+    parser.add_argument("--learner-devices", type=int, nargs="+", default=[1, 2], choices=[1, 2],
+                        help="learner_feed_ratio on 1 device and/or 2 forced CPU devices (default: both)")
     parser.add_argument("--window", type=float, default=None, help="seconds per measurement (overrides)")
     parser.add_argument("--atari", action="store_true", help="also atari_training_ratio (the atari extra)")
     parser.add_argument("--only-atari", action="store_true", help="atari_training_ratio alone")
@@ -166,7 +168,7 @@ def main() -> None:
     started, out = time.monotonic(), {"quick": args.quick, "cpu_count": os.cpu_count()}
     parts = [("actor", lambda: actor_efficiency(window)),
              ("rpc", lambda: rpc(10 if args.window else 40 if args.quick else 200)),
-             ("learner", lambda: _learner(window)),
+             ("learner", lambda: _learner(window, args.learner_devices)),
              ("scaling", lambda: actor_scaling(phase, tuple(args.scaling)))]
     atari = ("atari", lambda: atari_training_ratio(args.atari_steps or (8_192 if args.quick else 32_768),
                                                    3.0 if args.quick else 10.0))
@@ -182,10 +184,13 @@ def main() -> None:
             json.dump(out, f, indent=2)
 
 
-def _learner(window: float) -> dict:
-    one, two = learner_feed(window, 1), learner_feed(window, 2)
-    return {"learner_feed_ratio": one["ratio"], "learner_feed_ratio_2_devices": two["ratio"],
-            "learner_updates_per_s": {"1_device": one["updates_per_s"], "2_devices": two["updates_per_s"]}}
+def _learner(window: float, devices: list[int]) -> dict:
+    out: dict = {"learner_updates_per_s": {}}
+    for n in devices:
+        fed = learner_feed(window, n)
+        out["learner_feed_ratio" if n == 1 else f"learner_feed_ratio_{n}_devices"] = fed["ratio"]
+        out["learner_updates_per_s"]["1_device" if n == 1 else f"{n}_devices"] = fed["updates_per_s"]
+    return out
 
 
 if __name__ == "__main__":
