@@ -39,7 +39,7 @@ def check_env_id(env_id: str) -> None:
     if ":" in env_id:
         resolve_env_id(env_id)
         return
-    if env_id.startswith(ATARI_PREFIX):
+    if is_atari(env_id):
         _import_ale(env_id)
     if env_id in gym.registry:
         return
@@ -107,8 +107,7 @@ class ClipTrainingRewards(gym.vector.VectorWrapper):
 def make_atari_vector_env(env_id: str, num_envs: int, seed: int,
                           sticky_actions: float = STICKY_ACTIONS) -> gym.vector.VectorEnv:
     """ale-py's ``AtariVectorEnv`` with the protocol in the module docstring (unclipped rewards)."""
-    _import_ale(env_id)
-    check_env_id(env_id)
+    check_env_id(env_id)  # (imports ale-py, or names the extra)
     from ale_py.vector_env import AtariVectorEnv
 
     env = AtariVectorEnv(_atari_game(env_id), num_envs, num_threads=min(num_envs, os.cpu_count() or 1),

@@ -45,9 +45,9 @@ def task_family(env_id: str) -> str | None:
     """The family of a registered gymnasium id (``None`` for one outside those above)."""
     import gymnasium as gym
 
-    from shoal.actors.environments import resolve_env_id
+    from shoal.actors.environments import is_atari, resolve_env_id
 
-    if env_id.startswith("ALE/"):
+    if is_atari(env_id):
         return "atari"
     try:
         entry_point = str(gym.spec(resolve_env_id(env_id)).entry_point)

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from shoal.agents import distributions
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.networks import IMPALANetworks
 from shoal.agents.impala.vtrace import vtrace
@@ -78,17 +79,15 @@ def make_update(network: nn.Module, config: IMPALAConfig) -> UpdateFn:
         logits = logits[:rows * length].reshape(rows, length, -1)
         value, next_value = jnp.split(values.reshape(2, rows, length), 2)
         value, next_value = value[0], jax.lax.stop_gradient(next_value[0])
-        log_probs = jax.nn.log_softmax(logits)
-        take = lambda lp: jnp.take_along_axis(lp, batch["action"][..., None], axis=-1)[..., 0]  # noqa: E731
-        log_prob = take(log_probs)
-        behaviour_log_prob = take(jax.nn.log_softmax(batch["extras"]["logits"]))
+        log_prob = distributions.categorical_log_prob(logits, batch["action"])
+        behaviour_log_prob = distributions.categorical_log_prob(batch["extras"]["logits"], batch["action"])
         rho = jax.lax.stop_gradient(jnp.exp(log_prob - behaviour_log_prob))
         errors, pg_advantage = vtrace_targets(
             value, next_value, batch["reward"], batch["terminated"].astype(jnp.float32),
             batch["truncated"].astype(jnp.float32), rho, config)
         policy_loss = -jnp.mean(log_prob * jax.lax.stop_gradient(pg_advantage))
         baseline_loss = 0.5 * jnp.mean(jnp.square(errors))
-        entropy = -jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
+        entropy = jnp.mean(distributions.categorical_entropy(logits))
         loss = policy_loss + config.baseline_coef * baseline_loss - config.entropy_coef * entropy
         return loss, {"loss": loss, "policy_loss": policy_loss, "baseline_loss": baseline_loss,
                       "entropy": entropy, "mean_rho": jnp.mean(rho)}
