@@ -10,7 +10,7 @@ import gymnasium as gym
 import jax
 
 from shoal.actors import check_env_id, make_vector_env
-from shoal.actors.environments import resolve_env_id
+from shoal.actors.environments import STICKY_ACTIONS, resolve_env_id
 from shoal.agents.builders import AgentBuilder
 from shoal.core.settings import check_settings, setting
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
@@ -61,7 +61,7 @@ class ExperimentConfig:
     progress: bool = True
     progress_every_s: float = setting(2.0, low=0.0, low_open=True, high=1e6)
     preset: str | None = None
-    sticky_actions: float = setting(0.25, low=0.0, high=1.0)
+    sticky_actions: float = setting(STICKY_ACTIONS, low=0.0, high=1.0)
     clip_rewards: bool | None = None
 
     def resolved_target_return(self) -> float | None:
