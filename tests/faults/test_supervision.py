@@ -157,7 +157,10 @@ def test_sigint_to_the_launcher_leaves_no_process_and_exits_at_once(tmp_path):
     (site / "sitecustomize.py").write_text("import atexit, time\natexit.register(time.sleep, 600)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     run_dir = tmp_path / "run"
-    proc = start(run_dir, "--max-env-steps", str(10**8), env=env)
+    # SIGINT's default action in the launcher, as a terminal gives it: a test runner started in
+    # the background (by a script without job control) ignores SIGINT, and its children inherit that.
+    proc = start(run_dir, "--max-env-steps", str(10**8), env=env,
+                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         pids = list(started(proc, run_dir).values())
         proc.send_signal(signal.SIGINT)
