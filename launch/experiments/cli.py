@@ -53,6 +53,16 @@ def _parse_resources(text: str) -> tuple[str, Any]:
                                          f"amounts >= 0, got {text!r} ({e})") from None
 
 
+def _parse_ports(text: str) -> str:
+    from shoal.launch.programs.nodes import parse_ports
+
+    try:
+        parse_ports(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--ports: {e}") from None
+    return text
+
+
 def _presets_text() -> str:
     try:
         from shoal.agents.presets import describe_presets
@@ -105,6 +115,13 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
         metavar="GROUP:NAME=VALUE,...", help="what each node of a group asks of the Ray cluster: "
         "num_cpus, num_gpus, memory (bytes) or a custom resource, e.g. --resources learner:num_gpus=1 "
         "--resources actor:actor_host=1 (repeatable)")
+    add("--ports", type=_parse_ports, default=default(None), metavar="FIRST-LAST",
+        help="the ports the nodes' servers (RPC, Reverb) listen on, each the first free one of the "
+        "range on its host; allow this range between the hosts of a cluster (default: any free port; "
+        "with --launcher ray 47000-47099)")
+    add("--params-via", choices=["auto", "rpc"], default=default("auto"), help="how actors and the "
+        "evaluator read the learner's parameters: auto (shared memory on the learner's host, RPC "
+        "elsewhere; default) or rpc (RPC everywhere)")
     add("--dry-run", action="store_true", default=default(False),
         help="print the resolved config (JSON) and the distributed program's graph (nodes, groups, "
         "edges), and exit")

@@ -79,7 +79,8 @@ def _new(args: argparse.Namespace, given: list[str]):
         check_num_actors(args.num_actors, args.launcher, what="--num-actors")
     if args.launcher is not None:
         launch = {"launcher": args.launcher, "num_actors": args.num_actors, "ray_address": args.ray_address,
-                  "resources": [f"{group}:{r.text()}" for group, r in args.resources]}
+                  "resources": [f"{group}:{r.text()}" for group, r in args.resources],
+                  "ports": args.ports, "params_via": args.params_via}
     return config, launch
 
 

@@ -28,6 +28,7 @@ from shoal.launch.programs import LAUNCHERS, Resources, launch
 from shoal.launch.programs.control import serve_control
 
 MAX_ACTORS_PER_CORE, MIN_ACTOR_CAP = 4, 64
+PARAMS_VIA = ("auto", "rpc")
 
 
 def max_actors() -> int:
@@ -47,13 +48,21 @@ def check_num_actors(num_actors: Any, launcher: str, what: str = "num_actors") -
 
 def run_distributed_experiment(config: ExperimentConfig, num_actors: int = 4, launcher: str = "processes", *,
                                resources: Mapping[str, Resources] | None = None, ray_address: str | None = None,
+                               ports: tuple[int, int] | None = None, params_via: str = "auto",
                                stop: threading.Event | None = None, launched_at: float | None = None) -> dict[str, Any]:
     """Trains ``config`` as a distributed program until solved, out of budget, or ``stop`` is
     set (then the result has ``"terminated": "SIGTERM"``); returns the result summary.
 
     ``launcher``: ``"processes"``, ``"inprocess"`` or ``"ray"`` (``ray_address``: the cluster
     to join; default a local Ray). ``resources``: per group, what each node asks of Ray.
+    ``ports``: ``(first, last)``, the ports the nodes' servers listen on (default: any free
+    port; under Ray 47000-47099). ``params_via``: ``"auto"`` (shared memory for nodes on the
+    learner's host, RPC for the others) or ``"rpc"`` (RPC for every node).
     ``launched_at``: Unix time ``wall_s`` counts from (default: now).
+
+    Under Ray with a cluster (``ray_address``), the driver connects before anything is written
+    (a cluster that refuses it is a ``ValueError``), and ``config.run_dir`` must be on storage
+    every host of the cluster sees (checked; a ``ValueError`` otherwise).
     """
     launched_at = launched_at or time.time()
     # This process and the nodes it starts (which inherit its environment) share the machine's
@@ -72,15 +81,19 @@ def run_distributed_experiment(config: ExperimentConfig, num_actors: int = 4, la
     program = make_distributed_program(config, num_actors, launched_at, resume=saved)
     for group, wanted in resources.items():
         program.set_resources(group, wanted)
+    if params_via not in PARAMS_VIA:
+        raise ValueError(f"params_via must be one of {', '.join(PARAMS_VIA)}, got {params_via!r}")
     if launcher == "ray":
-        _require_ray()
+        _join_ray(ray_address, config.run_dir)
     settings = {"launcher": launcher, "num_actors": num_actors, "ray_address": ray_address,
-                "resources": [f"{group}:{r.text()}" for group, r in resources.items()]}
+                "resources": [f"{group}:{r.text()}" for group, r in resources.items()],
+                "ports": f"{ports[0]}-{ports[1]}" if ports else None, "params_via": params_via}
     run_dir = claim_run_directory(config, spec, settings) if config.run_dir else None
     try:
         driver = _Driver(config, spec, saved, launched_at)
-        run = launch(program, launcher, run_dir=config.run_dir, ray_address=ray_address,
-                     group_env={"actor": CPU_ENV, "evaluator": CPU_ENV}, before_stop=driver.last_checkpoint)
+        reader_env = {**CPU_ENV, "SHOAL_PARAMS_VIA": params_via}
+        run = launch(program, launcher, run_dir=config.run_dir, ray_address=ray_address, ports=ports,
+                     group_env={"actor": reader_env, "evaluator": reader_env}, before_stop=driver.last_checkpoint)
         result = driver.follow(run, stop)
         result.update(launcher=launcher)
         if run_dir is not None:
@@ -213,9 +226,14 @@ class _Driver:
         return result
 
 
-def _require_ray() -> None:
+def _join_ray(ray_address: str | None, run_dir: str | None) -> None:
+    """Connects to Ray (errors as one ``ValueError``) and, on a cluster, checks that every host
+    sees ``run_dir``: both before anything is written."""
     try:
-        import ray  # noqa: F401
+        from shoal.launch.programs.ray_launcher import check_shared_directory, connect
     except ImportError:
         raise ValueError("the Ray launcher needs the 'ray' extra, which is not installed; run "
                          "pip install -e '.[ray]' (from the Shoal repository)") from None
+    connect(ray_address)
+    if ray_address and run_dir:
+        check_shared_directory(run_dir)

@@ -11,6 +11,9 @@ N actors and an evaluator (the node bodies are in ``shoal.launch.experiments.lea
   writes to replay, pulls parameters asynchronously every ``variable_update_period`` steps.
 * ``evaluator`` -- evaluates every ``eval_every`` env steps (counted over all actors) and ends
   the program when the target return is reached or the step budget is spent.
+
+Replay, counter and evaluator are colocated with the learner (``Program.colocate``): on a
+cluster they run on the learner's machine unless given resources of their own.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ def make_distributed_program(config: ExperimentConfig, num_actors: int = 4, laun
     program = Program(builder.name)
     checkpoints = os.path.join(config.run_dir, "checkpoints", "replay") if config.run_dir else None
     replay = program.add_node(ReplayNode(functools.partial(builder.make_replay_tables, spec, policy),
-                                         checkpoint_dir=checkpoints), label="replay")
+                                         checkpoint_dir=checkpoints, checkpoint=resume.get("replay_checkpoint")),
+                              label="replay")
     # Each service serves what its clients call, no more (e.g. no remote Counter.restore).
     counter = program.add_node(ServiceNode(Counter, resume.get("counter"), methods=("increment", "get_counts")),
                                label="counter")
@@ -65,6 +69,9 @@ def make_distributed_program(config: ExperimentConfig, num_actors: int = 4, laun
                       num_actors, restartable=True)
     program.add_node(ServiceNode(EvaluatorWorker, config, learner, counter, launched_at, resume.get("evaluator"),
                                  methods=("save", "progress"), ends_program=True), label="evaluator")
+    # On a cluster, the services the learner talks to all the time run on its machine (give a
+    # group --resources to let the engine place it instead).
+    program.colocate(("replay", "counter", "evaluator"), with_node="learner")
     return program
 
 

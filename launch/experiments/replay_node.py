@@ -1,14 +1,23 @@
 """``ReplayNode``: a Reverb replay server as a node of a program (the experiments' node kind;
 the program layer knows nothing of Reverb).
 
-``ReplayNode(make_tables, checkpoint_dir=None)`` runs a Reverb server with ``make_tables()``
-(restoring the latest checkpoint in ``checkpoint_dir``, if any); a handle to it becomes a
-``reverb.Client`` inside the nodes that take it. Reverb's server listens on every interface (its
-API takes no host); its address is published like any node's.
+``ReplayNode(make_tables, checkpoint_dir=None, checkpoint=None)`` runs a Reverb server with
+``make_tables()`` (restoring the latest checkpoint in ``checkpoint_dir``, if any); a handle to it
+becomes a ``reverb.Client`` inside the nodes that take it. Reverb's server listens on every
+interface (its API takes no host), on a port of the launch's range if it has one
+(``NodeContext.ports``); its address is published like any node's.
+
+``checkpoint``: the name of the Reverb checkpoint a resumed run's ``run.json`` names. The node
+refuses to start if that checkpoint is not in ``checkpoint_dir`` where it runs (e.g. a run
+directory that is not shared between the hosts of a cluster: the replay would otherwise start
+empty without a word), and removes every other checkpoint there first (Reverb restores the
+newest one it finds).
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any, Callable
 
 from shoal.launch.programs.nodes import NodeContext
@@ -23,9 +32,10 @@ def _name(fn: Any) -> str:
 class ReplayNode(Node):
     kind = "replay"
 
-    def __init__(self, make_tables: Callable[[], list], checkpoint_dir: str | None = None) -> None:
+    def __init__(self, make_tables: Callable[[], list], checkpoint_dir: str | None = None,
+                 checkpoint: str | None = None) -> None:
         super().__init__()
-        self.make_tables, self.checkpoint_dir = make_tables, checkpoint_dir
+        self.make_tables, self.checkpoint_dir, self.checkpoint = make_tables, checkpoint_dir, checkpoint
 
     def describe_target(self) -> str:
         return f"reverb({_name(self.make_tables)})"
@@ -38,9 +48,21 @@ class ReplayNode(Node):
     def run(self, ctx: NodeContext) -> None:
         from shoal.replay import ReplayServer
 
-        server = ReplayServer(self.make_tables(), checkpoint_dir=self.checkpoint_dir)
+        if self.checkpoint:
+            self._check_checkpoint()
+        server = ctx.serve(lambda port: ReplayServer(self.make_tables(), port=port or None,
+                                                     checkpoint_dir=self.checkpoint_dir), "replay server")
         ctx.publish(server.port)
         try:
             ctx.stop_event.wait()
         finally:
             server.stop()
+
+    def _check_checkpoint(self) -> None:
+        from shoal.launch.experiments.checkpointing import keep_only_replay_checkpoint
+
+        if not os.path.isdir(os.path.join(self.checkpoint_dir or "", self.checkpoint)):
+            raise RuntimeError(f"the replay checkpoint {self.checkpoint!r} that run.json names is not in "
+                               f"{self.checkpoint_dir} on host {socket.gethostname()}: the replay would start "
+                               "empty; on a cluster, --run-dir must be storage every host mounts")
+        keep_only_replay_checkpoint(os.path.dirname(self.checkpoint_dir), self.checkpoint)

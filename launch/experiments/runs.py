@@ -82,5 +82,8 @@ def distributed_settings(launch: dict[str, Any]) -> dict[str, Any]:
     for text in launch.get("resources") or []:
         group, _, spec = str(text).partition(":")
         resources[group] = Resources.parse(spec)
+    from shoal.launch.programs.nodes import parse_ports
+
     return {"num_actors": launch.get("num_actors", 4), "launcher": launch.get("launcher", "processes"),
-            "ray_address": launch.get("ray_address"), "resources": resources}
+            "ray_address": launch.get("ray_address"), "resources": resources,
+            "ports": parse_ports(launch.get("ports")), "params_via": launch.get("params_via") or "auto"}

@@ -4,11 +4,13 @@
 ``period_s`` seconds, encoded once per version; ``LocalFirstSource`` (in actors and the
 evaluator) reads them with one memory copy when the segment is on its host, and falls back to
 the learner's ``get_variables`` RPC otherwise (another host, no ``/dev/shm``, parameters that
-outgrew the segment, or a read that timed out).
+outgrew the segment, a read that timed out, or ``SHOAL_PARAMS_VIA=rpc`` in its environment:
+``run_distributed_experiment(params_via="rpc")``, ``shoal train --params-via rpc``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -56,11 +58,13 @@ class ParamsPublisher:
 
 class LocalFirstSource(VariableSource):
     """Reads ``learner``'s parameters from its shared-memory segment if it is on this host,
-    else (or when a read fails) calls ``learner.get_variables`` over RPC."""
+    else (or when a read fails, or ``SHOAL_PARAMS_VIA=rpc``) calls ``learner.get_variables``
+    over RPC."""
 
     def __init__(self, learner: Any) -> None:
         self._learner = learner
-        self._reader = SharedValueReader.attach(learner.shared_params())
+        rpc_only = os.environ.get("SHOAL_PARAMS_VIA", "auto") == "rpc"
+        self._reader = None if rpc_only else SharedValueReader.attach(learner.shared_params())
         self.local = self._reader is not None
 
     def get_variables(self, known_version: int = -1) -> tuple[int, Any]:

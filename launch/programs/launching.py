@@ -24,7 +24,7 @@ LAUNCHERS = ("processes", "inprocess", "ray")
 def launch(program: Program, launcher: str = "processes", *, run_dir: str | None = None,
            token: str | None = None, host: str = "127.0.0.1",
            group_env: Mapping[str, Mapping[str, str]] | None = None, max_restarts: int = 3,
-           grace_s: float = 5.0, ray_address: str | None = None,
+           grace_s: float = 5.0, ray_address: str | None = None, ports: tuple[int, int] | None = None,
            before_stop: Callable[[ProgramRun], None] | None = None) -> ProgramRun:
     """Starts every node of ``program``.
 
@@ -40,6 +40,9 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
       group_env: extra environment variables per group, e.g. ``{"actor": {"CUDA_VISIBLE_DEVICES": ""}}``.
       max_restarts: restarts of a crashed node of a restartable group (``Program.group``).
       ray_address: the cluster to join (``auto``, ``HOST:PORT``); ``None`` starts a local Ray.
+      ports: ``(first, last)``: the ports the nodes' servers (RPC, replay) listen on, each the
+        first free one of the range on its host. Default: any free port on this machine; under
+        Ray ``ray_launcher.DEFAULT_PORTS`` (47000-47099), a range a firewall can allow.
       before_stop: ``fn(run)``, called when the program is about to stop (completed, or
         ``stop()``; not after a failure) while all its nodes still run.
     """
@@ -59,7 +62,10 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     if launcher == "ray":
         from shoal.launch.programs.ray_launcher import launch_ray
 
-        return launch_ray(program, token=token, group_env=group_env, ray_address=ray_address, **options)
+        from shoal.launch.programs.ray_launcher import DEFAULT_PORTS
+
+        return launch_ray(program, token=token, group_env=group_env, ray_address=ray_address,
+                          ports=ports or DEFAULT_PORTS, **options)
     advertise = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # (all nodes are on this machine)
     run_dir = run_dir or tempfile.mkdtemp(prefix=f"shoal-{program.name}-")
     for sub in ("logs", "addresses", "nodes"):
@@ -68,7 +74,8 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     book.clear()  # addresses of an earlier run in this directory
     if launcher == "processes":
         base = dict(os.environ, SHOAL_TOKEN=token or "", SHOAL_BIND_HOST=host,
-                    SHOAL_ADVERTISE_HOST=advertise, PYTHONUNBUFFERED="1")
+                    SHOAL_ADVERTISE_HOST=advertise, PYTHONUNBUFFERED="1",
+                    SHOAL_PORTS=f"{ports[0]}-{ports[1]}" if ports else "")
         workers: list[ProcessWorker] = []
 
         def make_worker(node):
@@ -79,7 +86,7 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
             sweep_segments(pid for worker in workers for pid in worker.pids)
     else:
         def make_worker(node):
-            return ThreadWorker(node, book, token, host, advertise)
+            return ThreadWorker(node, book, token, host, advertise, ports)
 
         close = None
     return ProgramRun(program, make_worker, launcher=launcher, run_dir=run_dir, address_book=book,

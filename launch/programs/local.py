@@ -27,8 +27,8 @@ class ThreadWorker:
     managed_restarts, restarts = False, 0
 
     def __init__(self, node: Node, book: FileAddressBook, token: str | None, bind_host: str,
-                 advertise_host: str) -> None:
-        self.node, self._book, self._token = node, book, token
+                 advertise_host: str, ports: tuple[int, int] | None = None) -> None:
+        self.node, self._book, self._token, self._ports = node, book, token, ports
         self._hosts = bind_host, advertise_host
         self.log_path = "(this process)"
         self.thread: threading.Thread | None = None
@@ -40,7 +40,7 @@ class ThreadWorker:
     def start(self) -> None:
         self.code, self._starts = None, self._starts + 1
         self.ctx = NodeContext(self.node.label, self.node.group, self._book, self._token, *self._hosts,
-                               start_count=self._starts)
+                               start_count=self._starts, ports=self._ports)
         self.thread = threading.Thread(target=self._main, name=self.node.label, daemon=True)
         self.thread.start()
 

@@ -10,7 +10,8 @@
 Other kinds subclass ``shoal.launch.programs.program.Node`` (e.g. the experiments' Reverb
 replay node): a ``run(ctx)`` and a ``make_client(address, ctx)``.
 
-Servers bind port 0 (the OS picks a free port: no races) on ``ctx.bind_host`` and publish
+Servers bind port 0 (the OS picks a free port: no races) on ``ctx.bind_host``, or the first free
+port of ``ctx.ports`` (a range a firewall can allow: the Ray launcher's default), and publish
 ``ctx.advertise_host:port`` in the launch's address book (``shoal.launch.programs.addressing``);
 a handle is dereferenced by looking that address up (with a timeout) and connecting. Node code
 can ask ``current_context().should_stop()`` in its loops.
@@ -19,6 +20,7 @@ can ask ``current_context().should_stop()`` in its loops.
 from __future__ import annotations
 
 import dataclasses
+import socket
 import threading
 from typing import Any, Callable, Sequence
 
@@ -43,6 +45,24 @@ class NodeContext:
     stop_event: threading.Event = dataclasses.field(default_factory=threading.Event)
     connect_timeout_s: float = 120.0
     start_count: int = 1  # 1 the first time the node starts, 2 after its first restart, ...
+    ports: tuple[int, int] | None = None  # (first, last): the ports servers may listen on
+
+    def serve(self, make_server: Callable[[int], Any], what: str = "server") -> Any:
+        """``make_server(port)`` on port 0 (any), or on the first port of ``ports`` that is free
+        (it raises ``OSError`` when it cannot bind); raises ``OSError`` naming the range when
+        every port of it is taken."""
+        if self.ports is None:
+            return make_server(0)
+        first, last = self.ports
+        for port in range(first, last + 1):
+            if not port_is_free(self.bind_host, port):
+                continue
+            try:
+                return make_server(port)
+            except OSError:  # taken since the check: the next one
+                continue
+        raise OSError(f"{self.label}: no free port for its {what} in {first}-{last} on {self.bind_host} "
+                      "(widen the range: --ports FIRST-LAST)")
 
     def should_stop(self) -> bool:
         return self.stop_event.is_set()
@@ -58,6 +78,31 @@ class NodeContext:
         address = f"{self.advertise_host}:{port}"
         self.address_book.publish(self.label, address)
         return address
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound now (without SO_REUSEPORT, so that a port some other
+    server shares with SO_REUSEPORT counts as taken)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def parse_ports(text: str | None) -> tuple[int, int] | None:
+    """``FIRST-LAST`` (or one port) -> ``(first, last)``; ``None``/empty -> ``None`` (any port)."""
+    if not text:
+        return None
+    first, _, last = text.partition("-")
+    try:
+        low, high = int(first), int(last or first)
+    except ValueError:
+        low = high = -1
+    if not 1024 <= low <= high <= 65535:
+        raise ValueError(f"ports are FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, got {text!r}")
+    return low, high
 
 
 def set_context(ctx: NodeContext, process_wide: bool = False) -> None:
@@ -105,7 +150,8 @@ class ServiceNode(Node):
         from shoal.launch.programs.rpc import RpcServer
 
         obj = self.factory(*ctx.deref(self.args), **ctx.deref(self.kwargs))
-        server = RpcServer(obj, host=ctx.bind_host, token=ctx.token, methods=self.methods).start()
+        server = ctx.serve(lambda port: RpcServer(obj, host=ctx.bind_host, port=port, token=ctx.token,
+                                                  methods=self.methods), "RPC server").start()
         ctx.publish(server.port)
         try:
             if callable(getattr(obj, "run", None)):

@@ -21,6 +21,9 @@ is restarted (a bounded number of times) instead of failing the program. The pro
 restartable groups; the launcher knows no group by name. ``program.add_group(name, make_node,
 count)`` adds ``count`` nodes ``make_node(i)`` and keeps ``make_node``, so that a running program
 can grow or shrink that group (``ProgramRun.add_nodes`` / ``remove_nodes``).
+``program.colocate(groups, with_node=label)`` asks that the nodes of ``groups`` run on the
+machine of node ``label`` (the Ray launcher honours it for each such group that was given no
+``Resources``: a group's resources take it out of the co-location and let the engine place it).
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ class Program:
         self.resources: dict[str, Resources] = {}
         self.restartable: set[str] = set()  # groups whose crashed nodes are restarted
         self.node_factories: dict[str, Callable[[int], Node]] = {}
+        self.colocated: dict[str, str] = {}  # group -> label of the node its nodes run beside
         self._group: str | None = None
 
     @contextlib.contextmanager
@@ -144,6 +148,25 @@ class Program:
         if group not in self.groups:
             raise ValueError(f"program {self.name!r} has no group {group!r} (groups: {sorted(self.groups)})")
         self.resources[group] = resources
+
+    def colocate(self, groups: tuple[str, ...] | list[str], with_node: str) -> None:
+        """Places every node of ``groups`` on the machine of node ``with_node`` (e.g. a replay
+        server beside its learner, so that sampling never crosses the network)."""
+        labels = {n.label: n for n in self.nodes}
+        if with_node not in labels:
+            raise ValueError(f"program {self.name!r} has no node {with_node!r} to colocate with")
+        for group in groups:
+            if group not in self.groups:
+                raise ValueError(f"program {self.name!r} has no group {group!r} (groups: {sorted(self.groups)})")
+            if group == labels[with_node].group:
+                raise ValueError(f"group {group!r} cannot be colocated with its own node {with_node!r}")
+            self.colocated[group] = with_node
+
+    def placed_beside(self, node: Node) -> str | None:
+        """The label of the node ``node`` must run beside, or ``None`` (placed by its resources)."""
+        if node.group in self.resources:
+            return None
+        return self.colocated.get(node.group)
 
     def add_node(self, node: Node, label: str | None = None) -> Handle:
         group = self._group or label or node.kind

@@ -1,14 +1,25 @@
 """The Ray launcher: every node a Ray actor, placed by its group's ``Resources``.
 
-* Without ``ray_address`` a local Ray instance is started with this machine's CPUs; with one
-  (``auto``, ``HOST:PORT``) the program joins that cluster. Each launch gets its own namespace;
-  actors are named by node label.
-* Addresses live in a named actor (``RayAddressBook``): no shared filesystem. Servers bind
-  every interface, advertise their node's IP, and require the launch's token, which reaches
-  the nodes as an actor constructor argument (never a command line).
+* ``connect(ray_address)`` joins a cluster (``auto``, ``HOST:PORT``) or, without one, starts a
+  local Ray instance with this machine's CPUs; a cluster that refuses the driver (token
+  authentication: ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN``) or cannot be reached is one
+  ``ValueError`` naming what to set. Each launch gets its own namespace; actors are named by
+  node label.
+* Placement: by each group's ``Resources``; nodes of a group the program colocates with a node
+  (``Program.colocate``) run on that node's machine. A node that cannot be placed is *pending*
+  and warned about (``shoal.launch.programs.ray_worker``).
+* Addresses live in a named actor (``RayAddressBook``) on the driver's machine: no shared
+  filesystem. Servers bind every interface on a port of ``ports`` (default ``DEFAULT_PORTS``,
+  so that a firewall between the hosts can allow one range), advertise their node's IP, and
+  require the launch's token, which reaches the nodes as an actor constructor argument (never a
+  command line).
 * Supervision uses Ray's own restart machinery: a node of a restartable group (``Program.group``)
   gets ``max_restarts`` and its ``run`` is retried after a restart; any other node's death ends
-  the program. Stopping asks every node to stop, then kills every actor the launch made. Node output
+  the program, with its cause. The launcher pings every node; one silent for ``peer_timeout_s``
+  (``SHOAL_PEER_TIMEOUT_S``, default 60) has failed. A node that cannot reach the launcher's
+  address book for as long exits by itself (removing its shared-memory segments): no orphan is
+  left on a host cut off from the program. Stopping asks every node to stop, then kills every
+  actor the launch made and removes the shared-memory segments of killed nodes. Node output
   streams to this process (prefixed with the node's label).
 * Environment: ``group_env`` plus this process's ``SHOAL_*``, ``JAX_*``, ``XLA_*`` and
   ``TF_CPP_*`` variables are set in the actors' processes (Ray's ``runtime_env``).
@@ -20,22 +31,41 @@ clusters on machines and networks you trust (as Ray's own documentation says).
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import sys
 import threading
+import time
 import uuid
 import warnings
 from typing import Any, Mapping
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from shoal.launch.programs.addressing import AddressBook
 from shoal.launch.programs.nodes import NodeContext, set_context
 from shoal.launch.programs.program import Node, Program
+from shoal.launch.programs.ray_worker import RayWorker
 from shoal.launch.programs.resources import Resources
+from shoal.launch.programs.shared_memory import sweep_segments
 from shoal.launch.programs.supervision import ProgramRun
 
 FORWARDED_ENV = ("SHOAL_", "JAX_", "XLA_", "TF_CPP_")
+DEFAULT_PORTS = (47000, 47099)
+WATCHDOG_EVERY_S = 2.0
+
+
+def peer_timeout_s() -> float:
+    """Seconds a node may go unheard before it counts as lost (``SHOAL_PEER_TIMEOUT_S``, default 60)."""
+    text = os.environ.get("SHOAL_PEER_TIMEOUT_S", "60")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 1.0 <= value <= 86400:
+        raise ValueError(f"SHOAL_PEER_TIMEOUT_S must be a number of seconds in [1, 86400], got {text!r}")
+    return value
 
 
 @ray.remote(num_cpus=0)
@@ -43,6 +73,7 @@ class _Addresses:
     def __init__(self) -> None:
         self._addresses: dict[str, str] = {}
         self._starts: dict[str, int] = {}
+        self._pids: dict[str, tuple[str, int]] = {}
 
     def publish(self, label: str, address: str) -> None:
         self._addresses[label] = address
@@ -50,12 +81,20 @@ class _Addresses:
     def get(self, label: str) -> str | None:
         return self._addresses.get(label)
 
-    def started(self, label: str) -> int:
+    def started(self, label: str, node_id: str, pid: int) -> int:
         self._starts[label] = self._starts.get(label, 0) + 1
+        self._pids[label] = (node_id, pid)
         return self._starts[label]
 
     def starts(self) -> dict[str, int]:
         return dict(self._starts)
+
+    def pids(self) -> dict[str, tuple[str, int]]:
+        """``{label: (Ray node id, pid)}`` of every node's latest process."""
+        return dict(self._pids)
+
+    def alive(self) -> bool:
+        return True
 
 
 class RayAddressBook(AddressBook):
@@ -71,18 +110,39 @@ class RayAddressBook(AddressBook):
         return ray.get(self._actor.get.remote(label), timeout=60)
 
 
-@ray.remote(max_concurrency=4)  # run() occupies one thread; stop() must get through
+@ray.remote(max_concurrency=4)  # run() occupies one thread; stop() and where() must get through
 class _NodeActor:
-    def __init__(self, node: Node, addresses: Any, token: str) -> None:
-        self._node = node
-        start = ray.get(addresses.started.remote(node.label))
-        self._ctx = NodeContext(node.label, node.group, RayAddressBook(addresses), token,
-                                bind_host="0.0.0.0", advertise_host=ray.util.get_node_ip_address(),
-                                start_count=start)
+    def __init__(self, node: Node, addresses: Any, token: str, ports: tuple[int, int] | None,
+                 peer_timeout: float) -> None:
+        self._node, self._addresses = node, addresses
+        self._where = (ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address())
+        start = ray.get(addresses.started.remote(node.label, self._where[0], os.getpid()))
+        self._ctx = NodeContext(node.label, node.group, RayAddressBook(addresses), token, bind_host="0.0.0.0",
+                                advertise_host=self._where[1], start_count=start, ports=ports)
         set_context(self._ctx, process_wide=True)
-        print(f"[{node.label}] started (pid {os.getpid()}, node {ray.get_runtime_context().get_node_id()} "
-              f"at {self._ctx.advertise_host}, group {node.group}"
-              f"{f', restart {start - 1}' if start > 1 else ''})", flush=True)
+        threading.Thread(target=self._watchdog, args=(peer_timeout,), name="watchdog", daemon=True).start()
+        print(f"[{node.label}] started (pid {os.getpid()}, node {self._where[0]} at {self._where[1]}, "
+              f"group {node.group}{f', restart {start - 1}' if start > 1 else ''})", flush=True)
+
+    def _watchdog(self, peer_timeout: float) -> None:
+        """Exits this process once the launcher's address book has been unreachable for
+        ``peer_timeout`` seconds (the launcher is gone, or this host is cut off from it)."""
+        heard = time.monotonic()
+        while True:
+            try:
+                ray.get(self._addresses.alive.remote(), timeout=WATCHDOG_EVERY_S * 2)
+                heard = time.monotonic()
+            except Exception:  # noqa: BLE001 -- unreachable (timed out) or gone (killed)
+                if time.monotonic() - heard > peer_timeout:
+                    print(f"[{self._node.label}] has not reached the launcher for {peer_timeout:g}s: exiting "
+                          "(cut off from the program, or the program ended)", file=sys.stderr, flush=True)
+                    sweep_segments([os.getpid()], even_alive=True)
+                    os._exit(1)
+            time.sleep(WATCHDOG_EVERY_S)
+
+    def where(self) -> tuple[str, str]:
+        """(Ray node id, IP) of this node's machine; answering is also its sign of life."""
+        return self._where
 
     def run(self) -> Any:
         return self._node.run(self._ctx)
@@ -92,6 +152,15 @@ class _NodeActor:
 
     def __repr__(self) -> str:  # Ray prefixes the streamed log lines with this
         return self._node.label
+
+
+@ray.remote(num_cpus=0)
+def _sweep(pids: list[int], wait_s: float) -> int:
+    """On one machine: waits up to ``wait_s`` for ``pids`` to end, then removes their segments."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in pids):
+        time.sleep(0.1)
+    return len(sweep_segments(pids))
 
 
 def _actor_options(resources: Resources | None, restartable: bool, max_restarts: int,
@@ -108,60 +177,6 @@ def _actor_options(resources: Resources | None, restartable: bool, max_restarts:
     return options
 
 
-class RayWorker:
-    managed_restarts = True
-
-    def __init__(self, node: Node, addresses: Any, token: str, options: dict[str, Any]) -> None:
-        self.node, self._addresses, self._token, self._options = node, addresses, token, options
-        self.actor = self.ref = None
-        self.log_path = f"streamed here; `ray logs actor --id <id of {node.label}>`"
-        self._code: int | None = None
-        self._result: Any = None
-        self._restarts, self._closed = 0, False
-
-    def start(self) -> None:
-        self.actor = _NodeActor.options(name=self.node.label, **self._options).remote(
-            self.node, self._addresses, self._token)
-        self.ref = self.actor.run.remote()
-        self.log_path = f"`ray logs actor --id {self.actor._actor_id.hex()}`"
-
-    def poll(self) -> int | None:
-        if self._code is None and ray.wait([self.ref], timeout=0)[0]:
-            try:
-                self._result, self._code = ray.get(self.ref), 0
-            except ray.exceptions.RayError as e:  # died for good (or raised)
-                print(f"[launcher] {self.node.label}: {type(e).__name__}: {str(e).splitlines()[0]}",
-                      file=sys.stderr, flush=True)
-                self._code = 1
-        return self._code
-
-    @property
-    def restarts(self) -> int:
-        """Restarts Ray made (counted by the address book; the last count once closed)."""
-        if not self._closed:
-            starts = ray.get(self._addresses.starts.remote(), timeout=10)
-            self._restarts = max(0, starts.get(self.node.label, 1) - 1)
-        return self._restarts
-
-    def close(self) -> None:
-        _ = self.restarts  # keep the final count for the summary
-        self._closed = True
-        if self.actor is not None:
-            ray.kill(self.actor, no_restart=True)
-
-    def terminate(self) -> None:
-        self.actor.stop.remote()
-
-    def kill(self) -> None:
-        ray.kill(self.actor, no_restart=True)
-
-    def result(self) -> Any:
-        return self._result
-
-    def pid(self) -> int | None:
-        return None  # (a process Ray manages, maybe on another machine)
-
-
 def _signal_handlers() -> dict:
     """This process's SIGTERM and SIGINT handlers (none from a thread other than the main one)."""
     if threading.current_thread() is not threading.main_thread():
@@ -169,33 +184,118 @@ def _signal_handlers() -> dict:
     return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
 
-def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[str, str]],
-               ray_address: str | None, max_restarts: int, grace_s: float,
-               before_stop=None) -> ProgramRun:
-    started_ray = not ray.is_initialized()
-    if started_ray:
-        local = {} if ray_address else {"num_cpus": os.cpu_count(), "include_dashboard": False}
-        handlers = _signal_handlers()
+def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
+    """Joins the Ray cluster at ``ray_address`` (``None``: starts a local Ray instance with this
+    machine's CPUs) unless this process already did; returns whether it started Ray here.
+    Raises ``ValueError`` naming what to set when the cluster refuses or cannot be reached."""
+    if ray.is_initialized():
+        return False
+    local = {} if ray_address else {"num_cpus": os.cpu_count(), "include_dashboard": False}
+    handlers = _signal_handlers()
+    try:
         with warnings.catch_warnings():  # Ray fork+execs its processes; JAX warns of any fork
             warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-            ray.init(address=ray_address, namespace=f"shoal-{program.name}-{uuid.uuid4().hex[:8]}",
+            ray.init(address=ray_address, namespace=f"{namespace}-{uuid.uuid4().hex[:8]}",
                      log_to_driver=True, logging_level="warning", **local)
+    except Exception as e:  # noqa: BLE001 -- turned into one line
+        raise ValueError(_connect_error(ray_address, e)) from None
+    finally:
         for sig, handler in handlers.items():  # (ray.init installs its own: SIGTERM would exit at once)
             signal.signal(sig, handler)
-    addresses = _Addresses.options(name="addresses").remote()
+    return True
+
+
+def _connect_error(ray_address: str | None, e: Exception) -> str:
+    where = f"the Ray cluster at {ray_address}" if ray_address else "a local Ray instance"
+    text = (str(e).strip().splitlines() or [""])[0][:300]
+    auth = "authentication" in f"{type(e).__name__} {e}".lower() or "token" in str(e).lower()
+    if auth or (ray_address and not os.environ.get("RAY_AUTH_TOKEN")):
+        return (f"{where} refused this driver ({type(e).__name__}: {text}); a cluster with token "
+                "authentication needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<the cluster's token> in the "
+                "driver's environment")
+    return f"cannot connect to {where} ({type(e).__name__}: {text}); is it running, and is --ray-address right?"
+
+
+def check_shared_directory(path: str, timeout_s: float = 60.0) -> None:
+    """Raises ``ValueError`` unless every alive node of the Ray cluster sees the directory
+    ``path`` (or its nearest existing parent) as this process does: a run directory must be on
+    storage every host mounts. Writes one probe file there for the check and removes it."""
+    base = os.path.abspath(path)
+    while not os.path.isdir(base):
+        base = os.path.dirname(base)
+    nonce = secrets.token_hex(8)
+    probe = os.path.join(base, f".shoal-storage-probe-{nonce}")
+    try:
+        with open(probe, "w") as f:
+            f.write(nonce)
+    except OSError as e:
+        raise ValueError(f"cannot write to {base} (for --run-dir {path}): {e.strerror or e}") from None
+    try:
+        nodes = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes() if n.get("Alive")}
+        refs = {node_id: _read_probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+                .remote(probe) for node_id in nodes}
+        blind = []
+        for node_id, ref in refs.items():
+            try:
+                seen = ray.get(ref, timeout=timeout_s)
+            except Exception:  # noqa: BLE001 -- unreachable or too busy: it cannot vouch for it
+                seen = None
+            if seen != nonce:
+                blind.append(nodes[node_id])
+    finally:
+        os.remove(probe)
+    if blind:
+        raise ValueError(f"--run-dir {path} is not on storage every host of the Ray cluster shares: "
+                         f"{', '.join(sorted(blind))} do(es) not see {base} as this host does; under Ray the run "
+                         "directory must be on a shared filesystem (e.g. NFS) mounted at the same path everywhere")
+
+
+@ray.remote(num_cpus=0)
+def _read_probe(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[str, str]],
+               ray_address: str | None, max_restarts: int, grace_s: float,
+               ports: tuple[int, int] | None = DEFAULT_PORTS, before_stop=None) -> ProgramRun:
+    peer_timeout = peer_timeout_s()
+    started_ray = connect(ray_address, namespace=f"shoal-{program.name}")
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    addresses = _Addresses.options(name="addresses", scheduling_strategy=here).remote()
     forwarded = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
-    workers: list[RayWorker] = []
+    workers: dict[str, RayWorker] = {}
 
     def make_worker(node: Node) -> RayWorker:
         env = {**forwarded, **group_env.get(node.group, {})}
         options = _actor_options(program.resources.get(node.group),
                                  node.group in program.restartable, max_restarts, env)
-        workers.append(RayWorker(node, addresses, token, options))
-        return workers[-1]
+        anchor = program.placed_beside(node)
 
-    def close() -> None:  # every actor this launch made, finished or not
-        for worker in workers:
+        def make_actor(opts: dict[str, Any]) -> Any:
+            return _NodeActor.options(name=node.label, **opts).remote(node, addresses, token, ports, peer_timeout)
+
+        workers[node.label] = RayWorker(node, make_actor, options,
+                                        (lambda: workers.get(anchor)) if anchor else None,
+                                        lambda: ray.get(addresses.starts.remote(), timeout=10), peer_timeout)
+        return workers[node.label]
+
+    def close() -> None:  # every actor this launch made, finished or not, and what killed ones left
+        try:
+            pids = ray.get(addresses.pids.remote(), timeout=10)
+        except Exception:  # noqa: BLE001
+            pids = {}
+        for worker in workers.values():
             worker.close()
+        by_node: dict[str, list[int]] = {}
+        for node_id, pid in pids.values():
+            by_node.setdefault(node_id, []).append(pid)
+        sweeps = [_sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+                  .remote(node_pids, 5.0) for node_id, node_pids in by_node.items()]
+        ray.wait(sweeps, num_returns=len(sweeps), timeout=10)  # (a host cut off: its nodes sweep themselves)
         ray.kill(addresses, no_restart=True)
         if started_ray:
             ray.shutdown()

@@ -50,9 +50,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def sweep_segments(pids: Iterable[int] | None = None, directory: str | None = None) -> list[str]:
+def sweep_segments(pids: Iterable[int] | None = None, directory: str | None = None,
+                   even_alive: bool = False) -> list[str]:
     """Removes this user's segments whose writer process is dead (only those written by
-    ``pids``, if given); returns their paths."""
+    ``pids``, if given; ``even_alive``: theirs even if they still run, e.g. this process's own
+    just before it exits without closing its publishers); returns their paths."""
     directory = directory or SHM_DIR
     wanted = None if pids is None else set(pids)
     removed = []
@@ -65,7 +67,7 @@ def sweep_segments(pids: Iterable[int] | None = None, directory: str | None = No
         if not match:
             continue
         pid, path = int(match.group(1)), os.path.join(directory, name)
-        if (wanted is not None and pid not in wanted) or _alive(pid):
+        if (wanted is not None and pid not in wanted) or (_alive(pid) and not even_alive):
             continue
         try:
             if os.stat(path).st_uid == os.getuid():

@@ -3,6 +3,7 @@
 Each node runs in a *worker* (a thread, a process, a Ray actor; see the launchers), which the
 supervisor polls. A node's state moves along::
 
+    pending -> running                   the engine placed it (Ray; local launchers start nodes running)
     running -> done                      its run() returned (the program completes once every
                                          node with ``ends_program`` is done)
     running -> restarting -> running     it crashed, its group is restartable, and it has
@@ -11,6 +12,7 @@ supervisor polls. A node's state moves along::
     running -> failed                    it crashed for good: the program fails
     running -> removing -> removed       its group was scaled down (``shoal.launch.programs.scaling``)
     running -> stopped | killed          the program ended: asked to stop, or killed after the grace
+    pending                              (also at the end) it was never placed
 
 When the program ends (completed, failed, or ``stop()``), a ``before_stop(run)`` hook runs while
 every node is still up (unless a node failed), e.g. a final checkpoint; then nodes are asked to
@@ -38,6 +40,7 @@ class ProgramFailed(RuntimeError):
 
 
 class NodeState(str, enum.Enum):
+    PENDING = "pending"
     RUNNING = "running"
     RESTARTING = "restarting"
     REMOVING = "removing"
@@ -48,7 +51,7 @@ class NodeState(str, enum.Enum):
     FAILED = "failed"
 
 
-LIVE = (NodeState.RUNNING, NodeState.RESTARTING)
+LIVE = (NodeState.PENDING, NodeState.RUNNING, NodeState.RESTARTING)
 
 
 class Worker(Protocol):
@@ -56,6 +59,7 @@ class Worker(Protocol):
     log_path: str             # where the node's output goes
     managed_restarts: bool    # True: the engine restarts the node itself
     restarts: int             # restarts so far, if managed
+    # optional: ``pending`` (bool: not placed yet), ``failure`` (str: why it failed, one line)
 
     def start(self) -> None: ...
     def poll(self) -> int | None: ...   # exit code once the node ended for good
@@ -135,9 +139,12 @@ class ProgramRun(ElasticGroups):
             if state == NodeState.RESTARTING and now >= self._restart_at[label]:
                 worker.start()
                 state = self.states[label] = NodeState.RUNNING
-            if state not in (NodeState.RUNNING, NodeState.REMOVING):
+            if state not in (NodeState.PENDING, NodeState.RUNNING, NodeState.REMOVING):
                 continue
             code = worker.poll()
+            if code is None and state != NodeState.REMOVING:
+                state = self.states[label] = NodeState.PENDING if getattr(worker, "pending", False) \
+                    else NodeState.RUNNING
             if code is None:
                 if state == NodeState.REMOVING and now > self._remove_by[label]:
                     worker.kill()
@@ -161,6 +168,9 @@ class ProgramRun(ElasticGroups):
                 self.states[label], self._restart_at[label] = NodeState.RESTARTING, now + backoff
             else:
                 self.states[label] = NodeState.FAILED
+                failure = getattr(worker, "failure", None)
+                if failure:
+                    return f"{label} failed: {failure} (see {worker.log_path})", True
                 return f"{label} exited with code {code} (see {worker.log_path})", True
         return None
 
@@ -183,9 +193,9 @@ class ProgramRun(ElasticGroups):
             for label, worker in self.workers.items():
                 if worker.poll() is None:
                     worker.kill()
-                    if self.states[label] in (*LIVE, NodeState.REMOVING):
-                        self.states[label] = NodeState.KILLED
-                elif self.states[label] in LIVE:
+                    if self.states[label] in (NodeState.RUNNING, NodeState.RESTARTING, NodeState.REMOVING):
+                        self.states[label] = NodeState.KILLED  # (a pending one stays pending: it never ran)
+                elif self.states[label] in (NodeState.RUNNING, NodeState.RESTARTING):
                     self.states[label] = NodeState.STOPPED
             self.elapsed_s = time.monotonic() - self.start_time
             for close in reversed(self.closers):

@@ -5,7 +5,7 @@
 The node file was written by the launcher (cloudpickle, same user, local disk) just before it
 started this process; nothing here reads bytes from a socket. The group's environment
 variables are already set (by the launcher), so JAX/XLA see them before their first import;
-``SHOAL_TOKEN``, ``SHOAL_BIND_HOST`` and ``SHOAL_ADVERTISE_HOST`` come the same way (never on
+``SHOAL_TOKEN``, ``SHOAL_BIND_HOST``, ``SHOAL_ADVERTISE_HOST`` and ``SHOAL_PORTS`` come the same way (never on
 the command line). The process dies with its launcher (PR_SET_PDEATHSIG, plus a parent-pid
 watchdog), turns SIGTERM into a cooperative stop, and writes its node's result as JSON to the
 pipe ``<result fd>``.
@@ -44,7 +44,7 @@ def main(node_file: str, addresses_dir: str, parent_pid: str, result_fd: str) ->
     import cloudpickle
 
     from shoal.launch.programs.addressing import FileAddressBook
-    from shoal.launch.programs.nodes import NodeContext, set_context
+    from shoal.launch.programs.nodes import NodeContext, parse_ports, set_context
 
     with open(node_file, "rb") as f:
         node = cloudpickle.load(f)
@@ -52,7 +52,8 @@ def main(node_file: str, addresses_dir: str, parent_pid: str, result_fd: str) ->
                       token=os.environ.get("SHOAL_TOKEN") or None,
                       bind_host=os.environ.get("SHOAL_BIND_HOST", "127.0.0.1"),
                       advertise_host=os.environ.get("SHOAL_ADVERTISE_HOST", "127.0.0.1"),
-                      start_count=int(os.environ.get("SHOAL_NODE_START", "1")))
+                      start_count=int(os.environ.get("SHOAL_NODE_START", "1")),
+                      ports=parse_ports(os.environ.get("SHOAL_PORTS")))
     set_context(ctx, process_wide=True)
     signal.signal(signal.SIGTERM, lambda *_: ctx.stop_event.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle

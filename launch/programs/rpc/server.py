@@ -82,11 +82,15 @@ class RpcServer:
         self._methods = public_methods(obj, methods)
         self._token = token.encode() if token else None
         self._server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers),
-                                   options=channel_options(max_message_bytes))
+                                   options=[*channel_options(max_message_bytes),
+                                            ("grpc.so_reuseport", 0)])  # (a taken port fails to bind)
         handler = grpc.method_handlers_generic_handler(
             SERVICE, {"Call": grpc.stream_unary_rpc_method_handler(self._handle)})
         self._server.add_generic_rpc_handlers((handler,))
-        self.port = self._server.add_insecure_port(f"{host}:{port}")
+        try:
+            self.port = self._server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # (grpcio raises when it cannot bind)
+            self.port = 0
         if not self.port:
             raise OSError(f"could not bind an RPC server to {host}:{port}")
         self.address = f"{host}:{self.port}"
