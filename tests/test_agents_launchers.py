@@ -28,6 +28,9 @@ def test_agent_runs_under_launcher(agent, launcher, tmp_path):
             "--target-return", "1e9", "--quiet", "--run-dir", str(tmp_path / "run")]
     for setting in settings:
         args += ["--set", setting]
+    ports = agent == "dqn" and launcher == "processes"  # (one run checks --ports and --params-via)
+    if ports:
+        args += ["--ports", "47300-47399", "--params-via", "rpc"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -45,3 +48,9 @@ def test_agent_runs_under_launcher(agent, launcher, tmp_path):
     for node, shares in times.items():
         assert all(0 <= share <= 1 for share in shares.values()) and abs(sum(shares.values()) - 1) < 0.02, times
     assert {"env_step", "policy", "replay_insert"} <= set(times["actor_0"]) and times["evaluator"]["evaluation"] > 0
+    if ports:  # every server on a port of the range; actors read the parameters over RPC
+        addresses = os.listdir(tmp_path / "run" / "addresses")
+        assert {"replay", "learner", "counter", "evaluator"} <= set(addresses), addresses
+        for name in addresses:
+            assert 47300 <= int((tmp_path / "run" / "addresses" / name).read_text().rsplit(":", 1)[1]) <= 47399
+        assert "reads parameters over RPC" in (tmp_path / "run" / "logs" / "actor_0.log").read_text()

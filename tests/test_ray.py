@@ -87,7 +87,8 @@ def test_killing_the_learner_stops_the_program_within_10s(cluster, tmp_path):
         proc.kill()
     assert proc.returncode == 1
     errors = [line for line in err.splitlines() if line.startswith("shoal: error:")]
-    assert len(errors) == 1 and "program 'dqn' failed: learner exited" in errors[0], err[-2000:]
+    assert len(errors) == 1 and "program 'dqn' failed: learner failed: " in errors[0], err[-2000:]
+    assert "Actor" in errors[0].split("learner failed: ")[1]  # Ray's cause (its actor died), not a bare code
     assert_no_actor_left(cluster)
 
 
@@ -107,3 +108,47 @@ def test_launchpad_examples_run_under_ray_unchanged(cluster, example, args):
 def test_ray_program_grows_and_shrinks(cluster, tmp_path):
     check_grows_and_shrinks(tmp_path, "--launcher", "ray", "--ray-address", cluster.address)
     assert_no_actor_left(cluster)
+
+
+def test_a_node_that_cannot_be_placed_is_pending_and_named(cluster, tmp_path):
+    # The worker host has 2 CPUs; a node given a custom resource (and no num_cpus) reserves 1:
+    # learner and actor_0 fill it, actor_1 cannot be placed. Replay, counter and evaluator go
+    # beside the learner (and reserve no CPU there).
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "shoal", "train", *SMALL, "--launcher", "ray", "--ray-address",
+                                 cluster.address, "--run-dir", str(tmp_path / "run"), "--num-actors", "2",
+                                 "--max-env-steps", str(10**7), "--eval-every", str(10**7), "--resources",
+                                 "actor:actor_host=1", "--resources", "learner:actor_host=1"],
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        warning = wait_for(lambda: next((line for line in log.read_text().splitlines() if "cannot be placed" in line),
+                                        None), 120, "the warning that an actor cannot be placed")
+        assert re.match(r"shoal: warning: actor_\d cannot be placed on any node: it asks for CPU=1, actor_host=1",
+                        warning), warning
+        status = subprocess.run([sys.executable, "-m", "shoal", "status", str(tmp_path / "run")],
+                                capture_output=True, text=True).stdout
+        assert len(re.findall(r"actor_\d +actor +pending", status)) == 1, status
+        proc.send_signal(signal.SIGTERM)  # (a graceful stop: the run's JSON line, status 143)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    err = log.read_text()
+    assert proc.returncode == 143, err[-3000:]
+    assert re.search(r"\n  actor_\d +actor +pending ", err), err[-2000:]  # never placed: not "killed"
+    assert json.loads(out.strip().splitlines()[-1])["num_actors"] == 1
+    assert "did not hand over its schedule" not in err  # (the checkpoint does not wait on it)
+    hosts = {m.group(1): m.group(2) for m in re.finditer(r"\[(\w+)\] started \(pid \d+, node (\w+)", out + err)}
+    assert hosts["replay"] == hosts["counter"] == hosts["evaluator"] == hosts["learner"] == cluster.actor_host_node
+    assert_no_actor_left(cluster)
+
+
+def test_a_cluster_that_refuses_the_driver_is_one_line_before_anything_is_written(cluster, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")}
+    proc = subprocess.run([sys.executable, "-m", "shoal", "train", *SMALL, "--launcher", "ray", "--ray-address",
+                           cluster.address, "--run-dir", str(tmp_path / "run"), "--max-env-steps", "3000"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("shoal: error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
+    assert "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN" in errors[0] and cluster.address in errors[0]
+    assert "Traceback" not in proc.stderr and not os.path.exists(tmp_path / "run")

@@ -170,6 +170,11 @@ def check_resumable(run_dir: str, run: dict[str, Any], agent: str, spec: Environ
         raise ValueError(f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names learner checkpoint step "
                          f"{run.get('learner_step')}, which is not in {os.path.dirname(learner)}; the "
                          "checkpoint is incomplete and cannot be resumed")
+    replay = run.get("replay_checkpoint")
+    if replay and not os.path.isdir(os.path.join(run_dir, "checkpoints", "replay", replay)):
+        raise ValueError(f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names replay checkpoint {replay!r}, "
+                         f"which is not in {os.path.join(run_dir, 'checkpoints', 'replay')}: the replay would start "
+                         "empty; the checkpoint is incomplete and cannot be resumed")
 
 
 def restore_learner(run_dir: str, learner: Any, run: dict[str, Any]) -> str:

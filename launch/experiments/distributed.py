@@ -179,7 +179,7 @@ class _Driver:
             env_steps = int(counts.get("env_steps", 0))
             written = self._client(run, "learner").checkpoint(env_steps)
             actors = {}
-            for label in run.running("actor"):
+            for label in run.running("actor", placed=True):
                 try:
                     actors[label] = run.client(label, timeout_s=5).futures.save().result(timeout=5)
                 except Exception as e:  # noqa: BLE001 -- restarting, or frozen: its last known state stands

@@ -274,6 +274,8 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
         options = _actor_options(program.resources.get(node.group),
                                  node.group in program.restartable, max_restarts, env)
         anchor = program.placed_beside(node)
+        if anchor:  # (pinned beside its anchor, it needs no CPU of its own to be placed there)
+            options.setdefault("num_cpus", 0)
 
         def make_actor(opts: dict[str, Any]) -> Any:
             return _NodeActor.options(name=node.label, **opts).remote(node, addresses, token, ports, peer_timeout)

@@ -4,7 +4,8 @@
   (``Program.colocate``) is created on that node's Ray node once it is known
   (``NodeAffinitySchedulingStrategy``, not soft).
 * Pending: until the actor answers its first ping it is *pending*. If Ray has found no machine
-  for it after a few seconds, a warning names what it asked for and what each node has free;
+  for it after ``PENDING_WARN_S`` and no node has what it asks for free, a warning names what it
+  asked for and what each node has free;
   it stays pending (shown so in the node table) until resources free up.
 * Partitions: the launcher pings every placed node every ``PING_EVERY_S``. A node silent for
   ``SILENT_WARN_S`` gets a warning (and a line when it answers again); one silent for
@@ -25,7 +26,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from shoal.launch.programs.program import Node
 
-PING_EVERY_S, SILENT_WARN_S, PENDING_WARN_S = 2.0, 5.0, 5.0
+PING_EVERY_S, SILENT_WARN_S, PENDING_WARN_S = 2.0, 5.0, 15.0
 
 
 def _say(text: str) -> None:
@@ -57,15 +58,19 @@ def _free_per_node() -> dict[str, tuple[str, dict[str, float], dict[str, float]]
             for node_id, n in nodes.items()}
 
 
+def _fits(wanted: dict[str, float], free: dict[str, float]) -> bool:
+    return all(free.get(name, 0.0) >= amount for name, amount in wanted.items())
+
+
 def _unplaced(actor: Any) -> bool:
-    """Whether Ray has found no machine for ``actor`` yet (no worker leased: not merely starting)."""
+    """Whether Ray has no worker process for ``actor`` yet (it is not merely starting)."""
     try:
         from ray._private import state
 
         record = state.actors(actor._actor_id.hex())
     except Exception:  # noqa: BLE001 -- (a private API: no warning then)
         return False
-    return record.get("State") == "PENDING_CREATION" and not (record.get("Address") or {}).get("IPAddress")
+    return record.get("State") == "PENDING_CREATION" and not record.get("Pid")
 
 
 def _show(amounts: dict[str, float]) -> str:
@@ -130,7 +135,7 @@ class RayWorker:
     def _watch(self) -> None:
         now = time.monotonic()
         if self.actor is None or self._ping is None:
-            if self.pending and not self._pending_warned and now - self._created_at > 4 * PENDING_WARN_S:
+            if self.pending and not self._pending_warned and now - self._created_at > 2 * PENDING_WARN_S:
                 self._pending_warned = True
                 _say(f"{self.node.label} waits for its colocated node to be placed")
             return
@@ -162,12 +167,14 @@ class RayWorker:
     def _warn_unplaceable(self) -> None:
         if not _unplaced(self.actor):
             return  # (placed: still starting)
-        self._pending_warned = True
         wanted = requested(self._options)
         nodes = _free_per_node()
         anchor = self._beside() if self._beside is not None else None
         if anchor is not None and anchor.where is not None:
             nodes = {k: v for k, v in nodes.items() if k == anchor.where[0]}
+        if not nodes or any(_fits(wanted, free) for _, free, _ in nodes.values()):
+            return  # (it fits: a worker process is still being started for it)
+        self._pending_warned = True
         where = f"beside {anchor.node.label}" if anchor is not None else "on any node"
         table = "; ".join(f"{ip}: free {_show(free) or 'nothing'} of {_show(total)}"
                           for ip, free, total in nodes.values())

@@ -20,12 +20,13 @@ def _index(label: str) -> int:
 
 
 class ElasticGroups:
-    def running(self, group: str) -> list[str]:
-        """Labels of ``group``'s nodes that are running (or being restarted), in index order."""
-        from shoal.launch.programs.supervision import LIVE
+    def running(self, group: str, placed: bool = False) -> list[str]:
+        """Labels of ``group``'s nodes that are running (or being restarted, or waiting to be
+        placed unless ``placed``), in index order."""
+        from shoal.launch.programs.supervision import LIVE, NodeState
 
-        return sorted((label for label, w in self.workers.items() if w.node.group == group
-                       and self.states[label] in LIVE), key=_index)
+        return sorted((label for label, w in self.workers.items() if w.node.group == group and self.states[label] in LIVE
+                       and not (placed and self.states[label] == NodeState.PENDING)), key=_index)
 
     def add_nodes(self, group: str, count: int) -> list[str]:
         """Starts ``count`` new nodes of ``group`` (made by its ``add_group`` factory)."""

@@ -143,6 +143,13 @@ def test_resuming_a_checkpoint_whose_learner_state_is_missing_is_refused(checkpo
         rc, errors, text = shoal("train", "--resume", str(checkpointed), "--quiet")
         assert rc == 2 and len(errors) == 1 and "names learner checkpoint step 999999, which is not in" in errors[0]
         assert tree(checkpointed) == before, text
+        replay = json.loads(original).get("replay_checkpoint")
+        if replay:  # (a replay checkpoint that is not there: the replay would start empty)
+            run_json.write_text(json.dumps({**json.loads(original), "replay_checkpoint": "elsewhere"}))
+            before = tree(checkpointed)
+            rc, errors, text = shoal("train", "--resume", str(checkpointed), "--quiet")
+            assert rc == 2 and len(errors) == 1 and "names replay checkpoint 'elsewhere', which is not in" in errors[0]
+            assert tree(checkpointed) == before, text
         run_json.write_text(original[: len(original) // 2])  # cut short, as by a crash mid-write
         rc, errors, text = shoal("train", "--resume", str(checkpointed), "--quiet")
         assert rc == 2 and len(errors) == 1 and f"{run_json} (the run's latest checkpoint) is damaged" in errors[0]
