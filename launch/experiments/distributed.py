@@ -230,10 +230,11 @@ def _join_ray(ray_address: str | None, run_dir: str | None) -> None:
     """Connects to Ray (errors as one ``ValueError``) and, on a cluster, checks that every host
     sees ``run_dir``: both before anything is written."""
     try:
-        from shoal.launch.programs.ray_launcher import check_shared_directory, connect
+        from shoal.launch.programs.ray_launcher import check_shared_directory, connect, peer_timeout_s
     except ImportError:
         raise ValueError("the Ray launcher needs the 'ray' extra, which is not installed; run "
                          "pip install -e '.[ray]' (from the Shoal repository)") from None
+    peer_timeout_s()  # (SHOAL_PEER_TIMEOUT_S checked)
     connect(ray_address)
     if ray_address and run_dir:
         check_shared_directory(run_dir)
