@@ -230,7 +230,8 @@ def _join_ray(ray_address: str | None, run_dir: str | None) -> None:
     """Connects to Ray (errors as one ``ValueError``) and, on a cluster, checks that every host
     sees ``run_dir``: both before anything is written."""
     try:
-        from shoal.launch.programs.ray_launcher import check_shared_directory, connect, peer_timeout_s
+        from shoal.launch.programs.ray_cluster import check_shared_directory, connect
+        from shoal.launch.programs.ray_launcher import peer_timeout_s
     except ImportError:
         raise ValueError("the Ray launcher needs the 'ray' extra, which is not installed; run "
                          "pip install -e '.[ray]' (from the Shoal repository)") from None

@@ -1,10 +1,7 @@
 """The Ray launcher: every node a Ray actor, placed by its group's ``Resources``.
 
-* ``connect(ray_address)`` joins a cluster (``auto``, ``HOST:PORT``) or, without one, starts a
-  local Ray instance with this machine's CPUs; a cluster that refuses the driver (token
-  authentication: ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN``) or cannot be reached is one
-  ``ValueError`` naming what to set. Each launch gets its own namespace; actors are named by
-  node label.
+* The driver joins a cluster or starts a local Ray (``shoal.launch.programs.ray_cluster``);
+  each launch gets its own namespace; actors are named by node label.
 * Placement: by each group's ``Resources``; nodes of a group the program colocates with a node
   (``Program.colocate``) run on that node's machine. A node that cannot be placed is *pending*
   and warned about (``shoal.launch.programs.ray_worker``).
@@ -31,13 +28,9 @@ clusters on machines and networks you trust (as Ray's own documentation says).
 from __future__ import annotations
 
 import os
-import secrets
-import signal
 import sys
 import threading
 import time
-import uuid
-import warnings
 from typing import Any, Mapping
 
 import ray
@@ -46,6 +39,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from shoal.launch.programs.addressing import AddressBook
 from shoal.launch.programs.nodes import NodeContext, set_context
 from shoal.launch.programs.program import Node, Program
+from shoal.launch.programs.ray_cluster import connect
 from shoal.launch.programs.ray_worker import RayWorker
 from shoal.launch.programs.resources import Resources
 from shoal.launch.programs.shared_memory import sweep_segments
@@ -175,88 +169,6 @@ def _actor_options(resources: Resources | None, restartable: bool, max_restarts:
         if resources.custom:
             options["resources"] = dict(resources.custom)
     return options
-
-
-def _signal_handlers() -> dict:
-    """This process's SIGTERM and SIGINT handlers (none from a thread other than the main one)."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-
-def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
-    """Joins the Ray cluster at ``ray_address`` (``None``: starts a local Ray instance with this
-    machine's CPUs) unless this process already did; returns whether it started Ray here.
-    Raises ``ValueError`` naming what to set when the cluster refuses or cannot be reached."""
-    if ray.is_initialized():
-        return False
-    local = {} if ray_address else {"num_cpus": os.cpu_count(), "include_dashboard": False}
-    handlers = _signal_handlers()
-    try:
-        with warnings.catch_warnings():  # Ray fork+execs its processes; JAX warns of any fork
-            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-            ray.init(address=ray_address, namespace=f"{namespace}-{uuid.uuid4().hex[:8]}",
-                     log_to_driver=True, logging_level="warning", **local)
-    except Exception as e:  # noqa: BLE001 -- turned into one line
-        raise ValueError(_connect_error(ray_address, e)) from None
-    finally:
-        for sig, handler in handlers.items():  # (ray.init installs its own: SIGTERM would exit at once)
-            signal.signal(sig, handler)
-    return True
-
-
-def _connect_error(ray_address: str | None, e: Exception) -> str:
-    where = f"the Ray cluster at {ray_address}" if ray_address else "a local Ray instance"
-    text = (str(e).strip().splitlines() or [""])[0][:300]
-    auth = "authentication" in f"{type(e).__name__} {e}".lower() or "token" in str(e).lower()
-    if auth or (ray_address and not os.environ.get("RAY_AUTH_TOKEN")):
-        return (f"{where} refused this driver ({type(e).__name__}: {text}); a cluster with token "
-                "authentication needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<the cluster's token> in the "
-                "driver's environment")
-    return f"cannot connect to {where} ({type(e).__name__}: {text}); is it running, and is --ray-address right?"
-
-
-def check_shared_directory(path: str, timeout_s: float = 60.0) -> None:
-    """Raises ``ValueError`` unless every alive node of the Ray cluster sees the directory
-    ``path`` (or its nearest existing parent) as this process does: a run directory must be on
-    storage every host mounts. Writes one probe file there for the check and removes it."""
-    base = os.path.abspath(path)
-    while not os.path.isdir(base):
-        base = os.path.dirname(base)
-    nonce = secrets.token_hex(8)
-    probe = os.path.join(base, f".shoal-storage-probe-{nonce}")
-    try:
-        with open(probe, "w") as f:
-            f.write(nonce)
-    except OSError as e:
-        raise ValueError(f"cannot write to {base} (for --run-dir {path}): {e.strerror or e}") from None
-    try:
-        nodes = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes() if n.get("Alive")}
-        refs = {node_id: _read_probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-                .remote(probe) for node_id in nodes}
-        blind = []
-        for node_id, ref in refs.items():
-            try:
-                seen = ray.get(ref, timeout=timeout_s)
-            except Exception:  # noqa: BLE001 -- unreachable or too busy: it cannot vouch for it
-                seen = None
-            if seen != nonce:
-                blind.append(nodes[node_id])
-    finally:
-        os.remove(probe)
-    if blind:
-        raise ValueError(f"--run-dir {path} is not on storage every host of the Ray cluster shares: "
-                         f"{', '.join(sorted(blind))} do(es) not see {base} as this host does; under Ray the run "
-                         "directory must be on a shared filesystem (e.g. NFS) mounted at the same path everywhere")
-
-
-@ray.remote(num_cpus=0)
-def _read_probe(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[str, str]],
