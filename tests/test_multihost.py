@@ -9,6 +9,7 @@ pair (``tests/netns_cluster.py``), actors on the second host reading parameters 
 Skipped with the reason where namespaces cannot be made (not root, no ``ip netns``).
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -23,8 +24,8 @@ import pytest
 from tests.netns_cluster import start_netns_cluster, unavailable
 from tests.waiting import wait_for
 
-pytest.importorskip("ray")
-WHY = unavailable()
+# (not imported here: Ray reads its auth token once, and tests/ray_cluster.py sets one later)
+WHY = "needs the 'ray' extra" if importlib.util.find_spec("ray") is None else unavailable()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"two network namespaces: {WHY}")
 
 SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0", "--set", "min_replay_size=256",
@@ -116,6 +117,8 @@ def test_a_run_survives_a_killed_actor_worker_and_a_short_partition(cluster, tmp
     result = json.loads(driver.out[-1])
     assert result["env_steps"] >= 12000 and result["launcher"] == "ray"
     assert re.search(r"\n  actor_0 +actor +(stopped|killed) +1  ", driver.text), driver.text[-2000:]
+    port = int(re.search(r"Started replay server on port (\d+)", driver.text).group(1))
+    assert 47000 <= port <= 47099  # (the default range under Ray, which a firewall can allow)
     wait_for(lambda: not any(alive(pid) for pid, _ in driver.started().values()), 30, "every node process to end")
 
 

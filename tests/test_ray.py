@@ -89,6 +89,8 @@ def test_killing_the_learner_stops_the_program_within_10s(cluster, tmp_path):
     errors = [line for line in err.splitlines() if line.startswith("shoal: error:")]
     assert len(errors) == 1 and "program 'dqn' failed: learner failed: " in errors[0], err[-2000:]
     assert "Actor" in errors[0].split("learner failed: ")[1]  # Ray's cause (its actor died), not a bare code
+    # The killed learner could not remove its shared-memory segment: the launcher did.
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"shoal-params-{learner}-")]
     assert_no_actor_left(cluster)
 
 
