@@ -124,7 +124,7 @@ def test_a_run_survives_a_killed_actor_worker_and_a_short_partition(cluster, tmp
 
 def test_a_partition_past_the_peer_timeout_is_one_line_and_leaves_no_process(cluster, tmp_path):
     driver = Driver(cluster, tmp_path / "run", "--max-env-steps", str(10**7), "--eval-every", str(10**7),
-                    env=cluster.env(SHOAL_PEER_TIMEOUT_S="10"))
+                    env=cluster.env(SHOAL_PEER_TIMEOUT_S="6"))
     try:
         wait_for(lambda: "[actor_1] reads parameters over RPC" in driver.text and
                  "[actor_0] reads parameters over RPC" in driver.text, 180, "both actors to run")

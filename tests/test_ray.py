@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.netns_cluster import unavailable as netns_unavailable
 from tests.ray_cluster import start_cluster
 from tests.test_elastic import check_grows_and_shrinks
 from tests.test_examples import EXAMPLES
@@ -19,6 +20,11 @@ from tests.waiting import wait_for
 
 SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0",
          "--set", "min_replay_size=256", "--target-return", "1e9", "--eval-episodes", "2", "--quiet"]
+
+
+# Where two network namespaces can be made, tests/test_multihost.py runs these across two hosts.
+ACROSS_HOSTS = pytest.mark.skipif(netns_unavailable() is None, reason="tests/test_multihost.py covers it "
+                                  "across two hosts (network namespaces)")
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +44,7 @@ def assert_no_actor_left(cluster):
     wait_for(lambda: not cluster.actors(), 15, "every Ray actor of the program to be gone")
 
 
+@ACROSS_HOSTS
 def test_actors_are_placed_by_a_custom_resource(cluster, tmp_path):
     proc = train(cluster, tmp_path, "--num-actors", "2", "--max-env-steps", "3000", "--eval-every", "3000",
                  "--resources", "actor:actor_host=1")
@@ -52,6 +59,7 @@ def test_actors_are_placed_by_a_custom_resource(cluster, tmp_path):
     assert_no_actor_left(cluster)
 
 
+@ACROSS_HOSTS
 def test_killed_actor_is_restarted_by_ray_and_run_completes(cluster, tmp_path):
     proc = train(cluster, tmp_path, "--num-actors", "2", "--max-env-steps", "40000", "--eval-every", "40000")
     try:

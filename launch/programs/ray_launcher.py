@@ -209,7 +209,7 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
             by_node.setdefault(node_id, []).append(pid)
         sweeps = [_sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
                   .remote(node_pids, 5.0) for node_id, node_pids in by_node.items()]
-        ray.wait(sweeps, num_returns=len(sweeps), timeout=10)  # (a host cut off: its nodes sweep themselves)
+        ray.wait(sweeps, num_returns=len(sweeps), timeout=6)  # (a host cut off: its nodes sweep themselves)
         ray.kill(addresses, no_restart=True)
         if started_ray:
             ray.shutdown()
