@@ -90,6 +90,8 @@ def test_agents_refuse_what_they_cannot_run(agent, env, expected, tmp_path):
     (["--num-envs", "0"], "num_envs must be an integer in [1, 4096], got 0"),
     (["--checkpoint-every", "-1"], "checkpoint_every_s must be a finite number in (0, 10000000], got -1.0"),
     (["--num-actors", "100000", "--launcher", "processes"], "--num-actors must be an integer in [1, "),
+    (["--ports", "80-90", "--launcher", "processes"], "--ports: ports are FIRST-LAST with 1024 <= FIRST <= LAST <= 65535"),
+    (["--ports", "5000-4000", "--launcher", "processes"], "got '5000-4000'"),
     (["--set", "min_replay_size=5000", "--max-env-steps", "1000"],
      "max_env_steps=1000 is below the 5032 env steps dqn takes before its first update"),
 ])

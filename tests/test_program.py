@@ -134,3 +134,21 @@ def test_groups_grow_from_their_factory():
     assert program.new_node("worker").label == "worker_2" and ("worker_2", "hub") in program.edges()
     with pytest.raises(ValueError, match="group 'hub' of program 'elastic' cannot grow"):
         program.new_node("hub")
+
+
+def test_colocation_names_what_it_cannot_place_and_yields_to_resources():
+    from shoal.launch.programs import FunctionNode, Program, Resources
+
+    program = Program("p")
+    program.add_node(FunctionNode(print), label="learner")
+    program.add_node(FunctionNode(print), label="replay")
+    program.add_group("actor", lambda i: FunctionNode(print), 2)
+    with pytest.raises(ValueError, match="has no node 'trainer' to colocate with"):
+        program.colocate(("replay",), with_node="trainer")
+    with pytest.raises(ValueError, match="has no group 'buffer'"):
+        program.colocate(("buffer",), with_node="learner")
+    program.colocate(("replay", "actor"), with_node="learner")
+    replay, actor = program.nodes[1], program.nodes[2]
+    assert program.placed_beside(replay) == program.placed_beside(actor) == "learner"
+    program.set_resources("actor", Resources(custom={"actor_host": 1}))  # its resources place it instead
+    assert program.placed_beside(actor) is None and program.placed_beside(replay) == "learner"
