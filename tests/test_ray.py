@@ -115,6 +115,7 @@ def test_launchpad_examples_run_under_ray_unchanged(cluster, example, args):
     assert_no_actor_left(cluster)
 
 
+@pytest.mark.slow  # (scaling itself is tested with the processes launcher in CI; `-m slow` runs this too)
 def test_ray_program_grows_and_shrinks(cluster, tmp_path):
     check_grows_and_shrinks(tmp_path, "--launcher", "ray", "--ray-address", cluster.address)
     assert_no_actor_left(cluster)

@@ -36,6 +36,10 @@ def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
     if ray.is_initialized():
         return False
     local = {} if ray_address else {"num_cpus": os.cpu_count(), "include_dashboard": False}
+    if ray_address and not os.environ.get("RAY_AUTH_TOKEN"):
+        # A cluster with token authentication refuses a driver without a token on every try:
+        # give up after ~5 tries (1 s each) instead of Ray's 20 (one without answers at once).
+        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "5")
     handlers = _signal_handlers()
     try:
         with warnings.catch_warnings():  # Ray fork+execs its processes; JAX warns of any fork

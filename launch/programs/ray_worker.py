@@ -26,7 +26,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from shoal.launch.programs.program import Node
 
-PING_EVERY_S, SILENT_WARN_S, PENDING_WARN_S = 2.0, 5.0, 15.0
+PING_EVERY_S, SILENT_WARN_S, PENDING_WARN_S = 2.0, 5.0, 10.0
 
 
 def _say(text: str) -> None:

@@ -99,6 +99,8 @@ class ProgramRun(ElasticGroups):
         worker = self._make_worker(node)
         self.workers[node.label], self.states[node.label], self.restarts[node.label] = worker, NodeState.RUNNING, 0
         worker.start()
+        if getattr(worker, "pending", False):  # (an engine that places it first: Ray)
+            self.states[node.label] = NodeState.PENDING
 
     @property
     def done(self) -> bool:
