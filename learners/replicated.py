@@ -30,12 +30,12 @@ otherwise the compiled update places its host batch itself); the parameters are 
 to the update, so the previous version stays readable while the next one is computed and
 ``get_variables`` copies a version to the host only when asked (once per version); the NaN
 check of each update's metrics reads them once they are ready, without waiting; and the
-agent's host-side hook (e.g. DQN's priority writes) runs on a thread of its own.
+agent's host-side hook (e.g. DQN's priority writes) runs on a thread of its own (both threads
+are in ``shoal.learners.background``).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections import deque
@@ -52,6 +52,7 @@ from shoal.core.interfaces import Dataset, Learner
 from shoal.core.loggers import Logger, NoOpLogger
 from shoal.core.timing import Stopwatch, breakdown
 from shoal.core.types import Sample
+from shoal.learners.background import DevicePrefetcher, HostHook
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput
 
 __all__ = ["AXIS_NAME", "DevicePrefetcher", "Placement", "ReplicatedLearner"]
@@ -93,92 +94,6 @@ class Placement:
         """Host arrays ``[batch, ...]`` split along ``batch`` over the devices: device ``d``
         holds rows ``d*b .. (d+1)*b - 1`` (``b = batch / num_devices``)."""
         return jax.device_put(self.check(tree), self.split)
-
-
-class DevicePrefetcher:
-    """Iterates ``(host_sample, device_data)``: host samples (with ``.data``) pulled from
-    ``iterator`` on a background thread and placed there (``place``), ``buffer_size`` ahead."""
-
-    def __init__(self, iterator: Iterator, place: Callable[[Any], Any], buffer_size: int = 2,
-                 timeout_s: float = 120.0) -> None:
-        self._iterator, self._place, self._timeout_s = iterator, place, timeout_s
-        self._what = f"replay table '{getattr(iterator, 'table', '?')}'"
-        self._queue: queue.Queue = queue.Queue(maxsize=buffer_size)
-        self._delivering = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fill, name="device-prefetch", daemon=True)
-        self._thread.start()
-
-    def _fill(self) -> None:
-        try:
-            while not self._stop.is_set():
-                sample = next(self._iterator)
-                self._delivering = True  # served by replay; on its way to the devices
-                self._put((sample, self._place(sample.data)))
-                self._delivering = False
-        except BaseException as e:  # noqa: BLE001 -- handed to the consumer, re-raised there
-            if not self._stop.is_set():
-                self._put(e)
-
-    def _put(self, item: Any) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def ready(self) -> bool:
-        """True when replay already served the next batch (``next`` waits at most for its
-        placement on the devices)."""
-        return self._delivering or not self._queue.empty()
-
-    def __iter__(self) -> "DevicePrefetcher":
-        return self
-
-    def __next__(self) -> tuple[Any, Any]:
-        try:
-            item = self._queue.get(timeout=self._timeout_s)
-        except queue.Empty:
-            raise TimeoutError(
-                f"waited {self._timeout_s}s for a batch from {self._what} (is anything inserting? "
-                "the table's rate limiter holds sampling back until enough items arrived)") from None
-        if isinstance(item, BaseException):
-            raise RuntimeError(f"sampling from {self._what} failed: {item!r}") from item
-        return item
-
-    def close(self) -> None:
-        """Stops the thread (an iterator with a ``close`` is closed, so a blocked ``next`` ends)."""
-        self._stop.set()
-        if callable(getattr(self._iterator, "close", None)):
-            self._iterator.close()
-
-
-class _HostHook:
-    """Runs ``hook(sample, aux)`` for each update on a thread of its own, in update order, so
-    that reading ``aux`` back (which waits for the update) stays off the update's critical
-    path. At most ``depth`` updates wait for it; a failure is raised at the next ``put``."""
-
-    def __init__(self, hook: Callable[[Any, Any], None], depth: int = 4) -> None:
-        self._hook, self._queue, self._error = hook, queue.Queue(maxsize=depth), None
-        self._thread = threading.Thread(target=self._run, name="learner-host-hook", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            try:
-                self._hook(*item)
-            except BaseException as e:  # noqa: BLE001 -- re-raised in the learner's thread
-                self._error = self._error or e
-
-    def put(self, sample: Any, aux: Any) -> None:
-        if self._error is not None:
-            raise RuntimeError(f"the learner's after-update hook failed: {self._error!r}") from self._error
-        self._queue.put((sample, aux))
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=30)
 
 
 class ReplicatedLearner(Learner):
@@ -233,7 +148,7 @@ class ReplicatedLearner(Learner):
                                in_shardings=(place.replicated, place.replicated, place.split), donate_argnums=(1,))
         self._prepare = place.shard if place_ahead else place.check  # what the update is given, as a batch
         self._batches = DevicePrefetcher(dataset, self._prepare, buffer_size=prefetch)
-        self._hook = _HostHook(after_update) if after_update is not None else None
+        self._hook = HostHook(after_update) if after_update is not None else None
         self._keep_batch = keep_batch
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()

@@ -10,8 +10,8 @@ interface (its API takes no host), on a port of the launch's range if it has one
 ``checkpoint``: the name of the Reverb checkpoint a resumed run's ``run.json`` names. The node
 refuses to start if that checkpoint is not in ``checkpoint_dir`` where it runs (e.g. a run
 directory that is not shared between the hosts of a cluster: the replay would otherwise start
-empty without a word), and removes every other checkpoint there first (Reverb restores the
-newest one it finds).
+empty without a word). (Every other checkpoint there was removed by the resume, so Reverb,
+which restores the newest one it finds, restores this one.)
 """
 
 from __future__ import annotations
@@ -59,10 +59,7 @@ class ReplayNode(Node):
             server.stop()
 
     def _check_checkpoint(self) -> None:
-        from shoal.launch.experiments.checkpointing import keep_only_replay_checkpoint
-
         if not os.path.isdir(os.path.join(self.checkpoint_dir or "", self.checkpoint)):
             raise RuntimeError(f"the replay checkpoint {self.checkpoint!r} that run.json names is not in "
                                f"{self.checkpoint_dir} on host {socket.gethostname()}: the replay would start "
                                "empty; on a cluster, --run-dir must be storage every host mounts")
-        keep_only_replay_checkpoint(os.path.dirname(self.checkpoint_dir), self.checkpoint)

@@ -60,9 +60,7 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     # inflate a run's step counter).
     token = token or os.environ.get("SHOAL_TOKEN") or secrets.token_urlsafe(32)
     if launcher == "ray":
-        from shoal.launch.programs.ray_launcher import launch_ray
-
-        from shoal.launch.programs.ray_launcher import DEFAULT_PORTS
+        from shoal.launch.programs.ray_launcher import DEFAULT_PORTS, launch_ray
 
         return launch_ray(program, token=token, group_env=group_env, ray_address=ray_address,
                           ports=ports or DEFAULT_PORTS, **options)

@@ -42,7 +42,7 @@ from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.ray_cluster import connect
 from shoal.launch.programs.ray_worker import RayWorker
 from shoal.launch.programs.resources import Resources
-from shoal.launch.programs.shared_memory import sweep_segments
+from shoal.launch.programs.shared_memory import process_alive, sweep_segments
 from shoal.launch.programs.supervision import ProgramRun
 
 FORWARDED_ENV = ("SHOAL_", "JAX_", "XLA_", "TF_CPP_")
@@ -152,7 +152,7 @@ class _NodeActor:
 def _sweep(pids: list[int], wait_s: float) -> int:
     """On one machine: waits up to ``wait_s`` for ``pids`` to end, then removes their segments."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{pid}") for pid in pids):
+    while time.monotonic() < deadline and any(process_alive(pid) for pid in pids):
         time.sleep(0.1)
     return len(sweep_segments(pids))
 

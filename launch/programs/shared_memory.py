@@ -40,7 +40,8 @@ _CLOSED = -2  # the version of a segment its publisher closed
 _SEGMENT = re.compile(r"^shoal-.+-(\d+)-\d+$")  # shoal-<label>-<writer pid>-<ns>
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -67,7 +68,7 @@ def sweep_segments(pids: Iterable[int] | None = None, directory: str | None = No
         if not match:
             continue
         pid, path = int(match.group(1)), os.path.join(directory, name)
-        if (wanted is not None and pid not in wanted) or (_alive(pid) and not even_alive):
+        if (wanted is not None and pid not in wanted) or (process_alive(pid) and not even_alive):
             continue
         try:
             if os.stat(path).st_uid == os.getuid():

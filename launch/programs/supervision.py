@@ -54,6 +54,11 @@ class NodeState(str, enum.Enum):
 LIVE = (NodeState.PENDING, NodeState.RUNNING, NodeState.RESTARTING)
 
 
+def _placed_state(worker: "Worker") -> NodeState:
+    """``pending`` while an engine that places nodes (Ray) has not placed it, else ``running``."""
+    return NodeState.PENDING if getattr(worker, "pending", False) else NodeState.RUNNING
+
+
 class Worker(Protocol):
     node: Node
     log_path: str             # where the node's output goes
@@ -99,8 +104,7 @@ class ProgramRun(ElasticGroups):
         worker = self._make_worker(node)
         self.workers[node.label], self.states[node.label], self.restarts[node.label] = worker, NodeState.RUNNING, 0
         worker.start()
-        if getattr(worker, "pending", False):  # (an engine that places it first: Ray)
-            self.states[node.label] = NodeState.PENDING
+        self.states[node.label] = _placed_state(worker)
 
     @property
     def done(self) -> bool:
@@ -145,8 +149,7 @@ class ProgramRun(ElasticGroups):
                 continue
             code = worker.poll()
             if code is None and state != NodeState.REMOVING:
-                state = self.states[label] = NodeState.PENDING if getattr(worker, "pending", False) \
-                    else NodeState.RUNNING
+                state = self.states[label] = _placed_state(worker)
             if code is None:
                 if state == NodeState.REMOVING and now > self._remove_by[label]:
                     worker.kill()
