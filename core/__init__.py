@@ -1,11 +1,24 @@
-"""The shared vocabulary every other Shoal package depends on (numpy and gymnasium only)."""
+"""The shared vocabulary every other Shoal package depends on (numpy and gymnasium only).
 
-from shoal.core.counting import Counter
-from shoal.core.interfaces import Actor, Adder, Learner, Saveable, VariableSource
-from shoal.core.specs import ArraySpec, EnvironmentSpec, make_environment_spec
-from shoal.core.types import ActorInfo, Policy, Step
+The names load on first use, so that a module of this package that needs neither (e.g.
+``shoal.core.files``, which the program layer uses) imports without them.
+"""
 
-__all__ = [
-    "Actor", "ActorInfo", "Adder", "ArraySpec", "Counter", "EnvironmentSpec", "Learner", "Policy",
-    "Saveable", "Step", "VariableSource", "make_environment_spec",
-]
+import importlib
+
+_LAZY = {"Counter": "counting", "Actor": "interfaces", "Adder": "interfaces", "Learner": "interfaces",
+         "Saveable": "interfaces", "VariableSource": "interfaces", "ArraySpec": "specs",
+         "EnvironmentSpec": "specs", "make_environment_spec": "specs", "ActorInfo": "types",
+         "Policy": "types", "Step": "types"}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"shoal.core.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'shoal.core' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

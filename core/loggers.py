@@ -10,11 +10,15 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
+import numbers
 import os
 import sys
 import time
 from typing import Any, Mapping, Sequence, TextIO
+
+from shoal.core.files import open_append, write_atomic
 
 
 def _format(value: Any) -> str:
@@ -51,6 +55,10 @@ class TerminalLogger(Logger):
         print(f"[{self._label}] {line}", file=self._stream, flush=True)
 
 
+def _open_read(path: str) -> TextIO:
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), newline="")
+
+
 class CSVLogger(Logger):
     """Rows of ``<run_dir>/<label>.csv``, appended to what an earlier process of the same node
     (a restart, a resumed run) wrote. A row with a column the file does not have yet rewrites
@@ -61,9 +69,9 @@ class CSVLogger(Logger):
         self.path = os.path.join(run_dir, f"{label}.csv")
         self._fields: list[str] = []
         if os.path.exists(self.path) and os.path.getsize(self.path):
-            with open(self.path, newline="") as f:
+            with _open_read(self.path) as f:
                 self._fields = next(csv.reader(f), [])
-        self._file = open(self.path, "a", newline="")
+        self._file = open_append(self.path)  # (never through a link planted in the run directory)
 
     def write(self, values: Mapping[str, Any]) -> None:
         new = [key for key in values if key not in self._fields]
@@ -74,37 +82,59 @@ class CSVLogger(Logger):
 
     def _widen(self, new: list[str]) -> None:
         self._file.close()
-        with open(self.path, newline="") as f:
+        with _open_read(self.path) as f:
             rows = list(csv.DictReader(f)) if self._fields else []
         self._fields = self._fields + new
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self._fields)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, self.path)
-        self._file = open(self.path, "a", newline="")
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self._fields)
+        writer.writeheader()
+        writer.writerows(rows)
+        write_atomic(self.path, text.getvalue())
+        self._file = open_append(self.path)
 
     def close(self) -> None:
         self._file.close()
 
 
 class TensorBoardLogger(Logger):
-    """Scalars to TensorBoard; the x axis is ``values[step_key]`` (or a row counter)."""
+    """Scalars to TensorBoard; the x axis is ``values[step_key]`` (or a row counter).
+
+    What TensorBoard cannot hold is skipped, never raised: values that are not finite real
+    numbers (NaN placeholders, e.g. no evaluation yet, strings, ints beyond a float), and whole
+    rows whose step is not a finite number that fits TensorBoard's int64 step."""
 
     def __init__(self, run_dir: str, label: str, step_key: str = "env_steps") -> None:
         from tensorboardX import SummaryWriter  # imported lazily: only runs with a run dir pay for it
 
-        self._writer = SummaryWriter(os.path.join(run_dir, "tb", label), flush_secs=5)
+        self.path = os.path.join(run_dir, "tb", label)
+        self._writer = SummaryWriter(self.path, flush_secs=5)
         self._step_key = step_key
         self._rows = 0
 
     def write(self, values: Mapping[str, Any]) -> None:
-        step = int(values.get(self._step_key, self._rows))
+        step = values.get(self._step_key, self._rows)
         self._rows += 1
-        for key, value in values.items():  # (NaN placeholders, e.g. no evaluation yet, are skipped)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                self._writer.add_scalar(key, value, step)
+        if isinstance(step, numbers.Integral) and not isinstance(step, bool):
+            step = int(step)  # (exact: no detour through a float)
+        elif self._scalar(step) is not None:
+            step = int(step)
+        if not isinstance(step, int) or isinstance(step, bool) or not -2**63 <= step < 2**63:
+            return
+        for key, value in values.items():
+            scalar = self._scalar(value)
+            if scalar is not None:
+                self._writer.add_scalar(key, scalar, step)
+
+    @staticmethod
+    def _scalar(value: Any) -> float | None:
+        """``value`` as a finite float, or ``None`` (not a real number, NaN, inf, beyond a float)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return None
+        try:
+            number = float(value)
+        except (OverflowError, TypeError, ValueError):
+            return None
+        return number if math.isfinite(number) else None
 
     def close(self) -> None:
         try:
@@ -119,12 +149,27 @@ class TensorBoardLogger(Logger):
 
 
 class Dispatcher(Logger):
+    """Fans each row out to ``loggers``. A logger that raises does not stop the row reaching the
+    others, nor the node: the first failure of each logger is one warning line on stderr naming
+    the logger and the error (later ones are not repeated), and the logger is tried again with
+    the next row (a full disk may clear)."""
+
     def __init__(self, loggers: Sequence[Logger]) -> None:
         self._loggers = list(loggers)
+        self._warned: set[int] = set()
 
     def write(self, values: Mapping[str, Any]) -> None:
-        for logger in self._loggers:
-            logger.write(values)
+        for index, logger in enumerate(self._loggers):
+            try:
+                logger.write(values)
+            except Exception as e:  # noqa: BLE001 -- a log is not worth a node
+                if index not in self._warned:
+                    self._warned.add(index)
+                    where = getattr(logger, "path", None)
+                    name = type(logger).__name__ + (f" ({where})" if where else "")
+                    print(f"shoal: warning: {name} could not write a row: {type(e).__name__}: {e!s:.200}; "
+                          "the other logs go on (further failures of this logger are not reported)",
+                          file=sys.stderr, flush=True)
 
     def close(self) -> None:
         """Closes every logger, even when one fails (the first failure is raised after)."""

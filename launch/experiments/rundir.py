@@ -1,11 +1,14 @@
 """A run's directory, owned by one live run at a time, and the JSON files in it.
 
-``RunDirectory(path).lock()`` takes an exclusive ``flock`` on ``<path>/.lock``: a second live run
-on the same directory is refused with one clear error (naming the owner's pid); the operating
-system releases the lock when the owning process dies however it dies, so a stale lock from a
-dead run is simply taken over. A directory that cannot be made or written is refused with one
-line too. JSON files are written atomically (a temp file, then a rename), and a damaged one is
-reported by name.
+``RunDirectory(path).lock()`` first checks the directory is this user's alone
+(``shoal.core.files.check_run_directory``: not another user's, not writable by anyone, no
+symbolic link in it), then takes an exclusive ``flock`` on the directory itself (not on a file
+in it, which anyone able to delete files there could unlink from under a live run): a second
+live run on the same directory is refused with one clear error (naming the owner's pid, which
+``.lock`` records); the operating system releases the lock when the owning process dies however
+it dies, so a stale lock from a dead run is simply taken over. A directory that cannot be made
+or written is refused with one line too. JSON files are written atomically and never through a
+link (a temp file, then a rename), and a damaged one is reported by name.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import json
 import os
 from typing import Any
 
+from shoal.core.files import check_run_directory, write_atomic
+
 
 class RunDirectory:
     def __init__(self, path: str) -> None:
@@ -22,28 +27,40 @@ class RunDirectory:
         self._lock_fd: int | None = None
 
     def lock(self) -> "RunDirectory":
+        check_run_directory(self.path)
         try:
             os.makedirs(self.path, exist_ok=True)
-            fd = os.open(os.path.join(self.path, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as e:
             raise ValueError(f"cannot use {self.path!r} as a run directory: {e.strerror or e} "
                              "(choose another --run-dir)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise ValueError(f"run directory {self.path!r} is in use by another run (pid {owner}); "
+            raise ValueError(f"run directory {self.path!r} is in use by another run (pid {self.owner()}); "
                              "choose another --run-dir, or wait for that run to end") from None
         try:
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
-        except OSError as e:  # e.g. a read-only mount that let us open the lock file
+            check_run_directory(self.path)  # (again: what was checked could have changed before the lock)
+            write_atomic(self.file(".lock"), str(os.getpid()))
+        except OSError as e:  # e.g. a read-only mount
             os.close(fd)
             raise ValueError(f"cannot write to the run directory {self.path!r}: {e.strerror or e} "
                              "(choose another --run-dir)") from None
+        except BaseException:
+            os.close(fd)
+            raise
         self._lock_fd = fd
         return self
+
+    def owner(self) -> str:
+        """The pid of the run that holds (or last held) the directory, as ``.lock`` says."""
+        try:
+            fd = os.open(self.file(".lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return "?"
+        with os.fdopen(fd, "rb") as f:
+            return f.read(32).decode(errors="replace").strip() or "?"
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
@@ -65,11 +82,9 @@ class RunDirectory:
 
 
 def write_json(path: str, value: Any) -> None:
-    """Writes ``value`` to ``path`` atomically: readers see the old file or the new one."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(value, f, indent=2, default=str)
-    os.replace(tmp, path)
+    """Writes ``value`` to ``path`` atomically, never through a link: readers see the old file
+    or the new one."""
+    write_atomic(path, json.dumps(value, indent=2, default=str))
 
 
 def read_json(path: str, what: str) -> Any:

@@ -13,6 +13,8 @@ import abc
 import os
 import time
 
+from shoal.core.files import make_dirs, write_atomic
+
 
 class AddressBook(abc.ABC):
     @abc.abstractmethod
@@ -39,13 +41,10 @@ class FileAddressBook(AddressBook):
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        os.makedirs(directory, exist_ok=True)
+        make_dirs(directory)
 
     def publish(self, label: str, address: str) -> None:
-        path = os.path.join(self.directory, label)
-        with open(path + ".tmp", "w") as f:
-            f.write(address)
-        os.replace(path + ".tmp", path)  # readers never see a half-written address
+        write_atomic(os.path.join(self.directory, label), address)  # never half-written, never through a link
 
     def get(self, label: str) -> str | None:
         try:

@@ -14,6 +14,8 @@ import os
 import secrets
 from typing import Any
 
+from shoal.core.files import make_dirs, write_atomic
+
 
 class _Control:
     """What ``shoal scale`` may call on a running program (nothing else is exposed)."""
@@ -36,14 +38,11 @@ def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]] |
     token = secrets.token_urlsafe(32)
     server = RpcServer(_Control(run, limits or {}), host="127.0.0.1", token=token).start()
     run.closers.append(server.stop)
-    os.makedirs(directory, exist_ok=True)
-    token_path = os.path.join(directory, "control.token")
-    fd = os.open(token_path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token)
-    os.replace(token_path + ".tmp", token_path)
-    with open(os.path.join(directory, "control.json"), "w") as f:
-        json.dump({"address": server.address, "program": run.program.name, "pid": os.getpid()}, f)
+    make_dirs(directory)
+    # (mode 0600 from the first byte; never written through a link planted in the directory)
+    write_atomic(os.path.join(directory, "control.token"), token, mode=0o600)
+    write_atomic(os.path.join(directory, "control.json"),
+                 json.dumps({"address": server.address, "program": run.program.name, "pid": os.getpid()}))
     return server
 
 

@@ -1,8 +1,9 @@
 """Local launchers: every node a thread of this process (``inprocess``), or an OS process of
 this machine (``processes``), supervised by a ``ProgramRun``.
 
-Node processes run ``python -m shoal.launch.programs.worker`` in their own session, die with the
-launcher, log to ``<run_dir>/logs/<label>.log``, find each other through a ``FileAddressBook`` in
+Node processes run ``python -m shoal.launch.programs.worker`` in their own session, read their
+node's definition from their stdin (from this process's memory), die with the launcher, log to
+``<run_dir>/logs/<label>.log``, find each other through a ``FileAddressBook`` in
 ``<run_dir>/addresses``, and send their node's result back through a pipe. Stopping a node
 sends SIGTERM (a cooperative stop: ``should_stop()`` turns true), then SIGKILL.
 """
@@ -18,6 +19,7 @@ import threading
 import traceback
 from typing import Any, Mapping
 
+from shoal.core.files import open_append
 from shoal.launch.programs.addressing import FileAddressBook
 from shoal.launch.programs.nodes import NodeContext, set_context
 from shoal.launch.programs.program import Node
@@ -71,16 +73,18 @@ class ThreadWorker:
 
 
 class ProcessWorker:
+    """One node as an OS process. The node's definition (cloudpickle) stays in this process's
+    memory and is handed to every start of the node through its stdin: nothing on disk that
+    another process could swap between a start and a restart is ever loaded."""
+
     managed_restarts, restarts = False, 0
 
     def __init__(self, node: Node, run_dir: str, env: Mapping[str, str]) -> None:
-        self.node, self.run_dir, self.env = node, run_dir, dict(env)
-        self.log_path = os.path.join(run_dir, "logs", f"{node.label}.log")
-        self.node_file = os.path.join(run_dir, "nodes", f"{node.label}.pkl")
         import cloudpickle
 
-        with open(self.node_file, "wb") as f:  # read by the node process, same user, local disk
-            cloudpickle.dump(node, f)
+        self.node, self.run_dir, self.env = node, run_dir, dict(env)
+        self.log_path = os.path.join(run_dir, "logs", f"{node.label}.log")
+        self._definition = cloudpickle.dumps(node)
         self.proc: subprocess.Popen | None = None
         self._result_bytes = b""
         self._starts = 0
@@ -89,17 +93,27 @@ class ProcessWorker:
     def start(self) -> None:
         read_end, write_end = os.pipe()
         self._starts += 1
-        with open(self.log_path, "a") as log:
+        with open_append(self.log_path) as log:  # (never through a link planted in logs/)
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "shoal.launch.programs.worker", self.node_file,
+                [sys.executable, "-m", "shoal.launch.programs.worker", self.node.label,
                  os.path.join(self.run_dir, "addresses"), str(os.getpid()), str(write_end)],
                 env={**self.env, "SHOAL_NODE_START": str(self._starts)}, stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                stderr=subprocess.STDOUT, stdin=subprocess.PIPE, start_new_session=True,
                 pass_fds=(write_end,))
         self.pids.append(self.proc.pid)
         os.close(write_end)
+        threading.Thread(target=self._hand_over, args=(self.proc,), daemon=True).start()
         self._reader = threading.Thread(target=self._read_result, args=(read_end,), daemon=True)
         self._reader.start()
+
+    def _hand_over(self, proc: subprocess.Popen) -> None:
+        """Writes the node's definition to the process's stdin (a thread: a large definition
+        fills the pipe until the child reads it)."""
+        try:
+            proc.stdin.write(self._definition)
+            proc.stdin.close()
+        except OSError:  # it died before reading: its exit code tells the supervisor
+            pass
 
     def _read_result(self, fd: int) -> None:
         chunks = []
