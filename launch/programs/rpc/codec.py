@@ -15,7 +15,17 @@ bool / int / uint / float / complex dtypes (and bfloat16), and anything with ``_
 Decoding is bounded, so that no frame can crash or exhaust the process that reads it: at most
 ``MAX_DEPTH`` nested containers (msgpack's own and tuple extensions alike; a deeper frame once
 overflowed the C stack), at most ``MAX_ARRAYS`` arrays of at most ``MAX_DIMS`` dimensions, each
-lying inside the frame, and a header no longer than the frame.
+lying inside the frame, and a header no longer than the frame. What the header may expand to is
+counted while it is decoded: at most ``MAX_ITEMS`` items in all, where every list or tuple
+element, map key and map value counts one, every list or tuple ``CONTAINER_ITEMS`` more and
+every map ``MAP_ITEMS`` more (roughly what each costs Python, in pointers). A container that
+declares more items than that is refused from its header, before anything is allocated for it
+(a 100 MB array of 100 M nils once cost a node ~1 GB and 99 s of CPU); the total is checked as
+each container completes, and the bytes copied for tuple extensions are bounded by four times
+the header (plus 1 MiB). So decoding costs at most ~8 bytes per byte of header (the pointers of
+containers not yet complete) plus what ``MAX_ITEMS`` small objects cost (~64 MB at the very
+most, e.g. a million short strings), and a refusal comes within about a second. Bulk data
+belongs in numpy arrays, which are views of the frame and cost nothing to decode.
 """
 
 from __future__ import annotations
@@ -31,6 +41,10 @@ MAGIC = b"SHL1"
 MAX_DEPTH = 32
 MAX_ARRAYS = 100_000
 MAX_DIMS = 32
+MAX_ITEMS = 1 << 20
+CONTAINER_ITEMS = 8  # what a list or tuple costs beyond its elements (an empty list: ~8 pointers)
+MAP_ITEMS = 32  # and a map (a small dict: ~30 pointers)
+_EXT_BYTES_SLACK = 1 << 20  # tuple payloads copied in all: at most 4x the header + this
 _PREFIX = struct.Struct("<4sI")
 _ALIGN = 16
 _ARRAY, _TUPLE = 1, 2
@@ -107,11 +121,28 @@ def decode(frame: bytes) -> Any:
     if header_end > len(frame):
         raise CodecError("frame truncated inside its header")
     data_start = header_end + (-header_end % _ALIGN)
-    arrays = 0
+    arrays = items = ext_bytes = 0
+
+    def spend(n: int) -> None:
+        nonlocal items
+        items += n
+        if items > MAX_ITEMS:
+            raise CodecError(f"more than {MAX_ITEMS:,} items in one message (send bulk data as numpy arrays)")
+
+    def list_hook(value: list) -> list:
+        spend(len(value) + CONTAINER_ITEMS)
+        return value
+
+    def object_hook(value: dict) -> dict:
+        spend(2 * len(value) + MAP_ITEMS)
+        return value
 
     def ext_hook(code: int, payload: bytes, depth: int) -> Any:
-        nonlocal arrays
+        nonlocal arrays, ext_bytes
         if code == _TUPLE:
+            ext_bytes += len(payload)  # (msgpack copied it: nested tuples copy their contents again)
+            if ext_bytes > 4 * header_length + _EXT_BYTES_SLACK:
+                raise CodecError(f"tuples nested around {ext_bytes:,} bytes of a {header_length:,}-byte header")
             return tuple(_unpack(payload, depth + 1))
         if code != _ARRAY:
             raise CodecError(f"unknown extension type {code}")
@@ -136,8 +167,18 @@ def decode(frame: bytes) -> Any:
     def _unpack(payload: bytes, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise CodecError(f"nesting deeper than {MAX_DEPTH} levels")
-        value = msgpack.unpackb(payload, ext_hook=lambda code, data: ext_hook(code, data, depth),
-                                raw=False, strict_map_key=False, use_list=True)
+        try:
+            value = msgpack.unpackb(payload, ext_hook=lambda code, data: ext_hook(code, data, depth),
+                                    raw=False, strict_map_key=False, use_list=True, list_hook=list_hook,
+                                    object_hook=object_hook, max_array_len=MAX_ITEMS - CONTAINER_ITEMS,
+                                    max_map_len=(MAX_ITEMS - MAP_ITEMS) // 2)
+        except CodecError:
+            raise
+        except ValueError as e:
+            if "exceeds max_" not in str(e):  # (msgpack refuses a container from its header)
+                raise
+            raise CodecError(f"a container of more than {MAX_ITEMS:,} items ({e}); "
+                             "send bulk data as numpy arrays") from None
         _check_depth(value, depth)
         return value
 
