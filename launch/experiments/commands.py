@@ -20,18 +20,21 @@ RESUME_FLAGS = ("--resume", "--quiet", "--verbose", "--max-env-steps", "--checkp
 
 
 def train(args: argparse.Namespace, given: list[str], started: float,
-          filter_stderr: bool = False) -> dict[str, Any] | None:
+          filter_stderr: bool = False, stop: threading.Event | None = None) -> dict[str, Any] | None:
     """Runs ``shoal train`` (``given``: the flags on its command line); returns the result, or
-    ``None`` after ``--dry-run``. ``filter_stderr``: keep native libraries' log lines off fd 2."""
+    ``None`` after ``--dry-run``. ``filter_stderr``: keep native libraries' log lines off fd 2.
+    ``stop``: the run's stop request (``interrupts.install``); without one, SIGTERM stops the
+    run gracefully while it runs."""
     from shoal.launch.experiments.compilation_cache import enable_compilation_cache
     from shoal.launch.experiments.runs import distributed_settings
 
     config, launch = _resumed(args, given) if args.resume else _new(args, given)
     config.validate()  # every setting against its range, before any file or server is made
-    if args.dry_run:  # what would run: the resolved config, and the program's graph
-        from shoal.launch.experiments.program import make_distributed_program
+    if args.dry_run:  # what would run, checked as a run checks it: the resolved config, and the program's graph
+        from shoal.launch.experiments.preflight import prepare_distributed
 
-        program = make_distributed_program(config, num_actors=(launch or {}).get("num_actors", args.num_actors))
+        settings = distributed_settings(launch or {"num_actors": args.num_actors})
+        program = prepare_distributed(config, **settings, launched_at=started).program  # (joins no cluster)
         print(json.dumps({**config.to_dict(), "launch": launch}, default=str))
         print(program.describe())
         print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
@@ -41,8 +44,10 @@ def train(args: argparse.Namespace, given: list[str], started: float,
         from shoal.launch.experiments.quiet import drop_native_log_lines
 
         drop_native_log_lines()
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a graceful stop
+    previous = None
+    if stop is None:
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a graceful stop
     try:
         if launch:
             from shoal.launch.experiments.distributed import run_distributed_experiment
@@ -52,8 +57,12 @@ def train(args: argparse.Namespace, given: list[str], started: float,
 
         return run_experiment(config, stop)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
+
+# The flags of a distributed program (refused without --launcher rather than ignored).
+DISTRIBUTED_FLAGS = ("--ports", "--resources", "--ray-address", "--params-via")
 
 # flag -> the ExperimentConfig field it sets (a preset's value stands unless the flag is given)
 EXPERIMENT_FLAGS = {"--max-env-steps": "max_env_steps", "--num-envs": "num_envs", "--eval-every": "eval_every",
@@ -73,10 +82,17 @@ def _new(args: argparse.Namespace, given: list[str]):
         args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
         run_dir=run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet, **chosen)
     launch = None
-    if args.launcher is not None or args.dry_run:
-        from shoal.launch.experiments.distributed import check_num_actors
+    distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
+    if args.launcher is None and distributed_only:
+        raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
+                         "processes, inprocess or ray (or drop them: one process uses no ports nor resources)")
+    if args.launcher is not None or args.dry_run:  # (named as the flag; the run's own check warns of cores)
+        from shoal.launch.experiments.distributed import max_actors
 
-        check_num_actors(args.num_actors, args.launcher, what="--num-actors")
+        if not 1 <= args.num_actors <= max_actors():
+            raise ValueError(f"--num-actors must be an integer in [1, {max_actors()}] on this machine "
+                             f"({os.cpu_count()} cores), got {args.num_actors}; for more, use a cluster "
+                             "(the Ray launcher)")
     if args.launcher is not None:
         launch = {"launcher": args.launcher, "num_actors": args.num_actors, "ray_address": args.ray_address,
                   "resources": [f"{group}:{r.text()}" for group, r in args.resources],

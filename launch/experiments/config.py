@@ -12,8 +12,10 @@ import jax
 from shoal.actors import check_env_id, make_vector_env
 from shoal.actors.environments import STICKY_ACTIONS, resolve_env_id
 from shoal.agents.builders import AgentBuilder
+from shoal.agents.memory import check_learner_fits
 from shoal.core.settings import check_settings, setting
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
+from shoal.launch.programs.environment import check_environment
 
 
 @dataclasses.dataclass
@@ -69,14 +71,19 @@ class ExperimentConfig:
             return self.target_return
         return gym.spec(resolve_env_id(self.env_id)).reward_threshold
 
-    def validate(self, spec: EnvironmentSpec | None = None) -> None:
-        """Raises ``ValueError`` naming the first bad setting: every field against its range;
-        with ``spec`` also the agent's settings and whether the step budget lets it learn."""
+    def validate(self, spec: EnvironmentSpec | None = None, check_memory: bool = True) -> None:
+        """Raises ``ValueError`` naming the first bad setting: the ``SHOAL_*`` environment
+        variables, every field against its range; with ``spec`` also the agent's settings,
+        whether the step budget lets it learn, and (``check_memory``: the learner runs on this
+        machine) whether its learner fits in memory (estimated from shapes: ``shoal.agents.memory``)."""
+        check_environment()
         check_env_id(self.env_id)
         check_settings(self)
         if spec is None:
             return
         self.builder.validate(spec, jax.local_device_count())
+        if check_memory:
+            check_learner_fits(self.builder, spec, self.make_networks(spec), jax.local_device_count())
         needed = self.builder.env_steps_before_learning(spec)
         if self.max_env_steps < needed:
             raise ValueError(f"max_env_steps={self.max_env_steps} is below the {needed} env steps "

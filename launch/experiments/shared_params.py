@@ -10,11 +10,11 @@ outgrew the segment, a read that timed out, or ``SHOAL_PARAMS_VIA=rpc`` in its e
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 from shoal.core.interfaces import Learner, VariableSource
+from shoal.launch.programs.environment import value
 from shoal.launch.programs.rpc.codec import encode
 from shoal.launch.programs.shared_memory import SharedValuePublisher, SharedValueReader
 
@@ -63,7 +63,7 @@ class LocalFirstSource(VariableSource):
 
     def __init__(self, learner: Any) -> None:
         self._learner = learner
-        rpc_only = os.environ.get("SHOAL_PARAMS_VIA", "auto") == "rpc"
+        rpc_only = value("SHOAL_PARAMS_VIA") == "rpc"
         self._reader = None if rpc_only else SharedValueReader.attach(learner.shared_params())
         self.local = self._reader is not None
 

@@ -12,9 +12,10 @@ import secrets
 import tempfile
 from typing import Callable, Mapping
 
+from shoal.core.files import make_dirs
 from shoal.launch.programs.addressing import FileAddressBook
 from shoal.launch.programs.local import ProcessWorker, ThreadWorker
-from shoal.launch.programs.program import Program
+from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.shared_memory import sweep_segments
 from shoal.launch.programs.supervision import ProgramRun
 
@@ -30,7 +31,7 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
 
     Args:
       launcher: ``"processes"``, ``"inprocess"`` (``group_env`` cannot apply there) or ``"ray"``.
-      run_dir: holds ``logs/``, ``addresses/``, ``nodes/`` of a local launch (default: a new
+      run_dir: holds ``logs/`` and ``addresses/`` of a local launch (default: a new
         temp dir); the Ray launcher writes nothing there (logs stream to this process).
       token: the shared secret every RPC between nodes must carry. Default: ``SHOAL_TOKEN``
         from the environment, else a new random one for each launch. Nodes get it from the
@@ -43,8 +44,8 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
       ports: ``(first, last)``: the ports the nodes' servers (RPC, replay) listen on, each the
         first free one of the range on its host. Default: any free port on this machine; under
         Ray ``ray_launcher.DEFAULT_PORTS`` (47000-47099), a range a firewall can allow.
-      before_stop: ``fn(run)``, called when the program is about to stop (completed, or
-        ``stop()``; not after a failure) while all its nodes still run.
+      before_stop: ``fn(run)``, called when the program is about to stop (completed, ``stop()``,
+        or failed: ``run.failed``) while its nodes that still run are up.
     """
     if launcher not in LAUNCHERS:
         raise ValueError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
@@ -55,6 +56,7 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     if unknown:
         raise ValueError(f"group_env names groups {sorted(unknown)} that program {program.name!r} "
                          f"does not have (groups: {sorted(program.groups)})")
+    check_ports(program, launcher, ports)
     options = dict(max_restarts=max_restarts, grace_s=grace_s, before_stop=before_stop)
     # Every launch is authenticated: any local process could otherwise call a node (and e.g.
     # inflate a run's step counter).
@@ -66,8 +68,8 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
                           ports=ports or DEFAULT_PORTS, **options)
     advertise = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # (all nodes are on this machine)
     run_dir = run_dir or tempfile.mkdtemp(prefix=f"shoal-{program.name}-")
-    for sub in ("logs", "addresses", "nodes"):
-        os.makedirs(os.path.join(run_dir, sub), exist_ok=True)
+    for sub in ("logs", "addresses"):
+        make_dirs(os.path.join(run_dir, sub))
     book = FileAddressBook(os.path.join(run_dir, "addresses"))
     book.clear()  # addresses of an earlier run in this directory
     if launcher == "processes":
@@ -89,3 +91,38 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
         close = None
     return ProgramRun(program, make_worker, launcher=launcher, run_dir=run_dir, address_book=book,
                       token=token, on_close=close, **options)
+
+
+def servers(program: Program) -> list[str]:
+    """The labels of ``program``'s nodes that serve (each listens on one port)."""
+    return [n.label for n in program.nodes if type(n).make_client is not Node.make_client]
+
+
+def check_ports(program: Program, launcher: str, ports: tuple[int, int] | None) -> None:
+    """Raises ``ValueError`` (one line: the range and the ports needed) if ``ports`` cannot
+    hold a port for every server ``program`` runs on one host: all of them under the local
+    launchers, under Ray the largest set placed together (a node and those colocated with it)."""
+    if ports is None:
+        return
+    from shoal.launch.programs.nodes import parse_ports
+
+    try:
+        first, last = parse_ports("-".join(map(str, ports)))  # (the range itself, as --ports reads it)
+    except (TypeError, ValueError):
+        raise ValueError(f"ports must be (FIRST, LAST) with 1024 <= FIRST <= LAST <= 65535, got {ports!r}") from None
+    labels = servers(program)
+    if launcher == "ray":  # (the others may land on other hosts, each with the whole range)
+        beside = {label: [label] for label in labels}
+        for node in program.nodes:
+            anchor = program.placed_beside(node)
+            if anchor in beside and node.label in labels:
+                beside[anchor].append(node.label)
+        labels = max(beside.values(), key=len, default=[])
+    if last - first + 1 < len(labels):
+        where = "on one host" if launcher == "ray" else "on this machine"
+        n = len(labels)
+        wider = f"{first}-{first + n - 1}" if first + n - 1 <= 65535 else f"{last - n + 1}-{last}"
+        raise ValueError(f"the port range {first}-{last} holds {last - first + 1} port(s), but the program's "
+                         f"{len(labels)} servers {where} ({', '.join(labels)}) need one each: give a range "
+                         f"of at least {len(labels)} ports (more if actors are added while it runs), e.g. "
+                         f"--ports {wider}")

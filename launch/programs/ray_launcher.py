@@ -52,14 +52,9 @@ WATCHDOG_EVERY_S = 2.0
 
 def peer_timeout_s() -> float:
     """Seconds a node may go unheard before it counts as lost (``SHOAL_PEER_TIMEOUT_S``, default 60)."""
-    text = os.environ.get("SHOAL_PEER_TIMEOUT_S", "60")
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 1.0 <= value <= 86400:
-        raise ValueError(f"SHOAL_PEER_TIMEOUT_S must be a number of seconds in [1, 86400], got {text!r}")
-    return value
+    from shoal.launch.programs.environment import value
+
+    return value("SHOAL_PEER_TIMEOUT_S")
 
 
 @ray.remote(num_cpus=0)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import concurrent.futures
 import hmac
 import ipaddress
-import os
 import traceback
 from typing import Any, Iterator, Sequence
 
@@ -40,8 +39,11 @@ MAX_MESSAGE_ENV = "SHOAL_RPC_MAX_MESSAGE_MB"
 
 
 def max_message_bytes() -> int:
-    """The largest request or reply (default 256 MiB; ``SHOAL_RPC_MAX_MESSAGE_MB`` to change)."""
-    return int(float(os.environ.get(MAX_MESSAGE_ENV, 256)) * 2**20)
+    """The largest request or reply (default 256 MiB; ``SHOAL_RPC_MAX_MESSAGE_MB`` to change,
+    in [1, 2047]: a bad value is a ``ValueError`` naming it)."""
+    from shoal.launch.programs.environment import value
+
+    return int(value(MAX_MESSAGE_ENV) * 2**20)
 
 
 def channel_options(limit: int | None = None) -> list[tuple[str, int]]:
