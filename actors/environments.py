@@ -22,13 +22,18 @@ import numpy as np
 def resolve_env_id(env_id: str) -> str:
     """The registered id of ``env_id``: ``module:EnvId`` imports ``module`` (where a custom env
     registers itself) and gives ``EnvId``. Raises a ``ValueError`` naming close matches if the
-    id is not registered."""
+    id is not registered, or one line naming the accepted forms if it is neither ``EnvId`` nor
+    ``module:EnvId`` (an empty part, a relative module, a second colon)."""
     if ":" in env_id:
         module, _, name = env_id.partition(":")
+        if not module or not name or ":" in name or module.startswith(".") or "" in module.split("."):
+            raise ValueError(f"environment id {env_id!r} is neither EnvId nor module:EnvId (e.g. CartPole-v1, "
+                             "or my_package.envs:MyEnv-v0 to import my_package.envs, which registers MyEnv-v0)")
         try:
             importlib.import_module(module)
-        except ImportError as e:
-            raise ValueError(f"cannot import {module!r} for environment {env_id!r}: {e}") from None
+        except Exception as e:  # noqa: BLE001 -- ImportError, or whatever the module raised: one line
+            raise ValueError(f"cannot import {module!r} for environment {env_id!r}: {type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''}") from None
         env_id = name
     check_env_id(env_id)
     return env_id

@@ -19,17 +19,20 @@ previous, complete checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
+import re
 import shutil
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import numpy as np
 
 from shoal.core.specs import EnvironmentSpec
+from shoal.launch.experiments.run_files import check_run
 from shoal.launch.experiments.rundir import read_json, write_json
 
 
@@ -138,29 +141,32 @@ def _checkpoint_replay(replay_client: Any, directory: str) -> str:
 
 
 def read_run(run_dir: str) -> dict[str, Any] | None:
-    """The ``run.json`` of ``run_dir``'s latest complete checkpoint, or ``None``. (Checkpoints of
-    earlier Shoal versions are read too: one actor's state under ``actor``, a distributed
+    """The ``run.json`` of ``run_dir``'s latest complete checkpoint, or ``None``; one that does
+    not fit its schema (``run_files.check_run``) raises a one-line ``ValueError``. (Checkpoints
+    of earlier Shoal versions are read too: one actor's state under ``actor``, a distributed
     evaluator's schedule in ``evaluator.json``.)"""
     directory = os.path.join(run_dir, "checkpoints")
     run = read_json(os.path.join(directory, "run.json"), "the run's latest checkpoint")
     if run is None:
         return None
-    if "actors" not in run and "actor" in run:
+    if isinstance(run, dict) and "actors" not in run and "actor" in run:
         run["actors"] = {"actor": run.pop("actor")}
-    if "evaluator" not in run:
+    if isinstance(run, dict) and "evaluator" not in run:
         run["evaluator"] = read_json(os.path.join(directory, "evaluator.json"), "the evaluator's schedule")
+    check_run(os.path.join(directory, "run.json"), run)  # (its schema: one line, not a traceback later)
     return run
 
 
 def check_resumable(run_dir: str, run: dict[str, Any], agent: str, spec: EnvironmentSpec) -> None:
     """Raises ``ValueError`` saying what does not match if the checkpoint ``run`` names cannot
     continue ``agent`` on an environment of ``spec`` (e.g. an edited ``config.json``), or if a
-    part of it is missing. Nothing is written before this passes."""
-    if run.get("agent") not in (None, agent):
+    part of it is missing or cannot be read (the learner's state is read through once:
+    ``check_learner_checkpoint``). Nothing is written before this passes."""
+    if run.get("agent") != agent:
         raise ValueError(f"the checkpoint in {run_dir} is of agent {run['agent']!r}, but its config.json "
                          f"names {agent!r}; resume it with its own config")
     saved, now = run.get("spec"), spec_record(spec)
-    if saved is not None and saved != now:
+    if saved != now:  # (run.json's schema made it an object)
         diff = ", ".join(f"{key} {saved.get(key)} (checkpoint) vs {now.get(key)} (config.json)"
                          for key in now if saved.get(key) != now.get(key))
         raise ValueError(f"the checkpoint in {run_dir} was made for another environment than config.json "
@@ -175,6 +181,35 @@ def check_resumable(run_dir: str, run: dict[str, Any], agent: str, spec: Environ
         raise ValueError(f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names replay checkpoint {replay!r}, "
                          f"which is not in {os.path.join(run_dir, 'checkpoints', 'replay')}: the replay would start "
                          "empty; the checkpoint is incomplete and cannot be resumed")
+    check_learner_checkpoint(run_dir, run)
+
+
+def check_learner_checkpoint(run_dir: str, run: dict[str, Any]) -> None:
+    """Reads the learner checkpoint ``run`` names through (as host arrays, then dropped), so a
+    damaged or foreign file is refused in one ``ValueError`` naming it before a resumed run
+    writes anything or starts a node."""
+    import orbax.checkpoint as ocp
+
+    with _readable(run_dir, run):
+        manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
+        manager.restore(run["learner_step"], args=ocp.args.PyTreeRestore())
+
+
+@contextlib.contextmanager
+def _readable(run_dir: str, run: dict[str, Any]) -> Iterator[None]:
+    """Turns a failure to read the learner checkpoint (tensorstore's multi-line dump, or a
+    structure that does not fit the learner) into one line naming the file, or its step's
+    directory."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 -- orbax and tensorstore raise many kinds
+        text = str(e)
+        files = re.findall(r'local file "([^"]+)"', text)
+        where = files[-1] if files else os.path.join(run_dir, "checkpoints", "learner", str(run["learner_step"]))
+        code = re.match(r"[A-Z_]{4,}(?=:)", text)
+        reason = code.group(0) if code else f"{type(e).__name__}: {text.splitlines()[0][:120] if text else ''}"
+        raise ValueError(f"{where}: the learner checkpoint cannot be read ({reason}): it is damaged or not "
+                         "this run's; the run cannot be resumed from it") from None
 
 
 def restore_learner(run_dir: str, learner: Any, run: dict[str, Any]) -> str:
@@ -183,6 +218,7 @@ def restore_learner(run_dir: str, learner: Any, run: dict[str, Any]) -> str:
 
     manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
     template = jax.tree_util.tree_map(np.asarray, learner.save())
-    restored = manager.restore(run["learner_step"], args=ocp.args.StandardRestore(template))
+    with _readable(run_dir, run):  # (checked before the run started; the file may have changed since)
+        restored = manager.restore(run["learner_step"], args=ocp.args.StandardRestore(template))
     learner.restore(restored)
     return digest(jax.tree_util.tree_map(np.asarray, learner.save()))

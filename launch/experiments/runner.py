@@ -2,6 +2,11 @@
 learner and the evaluator in one thread of this process, paced by one rule for every agent
 (``shoal.launch.experiments.pacing``), with the run's directory, checkpoints and result as in
 a distributed run.
+
+Step budget: the run stops at the first vector step that reaches ``max_env_steps``, so it takes
+at most ``num_envs - 1`` env steps past it (a distributed run keeps the same bound with its
+actors' step grants, ``workers.StepGrants``). The result's ``env_steps`` is the count its last
+checkpoint recorded (``run.json``'s ``env_steps`` and its counter's), in both runners.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ from shoal.launch.experiments.checkpointing import (Checkpointer, Periodic, comm
                                                     spec_record)
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator
+from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.pacing import LearningActor
 from shoal.launch.experiments.runs import claim_run_directory
 
 
 def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None) -> dict[str, Any]:
     """Trains in this process until solved, out of budget, or ``stop`` is set (then the result
-    has ``"terminated": "SIGTERM"``); returns the result summary.
+    has ``"terminated"``: ``stop.reason``, default ``"SIGTERM"``); returns the result summary.
 
     With a ``run_dir`` the run owns it (a lock), checkpoints every ``checkpoint_every_s`` and at
     its end, and, with ``config.resume``, first restores the checkpoint found there.
@@ -92,6 +98,7 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
         due.reset()
 
     last_log = time.monotonic()
+    run_begins()  # (a signal before the first step ends the process: nothing to save yet; see interrupts)
     while loop.env_steps < config.max_env_steps and not (stop is not None and stop.is_set()):
         loop.step()
         if evaluator.due(loop.env_steps) and evaluator.run(loop.env_steps):
@@ -117,18 +124,22 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     result["time_breakdown"] = {"process": breakdown(stopwatch.seconds, wall_s)}
     if resumed is not None:
         result["resumed_from"] = resumed
-    if terminated:
-        result["terminated"] = "SIGTERM"
+    if terminated:  # (the signal that stopped it: an interrupts.StopRequest names it)
+        result["terminated"] = getattr(stop, "reason", "SIGTERM")
     return result
 
 
 def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server) -> dict[str, Any]:
     """Restores the run's checkpoint (replay restored itself when its server started)."""
     saved = read_run(config.run_dir)
+    if "actor" not in saved["actors"]:
+        raise ValueError(f"{config.run_dir}/checkpoints/run.json: actors must hold the one actor of a "
+                         f"single-process run, got {', '.join(saved['actors']) or 'none'}")
     restored_digest = restore_learner(config.run_dir, learner, saved)
     counter.restore(saved["counter"])
     actor.restore(saved["actors"]["actor"])
-    evaluator.restore(saved["evaluator"])
+    if saved["evaluator"] is not None:  # (None: a checkpoint of an earlier version without one; afresh)
+        evaluator.restore(saved["evaluator"])
     replay_items = {name: int(info.current_size) for name, info in server.client.server_info().items()}
     info = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
             "learner_digest": restored_digest, "replay_items": replay_items,
@@ -137,7 +148,7 @@ def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server
     print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
           f"{saved['learner_version']} (state {restored_digest}), replay items {replay_items}, "
           f"actor schedule at {saved['actors']['actor']['env_steps']:,} env steps, next evaluation at "
-          f"{saved['evaluator']['next']:,}", file=sys.stderr, flush=True)
+          f"{evaluator.save()['next']:,}", file=sys.stderr, flush=True)
     return info
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.checkpointing import check_resumable, keep_only_replay_checkpoint, read_run
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
+from shoal.launch.experiments.run_files import check_config
 from shoal.launch.experiments.rundir import RunDirectory, read_json
 
 # What ``resume_experiment`` may change of a saved run (the rest is the run's own).
@@ -48,7 +49,11 @@ def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
 
 def load_run(run_dir: str, **changes: Any) -> tuple[ExperimentConfig, dict[str, Any] | None]:
     """The config a run saved in ``run_dir`` (set to resume; ``changes`` among
-    ``RESUMABLE_CHANGES`` applied) and its launch settings (``None``: one process)."""
+    ``RESUMABLE_CHANGES`` applied) and its launch settings (``None``: one process).
+
+    Both of the run's state files are checked against their schemas first (``run_files``):
+    ``config.json``, and ``checkpoints/run.json`` if there is one, so a resume refuses a
+    damaged or hand-edited one in a line before it does anything."""
     unknown = sorted(set(changes) - set(RESUMABLE_CHANGES))
     if unknown:
         raise ValueError(f"a resumed run keeps its saved settings; only {', '.join(RESUMABLE_CHANGES)} "
@@ -56,8 +61,8 @@ def load_run(run_dir: str, **changes: Any) -> tuple[ExperimentConfig, dict[str, 
     saved = read_json(os.path.join(run_dir, "config.json"), "the run's config")
     if saved is None:
         raise ValueError(f"{run_dir!r} is not a Shoal run directory (no config.json in it)")
-    if not isinstance(saved, dict):
-        raise ValueError(f"{os.path.join(run_dir, 'config.json')} is not the config of a Shoal run")
+    check_config(os.path.join(run_dir, "config.json"), saved)
+    read_run(run_dir)  # (run.json's schema)
     return config_from_dict(saved, run_dir=run_dir, resume=True, **changes), saved.get("launch")
 
 

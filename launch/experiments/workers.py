@@ -27,6 +27,16 @@ from shoal.launch.experiments.shared_params import LocalFirstSource
 from shoal.launch.programs.nodes import current_context, should_stop
 
 SAVE_WAIT_S = 2.0  # how long save() waits for a step to end (the driver's call waits 5 s)
+GRANT_S = 0.25  # an actor reserves about this long's worth of vector steps at a time
+GRANTED, SETTLED = "env_steps_granted_", "env_steps_settled_"  # counter keys, + the actor's label
+STALL_S = 5.0  # the budget is all granted and no step reported for this long: the holders are stuck
+
+
+def committed_env_steps(counts: dict[str, float]) -> int:
+    """The env steps a run has taken or granted (``StepGrants``): ``env_steps`` plus every
+    actor's grants not yet settled."""
+    return int(counts.get("env_steps", 0)) + int(sum(
+        v - counts.get(SETTLED + k[len(GRANTED):], 0) for k, v in counts.items() if k.startswith(GRANTED)))
 
 
 def summary(stopwatch: Stopwatch, wall_s: float, **figures: Any) -> dict[str, Any]:
@@ -34,16 +44,89 @@ def summary(stopwatch: Stopwatch, wall_s: float, **figures: Any) -> dict[str, An
     return {"time_s": stopwatch.snapshot(), "wall_s": wall_s, **figures}
 
 
+class StepGrants:
+    """An actor's share of the run's env-step budget, reserved from the counter before it steps,
+    so that a distributed run stops within one vector step of ``max_env_steps`` however many
+    actors it has and however rarely they report.
+
+    The counter holds, besides ``env_steps`` (steps taken and reported), per actor the env steps
+    granted to it (``env_steps_granted_<label>``) and those it settled (``env_steps_settled_<label>``:
+    taken and reported, or handed back). The run has committed to ``env_steps + sum(granted -
+    settled)`` steps. An actor with no granted vector step left asks for a chunk of ``c`` env
+    steps (about ``GRANT_S`` of its own stepping, a multiple of ``num_envs``) in the
+    ``increment`` that reports its steps; the reply (one atomic snapshot) places its chunk at
+    ``[start, start + c)`` of the committed steps, and it may take ``ceil((budget - start) /
+    num_envs)`` vector steps of it (none if ``start >= budget``, all if the chunk ends within
+    the budget). It hands the rest back at once (a second call, made only at the budget: a
+    refused grant held on would starve the others). Only the one chunk that crosses the budget
+    rounds up, so the run counts at most ``num_envs - 1`` env steps past ``max_env_steps`` (the
+    single-process runner's bound too), and once ``env_steps`` reaches the budget no actor
+    steps again. An actor with no grant asks again every 50 ms (steps handed back, e.g. by an
+    actor scaled down, are granted again); one that stops hands its grant back; one restarted
+    after a crash settles what its predecessor held (the steps it took and never reported are
+    lost, as before: not counted). No call is added per vector step: one per chunk, besides
+    the periodic report.
+    """
+
+    def __init__(self, counter, label: str, budget: int, num_envs: int, restarted: bool = False) -> None:
+        self._counter, self._label, self._budget, self._n = counter, label, int(budget), int(num_envs)
+        self._granted, self._settled = GRANTED + label, SETTLED + label
+        self.left = 0  # vector steps this actor may still take
+        self._unused = 0  # env steps granted that it will not take (settled by its next call)
+        self._rate: tuple[float, int] = (time.monotonic(), 0)  # (since, vector steps taken): the chunk size
+        self._committed = 0  # the run's committed env steps, as of the last reply
+        if restarted:  # the predecessor's grant died with it
+            counts = counter.get_counts()
+            self._unused = int(counts.get(self._granted, 0) - counts.get(self._settled, 0))
+
+    def took(self) -> None:
+        """One vector step taken (``left`` was positive)."""
+        since, steps = self._rate
+        self.left, self._rate = self.left - 1, (since, steps + 1)
+
+    def report(self, env_steps: int, ask: bool = False, release: bool = False) -> None:
+        """Reports ``env_steps`` taken since the last report (one ``increment``: ``env_steps``,
+        ``env_steps_<label>``, and its grants settled); ``ask``: asks for the next chunk in the
+        same call (``left`` is then what was granted); ``release``: hands back what is left
+        (the actor stops)."""
+        if release:
+            self._unused, self.left = self._unused + self.left * self._n, 0
+        fields = {"env_steps": env_steps, f"env_steps_{self._label}": env_steps,
+                  self._settled: env_steps + self._unused}
+        self._unused, chunk = 0, self._chunk_size() if ask else 0
+        if chunk:
+            fields[self._granted] = chunk
+        counts = self._counter.increment(**fields)
+        if not chunk:
+            return
+        self._committed = committed_env_steps(counts)
+        allowed = max(0, min(chunk, self._budget - (self._committed - chunk)))
+        self.left = -(-allowed // self._n)
+        if self.left * self._n < chunk:  # at the budget: the rest is handed back at once
+            self._counter.increment(**{self._settled: chunk - self.left * self._n})
+
+    def _chunk_size(self) -> int:
+        """About ``GRANT_S`` of this actor's stepping (at most the budget not yet committed), in env steps."""
+        since, taken = self._rate
+        now = time.monotonic()
+        per_s = taken / max(now - since, 1e-3) if taken else 64.0
+        self._rate = (now, 0)
+        remaining = -(-max(self._budget - self._committed, self._n) // self._n)
+        return self._n * max(1, min(int(per_s * GRANT_S), 4096, remaining))
+
+
 class ActorWorker:
-    """Acts, writes to replay, reports its env steps. A resumed actor starts from its
-    checkpointed schedule position and RNG key; a restarted one (after a crash) continues its
-    schedules from the env steps it had reported."""
+    """Acts, writes to replay, reports its env steps, and stays within the run's step budget
+    (``StepGrants``). A resumed actor starts from its checkpointed schedule position and RNG
+    key; a restarted one (after a crash) continues its schedules from the env steps it had
+    reported."""
 
     def __init__(self, config: ExperimentConfig, actor_id: int, replay, learner, counter,
                  resume: dict[str, Any] | None = None) -> None:
         self._label, self._counter, self._learner = f"actor_{actor_id}", counter, learner
         ctx = current_context()
-        resume = resume if ctx is None or ctx.start_count == 1 else None  # (a restart: the counter knows better)
+        restarted = ctx is not None and ctx.start_count > 1
+        resume = None if restarted else resume  # (a restart: the counter knows better)
         done = int(resume["env_steps"]) if resume else int(counter.get_counts().get(f"env_steps_{self._label}", 0))
         if resume:
             print(f"[{self._label}] resumes its schedules from its checkpoint at {done:,} env steps "
@@ -64,6 +147,7 @@ class ActorWorker:
             self._actor.restore(resume)
         self._logger = make_logger(self._label, config.run_dir, terminal=False)
         self._loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
+        self._grants = StepGrants(counter, self._label, config.max_env_steps, config.num_envs, restarted)
         self._lock = threading.Lock()  # save() sees the schedule and key of the same step
         self._snapshot = self._actor.save()  # (taken at every report: for save() while a step blocks)
 
@@ -78,11 +162,17 @@ class ActorWorker:
             self._lock.release()
 
     def run(self) -> dict[str, Any]:
-        loop, reported = self._loop, 0
+        loop, grants, reported = self._loop, self._grants, 0
         last = started = time.monotonic()
         while not should_stop():
+            if grants.left == 0:
+                reported = self._report(reported, ask=True)
+                if grants.left == 0:  # the budget is spent (for now): the evaluator ends the run
+                    time.sleep(0.05)
+                    continue
             with self._lock:
                 loop.step()
+            grants.took()
             if time.monotonic() - last > 0.5:
                 reported = self._report(reported)
                 self._snapshot = self._actor.save()
@@ -90,21 +180,27 @@ class ActorWorker:
                 version = self._actor.params_version
                 loop.log(params_version=version, staleness=self._learner.version() - version)
                 last = time.monotonic()
-        self._report(reported)  # an actor stopped while the program goes on (scaled down): its last steps count
+        self._report(reported, release=True)  # stopped while the program goes on (scaled down): its last steps count
         wall_s = time.monotonic() - started
         self._adder.close()
         self._logger.close()
         return summary(loop.stopwatch, wall_s, env_steps=loop.env_steps, steps_per_s=loop.env_steps / max(wall_s, 1e-9))
 
-    def _report(self, reported: int) -> int:
-        delta = self._loop.env_steps - reported
-        self._counter.increment(**{"env_steps": delta, f"env_steps_{self._label}": delta})
+    def _report(self, reported: int, ask: bool = False, release: bool = False) -> int:
+        """Reports the env steps taken since ``reported`` (``StepGrants.report``: ``ask`` for
+        the next grant, or ``release`` what is left); returns the steps reported."""
+        self._grants.report(self._loop.env_steps - reported, ask, release)
         return self._loop.env_steps
 
 
 class EvaluatorWorker:
     """Evaluates on schedule and ends the program when the target return is reached, the step
-    budget is spent, or the program is asked to stop; returns the run's result."""
+    budget is spent, or the program is asked to stop; returns the run's result.
+
+    The budget is spent once the counter's ``env_steps`` reaches ``max_env_steps`` -- or once it
+    is all granted (``StepGrants``) and no step was reported for ``STALL_S``: actors that stopped
+    (frozen) hold the rest, and the run ends short of its budget by what they hold (the
+    result's ``env_steps_held``) rather than waiting for them forever."""
 
     def __init__(self, config: ExperimentConfig, learner, counter, launched_at: float | None = None,
                  resume: dict[str, Any] | None = None) -> None:
@@ -124,11 +220,18 @@ class EvaluatorWorker:
         return {"eval_return": last, "num_evals": self._evaluator.num_evals, "last_at": self._evaluator.last_at}
 
     def run(self) -> dict[str, Any]:
-        evaluator, counts = self._evaluator, {}
+        evaluator, counts, budget = self._evaluator, {}, self._config.max_env_steps
+        last_steps, changed_at, held = -1, time.monotonic(), 0
         while not should_stop():
             counts = self._counter.get_counts()
             env_steps = int(counts.get("env_steps", 0))
-            out_of_budget = env_steps >= self._config.max_env_steps
+            if env_steps != last_steps:
+                last_steps, changed_at = env_steps, time.monotonic()
+            out_of_budget = env_steps >= budget
+            if not out_of_budget and committed_env_steps(counts) >= budget and time.monotonic() - changed_at > STALL_S:
+                out_of_budget, held = True, committed_env_steps(counts) - env_steps
+                print(f"[evaluator] the budget is all granted, but no step was reported for {STALL_S:g} s: "
+                      f"ends at {env_steps:,} env steps; stuck actors hold {held:,}", flush=True)
             if evaluator.due(env_steps) or out_of_budget:
                 if evaluator.run(env_steps) or out_of_budget:
                     break
@@ -138,6 +241,8 @@ class EvaluatorWorker:
                                   time.time() - self._launched_at)
         if should_stop():
             result["stopped"] = True
+        if held:
+            result["env_steps_held"] = held
         evaluator.close()
         return {**summary(evaluator.stopwatch, time.monotonic() - self._start), "result": result,
                 "schedule": evaluator.save()}

@@ -92,7 +92,10 @@ def test_a_frozen_actor_does_not_stop_the_run_and_is_killed_at_its_end(tmp_path)
     finally:
         proc.kill()
     assert proc.returncode == 0, err[-3000:]
-    assert json.loads(out.strip().splitlines()[-1])["env_steps"] >= 12000  # actor_0 finished the budget
+    result = json.loads(out.strip().splitlines()[-1])
+    # actor_0 took the budget, but for the steps granted to the frozen actor_1 (StepGrants): the
+    # run ended STALL_S after the last step reported, short by what actor_1 holds
+    assert result["env_steps"] <= 12000 + 7 and result["env_steps"] + result.get("env_steps_held", 0) >= 12000
     assert re.search(r"\n  actor_1 +actor +killed +0  ", err), err[-2000:]  # after the grace period
     assert not alive(list(pids.values()))
 
