@@ -117,14 +117,16 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
         "--resources actor:actor_host=1 (repeatable)")
     add("--ports", type=_parse_ports, default=default(None), metavar="FIRST-LAST",
         help="the ports the nodes' servers (RPC, Reverb) listen on, each the first free one of the "
-        "range on its host; allow this range between the hosts of a cluster (default: any free port; "
-        "with --launcher ray 47000-47099)")
+        "range on its host, so the range holds at least one port per server (4 + the actors; checked); "
+        "allow this range between the hosts of a cluster (default: any free port; with --launcher ray "
+        "47000-47099)")
     add("--params-via", choices=["auto", "rpc"], default=default("auto"), help="how actors and the "
         "evaluator read the learner's parameters: auto (shared memory on the learner's host, RPC "
         "elsewhere; default) or rpc (RPC everywhere)")
     add("--dry-run", action="store_true", default=default(False),
-        help="print the resolved config (JSON) and the distributed program's graph (nodes, groups, "
-        "edges), and exit")
+        help="check everything a run checks (settings, SHOAL_* variables, memory, --ports, --resources; "
+        "not the Ray cluster), print the resolved config (JSON) and the distributed program's graph "
+        "(nodes, groups, edges), and exit")
     add("--checkpoint-every", type=float, default=default(300.0), metavar="SECONDS",
         help="seconds between checkpoints in the run directory (default: 300); one is also taken "
         "at the end and on SIGTERM")
@@ -169,8 +171,21 @@ def _quiet_disk_errors() -> None:
 
 def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
     """Runs one ``shoal`` command; returns its exit status. ``own_process``: this process is
-    the ``shoal`` executable (it may take over file descriptor 2 to filter native log lines)."""
+    the ``shoal`` executable (it takes SIGINT and SIGTERM, see ``interrupts``, and may take over
+    file descriptor 2 to filter native log lines)."""
+    from shoal.launch.experiments import interrupts
+
+    stop = interrupts.install() if own_process else None
+    try:
+        return _main(argv, own_process, stop)
+    except interrupts.Interrupted as e:  # while setting up: nothing was written
+        print(f"shoal: {'interrupted' if e.name == 'SIGINT' else 'terminated'}", file=sys.stderr)
+        return e.exit_code
+
+
+def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
     from shoal.launch.experiments import commands
+    from shoal.launch.experiments.interrupts import EXIT_CODES
 
     started = time.time()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -183,7 +198,8 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
         if args.command in ("scale", "status"):
             commands.control(args)
             return 0
-        result = commands.train(args, given_flags(argv), started, filter_stderr=own_process and not args.verbose)
+        result = commands.train(args, given_flags(argv), started, filter_stderr=own_process and not args.verbose,
+                                stop=stop)
         if result is None:  # --dry-run
             return 0
     except ValueError as e:
@@ -204,7 +220,10 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
             print(f"shoal: error: {where}: {e.strerror or e}", file=sys.stderr)
         return 1
     print(json.dumps(result), flush=True)
-    return 143 if result.get("terminated") == "SIGTERM" else 0
+    terminated = result.get("terminated")
+    if terminated == "SIGINT":
+        print("shoal: interrupted", file=sys.stderr)
+    return EXIT_CODES.get(terminated, 143 if terminated else 0)
 
 
 def entry() -> NoReturn:

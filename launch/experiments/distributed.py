@@ -20,11 +20,12 @@ from typing import Any, Mapping
 
 from shoal.core.loggers import TerminalLogger
 from shoal.core.timing import breakdown
-from shoal.launch.experiments.checkpointing import Periodic, commit, read_run, spec_record
+from shoal.launch.experiments.checkpointing import Periodic, commit, spec_record
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.program import CPU_ENV, make_distributed_program
+from shoal.launch.experiments.interrupts import Interrupted, run_begins
+from shoal.launch.experiments.program import CPU_ENV
 from shoal.launch.experiments.runs import claim_run_directory
-from shoal.launch.programs import LAUNCHERS, Resources, launch
+from shoal.launch.programs import Resources, launch
 from shoal.launch.programs.control import serve_control
 
 MAX_ACTORS_PER_CORE, MIN_ACTOR_CAP = 4, 64
@@ -51,7 +52,9 @@ def run_distributed_experiment(config: ExperimentConfig, num_actors: int = 4, la
                                ports: tuple[int, int] | None = None, params_via: str = "auto",
                                stop: threading.Event | None = None, launched_at: float | None = None) -> dict[str, Any]:
     """Trains ``config`` as a distributed program until solved, out of budget, or ``stop`` is
-    set (then the result has ``"terminated": "SIGTERM"``); returns the result summary.
+    set (then the result has ``"terminated": stop.reason``, default ``"SIGTERM"``; stopped before
+    its evaluator served, it raises ``interrupts.Interrupted``: nothing to report); returns the
+    result summary. A second ``stop.hurry`` (``interrupts.StopRequest``) kills every node at once.
 
     ``launcher``: ``"processes"``, ``"inprocess"`` or ``"ray"`` (``ray_address``: the cluster
     to join; default a local Ray). ``resources``: per group, what each node asks of Ray.
@@ -68,26 +71,18 @@ def run_distributed_experiment(config: ExperimentConfig, num_actors: int = 4, la
     # This process and the nodes it starts (which inherit its environment) share the machine's
     # accelerator with the learner: none of them takes 75% of its memory up front.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    config.validate()
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
-    check_num_actors(num_actors, launcher)
+    from shoal.launch.experiments.preflight import prepare_distributed  # (what --dry-run checks too)
+
     resources = dict(resources or {})
-    spec = config.environment_spec()
-    config.validate(spec)
-    saved = read_run(config.run_dir) if config.resume and config.run_dir else None
-    if saved and saved.get("actors"):  # as many actors as ran at the checkpoint
-        num_actors = min(len(saved["actors"]), max_actors())
-    program = make_distributed_program(config, num_actors, launched_at, resume=saved)
-    for group, wanted in resources.items():
-        program.set_resources(group, wanted)
-    if params_via not in PARAMS_VIA:
-        raise ValueError(f"params_via must be one of {', '.join(PARAMS_VIA)}, got {params_via!r}")
+    spec, saved, num_actors, program = prepare_distributed(
+        config, num_actors, launcher, resources=resources, ports=ports, params_via=params_via, ray_address=ray_address,
+        launched_at=launched_at)
     if launcher == "ray":
         _join_ray(ray_address, config.run_dir)
     settings = {"launcher": launcher, "num_actors": num_actors, "ray_address": ray_address,
                 "resources": [f"{group}:{r.text()}" for group, r in resources.items()],
                 "ports": f"{ports[0]}-{ports[1]}" if ports else None, "params_via": params_via}
+    run_begins()  # (from here a signal stops the program instead of ending this process: interrupts)
     run_dir = claim_run_directory(config, spec, settings) if config.run_dir else None
     try:
         driver = _Driver(config, spec, saved, launched_at)
@@ -112,6 +107,8 @@ class _Driver:
         self._spec = spec_record(spec)
         self._checkpoints = Periodic(config.checkpoint_every_s) if config.run_dir else None
         self._actors: dict[str, Any] = dict((saved or {}).get("actors") or {})  # last known states
+        self._evaluator: dict[str, Any] | None = (saved or {}).get("evaluator")  # its last known schedule
+        self._checkpointed_env_steps: int | None = None
         self._lock = threading.Lock()
         self._clients: dict[str, Any] = {}
         self._progress = Periodic(config.progress_every_s) if config.progress else None
@@ -130,14 +127,23 @@ class _Driver:
 
     def follow(self, run, stop: threading.Event | None) -> dict[str, Any]:
         """Drives ``run`` until it ends; returns the run's result."""
-        terminated = False
+        terminated, hurried = False, False
+        reason = lambda: getattr(stop, "reason", "SIGTERM")  # noqa: E731 -- (interrupts.StopRequest)
         try:
             if self._config.run_dir:
                 serve_control(run, self._config.run_dir, {"actor": (1, max_actors())})  # shoal scale / status
             while not run.done:
                 if stop is not None and stop.is_set() and not terminated:
                     terminated = True
-                    threading.Thread(target=run.stop, args=("terminated (SIGTERM)",), daemon=True).start()
+                    why = "interrupted (Ctrl-C)" if reason() == "SIGINT" else "terminated (SIGTERM)"
+                    print(f"shoal: stopping ({why}): a last checkpoint, then every node"
+                          + ("; Ctrl-C again to kill them now" if hasattr(stop, "hurry") else ""),
+                          file=sys.stderr, flush=True)
+                    threading.Thread(target=run.stop, args=(why,), daemon=True).start()
+                if terminated and not hurried and getattr(stop, "hurry", threading.Event()).is_set():
+                    hurried = True  # a second signal: no more waiting, every node killed now
+                    print("shoal: stopping now: every node is killed", file=sys.stderr, flush=True)
+                    run.hurry()
                 if self._checkpoints is not None and self._checkpoints.due() and not terminated:
                     try:
                         self._checkpoint(run)
@@ -154,7 +160,9 @@ class _Driver:
             raise
         finally:
             print(run.summary(), file=sys.stderr, flush=True)
-        return self._result(results["evaluator"], run.results(), terminated)
+        if terminated and results.get("evaluator") is None:  # stopped before the evaluator served
+            raise Interrupted(reason())
+        return self._result(results["evaluator"], run.results(), reason() if terminated else None)
 
     def _show_progress(self, run) -> None:
         try:
@@ -171,15 +179,25 @@ class _Driver:
                                        "learner_steps": int(counts.get("learner_steps", 0)),
                                        "eval_return": float("nan") if last is None else last})
 
-    def _checkpoint(self, run, evaluator: dict[str, Any] | None = None) -> None:
+    def _checkpoint(self, run, evaluator: dict[str, Any] | None | str = "ask") -> None:
         """The learner node writes the learner and replay; this process writes ``run.json`` with
-        the counter, the evaluator's schedule and every running actor's schedule and RNG."""
+        the counter (without the actors' step grants, ``workers.StepGrants``: a resumed run's
+        actors hold none), the evaluator's schedule (``"ask"``: from the evaluator) and every
+        serving actor's schedule and RNG (an actor that is restarting, or not serving yet, keeps
+        its last known one). Its ``env_steps`` (the counter's) is the one the run's result reports."""
+        from shoal.launch.experiments.workers import GRANTED, SETTLED
+
         with self._lock:
-            counts = self._client(run, "counter").get_counts()
+            counts = {name: value for name, value in self._client(run, "counter").get_counts().items()
+                      if not name.startswith((GRANTED, SETTLED))}
             env_steps = int(counts.get("env_steps", 0))
             written = self._client(run, "learner").checkpoint(env_steps)
             actors = {}
             for label in run.running("actor", placed=True):
+                if not run.serving(label) or not run.is_running(label):
+                    if label in self._actors:
+                        actors[label] = self._actors[label]
+                    continue
                 try:
                     actors[label] = run.client(label, timeout_s=5).futures.save().result(timeout=5)
                 except Exception as e:  # noqa: BLE001 -- restarting, or frozen: its last known state stands
@@ -188,22 +206,43 @@ class _Driver:
                     if label in self._actors:
                         actors[label] = self._actors[label]
             self._actors = actors
-            evaluator = evaluator or self._client(run, "evaluator").save()
+            if evaluator == "ask":
+                evaluator = self._client(run, "evaluator").save()
+            self._evaluator = evaluator
             commit(self._config.run_dir, written, env_steps, agent=self._config.builder.name, spec=self._spec,
                    counter=counts, evaluator=evaluator, actors=actors)
             self._checkpoints.reset()
+            self._checkpointed_env_steps = env_steps
 
     def last_checkpoint(self, run) -> None:
-        """The final checkpoint, while every node still runs (``launch``'s ``before_stop``)."""
-        if self._checkpoints is None:
+        """The final checkpoint (``launch``'s ``before_stop``), while the nodes that hold the
+        run's state -- counter, learner, replay -- still run: also after another node failed
+        (e.g. the evaluator: its last known schedule is kept). Skipped when one of them never
+        served (a stop during start-up: nothing new to save) or is gone."""
+        if self._checkpoints is None or not all(run.serving(label) and run.is_running(label)
+                                                for label in ("counter", "learner", "replay")):
             return
         done = run.results().get("evaluator")  # (an evaluator that ended hands its schedule over)
-        self._checkpoint(run, done["schedule"] if done else None)
+        if done:
+            evaluator = done["schedule"]
+        else:
+            evaluator = "ask" if run.serving("evaluator") and run.is_running("evaluator") else self._evaluator
+        if run.failed:
+            print(f"shoal: the program failed ({run.reason}); a last checkpoint of what still runs",
+                  file=sys.stderr, flush=True)
+        self._checkpoint(run, evaluator)
 
-    def _result(self, evaluator: dict[str, Any] | None, summaries: dict[str, Any], terminated: bool) -> dict[str, Any]:
+    def _result(self, evaluator: dict[str, Any] | None, summaries: dict[str, Any],
+                terminated: str | None) -> dict[str, Any]:
+        """The evaluator's result with every node's summary. ``env_steps`` is the counter's, as
+        the run's last checkpoint recorded it (``run.json``'s), where it took one: the run's steps
+        as a resume continues them (the evaluator's own count, read when it ended, may miss the
+        last reports of actors stepping on after a solved evaluation)."""
         if evaluator is None:
             raise RuntimeError("the program ended before its evaluator returned a result")
         result = dict(evaluator["result"])
+        if self._checkpointed_env_steps is not None:
+            result["env_steps"] = self._checkpointed_env_steps
         summaries = {label: s for label, s in sorted(summaries.items()) if isinstance(s, dict) and "time_s" in s}
         actors = {label: s for label, s in summaries.items() if label.startswith("actor_")}
         learner = summaries.get("learner") or {}
@@ -221,8 +260,8 @@ class _Driver:
             result["resumed_from"] = {**(learner.get("resumed") or {}),
                                       "actors": {k: v.get("env_steps") for k, v in (self._saved.get("actors") or {}).items()},
                                       "next_eval_at": (self._saved.get("evaluator") or {}).get("next")}
-        if terminated:
-            result["terminated"] = "SIGTERM"
+        if terminated:  # (the signal that stopped the run: "SIGTERM", "SIGINT")
+            result["terminated"] = terminated
         return result
 
 

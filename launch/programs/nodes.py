@@ -34,7 +34,12 @@ _process_context: "NodeContext | None" = None
 @dataclasses.dataclass
 class NodeContext:
     """Where and how a node runs: its address book, the RPC token, the interface its servers
-    bind and the host they advertise, and the event that asks it to stop."""
+    bind and the host they advertise, and the event that asks it to stop.
+
+    ``ready`` turns true once the node has started its work: a server node when it publishes
+    its address, a function node when its function starts. A node asked to stop before that has
+    nothing to save: its process may end at once instead of finishing its setup first.
+    """
 
     label: str
     group: str
@@ -46,6 +51,8 @@ class NodeContext:
     connect_timeout_s: float = 120.0
     start_count: int = 1  # 1 the first time the node starts, 2 after its first restart, ...
     ports: tuple[int, int] | None = None  # (first, last): the ports servers may listen on
+    ready: bool = False
+    on_ready: Callable[[], None] | None = None  # called (in the node's thread) when it turns ready
 
     def serve(self, make_server: Callable[[int], Any], what: str = "server") -> Any:
         """``make_server(port)`` on port 0 (any), or on the first port of ``ports`` that is free
@@ -77,7 +84,14 @@ class NodeContext:
     def publish(self, port: int) -> str:
         address = f"{self.advertise_host}:{port}"
         self.address_book.publish(self.label, address)
+        self.set_ready()
         return address
+
+    def set_ready(self) -> None:
+        if not self.ready:
+            self.ready = True
+            if self.on_ready is not None:
+                self.on_ready()
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -173,4 +187,6 @@ class FunctionNode(Node):
         return _name(self.fn)
 
     def run(self, ctx: NodeContext) -> Any:
-        return self.fn(*ctx.deref(self.args), **ctx.deref(self.kwargs))
+        args, kwargs = ctx.deref(self.args), ctx.deref(self.kwargs)
+        ctx.set_ready()
+        return self.fn(*args, **kwargs)

@@ -15,8 +15,12 @@ supervisor polls. A node's state moves along::
     pending                              (also at the end) it was never placed
 
 When the program ends (completed, failed, or ``stop()``), a ``before_stop(run)`` hook runs while
-every node is still up (unless a node failed), e.g. a final checkpoint; then nodes are asked to
+every node that still runs is up (after a failure too: ``run.failed`` says so, and the hook
+checks what it needs, e.g. a final checkpoint of the nodes still alive); then nodes are asked to
 stop in dependency order (``shoal.launch.programs.shutdown``) and what is left is killed.
+``hurry()`` (e.g. a second Ctrl-C) cuts that short: the hook is no longer waited for, and every
+node is killed at once; the states, the closers (shared-memory sweeps) and the summary are as
+after any other end.
 Every node's return value is its result (``results()``); ``client(label)`` talks to a node.
 """
 
@@ -92,6 +96,7 @@ class ProgramRun(ElasticGroups):
         self._remove_by: dict[str, float] = {}
         self._lock = threading.RLock()
         self._done = threading.Event()
+        self._hurry = threading.Event()
         self._finishing = False
         self.reason, self.failed, self.stop_error = "", False, None
         self.start_time = time.monotonic()
@@ -122,6 +127,15 @@ class ProgramRun(ElasticGroups):
         """A client to node ``label`` (what a handle to it becomes inside a node)."""
         address = self._context.address_book.lookup(label, timeout_s)
         return self.workers[label].node.make_client(address, self._context)
+
+    def is_running(self, label: str) -> bool:
+        """Whether node ``label`` is running now (not restarting, ended, failed or pending)."""
+        with self._lock:
+            return self.states.get(label) == NodeState.RUNNING and self.workers[label].poll() is None
+
+    def serving(self, label: str) -> bool:
+        """Whether node ``label`` published its address in this launch (it serves, or did)."""
+        return self._context.address_book.get(label) is not None
 
     def pids(self) -> dict[str, int]:
         """``{label: pid}`` of the nodes that run as processes of this machine."""
@@ -185,16 +199,18 @@ class ProgramRun(ElasticGroups):
                 return
             self._finishing = True
             self.reason, self.failed = reason, failed
-        if not failed and self._before_stop is not None:
-            try:  # every node is still up (e.g. a final checkpoint); (not under the lock: it may use the run)
-                self._before_stop(self)
-            except Exception as e:  # noqa: BLE001 -- raised from wait(), once the program stopped
-                self.stop_error = e
+        if self._before_stop is not None and not self._hurry.is_set():
+            # every node is still up (e.g. a final checkpoint); not under the lock (it may use the
+            # run), and in a thread of its own, so that hurry() need not wait for it
+            hook = threading.Thread(target=self._run_before_stop, name="before-stop", daemon=True)
+            hook.start()
+            while hook.is_alive() and not self._hurry.wait(0.02):
+                pass
         with self._lock:
             # After a failure, nodes may be blocked on the dead one and cannot stop by themselves:
             # a shorter grace (the checkpoints they would write are periodic anyway).
             stop_in_order({label: w for label, w in self.workers.items() if self.states[label] != NodeState.REMOVED},
-                          self._grace_s / 2.5 if failed else self._grace_s)
+                          self._grace_s / 2.5 if failed else self._grace_s, self._hurry)
             for label, worker in self.workers.items():
                 if worker.poll() is None:
                     worker.kill()
@@ -207,9 +223,21 @@ class ProgramRun(ElasticGroups):
                 close()
             self._done.set()
 
+    def _run_before_stop(self) -> None:
+        try:
+            self._before_stop(self)
+        except Exception as e:  # noqa: BLE001 -- raised from wait(), once the program stopped
+            if not self._hurry.is_set():  # (a hook cut short by hurry() fails as its nodes die)
+                self.stop_error = e
+
     # -- ending -------------------------------------------------------------------------------
     def stop(self, reason: str = "stopped by the user") -> None:
         self._finish(reason, failed=False)
+
+    def hurry(self) -> None:
+        """Ends a stop under way now: no more waiting for the ``before_stop`` hook or for nodes
+        to stop by themselves; what still runs is killed (from any thread)."""
+        self._hurry.set()
 
     def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
         """Blocks until the program ends; returns ``{label: result}`` of the nodes that end it.

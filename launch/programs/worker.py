@@ -1,13 +1,15 @@
 """Entry point of one node's process (started by the ``processes`` launcher).
 
-    python -m shoal.launch.programs.worker <node file> <addresses dir> <launcher pid> <result fd>
+    python -m shoal.launch.programs.worker <label> <addresses dir> <launcher pid> <result fd>
 
-The node file was written by the launcher (cloudpickle, same user, local disk) just before it
-started this process; nothing here reads bytes from a socket. The group's environment
+The node's definition (cloudpickle) comes on stdin, written by the launcher that started this
+process from its own memory: no file that another process could replace is loaded, and nothing
+here reads bytes from a socket. The group's environment
 variables are already set (by the launcher), so JAX/XLA see them before their first import;
 ``SHOAL_TOKEN``, ``SHOAL_BIND_HOST``, ``SHOAL_ADVERTISE_HOST`` and ``SHOAL_PORTS`` come the same way (never on
 the command line). The process dies with its launcher (PR_SET_PDEATHSIG, plus a parent-pid
-watchdog), turns SIGTERM into a cooperative stop, and writes its node's result as JSON to the
+watchdog), turns SIGTERM into a cooperative stop once its node is ready (before that SIGTERM
+ends it at once: it has nothing to save yet), and writes its node's result as JSON to the
 pipe ``<result fd>``.
 """
 
@@ -39,23 +41,26 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watchdog, daemon=True).start()
 
 
-def main(node_file: str, addresses_dir: str, parent_pid: str, result_fd: str) -> int:
+def main(label: str, addresses_dir: str, parent_pid: str, result_fd: str) -> int:
     _die_with_parent(int(parent_pid))
     import cloudpickle
 
     from shoal.launch.programs.addressing import FileAddressBook
-    from shoal.launch.programs.nodes import NodeContext, parse_ports, set_context
+    from shoal.launch.programs.environment import value
+    from shoal.launch.programs.nodes import NodeContext, set_context
 
-    with open(node_file, "rb") as f:
-        node = cloudpickle.load(f)
+    node = cloudpickle.load(sys.stdin.buffer)  # (the launcher's pipe; see the module doc)
+    if node.label != label:
+        raise SystemExit(f"worker: the definition on stdin is node {node.label!r}, not {label!r}")
     ctx = NodeContext(label=node.label, group=node.group, address_book=FileAddressBook(addresses_dir),
-                      token=os.environ.get("SHOAL_TOKEN") or None,
-                      bind_host=os.environ.get("SHOAL_BIND_HOST", "127.0.0.1"),
-                      advertise_host=os.environ.get("SHOAL_ADVERTISE_HOST", "127.0.0.1"),
-                      start_count=int(os.environ.get("SHOAL_NODE_START", "1")),
-                      ports=parse_ports(os.environ.get("SHOAL_PORTS")))
+                      token=value("SHOAL_TOKEN"), bind_host=value("SHOAL_BIND_HOST"),
+                      advertise_host=value("SHOAL_ADVERTISE_HOST"), start_count=value("SHOAL_NODE_START"),
+                      ports=value("SHOAL_PORTS"))
     set_context(ctx, process_wide=True)
-    signal.signal(signal.SIGTERM, lambda *_: ctx.stop_event.set())
+    # SIGTERM keeps its default action (the process ends at once, even inside a compiler) until
+    # the node is ready: before that it has nothing to save. From then on it asks for a stop.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    ctx.on_ready = lambda: signal.signal(signal.SIGTERM, lambda *_: ctx.stop_event.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     print(f"[{node.label}] started (pid {os.getpid()}, group {node.group})", flush=True)
     try:

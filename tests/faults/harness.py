@@ -1,6 +1,7 @@
 """Launching the real CLI as a distributed program and finding its node processes."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -26,7 +27,7 @@ def node_pids(launcher_pid):
         except psutil.Error:
             continue
         if "shoal.launch.programs.worker" in cmd:
-            out[os.path.basename(cmd[cmd.index("shoal.launch.programs.worker") + 1])[:-4]] = child.pid
+            out[cmd[cmd.index("shoal.launch.programs.worker") + 1]] = child.pid
     return out
 
 
@@ -48,3 +49,19 @@ def alive(pids):
 
 def errors(stderr):
     return [line for line in stderr.splitlines() if line.startswith("shoal: error:")]
+
+
+def handles_sigterm(pid):
+    """Whether process ``pid`` has a SIGTERM handler of its own (``shoal`` installs one first thing)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(line for line in f if line.startswith("SigCgt:")).split()[1]
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def shm_segments(pids):
+    """The shared-memory segments in /dev/shm written by any of ``pids``."""
+    pids = {str(p) for p in pids}
+    return [name for name in os.listdir("/dev/shm") if name.startswith("shoal-") and name.rsplit("-", 2)[1] in pids]
