@@ -4,9 +4,14 @@ A builder is pure in ``(config, environment spec)``: every factory takes what it
 arguments, and no factory sets state another reads. The same builder serves the single-process
 runner and the distributed program; each runner wires the pieces together:
 
-    spec -> make_networks -> make_policy -> make_replay_tables(spec, policy) -> Reverb server
-    replay client -> make_dataset_iterator -> make_learner (a VariableSource)
-    replay client -> make_adder -> make_actor(variable_source = learner or an RPC client to it)
+    spec -> extras_spec -> make_replay_tables(spec, extras) -> Reverb server
+    replay client -> make_dataset_iterator -> make_learner(networks) (a VariableSource)
+    replay client -> make_adder -> make_actor(policy, variable_source = learner or an RPC client to it)
+    spec -> make_networks -> make_policy (where it acts: actors, the evaluator)
+
+The replay side needs no networks: ``extras_spec(spec)`` declares what the acting policy records
+beside each action (and what the adder adds), so a driver that only starts a replay server
+builds neither networks nor a policy.
 
 Builders import ``shoal.replay`` (Reverb, TensorFlow) inside the factories that need it, so an
 agent's networks, learning code and learner import and run where Reverb is not installed (a
@@ -16,26 +21,44 @@ GPU machine with current JAX).
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping, Protocol
 
 import jax
 
 from shoal.actors.actor import BatchedActor
 from shoal.actors.variable_client import VariableClient
 from shoal.core.counting import Counter
-from shoal.core.interfaces import Actor, Adder, Dataset, Learner, VariableSource
+from shoal.core.interfaces import Adder, Dataset, Learner, ReplayClient, TrainingActor, VariableSource
 from shoal.core.loggers import Logger
 from shoal.core.settings import check_settings
-from shoal.core.specs import EnvironmentSpec
+from shoal.core.specs import ArraySpec, EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy, Sample
 
 
-class AgentBuilder(abc.ABC):
-    """Builds one agent's parts from its ``config`` (a documented dataclass).
+ExtrasSpec = Mapping[str, ArraySpec]
 
-    ``name`` is the agent's registry name (``shoal train --agent NAME``). The config must have a
-    ``variable_update_period`` (vector steps between an actor's parameter pulls). ``on_policy``
+
+class AgentConfig(Protocol):
+    """What every agent's config (a documented dataclass of ``shoal.core.settings`` fields)
+    has, because the base builder reads it."""
+
+    variable_update_period: int  # vector steps between an actor's parameter pulls
+
+
+def extras_of(spec_or_policy: ExtrasSpec | Policy | None, builder: "AgentBuilder", spec: EnvironmentSpec) -> ExtrasSpec:
+    """The extras spec a replay factory was given: ``None`` -> ``builder.extras_spec(spec)``;
+    a ``Policy`` (what earlier versions passed) -> the builder's own (the replay items'
+    extras, which may hold more than the policy's, e.g. PPO's discounted return)."""
+    if spec_or_policy is None or isinstance(spec_or_policy, Policy):
+        return builder.extras_spec(spec)
+    return spec_or_policy
+
+
+class AgentBuilder(abc.ABC):
+    """Builds one agent's parts from its ``config`` (an ``AgentConfig``: a documented dataclass).
+
+    ``name`` is the agent's registry name (``shoal train --agent NAME``). ``on_policy``
     agents (PPO) need every rollout acted with the newest params: the single-process runner
     then lets the actor wait for each update; other agents act while the update runs, one
     update behind.
@@ -44,7 +67,9 @@ class AgentBuilder(abc.ABC):
     name: ClassVar[str]
     on_policy: ClassVar[bool] = False
 
-    def __init__(self, config: Any) -> None:
+    config: AgentConfig
+
+    def __init__(self, config: AgentConfig) -> None:
         self.config = config
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
@@ -66,26 +91,32 @@ class AgentBuilder(abc.ABC):
         """The jittable policy for acting, or for evaluation if ``evaluation``."""
 
     @abc.abstractmethod
-    def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
-        """The ``reverb.Table``s the agent writes to and samples from (signatures from ``spec``
-        and ``policy.extras_spec``)."""
+    def extras_spec(self, spec: EnvironmentSpec) -> ExtrasSpec:
+        """What a replay item holds beside the env's fields, per env: what the acting policy
+        records with each action (``make_policy(...).extras_spec``) and what the adder adds.
+        Declared from the config and ``spec`` alone: no networks are built."""
 
     @abc.abstractmethod
-    def make_dataset_iterator(self, replay_client: Any, spec: EnvironmentSpec) -> Dataset:
+    def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
+        """The ``reverb.Table``s the agent writes to and samples from (signatures from ``spec``
+        and ``extras``, by default ``extras_spec(spec)``)."""
+
+    @abc.abstractmethod
+    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
         """Host batches (``shoal.core.types.Sample``) from replay, one per learner update."""
 
     @abc.abstractmethod
-    def example_batch(self, spec: EnvironmentSpec, policy: Policy) -> Sample:
+    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Sample:
         """A batch of zeros shaped like the dataset's (``shoal.replay.layouts``; no Reverb needed):
         to feed the learner where no replay server runs (benchmarks, current-JAX machines)."""
 
     @abc.abstractmethod
-    def make_adder(self, replay_client: Any, spec: EnvironmentSpec, policy: Policy) -> Adder:
-        """What turns the actor's vector steps into replay items."""
+    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Adder:
+        """What turns the actor's vector steps into replay items (``extras``: as for the tables)."""
 
     @abc.abstractmethod
     def make_learner(self, key: jax.Array, networks: Any, dataset: Dataset, logger: Logger | None = None,
-                     counter: Counter | None = None, replay_client: Any = None,
+                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
                      stopwatch: Stopwatch | None = None) -> Learner:
         """The learner, fed by ``dataset`` (from ``make_dataset_iterator``); it counts its SGD
         steps in ``counter``, logs to ``logger``, times itself with ``stopwatch``, and writes
@@ -93,7 +124,7 @@ class AgentBuilder(abc.ABC):
 
     def make_actor(self, key: jax.Array, policy: Policy, spec: EnvironmentSpec,
                    variable_source: VariableSource, adder: Adder | None = None,
-                   asynchronous_updates: bool = True, env_steps_offset: int = 0) -> Actor:
+                   asynchronous_updates: bool = True, env_steps_offset: int = 0) -> TrainingActor:
         """A batched actor acting with ``policy`` on params pulled from ``variable_source``
         every ``config.variable_update_period`` vector steps (in the background if
         ``asynchronous_updates``, inline otherwise: a seeded single-process run acts reproducibly)."""

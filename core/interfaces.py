@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -59,6 +59,47 @@ class Dataset(Iterator[Sample], abc.ABC):
         """Stops iterating and releases the connection to replay."""
 
 
+class IteratorDataset(Dataset):
+    """A plain iterator of ``Sample``s as a ``Dataset`` (tests, benchmarks: no replay table;
+    one item per update, one env). ``as_dataset`` makes one where a ``Dataset`` is wanted."""
+
+    table = "(an iterator, no replay table)"
+    items_per_update = 1
+    num_envs = 1
+
+    def __init__(self, iterator: Iterator[Sample]) -> None:
+        self._iterator = iterator
+
+    def __next__(self) -> Sample:
+        return next(self._iterator)
+
+    def example(self) -> Sample:
+        raise NotImplementedError("a plain iterator has no example batch; warm up with a real one")
+
+
+def as_dataset(source: Dataset | Iterator[Sample]) -> Dataset:
+    """``source`` itself if it is a ``Dataset``, else an ``IteratorDataset`` around it."""
+    return source if isinstance(source, Dataset) else IteratorDataset(iter(source))
+
+
+@runtime_checkable
+class ReplayClient(Protocol):
+    """What Shoal calls on a client of the replay service (a ``reverb.Client``, or one a
+    ``ReplayNode`` handle becomes): datasets connect to ``server_address``, adders write through
+    ``trajectory_writer``, prioritized agents ``mutate_priorities``, runners read ``server_info``
+    (each table's size) when resuming. Declared here so that no interface needs Reverb."""
+
+    @property
+    def server_address(self) -> str: ...
+
+    def server_info(self, timeout: int | None = None) -> Mapping[str, Any]: ...
+
+    def trajectory_writer(self, num_keep_alive_refs: int, **kwargs: Any) -> Any: ...
+
+    def mutate_priorities(self, table: str, updates: Mapping[Any, float] | None = None,
+                          deletes: Any = None) -> None: ...
+
+
 class Learner(VariableSource, Saveable):
     """Consumes replay data and updates parameters.
 
@@ -107,7 +148,8 @@ class Adder(abc.ABC):
 
 
 class Actor(abc.ABC):
-    """Chooses actions for a batch of environments and feeds what it sees to an adder."""
+    """Chooses actions for a batch of environments and feeds what it sees to an adder: what an
+    ``EnvironmentLoop`` calls (a runner's actor is a ``TrainingActor``)."""
 
     @abc.abstractmethod
     def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
@@ -120,3 +162,24 @@ class Actor(abc.ABC):
     @abc.abstractmethod
     def update(self, wait: bool = False) -> None:
         """Lets the actor refresh its parameters (``wait``: block for the newest ones)."""
+
+
+@runtime_checkable
+class TrainingActor(Protocol):
+    """The actor a runner trains with (``AgentBuilder.make_actor``): an ``Actor`` whose
+    schedule position and RNG key a checkpoint saves (``save``, ``restore``) and which tells
+    the learner version of the parameters it acts with (``params_version``: the staleness
+    the actor nodes log and the evaluator reports). ``shoal.actors.BatchedActor`` is one."""
+
+    def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]: ...
+
+    def observe(self, step: Step) -> None: ...
+
+    def update(self, wait: bool = False) -> None: ...
+
+    def save(self) -> Any: ...
+
+    def restore(self, state: Any) -> None: ...
+
+    @property
+    def params_version(self) -> int: ...

@@ -17,7 +17,7 @@ from shoal.launch.programs import (FunctionNode, Handle, Program, ProgramFailed,
 _LAZY = {"ExperimentConfig": "shoal.launch.experiments.config",
          "run_experiment": "shoal.launch.experiments.runner",
          "run_distributed_experiment": "shoal.launch.experiments.distributed",
-         "resume_experiment": "shoal.launch.experiments.runs",
+         "resume_experiment": "shoal.launch.experiments.resuming",
          "make_distributed_program": "shoal.launch.experiments.program",
          "ReplayNode": "shoal.launch.experiments.replay_node"}
 

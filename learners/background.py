@@ -12,15 +12,20 @@ import queue
 import threading
 from typing import Any, Callable, Iterator
 
+from shoal.core.interfaces import Dataset, as_dataset
+from shoal.core.types import Sample
+
 
 class DevicePrefetcher:
     """Iterates ``(host_sample, device_data)``: host samples (with ``.data``) pulled from
-    ``iterator`` on a background thread and placed there (``place``), ``buffer_size`` ahead."""
+    ``dataset`` on a background thread and placed there (``place``), ``buffer_size`` ahead. (A
+    plain iterator of samples is taken as an ``IteratorDataset``.)"""
 
-    def __init__(self, iterator: Iterator, place: Callable[[Any], Any], buffer_size: int = 2,
+    def __init__(self, dataset: Dataset | Iterator[Sample], place: Callable[[Any], Any], buffer_size: int = 2,
                  timeout_s: float = 120.0) -> None:
-        self._iterator, self._place, self._timeout_s = iterator, place, timeout_s
-        self._what = f"replay table '{getattr(iterator, 'table', '?')}'"
+        dataset = as_dataset(dataset)
+        self._iterator, self._place, self._timeout_s = dataset, place, timeout_s
+        self._what = f"replay table '{dataset.table}'"
         self._queue: queue.Queue = queue.Queue(maxsize=buffer_size)
         self._delivering = False
         self._stop = threading.Event()

@@ -19,6 +19,8 @@ class DQNBuilder(TransitionReplayBuilder):
 
     name = "dqn"
 
+    config: DQNConfig
+
     def __init__(self, config: DQNConfig) -> None:
         super().__init__(config)
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from shoal.agents.builders import AgentBuilder
+from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
 from shoal.agents.torsos import check_torso
 from shoal.agents.impala import learning
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.networks import IMPALANetworks, make_networks
 from shoal.agents.policy_lag import PolicyLag
+from shoal.core.interfaces import ReplayClient
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
 from shoal.learners import ReplicatedLearner
@@ -19,6 +20,8 @@ class IMPALABuilder(AgentBuilder):
     """Actors never wait for the learner; each sequence is trained on at most once."""
 
     name = "impala"
+
+    config: IMPALAConfig
 
     def __init__(self, config: IMPALAConfig) -> None:
         super().__init__(config)
@@ -52,24 +55,28 @@ class IMPALABuilder(AgentBuilder):
     def make_policy(self, networks: IMPALANetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks.network, networks.num_actions, evaluation, self.config.eval_sample)
 
-    def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
+    def extras_spec(self, spec: EnvironmentSpec) -> ExtrasSpec:
+        """The acting policy's logits and params version (what V-trace corrects with)."""
+        return learning.extras_spec(spec.num_actions)
+
+    def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
         from shoal.replay import make_dropping_fifo_table, sequence_signature
 
-        signature = sequence_signature(spec, policy.extras_spec, self.config.rollout_length)
+        signature = sequence_signature(spec, extras_of(extras, self, spec), self.config.rollout_length)
         return [make_dropping_fifo_table(TABLE, signature, self.config.queue_capacity)]
 
-    def make_dataset_iterator(self, replay_client, spec: EnvironmentSpec):
+    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec):
         from shoal.replay import sequence_batches
 
         return sequence_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
                                 num_items=self._items_per_update(spec))
 
-    def example_batch(self, spec: EnvironmentSpec, policy: Policy):
+    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
         from shoal.replay.layouts import sequence_example
 
-        return sequence_example(spec, policy.extras_spec, self.config.sequences_per_update, self.config.rollout_length)
+        return sequence_example(spec, extras_of(extras, self, spec), self.config.sequences_per_update, self.config.rollout_length)
 
-    def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy):
+    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
         from shoal.replay import SequenceAdder
 
         return SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)

@@ -3,13 +3,14 @@ or continuous (Box) actions."""
 
 from __future__ import annotations
 
-from shoal.agents.builders import AgentBuilder
+from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
 from shoal.agents.torsos import check_torso
 from shoal.agents.normalization import DiscountedReturns
 from shoal.agents.policy_lag import PolicyLag
 from shoal.agents.ppo import learning
 from shoal.agents.ppo.config import PPOConfig
 from shoal.agents.ppo.networks import PPONetworks, make_networks
+from shoal.core.interfaces import ReplayClient
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
 from shoal.learners import ReplicatedLearner
@@ -22,6 +23,8 @@ class PPOBuilder(AgentBuilder):
 
     name = "ppo"
     on_policy = True
+
+    config: PPOConfig
 
     def __init__(self, config: PPOConfig) -> None:
         super().__init__(config)
@@ -51,25 +54,30 @@ class PPOBuilder(AgentBuilder):
     def make_policy(self, networks: PPONetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks, self.config, evaluation)
 
-    def make_replay_tables(self, spec: EnvironmentSpec, policy: Policy) -> list:
+    def extras_spec(self, spec: EnvironmentSpec) -> ExtrasSpec:
+        """The acting policy's log-probability and params version (and, with reward
+        normalization, the discounted return the adder adds)."""
+        return learning.extras_spec(self.config)
+
+    def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
         from shoal.replay import make_queue_table, sequence_signature
 
-        signature = sequence_signature(spec, learning.extras_spec(self.config), self.config.rollout_length)
+        signature = sequence_signature(spec, extras_of(extras, self, spec), self.config.rollout_length)
         return [make_queue_table(TABLE, signature, self.config.queue_capacity)]
 
-    def make_dataset_iterator(self, replay_client, spec: EnvironmentSpec):
+    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec):
         from shoal.replay import sequence_batches
 
         return sequence_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
                                 num_items=self.config.rollouts_per_update)
 
-    def example_batch(self, spec: EnvironmentSpec, policy: Policy):
+    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
         from shoal.replay.layouts import sequence_example
 
-        return sequence_example(spec, learning.extras_spec(self.config), self.config.rollouts_per_update * spec.num_envs,
+        return sequence_example(spec, extras_of(extras, self, spec), self.config.rollouts_per_update * spec.num_envs,
                                 self.config.rollout_length)
 
-    def make_adder(self, replay_client, spec: EnvironmentSpec, policy: Policy):
+    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
         from shoal.replay import SequenceAdder
 
         adder = SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)

@@ -16,6 +16,8 @@ class SACBuilder(TransitionReplayBuilder):
 
     name = "sac"
 
+    config: SACConfig
+
     def __init__(self, config: SACConfig) -> None:
         super().__init__(config)
 

@@ -53,14 +53,14 @@ def _parse_resources(text: str) -> tuple[str, Any]:
                                          f"amounts >= 0, got {text!r} ({e})") from None
 
 
-def _parse_ports(text: str) -> str:
-    from shoal.launch.programs.nodes import parse_ports
+def _parse_ports(text: str) -> tuple[int, int] | None:
+    """``FIRST-LAST`` -> ``(first, last)``."""
+    from shoal.launch.programs.environment import parse_ports
 
     try:
-        parse_ports(text)
+        return parse_ports(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"--ports: {e}") from None
-    return text
 
 
 def _presets_text() -> str:
@@ -72,15 +72,26 @@ def _presets_text() -> str:
         return "the agent's presets"
 
 
-def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
+class _ShoalParser(_Parser):
+    """The ``shoal`` parser; ``train_flags`` maps each ``shoal train`` option's destination to
+    its flag (``overrides`` -> ``--set``), as the options were added."""
+
+    train_flags: dict[str, str]
+
+
+def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     """The parser (``suppress_defaults``: options not given are absent from the result)."""
-    parser = _Parser(prog="shoal", description="Shoal: RL actor-learner framework.")
+    parser = _ShoalParser(prog="shoal", description="Shoal: RL actor-learner framework.")
+    parser.train_flags = {}
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent on a gymnasium task", description="Train an agent in one process with an embedded Reverb "
                            "replay server, or as a distributed program (--launcher). Ends with one "
                            "JSON line on stdout. Compiled JAX code is cached in ~/.cache/shoal/jax "
                            "(SHOAL_COMPILATION_CACHE=DIR or off).")
-    add = train.add_argument
+
+    def add(*flags: str, **options: Any) -> None:
+        action = train.add_argument(*flags, **options)
+        parser.train_flags[action.dest] = flags[0]
 
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if suppress_defaults else value
@@ -146,11 +157,10 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
 
 
 def given_flags(argv: Sequence[str]) -> list[str]:
-    """The ``shoal train`` options ``argv`` gives (as typed, e.g. ``--set``), whatever their values."""
+    """The ``shoal train`` options ``argv`` gives (as their flags, e.g. ``--set``), whatever
+    their values: ``argv`` parsed again with every default suppressed holds only those."""
     parser = build_parser(suppress_defaults=True)
-    train = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]
-    flags = {action.dest: action.option_strings[0] for action in train._actions if action.option_strings}
-    return [flags[dest] for dest in vars(parser.parse_args(argv)) if dest in flags]
+    return [parser.train_flags[dest] for dest in vars(parser.parse_args(argv)) if dest in parser.train_flags]
 
 
 def _quiet_disk_errors() -> None:

@@ -13,7 +13,11 @@ import json
 import os
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shoal.launch.experiments.config import ExperimentConfig
+    from shoal.launch.experiments.launch_settings import LaunchSettings
 
 # The `shoal train` flags that may come with --resume (the rest are the run's own).
 RESUME_FLAGS = ("--resume", "--quiet", "--verbose", "--max-env-steps", "--checkpoint-every")
@@ -26,21 +30,23 @@ def train(args: argparse.Namespace, given: list[str], started: float,
     ``stop``: the run's stop request (``interrupts.install``); without one, SIGTERM stops the
     run gracefully while it runs."""
     from shoal.launch.experiments.compilation_cache import enable_compilation_cache
-    from shoal.launch.experiments.runs import distributed_settings
 
     config, launch = _resumed(args, given) if args.resume else _new(args, given)
-    config.validate()  # every setting against its range, before any file or server is made
+    # Each setting is checked once, by the runner this hands the config to (run_experiment, or
+    # preflight.prepare for a distributed run and its --dry-run), before any file or server is made.
     if args.dry_run:  # what would run, checked as a run checks it: the resolved config, and the program's graph
-        from shoal.launch.experiments.preflight import prepare_distributed
+        from shoal.launch.experiments.launch_settings import LaunchSettings
+        from shoal.launch.experiments.preflight import prepare
 
-        settings = distributed_settings(launch or {"num_actors": args.num_actors})
-        program = prepare_distributed(config, **settings, launched_at=started).program  # (joins no cluster)
+        settings = launch or LaunchSettings(num_actors=args.num_actors)
+        program = prepare(config, settings, started, actors_flag=_actors_flag(given)).program  # (joins no cluster)
+        launch = launch and launch.record()
         print(json.dumps({**config.to_dict(), "launch": launch}, default=str))
         print(program.describe())
         print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
         return None
     enable_compilation_cache()
-    if filter_stderr and (launch or {}).get("launcher") != "ray":  # (Ray's own processes would hold the pipe)
+    if filter_stderr and (launch is None or launch.launcher != "ray"):  # (Ray's own processes would hold the pipe)
         from shoal.launch.experiments.quiet import drop_native_log_lines
 
         drop_native_log_lines()
@@ -50,9 +56,9 @@ def train(args: argparse.Namespace, given: list[str], started: float,
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a graceful stop
     try:
         if launch:
-            from shoal.launch.experiments.distributed import run_distributed_experiment
+            from shoal.launch.experiments.distributed import run_launched
 
-            return run_distributed_experiment(config, **distributed_settings(launch), stop=stop, launched_at=started)
+            return run_launched(config, launch, stop=stop, launched_at=started, actors_flag=_actors_flag(given))
         from shoal.launch.experiments.runner import run_experiment
 
         return run_experiment(config, stop)
@@ -69,7 +75,8 @@ EXPERIMENT_FLAGS = {"--max-env-steps": "max_env_steps", "--num-envs": "num_envs"
                     "--eval-episodes": "eval_episodes", "--sticky-actions": "sticky_actions"}
 
 
-def _new(args: argparse.Namespace, given: list[str]):
+def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, LaunchSettings | None]:
+    """The config and launch settings (``None``: one process) of a new run from ``args``."""
     from shoal.agents import config_class
     from shoal.core.settings import parse_setting
     from shoal.launch.experiments.config import experiment_config
@@ -81,26 +88,25 @@ def _new(args: argparse.Namespace, given: list[str]):
     config = experiment_config(
         args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
         run_dir=run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet, **chosen)
-    launch = None
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
         raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
                          "processes, inprocess or ray (or drop them: one process uses no ports nor resources)")
-    if args.launcher is not None or args.dry_run:  # (named as the flag; the run's own check warns of cores)
-        from shoal.launch.experiments.distributed import max_actors
+    launch = None
+    if args.launcher is not None:  # (checked where the run checks it: preflight.prepare)
+        from shoal.launch.experiments.launch_settings import LaunchSettings
 
-        if not 1 <= args.num_actors <= max_actors():
-            raise ValueError(f"--num-actors must be an integer in [1, {max_actors()}] on this machine "
-                             f"({os.cpu_count()} cores), got {args.num_actors}; for more, use a cluster "
-                             "(the Ray launcher)")
-    if args.launcher is not None:
-        launch = {"launcher": args.launcher, "num_actors": args.num_actors, "ray_address": args.ray_address,
-                  "resources": [f"{group}:{r.text()}" for group, r in args.resources],
-                  "ports": args.ports, "params_via": args.params_via}
+        launch = LaunchSettings(launcher=args.launcher, num_actors=args.num_actors, ray_address=args.ray_address,
+                                resources=dict(args.resources), ports=args.ports, params_via=args.params_via)
     return config, launch
 
 
-def _resumed(args: argparse.Namespace, given: list[str]):
+def _actors_flag(given: list[str]) -> str:
+    """How an error names the number of actors: the flag, unless a resumed run's record set it."""
+    return "num_actors" if "--resume" in given else "--num-actors"
+
+
+def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, LaunchSettings | None]:
     """The config and launch settings ``args.resume`` saved (only ``RESUME_FLAGS`` may change)."""
     from shoal.launch.experiments.runs import load_run
 
@@ -121,7 +127,7 @@ def control(args: argparse.Namespace) -> None:
     from shoal.launch.programs.control import connect_control
 
     if args.command == "scale":
-        from shoal.launch.experiments.distributed import max_actors
+        from shoal.launch.experiments.launch_settings import max_actors
 
         if not 1 <= args.actors <= max_actors():
             raise ValueError(f"--actors must be in [1, {max_actors()}] on this machine "

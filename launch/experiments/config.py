@@ -72,15 +72,25 @@ class ExperimentConfig:
         return gym.spec(resolve_env_id(self.env_id)).reward_threshold
 
     def validate(self, spec: EnvironmentSpec | None = None, check_memory: bool = True) -> None:
-        """Raises ``ValueError`` naming the first bad setting: the ``SHOAL_*`` environment
-        variables, every field against its range; with ``spec`` also the agent's settings,
-        whether the step budget lets it learn, and (``check_memory``: the learner runs on this
-        machine) whether its learner fits in memory (estimated from shapes: ``shoal.agents.memory``)."""
+        """Raises ``ValueError`` naming the first bad setting: ``validate_settings``, then with
+        ``spec`` also ``validate_agent``. (A runner calls the two itself, once each, with the
+        env built between them: this is the one call for a caller that holds a spec.)"""
+        self.validate_settings()
+        if spec is not None:
+            self.validate_agent(spec, check_memory)
+
+    def validate_settings(self) -> None:
+        """What needs no environment: the ``SHOAL_*`` environment variables, the env id, and
+        every field against its range (so that building the env is safe)."""
         check_environment()
         check_env_id(self.env_id)
         check_settings(self)
-        if spec is None:
-            return
+
+    def validate_agent(self, spec: EnvironmentSpec, check_memory: bool = True) -> None:
+        """The agent against the env (``spec``): its settings (the builder's ``validate``),
+        whether the step budget lets it learn, and (``check_memory``: the learner runs on this
+        machine) whether its learner fits in memory (estimated from shapes, nothing allocated:
+        ``shoal.agents.memory``)."""
         self.builder.validate(spec, jax.local_device_count())
         if check_memory:
             check_learner_fits(self.builder, spec, self.make_networks(spec), jax.local_device_count())
@@ -96,7 +106,9 @@ class ExperimentConfig:
                                evaluation=evaluation, clip_rewards=self.clip_rewards)
 
     def environment_spec(self) -> EnvironmentSpec:
-        """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``)."""
+        """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``), from
+        one built and closed: a driver that steps no env calls this once and hands the spec
+        (a small picklable dataclass) to the nodes."""
         env = self.make_env(self.num_envs, self.seed)
         try:
             return make_environment_spec(env)

@@ -23,28 +23,12 @@ from shoal.core.timing import breakdown
 from shoal.launch.experiments.checkpointing import Periodic, commit, spec_record
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.interrupts import Interrupted, run_begins
+from shoal.launch.experiments.launch_settings import LaunchSettings, max_actors
+from shoal.launch.experiments.preflight import prepare
 from shoal.launch.experiments.program import CPU_ENV
 from shoal.launch.experiments.runs import claim_run_directory
 from shoal.launch.programs import Resources, launch
 from shoal.launch.programs.control import serve_control
-
-MAX_ACTORS_PER_CORE, MIN_ACTOR_CAP = 4, 64
-PARAMS_VIA = ("auto", "rpc")
-
-
-def max_actors() -> int:
-    """The most actor processes one machine may run (more wants a cluster: the Ray launcher)."""
-    return max(MIN_ACTOR_CAP, MAX_ACTORS_PER_CORE * (os.cpu_count() or 1))
-
-
-def check_num_actors(num_actors: Any, launcher: str, what: str = "num_actors") -> None:
-    cap, cores = max_actors(), os.cpu_count() or 1
-    if isinstance(num_actors, bool) or not isinstance(num_actors, int) or not 1 <= num_actors <= cap:
-        raise ValueError(f"{what} must be an integer in [1, {cap}] on this machine ({cores} cores), "
-                         f"got {num_actors!r}; for more, use a cluster (the Ray launcher)")
-    if num_actors > cores and launcher != "ray":
-        print(f"shoal: warning: {num_actors} actor processes on {cores} CPU cores: they will share the "
-              "cores (fine for slow envs, slower per actor for fast ones)", file=sys.stderr)
 
 
 def run_distributed_experiment(config: ExperimentConfig, num_actors: int = 4, launcher: str = "processes", *,
@@ -67,30 +51,33 @@ def run_distributed_experiment(config: ExperimentConfig, num_actors: int = 4, la
     (a cluster that refuses it is a ``ValueError``), and ``config.run_dir`` must be on storage
     every host of the cluster sees (checked; a ``ValueError`` otherwise).
     """
+    settings = LaunchSettings(launcher=launcher, num_actors=num_actors, ray_address=ray_address,
+                              resources=dict(resources or {}), ports=ports, params_via=params_via)
+    return run_launched(config, settings, stop=stop, launched_at=launched_at)
+
+
+def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: threading.Event | None = None,
+                 launched_at: float | None = None, actors_flag: str = "num_actors") -> dict[str, Any]:
+    """``run_distributed_experiment`` with its launch as one ``LaunchSettings`` (the CLI's and a
+    resumed run's way in; ``actors_flag``: how an error names ``num_actors``). Everything is
+    checked once, by ``preflight.prepare``, before anything is written."""
     launched_at = launched_at or time.time()
     # This process and the nodes it starts (which inherit its environment) share the machine's
     # accelerator with the learner: none of them takes 75% of its memory up front.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    from shoal.launch.experiments.preflight import prepare_distributed  # (what --dry-run checks too)
-
-    resources = dict(resources or {})
-    spec, saved, num_actors, program = prepare_distributed(
-        config, num_actors, launcher, resources=resources, ports=ports, params_via=params_via, ray_address=ray_address,
-        launched_at=launched_at)
-    if launcher == "ray":
-        _join_ray(ray_address, config.run_dir)
-    settings = {"launcher": launcher, "num_actors": num_actors, "ray_address": ray_address,
-                "resources": [f"{group}:{r.text()}" for group, r in resources.items()],
-                "ports": f"{ports[0]}-{ports[1]}" if ports else None, "params_via": params_via}
+    spec, saved, _, program, settings = prepare(config, settings, launched_at, actors_flag)  # (what --dry-run checks too)
+    if settings.launcher == "ray":
+        _join_ray(settings.ray_address, config.run_dir)
     run_begins()  # (from here a signal stops the program instead of ending this process: interrupts)
     run_dir = claim_run_directory(config, spec, settings) if config.run_dir else None
     try:
         driver = _Driver(config, spec, saved, launched_at)
-        reader_env = {**CPU_ENV, "SHOAL_PARAMS_VIA": params_via}
-        run = launch(program, launcher, run_dir=config.run_dir, ray_address=ray_address, ports=ports,
-                     group_env={"actor": reader_env, "evaluator": reader_env}, before_stop=driver.last_checkpoint)
+        reader_env = {**CPU_ENV, "SHOAL_PARAMS_VIA": settings.params_via}
+        run = launch(program, settings.launcher, run_dir=config.run_dir, ray_address=settings.ray_address,
+                     ports=settings.ports, group_env={"actor": reader_env, "evaluator": reader_env},
+                     before_stop=driver.last_checkpoint)
         result = driver.follow(run, stop)
-        result.update(launcher=launcher)
+        result.update(launcher=settings.launcher)
         if run_dir is not None:
             run_dir.write_json("result.json", result)
     finally:

@@ -14,7 +14,9 @@ from typing import Any
 import jax
 
 from shoal.core.counting import Counter
+from shoal.core.interfaces import ReplayClient
 from shoal.core.loggers import make_logger
+from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.checkpointing import Checkpointer, restore_learner
 from shoal.launch.experiments.config import ExperimentConfig
@@ -26,11 +28,12 @@ from shoal.launch.programs.nodes import should_stop
 class LearnerWorker:
     """Trains as fast as replay serves batches, serves its parameters (RPC, and shared memory
     for nodes on its host), reports its SGD steps to the counter, and writes the learner and
-    replay half of the run's checkpoints when the driver asks."""
+    replay half of the run's checkpoints when the driver asks. ``spec``: the run's env spec
+    (the driver's: this node steps no env)."""
 
-    def __init__(self, config: ExperimentConfig, replay, counter, resume: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: ExperimentConfig, spec: EnvironmentSpec, replay: ReplayClient, counter,
+                 resume: dict[str, Any] | None = None) -> None:
         self._counter, self._replay = counter, replay
-        spec = config.environment_spec()
         builder = config.builder
         self._local, self.stopwatch = Counter(), Stopwatch()
         logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")

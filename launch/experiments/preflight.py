@@ -1,6 +1,11 @@
 """What a distributed run checks before it writes anything or starts a node, in one function
-that ``run_distributed_experiment`` and ``shoal train --dry-run`` both call: a dry run refuses
-exactly what a run refuses (short of joining a Ray cluster, which only a run does).
+(``prepare``) that ``run_distributed_experiment`` and ``shoal train --dry-run`` both call: a dry
+run refuses exactly what a run refuses (short of joining a Ray cluster, which only a run does).
+
+This is where a distributed run's checks run, each once: the launch settings, the config's
+settings, the environment spec (from the one vector env the driver builds and closes to read
+it), the program's graph against ``--resources`` and ``--ports``, and the agent against the env. The spec goes down to the nodes as an argument
+(``program.program_graph``): no node builds an env to read it again.
 """
 
 from __future__ import annotations
@@ -9,56 +14,60 @@ from typing import Any, Mapping, NamedTuple
 
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.launch_settings import LaunchSettings, max_actors
 from shoal.launch.programs.program import Program
 
 
 class Prepared(NamedTuple):
     """A checked distributed run: its env spec, the checkpoint it resumes (or ``None``), its
-    number of actors (a resumed run's own) and its program (resources set)."""
+    number of actors (a resumed run's own), its program (resources set) and its launch
+    settings (with that number of actors)."""
 
     spec: EnvironmentSpec
     saved: dict[str, Any] | None
     num_actors: int
     program: Program
+    settings: LaunchSettings
+
+
+def prepare(config: ExperimentConfig, settings: LaunchSettings, launched_at: float | None = None,
+            actors_flag: str = "num_actors") -> Prepared:
+    """Checks every setting of a distributed run (``ValueError``, one line, for the first bad
+    one: the launch settings -- launcher, actors (named ``actors_flag``), ``params_via`` --,
+    the config and the ``SHOAL_*`` variables, each ``resources`` group and that ``ports`` holds
+    a port per server of the program, then the agent against the env, its step budget and the
+    learner's memory) and builds its program. Reads the run's checkpoint when resuming; writes nothing. The learner's memory is
+    checked against this machine's unless it runs on a Ray cluster (``ray_address``: its host
+    is the cluster's choice); the cluster itself is not joined here."""
+    from shoal.launch.experiments.checkpointing import read_run
+    from shoal.launch.experiments.program import program_graph
+    from shoal.launch.programs.launching import check_ports
+
+    settings.check(actors_flag)
+    config.validate_settings()
+    saved = read_run(config.run_dir) if config.resume and config.run_dir else None
+    if saved and saved.get("actors"):  # as many actors as ran at the checkpoint
+        settings = settings.replace(num_actors=min(len(saved["actors"]), max_actors()))
+    spec = config.environment_spec()  # (the driver's one env: built, read, closed)
+    program = program_graph(config, spec, settings.num_actors, launched_at, resume=saved)
+    for group, wanted in settings.resources.items():
+        program.set_resources(group, wanted)
+    check_ports(program, settings.launcher, settings.ports)
+    on_cluster = settings.launcher == "ray" and settings.ray_address
+    config.validate_agent(spec, check_memory=not on_cluster)
+    if settings.params_via == "rpc" or settings.launcher == "ray":
+        _check_params_fit_rpc(config, spec)
+    return Prepared(spec, saved, settings.num_actors, program, settings)
 
 
 def prepare_distributed(config: ExperimentConfig, num_actors: int = 4, launcher: str = "processes", *,
                         resources: Mapping[str, Any] | None = None, ports: tuple[int, int] | None = None,
                         params_via: str = "auto", ray_address: str | None = None,
                         launched_at: float | None = None) -> Prepared:
-    """Checks every setting of a distributed run (``ValueError``, one line, for the first bad
-    one: the config, the ``SHOAL_*`` variables and the learner's memory, the launcher, the
-    actors, each ``resources`` group, ``params_via``, and that ``ports`` holds a port per
-    server) and builds its program. Reads the run's checkpoint when resuming; writes nothing.
-    The learner's memory is checked against this machine's unless it runs on a Ray cluster
-    (``ray_address``: its host is the cluster's choice); the cluster itself is not joined here."""
-    from shoal.launch.experiments.checkpointing import read_run
-    from shoal.launch.experiments.distributed import PARAMS_VIA, check_num_actors, max_actors
-    from shoal.launch.experiments.program import make_distributed_program
-    from shoal.launch.programs import LAUNCHERS, Resources
-    from shoal.launch.programs.launching import check_ports
-
-    config.validate()
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
-    check_num_actors(num_actors, launcher)
-    if params_via not in PARAMS_VIA:
-        raise ValueError(f"params_via must be one of {', '.join(PARAMS_VIA)}, got {params_via!r}")
-    saved = read_run(config.run_dir) if config.resume and config.run_dir else None
-    if saved and saved.get("actors"):  # as many actors as ran at the checkpoint
-        num_actors = min(len(saved["actors"]), max_actors())
-    program = make_distributed_program(config, num_actors, launched_at, resume=saved)
-    for group, wanted in (resources or {}).items():
-        if not isinstance(wanted, Resources):
-            raise ValueError(f"resources[{group!r}] must be a Resources, got {wanted!r}")
-        program.set_resources(group, wanted)
-    check_ports(program, launcher, ports)
-    spec = config.environment_spec()
-    # (the agent against the env: its settings, its budget, its memory where it runs here)
-    config.validate(spec, check_memory=not (launcher == "ray" and ray_address))
-    if params_via == "rpc" or launcher == "ray":
-        _check_params_fit_rpc(config, spec)
-    return Prepared(spec, saved, num_actors, program)
+    """``prepare`` with the launch settings as ``run_distributed_experiment``'s arguments."""
+    settings = LaunchSettings(launcher=launcher, num_actors=num_actors, ray_address=ray_address,
+                              resources=dict(resources or {}), ports=ports, params_via=params_via)
+    return prepare(config, settings, launched_at)
 
 
 def _check_params_fit_rpc(config: ExperimentConfig, spec: EnvironmentSpec) -> None:

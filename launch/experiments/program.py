@@ -22,9 +22,8 @@ import functools
 import os
 from typing import Any
 
-import jax
-
 from shoal.core.counting import Counter
+from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.replay_node import ReplayNode
 from shoal.launch.experiments.learner_worker import LearnerWorker
@@ -39,33 +38,43 @@ CPU_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
 
 def make_distributed_program(config: ExperimentConfig, num_actors: int = 4, launched_at: float | None = None,
                              resume: dict[str, Any] | None = None) -> Program:
-    """The program graph for ``config`` (validated first: bad settings raise here, before launch).
+    """The program graph for ``config``, as an entry of the Python API: the config is validated
+    first (bad settings raise here, before launch) and its env spec read from one vector env.
+    (``run_distributed_experiment`` checks and reads these once itself, ``preflight.prepare``,
+    and builds the graph with ``program_graph``.)
 
     ``launched_at``: Unix time the run counts its ``wall_s`` from (default: the evaluator's
     start). ``resume``: the ``run.json`` of the checkpoint to continue from (each node gets
     its part of it), or ``None``.
     """
-    config.validate()
+    config.validate_settings()
     if num_actors < 1:
         raise ValueError(f"num_actors must be >= 1, got {num_actors}")
     spec = config.environment_spec()
+    config.validate_agent(spec)
+    return program_graph(config, spec, num_actors, launched_at, resume)
+
+
+def program_graph(config: ExperimentConfig, spec: EnvironmentSpec, num_actors: int, launched_at: float | None = None,
+                  resume: dict[str, Any] | None = None) -> Program:
+    """The program graph of a checked ``config`` whose env has ``spec`` (validates nothing,
+    builds no env, no network): each node gets ``spec`` as an argument; replay's tables take
+    their extras from ``builder.extras_spec`` (declared, no networks) where replay runs."""
     builder = config.builder
-    builder.validate(spec, jax.local_device_count())
-    policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
     resume = resume or {}
     program = Program(builder.name)
     checkpoints = os.path.join(config.run_dir, "checkpoints", "replay") if config.run_dir else None
-    replay = program.add_node(ReplayNode(functools.partial(builder.make_replay_tables, spec, policy),
-                                         checkpoint_dir=checkpoints, checkpoint=resume.get("replay_checkpoint")),
+    tables = functools.partial(builder.make_replay_tables, spec)
+    replay = program.add_node(ReplayNode(tables, checkpoint_dir=checkpoints, checkpoint=resume.get("replay_checkpoint")),
                               label="replay")
     # Each service serves what its clients call, no more (e.g. no remote Counter.restore).
     counter = program.add_node(ServiceNode(Counter, resume.get("counter"), methods=("increment", "get_counts")),
                                label="counter")
-    learner = program.add_node(ServiceNode(LearnerWorker, config, replay, counter, resume or None,
+    learner = program.add_node(ServiceNode(LearnerWorker, config, spec, replay, counter, resume or None,
                                            methods=("get_variables", "shared_params", "version", "checkpoint")),
                                label="learner")
     actors = resume.get("actors") or {}
-    program.add_group("actor", functools.partial(_actor_node, config, replay, learner, counter, actors),
+    program.add_group("actor", functools.partial(_actor_node, config, spec, replay, learner, counter, actors),
                       num_actors, restartable=True)
     program.add_node(ServiceNode(EvaluatorWorker, config, learner, counter, launched_at, resume.get("evaluator"),
                                  methods=("save", "progress"), ends_program=True), label="evaluator")
@@ -75,7 +84,7 @@ def make_distributed_program(config: ExperimentConfig, num_actors: int = 4, laun
     return program
 
 
-def _actor_node(config: ExperimentConfig, replay, learner, counter, resumes: dict[str, Any],
+def _actor_node(config: ExperimentConfig, spec: EnvironmentSpec, replay, learner, counter, resumes: dict[str, Any],
                 index: int) -> ServiceNode:
-    return ServiceNode(ActorWorker, config, index, replay, learner, counter, resumes.get(f"actor_{index}"),
+    return ServiceNode(ActorWorker, config, spec, index, replay, learner, counter, resumes.get(f"actor_{index}"),
                        methods=("save",))

@@ -42,14 +42,14 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
     its end, and, with ``config.resume``, first restores the checkpoint found there.
     """
     start = time.monotonic()
-    config.validate()
+    config.validate_settings()  # (each check once: these before the env is built, the agent's after)
     if config.resume and not config.run_dir:
         raise ValueError("resume needs a run directory")
     with contextlib.ExitStack() as stack:  # closes everything, newest first, however the run ends
-        env = config.make_env(config.num_envs, config.seed)
+        env = config.make_env(config.num_envs, config.seed)  # (the run's one training env: its spec too)
         _closing(stack, "the environment", env.close)
         spec = make_environment_spec(env)
-        config.validate(spec)  # the agent's settings, and whether the budget lets it learn
+        config.validate_agent(spec)  # the agent's settings, and whether the budget lets it learn
         run_dir = claim_run_directory(config, spec) if config.run_dir else None
         if run_dir is not None:
             _closing(stack, "the run directory lock", run_dir.unlock)
@@ -67,7 +67,7 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     checkpointer = Checkpointer(config.run_dir) if config.run_dir else None
     networks = config.make_networks(spec)
     policy = builder.make_policy(networks, spec, evaluation=False)
-    server = ReplayServer(without_insert_blocking(builder.make_replay_tables(spec, policy)),
+    server = ReplayServer(without_insert_blocking(builder.make_replay_tables(spec)),
                           checkpoint_dir=checkpointer.replay_directory if checkpointer else None)
     _closing(stack, "the replay server", server.stop)  # (after its users: closed last of these)
     counter, stopwatch = Counter(), Stopwatch()  # one thread: one time breakdown
@@ -79,7 +79,7 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     dataset = builder.make_dataset_iterator(server.client, spec)
     learner = builder.make_learner(learner_key, networks, dataset, learner_logger, counter, server.client, stopwatch)
     _closing(stack, "the learner", learner.close)
-    adder = builder.make_adder(server.client, spec, policy)
+    adder = builder.make_adder(server.client, spec)
     _closing(stack, "the adder", adder.close)
     actor = builder.make_actor(actor_key, policy, spec, learner, adder, asynchronous_updates=False)
     evaluator = Evaluator(config, learner, eval_key, start, stopwatch, stop.is_set if stop is not None else None)

@@ -1,10 +1,10 @@
-"""A run's life around the two runners: claiming its directory, and resuming it from there.
+"""A run's directory, below both runners: claiming it, and reading back the run it holds.
 
 Both ``run_experiment`` and ``run_distributed_experiment`` claim their run directory the same
 way (``claim_run_directory``): lock it, and either write ``config.json`` (a fresh run, which
 refuses a directory holding another run's checkpoints) or check that its checkpoint can
-continue this config (a resumed run). ``resume_experiment(run_dir)`` continues any run, made
-from the CLI or from Python, with the runner and launch settings it was made with.
+continue this config (a resumed run). ``load_run`` reads a run's config and launch settings
+back (``resuming.resume_experiment``, above both runners, continues it).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.checkpointing import check_resumable, keep_only_replay_checkpoint, read_run
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
+from shoal.launch.experiments.launch_settings import LaunchSettings
 from shoal.launch.experiments.run_files import check_config
 from shoal.launch.experiments.rundir import RunDirectory, read_json
 
@@ -23,7 +24,7 @@ RESUMABLE_CHANGES = ("max_env_steps", "checkpoint_every_s", "progress", "progres
 
 
 def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
-                        launch: dict[str, Any] | None = None) -> RunDirectory:
+                        launch: LaunchSettings | None = None) -> RunDirectory:
     """Locks ``config.run_dir`` (one live run per directory). A fresh run refuses a directory
     that holds another run's checkpoints and writes its ``config.json`` (with ``launch``: how
     it was launched); a resumed one checks its checkpoint against ``config`` and ``spec``."""
@@ -40,14 +41,14 @@ def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
             if saved is not None:
                 raise ValueError(f"run directory {config.run_dir!r} holds the checkpoints of an earlier run; "
                                  "continue it with --resume, or choose another --run-dir")
-            run_dir.write_json("config.json", {**config.to_dict(), "launch": launch})
+            run_dir.write_json("config.json", {**config.to_dict(), "launch": launch.record() if launch else None})
     except BaseException:
         run_dir.unlock()
         raise
     return run_dir
 
 
-def load_run(run_dir: str, **changes: Any) -> tuple[ExperimentConfig, dict[str, Any] | None]:
+def load_run(run_dir: str, **changes: Any) -> tuple[ExperimentConfig, LaunchSettings | None]:
     """The config a run saved in ``run_dir`` (set to resume; ``changes`` among
     ``RESUMABLE_CHANGES`` applied) and its launch settings (``None``: one process).
 
@@ -63,32 +64,6 @@ def load_run(run_dir: str, **changes: Any) -> tuple[ExperimentConfig, dict[str, 
         raise ValueError(f"{run_dir!r} is not a Shoal run directory (no config.json in it)")
     check_config(os.path.join(run_dir, "config.json"), saved)
     read_run(run_dir)  # (run.json's schema)
-    return config_from_dict(saved, run_dir=run_dir, resume=True, **changes), saved.get("launch")
-
-
-def resume_experiment(run_dir: str, **changes: Any) -> dict[str, Any]:
-    """Continues the run in ``run_dir`` from its last checkpoint, with the runner, launch
-    settings and config it was made with (``changes``: a new ``max_env_steps``, ...)."""
-    config, launch = load_run(run_dir, **changes)
-    if not launch:
-        from shoal.launch.experiments.runner import run_experiment
-
-        return run_experiment(config)
-    from shoal.launch.experiments.distributed import run_distributed_experiment
-
-    return run_distributed_experiment(config, **distributed_settings(launch))
-
-
-def distributed_settings(launch: dict[str, Any]) -> dict[str, Any]:
-    """``run_distributed_experiment`` keyword arguments from a saved ``launch`` record."""
-    from shoal.launch.programs import Resources
-
-    resources = {}
-    for text in launch.get("resources") or []:
-        group, _, spec = str(text).partition(":")
-        resources[group] = Resources.parse(spec)
-    from shoal.launch.programs.nodes import parse_ports
-
-    return {"num_actors": launch.get("num_actors", 4), "launcher": launch.get("launcher", "processes"),
-            "ray_address": launch.get("ray_address"), "resources": resources,
-            "ports": parse_ports(launch.get("ports")), "params_via": launch.get("params_via") or "auto"}
+    launch = saved.get("launch")
+    return (config_from_dict(saved, run_dir=run_dir, resume=True, **changes),
+            LaunchSettings.from_record(launch) if launch else None)

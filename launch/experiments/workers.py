@@ -19,7 +19,8 @@ import jax
 
 from shoal.actors import EnvironmentLoop
 from shoal.core.loggers import make_logger
-from shoal.core.specs import make_environment_spec
+from shoal.core.interfaces import ReplayClient
+from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator
@@ -119,10 +120,10 @@ class ActorWorker:
     """Acts, writes to replay, reports its env steps, and stays within the run's step budget
     (``StepGrants``). A resumed actor starts from its checkpointed schedule position and RNG
     key; a restarted one (after a crash) continues its schedules from the env steps it had
-    reported."""
+    reported. It steps the one vector env it builds; ``spec`` is the run's (the driver's)."""
 
-    def __init__(self, config: ExperimentConfig, actor_id: int, replay, learner, counter,
-                 resume: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: ExperimentConfig, spec: EnvironmentSpec, actor_id: int, replay: ReplayClient,
+                 learner, counter, resume: dict[str, Any] | None = None) -> None:
         self._label, self._counter, self._learner = f"actor_{actor_id}", counter, learner
         ctx = current_context()
         restarted = ctx is not None and ctx.start_count > 1
@@ -134,11 +135,10 @@ class ActorWorker:
         elif done:
             print(f"[{self._label}] continues its schedules from {done:,} env steps", flush=True)
         seed = config.seed + 10_007 * (actor_id + 1) + done  # (a restart does not replay its episodes)
-        self._env = config.make_env(config.num_envs, seed)
-        spec = make_environment_spec(self._env)
+        self._env = config.make_env(config.num_envs, seed)  # (the run's spec is the driver's: same env id and count)
         builder = config.builder
         policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
-        self._adder = builder.make_adder(replay, spec, policy)
+        self._adder = builder.make_adder(replay, spec)
         source = LocalFirstSource(learner)
         print(f"[{self._label}] reads parameters {'from shared memory' if source.local else 'over RPC'}", flush=True)
         self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, source, self._adder,

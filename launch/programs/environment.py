@@ -57,10 +57,20 @@ def _token(text: str) -> str:
     return text
 
 
-def _ports(text: str) -> tuple[int, int]:
-    from shoal.launch.programs.nodes import parse_ports
+def parse_ports(text: str | None) -> tuple[int, int] | None:
+    """``FIRST-LAST`` (or one port) -> ``(first, last)``; ``None``/empty -> ``None`` (any port)."""
+    if not text:
+        return None
+    first, _, last = text.partition("-")
+    try:
+        low, high = int(first), int(last or first)
+    except ValueError:
+        low = high = -1
+    if not 1024 <= low <= high <= 65535:
+        raise ValueError(f"ports are FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, got {text!r}")
+    return low, high
 
-    return parse_ports(text)
+
 
 
 def _count(text: str) -> int:
@@ -86,7 +96,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
              "a directory (not a file) for JAX's compilation cache, or off"),
     Variable("SHOAL_PARAMS_VIA", "auto", _choice("auto", "rpc"), "auto or rpc"),
     Variable("SHOAL_TOKEN", None, _token, "printable ASCII without spaces, at most 4096 characters"),
-    Variable("SHOAL_PORTS", None, _ports, "FIRST-LAST with 1024 <= FIRST <= LAST <= 65535"),
+    Variable("SHOAL_PORTS", None, parse_ports, "FIRST-LAST with 1024 <= FIRST <= LAST <= 65535"),
     Variable("SHOAL_NODE_START", 1, _count, "an integer in [1, 1000000000] (set by the launcher)"),
     Variable("SHOAL_BIND_HOST", "127.0.0.1", _host, "a host name or IP address (set by the launcher)"),
     Variable("SHOAL_ADVERTISE_HOST", "127.0.0.1", _host, "a host name or IP address (set by the launcher)"),

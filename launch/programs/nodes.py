@@ -105,20 +105,6 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def parse_ports(text: str | None) -> tuple[int, int] | None:
-    """``FIRST-LAST`` (or one port) -> ``(first, last)``; ``None``/empty -> ``None`` (any port)."""
-    if not text:
-        return None
-    first, _, last = text.partition("-")
-    try:
-        low, high = int(first), int(last or first)
-    except ValueError:
-        low = high = -1
-    if not 1024 <= low <= high <= 65535:
-        raise ValueError(f"ports are FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, got {text!r}")
-    return low, high
-
-
 def set_context(ctx: NodeContext, process_wide: bool = False) -> None:
     global _process_context
     _local.ctx = ctx

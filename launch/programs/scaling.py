@@ -13,6 +13,8 @@ import re
 import time
 from typing import Any
 
+from shoal.launch.programs.states import LIVE, NodeState
+
 
 def _index(label: str) -> int:
     match = re.search(r"_(\d+)$", label)
@@ -23,8 +25,6 @@ class ElasticGroups:
     def running(self, group: str, placed: bool = False) -> list[str]:
         """Labels of ``group``'s nodes that are running (or being restarted, or waiting to be
         placed unless ``placed``), in index order."""
-        from shoal.launch.programs.supervision import LIVE, NodeState
-
         return sorted((label for label, w in self.workers.items() if w.node.group == group and self.states[label] in LIVE
                        and not (placed and self.states[label] == NodeState.PENDING)), key=_index)
 
@@ -43,8 +43,6 @@ class ElasticGroups:
     def remove_nodes(self, group: str, count: int) -> list[str]:
         """Asks the ``count`` newest running nodes of ``group`` to stop (killed after the grace
         period); their exit is not a failure."""
-        from shoal.launch.programs.supervision import NodeState
-
         with self._lock:
             labels = self.running(group)[::-1][:count]
             for label in labels:
@@ -71,8 +69,6 @@ class ElasticGroups:
 
     def status(self) -> list[dict[str, Any]]:
         """One row per node: label, group, state, restarts, log."""
-        from shoal.launch.programs.supervision import NodeState
-
         with self._lock:
             rows = []
             for label, w in self.workers.items():

@@ -26,7 +26,6 @@ Every node's return value is its result (``results()``); ``client(label)`` talks
 
 from __future__ import annotations
 
-import enum
 import sys
 import threading
 import time
@@ -37,25 +36,13 @@ from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.scaling import ElasticGroups
 from shoal.launch.programs.shutdown import stop_in_order
+from shoal.launch.programs.states import NodeState
 
 
 class ProgramFailed(RuntimeError):
     pass
 
 
-class NodeState(str, enum.Enum):
-    PENDING = "pending"
-    RUNNING = "running"
-    RESTARTING = "restarting"
-    REMOVING = "removing"
-    REMOVED = "removed"
-    DONE = "done"
-    STOPPED = "stopped"
-    KILLED = "killed"
-    FAILED = "failed"
-
-
-LIVE = (NodeState.PENDING, NodeState.RUNNING, NodeState.RESTARTING)
 
 
 def _placed_state(worker: "Worker") -> NodeState:

@@ -1,0 +1,23 @@
+"""``resume_experiment``: continues a run, above both runners (it picks the one the run was made
+with, so neither runner's module imports the other's, nor ``runs`` either of them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def resume_experiment(run_dir: str, **changes: Any) -> dict[str, Any]:
+    """Continues the run in ``run_dir`` from its last checkpoint, with the runner, launch
+    settings and config it was made with (``changes``: a new ``max_env_steps``, ... among
+    ``runs.RESUMABLE_CHANGES``); returns the run's result."""
+    from shoal.launch.experiments.runs import load_run
+
+    config, launch = load_run(run_dir, **changes)
+    if launch is None:
+        from shoal.launch.experiments.runner import run_experiment
+
+        return run_experiment(config)
+    from shoal.launch.experiments.distributed import run_launched
+
+    return run_launched(config, launch)
