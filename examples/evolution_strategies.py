@@ -7,15 +7,25 @@ every worker the current parameters and a list of noise seeds; a worker rebuilds
 vector ``eps`` from its seed and returns the episode returns of ``theta + sigma*eps`` and
 ``theta - sigma*eps`` (antithetic pairs). The coordinator turns the centered ranks of those
 returns into the gradient estimate ``g = sum_i (R+_i - R-_i) eps_i / (2 n sigma)`` and takes an
-optax SGD step (on ``-g``, since optax minimizes; plain SGD beats Adam here because the sign
-policy ignores the scale of ``theta``). It stops when the mean return of the
+optax SGD step (on ``-g``, since optax minimizes). The sign policy ignores the scale of ``theta``,
+so ``theta`` is put back on the unit sphere after each step: otherwise it grows, ``sigma`` shrinks
+beside it, the perturbed returns tie and learning stalls. It stops when the mean return of the
 current parameters over 10 episodes reaches the target.
+
+A run is a function of its ``--seed`` alone: not of the launcher, the number of workers, the order
+in which they answer, or the machine. The noise seeds come from one generator; the coordinator reads
+the returns in the order it sent the seeds; the policy's dot product is summed in float64 in a fixed
+order (a BLAS dot may sum in another order on another CPU, and one flipped action changes
+the rest of the episode); and returns that tie share their mean rank (CartPole's returns are small
+integers and tie often; a plain ``argsort`` orders ties by the sorting algorithm's internals, which
+differ between NumPy builds and CPUs, e.g. with AVX-512, so they would move ``theta`` at random).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import gymnasium as gym
 import numpy as np
@@ -29,11 +39,19 @@ def noise(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).normal(size=DIM)
 
 
+def action(obs: np.ndarray, theta: np.ndarray) -> int:
+    """1 (push right) iff ``obs @ w + b > 0``, summed in float64 in a fixed order on every machine."""
+    total = float(theta[4])
+    for o, w in zip(obs.tolist(), theta[:4].tolist()):
+        total += o * w
+    return int(total > 0)
+
+
 def episode_return(env: gym.Env, theta: np.ndarray, seed: int) -> float:
     obs, _ = env.reset(seed=seed)
     total, done = 0.0, False
     while not done:
-        obs, reward, terminated, truncated, _ = env.step(int(obs @ theta[:4] + theta[4] > 0))
+        obs, reward, terminated, truncated, _ = env.step(action(obs, theta))
         total += reward
         done = terminated or truncated
     return total
@@ -54,45 +72,54 @@ class ESWorker:
 
 
 def centered_ranks(x: np.ndarray) -> np.ndarray:
-    ranks = np.empty(x.size)
-    ranks[x.ravel().argsort()] = np.arange(x.size)
+    """Ranks of ``x`` scaled to [-0.5, 0.5]; equal values share their mean rank, so the result does
+    not depend on how a sort orders ties (and a pair of equal returns contributes no gradient)."""
+    values, inverse = np.unique(x.ravel(), return_inverse=True)
+    counts = np.bincount(inverse, minlength=values.size)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])  # rank of each distinct value's first copy
+    ranks = (first + (counts - 1) / 2)[inverse]
     return (ranks / (x.size - 1) - 0.5).reshape(x.shape)
 
 
 def coordinator(workers: list, population: int, sigma: float, learning_rate: float,
-                max_iterations: int, target: float) -> dict:
+                max_iterations: int, target: float, seed: int = 0) -> dict:
     import optax
 
     theta = np.zeros(DIM)
     optimizer = optax.sgd(learning_rate)
     opt_state = optimizer.init(theta)
-    rng = np.random.default_rng(0)
-    score = 0.0
+    rng = np.random.default_rng(seed)
+    score, scores = 0.0, []
     for iteration in range(1, max_iterations + 1):
         seeds = rng.integers(0, 2**31, population // 2).tolist()
-        shards = [seeds[i::len(workers)] for i in range(len(workers))]
-        futures = [w.futures.evaluate(theta, shard, sigma) for w, shard in zip(workers, shards)]
-        returns = np.array([pair for f in futures for pair in f.result(timeout=120)])  # [n, 2]
-        order = [s for shard in shards for s in shard]
+        shards = [list(range(i, len(seeds), len(workers))) for i in range(len(workers))]  # seed indices
+        futures = [w.futures.evaluate(theta, [seeds[j] for j in shard], sigma) for w, shard in zip(workers, shards)]
+        returns = np.empty((len(seeds), 2))  # [n, 2], in the order of `seeds` whatever the number of workers
+        for shard, future in zip(shards, futures):
+            returns[shard] = future.result(timeout=120)
         ranked = centered_ranks(returns)
-        gradient = sum((r[0] - r[1]) * noise(s) for r, s in zip(ranked, order)) / (2 * len(order) * sigma)
+        gradient = sum((r[0] - r[1]) * noise(s) for r, s in zip(ranked, seeds)) / (2 * len(seeds) * sigma)
         updates, opt_state = optimizer.update(-gradient, opt_state, theta)
-        theta = np.asarray(optax.apply_updates(theta, updates))
+        theta = np.asarray(optax.apply_updates(theta, updates), dtype=np.float64)
+        # The policy ignores the scale; the norm is summed in a fixed order (np.linalg.norm may call BLAS).
+        theta = theta / max(math.sqrt(sum(t * t for t in theta.tolist())), 1e-12)
         score = workers[iteration % len(workers)].mean_return(theta, 10, 10_000 + iteration)
+        scores.append(score)
         print(f"[coordinator] iteration {iteration}: mean return {score:.1f}", flush=True)
         if score >= target:
             break
     return {"iterations": iteration, "mean_return": score, "solved": score >= target,
-            "theta": [round(float(t), 4) for t in theta]}
+            "theta": [round(float(t), 4) for t in theta], "mean_returns": scores}
 
 
-def make_program(num_workers: int, population: int = 32, sigma: float = 0.1,
-                 learning_rate: float = 1.0, max_iterations: int = 50, target: float = 475.0) -> Program:
+def make_program(num_workers: int, population: int = 32, sigma: float = 0.2,
+                 learning_rate: float = 0.1, max_iterations: int = 50, target: float = 475.0,
+                 seed: int = 0) -> Program:
     program = Program("evolution_strategies")
     with program.group("worker"):
         workers = [program.add_node(ServiceNode(ESWorker, i)) for i in range(num_workers)]
     program.add_node(FunctionNode(coordinator, workers, population, sigma, learning_rate,
-                                  max_iterations, target), label="coordinator")
+                                  max_iterations, target, seed), label="coordinator")
     return program
 
 
@@ -102,11 +129,12 @@ if __name__ == "__main__":
     parser.add_argument("--population", type=int, default=32)
     parser.add_argument("--max-iterations", type=int, default=50)
     parser.add_argument("--target", type=float, default=475.0)
+    parser.add_argument("--seed", type=int, default=0, help="the run is a function of this seed alone")
     parser.add_argument("--launcher", default="processes", choices=["processes", "inprocess", "ray"])
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: a local one)")
     args = parser.parse_args()
     run = launch(make_program(args.workers, args.population, max_iterations=args.max_iterations,
-                              target=args.target), args.launcher, ray_address=args.ray_address)
+                              target=args.target, seed=args.seed), args.launcher, ray_address=args.ray_address)
     results = run.wait(timeout_s=600)
     print(run.summary())
     print(json.dumps(results["coordinator"]))

@@ -11,7 +11,9 @@ os.environ.setdefault("SHOAL_COMPILATION_CACHE", tempfile.mkdtemp(prefix="shoal-
 # GAE, the networks, the actor's parameter client, the learner benchmark. The rest need a replay
 # server (or a training run, which needs one).
 WITHOUT_REVERB = {"test_returns.py", "test_vtrace.py", "test_learner_pmap.py", "test_checkpoint.py",
-                  "test_variable_client.py", "test_portable.py"}
+                  "test_variable_client.py", "test_portable.py",
+                  # the unit layer: settings, specs, counter, codec, registry, presets, launch tables
+                  "test_unit_core.py", "test_unit_codec.py", "test_unit_agents.py", "test_unit_launch.py"}
 HAS_REVERB = importlib.util.find_spec("reverb") is not None
 
 
@@ -22,3 +24,15 @@ def pytest_ignore_collect(collection_path, config):
         return collection_path.name == "faults" or None
     return collection_path.suffix == ".py" and collection_path.name.startswith("test_") \
         and collection_path.name not in WITHOUT_REVERB or None
+
+
+def pytest_collection_modifyitems(config, items):
+    """``slow`` tests run only when ``-m`` names them (``-m slow``, ``-m "slow or not slow"``): the
+    plain command leaves them out, and so does ``-m "not e2e"``, which an ``-m 'not slow'`` in
+    addopts could not do (the last ``-m`` wins)."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]

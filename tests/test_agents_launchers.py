@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # every agent trained by `shoal train` under every launcher
+
 # Small settings so that each run takes seconds on 2 cores (the learning itself is tested elsewhere).
 AGENTS = {
     "dqn": ("CartPole-v1", ["min_replay_size=256"]),

@@ -64,6 +64,7 @@ class _Params:
         return 0, self._params
 
 
+@pytest.mark.e2e
 def test_a_convolutional_agent_learns_a_pixel_task_and_evaluates_unclipped(tmp_path):
     # Rewards of 5, clipped to 1 for training; the evaluation reports the game's own return, so a
     # good policy's is above the 8 a clipped episode could reach at most.
@@ -83,6 +84,7 @@ def test_a_convolutional_agent_learns_a_pixel_task_and_evaluates_unclipped(tmp_p
     assert result["final_eval_return"] > 8  # unclipped
 
 
+@pytest.mark.e2e
 def test_without_the_atari_extra_one_line_names_it(tmp_path):
     fake = tmp_path / "site"
     (fake / "ale_py").mkdir(parents=True)
@@ -97,6 +99,7 @@ def test_without_the_atari_extra_one_line_names_it(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.e2e
 def test_an_atari_run_reports_its_protocol(tmp_path):
     # Pong's games end within a few thousand frames whatever the policy (Breakout's can last
     # 108k frames for a policy that never serves): a whole-game evaluation stays short.

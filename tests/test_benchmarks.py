@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # the benchmark scripts run as a user runs them
+
 
 def script(*args, timeout=300):
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout)

@@ -20,6 +20,7 @@ def run_cli(args, tmp_path, extra_env=None):
     return proc, run_dir
 
 
+@pytest.mark.e2e  # (`shoal train` in a subprocess, as a user types it)
 @pytest.mark.parametrize("args, expected", [
     (["--env", "CartPol-v1"], "unknown gymnasium environment id 'CartPol-v1'; did you mean 'CartPole-v1'"),
     (["--env", "Pendulum-v1"], "DQN needs a discrete action space"),
@@ -35,6 +36,7 @@ def test_bad_input_fails_early(args, expected, tmp_path):
     assert not run_dir.exists()
 
 
+@pytest.mark.e2e  # (`shoal train` in a subprocess, as a user types it)
 def test_batch_not_divisible_by_devices(tmp_path):
     proc, run_dir = run_cli(["--set", "batch_size=63"], tmp_path,
                             {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
@@ -43,6 +45,7 @@ def test_batch_not_divisible_by_devices(tmp_path):
     assert not run_dir.exists()
 
 
+@pytest.mark.e2e  # (`shoal train` in a subprocess, as a user types it)
 def test_missing_extra_names_the_install_command(tmp_path):
     # Shadow Box2D with a package that fails to import, as if the box2d extra were not installed.
     fake = tmp_path / "site"
@@ -57,6 +60,7 @@ def test_missing_extra_names_the_install_command(tmp_path):
     assert "Traceback" not in proc.stderr and not run_dir.exists()
 
 
+@pytest.mark.e2e  # (`shoal train` in a subprocess, as a user types it)
 @pytest.mark.parametrize("agent, env, expected", [
     ("impala", "Pendulum-v1", "IMPALA here takes a discrete action space"),
     ("sac", "CartPole-v1", "SAC needs a 1-d continuous (Box) action space"),

@@ -6,7 +6,11 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from tests.waiting import csv_rows, wait_for
+
+pytestmark = pytest.mark.e2e  # a distributed program grown and shrunk while it trains
 
 RUN = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0", "--num-actors", "2",
        "--set", "min_replay_size=256", "--max-env-steps", str(10**8), "--target-return", "1e9",

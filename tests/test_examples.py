@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # each test launches a real program of several processes (or threads)
+
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
@@ -30,6 +32,12 @@ def test_mapreduce_word_count():
 
 
 def test_evolution_strategies_on_cartpole():
-    result = run_example("evolution_strategies.py", "--workers", "2", "--population", "16",
-                         "--max-iterations", "40")
-    assert result["iterations"] >= 1 and result["mean_return"] > 100
+    # Two workers in processes and three in threads answer in different orders and hold different
+    # shards of the noise seeds: the run must not notice. Seed 0 solves (mean return >= 475 over
+    # 10 episodes) at iteration 25 of the 40 allowed; 11 of the seeds 0-11 solve within 40.
+    args = ("--population", "16", "--max-iterations", "40", "--seed", "0")
+    first = run_example("evolution_strategies.py", "--workers", "2", "--launcher", "processes", *args)
+    second = run_example("evolution_strategies.py", "--workers", "3", "--launcher", "inprocess", *args)
+    assert first == second
+    assert first["solved"] and first["mean_return"] >= 475, first
+    assert first["iterations"] <= 35, first  # five iterations of margin on the 40 allowed

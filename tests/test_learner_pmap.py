@@ -9,6 +9,9 @@ import pytest
 
 from tests.pmap_equivalence_worker import CASES
 
+# (each agent's learner compiled and updated on 1 and on 2 forced devices, in a subprocess: ~40 s)
+pytestmark = pytest.mark.e2e
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

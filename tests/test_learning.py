@@ -3,8 +3,12 @@
 import csv
 import json
 
+import pytest
+
 from shoal.agents import get_builder
 from shoal.launch import ExperimentConfig, run_experiment
+
+pytestmark = pytest.mark.e2e  # real learning runs
 
 
 def run(tmp_path, seed, max_env_steps, eval_every, **overrides):

@@ -3,6 +3,8 @@ fails to close does not keep the rest of a run from being cleaned up."""
 
 import csv
 
+import pytest
+
 from shoal.agents.dqn import DQNBuilder, DQNConfig
 from shoal.core import loggers
 from shoal.launch import ExperimentConfig, run_experiment
@@ -28,6 +30,7 @@ def test_csv_appends_across_processes_and_widens_its_header(tmp_path):
         {"env_steps": "24", "steps_per_s": "3.5", "episode_return": ""}]
 
 
+@pytest.mark.e2e
 def test_a_logger_failing_to_close_does_not_skip_stopping_the_replay_server(tmp_path, monkeypatch, capsys):
     stopped = []
     stop = replay_server.ReplayServer.stop

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORBIDDEN = ("reverb", "tensorflow", "tensorflow_probability", "distrax", "rlax")
 
@@ -22,6 +24,7 @@ def test_the_learning_code_imports_without_reverb_or_tensorflow():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.e2e  # (the learner benchmark run for every agent: ~25 s)
 def test_the_learner_benchmark_feeds_every_agent_without_a_replay_server():
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "learner_bench.py"), "--in-memory",
                            "--configs", "default", "--seconds", "0.2"], capture_output=True, text=True, timeout=300)

@@ -42,6 +42,7 @@ def test_shoal_train_help_lists_the_presets():
     assert "ppo: classic, box2d, mujoco" in " ".join(out.getvalue().split())
 
 
+@pytest.mark.e2e
 def test_normalization_statistics_survive_a_resume_bit_for_bit(tmp_path):
     class Keep(PPOBuilder):  # keeps the learner, and the statistics right after its restore
         def make_learner(self, *args, **kwargs):
@@ -74,6 +75,7 @@ def test_normalization_statistics_survive_a_resume_bit_for_bit(tmp_path):
 @pytest.mark.parametrize("launch", [["--max-env-steps", "4096"],
                                     ["--max-env-steps", "16384", "--set", "queue_capacity=1",
                                      "--launcher", "processes", "--num-actors", "2"]])
+@pytest.mark.e2e
 def test_ppo_trains_a_gaussian_policy_on_mujoco(tmp_path, launch):
     import subprocess
     import sys

@@ -8,8 +8,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from shoal.agents import get_builder
 from shoal.launch import ExperimentConfig, run_distributed_experiment, run_experiment
+
+pytestmark = pytest.mark.e2e  # real runs, resumed by `shoal train --resume`
 
 
 def config(run_dir, max_env_steps, **changes):

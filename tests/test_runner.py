@@ -4,6 +4,8 @@ import csv
 import json
 import time
 
+import pytest
+
 from shoal.agents.impala import IMPALABuilder, IMPALAConfig
 from shoal.agents.ppo import PPOBuilder, PPOConfig
 from shoal.launch import ExperimentConfig, run_experiment
@@ -39,6 +41,7 @@ def run(builder, tmp_path, max_env_steps, num_envs=4, seed=0):
     return run_experiment(config)
 
 
+@pytest.mark.e2e
 def test_tiny_queue_and_slow_learner_still_finish_on_policy(tmp_path):
     builder = slowed(PPOBuilder)(PPOConfig(rollout_length=4, num_minibatches=2, queue_capacity=1))
     result = run(builder, tmp_path, max_env_steps=800)
@@ -49,6 +52,7 @@ def test_tiny_queue_and_slow_learner_still_finish_on_policy(tmp_path):
     assert builder.lags == [0] * rollouts  # each acted with the newest params: on-policy
 
 
+@pytest.mark.e2e
 def test_dropping_fifo_and_slow_learner_still_finish(tmp_path):
     builder = slowed(IMPALABuilder)(IMPALAConfig(rollout_length=4, sequences_per_update=4, queue_capacity=1))
     result = run(builder, tmp_path, max_env_steps=800)
@@ -59,6 +63,7 @@ def test_dropping_fifo_and_slow_learner_still_finish(tmp_path):
     assert len(builder.lags) == builder.learner.version and min(builder.lags) >= 0  # lag is logged
 
 
+@pytest.mark.e2e
 def test_seeded_on_policy_run_is_reproducible_after_learning(tmp_path):
     # A queue is sampled in order and every update is paced exactly: same seed, same run, to the
     # bit (compared on what does not depend on when a log row happened to be written).

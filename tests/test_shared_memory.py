@@ -74,6 +74,7 @@ def test_a_closed_segment_and_another_host_are_refused():
     assert SharedValueReader.attach({"path": publisher.path, "host": "elsewhere/" + host_id()}) is None
 
 
+@pytest.mark.e2e
 def test_actors_of_a_local_program_read_parameters_from_shared_memory(tmp_path):
     import json
     import subprocess

@@ -131,6 +131,7 @@ def test_variables_are_parsed_in_one_place(monkeypatch):
                                                     max_env_steps=200), num_actors=1)
 
 
+@pytest.mark.e2e
 def test_the_cli_exits_2_in_one_line(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--launcher", "processes", "--num-actors", "1",

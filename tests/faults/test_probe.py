@@ -119,6 +119,7 @@ def checkpointed(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.e2e
 def test_resuming_against_another_environment_is_refused_before_anything_is_written(checkpointed):
     config_path = checkpointed / "config.json"
     original = config_path.read_text()
@@ -134,6 +135,7 @@ def test_resuming_against_another_environment_is_refused_before_anything_is_writ
         config_path.write_text(original)
 
 
+@pytest.mark.e2e
 def test_resuming_a_checkpoint_whose_learner_state_is_missing_is_refused(checkpointed):
     run_json = checkpointed / "checkpoints" / "run.json"
     original = run_json.read_text()
@@ -170,6 +172,7 @@ def test_resuming_a_checkpoint_whose_learner_state_is_missing_is_refused(checkpo
     (["--seed", "0"], "--seed"),  # (given at its default value: still a change the run cannot take)
     (["--agent", "dqn", "--num-envs", "4"], "--agent, --num-envs"),
 ])
+@pytest.mark.e2e
 def test_resume_names_the_flags_it_cannot_take(checkpointed, flags, named):
     rc, errors, text = shoal("train", "--resume", str(checkpointed), *flags)
     assert rc == 2 and len(errors) == 1, text

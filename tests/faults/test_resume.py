@@ -11,6 +11,8 @@ import pytest
 from tests.faults.harness import SMALL, errors, node_pids, running, start
 from tests.waiting import csv_rows, wait_for
 
+pytestmark = pytest.mark.e2e  # real runs stopped, killed and resumed
+
 
 def resume(run_dir, *args):
     return subprocess.run([sys.executable, "-m", "shoal", "train", "--resume", str(run_dir), "--quiet", *args],

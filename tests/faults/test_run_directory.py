@@ -48,6 +48,7 @@ def test_writes_replace_a_planted_link_and_never_write_through_it(tmp_path):
     assert victim.read_text() == "precious"
 
 
+@pytest.mark.e2e
 def test_a_run_directory_holding_links_is_refused_before_anything_is_written(tmp_path):
     outside = {name: tmp_path / f"outside-{name}" for name in ("lock", "token", "log")}
     for path in outside.values():
@@ -64,6 +65,7 @@ def test_a_run_directory_holding_links_is_refused_before_anything_is_written(tmp
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock", "control.token.tmp", "logs"]
 
 
+@pytest.mark.e2e
 def test_a_run_directory_others_may_write_or_own_is_refused_and_a_group_writable_one_warned(tmp_path, capsys):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -98,6 +100,7 @@ class _Planted:
         return (os.system, (f"touch {self.mark}",))
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(400)
 def test_a_live_run_reads_no_node_file_and_keeps_its_lock_when_lock_is_deleted(tmp_path):
     run_dir, mark = tmp_path / "run", tmp_path / "code-ran"

@@ -70,6 +70,7 @@ CASES = [  # (file, edit, the field and what the line says)
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name,change,says", CASES, ids=[f"{c[0]}:{c[2].split()[0]}" for c in CASES])
 def test_a_state_file_of_the_wrong_shape_is_refused_in_one_line_before_anything_is_written(
@@ -82,6 +83,7 @@ def test_a_state_file_of_the_wrong_shape_is_refused_in_one_line_before_anything_
     assert _files(run_dir) == before and not (run_dir / "tb").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_a_garbage_learner_checkpoint_is_refused_in_one_line_naming_it_before_anything_is_written(
         finished_run, tmp_path, capsys):
@@ -143,6 +145,7 @@ def test_step_grants_keep_any_interleaving_of_actors_within_one_vector_step_of_t
         assert budget <= env_steps <= budget + n - 1, (seed, env_steps)
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("num_actors", [1, 2])
 def test_a_distributed_run_stops_within_one_vector_step_per_actor_and_both_files_say_so(tmp_path, num_actors):

@@ -15,6 +15,8 @@ from shoal.launch.programs.rpc.client import RemoteError, RpcClient
 from tests.faults.harness import SMALL, errors, node_pids, running, start
 from tests.waiting import wait_for
 
+pytestmark = pytest.mark.e2e  # live runs probed from outside
+
 TOKEN = "test-token-0123456789"
 
 

@@ -16,6 +16,8 @@ from shoal.launch.experiments.rundir import RunDirectory
 from tests.faults.harness import SMALL, alive, handles_sigterm, node_pids, running, shm_segments, start
 from tests.waiting import csv_rows, wait_for
 
+pytestmark = pytest.mark.e2e  # real runs stopped by signals
+
 EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 LINE = {signal.SIGINT: "shoal: interrupted", signal.SIGTERM: "shoal: terminated"}
 # A generous bound, not the goal: benchmarks/stop_time.py measures the time to exit (under 1 s
@@ -120,8 +122,9 @@ def test_a_one_process_run_leaves_at_once_while_setting_up_and_stops_with_its_re
     try:
         # config.json: the run claimed its directory and is setting up (Reverb, networks, compiling);
         # train.csv with a row: it trains
-        wait_for(lambda: (run_dir / moment).exists() and (moment != "train.csv" or csv_rows(run_dir / moment)),
-                 180, moment)
+        wait_for(lambda: proc.poll() is not None or (run_dir / moment).exists()
+                 and (moment != "train.csv" or csv_rows(run_dir / moment)), 180, moment)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
         signalled = time.monotonic()
         proc.send_signal(sig)
         out, err, took = _ended(proc, run_dir, [], signalled)

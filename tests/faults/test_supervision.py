@@ -18,6 +18,8 @@ from shoal.launch.experiments.rundir import RunDirectory
 from tests.faults.harness import alive, errors, node_pids, running, start
 from tests.waiting import csv_rows, wait_for
 
+pytestmark = pytest.mark.e2e  # distributed runs whose nodes are killed
+
 NODES = ("replay", "counter", "learner", "actor_0", "actor_1", "evaluator")
 
 
@@ -63,6 +65,7 @@ def test_killed_actor_is_restarted_continues_its_schedule_and_run_completes(tmp_
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("victim", ["learner", "replay", "counter", "evaluator"])
 def test_killing_a_non_restartable_node_stops_every_process_within_10s(tmp_path, victim):
+    """...and a failed program still checkpoints what its living learner, replay and counter hold."""
     run_dir = tmp_path / "run"
     proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", "2000")
     try:
@@ -79,6 +82,8 @@ def test_killing_a_non_restartable_node_stops_every_process_within_10s(tmp_path,
     assert proc.returncode == 1 and took < 10
     assert errors(err) == [f"shoal: error: program 'dqn' failed: {victim} exited with code -9 "
                            f"(see {run_dir}/logs/{victim}.log)"], err[-2000:]
+    # The evaluator's death leaves learner, replay and counter alive: their state is saved once more.
+    assert (run_dir / "checkpoints" / "run.json").exists() == (victim == "evaluator"), err[-2000:]
 
 
 @pytest.mark.timeout(300)
