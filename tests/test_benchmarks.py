@@ -16,6 +16,7 @@ def script(*args, timeout=300):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # (~35 s; -m slow runs it)
 def test_throughput_prints_every_figure():
     # (the learner on 2 forced devices is tested in tests/test_learner_pmap.py)
     proc = script("benchmarks/throughput.py", "--window", "0.2", "--scaling", "1", "2", "--learner-devices", "1")

@@ -26,7 +26,7 @@ from tests.waiting import wait_for
 
 # (not imported here: Ray reads its auth token once, and tests/ray_cluster.py sets one later)
 WHY = "needs the 'ray' extra" if importlib.util.find_spec("ray") is None else unavailable()
-pytestmark = [pytest.mark.e2e,  # programs across two network namespaces
+pytestmark = [pytest.mark.e2e, pytest.mark.slow,  # programs across two network namespaces (~3 min: -m slow)
               pytest.mark.skipif(WHY is not None, reason=f"two network namespaces: {WHY}")]
 
 SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0", "--set", "min_replay_size=256",

@@ -73,8 +73,9 @@ def test_normalization_statistics_survive_a_resume_bit_for_bit(tmp_path):
 # they step at most 3 of the budget's 8 (one queued, two waiting to be), so the budget is spent
 # only after the learner has finished updates (rather than racing its first one).
 @pytest.mark.parametrize("launch", [["--max-env-steps", "4096"],
-                                    ["--max-env-steps", "16384", "--set", "queue_capacity=1",
-                                     "--launcher", "processes", "--num-actors", "2"]])
+                                    pytest.param(["--max-env-steps", "16384", "--set", "queue_capacity=1",
+                                                  "--launcher", "processes", "--num-actors", "2"],
+                                                 marks=pytest.mark.slow)])  # (~30 s: -m slow)
 @pytest.mark.e2e
 def test_ppo_trains_a_gaussian_policy_on_mujoco(tmp_path, launch):
     import subprocess

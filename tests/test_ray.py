@@ -29,9 +29,11 @@ def result_line(stdout):
     return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
 
 
-# Where two network namespaces can be made, tests/test_multihost.py runs these across two hosts.
-ACROSS_HOSTS = pytest.mark.skipif(netns_unavailable() is None, reason="tests/test_multihost.py covers it "
-                                  "across two hosts (network namespaces)")
+# tests/test_multihost.py runs these across two hosts (network namespaces) too; it is marked slow
+# (left out by default, -m slow runs it), so these run here on one host unless -m selects slow.
+ACROSS_HOSTS = pytest.mark.skipif("config.getoption('markexpr') and 'slow' in config.getoption('markexpr') "
+                                  "and netns_unavailable() is None",
+                                  reason="tests/test_multihost.py covers it across two hosts (network namespaces)")
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +156,8 @@ def test_a_node_that_cannot_be_placed_is_pending_and_named(cluster, tmp_path):
     err = log.read_text()
     assert proc.returncode == 143, err[-3000:]
     assert re.search(r"\n  actor_\d +actor +pending ", err), err[-2000:]  # never placed: not "killed"
-    assert result_line(out)["num_actors"] == 1
+    # (the one actor that could be placed; 0 where the stop came before it had served)
+    assert result_line(out)["num_actors"] <= 1
     assert "did not hand over its schedule" not in err  # (the checkpoint does not wait on it)
     hosts = {m.group(1): m.group(2) for m in re.finditer(r"\[(\w+)\] started \(pid \d+, node (\w+)", out + err)}
     assert hosts["replay"] == hosts["counter"] == hosts["evaluator"] == hosts["learner"] == cluster.actor_host_node

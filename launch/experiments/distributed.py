@@ -22,7 +22,7 @@ from shoal.core.loggers import TerminalLogger
 from shoal.core.timing import breakdown
 from shoal.launch.experiments.checkpointing import Periodic, commit, spec_record
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.interrupts import Interrupted, run_begins
+from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.launch_settings import LaunchSettings, max_actors
 from shoal.launch.experiments.preflight import prepare
 from shoal.launch.experiments.program import CPU_ENV
@@ -37,8 +37,8 @@ def run_distributed_experiment(config: ExperimentConfig, num_actors: int = 4, la
                                stop: threading.Event | None = None, launched_at: float | None = None) -> dict[str, Any]:
     """Trains ``config`` as a distributed program until solved, out of budget, or ``stop`` is
     set (then the result has ``"terminated": stop.reason``, default ``"SIGTERM"``; stopped before
-    its evaluator served, it raises ``interrupts.Interrupted``: nothing to report); returns the
-    result summary. A second ``stop.hurry`` (``interrupts.StopRequest``) kills every node at once.
+    its evaluator served, the result has no evaluation: ``num_evals`` 0); returns the result
+    summary. A second ``stop.hurry`` (``interrupts.StopRequest``) kills every node at once.
 
     ``launcher``: ``"processes"``, ``"inprocess"`` or ``"ray"`` (``ray_address``: the cluster
     to join; default a local Ray). ``resources``: per group, what each node asks of Ray.
@@ -147,9 +147,20 @@ class _Driver:
             raise
         finally:
             print(run.summary(), file=sys.stderr, flush=True)
-        if terminated and results.get("evaluator") is None:  # stopped before the evaluator served
-            raise Interrupted(reason())
-        return self._result(results["evaluator"], run.results(), reason() if terminated else None)
+        evaluator = results.get("evaluator")
+        if terminated and evaluator is None:  # stopped before the evaluator served: no evaluation
+            evaluator = {"result": self._unevaluated()}
+        return self._result(evaluator, run.results(), reason() if terminated else None)
+
+    def _unevaluated(self) -> dict[str, Any]:
+        """The result's fields for a run stopped before its evaluator served (nothing evaluated)."""
+        config, wall_s = self._config, round(time.time() - self._launched_at, 3)
+        env_steps = self._checkpointed_env_steps
+        if env_steps is None:
+            env_steps = int((self._saved or {}).get("env_steps", 0))
+        return {"agent": config.builder.name, "env": config.env_id, "seed": config.seed, "solved": False,
+                "env_steps": env_steps, "wall_s": wall_s, "train_s": wall_s, "eval_s": 0.0,
+                "final_eval_return": None, "learner_steps": 0, "num_evals": 0}
 
     def _show_progress(self, run) -> None:
         try:

@@ -63,7 +63,9 @@ def test_killed_actor_is_restarted_continues_its_schedule_and_run_completes(tmp_
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("victim", ["learner", "replay", "counter", "evaluator"])
+# (replay and counter take the learner's path to a failure: -m slow runs them)
+@pytest.mark.parametrize("victim", ["learner", pytest.param("replay", marks=pytest.mark.slow),
+                                    pytest.param("counter", marks=pytest.mark.slow), "evaluator"])
 def test_killing_a_non_restartable_node_stops_every_process_within_10s(tmp_path, victim):
     """...and a failed program still checkpoints what its living learner, replay and counter hold."""
     run_dir = tmp_path / "run"
@@ -107,7 +109,7 @@ def test_a_frozen_actor_does_not_stop_the_run_and_is_killed_at_its_end(tmp_path)
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("env, message", [
-    ("RaisesInStep-v0", "the environment raised in step() after"),
+    pytest.param("RaisesInStep-v0", "the environment raised in step() after", marks=pytest.mark.slow),
     ("NaNObservations-v0", "the environment returned a non-finite observation after"),
 ])
 def test_a_failing_environment_ends_in_one_line(tmp_path, env, message):
