@@ -1,5 +1,8 @@
-"""Launching the real CLI as a distributed program and finding its node processes."""
+"""Launching the real CLI as a distributed program and finding its node processes; running
+``shoal`` in this process and reading its error lines."""
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -65,3 +68,14 @@ def shm_segments(pids):
     """The shared-memory segments in /dev/shm written by any of ``pids``."""
     pids = {str(p) for p in pids}
     return [name for name in os.listdir("/dev/shm") if name.startswith("shoal-") and name.rsplit("-", 2)[1] in pids]
+
+
+def shoal_main(*args):
+    """``main(args)`` in this process: (exit status, the ``shoal: error:`` lines, all of stderr)."""
+    from shoal.launch.experiments.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(list(args))
+    text = err.getvalue()
+    return rc, [line for line in text.splitlines() if line.startswith("shoal: error:")], text

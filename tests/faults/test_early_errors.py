@@ -6,8 +6,6 @@ Most checks run ``main`` in this process (the CLI's own checks decide); the budg
 memory and environment cases is below what DQN needs to learn, so that code without the check
 refuses quickly with another line instead of training (or allocating)."""
 
-import contextlib
-import io
 import os
 import subprocess
 import sys
@@ -17,23 +15,15 @@ import pytest
 from shoal.agents import get_builder
 from shoal.agents import memory
 from shoal.launch import ExperimentConfig, Program, ServiceNode, run_distributed_experiment
-from shoal.launch.experiments.cli import main
 from shoal.launch.programs import environment
 from shoal.launch.programs.launching import check_ports, servers
 from shoal.launch.programs.rpc.server import max_message_bytes
 
+from tests.faults.harness import shoal_main as shoal
+
 GIB = 2**30
 TOO_SMALL_BUDGET = ["--max-env-steps", "200"]  # (below DQN's first update: refused later, either way)
 ENVS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "impala": "CartPole-v1", "sac": "Pendulum-v1"}
-
-
-def shoal(*args):
-    """``main(args)`` in this process: (exit status, the ``shoal: error:`` lines, all of stderr)."""
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        rc = main(list(args))
-    text = err.getvalue()
-    return rc, [line for line in text.splitlines() if line.startswith("shoal: error:")], text
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 clear error to the caller), with nothing half-written. Checked in this process where the CLI's
 own checks decide (``main``), against real programs and real checkpoints where they run."""
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -16,19 +14,10 @@ import pytest
 from shoal.agents import get_builder
 from shoal.core.counting import Counter
 from shoal.launch import ExperimentConfig, Program, Resources, ServiceNode, launch, run_experiment
-from shoal.launch.experiments.cli import main
 from shoal.launch.programs.control import connect_control, serve_control
 from shoal.launch.programs.rpc import RemoteError
 from shoal.launch.programs.shared_memory import SharedValuePublisher, sweep_segments
-
-
-def shoal(*args):
-    """``main(args)`` in this process: (exit status, the ``shoal: error:`` lines, all of stderr)."""
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        rc = main(list(args))
-    text = err.getvalue()
-    return rc, [line for line in text.splitlines() if line.startswith("shoal: error:")], text
+from tests.faults.harness import shoal_main as shoal
 
 
 def test_a_malformed_counter_increment_is_refused_and_the_counter_is_unchanged(tmp_path):
