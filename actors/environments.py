@@ -12,11 +12,16 @@ the unclipped score (``env_protocol`` describes it, and the result says so).
 from __future__ import annotations
 
 import difflib
-import importlib
+import functools
 import os
+from typing import Any, Mapping
 
 import gymnasium as gym
 import numpy as np
+
+from shoal.actors.env_sources import EnvFactory, make_single_env
+from shoal.core.importing import import_module_for
+from shoal.core.specs import EnvironmentSpec, make_environment_spec
 
 
 def resolve_env_id(env_id: str) -> str:
@@ -29,11 +34,7 @@ def resolve_env_id(env_id: str) -> str:
         if not module or not name or ":" in name or module.startswith(".") or "" in module.split("."):
             raise ValueError(f"environment id {env_id!r} is neither EnvId nor module:EnvId (e.g. CartPole-v1, "
                              "or my_package.envs:MyEnv-v0 to import my_package.envs, which registers MyEnv-v0)")
-        try:
-            importlib.import_module(module)
-        except Exception as e:  # noqa: BLE001 -- ImportError, or whatever the module raised: one line
-            raise ValueError(f"cannot import {module!r} for environment {env_id!r}: {type(e).__name__}: "
-                             f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        import_module_for(module, f"environment {env_id!r}")
         env_id = name
     check_env_id(env_id)
     return env_id
@@ -109,23 +110,30 @@ class ClipTrainingRewards(gym.vector.VectorWrapper):
         return obs, np.clip(reward, -1.0, 1.0).astype(np.float32), terminated, truncated, info
 
 
-def make_atari_vector_env(env_id: str, num_envs: int, seed: int,
-                          sticky_actions: float = STICKY_ACTIONS) -> gym.vector.VectorEnv:
-    """ale-py's ``AtariVectorEnv`` with the protocol in the module docstring (unclipped rewards)."""
+def make_atari_vector_env(env_id: str, num_envs: int, seed: int, sticky_actions: float = STICKY_ACTIONS,
+                          env_args: Mapping[str, Any] | None = None) -> gym.vector.VectorEnv:
+    """ale-py's ``AtariVectorEnv`` with the protocol in the module docstring (unclipped rewards;
+    ``env_args`` override its settings)."""
     check_env_id(env_id)  # (imports ale-py, or names the extra)
     from ale_py.vector_env import AtariVectorEnv
 
-    env = AtariVectorEnv(_atari_game(env_id), num_envs, num_threads=min(num_envs, os.cpu_count() or 1),
-                         repeat_action_probability=sticky_actions, frameskip=4, stack_num=4, img_height=84,
-                         img_width=84, grayscale=True, maxpool=True, noop_max=30, use_fire_reset=True,
-                         episodic_life=False, reward_clipping=False, autoreset_mode="SameStep")
+    protocol = dict(repeat_action_probability=sticky_actions, frameskip=4, stack_num=4, img_height=84,
+                    img_width=84, grayscale=True, maxpool=True, noop_max=30, use_fire_reset=True,
+                    episodic_life=False, reward_clipping=False, autoreset_mode="SameStep")
+    try:
+        env = AtariVectorEnv(_atari_game(env_id), num_envs, num_threads=min(num_envs, os.cpu_count() or 1),
+                             **{**protocol, **(env_args or {})})
+    except TypeError as e:
+        raise ValueError(f"{env_id} with arguments {dict(env_args or {})}: {e}") from None
     env.reset(seed=seed)
     env.action_space.seed(seed)
     return env
 
 
 def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: float = STICKY_ACTIONS,
-                    evaluation: bool = False, clip_rewards: bool | None = None) -> gym.vector.VectorEnv:
+                    evaluation: bool = False, clip_rewards: bool | None = None,
+                    env_args: Mapping[str, Any] | None = None,
+                    env_factory: str | EnvFactory | None = None) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` copies, reset with seeds ``seed, seed+1, ...``.
 
     Autoreset is ``SAME_STEP``: when an env's episode ends, ``step`` already returns the first
@@ -133,12 +141,20 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     step returned is a real transition (no dummy reset steps to skip). Atari ids get
     ``make_atari_vector_env`` (``sticky_actions``); others a synchronous gymnasium vector env.
     A training env (not ``evaluation``) clips its rewards to [-1, 1] where ``clip_rewards``
-    says so (``None``: for Atari, as its protocol does).
+    says so (``None``: for Atari, as its protocol does). ``env_args`` go to each env's
+    constructor (to ``AtariVectorEnv`` for Atari); an ``env_factory`` (``shoal.actors.env_sources``)
+    makes each env instead of ``env_id``'s registration.
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    if is_atari(env_id):
-        env = make_atari_vector_env(env_id, num_envs, seed, sticky_actions)
+    if env_factory is not None or (env_args and not is_atari(env_id)):
+        make = functools.partial(make_single_env, resolve_env_id(env_id) if env_factory is None else env_id,
+                                 env_args, env_factory)
+        env = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+    elif is_atari(env_id):
+        env = make_atari_vector_env(env_id, num_envs, seed, sticky_actions, env_args)
     else:
         env_id = resolve_env_id(env_id)
         try:
@@ -151,6 +167,47 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     if not evaluation and (clip_rewards if clip_rewards is not None else is_atari(env_id)):
         env = ClipTrainingRewards(env)
     return env
+
+
+def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | None = None,
+                     env_factory: str | EnvFactory | None = None) -> EnvironmentSpec:
+    """The spec of ``make_vector_env(env_id, num_envs, ...)``, read off one single env that is
+    built and closed, never reset nor stepped (no vector env, no Atari threads): what a process
+    that steps no env (a distributed run's driver) reads once and hands to its nodes. Atari's
+    frames are the protocol's (a stack of 4 84x84 grayscale frames); its actions the game's
+    minimal set, as ``AtariVectorEnv`` has them (with ``env_args``, one 1-env ``AtariVectorEnv``
+    is read instead: they may change the frames)."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if env_factory is not None or (env_args and not is_atari(env_id)):
+        env = make_single_env(resolve_env_id(env_id) if env_factory is None else env_id, env_args, env_factory)
+        observation_space = env.observation_space
+    elif is_atari(env_id) and env_args:
+        env = make_atari_vector_env(env_id, 1, 0, env_args=env_args)
+        observation_space = env.single_observation_space
+    elif is_atari(env_id):
+        check_env_id(env_id)
+        env = gym.make(env_id, full_action_space=False)
+        observation_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    else:
+        env_id = resolve_env_id(env_id)
+        try:
+            env = gym.make(env_id)
+        except gym.error.DependencyNotInstalled as e:
+            raise _missing_extra(env_id, e) from None
+        observation_space = env.observation_space
+    try:
+        action_space = getattr(env, "single_action_space", env.action_space)
+        return make_environment_spec(_Spaces(observation_space, action_space), num_envs)
+    finally:
+        env.close()
+
+
+class _Spaces:
+    """Two spaces, read as an env's (``make_environment_spec`` of a single env)."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        self.observation_space, self.action_space = observation_space, action_space
 
 
 def final_observations(next_obs, terminated, truncated, info):

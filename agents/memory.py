@@ -26,8 +26,10 @@ EXTRA_PARAM_COPIES = 3
 
 def _state_shapes(builder: Any, networks: Any) -> Any | None:
     """The shapes of ``learning.init_state(key, ...)`` of the builder's agent, or ``None``
-    for an agent without one (a custom agent: not estimated)."""
+    for an agent without one (a plug-in agent: not estimated)."""
     package = type(builder).__module__.rsplit(".", 1)[0]
+    if not package.startswith("shoal.agents."):  # a plug-in's: its layout is its own (not estimated)
+        return None
     try:
         init_state = importlib.import_module(f"{package}.learning").init_state
     except (ImportError, AttributeError):

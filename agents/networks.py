@@ -100,25 +100,34 @@ class ActorCriticNetworks(NamedTuple):
     action_size: int = 0
 
 
+def check_actor_critic_actions(spec: EnvironmentSpec, agent: str, continuous: bool = False) -> None:
+    """Raises ``ValueError`` (naming ``agent`` and the space) for an action space its
+    actor-critic cannot act in: continuous actions unless ``continuous``, and then only 1-d
+    Box ones, and never with image observations. Builds nothing."""
+    if spec.num_actions is not None:
+        return
+    if is_image(spec):
+        raise ValueError(f"{agent} takes image observations with discrete actions only, got {spec.action_space}")
+    if not continuous:
+        raise ValueError(f"{agent} here takes a discrete action space, got {spec.action_space} "
+                         "(for continuous actions use --agent ppo or sac)")
+    if len(spec.action.shape) != 1:
+        raise ValueError(f"{agent} takes a discrete or a 1-d continuous (Box) action space, got {spec.action_space}")
+
+
 def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int], agent: str,
                                continuous: bool = False, initial_log_std: float = 0.0,
                                torso: str = "nature") -> ActorCriticNetworks:
     """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
     space, Gaussian for a 1-d Box one where ``continuous`` is allowed; a convolutional ``torso``
     for image observations, MLPs of ``hidden_sizes`` for flat ones."""
+    check_actor_critic_actions(spec, agent, continuous)
     if is_image(spec):
-        if spec.num_actions is None:
-            raise ValueError(f"{agent} takes image observations with discrete actions only, got {spec.action_space}")
         return ActorCriticNetworks(PixelActorCritic(torso, spec.num_actions), spec.observation_shape,
                                    spec.num_actions)
     if spec.num_actions is not None:
         return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions),
                                    spec.observation_shape, spec.num_actions)
-    if not continuous:
-        raise ValueError(f"{agent} here takes a discrete action space, got {spec.action_space} "
-                         "(for continuous actions use --agent ppo or sac)")
-    if len(spec.action.shape) != 1:
-        raise ValueError(f"{agent} takes a discrete or a 1-d continuous (Box) action space, got {spec.action_space}")
     size = spec.action.shape[0]
     return ActorCriticNetworks(GaussianActorCritic(tuple(hidden_sizes), size, initial_log_std),
                                spec.observation_shape, None, size)

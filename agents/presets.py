@@ -1,6 +1,7 @@
 """Presets: tuned settings of an agent for a family of tasks, chosen by the environment id.
 
-Each agent package declares its presets in ``presets.py`` (``PRESETS``), each naming the
+Each agent package declares its presets in ``presets.py`` (``PRESETS``; a plug-in agent in its
+builder's ``presets`` attribute), each naming the
 published settings it comes from. A preset sets agent config fields (``settings``) and may set
 the experiment's too (``experiment``: envs per actor, evaluation interval and size, a budget).
 The family of a gymnasium id is read off its registered entry point:
@@ -20,7 +21,7 @@ import dataclasses
 import importlib
 from typing import Any, Mapping
 
-from shoal.agents.registry import config_class, registered_agents
+from shoal.agents.registry import builder_class, builtin_agents
 
 FAMILIES = {"gymnasium.envs.classic_control": "classic", "gymnasium.envs.box2d": "box2d",
             "gymnasium.envs.mujoco": "mujoco", "ale_py": "atari", "shimmy.atari": "atari"}
@@ -58,10 +59,15 @@ def task_family(env_id: str) -> str | None:
 
 def presets(agent: str | None = None) -> list[Preset]:
     """Every preset (of ``agent``)."""
-    agents = [agent] if agent is not None else registered_agents()
+    agents = [agent] if agent is not None else builtin_agents()
+    found = []
     for name in agents:
-        config_class(name)  # an unknown agent: one line naming the known ones
-    return [p for a in agents for p in importlib.import_module(f"shoal.agents.{a}.presets").PRESETS]
+        builder = builder_class(name)  # an unknown agent: one line naming the known ones
+        if name in builtin_agents():
+            found += importlib.import_module(f"shoal.agents.{name}.presets").PRESETS
+        else:  # a plug-in's own (its Preset.agent is its own name for itself)
+            found += list(getattr(builder, "presets", ()))
+    return found
 
 
 def find_preset(agent: str, env_id: str, name: str | None = "auto") -> Preset | None:
@@ -72,7 +78,7 @@ def find_preset(agent: str, env_id: str, name: str | None = "auto") -> Preset | 
     available = {p.family: p for p in presets(agent)}
     if name == "auto":
         return available.get(task_family(env_id))
-    family = name.split("/", 1)[1] if name.startswith(f"{agent}/") else name
+    family = name.split("/", 1)[1] if "/" in name else name  # (agent/family: a plug-in's own name for it)
     if family not in available:
         raise ValueError(f"{agent} has no preset {name!r}; its presets: {', '.join(sorted(available)) or 'none'}, "
                          "or none (the plain defaults)")

@@ -52,8 +52,10 @@ class EnvironmentSpec:
         return self.observation.shape
 
 
-def make_environment_spec(env: gym.Env | gym.vector.VectorEnv) -> EnvironmentSpec:
-    """Builds the spec of a gymnasium env or vector env (using its *single* spaces)."""
+def make_environment_spec(env: gym.Env | gym.vector.VectorEnv, num_envs: int | None = None) -> EnvironmentSpec:
+    """Builds the spec of a gymnasium env or vector env (using its *single* spaces); its
+    ``num_envs`` is the vector env's size, or the ``num_envs`` given (a single env read for the
+    spec of a vector env of that size)."""
     obs_space = getattr(env, "single_observation_space", env.observation_space)
     act_space = getattr(env, "single_action_space", env.action_space)
     if not isinstance(obs_space, gym.spaces.Box):
@@ -72,4 +74,4 @@ def make_environment_spec(env: gym.Env | gym.vector.VectorEnv) -> EnvironmentSpe
     return EnvironmentSpec(
         observation_space=obs_space, action_space=act_space,
         observation=ArraySpec(obs_space.shape, obs_dtype), action=action,
-        num_actions=num_actions, num_envs=int(getattr(env, "num_envs", 1)))
+        num_actions=num_actions, num_envs=int(num_envs if num_envs is not None else getattr(env, "num_envs", 1)))

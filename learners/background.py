@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from shoal.core.interfaces import Dataset, as_dataset
-from shoal.core.types import Sample
 
 
 class DevicePrefetcher:
     """Iterates ``(host_sample, device_data)``: host samples (with ``.data``) pulled from
     ``dataset`` on a background thread and placed there (``place``), ``buffer_size`` ahead. (A
-    plain iterator of samples is taken as an ``IteratorDataset``.)"""
+    plain iterator of samples is taken as an ``IteratorDataset``: ``as_dataset``.)"""
 
-    def __init__(self, dataset: Dataset | Iterator[Sample], place: Callable[[Any], Any], buffer_size: int = 2,
+    def __init__(self, dataset: Dataset, place: Callable[[Any], Any], buffer_size: int = 2,
                  timeout_s: float = 120.0) -> None:
-        dataset = as_dataset(dataset)
-        self._iterator, self._place, self._timeout_s = dataset, place, timeout_s
-        self._what = f"replay table '{dataset.table}'"
+        self._dataset, self._place, self._timeout_s = as_dataset(dataset), place, timeout_s
+        self._what = f"replay table '{self._dataset.table}'"
         self._queue: queue.Queue = queue.Queue(maxsize=buffer_size)
         self._delivering = False
         self._stop = threading.Event()
@@ -35,7 +33,7 @@ class DevicePrefetcher:
     def _fill(self) -> None:
         try:
             while not self._stop.is_set():
-                sample = next(self._iterator)
+                sample = next(self._dataset)
                 self._delivering = True  # served by replay; on its way to the devices
                 self._put((sample, self._place(sample.data)))
                 self._delivering = False
@@ -71,10 +69,9 @@ class DevicePrefetcher:
         return item
 
     def close(self) -> None:
-        """Stops the thread (an iterator with a ``close`` is closed, so a blocked ``next`` ends)."""
+        """Stops the thread (the dataset is closed, so a blocked ``next`` ends)."""
         self._stop.set()
-        if callable(getattr(self._iterator, "close", None)):
-            self._iterator.close()
+        self._dataset.close()
 
 
 class HostHook:

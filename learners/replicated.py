@@ -1,4 +1,5 @@
-"""The data-parallel learner. Every device-specific line of Shoal lives in this module.
+"""The data-parallel learner. Every device-specific line of Shoal lives in this module and in
+``shoal.learners.placement`` (the devices' mesh, and how the state and batches are placed).
 
 ``ReplicatedLearner`` keeps the training state on every one of the learner's devices (a one-axis
 ``Mesh`` named ``AXIS_NAME``) and runs the agent's update function on each device's share of
@@ -7,11 +8,10 @@ the batch::
     update = jit(shard_map(update_fn, mesh, in_specs=(P(), P(AXIS_NAME)),
                            out_specs=(P(), UpdateOutput(P(), P(), P(AXIS_NAME)))))
 
-Placement is ``jax.device_put`` with a ``NamedSharding``: the state replicated (``P()``), host
-batches split along their leading axis (``P(AXIS_NAME)``: device ``d`` gets rows ``d*b ..
-(d+1)*b - 1``), the same on every JAX from the pinned 0.4.34 to today's. ``update_fn`` sees one
-device's rows and all-reduces its gradients by axis name (``lax.pmean``); per-example outputs
-(``aux``) come back concatenated along the batch axis, in the host batch's order.
+The state is replicated, host batches split along their leading axis (``Placement``).
+``update_fn`` sees one device's rows and all-reduces its gradients by axis name (``lax.pmean``);
+per-example outputs (``aux``) come back concatenated along the batch axis, in the host batch's
+order.
 
 Why ``jit(shard_map)`` and not ``pmap`` (which the project card names): JAX 0.10 removed the
 placement ``pmap`` wanted (the functions that replicate or shard onto a list of devices, and
@@ -29,22 +29,19 @@ batches from replay while the current update runs (and places them, with ``place
 otherwise the compiled update places its host batch itself); the parameters are not donated
 to the update, so the previous version stays readable while the next one is computed and
 ``get_variables`` copies a version to the host only when asked (once per version); the NaN
-check of each update's metrics reads them once they are ready, without waiting; and the
-agent's host-side hook (e.g. DQN's priority writes) runs on a thread of its own (both threads
-are in ``shoal.learners.background``).
+check of each update's metrics reads them once they are ready, without waiting
+(``shoal.learners.update_checks``); and the agent's host-side hook (e.g. DQN's priority writes)
+runs on a thread of its own (both threads are in ``shoal.learners.background``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from shoal.core.counting import Counter
@@ -53,47 +50,13 @@ from shoal.core.loggers import Logger, NoOpLogger
 from shoal.core.timing import Stopwatch, breakdown
 from shoal.core.types import Sample
 from shoal.learners.background import DevicePrefetcher, HostHook
+from shoal.learners.placement import Placement, owned, shard_map
+from shoal.learners.update_checks import InFlightUpdates, check_metric_shapes
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput
 
 __all__ = ["AXIS_NAME", "DevicePrefetcher", "Placement", "ReplicatedLearner"]
 
 MAX_IN_FLIGHT = 4  # updates dispatched but not finished before step() waits for the oldest
-
-
-def _shard_map(f: Callable, mesh: Mesh, in_specs: Any, out_specs: Any) -> Callable:
-    """``shard_map`` on any JAX. Replication is not checked (JAX 0.4.34 has no rule for
-    ``lax.cond``, e.g. in optax's periodic target update): the agents' updates keep replicas
-    equal by all-reducing their gradients, which the 2-device tests check."""
-    if hasattr(jax, "shard_map"):  # JAX >= 0.6.1
-        return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
-    from jax.experimental.shard_map import shard_map  # JAX 0.4.34
-
-    return shard_map(f, mesh, in_specs, out_specs, check_rep=False)
-
-
-class Placement:
-    """The learner's devices as a one-axis mesh: what is replicated, and how batches split."""
-
-    def __init__(self, devices: Sequence[jax.Device]) -> None:
-        self.devices = list(devices)
-        self.mesh = Mesh(np.asarray(self.devices), (AXIS_NAME,))
-        self.replicated, self.split = NamedSharding(self.mesh, P()), NamedSharding(self.mesh, P(AXIS_NAME))
-
-    def replicate(self, tree: Any) -> Any:
-        return jax.device_put(tree, self.replicated)
-
-    def check(self, tree: Any) -> Any:
-        """``tree`` (host arrays ``[batch, ...]``), once checked to split evenly over the devices."""
-        n = len(self.devices)
-        for leaf in jax.tree_util.tree_leaves(tree):
-            if np.shape(leaf)[0] % n:
-                raise ValueError(f"batch of {np.shape(leaf)[0]} rows cannot be split over {n} devices")
-        return tree
-
-    def shard(self, tree: Any) -> Any:
-        """Host arrays ``[batch, ...]`` split along ``batch`` over the devices: device ``d``
-        holds rows ``d*b .. (d+1)*b - 1`` (``b = batch / num_devices``)."""
-        return jax.device_put(self.check(tree), self.split)
 
 
 class ReplicatedLearner(Learner):
@@ -104,7 +67,8 @@ class ReplicatedLearner(Learner):
         ``get_variables`` serves).
       update: ``update(state, batch) -> (state, UpdateOutput)`` on one device's rows (see
         ``shoal.learners.updates``).
-      dataset: yields host ``Sample``s (``.data`` with the batch axis leading, ``.keys``).
+      dataset: the ``Dataset`` of host ``Sample``s (``.data`` with the batch axis leading,
+        ``.keys``); a plain iterator of samples is taken as an ``IteratorDataset`` (``as_dataset``).
       devices: where to replicate (default ``jax.local_devices()``: a GPU if there is one).
       after_update: optional host hook ``fn(sample, aux)`` after each update, ``aux`` (device
         arrays) in the host batch's order, e.g. writing priorities back to replay. It runs on a
@@ -122,7 +86,7 @@ class ReplicatedLearner(Learner):
         placing from a Python thread, which competes for the interpreter lock).
     """
 
-    def __init__(self, state: Any, update: UpdateFn, dataset: Dataset | Iterator, *,
+    def __init__(self, state: Any, update: UpdateFn, dataset: Dataset, *,
                  devices: Sequence[jax.Device] | None = None,
                  after_update: Callable[[Any, Any], None] | None = None,
                  keep_batch: Callable[[Any, int], bool] | None = None, counter: Counter | None = None,
@@ -130,7 +94,7 @@ class ReplicatedLearner(Learner):
                  place_ahead: bool = False) -> None:
         self._place = Placement(devices or jax.local_devices())
         params, rest = _split(state)
-        self._params, self._rest = self._place.replicate(_owned(params)), self._place.replicate(_owned(rest))
+        self._params, self._rest = self._place.replicate(owned(params)), self._place.replicate(owned(rest))
         self._static_sgd_steps: int | None = None
 
         def step_fn(params, rest, batch):
@@ -144,7 +108,7 @@ class ReplicatedLearner(Learner):
         # The params are not donated: the version before stays readable (by get_variables, from
         # another thread) while the next one is computed.
         place = self._place
-        self._update = jax.jit(_shard_map(step_fn, place.mesh, (P(), P(), P(AXIS_NAME)), specs),
+        self._update = jax.jit(shard_map(step_fn, place.mesh, (P(), P(), P(AXIS_NAME)), specs),
                                in_shardings=(place.replicated, place.replicated, place.split), donate_argnums=(1,))
         self._prepare = place.shard if place_ahead else place.check  # what the update is given, as a batch
         self._batches = DevicePrefetcher(dataset, self._prepare, buffer_size=prefetch)
@@ -156,7 +120,7 @@ class ReplicatedLearner(Learner):
         self._lock = threading.Lock()
         self._version = 0
         self._host: tuple[int, Any] = (0, jax.device_get(params))
-        self._in_flight: deque = deque()  # (version, SGD steps by then, metrics, host sample), oldest first
+        self._in_flight = InFlightUpdates()  # dispatched, their NaN check not done yet
         self._last_log = self._logged_at = time.monotonic()
         self._logged_seconds: dict[str, float] = {}
         self._checked_shapes = False
@@ -182,19 +146,20 @@ class ReplicatedLearner(Learner):
             return self._step(sample, data)
 
     def _step(self, sample: Any, data: Any) -> Mapping[str, Any]:
-        self._check_finished(wait=len(self._in_flight) >= MAX_IN_FLIGHT)
+        self._in_flight.check_finished(wait=len(self._in_flight) >= MAX_IN_FLIGHT)
         params, self._rest, out, finite = self._update(self._params, self._rest, data)
         with self._lock:
             self._params, self._version = params, self._version + 1
         if not self._checked_shapes:
-            self._check_shapes(out.metrics)
+            check_metric_shapes(out.metrics)
+            self._checked_shapes = True
         if self._hook is not None:
             self._hook.put(sample, out.aux)
         sgd_steps = self._static_sgd_steps
         if sgd_steps is None:  # a data-dependent count: read it (waits for the update)
             sgd_steps = int(out.sgd_steps)
         counts = self._counter.increment(learner_steps=sgd_steps)
-        self._in_flight.append((self._version, counts.get("learner_steps", 0), finite, out.metrics, sample))
+        self._in_flight.add(self._version, counts.get("learner_steps", 0), finite, out.metrics, sample)
         if time.monotonic() - self._last_log >= 1.0:  # metrics are read (a device sync) once a second
             self._log(counts, out.metrics)
         return out.metrics
@@ -209,36 +174,11 @@ class ReplicatedLearner(Learner):
         row.update(getattr(self._keep_batch, "metrics", dict)())
         self._logger.write(row)
 
-    def _check_finished(self, wait: bool = False) -> None:
-        """The NaN check of the updates that finished (all of them, or the oldest, if ``wait``)."""
-        while self._in_flight:
-            version, sgd_steps, finite, metrics, sample = self._in_flight[0]
-            if not (wait or finite.is_ready()):
-                return
-            self._in_flight.popleft()
-            wait = False
-            if not finite:  # (one flag per update, computed with it: one small read)
-                values = {k: float(v) for k, v in jax.device_get(dict(metrics)).items()}
-                bad = {k: v for k, v in values.items() if not np.isfinite(v)}
-                raise FloatingPointError(
-                    f"learner update {version} (after {sgd_steps:.0f} SGD steps) produced non-finite "
-                    f"{bad}; its batch: {batch_statistics(sample.data)}")
-
     def check_finite(self) -> None:
         """Raises ``FloatingPointError`` if an update's loss (or any metric) was NaN or infinite,
         naming the update and the statistics of the batch that produced it. Updates are checked
         as they finish (without waiting for them); this waits for the ones still running."""
-        while self._in_flight:
-            self._check_finished(wait=True)
-
-    def _check_shapes(self, metrics: Mapping[str, jax.Array]) -> None:
-        for name, value in metrics.items():
-            if value.shape != ():
-                raise ValueError(
-                    f"update metric {name!r} has shape {value.shape}; metrics must be scalars "
-                    "(reduce them, and average over devices with lax.pmean; return per-example "
-                    "values as UpdateOutput.aux)")
-        self._checked_shapes = True
+        self._in_flight.check_all()
 
     def warm_up(self, example: Sample) -> None:
         """Compiles the update for batches like the host ``Sample`` ``example`` by running it once
@@ -269,7 +209,7 @@ class ReplicatedLearner(Learner):
 
     def restore(self, saved: Any) -> None:
         params, rest = _split(saved["state"])
-        self._params, self._rest = self._place.replicate(_owned(params)), self._place.replicate(_owned(rest))
+        self._params, self._rest = self._place.replicate(owned(params)), self._place.replicate(owned(rest))
         with self._lock:
             self._version = int(saved["version"])
             self._host = (self._version, jax.device_get(params))
@@ -278,12 +218,6 @@ class ReplicatedLearner(Learner):
         self._batches.close()
         if self._hook is not None:
             self._hook.close()
-
-
-def _owned(tree: Any) -> Any:
-    """Copies owned by XLA: a device_put of a host array may alias its memory on a CPU, and the
-    update donates the state's buffers (a donated alias of numpy memory corrupted the heap)."""
-    return jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tree)
 
 
 def _split(state: Any) -> tuple[Any, Any]:
@@ -295,16 +229,3 @@ def _split(state: Any) -> tuple[Any, Any]:
 
 def _join(rest: Any, params: Any) -> Any:
     return {**rest, "params": params} if isinstance(rest, Mapping) else rest._replace(params=params)
-
-
-def batch_statistics(data: Any) -> str:
-    """``name: min/mean/max (n non-finite)`` of every numeric field of a host batch."""
-    parts = []
-    for path, x in jax.tree_util.tree_flatten_with_path(data)[0]:
-        x = np.asarray(x)
-        if x.size and np.issubdtype(x.dtype, np.number):
-            finite = x[np.isfinite(x)] if np.issubdtype(x.dtype, np.floating) else x
-            name = "/".join(str(getattr(k, "key", k)) for k in path)
-            stats = f"{finite.min():.3g}/{finite.mean():.3g}/{finite.max():.3g}" if finite.size else "-"
-            parts.append(f"{name}: {stats} ({x.size - finite.size} non-finite)")
-    return "; ".join(parts)

@@ -1,8 +1,9 @@
 """The walk from ``shoal train`` to the nodes, counted: each check runs once where a run enters,
-each process that steps the environment builds it once (the driver once more, to read its
-spec, which the nodes are given), and the driver builds no policy nor learner: the replay
-tables' extras come from ``builder.extras_spec`` (the networks it makes are the definitions the
-shape-only checks trace: the learner's memory, the action space).
+each process that steps the environment builds it once; a distributed run's driver builds no
+vector env (one single env, never reset, to read the spec the nodes are given) and no policy
+nor learner: the replay tables' extras come from ``builder.extras_spec``, the action space is
+checked on the spec, and the one network definition it makes is the one the learner's memory
+estimate traces (shapes only, nothing allocated).
 
 The environment is CartPole behind a registration that counts its constructions (in this
 process, and in a file named by ``COUNT_FILE_VAR`` for a run of processes), each under the
@@ -85,7 +86,7 @@ def _count_everything(monkeypatch) -> Calls:
     from shoal.launch.experiments.launch_settings import LaunchSettings
 
     calls = Calls(monkeypatch)
-    for name in ("validate_settings", "make_env"):
+    for name in ("validate_settings", "make_env", "environment_spec"):
         calls.count(ExperimentConfig, name)
     calls.count(ExperimentConfig, "validate_agent", marks_inside=True)
     calls.count(preflight, "_check_params_fit_rpc", marks_inside=True)
@@ -117,13 +118,13 @@ def test_a_distributed_run_checks_once_and_its_driver_builds_one_env_and_no_poli
     calls = _count_everything(monkeypatch)
     assert main(["train", "--env", ENV_ID, *ARGS, "--launcher", "inprocess", "--num-actors", "1",
                  "--run-dir", str(tmp_path / "run")]) == 0
-    assert built == {"driver": NUM_ENVS, "actor_0": NUM_ENVS, "evaluator": EVAL_EPISODES}, built
+    assert built == {"driver": 1, "actor_0": NUM_ENVS, "evaluator": EVAL_EPISODES}, built
     driver = calls.of("driver")
-    assert driver["make_env"] == 1  # (to read the spec, which the nodes are given)
+    assert "make_env" not in driver and driver["environment_spec"] == 1  # (one single env, for the spec)
     for check in ("validate_settings", "validate_agent", "validate", "check"):
         assert driver[check] == 1, (check, driver)
     assert "make_policy" not in driver and "make_learner" not in driver and "make_replay_tables" not in driver
-    assert driver["make_networks"] == driver.get("make_networks for a check", 0), driver  # (definitions, traced)
+    assert driver["make_networks"] == driver.get("make_networks for a check", 0) == 1, driver  # (traced: memory)
     assert "extras_spec" not in driver and calls.of("replay")["extras_spec"] == 1  # (where the tables are made)
     nodes = {label: calls.of(label) for label in ("learner", "actor_0", "evaluator", "replay")}
     assert all(not any(name.startswith("validate") or name == "check" for name in counts) for counts in nodes.values()), nodes
@@ -143,6 +144,6 @@ def test_a_run_of_processes_from_the_cli_builds_the_env_once_per_process_that_st
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["env_steps"] >= BUDGET
     per_node = collections.Counter(count_file.read_text().split())
-    # The driver builds one vector env to read the spec; each node that steps one builds it once;
-    # the learner and replay build none.
-    assert per_node == {"driver": NUM_ENVS, "actor_0": NUM_ENVS, "evaluator": EVAL_EPISODES}, per_node
+    # The driver builds no vector env (one single env, never reset, for the spec); each node that
+    # steps one builds it once; the learner and replay build none.
+    assert per_node == {"driver": 1, "actor_0": NUM_ENVS, "evaluator": EVAL_EPISODES}, per_node

@@ -63,7 +63,7 @@ def test_every_registered_agents_default_config_validates(agent):
 
 
 def test_unknown_agents_and_settings_are_refused_naming_the_known_ones():
-    with pytest.raises(ValueError, match="^unknown agent 'a2c'; available: dqn, impala, ppo, sac$"):
+    with pytest.raises(ValueError, match="^unknown agent 'a2c'; available: dqn, impala, ppo, sac, or module:BuilderClass for a builder of your own$"):
         get_builder("a2c")
     with pytest.raises(ValueError, match="^unknown agent 'a2c'; available:"):
         config_class("a2c")

@@ -189,3 +189,18 @@ def test_increments_from_many_threads_lose_nothing():
     for t in threads:
         t.join()
     assert counter.get_counts() == {"env_steps": 24_000, "episodes": 8000}
+
+
+@pytest.mark.parametrize("env_id, num_envs", [("CartPole-v1", 3), ("Pendulum-v1", 2), ("ALE/Pong-v5", 2)])
+def test_the_spec_read_off_one_single_env_is_the_vector_envs(env_id, num_envs):
+    """What a distributed run's driver hands its nodes (no vector env built) is what they step."""
+    from shoal.actors import environment_spec, make_vector_env
+
+    if env_id.startswith("ALE/"):
+        pytest.importorskip("ale_py")
+    env = make_vector_env(env_id, num_envs, seed=0)
+    try:
+        stepped = make_environment_spec(env)
+    finally:
+        env.close()
+    assert environment_spec(env_id, num_envs) == stepped and stepped.num_envs == num_envs

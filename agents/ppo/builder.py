@@ -4,11 +4,12 @@ or continuous (Box) actions."""
 from __future__ import annotations
 
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
+from shoal.agents.networks import check_actor_critic_actions
 from shoal.agents.torsos import check_torso
 from shoal.agents.normalization import DiscountedReturns
 from shoal.agents.policy_lag import PolicyLag
 from shoal.agents.ppo import learning
-from shoal.agents.ppo.config import PPOConfig
+from shoal.agents.ppo.config import PPOConfig, check_schedules
 from shoal.agents.ppo.networks import PPONetworks, make_networks
 from shoal.core.interfaces import ReplayClient
 from shoal.core.specs import EnvironmentSpec
@@ -32,8 +33,9 @@ class PPOBuilder(AgentBuilder):
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         c = self.config
         check_torso(c.torso)
-        self.make_networks(spec)  # raises for an action space it cannot act in
+        check_actor_critic_actions(spec, "PPO", continuous=True)
         super().validate(spec, num_devices)
+        check_schedules(c)  # (after the ranges: schedule_env_steps is a whole number >= 0)
         if c.rollout_length % c.num_minibatches:
             raise ValueError(f"num_minibatches={c.num_minibatches} must divide "
                              f"rollout_length={c.rollout_length}")

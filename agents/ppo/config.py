@@ -13,7 +13,11 @@ class PPOConfig:
     """PPO settings.
 
     Attributes:
-      learning_rate: Adam step size.
+      learning_rate: Adam step size (at the start of the run, with a ``linear`` schedule).
+      learning_rate_schedule: ``constant``, or ``linear``: the step size decays linearly to 0
+        over ``schedule_env_steps`` (CleanRL's ``anneal_lr``, RL-Zoo's ``lin_``); it is set once
+        per update from the env steps trained on before it (module docstring of
+        ``shoal.agents.ppo.learning``).
       rollout_length: vector steps per rollout (one replay item holds ``rollout_length`` steps of
         every env of one actor).
       rollouts_per_update: rollouts (replay items) per learner update.
@@ -22,7 +26,17 @@ class PPOConfig:
         random steps of every env sequence (so it must divide ``rollout_length``).
       discount: gamma.
       gae_lambda: lambda of generalized advantage estimation.
-      clip_epsilon: the policy ratio is clipped to ``[1 - eps, 1 + eps]``.
+      clip_epsilon: the policy ratio is clipped to ``[1 - eps, 1 + eps]`` (at the start of the
+        run, with a ``linear`` schedule).
+      clip_schedule: ``constant``, or ``linear``: ``clip_epsilon`` decays like the learning rate.
+      clip_value_loss: clip the value loss as CleanRL's ``clip_vloss``: the new value may move
+        at most ``eps`` (the current ``clip_epsilon``) from the value the update started from,
+        and the loss is the larger of the clipped and the unclipped squared error.
+      schedule_env_steps: env steps (over all envs and actors, as ``max_env_steps`` counts them)
+        over which a ``linear`` schedule decays to 0 (past it the rate stays 0); an experiment
+        (``ExperimentConfig``) sets it to its ``max_env_steps`` where it is 0. The schedules count the env steps of the rollouts trained on (a rollout
+        dropped for ``max_policy_lag`` does not count). Recorded with the run's config, so a
+        resumed run keeps the same horizon; 0 (unset) is refused while a schedule is ``linear``.
       value_coef / entropy_coef: weights of the value loss and the entropy bonus.
       max_gradient_norm: global gradient-norm clip.
       normalize_advantages: standardize advantages per minibatch (over all devices).
@@ -45,6 +59,7 @@ class PPOConfig:
     """
 
     learning_rate: float = setting(1e-3, low=0.0, low_open=True, high=1.0)
+    learning_rate_schedule: str = "constant"
     rollout_length: int = setting(32, low=1, high=100_000)
     rollouts_per_update: int = setting(1, low=1, high=10_000)
     num_epochs: int = setting(4, low=1, high=10_000)
@@ -52,6 +67,9 @@ class PPOConfig:
     discount: float = setting(0.99, low=0.0, high=1.0)
     gae_lambda: float = setting(0.95, low=0.0, high=1.0)
     clip_epsilon: float = setting(0.2, low=0.0, low_open=True, high=10.0)
+    clip_schedule: str = "constant"
+    clip_value_loss: bool = False
+    schedule_env_steps: int = setting(0, low=0, high=10**13)
     value_coef: float = setting(0.5, low=0.0, high=1_000.0)
     entropy_coef: float = setting(0.01, low=0.0, high=1_000.0)
     max_gradient_norm: float = setting(0.5, low=0.0, low_open=True)
@@ -65,3 +83,20 @@ class PPOConfig:
     variable_update_period: int = setting(1, low=1, high=1_000_000)
     max_policy_lag: int = setting(8, low=0)
     queue_capacity: int = setting(8, low=1, high=1_000_000)
+
+
+SCHEDULES = ("constant", "linear")
+
+
+def check_schedules(config: PPOConfig) -> None:
+    """Raises ``ValueError`` (one line) for an unknown schedule, or a ``linear`` one without a
+    horizon (``schedule_env_steps`` 0)."""
+    for name in ("learning_rate_schedule", "clip_schedule"):
+        value = getattr(config, name)
+        if value not in SCHEDULES:
+            raise ValueError(f"{name} must be one of {', '.join(SCHEDULES)}, got {value!r}")
+    linear = [name for name in ("learning_rate_schedule", "clip_schedule") if getattr(config, name) == "linear"]
+    if linear and config.schedule_env_steps == 0:
+        raise ValueError(f"{' and '.join(f'{name}=linear' for name in linear)} decays over schedule_env_steps, "
+                         "which is unset (0): set it to the run's env-step budget, e.g. "
+                         "--set schedule_env_steps=10000000")

@@ -7,7 +7,8 @@ carries its own next observation, see ``shoal.replay.adders``) and, on each devi
    ``normalize_observations``), and rewards scaled by the running standard deviation of the
    discounted return, after merging the returns the actors recorded (if ``normalize_rewards``;
    ``shoal.agents.normalization``);
-2. values with the current params, ``v_t = V(s_t)`` and ``v'_t = V(s'_t)``;
+2. values with the current params, ``v_t = V(s_t)`` and ``v'_t = V(s'_t)`` (on-policy, the
+   params the rollouts were acted with: ``v_t`` is the "old" value CleanRL records at acting);
 3. generalized advantage estimation (Schulman et al., 2016), backwards over t::
 
        delta_t = r_t + gamma * (1 - terminated_t) * v'_t - v_t
@@ -16,15 +17,30 @@ carries its own next observation, see ``shoal.replay.adders``) and, on each devi
 
    so a termination does not bootstrap, a truncation bootstraps from its final observation, and
    no trace crosses an episode end (sequences are not cut at episode ends);
-4. ``num_epochs`` passes of ``num_minibatches`` SGD steps (``shoal.learners.minibatch_epochs``),
+4. the schedules' remaining fraction for this update, from the env steps trained on before it::
+
+       E        = rows x devices x T                     (env steps per update: the global batch)
+       n        = (optimizer steps so far) // (num_epochs * num_minibatches)      (updates done)
+       f        = max(0, 1 - n * E / schedule_env_steps)
+       lr, eps  = learning_rate * f, clip_epsilon * f    (each only if its schedule is ``linear``)
+
+   The optimizer steps are Adam's own count, saved in checkpoints: a resumed run, and a run on
+   any number of devices, continue the same schedule. ``f`` is constant over an update's
+   epochs, as CleanRL's ``anneal_lr`` (``1 - (iteration - 1) / num_iterations``). A rollout
+   dropped for policy lag is not trained on, so it does not advance the schedules;
+5. ``num_epochs`` passes of ``num_minibatches`` SGD steps (``shoal.learners.minibatch_epochs``),
    each minimizing, with ``rho = pi(a|s) / mu(a|s)`` (``mu``: the behaviour policy, whose
    log-probability the actor recorded) and advantages standardized over the minibatch::
 
        L = -mean(min(rho * A, clip(rho, 1 - eps, 1 + eps) * A))
-           + value_coef * mean((V(s) - R)^2) / 2 - entropy_coef * mean(entropy(pi(.|s)))
+           + value_coef * L_V - entropy_coef * mean(entropy(pi(.|s)))
+       L_V = mean((V(s) - R)^2) / 2
+       L_V = mean(max((V(s) - R)^2, (V_clip - R)^2)) / 2,  V_clip = v + clip(V(s) - v, -eps, eps)
+                                                            (with ``clip_value_loss``; v of step 2)
 
-   Gradients are averaged over devices (``pmean``), clipped by global norm, applied with Adam;
-5. the observation statistics merged with this batch's observations (the next rollouts act with
+   Gradients are averaged over devices (``pmean``), clipped by global norm, applied with Adam
+   at step size ``lr``;
+6. the observation statistics merged with this batch's observations (the next rollouts act with
    them: the statistics travel with the params to actors and the evaluator, one set per run).
 
 The policy is categorical over discrete actions, or a Gaussian with a state-independent
@@ -56,9 +72,40 @@ class TrainingState(NamedTuple):
     return_stats: RunningStats  # of the discounted returns the actors record (reward scaling)
 
 
-def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
+def remaining(config: PPOConfig, optimizer_steps: jax.Array, env_steps_per_update: int) -> jax.Array:
+    """The fraction ``f`` of a ``linear`` schedule left at ``optimizer_steps`` (module
+    docstring, step 4)."""
+    updates = jnp.asarray(optimizer_steps) // (config.num_epochs * config.num_minibatches)
+    trained = updates.astype(jnp.float32) * (env_steps_per_update / config.schedule_env_steps)
+    return jnp.maximum(0.0, 1.0 - trained)
+
+
+def learning_rate(config: PPOConfig, env_steps_per_update: int | None) -> optax.ScalarOrSchedule:
+    """Adam's step size: ``learning_rate``, or with a ``linear`` schedule a function of the
+    optimizer's step count."""
+    if config.learning_rate_schedule == "constant":
+        return config.learning_rate
+    return lambda count: config.learning_rate * remaining(config, count, env_steps_per_update)
+
+
+def clip_epsilon(config: PPOConfig, optimizer_steps: jax.Array, env_steps_per_update: int) -> float | jax.Array:
+    """The clip range at ``optimizer_steps``: ``clip_epsilon``, decayed if its schedule is ``linear``."""
+    if config.clip_schedule == "constant":
+        return config.clip_epsilon
+    return config.clip_epsilon * remaining(config, optimizer_steps, env_steps_per_update)
+
+
+def make_optimizer(config: PPOConfig, env_steps_per_update: int | None = None) -> optax.GradientTransformation:
+    """Global-norm clipping, then Adam (at the scheduled step size). The state's layout does not
+    depend on ``env_steps_per_update`` (``init_state`` passes none; ``make_update`` reads it
+    off the batch)."""
     return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm),
-                       optax.adam(config.learning_rate, eps=1e-5))
+                       optax.adam(learning_rate(config, env_steps_per_update), eps=1e-5))
+
+
+def optimizer_steps(opt_state: optax.OptState) -> jax.Array:
+    """Adam's step count in ``make_optimizer``'s state: ``(clip's state, (Adam's, step size's))``."""
+    return opt_state[1][0].count
 
 
 def init_state(key: jax.Array, networks: ActorCriticNetworks, config: PPOConfig) -> TrainingState:
@@ -121,10 +168,21 @@ def observe(params: dict, observation, config: PPOConfig):
     return observation
 
 
-def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
-    network, dist, optimizer = networks.network, head(networks), make_optimizer(config)
+def value_loss(value, old_value, target, epsilon, clip: bool) -> jax.Array:
+    """``L_V`` of the module docstring (step 5): half the mean squared error of ``value`` against
+    ``target``, or with ``clip`` the larger of it and that of ``value`` kept within ``epsilon`` of
+    ``old_value`` (CleanRL's ``clip_vloss``)."""
+    error = jnp.square(value - target)
+    if clip:
+        clipped = old_value + jnp.clip(value - old_value, -epsilon, epsilon)
+        error = jnp.maximum(error, jnp.square(clipped - target))
+    return 0.5 * jnp.mean(error)
 
-    def loss_fn(network_params, minibatch):
+
+def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
+    network, dist = networks.network, head(networks)
+
+    def loss_fn(network_params, minibatch, epsilon):
         policy_out, value = network.apply(network_params, minibatch["observation"])
         log_prob = dist.log_prob(policy_out, minibatch["action"])
         log_rho = log_prob - minibatch["log_prob"]
@@ -132,24 +190,31 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
         advantage = minibatch["advantage"]
         if config.normalize_advantages:
             advantage = _global_standardize(advantage)
-        clipped_rho = jnp.clip(rho, 1.0 - config.clip_epsilon, 1.0 + config.clip_epsilon)
+        clipped_rho = jnp.clip(rho, 1.0 - epsilon, 1.0 + epsilon)
         policy_loss = -jnp.mean(jnp.minimum(rho * advantage, clipped_rho * advantage))
-        value_loss = 0.5 * jnp.mean(jnp.square(value - minibatch["return"]))
+        v_loss = value_loss(value, minibatch["value"], minibatch["return"], epsilon, config.clip_value_loss)
         entropy = jnp.mean(dist.entropy(policy_out))
-        loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
-        return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss,
+        loss = policy_loss + config.value_coef * v_loss - config.entropy_coef * entropy
+        return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": v_loss,
                       "entropy": entropy, "approx_kl": jnp.mean((rho - 1.0) - log_rho),
-                      "clip_fraction": jnp.mean(jnp.abs(rho - 1.0) > config.clip_epsilon)}
-
-    def sgd_step(state: TrainingState, minibatch):
-        grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params["network"], minibatch)
-        grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params["network"])
-        params = {**state.params, "network": optax.apply_updates(state.params["network"], updates)}
-        return state._replace(params=params, opt_state=opt_state), jax.lax.pmean(metrics, AXIS_NAME), None
+                      "clip_fraction": jnp.mean(jnp.abs(rho - 1.0) > epsilon)}
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, UpdateOutput]:
         rows, length = batch["reward"].shape
+        # env steps per update (the global batch), for the schedules (psum of a constant: an int)
+        env_steps_per_update = rows * length * jax.lax.psum(1, AXIS_NAME)
+        optimizer, steps = make_optimizer(config, env_steps_per_update), optimizer_steps(state.opt_state)
+        lr = learning_rate(config, env_steps_per_update)
+        lr = lr(steps) if callable(lr) else lr  # (constant over the update's steps: for the log)
+        epsilon = clip_epsilon(config, steps, env_steps_per_update)
+
+        def sgd_step(state: TrainingState, minibatch):
+            grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params["network"], minibatch, epsilon)
+            grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
+            updates, opt_state = optimizer.update(grads, state.opt_state, state.params["network"])
+            params = {**state.params, "network": optax.apply_updates(state.params["network"], updates)}
+            return state._replace(params=params, opt_state=opt_state), jax.lax.pmean(metrics, AXIS_NAME), None
+
         flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
         observation = observe(state.params, batch["observation"], config)
         next_observation = observe(state.params, batch["next_observation"], config)
@@ -165,7 +230,7 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
                         config.discount, config.gae_lambda)
         data = {"observation": observation, "action": batch["action"],
                 "log_prob": batch["extras"]["log_prob"], "advantage": advantage,
-                "return": advantage + value}
+                "return": advantage + value, "value": value}
         key, epochs_key = jax.random.split(state.key)
         state, out = minibatch_epochs(sgd_step, state._replace(key=key, return_stats=return_stats), data,
                                       epochs_key, num_epochs=config.num_epochs,
@@ -174,7 +239,8 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
         if config.normalize_observations:  # after the update: the next rollouts act with these
             stats = normalization.update(state.params["observation"], batch["observation"], AXIS_NAME)
             state = state._replace(params={**state.params, "observation": stats})
-        return state, out
+        schedules = {"learning_rate": jnp.asarray(lr, jnp.float32), "clip_epsilon": jnp.asarray(epsilon, jnp.float32)}
+        return state, out._replace(metrics={**out.metrics, **schedules})
 
     return update
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from shoal.agents.sac import learning
 from shoal.agents.sac.config import SACConfig
-from shoal.agents.sac.networks import SACNetworks, make_networks
+from shoal.agents.sac.networks import SACNetworks, check_action_space, make_networks
 from shoal.agents.transition_replay import TransitionReplayBuilder
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
@@ -22,7 +22,7 @@ class SACBuilder(TransitionReplayBuilder):
         super().__init__(config)
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
-        self.make_networks(spec)  # raises for discrete or unbounded action spaces
+        check_action_space(spec)  # discrete or unbounded action spaces
         super().validate(spec, num_devices)
         if self.config.log_std_min >= self.config.log_std_max:
             raise ValueError(f"log_std_min={self.config.log_std_min} must be below "

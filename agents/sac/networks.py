@@ -69,6 +69,18 @@ class SACNetworks(NamedTuple):
 
 def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
                   log_std_min: float = -5.0, log_std_max: float = 2.0) -> SACNetworks:
+    check_action_space(spec)
+    space = spec.action_space
+    size = spec.action.shape[0]
+    return SACNetworks(GaussianPolicy(tuple(hidden_sizes), size, log_std_min, log_std_max),
+                       TwinCritic(tuple(hidden_sizes)), spec.observation_shape, size,
+                       ((space.high - space.low) / 2).astype(np.float32),
+                       ((space.high + space.low) / 2).astype(np.float32))
+
+
+def check_action_space(spec: EnvironmentSpec) -> None:
+    """Raises ``ValueError`` for an action space SAC cannot act in: it squashes a Gaussian into
+    the bounds of a 1-d Box, which must be finite. Builds nothing."""
     space = spec.action_space
     if spec.num_actions is not None or len(spec.action.shape) != 1:
         raise ValueError(f"SAC needs a 1-d continuous (Box) action space; this environment's is "
@@ -76,11 +88,6 @@ def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise ValueError(f"SAC squashes actions into the action space's bounds, which must be "
                          f"finite; got low={space.low}, high={space.high}")
-    size = spec.action.shape[0]
-    return SACNetworks(GaussianPolicy(tuple(hidden_sizes), size, log_std_min, log_std_max),
-                       TwinCritic(tuple(hidden_sizes)), spec.observation_shape, size,
-                       ((space.high - space.low) / 2).astype(np.float32),
-                       ((space.high + space.low) / 2).astype(np.float32))
 
 
 def squash(networks: SACNetworks, u: jnp.ndarray) -> jnp.ndarray:

@@ -83,11 +83,12 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
 
     settings = {key: parse_setting(config_class(args.agent), key, value) for key, value in args.overrides}
     run_dir = args.run_dir or os.path.join(
-        "runs", f"{args.agent}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+        "runs", f"{args.agent.rpartition(':')[2]}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     chosen = {field: getattr(args, field) for flag, field in EXPERIMENT_FLAGS.items() if flag in given}
     config = experiment_config(
         args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
-        run_dir=run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet, **chosen)
+        run_dir=run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet,
+        env_args=dict(args.env_args), **chosen)
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
         raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "

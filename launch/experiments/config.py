@@ -9,12 +9,14 @@ from typing import Any, Callable, Mapping
 import gymnasium as gym
 import jax
 
-from shoal.actors import check_env_id, make_vector_env
-from shoal.actors.environments import STICKY_ACTIONS, resolve_env_id
+from shoal.actors import check_env_id, environment_spec, make_vector_env
+from shoal.actors.env_sources import check_env_args, factory_path, load_env_factory
+from shoal.actors.environments import STICKY_ACTIONS, is_atari, resolve_env_id
 from shoal.agents.builders import AgentBuilder
 from shoal.agents.memory import check_learner_fits
+from shoal.agents.registry import agent_name
 from shoal.core.settings import check_settings, setting
-from shoal.core.specs import EnvironmentSpec, make_environment_spec
+from shoal.core.specs import EnvironmentSpec
 from shoal.launch.programs.environment import check_environment
 
 
@@ -46,6 +48,12 @@ class ExperimentConfig:
         (Machado et al., 2018); other envs ignore it.
       clip_rewards: clip training rewards to [-1, 1] (evaluation reports the unclipped return);
         ``None``: for Atari, as its protocol does.
+      env_args: keyword arguments of the env's constructor (``gym.make(env_id, **env_args)``;
+        ``shoal train --env-arg KEY=VALUE``), or of ``env_factory``.
+      env_factory: makes each env instead of ``env_id``'s registration: ``"module:function"``
+        or a callable defined at the top level of an importable module, returning a
+        ``gymnasium.Env`` (with the user's wrappers) from ``**env_args``. ``env_id`` then only
+        names the env in logs and results. Recorded in ``config.json`` as its path.
     """
 
     builder: AgentBuilder
@@ -65,10 +73,25 @@ class ExperimentConfig:
     preset: str | None = None
     sticky_actions: float = setting(STICKY_ACTIONS, low=0.0, high=1.0)
     clip_rewards: bool | None = None
+    env_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    env_factory: str | Callable[..., gym.Env] | None = None
+
+    def __post_init__(self) -> None:
+        # An agent with a schedule that decays over the run's budget (a ``*_schedule`` field
+        # not ``constant``, over ``schedule_env_steps``: e.g. PPO's) gets this run's
+        # ``max_env_steps`` where it leaves the horizon unset (0); the builder's config then
+        # records it, so a resumed run keeps the same horizon.
+        agent = self.builder.config
+        decays = any(f.name.endswith("_schedule") and getattr(agent, f.name) != "constant"
+                     for f in dataclasses.fields(agent)) if dataclasses.is_dataclass(agent) else False
+        if decays and getattr(agent, "schedule_env_steps", None) == 0 and isinstance(self.max_env_steps, int):
+            self.builder.config = dataclasses.replace(agent, schedule_env_steps=self.max_env_steps)
 
     def resolved_target_return(self) -> float | None:
         if self.target_return is not None:
             return self.target_return
+        if self.env_factory is not None:
+            return None
         return gym.spec(resolve_env_id(self.env_id)).reward_threshold
 
     def validate(self, spec: EnvironmentSpec | None = None, check_memory: bool = True) -> None:
@@ -83,7 +106,14 @@ class ExperimentConfig:
         """What needs no environment: the ``SHOAL_*`` environment variables, the env id, and
         every field against its range (so that building the env is safe)."""
         check_environment()
-        check_env_id(self.env_id)
+        if self.env_factory is not None:
+            load_env_factory(self.env_factory)
+        else:
+            check_env_id(self.env_id)
+            if self.env_args and not is_atari(self.env_id):
+                check_env_args(resolve_env_id(self.env_id), self.env_args)
+        if not isinstance(self.env_args, Mapping) or not all(isinstance(k, str) for k in self.env_args):
+            raise ValueError(f"env_args must be a dict of keyword arguments, got {self.env_args!r}")
         check_settings(self)
 
     def validate_agent(self, spec: EnvironmentSpec, check_memory: bool = True) -> None:
@@ -103,17 +133,15 @@ class ExperimentConfig:
     def make_env(self, num_envs: int, seed: int, evaluation: bool = False):
         """A vector env of ``env_id`` as this experiment runs it (for training, or evaluation)."""
         return make_vector_env(self.env_id, num_envs, seed, sticky_actions=self.sticky_actions,
-                               evaluation=evaluation, clip_rewards=self.clip_rewards)
+                               evaluation=evaluation, clip_rewards=self.clip_rewards,
+                               env_args=self.env_args, env_factory=self.env_factory)
 
     def environment_spec(self) -> EnvironmentSpec:
-        """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``), from
-        one built and closed: a driver that steps no env calls this once and hands the spec
-        (a small picklable dataclass) to the nodes."""
-        env = self.make_env(self.num_envs, self.seed)
-        try:
-            return make_environment_spec(env)
-        finally:
-            env.close()
+        """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``), read
+        off one single env built and closed, never reset (``actors.environment_spec``: no
+        vector env): a driver that steps no env calls this once and hands the spec (a small
+        picklable dataclass) to the nodes."""
+        return environment_spec(self.env_id, self.num_envs, self.env_args, self.env_factory)
 
     def make_networks(self, spec: EnvironmentSpec) -> Any:
         return (self.network_factory or self.builder.make_networks)(spec)
@@ -122,8 +150,9 @@ class ExperimentConfig:
         return {
             **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in ("builder", "network_factory", "resume")},
+            "env_factory": factory_path(self.env_factory),
             "resolved_target_return": self.resolved_target_return(),
-            "agent": self.builder.name,
+            "agent": agent_name(self.builder),
             "agent_config": dataclasses.asdict(self.builder.config),
             "jax_devices": [str(d) for d in jax.local_devices()],
         }

@@ -3,8 +3,8 @@
 run refuses exactly what a run refuses (short of joining a Ray cluster, which only a run does).
 
 This is where a distributed run's checks run, each once: the launch settings, the config's
-settings, the environment spec (from the one vector env the driver builds and closes to read
-it), the program's graph against ``--resources`` and ``--ports``, and the agent against the env. The spec goes down to the nodes as an argument
+settings, the environment spec (read off one single env the driver builds and closes, never
+resetting it: no vector env), the program's graph against ``--resources`` and ``--ports``, and the agent against the env. The spec goes down to the nodes as an argument
 (``program.program_graph``): no node builds an env to read it again.
 """
 
@@ -48,7 +48,7 @@ def prepare(config: ExperimentConfig, settings: LaunchSettings, launched_at: flo
     saved = read_run(config.run_dir) if config.resume and config.run_dir else None
     if saved and saved.get("actors"):  # as many actors as ran at the checkpoint
         settings = settings.replace(num_actors=min(len(saved["actors"]), max_actors()))
-    spec = config.environment_spec()  # (the driver's one env: built, read, closed)
+    spec = config.environment_spec()  # (one single env: built, read, closed; no vector env)
     program = program_graph(config, spec, settings.num_actors, launched_at, resume=saved)
     for group, wanted in settings.resources.items():
         program.set_resources(group, wanted)

@@ -39,7 +39,8 @@ CPU_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
 def make_distributed_program(config: ExperimentConfig, num_actors: int = 4, launched_at: float | None = None,
                              resume: dict[str, Any] | None = None) -> Program:
     """The program graph for ``config``, as an entry of the Python API: the config is validated
-    first (bad settings raise here, before launch) and its env spec read from one vector env.
+    first (bad settings raise here, before launch) and its env spec read off one single env
+    (built, never reset: ``config.environment_spec``).
     (``run_distributed_experiment`` checks and reads these once itself, ``preflight.prepare``,
     and builds the graph with ``program_graph``.)
 

@@ -32,16 +32,21 @@ def check_config(path: str, saved: Any) -> None:
     shape of a run's config: the ``ExperimentConfig`` fields it holds of their types, ``agent``
     a registered agent whose settings ``agent_config`` holds, ``launch`` null or the
     distributed launch settings. (Missing keys are ``config_from_dict``'s to name.)"""
-    from shoal.agents.registry import config_class, registered_agents
+    from shoal.agents.registry import config_class
     from shoal.launch.experiments.config import ExperimentConfig
 
     _check(path, "the config", saved, dict)
     hints = typing.get_type_hints(ExperimentConfig)
     for field in dataclasses.fields(ExperimentConfig):
         if field.name in saved and field.name not in ("builder", "network_factory", "resume"):
-            _check(path, field.name, saved[field.name], hints[field.name])
-    if "agent" in saved and saved["agent"] not in registered_agents():
-        _fail(path, "agent", f"one of {', '.join(registered_agents())}", saved["agent"])
+            kind = str | None if field.name == "env_factory" else hints[field.name]  # (recorded as its path)
+            _check(path, field.name, saved[field.name], kind)
+    if "agent" in saved:
+        _check(path, "agent", saved["agent"], str)
+        try:
+            config_class(saved["agent"])
+        except ValueError as e:
+            raise ValueError(f"{path}: agent: {e}") from None
     if "agent_config" in saved:
         _check(path, "agent_config", saved["agent_config"], dict)
         if "agent" in saved:
@@ -106,6 +111,8 @@ def _is(value: Any, kind: Any) -> bool:
         return any(_is(value, arg) for arg in args)
     if kind is type(None):
         return value is None
+    if origin is dict:
+        return isinstance(value, dict)
     if origin in (list, tuple):  # (JSON has lists only)
         return isinstance(value, list) and all(_is(v, args[0]) for v in value)
     if kind is int:

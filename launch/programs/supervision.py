@@ -14,13 +14,9 @@ supervisor polls. A node's state moves along::
     running -> stopped | killed          the program ended: asked to stop, or killed after the grace
     pending                              (also at the end) it was never placed
 
-When the program ends (completed, failed, or ``stop()``), a ``before_stop(run)`` hook runs while
-every node that still runs is up (after a failure too: ``run.failed`` says so, and the hook
-checks what it needs, e.g. a final checkpoint of the nodes still alive); then nodes are asked to
-stop in dependency order (``shoal.launch.programs.shutdown``) and what is left is killed.
-``hurry()`` (e.g. a second Ctrl-C) cuts that short: the hook is no longer waited for, and every
-node is killed at once; the states, the closers (shared-memory sweeps) and the summary are as
-after any other end.
+How the program ends (``stop()``, ``hurry()``, ``wait()`` and the ``before_stop(run)`` hook) is
+``shoal.launch.programs.ending``'s, mixed into ``ProgramRun`` like the elastic groups of
+``shoal.launch.programs.scaling``.
 Every node's return value is its result (``results()``); ``client(label)`` talks to a node.
 """
 
@@ -32,17 +28,11 @@ import time
 from typing import Any, Callable, Protocol
 
 from shoal.launch.programs.addressing import AddressBook
+from shoal.launch.programs.ending import ProgramEnding
 from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.scaling import ElasticGroups
-from shoal.launch.programs.shutdown import stop_in_order
 from shoal.launch.programs.states import NodeState
-
-
-class ProgramFailed(RuntimeError):
-    pass
-
-
 
 
 def _placed_state(worker: "Worker") -> NodeState:
@@ -65,7 +55,7 @@ class Worker(Protocol):
     def pid(self) -> int | None: ...    # its OS process on this machine, if any
 
 
-class ProgramRun(ElasticGroups):
+class ProgramRun(ElasticGroups, ProgramEnding):
     def __init__(self, program: Program, make_worker: Callable[[Node], Worker], *, launcher: str,
                  address_book: AddressBook, token: str | None, max_restarts: int = 3, grace_s: float = 5.0,
                  run_dir: str | None = None, on_close: Callable[[], None] | None = None,
@@ -97,18 +87,6 @@ class ProgramRun(ElasticGroups):
         self.workers[node.label], self.states[node.label], self.restarts[node.label] = worker, NodeState.RUNNING, 0
         worker.start()
         self.states[node.label] = _placed_state(worker)
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def ending(self, within_s: float = 0.0) -> bool:
-        """Whether the program is ending (completed, failed or stopped), waiting up to
-        ``within_s`` for it: e.g. after a call to a node failed, until the supervisor saw why."""
-        deadline = time.monotonic() + within_s
-        while not self._finishing and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self._finishing
 
     def client(self, label: str, timeout_s: float = 30.0) -> Any:
         """A client to node ``label`` (what a handle to it becomes inside a node)."""
@@ -180,73 +158,3 @@ class ProgramRun(ElasticGroups):
                 return f"{label} exited with code {code} (see {worker.log_path})", True
         return None
 
-    def _finish(self, reason: str, failed: bool) -> None:
-        with self._lock:
-            if self._finishing:
-                return
-            self._finishing = True
-            self.reason, self.failed = reason, failed
-        if self._before_stop is not None and not self._hurry.is_set():
-            # every node is still up (e.g. a final checkpoint); not under the lock (it may use the
-            # run), and in a thread of its own, so that hurry() need not wait for it
-            hook = threading.Thread(target=self._run_before_stop, name="before-stop", daemon=True)
-            hook.start()
-            while hook.is_alive() and not self._hurry.wait(0.02):
-                pass
-        with self._lock:
-            # After a failure, nodes may be blocked on the dead one and cannot stop by themselves:
-            # a shorter grace (the checkpoints they would write are periodic anyway).
-            stop_in_order({label: w for label, w in self.workers.items() if self.states[label] != NodeState.REMOVED},
-                          self._grace_s / 2.5 if failed else self._grace_s, self._hurry)
-            for label, worker in self.workers.items():
-                if worker.poll() is None:
-                    worker.kill()
-                    if self.states[label] in (NodeState.RUNNING, NodeState.RESTARTING, NodeState.REMOVING):
-                        self.states[label] = NodeState.KILLED  # (a pending one stays pending: it never ran)
-                elif self.states[label] in (NodeState.RUNNING, NodeState.RESTARTING):
-                    self.states[label] = NodeState.STOPPED
-            self.elapsed_s = time.monotonic() - self.start_time
-            for close in reversed(self.closers):
-                close()
-            self._done.set()
-
-    def _run_before_stop(self) -> None:
-        try:
-            self._before_stop(self)
-        except Exception as e:  # noqa: BLE001 -- raised from wait(), once the program stopped
-            if not self._hurry.is_set():  # (a hook cut short by hurry() fails as its nodes die)
-                self.stop_error = e
-
-    # -- ending -------------------------------------------------------------------------------
-    def stop(self, reason: str = "stopped by the user") -> None:
-        self._finish(reason, failed=False)
-
-    def hurry(self) -> None:
-        """Ends a stop under way now: no more waiting for the ``before_stop`` hook or for nodes
-        to stop by themselves; what still runs is killed (from any thread)."""
-        self._hurry.set()
-
-    def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """Blocks until the program ends; returns ``{label: result}`` of the nodes that end it.
-
-        Raises ``ProgramFailed`` if a node failed, ``TimeoutError`` after ``timeout_s``, and
-        what the ``before_stop`` hook raised.
-        """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        try:
-            while not self._done.wait(0.2):
-                if deadline is not None and time.monotonic() > deadline:
-                    self.stop(f"timed out after {timeout_s}s")
-                    raise TimeoutError(f"program {self.program.name!r} did not end within {timeout_s}s")
-        except KeyboardInterrupt:
-            self.stop("interrupted (Ctrl-C)")
-            raise
-        if self.failed:
-            raise ProgramFailed(f"program {self.program.name!r} failed: {self.reason}")
-        if self.stop_error is not None:
-            raise self.stop_error
-        return {n.label: self.workers[n.label].result() for n in self.program.nodes if n.ends_program}
-
-    def results(self) -> dict[str, Any]:
-        """``{label: result}`` of every node whose last run returned (exit code 0)."""
-        return {label: worker.result() for label, worker in self.workers.items() if worker.poll() == 0}

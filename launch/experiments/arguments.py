@@ -1,0 +1,167 @@
+"""The ``shoal`` command line's arguments: the parser of ``shoal train``, ``shoal scale`` and
+``shoal status`` (``build_parser``), and which ``shoal train`` options a command line gives,
+whatever their values (``given_flags``: a flag given overrides the preset's value; with
+``--resume`` only some may be given).
+
+A usage error is one ``shoal: error: ...`` line on stderr and exit status 2, like every other
+error of the command line (``shoal.launch.experiments.cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn, Sequence
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in the one-line form every other error takes."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"shoal: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _parse_override(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--set takes KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def _parse_env_arg(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` -> ``(key, value)``, the value a Python literal where it reads as one."""
+    from shoal.actors.env_sources import parse_env_value
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip().isidentifier():
+        raise argparse.ArgumentTypeError(f"--env-arg takes KEY=VALUE with KEY an argument name, got {text!r}")
+    return key.strip(), parse_env_value(value.strip())
+
+
+def _parse_resources(text: str) -> tuple[str, Any]:
+    """``GROUP:NAME=VALUE[,NAME=VALUE...]`` -> ``(group, Resources)``."""
+    from shoal.launch.programs import Resources
+
+    group, _, spec = text.partition(":")
+    try:
+        if not group:
+            raise ValueError("no group")
+        return group, Resources.parse(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--resources takes GROUP:NAME=VALUE[,NAME=VALUE...] with finite "
+                                         f"amounts >= 0, got {text!r} ({e})") from None
+
+
+def _parse_ports(text: str) -> tuple[int, int] | None:
+    """``FIRST-LAST`` -> ``(first, last)``."""
+    from shoal.launch.programs.environment import parse_ports
+
+    try:
+        return parse_ports(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--ports: {e}") from None
+
+
+def _presets_text() -> str:
+    try:
+        from shoal.agents.presets import describe_presets
+
+        return describe_presets()
+    except ImportError:  # pragma: no cover
+        return "the agent's presets"
+
+
+class _ShoalParser(_Parser):
+    """The ``shoal`` parser; ``train_flags`` maps each ``shoal train`` option's destination to
+    its flag (``overrides`` -> ``--set``), as the options were added."""
+
+    train_flags: dict[str, str]
+
+
+def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
+    """The parser (``suppress_defaults``: options not given are absent from the result)."""
+    parser = _ShoalParser(prog="shoal", description="Shoal: RL actor-learner framework.")
+    parser.train_flags = {}
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train an agent on a gymnasium task", description="Train an agent in one process with an embedded Reverb "
+                           "replay server, or as a distributed program (--launcher). Ends with one "
+                           "JSON line on stdout. Compiled JAX code is cached in ~/.cache/shoal/jax "
+                           "(SHOAL_COMPILATION_CACHE=DIR or off).")
+
+    def add(*flags: str, **options: Any) -> None:
+        action = train.add_argument(*flags, **options)
+        parser.train_flags[action.dest] = flags[0]
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress_defaults else value
+
+    add("--agent", default=default("dqn"), help="agent to train: a registered name (dqn, ppo, impala, sac, "
+        "or an installed plug-in's) or module:BuilderClass for your own (default: dqn)")
+    add("--env", default=default("CartPole-v1"), help="gymnasium environment id (default: CartPole-v1)")
+    add("--env-arg", dest="env_args", action="append", type=_parse_env_arg, default=default([]),
+        metavar="KEY=VALUE", help="an argument of the env's constructor, e.g. --env-arg continuous=true "
+        "for LunarLander-v3 (repeatable; values read as Python literals: 3, 0.5, true, 'text')")
+    add("--seed", type=int, default=default(0), help="random seed (default: 0)")
+    add("--max-env-steps", type=int, default=default(100_000), help="step budget over all envs (default: 100000, or the preset's)")
+    add("--target-return", type=float, default=default(None), help="stop when the mean evaluation return "
+        "reaches this (default: the env's reward_threshold, 475 for CartPole-v1)")
+    add("--eval-every", type=int, default=default(2_000), help="env steps between evaluations (default: 2000, or the preset's)")
+    add("--eval-episodes", type=int, default=default(10), help="greedy episodes per evaluation (default: 10, or the preset's)")
+    add("--num-envs", type=int, default=default(16), help="envs stepped together by an actor (default: 16, or the preset's)")
+    add("--sticky-actions", type=float, default=default(0.25), metavar="P", help="Atari: the probability "
+        "that the emulator repeats the previous action (default: 0.25, the published protocol)")
+    add("--run-dir", default=default(None), help="output folder (default: runs/<agent>-<env>-s<seed>-<time>)")
+    add("--preset", default=default("auto"), metavar="NAME", help="tuned settings for a task family "
+        "(agent and experiment settings; the --max-env-steps, --num-envs, --eval-every and "
+        "--eval-episodes you give override them): auto (default: the family of --env), none (the "
+        f"agent's plain defaults), or one of {_presets_text()}")
+    add("--set", dest="overrides", action="append", type=_parse_override, default=default([]),
+        metavar="KEY=VALUE", help="override an agent setting, after the preset, e.g. --set "
+        "learning_rate=3e-4 (repeatable; see the agent's config dataclass)")
+    add("--launcher", choices=["processes", "inprocess", "ray"], default=default(None),
+        help="run as a distributed program: one process per node, one thread per node (for "
+        "debugging), or one Ray actor per node. Default: the single-process runner")
+    add("--num-actors", type=int, default=default(4), help="actor nodes of a distributed program (default: "
+        "4; change it while the program runs with `shoal scale RUN_DIR --actors N`)")
+    add("--ray-address", default=default(None), help="the Ray cluster to join (auto, or HOST:PORT); "
+        "default: start a local Ray instance with this machine's CPUs")
+    add("--resources", action="append", type=_parse_resources, default=default([]),
+        metavar="GROUP:NAME=VALUE,...", help="what each node of a group asks of the Ray cluster: "
+        "num_cpus, num_gpus, memory (bytes) or a custom resource, e.g. --resources learner:num_gpus=1 "
+        "--resources actor:actor_host=1 (repeatable)")
+    add("--ports", type=_parse_ports, default=default(None), metavar="FIRST-LAST",
+        help="the ports the nodes' servers (RPC, Reverb) listen on, each the first free one of the "
+        "range on its host, so the range holds at least one port per server (4 + the actors; checked); "
+        "allow this range between the hosts of a cluster (default: any free port; with --launcher ray "
+        "47000-47099)")
+    add("--params-via", choices=["auto", "rpc"], default=default("auto"), help="how actors and the "
+        "evaluator read the learner's parameters: auto (shared memory on the learner's host, RPC "
+        "elsewhere; default) or rpc (RPC everywhere)")
+    add("--dry-run", action="store_true", default=default(False),
+        help="check everything a run checks (settings, SHOAL_* variables, memory, --ports, --resources; "
+        "not the Ray cluster), print the resolved config (JSON) and the distributed program's graph "
+        "(nodes, groups, edges), and exit")
+    add("--checkpoint-every", type=float, default=default(300.0), metavar="SECONDS",
+        help="seconds between checkpoints in the run directory (default: 300); one is also taken "
+        "at the end and on SIGTERM")
+    add("--resume", default=default(None), metavar="RUN_DIR", help="continue the run in RUN_DIR from its "
+        "last checkpoint, with its saved settings (learner, replay, counters, schedules and RNG are "
+        "restored); --max-env-steps may set a new budget")
+    add("--quiet", action="store_true", default=default(False), help="no progress line")
+    add("--verbose", action="store_true", default=default(False),
+        help="keep native libraries' log lines (Reverb's, TensorFlow's) on stderr")
+    for name, text in (("scale", "grow or shrink the actors of a running distributed program"),
+                       ("status", "show the node table of a running distributed program")):
+        command = sub.add_parser(name, help=text, description=text.capitalize() + ".")
+        command.add_argument("run_dir", help="the program's run directory (its --run-dir)")
+        if name == "scale":
+            command.add_argument("--actors", type=int, required=True, help="actors to run from now on")
+    return parser
+
+
+def given_flags(argv: Sequence[str]) -> list[str]:
+    """The ``shoal train`` options ``argv`` gives (as their flags, e.g. ``--set``), whatever
+    their values: ``argv`` parsed again with every default suppressed holds only those."""
+    parser = build_parser(suppress_defaults=True)
+    return [parser.train_flags[dest] for dest in vars(parser.parse_args(argv)) if dest in parser.train_flags]

@@ -1,0 +1,197 @@
+"""``ProgramDriver``: what the launching process does while a distributed run runs (launched by
+``shoal.launch.experiments.distributed``): the progress line, the run's checkpoints (the learner
+node writes its state and replay's; the driver gathers each actor's and the evaluator's schedule
+and writes ``run.json``), stopping the program on ``stop``, and the run's result, put together
+from the evaluator's result and every node's summary.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+from shoal.core.loggers import TerminalLogger
+from shoal.core.timing import breakdown
+from shoal.launch.experiments.checkpointing import Periodic, commit, spec_record
+from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.launch_settings import max_actors
+from shoal.launch.programs.control import serve_control
+
+
+class ProgramDriver:
+    """Progress, checkpoints and the result of one launched program."""
+
+    def __init__(self, config: ExperimentConfig, spec, saved: dict[str, Any] | None, launched_at: float) -> None:
+        self._config, self._saved, self._launched_at = config, saved, launched_at
+        self._spec = spec_record(spec)
+        self._checkpoints = Periodic(config.checkpoint_every_s) if config.run_dir else None
+        self._actors: dict[str, Any] = dict((saved or {}).get("actors") or {})  # last known states
+        self._evaluator: dict[str, Any] | None = (saved or {}).get("evaluator")  # its last known schedule
+        self._checkpointed_env_steps: int | None = None
+        self._lock = threading.Lock()
+        self._clients: dict[str, Any] = {}
+        self._progress = Periodic(config.progress_every_s) if config.progress else None
+        self._baseline: tuple[float, int] | None = None  # (time, env steps) the speed counts from
+        if saved is not None:
+            print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
+                  f"{saved['learner_version']} (state {saved['learner_digest']}), "
+                  f"{len(self._actors)} actors, next evaluation at "
+                  f"{(saved.get('evaluator') or {}).get('next', '?'):,}", file=sys.stderr, flush=True)
+
+    def _client(self, run, label: str) -> Any:
+        """A client to a node that is never restarted (counter, learner, evaluator), kept."""
+        if label not in self._clients:
+            self._clients[label] = run.client(label)
+        return self._clients[label]
+
+    def follow(self, run, stop: threading.Event | None) -> dict[str, Any]:
+        """Drives ``run`` until it ends; returns the run's result."""
+        terminated, hurried = False, False
+        reason = lambda: getattr(stop, "reason", "SIGTERM")  # noqa: E731 -- (interrupts.StopRequest)
+        try:
+            if self._config.run_dir:
+                serve_control(run, self._config.run_dir, {"actor": (1, max_actors())})  # shoal scale / status
+            while not run.done:
+                if stop is not None and stop.is_set() and not terminated:
+                    terminated = True
+                    why = "interrupted (Ctrl-C)" if reason() == "SIGINT" else "terminated (SIGTERM)"
+                    print(f"shoal: stopping ({why}): a last checkpoint, then every node"
+                          + ("; Ctrl-C again to kill them now" if hasattr(stop, "hurry") else ""),
+                          file=sys.stderr, flush=True)
+                    threading.Thread(target=run.stop, args=(why,), daemon=True).start()
+                if terminated and not hurried and getattr(stop, "hurry", threading.Event()).is_set():
+                    hurried = True  # a second signal: no more waiting, every node killed now
+                    print("shoal: stopping now: every node is killed", file=sys.stderr, flush=True)
+                    run.hurry()
+                if self._checkpoints is not None and self._checkpoints.due() and not terminated:
+                    try:
+                        self._checkpoint(run)
+                    except Exception:  # a node died under the call: the program's failure says which
+                        if not run.ending(within_s=5.0):
+                            raise
+                if self._progress is not None and self._progress.due():
+                    self._progress.reset()
+                    self._show_progress(run)
+                time.sleep(0.05)
+            results = run.wait()
+        except BaseException as e:
+            run.stop("interrupted (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else f"the driver failed: {e!r:.200}")
+            raise
+        finally:
+            print(run.summary(), file=sys.stderr, flush=True)
+        evaluator = results.get("evaluator")
+        if terminated and evaluator is None:  # stopped before the evaluator served: no evaluation
+            evaluator = {"result": self._unevaluated()}
+        return self._result(evaluator, run.results(), reason() if terminated else None)
+
+    def _unevaluated(self) -> dict[str, Any]:
+        """The result's fields for a run stopped before its evaluator served (nothing evaluated)."""
+        config, wall_s = self._config, round(time.time() - self._launched_at, 3)
+        env_steps = self._checkpointed_env_steps
+        if env_steps is None:
+            env_steps = int((self._saved or {}).get("env_steps", 0))
+        return {"agent": config.builder.name, "env": config.env_id, "seed": config.seed, "solved": False,
+                "env_steps": env_steps, "wall_s": wall_s, "train_s": wall_s, "eval_s": 0.0,
+                "final_eval_return": None, "learner_steps": 0, "num_evals": 0}
+
+    def _show_progress(self, run) -> None:
+        try:
+            counts = self._client(run, "counter").get_counts()
+            evaluation = self._client(run, "evaluator").progress()
+        except Exception:  # noqa: BLE001 -- not up yet, or ending: no line this time
+            return
+        env_steps, now = int(counts.get("env_steps", 0)), time.monotonic()
+        if self._baseline is None:  # (a resumed run's restored steps are not this run's speed)
+            self._baseline = (now, env_steps)
+        since, steps_then = self._baseline
+        last = evaluation["eval_return"]
+        TerminalLogger("train").write({"env_steps": env_steps, "steps_per_s": (env_steps - steps_then) / max(now - since, 1e-9),
+                                       "learner_steps": int(counts.get("learner_steps", 0)),
+                                       "eval_return": float("nan") if last is None else last})
+
+    def _checkpoint(self, run, evaluator: dict[str, Any] | None | str = "ask") -> None:
+        """The learner node writes the learner and replay; this process writes ``run.json`` with
+        the counter (without the actors' step grants, ``workers.StepGrants``: a resumed run's
+        actors hold none), the evaluator's schedule (``"ask"``: from the evaluator) and every
+        serving actor's schedule and RNG (an actor that is restarting, or not serving yet, keeps
+        its last known one). Its ``env_steps`` (the counter's) is the one the run's result reports."""
+        from shoal.launch.experiments.workers import GRANTED, SETTLED
+
+        with self._lock:
+            counts = {name: value for name, value in self._client(run, "counter").get_counts().items()
+                      if not name.startswith((GRANTED, SETTLED))}
+            env_steps = int(counts.get("env_steps", 0))
+            written = self._client(run, "learner").checkpoint(env_steps)
+            actors = {}
+            for label in run.running("actor", placed=True):
+                if not run.serving(label) or not run.is_running(label):
+                    if label in self._actors:
+                        actors[label] = self._actors[label]
+                    continue
+                try:
+                    actors[label] = run.client(label, timeout_s=5).futures.save().result(timeout=5)
+                except Exception as e:  # noqa: BLE001 -- restarting, or frozen: its last known state stands
+                    print(f"shoal: warning: {label} did not hand over its schedule ({e!r:.200}); "
+                          "the checkpoint keeps its previous one", file=sys.stderr, flush=True)
+                    if label in self._actors:
+                        actors[label] = self._actors[label]
+            self._actors = actors
+            if evaluator == "ask":
+                evaluator = self._client(run, "evaluator").save()
+            self._evaluator = evaluator
+            commit(self._config.run_dir, written, env_steps, agent=self._config.builder.name, spec=self._spec,
+                   counter=counts, evaluator=evaluator, actors=actors)
+            self._checkpoints.reset()
+            self._checkpointed_env_steps = env_steps
+
+    def last_checkpoint(self, run) -> None:
+        """The final checkpoint (``launch``'s ``before_stop``), while the nodes that hold the
+        run's state -- counter, learner, replay -- still run: also after another node failed
+        (e.g. the evaluator: its last known schedule is kept). Skipped when one of them never
+        served (a stop during start-up: nothing new to save) or is gone."""
+        if self._checkpoints is None or not all(run.serving(label) and run.is_running(label)
+                                                for label in ("counter", "learner", "replay")):
+            return
+        done = run.results().get("evaluator")  # (an evaluator that ended hands its schedule over)
+        if done:
+            evaluator = done["schedule"]
+        else:
+            evaluator = "ask" if run.serving("evaluator") and run.is_running("evaluator") else self._evaluator
+        if run.failed:
+            print(f"shoal: the program failed ({run.reason}); a last checkpoint of what still runs",
+                  file=sys.stderr, flush=True)
+        self._checkpoint(run, evaluator)
+
+    def _result(self, evaluator: dict[str, Any] | None, summaries: dict[str, Any],
+                terminated: str | None) -> dict[str, Any]:
+        """The evaluator's result with every node's summary. ``env_steps`` is the counter's, as
+        the run's last checkpoint recorded it (``run.json``'s), where it took one: the run's steps
+        as a resume continues them (the evaluator's own count, read when it ended, may miss the
+        last reports of actors stepping on after a solved evaluation)."""
+        if evaluator is None:
+            raise RuntimeError("the program ended before its evaluator returned a result")
+        result = dict(evaluator["result"])
+        if self._checkpointed_env_steps is not None:
+            result["env_steps"] = self._checkpointed_env_steps
+        summaries = {label: s for label, s in sorted(summaries.items()) if isinstance(s, dict) and "time_s" in s}
+        actors = {label: s for label, s in summaries.items() if label.startswith("actor_")}
+        learner = summaries.get("learner") or {}
+        result.update(time_breakdown={label: breakdown(s["time_s"], s["wall_s"]) for label, s in summaries.items()},
+                      num_actors=len(actors), actor_steps_per_s=round(sum(s["steps_per_s"] for s in actors.values()), 1),
+                      actor_steps_per_s_each={label: round(s["steps_per_s"], 1) for label, s in actors.items()})
+        counts = learner.get("counts") or {}
+        if "learner_steps" in counts:  # the learner's own count at its end, not its last report
+            result["learner_steps"] = int(counts["learner_steps"])
+        if "stale_batches_dropped" in counts:  # on-policy agents: batches older than max_policy_lag
+            result["stale_batches_dropped"] = int(counts["stale_batches_dropped"])
+        if learner.get("first_update_at"):
+            result["first_update_s"] = round(learner["first_update_at"] - self._launched_at, 3)
+        if self._saved is not None:
+            result["resumed_from"] = {**(learner.get("resumed") or {}),
+                                      "actors": {k: v.get("env_steps") for k, v in (self._saved.get("actors") or {}).items()},
+                                      "next_eval_at": (self._saved.get("evaluator") or {}).get("next")}
+        if terminated:  # (the signal that stopped the run: "SIGTERM", "SIGINT")
+            result["terminated"] = terminated
+        return result

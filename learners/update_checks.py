@@ -1,0 +1,75 @@
+"""The learner's checks of its updates' metrics, which never make an update wait.
+
+``InFlightUpdates`` keeps the updates dispatched but not checked yet, each with the flag its
+update computed (every metric finite), and checks them as they finish: a NaN or infinite metric
+is a ``FloatingPointError`` naming the update and the statistics of its batch
+(``batch_statistics``). ``check_metric_shapes``: an update's metrics are scalars.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+
+from shoal.core.types import Sample
+
+
+class InFlightUpdates:
+    """The updates not checked yet, oldest first."""
+
+    def __init__(self) -> None:
+        self._updates: deque = deque()  # (version, SGD steps by then, finite, metrics, host sample)
+
+    def __len__(self) -> int:
+        return len(self._updates)
+
+    def add(self, version: int, sgd_steps: float, finite: jax.Array, metrics: Mapping[str, jax.Array],
+            sample: Sample) -> None:
+        """An update just dispatched: ``finite`` is its flag, ``sample`` the batch it was given."""
+        self._updates.append((version, sgd_steps, finite, metrics, sample))
+
+    def check_finished(self, wait: bool = False) -> None:
+        """The NaN check of the updates that finished (all of them, or the oldest, if ``wait``)."""
+        while self._updates:
+            version, sgd_steps, finite, metrics, sample = self._updates[0]
+            if not (wait or finite.is_ready()):
+                return
+            self._updates.popleft()
+            wait = False
+            if not finite:  # (one flag per update, computed with it: one small read)
+                values = {k: float(v) for k, v in jax.device_get(dict(metrics)).items()}
+                bad = {k: v for k, v in values.items() if not np.isfinite(v)}
+                raise FloatingPointError(
+                    f"learner update {version} (after {sgd_steps:.0f} SGD steps) produced non-finite "
+                    f"{bad}; its batch: {batch_statistics(sample.data)}")
+
+    def check_all(self) -> None:
+        """The NaN check of every update, waiting for the ones still running."""
+        while self._updates:
+            self.check_finished(wait=True)
+
+
+def check_metric_shapes(metrics: Mapping[str, jax.Array]) -> None:
+    """Raises ``ValueError`` unless every update metric is a scalar."""
+    for name, value in metrics.items():
+        if value.shape != ():
+            raise ValueError(
+                f"update metric {name!r} has shape {value.shape}; metrics must be scalars "
+                "(reduce them, and average over devices with lax.pmean; return per-example "
+                "values as UpdateOutput.aux)")
+
+
+def batch_statistics(data: Any) -> str:
+    """``name: min/mean/max (n non-finite)`` of every numeric field of a host batch."""
+    parts = []
+    for path, x in jax.tree_util.tree_flatten_with_path(data)[0]:
+        x = np.asarray(x)
+        if x.size and np.issubdtype(x.dtype, np.number):
+            finite = x[np.isfinite(x)] if np.issubdtype(x.dtype, np.floating) else x
+            name = "/".join(str(getattr(k, "key", k)) for k in path)
+            stats = f"{finite.min():.3g}/{finite.mean():.3g}/{finite.max():.3g}" if finite.size else "-"
+            parts.append(f"{name}: {stats} ({x.size - finite.size} non-finite)")
+    return "; ".join(parts)

@@ -1,0 +1,113 @@
+"""Environments as users have them: constructor arguments (``--env-arg``) and factories of their
+own (``ExperimentConfig.env_factory``), in one process and in a run of processes; bad ones get
+one line before anything starts."""
+
+from __future__ import annotations
+
+import json
+import pytest
+
+from shoal.actors.env_sources import load_env_factory, parse_env_value
+from shoal.actors.environments import environment_spec, make_vector_env
+from shoal.agents import get_builder
+from shoal.launch import ExperimentConfig, run_experiment
+from tests.faults.harness import shoal_main
+
+
+@pytest.mark.parametrize("text, value", [("3", 3), ("0.5", 0.5), ("true", True), ("False", False),
+                                         ("None", None), ("(1, 2)", (1, 2)), ("'x'", "x"), ("rgb_array", "rgb_array")])
+def test_env_arg_values_read_as_literals(text, value):
+    assert parse_env_value(text) == value
+
+
+def test_env_args_reach_the_constructor_and_the_spec():
+    spec = environment_spec("LunarLander-v3", 2, {"continuous": True})
+    assert spec.num_actions is None and spec.action.shape == (2,) and spec.num_envs == 2
+    env = make_vector_env("LunarLander-v3", 2, seed=0, env_args={"continuous": True})
+    try:
+        assert env.single_action_space.shape == (2,)
+    finally:
+        env.close()
+
+
+def test_a_factory_makes_every_env_and_its_wrapper_holds():
+    env = make_vector_env("short", 2, seed=0, env_factory="tests.user_envs:short_cartpole", env_args={"max_steps": 5})
+    try:
+        env.reset(seed=0)
+        for _ in range(5):
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        assert (terminated | truncated).all()  # (the factory's TimeLimit of 5 steps)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env", "LunarLander-v3", "--env-arg", "speed=3"],
+     "LunarLander-v3 takes no argument 'speed' (--env-arg); its arguments: continuous, enable_wind"),
+    (["--env", "CartPole-v1", "--env-arg", "noequals"], "--env-arg takes KEY=VALUE"),
+    (["--env", "LunarLander-v3", "--env-arg", "gravity='down'"], "LunarLander-v3 with arguments {'gravity': 'down'}"),
+])
+def test_bad_env_arguments_are_one_line_before_anything_runs(tmp_path, args, message):
+    rc, errors, text = shoal_main("train", *args, "--run-dir", str(tmp_path / "run"), "--quiet")
+    assert rc == 2 and len(errors) == 1 and message in errors[0], text
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("factory, message", [
+    ("no_such_module_xyz:make", "cannot import 'no_such_module_xyz' for env_factory"),
+    ("tests.user_envs:missing", "tests.user_envs has no callable 'missing'"),
+    ("tests.user_envs", "env_factory must be a callable or 'module:function'"),
+    ("tests.user_envs:not_an_env", "returned str, not a gymnasium.Env"),
+])
+def test_a_bad_factory_is_one_line(factory, message):
+    config = ExperimentConfig(builder=get_builder("dqn"), env_id="mine", env_factory=factory, num_envs=2)
+    with pytest.raises(ValueError, match=message):
+        config.validate_settings()
+        config.environment_spec()
+
+
+def test_a_factory_is_recorded_by_its_path():
+    from tests.user_envs import short_cartpole
+
+    config = ExperimentConfig(builder=get_builder("dqn"), env_id="short", env_factory=short_cartpole)
+    assert config.to_dict()["env_factory"] == "tests.user_envs:short_cartpole"
+    assert load_env_factory("tests.user_envs:short_cartpole") is short_cartpole
+
+
+@pytest.mark.e2e
+def test_a_factory_with_a_wrapper_trains_in_one_process_and_resumes(tmp_path):
+    config = ExperimentConfig(builder=get_builder("dqn", min_replay_size=200), env_id="short-cartpole",
+                              env_factory="tests.user_envs:short_cartpole", env_args={"max_steps": 30}, num_envs=4,
+                              max_env_steps=800, eval_every=800, eval_episodes=4, run_dir=str(tmp_path / "run"),
+                              progress=False)
+    result = run_experiment(config)
+    assert result["env_steps"] >= 800 and 0 < result["final_eval_return"] <= 30  # (the wrapper's limit)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["env_factory"] == "tests.user_envs:short_cartpole" and saved["env_args"] == {"max_steps": 30}
+    rc, errors, text = shoal_main("train", "--resume", str(tmp_path / "run"), "--max-env-steps", "1200", "--quiet")
+    assert rc == 0 and not errors, text
+
+
+@pytest.mark.e2e
+def test_env_args_from_the_cli_train_and_are_recorded(tmp_path):
+    rc, errors, text = shoal_main("train", "--agent", "dqn", "--env", "CartPole-v1", "--env-arg", "max_episode_steps=20",
+                                  "--num-envs", "4", "--max-env-steps", "800", "--eval-every", "800", "--eval-episodes",
+                                  "4", "--target-return", "1e9", "--set", "min_replay_size=200", "--quiet",
+                                  "--run-dir", str(tmp_path / "run"))
+    assert rc == 0 and not errors, text
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["env_steps"] >= 800 and 0 < result["final_eval_return"] <= 20  # (the evaluation env's limit too)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["env_args"] == {"max_episode_steps": 20}
+
+
+@pytest.mark.e2e
+def test_a_factory_and_its_args_train_under_processes_and_reach_every_node(tmp_path):
+    """Two actor processes and an evaluator process, each making its envs with the factory."""
+    from shoal.launch import run_distributed_experiment
+
+    config = ExperimentConfig(builder=get_builder("dqn", min_replay_size=200), env_id="short-cartpole",
+                              env_factory="tests.user_envs:short_cartpole", env_args={"max_steps": 20}, num_envs=4,
+                              max_env_steps=1200, eval_every=1200, eval_episodes=4, run_dir=str(tmp_path / "run"),
+                              progress=False)
+    result = run_distributed_experiment(config, num_actors=2, launcher="processes")
+    assert result["env_steps"] >= 1200 and 0 < result["final_eval_return"] <= 20  # (the evaluator's env)
