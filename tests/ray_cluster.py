@@ -27,6 +27,7 @@ class Cluster:
     dashboard: str
     actor_host_node: str  # id of the node that has the custom "actor_host" resource
     groups: list[int]
+    learner_host_node: str = ""  # id of the head node, which has the custom "learner_host" resource
 
     def actors(self, state: str | None = "ALIVE") -> list:
         from ray.util.state import list_actors
@@ -48,7 +49,24 @@ class Cluster:
             time.sleep(2)
 
 
-def start_cluster(temp_dir: str) -> Cluster:
+def start_cluster(temp_dir: str, attempts: int = 2) -> Cluster:
+    """The cluster, started afresh (new ports, a new session directory) if Ray's own start
+    failed: under load its dashboard's modules may not come up (``ray start`` then exits
+    non-zero, e.g. "Module MetricsHead failed to start"), which says nothing about Shoal."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return _start_cluster(os.path.join(temp_dir, str(attempt)))
+        except RayStartFailed:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+class RayStartFailed(AssertionError):
+    """``ray start`` exited with an error."""
+
+
+def _start_cluster(temp_dir: str) -> Cluster:
     port, dashboard_port = portpicker.pick_unused_port(), portpicker.pick_unused_port()
     cluster = Cluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", "", [])
     common = ["--num-cpus=2", "--object-store-memory=100000000", "--disable-usage-stats"]
@@ -59,13 +77,14 @@ def start_cluster(temp_dir: str) -> Cluster:
     os.environ["RAY_enable_metrics_collection"] = "0"
     try:
         for args in (["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=true",
-                      f"--dashboard-port={dashboard_port}"],
+                      f"--dashboard-port={dashboard_port}", '--resources={"learner_host": 1}'],
                      [f"--address={cluster.address}", '--resources={"actor_host": 8}']):
             proc = subprocess.Popen([RAY, "start", *args, *common], start_new_session=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             cluster.groups.append(proc.pid)  # the daemons stay in this process group
             out, _ = proc.communicate(timeout=120)
-            assert proc.returncode == 0, out[-2000:]
+            if proc.returncode != 0:
+                raise RayStartFailed(out[-2000:])
         from ray.util.state import list_nodes
 
         deadline = time.monotonic() + 60
@@ -75,8 +94,9 @@ def start_cluster(temp_dir: str) -> Cluster:
             except Exception:  # noqa: BLE001 -- the dashboard is still starting
                 nodes = []
             hosts = [n.node_id for n in nodes if "actor_host" in (n.resources_total or {})]
-            if len(nodes) == 2 and hosts:
-                cluster.actor_host_node = hosts[0]
+            heads = [n.node_id for n in nodes if "learner_host" in (n.resources_total or {})]
+            if len(nodes) == 2 and hosts and heads:
+                cluster.actor_host_node, cluster.learner_host_node = hosts[0], heads[0]
                 return cluster
             time.sleep(0.5)
         raise AssertionError("the 2-node Ray cluster did not come up within 60 s")
