@@ -51,8 +51,9 @@ class Cluster:
 
 def start_cluster(temp_dir: str, attempts: int = 2) -> Cluster:
     """The cluster, started afresh (new ports, a new session directory) if Ray's own start
-    failed: under load its dashboard's modules may not come up (``ray start`` then exits
-    non-zero, e.g. "Module MetricsHead failed to start"), which says nothing about Shoal."""
+    failed (``ray start`` exits non-zero, e.g. its dashboard's modules did not come up), which
+    says nothing about Shoal. ``temp_dir`` must be short: Ray's sockets live under it, and a
+    Unix socket's path may not pass 107 bytes."""
     for attempt in range(1, attempts + 1):
         try:
             return _start_cluster(os.path.join(temp_dir, str(attempt)))

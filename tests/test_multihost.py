@@ -13,9 +13,11 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -35,11 +37,13 @@ SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", 
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = start_netns_cluster(str(tmp_path_factory.mktemp("ray")))
+def cluster():
+    temp_dir = tempfile.mkdtemp(prefix="shoal-ray-", dir="/tmp")  # (short: Ray's socket paths, see test_ray)
+    cluster = start_netns_cluster(temp_dir)
     yield cluster
     cluster.teardown()
     assert not cluster.pids(0) and not cluster.pids(1)
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 class Driver:

@@ -5,9 +5,11 @@ of a program outlives it."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -37,10 +39,14 @@ ACROSS_HOSTS = pytest.mark.skipif("config.getoption('markexpr') and 'slow' in co
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = start_cluster(str(tmp_path_factory.mktemp("ray")))
+def cluster():
+    # A short session directory: Ray's sockets live under it, and a Unix socket's path may not
+    # pass 107 bytes (pytest's own tmp paths, under a pytest-xdist worker, are too long).
+    temp_dir = tempfile.mkdtemp(prefix="shoal-ray-", dir="/tmp")
+    cluster = start_cluster(temp_dir)
     yield cluster
     cluster.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def train(cluster, tmp_path, *args):
