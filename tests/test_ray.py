@@ -152,9 +152,18 @@ def test_a_node_that_cannot_be_placed_is_pending_and_named(cluster, tmp_path):
                                         None), 120, "the warning that an actor cannot be placed")
         assert re.match(r"shoal: warning: actor_\d cannot be placed on any node: it asks for CPU=1, actor_host=1",
                         warning), warning
-        status = subprocess.run([sys.executable, "-m", "shoal", "status", str(tmp_path / "run")],
-                                capture_output=True, text=True).stdout
-        assert len(re.findall(r"actor_\d +actor +pending", status)) == 1, status
+        def status() -> str:
+            return subprocess.run([sys.executable, "-m", "shoal", "status", str(tmp_path / "run")],
+                                  capture_output=True, text=True).stdout
+
+        # (Ray reserves the two CPUs at once but may take a while to start their processes:
+        # until then those actors are pending too)
+        def placed() -> str | None:
+            table = status()
+            return table if len(re.findall(r"actor_\d +actor +running", table)) == 2 else None
+
+        table = wait_for(placed, 120, "two actors placed and running")
+        assert len(re.findall(r"actor_\d +actor +pending", table)) == 1, table
         proc.send_signal(signal.SIGTERM)  # (a graceful stop: the run's JSON line, status 143)
         out, _ = proc.communicate(timeout=120)
     finally:

@@ -32,7 +32,7 @@ from shoal.launch.programs.ending import ProgramEnding
 from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.scaling import ElasticGroups
-from shoal.launch.programs.states import NodeState
+from shoal.launch.programs.states import LIVE, NodeState
 
 
 def _placed_state(worker: "Worker") -> NodeState:
@@ -88,9 +88,22 @@ class ProgramRun(ElasticGroups, ProgramEnding):
         worker.start()
         self.states[node.label] = _placed_state(worker)
 
-    def client(self, label: str, timeout_s: float = 30.0) -> Any:
-        """A client to node ``label`` (what a handle to it becomes inside a node)."""
-        address = self._context.address_book.lookup(label, timeout_s)
+    def client(self, label: str, timeout_s: float = 300.0) -> Any:
+        """A client to node ``label`` (what a handle to it becomes inside a node), once it has
+        published its address: waits while the node is starting (a learner restoring a
+        checkpoint on a busy machine may take a while), fails at once if it ended first, and
+        after ``timeout_s`` if it neither published nor ended."""
+        deadline = time.monotonic() + timeout_s
+        while (address := self._context.address_book.get(label)) is None:
+            with self._lock:
+                state = self.states.get(label)
+            if state not in LIVE:
+                raise RuntimeError(f"node {label!r} ended ({state.value if state else 'never started'}) before "
+                                   "it published its address (see its log)")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {label!r} published no address within {timeout_s:g}s while it ran "
+                                   "(is it stuck starting? see its log)")
+            time.sleep(0.05)
         return self.workers[label].node.make_client(address, self._context)
 
     def is_running(self, label: str) -> bool:
