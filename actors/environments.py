@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.actors.env_sources import EnvFactory, make_single_env
+from shoal.actors.observations import adapt_env
 from shoal.core.importing import import_module_for
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 
@@ -133,7 +134,8 @@ def make_atari_vector_env(env_id: str, num_envs: int, seed: int, sticky_actions:
 def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: float = STICKY_ACTIONS,
                     evaluation: bool = False, clip_rewards: bool | None = None,
                     env_args: Mapping[str, Any] | None = None,
-                    env_factory: str | EnvFactory | None = None) -> gym.vector.VectorEnv:
+                    env_factory: str | EnvFactory | None = None,
+                    action_masks: bool = True) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` copies, reset with seeds ``seed, seed+1, ...``.
 
     Autoreset is ``SAME_STEP``: when an env's episode ends, ``step`` already returns the first
@@ -143,13 +145,15 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     A training env (not ``evaluation``) clips its rewards to [-1, 1] where ``clip_rewards``
     says so (``None``: for Atari, as its protocol does). ``env_args`` go to each env's
     constructor (to ``AtariVectorEnv`` for Atari); an ``env_factory`` (``shoal.actors.env_sources``)
-    makes each env instead of ``env_id``'s registration.
+    makes each env instead of ``env_id``'s registration. Every env but Atari's is adapted
+    (``shoal.actors.observations.adapt_env``): Discrete observations one-hot, action masks into
+    the observation (or dropped, without ``action_masks``).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if env_factory is not None or (env_args and not is_atari(env_id)):
-        make = functools.partial(make_single_env, resolve_env_id(env_id) if env_factory is None else env_id,
-                                 env_args, env_factory)
+        make = functools.partial(_adapted_env, resolve_env_id(env_id) if env_factory is None else env_id,
+                                 env_args, env_factory, action_masks)
         env = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         env.reset(seed=seed)
         env.action_space.seed(seed)
@@ -159,6 +163,7 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
         env_id = resolve_env_id(env_id)
         try:
             env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                               wrappers=[functools.partial(adapt_env, action_masks=action_masks)],
                                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
         except gym.error.DependencyNotInstalled as e:
             raise _missing_extra(env_id, e) from None
@@ -169,10 +174,16 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     return env
 
 
+def _adapted_env(env_id: str, env_args: Mapping[str, Any] | None, env_factory: str | EnvFactory | None,
+                 action_masks: bool) -> gym.Env:
+    return adapt_env(make_single_env(env_id, env_args, env_factory), action_masks)
+
+
 def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | None = None,
-                     env_factory: str | EnvFactory | None = None) -> EnvironmentSpec:
+                     env_factory: str | EnvFactory | None = None, action_masks: bool = True) -> EnvironmentSpec:
     """The spec of ``make_vector_env(env_id, num_envs, ...)``, read off one single env that is
-    built and closed, never reset nor stepped (no vector env, no Atari threads): what a process
+    built and closed, never stepped (no vector env, no Atari threads; reset once by ``adapt_env``,
+    to see whether its info holds an action mask): what a process
     that steps no env (a distributed run's driver) reads once and hands to its nodes. Atari's
     frames are the protocol's (a stack of 4 84x84 grayscale frames); its actions the game's
     minimal set, as ``AtariVectorEnv`` has them (with ``env_args``, one 1-env ``AtariVectorEnv``
@@ -180,7 +191,8 @@ def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | N
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if env_factory is not None or (env_args and not is_atari(env_id)):
-        env = make_single_env(resolve_env_id(env_id) if env_factory is None else env_id, env_args, env_factory)
+        env = _adapted_env(resolve_env_id(env_id) if env_factory is None else env_id, env_args, env_factory,
+                           action_masks)
         observation_space = env.observation_space
     elif is_atari(env_id) and env_args:
         env = make_atari_vector_env(env_id, 1, 0, env_args=env_args)
@@ -192,7 +204,7 @@ def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | N
     else:
         env_id = resolve_env_id(env_id)
         try:
-            env = gym.make(env_id)
+            env = adapt_env(gym.make(env_id), action_masks)
         except gym.error.DependencyNotInstalled as e:
             raise _missing_extra(env_id, e) from None
         observation_space = env.observation_space
@@ -211,10 +223,17 @@ class _Spaces:
 
 
 def final_observations(next_obs, terminated, truncated, info):
-    """The observation that followed each env's action: the final one where an episode ended."""
+    """The observation that followed each env's action: the final one where an episode ended
+    (``next_obs`` an array, or a dict of arrays for a Dict observation)."""
     ended = terminated | truncated
     if not ended.any():
         return next_obs
+    if isinstance(next_obs, dict):
+        final = {key: value.copy() for key, value in next_obs.items()}
+        for i in ended.nonzero()[0]:
+            for key in final:
+                final[key][i] = info["final_obs"][i][key]
+        return final
     final = next_obs.copy()
     for i in ended.nonzero()[0]:
         final[i] = info["final_obs"][i]

@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.actors.environments import action_clipper, final_observations
+from shoal.actors.observations import check_action_mask
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Actor
 from shoal.core.loggers import Logger, NoOpLogger
@@ -35,7 +36,7 @@ class EnvironmentLoop:
         self._num_envs = env.num_envs
         self._clip = action_clipper(env)
         self._obs, _ = env.reset()
-        self._check_finite = np.issubdtype(np.asarray(self._obs).dtype, np.floating)
+        check_action_mask(self._obs, 0)
         self._returns = np.zeros(self._num_envs)
         self._lengths = np.zeros(self._num_envs, np.int64)
         self._finished: list[tuple[float, int]] = []
@@ -54,10 +55,11 @@ class EnvironmentLoop:
         except Exception as e:  # noqa: BLE001 -- named, once, instead of a traceback
             raise RuntimeError(f"the environment raised in step() after {self.env_steps} env steps: "
                                f"{type(e).__name__}: {e}") from e
-        if self._check_finite and not np.isfinite(next_obs).all():
+        bad = _non_finite_envs(next_obs)
+        if bad:
             raise RuntimeError(f"the environment returned a non-finite observation after "
-                               f"{self.env_steps} env steps (NaN or inf in envs "
-                               f"{sorted(set(np.nonzero(~np.isfinite(next_obs))[0].tolist()))})")
+                               f"{self.env_steps} env steps (NaN or inf in envs {bad})")
+        check_action_mask(next_obs, self.env_steps + self._num_envs)
         with stopwatch.time("replay_insert"):
             self._actor.observe(Step(obs, action, reward, terminated, truncated,
                                      final_observations(next_obs, terminated, truncated, info), extras))
@@ -92,6 +94,16 @@ class EnvironmentLoop:
         return row
 
 
+def _non_finite_envs(observation) -> list[int]:
+    """The envs whose (float) observation holds a NaN or an infinity (each key of a dict)."""
+    arrays = observation.values() if isinstance(observation, dict) else [observation]
+    bad: set[int] = set()
+    for x in map(np.asarray, arrays):
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            bad.update(np.nonzero(~np.isfinite(x))[0].tolist())
+    return sorted(bad)
+
+
 def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
              should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
     """Runs exactly one episode in each env of ``env`` and returns the ``num_envs`` returns
@@ -101,14 +113,18 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
     already ended keep stepping (vector envs step together) but are no longer counted.
     """
     obs, _ = env.reset(seed=seed)
+    check_action_mask(obs, 0)
     returns = np.zeros(env.num_envs)
     running = np.ones(env.num_envs, bool)
     clip = action_clipper(env)
+    steps = 0  # (env steps of this evaluation, for the mask check's message)
     while running.any():
         if should_stop is not None and should_stop():
             return None
         action, _ = actor.select_action(obs)
         obs, reward, terminated, truncated, _ = env.step(clip(action))
+        steps += env.num_envs
+        check_action_mask(obs, steps)
         returns += np.where(running, reward, 0.0)
         running &= ~(terminated | truncated)
     return returns

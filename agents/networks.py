@@ -8,8 +8,9 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from shoal.agents.observations import DictTorso, ObservationKeys, observation_keys
 from shoal.agents.torsos import is_image, make_torso
-from shoal.core.specs import EnvironmentSpec
+from shoal.core.specs import EnvironmentSpec, ObservationSpec
 
 
 class MLP(nn.Module):
@@ -90,14 +91,54 @@ class PixelActorCritic(nn.Module):
         return self.policy(self.features(observation))
 
 
-class ActorCriticNetworks(NamedTuple):
-    """An actor-critic and what it acts on: ``num_actions`` for a categorical policy, or
-    ``None`` for a Gaussian one over ``action_size`` dimensions."""
+class DictActorCritic(nn.Module):
+    """``{key: [batch, ...]} -> (policy output, value [batch])`` for a Dict observation: a torso
+    per key (``shoal.agents.observations.DictTorso``, tanh MLPs), then a categorical head
+    (``num_actions``) or a Gaussian one (``action_size`` means and a state-independent log-std),
+    and a value head. With image keys one torso is shared by both heads (as
+    ``PixelActorCritic``), otherwise each head has its own (as ``ActorCritic``)."""
 
-    network: nn.Module
-    observation_shape: tuple[int, ...]
+    keys: ObservationKeys
+    hidden_sizes: Sequence[int]
     num_actions: int | None
     action_size: int = 0
+    torso: str = "nature"
+    initial_log_std: float = 0.0
+
+    def setup(self) -> None:
+        make = lambda: DictTorso(self.keys, tuple(self.hidden_sizes), self.torso, "tanh")  # noqa: E731
+        self.features = make()
+        self.value_features = None if self.keys.images else make()
+        self.policy = nn.Dense(self.num_actions or self.action_size, kernel_init=nn.initializers.orthogonal(0.01))
+        self.value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))
+        if self.num_actions is None:
+            self.log_std = self.param("log_std", nn.initializers.constant(self.initial_log_std), (self.action_size,))
+
+    def __call__(self, observation):
+        features = self.features if self.value_features is None else self.value_features
+        return self.logits(observation), self.value(features(observation))[:, 0]
+
+    def logits(self, observation):
+        """The policy head alone: logits, or ``(mean, log_std)``."""
+        out = self.policy(self.features(observation))
+        return out if self.num_actions is not None else (out, self.log_std)
+
+
+def has_convolutions(network: nn.Module) -> bool:
+    """Whether an actor-critic runs convolutions (its SGD steps are then unrolled, ``shoal.learners.updates``)."""
+    return isinstance(network, PixelActorCritic) or (isinstance(network, DictActorCritic) and bool(network.keys.images))
+
+
+class ActorCriticNetworks(NamedTuple):
+    """An actor-critic and what it acts on: ``num_actions`` for a categorical policy, or
+    ``None`` for a Gaussian one over ``action_size`` dimensions. ``observation_shape`` is per key
+    for a Dict observation, and ``observation`` the spec (shapes and dtypes) it was built for."""
+
+    network: nn.Module
+    observation_shape: tuple[int, ...] | dict[str, tuple[int, ...]]
+    num_actions: int | None
+    action_size: int = 0
+    observation: ObservationSpec | None = None
 
 
 def check_actor_critic_actions(spec: EnvironmentSpec, agent: str, continuous: bool = False) -> None:
@@ -120,14 +161,18 @@ def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int
                                torso: str = "nature") -> ActorCriticNetworks:
     """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
     space, Gaussian for a 1-d Box one where ``continuous`` is allowed; a convolutional ``torso``
-    for image observations, MLPs of ``hidden_sizes`` for flat ones."""
+    for image observations, MLPs of ``hidden_sizes`` for flat ones, a torso per key for Dict ones."""
     check_actor_critic_actions(spec, agent, continuous)
+    size = spec.action.shape[0] if spec.num_actions is None else 0
+    if spec.dict_observations:
+        network = DictActorCritic(observation_keys(spec.observation), tuple(hidden_sizes), spec.num_actions, size,
+                                  torso, initial_log_std)
+        return ActorCriticNetworks(network, spec.observation_shape, spec.num_actions, size, spec.observation)
     if is_image(spec):
         return ActorCriticNetworks(PixelActorCritic(torso, spec.num_actions), spec.observation_shape,
                                    spec.num_actions)
     if spec.num_actions is not None:
         return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions),
                                    spec.observation_shape, spec.num_actions)
-    size = spec.action.shape[0]
     return ActorCriticNetworks(GaussianActorCritic(tuple(hidden_sizes), size, initial_log_std),
                                spec.observation_shape, None, size)

@@ -25,8 +25,10 @@ TORSOS = ("nature", "impala")
 
 
 def is_image(spec: EnvironmentSpec) -> bool:
-    """Whether observations are stacks of frames: rank 3, uint8."""
-    return len(spec.observation_shape) == 3 and spec.observation.dtype == np.uint8
+    """Whether observations are stacks of frames: rank 3, uint8 (a Dict observation is not: its
+    image keys are, ``shoal.agents.observations``)."""
+    return (not spec.dict_observations and len(spec.observation_shape) == 3
+            and spec.observation.dtype == np.uint8)
 
 
 def _frames(observation: jnp.ndarray) -> jnp.ndarray:
@@ -78,6 +80,6 @@ def check_torso(kind: str) -> None:
         raise ValueError(f"torso must be one of {', '.join(TORSOS)}, got {kind!r}")
 
 
-def make_torso(kind: str) -> nn.Module:
+def make_torso(kind: str, name: str | None = None) -> nn.Module:
     check_torso(kind)
-    return NatureCNN() if kind == "nature" else ImpalaResNet()
+    return NatureCNN(name=name) if kind == "nature" else ImpalaResNet(name=name)

@@ -1,11 +1,28 @@
-"""Specs: the shapes and dtypes an agent needs, read off gymnasium spaces."""
+"""Specs: the shapes and dtypes an agent needs, read off gymnasium spaces.
+
+An observation is one array (a ``Box`` space) or a flat mapping key -> array (a ``Dict`` of
+``Box`` or ``MultiBinary`` spaces): ``EnvironmentSpec.observation`` is then an ``ArraySpec`` or
+a ``dict`` of them, and observations flow as arrays or dicts of arrays from the env through the
+actor, replay and batches to the learner. Float arrays are stored as float32, others keep
+their dtype (uint8 frames stay uint8). Nested ``Dict`` spaces are refused (flatten them, e.g.
+with ``gymnasium.wrappers.FlattenObservation`` on the inner one). ``Discrete`` observations are
+not taken here: ``shoal.actors.make_vector_env`` turns them into one-hot float32 vectors first
+(``shoal.actors.observations``).
+
+An ``action_mask`` key (``ACTION_MASK``) of a Dict observation is the set of allowed actions
+(non-zero: allowed; one entry per discrete action), as PettingZoo and SB3-contrib have it:
+networks do not read it, policies never choose a masked action.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Mapping, Union
 
 import gymnasium as gym
 import numpy as np
+
+ACTION_MASK = "action_mask"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,14 +40,26 @@ class ArraySpec:
         return np.zeros((*leading, *self.shape), self.dtype)
 
 
+# One array, or a flat mapping key -> array (a Dict observation space).
+ObservationSpec = Union[ArraySpec, Mapping[str, ArraySpec]]
+
+
+def map_observation(fn, observation_spec: ObservationSpec):
+    """``fn(ArraySpec)`` of a single array's spec, or ``{key: fn(spec)}`` of a Dict's."""
+    if isinstance(observation_spec, Mapping):
+        return {key: fn(spec) for key, spec in observation_spec.items()}
+    return fn(observation_spec)
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvironmentSpec:
     """What an agent must know about one (single, unbatched) environment.
 
     Attributes:
       observation_space / action_space: the single-env gymnasium spaces.
-      observation / action: the ``ArraySpec`` of one observation / action as Shoal stores it
-        (float observations become float32; discrete actions int32, continuous float32).
+      observation: the ``ArraySpec`` of one observation as Shoal stores it (float observations
+        become float32), or for a Dict observation space a dict key -> ``ArraySpec``.
+      action: the ``ArraySpec`` of one action (discrete actions int32, continuous float32).
       num_actions: number of discrete actions, or ``None`` for continuous (Box) actions.
       num_envs: how many copies an actor steps together (the vector env's size; 1 for a
         plain env). Replay items hold one vector step or chunk, so their shapes depend on it.
@@ -38,7 +67,7 @@ class EnvironmentSpec:
 
     observation_space: gym.Space
     action_space: gym.Space
-    observation: ArraySpec
+    observation: ObservationSpec
     action: ArraySpec
     num_actions: int | None
     num_envs: int = 1
@@ -48,8 +77,63 @@ class EnvironmentSpec:
         return self.num_actions is not None
 
     @property
-    def observation_shape(self) -> tuple[int, ...]:
-        return self.observation.shape
+    def dict_observations(self) -> bool:
+        return isinstance(self.observation, Mapping)
+
+    @property
+    def observation_shape(self) -> tuple[int, ...] | dict[str, tuple[int, ...]]:
+        """The shape of one observation, or of each key's array for a Dict observation."""
+        return map_observation(lambda spec: spec.shape, self.observation)
+
+    @property
+    def action_mask(self) -> ArraySpec | None:
+        """The spec of the observation's ``action_mask`` key, or ``None``: no masks."""
+        return self.observation.get(ACTION_MASK) if self.dict_observations else None
+
+
+def _array_spec(space: gym.Space, where: str) -> ArraySpec:
+    if isinstance(space, gym.spaces.Box):
+        # Observations are fed to networks as float32 whatever the env emits (e.g. float64).
+        return ArraySpec(space.shape, np.float32 if np.issubdtype(space.dtype, np.floating) else space.dtype)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return ArraySpec(space.shape, np.int8)
+    if isinstance(space, gym.spaces.Discrete):
+        raise ValueError(f"observation space {where}{space} is Discrete; Shoal takes it one-hot encoded "
+                         "(shoal.actors.make_vector_env does it; or wrap the env with "
+                         "shoal.actors.observations.OneHotObservation)")
+    if isinstance(space, gym.spaces.Dict):
+        raise ValueError(f"observation space {where}is a nested Dict; Shoal takes a flat Dict of Box spaces "
+                         "(flatten the inner one, e.g. with gymnasium.wrappers.FlattenObservation)")
+    raise ValueError(f"observation space {where}{space} is not supported; Shoal agents take Box observations "
+                     "or a Dict of them (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)")
+
+
+def observation_spec(space: gym.Space) -> ObservationSpec:
+    """The ``ArraySpec`` of a Box space, or a dict of them for a flat Dict space (one line,
+    ``ValueError``, for anything else)."""
+    if isinstance(space, gym.spaces.Dict):
+        if not space.spaces:
+            raise ValueError("observation space is an empty Dict")
+        return {str(key): _array_spec(sub, f"key {key!r}: ") for key, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Box):
+        return _array_spec(space, "")
+    return _array_spec(space, "")
+
+
+def check_action_mask(observation: ObservationSpec, num_actions: int | None) -> None:
+    """Raises ``ValueError`` (one line) for an ``action_mask`` key that is not one entry per
+    discrete action, or that is all there is to observe."""
+    if not isinstance(observation, Mapping) or ACTION_MASK not in observation:
+        return
+    mask = observation[ACTION_MASK]
+    if num_actions is None:
+        raise ValueError("the observation has an action_mask key, but the action space is not Discrete "
+                         "(action masks are for discrete actions)")
+    if mask.shape != (num_actions,):
+        raise ValueError(f"the observation's action_mask has shape {mask.shape}; it must have one entry per "
+                         f"action, ({num_actions},)")
+    if len(observation) == 1:
+        raise ValueError("the observation has nothing but an action_mask; agents need something to observe")
 
 
 def make_environment_spec(env: gym.Env | gym.vector.VectorEnv, num_envs: int | None = None) -> EnvironmentSpec:
@@ -58,10 +142,7 @@ def make_environment_spec(env: gym.Env | gym.vector.VectorEnv, num_envs: int | N
     spec of a vector env of that size)."""
     obs_space = getattr(env, "single_observation_space", env.observation_space)
     act_space = getattr(env, "single_action_space", env.action_space)
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise ValueError(
-            f"observation space {obs_space} is not supported; Shoal agents take Box observations "
-            "(wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)")
+    observation = observation_spec(obs_space)
     if isinstance(act_space, gym.spaces.Discrete):
         num_actions, action = int(act_space.n), ArraySpec((), np.int32)
     elif isinstance(act_space, gym.spaces.Box):
@@ -69,9 +150,7 @@ def make_environment_spec(env: gym.Env | gym.vector.VectorEnv, num_envs: int | N
     else:
         raise ValueError(f"action space {act_space} is not supported; Shoal agents take Discrete "
                          "or Box actions")
-    # Observations are fed to networks as float32 whatever the env emits (e.g. float64).
-    obs_dtype = np.float32 if np.issubdtype(obs_space.dtype, np.floating) else obs_space.dtype
+    check_action_mask(observation, num_actions)
     return EnvironmentSpec(
-        observation_space=obs_space, action_space=act_space,
-        observation=ArraySpec(obs_space.shape, obs_dtype), action=action,
+        observation_space=obs_space, action_space=act_space, observation=observation, action=action,
         num_actions=num_actions, num_envs=int(num_envs if num_envs is not None else getattr(env, "num_envs", 1)))

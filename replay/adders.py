@@ -35,16 +35,22 @@ import reverb
 import tree
 
 from shoal.core.interfaces import Adder
-from shoal.core.specs import EnvironmentSpec
+from shoal.core.specs import EnvironmentSpec, ObservationSpec
 from shoal.core.types import Step
+
+
+def _cast_observation(observation, spec: ObservationSpec):
+    """An observation (an array, or a dict of arrays) with the dtypes of ``spec``."""
+    if isinstance(spec, Mapping):
+        return {key: np.asarray(observation[key], s.dtype) for key, s in spec.items()}
+    return np.asarray(observation, spec.dtype)
 
 
 def _cast_step(step: Step, spec: EnvironmentSpec) -> Step:
     """The step with the dtypes of the table signature (e.g. float64 observations -> float32)."""
-    obs, act = spec.observation.dtype, spec.action.dtype
-    return Step(np.asarray(step.observation, obs), np.asarray(step.action, act),
+    return Step(_cast_observation(step.observation, spec.observation), np.asarray(step.action, spec.action.dtype),
                 np.asarray(step.reward, np.float32), np.asarray(step.terminated, bool),
-                np.asarray(step.truncated, bool), np.asarray(step.next_observation, obs),
+                np.asarray(step.truncated, bool), _cast_observation(step.next_observation, spec.observation),
                 dict(step.extras))
 
 
@@ -76,11 +82,12 @@ def n_step_transition(steps: Sequence[Step], discount: float) -> dict[str, np.nd
     first = steps[0]
     ret = np.zeros(first.reward.shape, np.float64)
     disc = np.ones(first.reward.shape, np.float64)
-    next_obs = first.next_observation.copy()
+    next_obs = tree.map_structure(np.copy, first.next_observation)  # (an array, or a dict of them)
     alive = np.ones(first.reward.shape, bool)  # no episode end seen before step k
     for k, step in enumerate(steps):
         ret += np.where(alive, discount ** k * step.reward, 0.0)
-        next_obs[alive] = step.next_observation[alive]
+        for into, source in zip(tree.flatten(next_obs), tree.flatten(step.next_observation)):
+            into[alive] = source[alive]
         disc = np.where(alive, discount ** (k + 1) * (1.0 - step.terminated), disc)
         alive &= ~(step.terminated | step.truncated)
     transition = {"observation": first.observation, "action": first.action,

@@ -16,12 +16,17 @@ from typing import Mapping
 
 import numpy as np
 
-from shoal.core.specs import ArraySpec, EnvironmentSpec
+from shoal.core.specs import ArraySpec, EnvironmentSpec, ObservationSpec, map_observation
 from shoal.core.types import Sample
 
 
 def _zeros(spec: ArraySpec, leading: tuple[int, ...]) -> np.ndarray:
     return np.zeros((*leading, *spec.shape), spec.dtype)
+
+
+def _observation(spec: ObservationSpec, leading: tuple[int, ...]):
+    """Zeros of one observation's array, or a dict of them (a Dict observation)."""
+    return map_observation(lambda s: _zeros(s, leading), spec)
 
 
 def _with_extras(fields: dict, extras_spec: Mapping[str, ArraySpec], leading: tuple[int, ...]) -> dict:
@@ -36,8 +41,8 @@ def transition_example(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpe
     lead = (batch_size, num_steps)
     scalar = np.zeros(lead, np.float32)
     return Sample(_with_extras({
-        "observation": _zeros(spec.observation, lead), "action": _zeros(spec.action, lead),
-        "reward": scalar, "discount": scalar.copy(), "next_observation": _zeros(spec.observation, lead),
+        "observation": _observation(spec.observation, lead), "action": _zeros(spec.action, lead),
+        "reward": scalar, "discount": scalar.copy(), "next_observation": _observation(spec.observation, lead),
         "probability": scalar.copy(), "table_size": scalar.copy()}, extras_spec, lead),
         np.zeros((num_steps, 1), np.uint64))
 
@@ -47,6 +52,6 @@ def sequence_example(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec]
     lead = (rows, length)
     flag = np.zeros(lead, bool)
     return Sample(_with_extras({
-        "observation": _zeros(spec.observation, lead), "action": _zeros(spec.action, lead),
+        "observation": _observation(spec.observation, lead), "action": _zeros(spec.action, lead),
         "reward": np.zeros(lead, np.float32), "terminated": flag, "truncated": flag.copy(),
-        "next_observation": _zeros(spec.observation, lead)}, extras_spec, lead), np.zeros(1, np.uint64))
+        "next_observation": _observation(spec.observation, lead)}, extras_spec, lead), np.zeros(1, np.uint64))

@@ -7,7 +7,9 @@ Replay items hold whole vector steps, so every field has a leading ``[num_envs]`
 * a *sequence* item (``SequenceAdder``): the fields of ``shoal.core.Step`` stacked over
   ``length`` vector steps, time-major as Reverb stores trajectories: ``[length, num_envs, ...]``.
 
-``extras`` is omitted from a signature when the policy declares none.
+``extras`` is omitted from a signature when the policy declares none. A Dict observation's
+``observation`` and ``next_observation`` are dicts of one ``tf.TensorSpec`` per key (each with
+its own dtype: uint8 frames stay uint8).
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ from typing import Mapping
 import numpy as np
 import tensorflow as tf
 
-from shoal.core.specs import ArraySpec, EnvironmentSpec
+from shoal.core.specs import ArraySpec, EnvironmentSpec, ObservationSpec, map_observation
 
 
 def _tensor(spec: ArraySpec, leading: tuple[int, ...]) -> tf.TensorSpec:
     return tf.TensorSpec((*leading, *spec.shape), tf.as_dtype(spec.dtype))
+
+
+def _observation(spec: ObservationSpec, leading: tuple[int, ...]):
+    return map_observation(lambda s: _tensor(s, leading), spec)
 
 
 def _with_extras(fields: dict, extras_spec: Mapping[str, ArraySpec], leading: tuple[int, ...]) -> dict:
@@ -35,9 +41,9 @@ def transition_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArrayS
     e = (spec.num_envs,)
     scalar = ArraySpec((), np.float32)
     return _with_extras({
-        "observation": _tensor(spec.observation, e), "action": _tensor(spec.action, e),
+        "observation": _observation(spec.observation, e), "action": _tensor(spec.action, e),
         "reward": _tensor(scalar, e), "discount": _tensor(scalar, e),
-        "next_observation": _tensor(spec.observation, e),
+        "next_observation": _observation(spec.observation, e),
     }, extras_spec, e)
 
 
@@ -47,9 +53,9 @@ def step_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec],
     e = (*leading, spec.num_envs)
     flag = ArraySpec((), np.bool_)
     return _with_extras({
-        "observation": _tensor(spec.observation, e), "action": _tensor(spec.action, e),
+        "observation": _observation(spec.observation, e), "action": _tensor(spec.action, e),
         "reward": _tensor(ArraySpec((), np.float32), e), "terminated": _tensor(flag, e),
-        "truncated": _tensor(flag, e), "next_observation": _tensor(spec.observation, e),
+        "truncated": _tensor(flag, e), "next_observation": _observation(spec.observation, e),
     }, extras_spec, e)
 
 

@@ -124,7 +124,10 @@ def test_continuous_actions_and_a_vector_envs_single_spaces():
 
 
 @pytest.mark.parametrize("observation, action, message", [
-    (gym.spaces.Dict({"x": gym.spaces.Discrete(2)}), gym.spaces.Discrete(2), "Shoal agents take Box observations"),
+    (gym.spaces.Tuple([gym.spaces.Box(-1, 1, (2,))]), gym.spaces.Discrete(2), "Shoal agents take Box observations"),
+    (gym.spaces.Dict({"x": gym.spaces.Discrete(2)}), gym.spaces.Discrete(2), "key 'x': Discrete.*one-hot"),
+    (gym.spaces.Dict({"x": gym.spaces.Dict({"y": gym.spaces.Box(-1, 1, (2,))})}), gym.spaces.Discrete(2),
+     "key 'x': is a nested Dict; Shoal takes a flat Dict"),
     (gym.spaces.Box(-1, 1, (2,)), gym.spaces.MultiDiscrete([2, 2]), "Shoal agents take Discrete or Box actions"),
 ])
 def test_unsupported_spaces_are_refused_naming_what_is_taken(observation, action, message):

@@ -7,6 +7,10 @@ bootstrap discount, 0 after termination -- see ``shoal.replay.adders``):
     y      = R + d * Q(s', a*; target)                        # target net evaluates
     loss   = mean_i  w_i * huber(Q(s_i, a_i; online) - y_i)
 
+With action masks (``shoal.agents.observations``: the ``action_mask`` stored with ``s'``), the
+argmax is over the actions allowed in ``s'``; the policy's greedy and random actions are
+allowed ones too (a random action is uniform over the allowed set).
+
 with ``w_i = 1`` for uniform replay, or importance weights ``(N P(i))^-beta / max_j(...)`` for
 prioritized replay. Gradients are averaged over devices (``pmean``), clipped, and applied with
 Adam; every ``target_update_period`` steps the target params are set to the online ones. One
@@ -23,6 +27,7 @@ import optax
 
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.networks import QNetwork
+from shoal.agents.observations import MASKED_LOGIT, action_mask, example_observation, mask_logits
 from shoal.core.types import ActorInfo, Policy
 from shoal.learners.updates import AXIS_NAME, UpdateFn, scan_sgd_steps
 
@@ -42,7 +47,7 @@ def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
 def init_state(key: jax.Array, network: QNetwork, observation_shape, config: DQNConfig) -> TrainingState:
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
     def init(key):
-        params = network.init(key, jnp.zeros((1, *observation_shape), jnp.float32))
+        params = network.init(key, example_observation(observation_shape))
         return TrainingState(params, params, make_optimizer(config).init(params), jnp.zeros((), jnp.int32))
 
     return init(key)
@@ -54,12 +59,14 @@ def make_update(network: QNetwork, config: DQNConfig) -> UpdateFn:
     optimizer = make_optimizer(config)
 
     def loss_fn(params, target_params, batch):
-        batch_size = batch["observation"].shape[0]
+        batch_size = batch["reward"].shape[0]
         # One pass of the online net over s and s' together (half the dispatches of two).
-        q_online = network.apply(params, jnp.concatenate([batch["observation"], batch["next_observation"]]))
+        both = jax.tree_util.tree_map(lambda s, s_next: jnp.concatenate([s, s_next]),
+                                      batch["observation"], batch["next_observation"])
+        q_online = network.apply(params, both)
         q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
         q_t_target = network.apply(target_params, batch["next_observation"])
-        best_next = jnp.argmax(q_t_online, axis=-1)
+        best_next = jnp.argmax(mask_logits(q_t_online, action_mask(batch["next_observation"])), axis=-1)
         bootstrap = jnp.take_along_axis(q_t_target, best_next[:, None], axis=-1)[:, 0]
         target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * bootstrap)
         q_taken = jnp.take_along_axis(q_tm1, batch["action"][:, None].astype(jnp.int32), axis=-1)[:, 0]
@@ -97,11 +104,15 @@ def make_policy(network: QNetwork, num_actions: int, config: DQNConfig, evaluati
     """Epsilon-greedy over Q values, for a batch of observations, in one jittable function."""
 
     def policy(params, key, observation, info: ActorInfo):
-        q = network.apply(params, observation.astype(jnp.float32))
-        greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
+        mask = action_mask(observation)
+        q = network.apply(params, jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), observation))
+        greedy = jnp.argmax(mask_logits(q, mask), axis=-1).astype(jnp.int32)
         epsilon = config.eval_epsilon if evaluation else epsilon_at(info.env_steps, config)
         key, explore_key, action_key = jax.random.split(key, 3)
-        random_actions = jax.random.randint(action_key, greedy.shape, 0, num_actions, jnp.int32)
+        if mask is None:
+            random_actions = jax.random.randint(action_key, greedy.shape, 0, num_actions, jnp.int32)
+        else:  # uniform over the allowed actions
+            random_actions = jax.random.categorical(action_key, jnp.where(mask, 0.0, MASKED_LOGIT)).astype(jnp.int32)
         explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
         return jnp.where(explore, random_actions, greedy), {}, key
 

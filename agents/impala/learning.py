@@ -18,6 +18,11 @@ logits, so the learner corrects for the lag with V-trace. On a batch of env sequ
            - entropy_coef * mean(entropy(pi(.|s_t)))
 
    with gradients averaged over devices (``pmean``), clipped, and applied with Adam.
+
+With action masks (an ``action_mask`` stored with each observation), the policy is the
+categorical over the allowed actions (``shoal.agents.observations.mask_logits``): the actor
+samples among them and records the masked logits, and ``pi``, ``mu`` and the entropy above are
+those of the renormalised allowed set.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from shoal.agents import distributions
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.networks import IMPALANetworks
 from shoal.agents.impala.vtrace import vtrace
+from shoal.agents.observations import action_mask, example_observation, mask_logits
 from shoal.core.specs import ArraySpec
 from shoal.core.types import ActorInfo, Policy
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput
@@ -52,7 +58,7 @@ def make_optimizer(config: IMPALAConfig) -> optax.GradientTransformation:
 def init_state(key: jax.Array, networks: IMPALANetworks, config: IMPALAConfig) -> TrainingState:
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
     def init(key):
-        params = networks.network.init(key, jnp.zeros((1, *networks.observation_shape), jnp.float32))
+        params = networks.network.init(key, example_observation(networks.observation_shape))
         return TrainingState(params, make_optimizer(config).init(params))
 
     return init(key)
@@ -74,9 +80,9 @@ def make_update(network: nn.Module, config: IMPALAConfig) -> UpdateFn:
     def loss_fn(params, batch):
         rows, length = batch["reward"].shape
         flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
-        logits, values = network.apply(params, jnp.concatenate(
-            [flat(batch["observation"]), flat(batch["next_observation"])]))
-        logits = logits[:rows * length].reshape(rows, length, -1)
+        logits, values = network.apply(params, jax.tree_util.tree_map(
+            lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]), batch["observation"], batch["next_observation"]))
+        logits = mask_logits(logits[:rows * length].reshape(rows, length, -1), action_mask(batch["observation"]))
         value, next_value = jnp.split(values.reshape(2, rows, length), 2)
         value, next_value = value[0], jax.lax.stop_gradient(next_value[0])
         log_prob = distributions.categorical_log_prob(logits, batch["action"])
@@ -112,6 +118,7 @@ def make_policy(network: nn.Module, num_actions: int, evaluation: bool, eval_sam
 
     def policy(params, key, observation, info: ActorInfo):
         logits = network.apply(params, observation, method=type(network).logits)
+        logits = mask_logits(logits, action_mask(observation))
         if evaluation and not eval_sample:
             return jnp.argmax(logits, axis=-1).astype(jnp.int32), {}, key
         key, sample_key = jax.random.split(key)

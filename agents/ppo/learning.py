@@ -45,6 +45,11 @@ carries its own next observation, see ``shoal.replay.adders``) and, on each devi
 
 The policy is categorical over discrete actions, or a Gaussian with a state-independent
 log-std over Box actions (``shoal.agents.distributions``; the env clips the sampled action).
+With action masks (an ``action_mask`` stored with each observation), the categorical is over
+the allowed actions (``shoal.agents.observations.mask_logits``): actions are sampled among them,
+and ``pi(a|s)``, ``mu(a|s)`` and the entropy of step 5 are those of the renormalised allowed set.
+For a Dict observation, normalization (step 1, 6) applies to its float vector keys, one set of
+statistics per key; image keys and the mask are left as they are.
 """
 
 from __future__ import annotations
@@ -57,8 +62,9 @@ import numpy as np
 import optax
 
 from shoal.agents import distributions, normalization
-from shoal.agents.networks import ActorCriticNetworks, PixelActorCritic
+from shoal.agents.networks import ActorCriticNetworks, has_convolutions
 from shoal.agents.normalization import RunningStats
+from shoal.agents.observations import action_mask, example_observation, mask_logits, normalized_keys
 from shoal.agents.ppo.config import PPOConfig
 from shoal.core.specs import ArraySpec
 from shoal.core.types import ActorInfo, Policy
@@ -112,11 +118,20 @@ def init_state(key: jax.Array, networks: ActorCriticNetworks, config: PPOConfig)
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
     def init(key):
         params_key, key = jax.random.split(key)
-        network = networks.network.init(params_key, jnp.zeros((1, *networks.observation_shape), jnp.float32))
-        params = {"network": network, "observation": normalization.init_stats(networks.observation_shape)}
+        network = networks.network.init(params_key, example_observation(networks.observation_shape))
+        params = {"network": network, "observation": observation_stats(networks)}
         return TrainingState(params, make_optimizer(config).init(network), key, normalization.init_stats())
 
     return init(key)
+
+
+def observation_stats(networks: ActorCriticNetworks) -> RunningStats | dict[str, RunningStats]:
+    """Fresh observation statistics: of the observation, or of each float vector key of a Dict
+    observation (none where the networks do not say the observation's dtypes)."""
+    if not isinstance(networks.observation_shape, dict):
+        return normalization.init_stats(networks.observation_shape)
+    keys = normalized_keys(networks.observation) if networks.observation is not None else ()
+    return {key: normalization.init_stats(networks.observation_shape[key]) for key in keys}
 
 
 class Head(NamedTuple):
@@ -161,11 +176,23 @@ def _global_standardize(x):
 
 
 def observe(params: dict, observation, config: PPOConfig):
-    """Observations as the network sees them (normalized with the run's statistics, if on)."""
+    """Observations as the network sees them (normalized with the run's statistics, if on; for a
+    Dict observation, its keys that have statistics)."""
+    if isinstance(observation, dict):
+        stats = params["observation"] if config.normalize_observations else {}
+        return {key: normalization.normalize(stats[key], x.astype(jnp.float32)) if key in stats else x
+                for key, x in observation.items()}
     observation = observation.astype(jnp.float32)
     if config.normalize_observations:
         return normalization.normalize(params["observation"], observation)
     return observation
+
+
+def update_observation_stats(stats, observation):
+    """The statistics after a batch of observations (each normalized key's, for a Dict)."""
+    if isinstance(observation, dict):
+        return {key: normalization.update(s, observation[key], AXIS_NAME) for key, s in stats.items()}
+    return normalization.update(stats, observation, AXIS_NAME)
 
 
 def value_loss(value, old_value, target, epsilon, clip: bool) -> jax.Array:
@@ -179,11 +206,18 @@ def value_loss(value, old_value, target, epsilon, clip: bool) -> jax.Array:
     return 0.5 * jnp.mean(error)
 
 
+def masked(policy_out, mask):
+    """The policy output restricted to the allowed actions (categorical logits; a Gaussian's
+    output is never masked)."""
+    return policy_out if mask is None or isinstance(policy_out, tuple) else mask_logits(policy_out, mask)
+
+
 def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
     network, dist = networks.network, head(networks)
 
     def loss_fn(network_params, minibatch, epsilon):
         policy_out, value = network.apply(network_params, minibatch["observation"])
+        policy_out = masked(policy_out, action_mask(minibatch["observation"]))
         log_prob = dist.log_prob(policy_out, minibatch["action"])
         log_rho = log_prob - minibatch["log_prob"]
         rho = jnp.exp(log_rho)
@@ -218,7 +252,9 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
         flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
         observation = observe(state.params, batch["observation"], config)
         next_observation = observe(state.params, batch["next_observation"], config)
-        _, values = network.apply(state.params["network"], jnp.concatenate([flat(observation), flat(next_observation)]))
+        both = jax.tree_util.tree_map(lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]),
+                                      observation, next_observation)
+        _, values = network.apply(state.params["network"], both)
         value, next_value = jnp.split(values.reshape(2, rows, length), 2)
         value, next_value = value[0], next_value[0]
         reward, return_stats = batch["reward"], state.return_stats
@@ -235,9 +271,9 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
         state, out = minibatch_epochs(sgd_step, state._replace(key=key, return_stats=return_stats), data,
                                       epochs_key, num_epochs=config.num_epochs,
                                       num_minibatches=config.num_minibatches,
-                                      unroll=isinstance(network, PixelActorCritic))  # (convolutions: see _loop)
+                                      unroll=has_convolutions(network))  # (convolutions: see _loop)
         if config.normalize_observations:  # after the update: the next rollouts act with these
-            stats = normalization.update(state.params["observation"], batch["observation"], AXIS_NAME)
+            stats = update_observation_stats(state.params["observation"], batch["observation"])
             state = state._replace(params={**state.params, "observation": stats})
         schedules = {"learning_rate": jnp.asarray(lr, jnp.float32), "clip_epsilon": jnp.asarray(epsilon, jnp.float32)}
         return state, out._replace(metrics={**out.metrics, **schedules})
@@ -261,6 +297,7 @@ def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bo
 
     def policy(params, key, observation, info: ActorInfo):
         out = network.apply(params["network"], observe(params, observation, config), method=type(network).logits)
+        out = masked(out, action_mask(observation))
         if evaluation and not config.eval_sample:
             return dist.mode(out), {}, key
         key, sample_key = jax.random.split(key)

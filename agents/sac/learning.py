@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from shoal.agents.observations import example_observation
 from shoal.agents.sac.config import SACConfig
 from shoal.agents.sac.networks import SACNetworks, sample_action, squash
 from shoal.core.types import ActorInfo, Policy
@@ -45,7 +46,7 @@ def init_state(key: jax.Array, networks: SACNetworks, config: SACConfig) -> Trai
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
     def init(key):
         policy_key, critic_key, key = jax.random.split(key, 3)
-        observation = jnp.zeros((1, *networks.observation_shape), jnp.float32)
+        observation = example_observation(networks.observation_shape)
         action = jnp.zeros((1, networks.action_size), jnp.float32)
         params = networks.policy.init(policy_key, observation)
         critic_params = networks.critic.init(critic_key, observation, action)
@@ -64,7 +65,7 @@ def make_update(networks: SACNetworks, config: SACConfig) -> UpdateFn:
 
     def sample(params, observation, key):
         noise = jax.vmap(lambda k: jax.random.normal(k, (networks.action_size,)))(
-            global_row_keys(key, observation.shape[0]))
+            global_row_keys(key, jax.tree_util.tree_leaves(observation)[0].shape[0]))
         return sample_action(networks, params, observation, noise)
 
     def critic_loss(critic_params, state: TrainingState, batch, key):
@@ -120,7 +121,8 @@ def make_policy(networks: SACNetworks, evaluation: bool) -> Policy:
             return squash(networks, networks.policy.apply(params, observation)[0]), {}, key
         key, noise_key = jax.random.split(key)
         action, _ = sample_action(networks, params, observation,
-                                  jax.random.normal(noise_key, (observation.shape[0], networks.action_size)))
+                                  jax.random.normal(noise_key, (jax.tree_util.tree_leaves(observation)[0].shape[0],
+                                                                networks.action_size)))
         return action, {}, key
 
     return Policy(policy)

@@ -7,6 +7,10 @@ The policy outputs a Gaussian over pre-squash actions ``u``; the action is
     log pi(a|s) = log N(u; mu, sigma) - log(scale * (1 - tanh(u)^2))
 
 where ``log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u))`` is the numerically stable form.
+
+For a Dict observation (``keys``), each network first reads it with a torso per key
+(``shoal.agents.observations.DictTorso``): the policy's heads read those features, each critic
+concatenates them with the action before its MLP.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from shoal.agents.observations import DictTorso, ObservationKeys, observation_keys
 from shoal.core.specs import EnvironmentSpec
 
 
@@ -28,12 +33,16 @@ class GaussianPolicy(nn.Module):
     action_size: int
     log_std_min: float
     log_std_max: float
+    keys: ObservationKeys | None = None  # a Dict observation's: a torso per key
 
     @nn.compact
-    def __call__(self, observation: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-        x = observation.reshape(observation.shape[0], -1).astype(jnp.float32)
-        for size in self.hidden_sizes:
-            x = nn.relu(nn.Dense(size)(x))
+    def __call__(self, observation) -> tuple[jnp.ndarray, jnp.ndarray]:
+        if self.keys is not None:
+            x = DictTorso(self.keys, tuple(self.hidden_sizes))(observation)
+        else:
+            x = observation.reshape(observation.shape[0], -1).astype(jnp.float32)
+            for size in self.hidden_sizes:
+                x = nn.relu(nn.Dense(size)(x))
         mean = nn.Dense(self.action_size)(x)
         log_std = jnp.tanh(nn.Dense(self.action_size)(x))  # squashed into [min, max]
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (log_std + 1.0)
@@ -44,13 +53,18 @@ class TwinCritic(nn.Module):
     """``(observation, action) -> (Q1, Q2)``, each ``[batch]``: two independent MLPs."""
 
     hidden_sizes: Sequence[int]
+    keys: ObservationKeys | None = None  # a Dict observation's: a torso per key (each critic its own)
 
     @nn.compact
-    def __call__(self, observation: jnp.ndarray, action: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-        x = jnp.concatenate([observation.reshape(observation.shape[0], -1).astype(jnp.float32),
-                             action.reshape(action.shape[0], -1)], axis=-1)
+    def __call__(self, observation, action: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        if self.keys is None:
+            x = jnp.concatenate([observation.reshape(observation.shape[0], -1).astype(jnp.float32),
+                                 action.reshape(action.shape[0], -1)], axis=-1)
         qs = []
         for _ in range(2):
+            if self.keys is not None:
+                x = jnp.concatenate([DictTorso(self.keys, tuple(self.hidden_sizes))(observation),
+                                     action.reshape(action.shape[0], -1)], axis=-1)
             h = x
             for size in self.hidden_sizes:
                 h = nn.relu(nn.Dense(size)(h))
@@ -61,7 +75,7 @@ class TwinCritic(nn.Module):
 class SACNetworks(NamedTuple):
     policy: GaussianPolicy
     critic: TwinCritic
-    observation_shape: tuple[int, ...]
+    observation_shape: tuple[int, ...] | dict[str, tuple[int, ...]]  # (per key, for a Dict observation)
     action_size: int
     action_scale: np.ndarray   # (high - low) / 2 per dimension
     action_offset: np.ndarray  # (high + low) / 2
@@ -72,8 +86,9 @@ def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
     check_action_space(spec)
     space = spec.action_space
     size = spec.action.shape[0]
-    return SACNetworks(GaussianPolicy(tuple(hidden_sizes), size, log_std_min, log_std_max),
-                       TwinCritic(tuple(hidden_sizes)), spec.observation_shape, size,
+    keys = observation_keys(spec.observation) if spec.dict_observations else None
+    return SACNetworks(GaussianPolicy(tuple(hidden_sizes), size, log_std_min, log_std_max, keys),
+                       TwinCritic(tuple(hidden_sizes), keys), spec.observation_shape, size,
                        ((space.high - space.low) / 2).astype(np.float32),
                        ((space.high + space.low) / 2).astype(np.float32))
 

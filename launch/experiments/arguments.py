@@ -102,6 +102,9 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--env-arg", dest="env_args", action="append", type=_parse_env_arg, default=default([]),
         metavar="KEY=VALUE", help="an argument of the env's constructor, e.g. --env-arg continuous=true "
         "for LunarLander-v3 (repeatable; values read as Python literals: 3, 0.5, true, 'text')")
+    add("--no-action-masks", dest="action_masks", action="store_false", default=default(True),
+        help="ignore the env's action masks (info['action_mask'] or an action_mask observation key): "
+        "the agent may take every action (default: masked actions are never taken)")
     add("--seed", type=int, default=default(0), help="random seed (default: 0)")
     add("--max-env-steps", type=int, default=default(100_000), help="step budget over all envs (default: 100000, or the preset's)")
     add("--target-return", type=float, default=default(None), help="stop when the mean evaluation return "

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 import jax
 import numpy as np
 
-from shoal.core.specs import EnvironmentSpec
+from shoal.core.specs import EnvironmentSpec, map_observation
 from shoal.launch.experiments.run_files import check_run
 from shoal.launch.experiments.rundir import read_json, write_json
 
@@ -47,8 +47,11 @@ def digest(tree: Any) -> str:
 
 
 def spec_record(spec: EnvironmentSpec) -> dict[str, Any]:
-    """What a checkpoint's networks were built for: observation and action shapes and dtypes."""
-    return {"observation": [list(spec.observation.shape), str(spec.observation.dtype)],
+    """What a checkpoint's networks were built for: observation and action shapes and dtypes (per
+    key, for a Dict observation)."""
+    record = lambda s: [list(s.shape), str(s.dtype)]  # noqa: E731
+    observation = map_observation(record, spec.observation)
+    return {"observation": observation,
             "action": [list(spec.action.shape), str(spec.action.dtype)], "num_actions": spec.num_actions}
 
 

@@ -88,7 +88,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
     config = experiment_config(
         args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
         run_dir=run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet,
-        env_args=dict(args.env_args), **chosen)
+        env_args=dict(args.env_args), action_masks=args.action_masks, **chosen)
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
         raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "

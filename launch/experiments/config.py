@@ -54,6 +54,9 @@ class ExperimentConfig:
         or a callable defined at the top level of an importable module, returning a
         ``gymnasium.Env`` (with the user's wrappers) from ``**env_args``. ``env_id`` then only
         names the env in logs and results. Recorded in ``config.json`` as its path.
+      action_masks: use the env's action masks (``info["action_mask"]``, or an ``action_mask``
+        key of a Dict observation; ``shoal.actors.observations``): masked actions are never
+        taken. ``False``: masks are dropped, every action may be taken.
     """
 
     builder: AgentBuilder
@@ -75,6 +78,7 @@ class ExperimentConfig:
     clip_rewards: bool | None = None
     env_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     env_factory: str | Callable[..., gym.Env] | None = None
+    action_masks: bool = True
 
     def __post_init__(self) -> None:
         # An agent with a schedule that decays over the run's budget (a ``*_schedule`` field
@@ -134,14 +138,15 @@ class ExperimentConfig:
         """A vector env of ``env_id`` as this experiment runs it (for training, or evaluation)."""
         return make_vector_env(self.env_id, num_envs, seed, sticky_actions=self.sticky_actions,
                                evaluation=evaluation, clip_rewards=self.clip_rewards,
-                               env_args=self.env_args, env_factory=self.env_factory)
+                               env_args=self.env_args, env_factory=self.env_factory,
+                               action_masks=self.action_masks)
 
     def environment_spec(self) -> EnvironmentSpec:
         """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``), read
         off one single env built and closed, never reset (``actors.environment_spec``: no
         vector env): a driver that steps no env calls this once and hands the spec (a small
         picklable dataclass) to the nodes."""
-        return environment_spec(self.env_id, self.num_envs, self.env_args, self.env_factory)
+        return environment_spec(self.env_id, self.num_envs, self.env_args, self.env_factory, self.action_masks)
 
     def make_networks(self, spec: EnvironmentSpec) -> Any:
         return (self.network_factory or self.builder.make_networks)(spec)
