@@ -51,3 +51,18 @@ class DictCartPole(gym.Wrapper):
 
 
 gym.register("DictCartPole-v0", entry_point=DictCartPole, reward_threshold=475.0)
+
+
+class DictPendulum(gym.ObservationWrapper):
+    """Pendulum-v1 (continuous actions) whose observation is ``{"angle": [cos, sin], "speed": [w]}``."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("Pendulum-v1"))
+        self.observation_space = gym.spaces.Dict({"angle": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                                                  "speed": gym.spaces.Box(-8.0, 8.0, (1,), np.float32)})
+
+    def observation(self, observation):
+        return {"angle": observation[:2].astype(np.float32), "speed": observation[2:].astype(np.float32)}
+
+
+gym.register("DictPendulum-v0", entry_point=DictPendulum)

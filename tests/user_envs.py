@@ -12,3 +12,45 @@ def short_cartpole(max_steps: int = 50) -> gym.Env:
 
 def not_an_env(**kwargs):
     return "CartPole-v1"
+
+
+class RefuseMaskedActions(gym.Wrapper):
+    """Raises if the agent takes an action that the last ``info["action_mask"]`` disallowed."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self._mask = info["action_mask"]
+        return obs, info
+
+    def step(self, action):
+        if not self._mask[int(action)]:
+            raise RuntimeError(f"masked action {int(action)} taken (mask {self._mask.tolist()})")
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._mask = info["action_mask"]
+        return obs, reward, terminated, truncated, info
+
+
+def strict_taxi() -> gym.Env:
+    """Taxi-v4 that raises if a masked action is taken (its info gives the mask)."""
+    return RefuseMaskedActions(gym.make("Taxi-v4"))
+
+
+class _InfoMask(gym.Wrapper):
+    def __init__(self, env: gym.Env, mask) -> None:
+        super().__init__(env)
+        self._mask = mask
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, {**info, "action_mask": self._mask}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {**info, "action_mask": self._mask}
+
+
+def cartpole_with_mask(mask=(1, 1)) -> gym.Env:
+    """CartPole whose info always gives ``mask`` as its action mask (bad ones, for the errors)."""
+    import numpy as np
+
+    return _InfoMask(gym.make("CartPole-v1"), np.asarray(mask, np.int8))

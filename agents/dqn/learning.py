@@ -53,6 +53,13 @@ def init_state(key: jax.Array, network: QNetwork, observation_shape, config: DQN
     return init(key)
 
 
+def double_q_bootstrap(q_t_online: jax.Array, q_t_target: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """``Q(s', a*; target)`` with ``a* = argmax_a' Q(s', a'; online)`` over the actions ``mask``
+    allows in ``s'`` (all, if ``None``), per transition ``[batch]``."""
+    best_next = jnp.argmax(mask_logits(q_t_online, mask), axis=-1)
+    return jnp.take_along_axis(q_t_target, best_next[:, None], axis=-1)[:, 0]
+
+
 def make_update(network: QNetwork, config: DQNConfig) -> UpdateFn:
     """The learner's update: ``sgd_steps_per_update`` scanned SGD steps on ``[batch, k, ...]``;
     ``aux`` is ``|TD|`` per transition (for priority updates)."""
@@ -66,8 +73,7 @@ def make_update(network: QNetwork, config: DQNConfig) -> UpdateFn:
         q_online = network.apply(params, both)
         q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
         q_t_target = network.apply(target_params, batch["next_observation"])
-        best_next = jnp.argmax(mask_logits(q_t_online, action_mask(batch["next_observation"])), axis=-1)
-        bootstrap = jnp.take_along_axis(q_t_target, best_next[:, None], axis=-1)[:, 0]
+        bootstrap = double_q_bootstrap(q_t_online, q_t_target, action_mask(batch["next_observation"]))
         target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * bootstrap)
         q_taken = jnp.take_along_axis(q_tm1, batch["action"][:, None].astype(jnp.int32), axis=-1)[:, 0]
         td = q_taken - target
