@@ -124,3 +124,15 @@ def test_taxi_with_masks_trains_in_one_process_and_never_takes_a_masked_action(a
                               eval_every=1_000, eval_episodes=4, target_return=1e9, progress=False)
     result = run_experiment(config)
     assert result["env_steps"] >= 2_000 and result["num_evals"] == 2 and result["final_eval_return"] >= -200
+
+
+@pytest.mark.e2e
+def test_taxi_with_masks_trains_under_processes(tmp_path):
+    """Two actor processes and the evaluator's make their envs with the strict factory."""
+    from shoal.launch import run_distributed_experiment
+
+    config = ExperimentConfig(builder=get_builder("ppo"), env_id="strict-taxi", env_factory="tests.user_envs:strict_taxi",
+                              num_envs=4, max_env_steps=4_000, eval_every=4_000, eval_episodes=4, target_return=1e9,
+                              run_dir=str(tmp_path / "run"), progress=False)
+    result = run_distributed_experiment(config, num_actors=2, launcher="processes")
+    assert result["env_steps"] >= 4_000 and result["learner_steps"] > 0 and result["final_eval_return"] >= -200

@@ -116,3 +116,32 @@ def test_nested_dict_observations_are_one_line():
 
     with pytest.raises(ValueError, match="key 'inner': is a nested Dict"):
         make_environment_spec(Nested())
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("agent, env_id, env_args", [
+    ("ppo", "tests.dict_env:DictCartPole-v0", {"masked": True, "max_episode_steps": 50}),  # (the env raises on a masked action)
+    ("sac", "tests.dict_env:DictPendulum-v0", {}),
+])
+def test_a_dict_observation_env_trains_in_one_process(agent, env_id, env_args):
+    from shoal.launch import ExperimentConfig, run_experiment
+
+    config = ExperimentConfig(builder=get_builder(agent, **SETTINGS[agent]), env_id=env_id, env_args=env_args,
+                              num_envs=2, max_env_steps=400, eval_every=400, eval_episodes=2, target_return=1e9,
+                              progress=False)
+    result = run_experiment(config)
+    assert result["env_steps"] >= 400 and result["learner_steps"] > 0 and result["num_evals"] == 1
+
+
+@pytest.mark.e2e
+def test_a_dict_observation_env_with_masks_trains_under_processes(tmp_path):
+    """Two actor processes and an evaluator process step the masked Dict env (which raises on a
+    masked action); the learner's process trains on its dict batches."""
+    from shoal.launch import ExperimentConfig, run_distributed_experiment
+
+    config = ExperimentConfig(builder=get_builder("dqn", **SETTINGS["dqn"]), env_id="tests.dict_env:DictCartPole-v0",
+                              env_args={"masked": True, "max_episode_steps": 50}, num_envs=2, max_env_steps=600,
+                              eval_every=600, eval_episodes=2, target_return=1e9, run_dir=str(tmp_path / "run"),
+                              progress=False)
+    result = run_distributed_experiment(config, num_actors=2, launcher="processes")
+    assert result["env_steps"] >= 600 and result["learner_steps"] > 0 and 0 < result["final_eval_return"] <= 50
