@@ -84,6 +84,20 @@ def test_taxi_gives_its_info_mask_in_the_observation_and_the_flag_drops_it():
     env.close()
 
 
+def test_the_cli_turns_masks_off_and_records_it():
+    import contextlib
+    import io
+    import json
+
+    from shoal.launch.experiments.cli import main
+
+    for flags, masks in ((["--no-action-masks"], False), ([], True)):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            rc = main(["train", "--agent", "ppo", "--env", "Taxi-v4", "--dry-run", *flags])
+        assert rc == 0 and json.loads(out.getvalue().splitlines()[0])["action_masks"] is masks
+
+
 @pytest.mark.parametrize("mask, message", [
     ((1, 1, 1), r"info\['action_mask'\] has shape \(3,\); it must have one entry per action, \(2,\)"),
 ])
