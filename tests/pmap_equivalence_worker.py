@@ -74,6 +74,32 @@ def ppo_case():
             ppo.make_update(networks, config), list(sequence_batches(2, 3, extras)))
 
 
+def ppo_dict_masked_case():
+    """PPO on Dict observations (a float vector, normalized, and an action mask) and batches whose
+    masks hold the actions taken."""
+    from shoal.agents.ppo import PPOConfig
+    from shoal.agents.ppo import learning as ppo
+    from shoal.agents.networks import make_actor_critic_networks
+    from shoal.core.specs import ArraySpec, EnvironmentSpec
+
+    spec = EnvironmentSpec(None, None, {"x": ArraySpec((OBS,), np.float32), "action_mask": ArraySpec((ACTIONS,), np.int8)},
+                           ArraySpec((), np.int32), ACTIONS)
+    config = PPOConfig(num_epochs=2, num_minibatches=2, learning_rate=1e-2, normalize_observations=True)
+    networks = make_actor_critic_networks(spec, (16,), "PPO")
+    extras = {"log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
+              "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32)}
+    batches = []
+    for sample in sequence_batches(4, 3, extras):
+        data, rng = dict(sample.data), np.random.default_rng(5)
+        for name in ("observation", "next_observation"):
+            mask = (rng.random((ROWS, LENGTH, ACTIONS)) < 0.6).astype(np.int8)
+            if name == "observation":
+                mask[np.arange(ROWS)[:, None], np.arange(LENGTH)[None], data["action"]] = 1
+            data[name] = {"x": data[name], "action_mask": mask}
+        batches.append(Sample(data, None))
+    return ppo.init_state(jax.random.PRNGKey(0), networks, config), ppo.make_update(networks, config), batches
+
+
 def impala_case():
     from shoal.agents.impala import IMPALAConfig, IMPALANetworks
     from shoal.agents.impala import learning as impala
@@ -147,7 +173,8 @@ def aux_in_host_order(devices) -> bool:
 
 
 CASES = {"dqn_uniform": lambda: dqn_case(False), "dqn_prioritized": lambda: dqn_case(True),
-         "ppo_epochs_x_minibatches": ppo_case, "impala_vtrace": impala_case, "sac": sac_case}
+         "ppo_epochs_x_minibatches": ppo_case, "ppo_dict_masked": ppo_dict_masked_case, "impala_vtrace": impala_case,
+         "sac": sac_case}
 
 
 def main() -> None:

@@ -17,7 +17,8 @@ from shoal.launch.experiments.checkpointing import spec_record
 from shoal.replay import ReplayServer, without_insert_blocking
 
 SETTINGS = {"dqn": {"min_replay_size": 16, "batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (16,)},
-            "ppo": {"rollout_length": 8, "num_minibatches": 2, "hidden_sizes": (16,), "normalize_observations": True},
+            "ppo": {"rollout_length": 8, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": (16,),
+                    "normalize_observations": True},
             "impala": {"rollout_length": 8, "sequences_per_update": 4, "hidden_sizes": (16,)},
             "sac": {"min_replay_size": 16, "batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (16,)}}
 ENVS = {"dqn": "DictCartPole-v0", "ppo": "DictCartPole-v0", "impala": "DictCartPole-v0", "sac": "DictPendulum-v0"}
