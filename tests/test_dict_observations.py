@@ -124,14 +124,16 @@ def test_nested_dict_observations_are_one_line():
     ("ppo", "tests.dict_env:DictCartPole-v0", {"masked": True, "max_episode_steps": 50}),  # (the env raises on a masked action)
     ("sac", "tests.dict_env:DictPendulum-v0", {}),
 ])
-def test_a_dict_observation_env_trains_in_one_process(agent, env_id, env_args):
-    from shoal.launch import ExperimentConfig, run_experiment
+def test_a_dict_observation_env_trains_in_one_process_and_resumes(tmp_path, agent, env_id, env_args):
+    from shoal.launch import ExperimentConfig, resume_experiment, run_experiment
 
     config = ExperimentConfig(builder=get_builder(agent, **SETTINGS[agent]), env_id=env_id, env_args=env_args,
                               num_envs=2, max_env_steps=400, eval_every=400, eval_episodes=2, target_return=1e9,
-                              progress=False)
+                              run_dir=str(tmp_path / "run"), progress=False)
     result = run_experiment(config)
     assert result["env_steps"] >= 400 and result["learner_steps"] > 0 and result["num_evals"] == 1
+    resumed = resume_experiment(str(tmp_path / "run"), max_env_steps=600)  # (the checkpoint's dict spec and params)
+    assert resumed["resumed_from"]["env_steps"] >= 400 and resumed["env_steps"] >= 600
 
 
 @pytest.mark.e2e
@@ -146,3 +148,28 @@ def test_a_dict_observation_env_with_masks_trains_under_processes(tmp_path):
                               progress=False)
     result = run_distributed_experiment(config, num_actors=2, launcher="processes")
     assert result["env_steps"] >= 600 and result["learner_steps"] > 0 and 0 < result["final_eval_return"] <= 50
+
+
+def test_discrete_entries_become_one_hot_and_box_networks_are_as_before():
+    from shoal.actors.observations import OneHotObservation
+
+    class Mixed(gym.Env):
+        observation_space = gym.spaces.Dict({"cell": gym.spaces.Discrete(4, start=1), "x": gym.spaces.Box(-1, 1, (2,))})
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return {"cell": 3, "x": np.zeros(2, np.float32)}, {}
+
+    env = OneHotObservation(Mixed())
+    assert env.reset()[0]["cell"].tolist() == [0, 0, 1, 0]
+    assert make_environment_spec(env).observation["cell"] == ArraySpec((4,), np.float32)
+    # Box observations keep their networks (and so their checkpoints): the same parameter trees as before.
+    spec = spec_of("CartPole-v1")
+    trees = {}
+    for agent in ("dqn", "ppo"):
+        builder = get_builder(agent)
+        params = builder.make_learner(jax.random.PRNGKey(0), builder.make_networks(spec), iter([])).get_variables()[1]
+        trees[agent] = jax.tree_util.tree_map(np.shape, params)
+    assert trees["dqn"] == {"params": {"Dense_0": {"bias": (64,), "kernel": (4, 64)}, "Dense_1": {"bias": (64,), "kernel": (64, 64)},
+                                       "Dense_2": {"bias": (2,), "kernel": (64, 2)}}}
+    assert set(trees["ppo"]["network"]["params"]) == {"policy", "value"} and trees["ppo"]["observation"]["mean"] == (4,)
