@@ -7,14 +7,14 @@ bootstrap discount, 0 after termination -- see ``shoal.replay.adders``):
     y      = R + d * Q(s', a*; target)                        # target net evaluates
     loss   = mean_i  w_i * huber(Q(s_i, a_i; online) - y_i)
 
-With action masks (``shoal.agents.observations``: the ``action_mask`` stored with ``s'``), the
-argmax is over the actions allowed in ``s'``; the policy's greedy and random actions are
-allowed ones too (a random action is uniform over the allowed set).
-
 with ``w_i = 1`` for uniform replay, or importance weights ``(N P(i))^-beta / max_j(...)`` for
 prioritized replay. Gradients are averaged over devices (``pmean``), clipped, and applied with
 Adam; every ``target_update_period`` steps the target params are set to the online ones. One
 learner update is ``sgd_steps_per_update`` such steps in one ``lax.scan``.
+
+With action masks (``shoal.agents.observations``: the ``action_mask`` stored with ``s'``), the
+argmax is over the actions allowed in ``s'``; the policy's greedy and random actions are
+allowed ones too (a random action is uniform over the allowed set).
 """
 
 from __future__ import annotations
