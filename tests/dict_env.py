@@ -2,7 +2,8 @@
 small uint8 image of the cart, and (``masked=True``) an ``action_mask`` key.
 
 Observations: ``{"cart": [x, x_dot], "pole": [theta, theta_dot]`` (float32), ``"pixels": [1, 36,
-36]`` uint8 (a bright column where the cart is; rank 3: agents give it a convolutional torso)``}``.
+36]`` uint8 (a bright column where the cart is; rank 3: agents give it a convolutional torso;
+left out with ``pixels=False``, for cheaper runs)``}``.
 With ``masked``, ``"action_mask": int8 [2]`` allows one action every third step only (the other
 steps both): a policy that took a masked action would be caught by the env, which raises.
 """
@@ -14,12 +15,13 @@ SIZE = 36
 
 
 class DictCartPole(gym.Wrapper):
-    def __init__(self, masked: bool = False, max_episode_steps: int = 500) -> None:
+    def __init__(self, masked: bool = False, max_episode_steps: int = 500, pixels: bool = True) -> None:
         super().__init__(gym.make("CartPole-v1", max_episode_steps=max_episode_steps))
-        self._masked, self._t = masked, 0
+        self._masked, self._pixels, self._t = masked, pixels, 0
         spaces = {"cart": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
-                  "pole": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
-                  "pixels": gym.spaces.Box(0, 255, (1, SIZE, SIZE), np.uint8)}
+                  "pole": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)}
+        if pixels:
+            spaces["pixels"] = gym.spaces.Box(0, 255, (1, SIZE, SIZE), np.uint8)
         if masked:
             spaces["action_mask"] = gym.spaces.MultiBinary(2)
         self.observation_space = gym.spaces.Dict(spaces)
@@ -29,7 +31,9 @@ class DictCartPole(gym.Wrapper):
         pixels = np.zeros((1, SIZE, SIZE), np.uint8)
         column = int(np.clip((state[0] + 2.4) / 4.8 * (SIZE - 1), 0, SIZE - 1))
         pixels[0, :, column] = 255
-        obs = {"cart": state[:2].astype(np.float32), "pole": state[2:].astype(np.float32), "pixels": pixels}
+        obs = {"cart": state[:2].astype(np.float32), "pole": state[2:].astype(np.float32)}
+        if self._pixels:
+            obs["pixels"] = pixels
         if self._masked:
             self._mask = np.ones(2, np.int8)
             if self._t % 3 == 2:  # one action only: the one that pushes the pole upright
