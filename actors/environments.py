@@ -48,6 +48,8 @@ def check_env_id(env_id: str) -> None:
         return
     if is_atari(env_id):
         _import_ale(env_id)
+    if env_id.startswith(MINATAR_PREFIX):
+        _register_minatar(env_id)
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
@@ -79,6 +81,23 @@ def _import_ale(env_id: str) -> None:
     except ImportError:
         raise ValueError(f"{env_id} needs the 'atari' extra, which is not installed; run "
                          "pip install -e '.[atari]' (from the Shoal repository)") from None
+
+
+MINATAR_PREFIX = "MinAtar/"
+
+
+def _register_minatar(env_id: str) -> None:
+    """Registers MinAtar's ids (``MinAtar/Breakout-v1``, ...). Its wheel declares them through
+    gymnasium's plugin entry point, which gymnasium 1.x no longer reads, so they are registered
+    here, once, when a ``MinAtar/`` id is first asked for."""
+    if any(name.startswith(MINATAR_PREFIX) for name in gym.registry):
+        return
+    try:
+        import minatar.gym
+    except ImportError:
+        raise ValueError(f"{env_id} needs the 'minatar' extra, which is not installed; run "
+                         "pip install -e '.[minatar]' (from the Shoal repository)") from None
+    minatar.gym.register_envs()
 
 
 def is_atari(env_id: str) -> bool:

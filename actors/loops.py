@@ -37,6 +37,7 @@ class EnvironmentLoop:
         self._clip = action_clipper(env)
         self._obs, _ = env.reset()
         check_action_mask(self._obs, 0)
+        self._float_keys = _float_keys(self._obs)  # (decided once: the per-step check reads only these)
         self._returns = np.zeros(self._num_envs)
         self._lengths = np.zeros(self._num_envs, np.int64)
         self._finished: list[tuple[float, int]] = []
@@ -55,7 +56,7 @@ class EnvironmentLoop:
         except Exception as e:  # noqa: BLE001 -- named, once, instead of a traceback
             raise RuntimeError(f"the environment raised in step() after {self.env_steps} env steps: "
                                f"{type(e).__name__}: {e}") from e
-        bad = _non_finite_envs(next_obs)
+        bad = _non_finite_envs(next_obs, self._float_keys) if self._float_keys else None
         if bad:
             raise RuntimeError(f"the environment returned a non-finite observation after "
                                f"{self.env_steps} env steps (NaN or inf in envs {bad})")
@@ -94,12 +95,20 @@ class EnvironmentLoop:
         return row
 
 
-def _non_finite_envs(observation) -> list[int]:
-    """The envs whose (float) observation holds a NaN or an infinity (each key of a dict)."""
-    arrays = observation.values() if isinstance(observation, dict) else [observation]
+def _float_keys(observation) -> list:
+    """The keys of a dict observation whose arrays are floating point (``[None]`` for one float
+    array, ``[]`` when nothing could hold a NaN)."""
+    if isinstance(observation, dict):
+        return [k for k, x in observation.items() if np.issubdtype(np.asarray(x).dtype, np.floating)]
+    return [None] if np.issubdtype(np.asarray(observation).dtype, np.floating) else []
+
+
+def _non_finite_envs(observation, float_keys: list) -> list[int]:
+    """The envs whose observation holds a NaN or an infinity in one of ``float_keys``."""
     bad: set[int] = set()
-    for x in map(np.asarray, arrays):
-        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+    for key in float_keys:
+        x = np.asarray(observation if key is None else observation[key])
+        if not np.isfinite(x).all():
             bad.update(np.nonzero(~np.isfinite(x))[0].tolist())
     return sorted(bad)
 

@@ -3,6 +3,10 @@ to every env ``make_vector_env`` builds, Atari's excepted), and the actors' chec
 
 * A ``Discrete(n)`` observation (or a Discrete entry of a Dict) becomes a one-hot float32
   vector of ``n`` (``OneHotObservation``; e.g. Taxi's 500 states).
+* A rank-3 boolean ``Box`` observation (binary feature planes, gymnasium's channels-last
+  ``[H, W, C]``: MinAtar's 10x10 games) becomes uint8 ``[C, H, W]`` in {0, 1}
+  (``BinaryPlanes``): the channels-first frames Shoal's convolutional torsos take, as
+  compact in replay as the booleans.
 * An env that gives ``info["action_mask"]`` (gymnasium's convention, e.g. Taxi) gets it moved
   into its observation (``InfoActionMask``): ``{"observation": obs, "action_mask": mask}`` (or,
   for a Dict observation, one more key), so the mask is stored in replay with every observation
@@ -63,6 +67,22 @@ class OneHotObservation(gym.ObservationWrapper):
         return value
 
 
+def _is_binary_planes(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.bool_ and len(space.shape) == 3
+
+
+class BinaryPlanes(gym.ObservationWrapper):
+    """Boolean ``[H, W, C]`` observations -> uint8 ``[C, H, W]`` in {0, 1}."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        h, w, c = env.observation_space.shape
+        self.observation_space = gym.spaces.Box(0, 1, (c, h, w), np.uint8)
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return np.ascontiguousarray(np.transpose(np.asarray(observation, np.uint8), (2, 0, 1)))
+
+
 def _mask(info: dict, num_actions: int) -> np.ndarray:
     mask = np.asarray(info[ACTION_MASK])
     if mask.shape != (num_actions,):
@@ -116,10 +136,12 @@ class DropActionMask(gym.ObservationWrapper):
 
 def adapt_env(env: gym.Env, action_masks: bool = True) -> gym.Env:
     """``env`` as Shoal's agents take it (module docstring): Discrete observations one-hot,
-    and action masks in the observation (or, without ``action_masks``, dropped)."""
+    boolean planes as uint8 frames, and action masks in the observation (or, without ``action_masks``, dropped)."""
     space = env.observation_space
     if _has_discrete(space):
         env = OneHotObservation(env)
+    if _is_binary_planes(space):
+        env = BinaryPlanes(env)
     has_key = isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
     if has_key and not action_masks:
         return DropActionMask(env)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.agents.observations import DictTorso, ObservationKeys, observation_keys
-from shoal.agents.torsos import is_image, make_torso
+from shoal.agents.torsos import Torso, choose_torso, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 
 
@@ -75,7 +75,7 @@ class PixelActorCritic(nn.Module):
     (``shoal.agents.torsos``) shared by a categorical policy head and a value head (as
     CleanRL's PPO for Atari and IMPALA do)."""
 
-    torso: str
+    torso: Torso
     num_actions: int
 
     def setup(self) -> None:
@@ -102,11 +102,10 @@ class DictActorCritic(nn.Module):
     hidden_sizes: Sequence[int]
     num_actions: int | None
     action_size: int = 0
-    torso: str = "nature"
     initial_log_std: float = 0.0
 
     def setup(self) -> None:
-        make = lambda: DictTorso(self.keys, tuple(self.hidden_sizes), self.torso, "tanh")  # noqa: E731
+        make = lambda: DictTorso(self.keys, tuple(self.hidden_sizes), "tanh")  # noqa: E731
         self.features = make()
         self.value_features = None if self.keys.images else make()
         self.policy = nn.Dense(self.num_actions or self.action_size, kernel_init=nn.initializers.orthogonal(0.01))
@@ -158,18 +157,19 @@ def check_actor_critic_actions(spec: EnvironmentSpec, agent: str, continuous: bo
 
 def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int], agent: str,
                                continuous: bool = False, initial_log_std: float = 0.0,
-                               torso: str = "nature") -> ActorCriticNetworks:
+                               torso: str = "auto") -> ActorCriticNetworks:
     """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
     space, Gaussian for a 1-d Box one where ``continuous`` is allowed; a convolutional ``torso``
     for image observations, MLPs of ``hidden_sizes`` for flat ones, a torso per key for Dict ones."""
     check_actor_critic_actions(spec, agent, continuous)
     size = spec.action.shape[0] if spec.num_actions is None else 0
     if spec.dict_observations:
-        network = DictActorCritic(observation_keys(spec.observation), tuple(hidden_sizes), spec.num_actions, size,
-                                  torso, initial_log_std)
+        keys = observation_keys(spec.observation, torso, spec.observation_space)
+        network = DictActorCritic(keys, tuple(hidden_sizes), spec.num_actions, size, initial_log_std)
         return ActorCriticNetworks(network, spec.observation_shape, spec.num_actions, size, spec.observation)
     if is_image(spec):
-        return ActorCriticNetworks(PixelActorCritic(torso, spec.num_actions), spec.observation_shape,
+        chosen = choose_torso(torso, spec.observation.shape, spec.observation_space)
+        return ActorCriticNetworks(PixelActorCritic(chosen, spec.num_actions), spec.observation_shape,
                                    spec.num_actions)
     if spec.num_actions is not None:
         return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions),

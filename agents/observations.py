@@ -1,7 +1,8 @@
 """What agents do with Dict observations and action masks (``shoal.core.specs``).
 
 **A torso per key** (``DictTorso``): for a Dict observation, every rank-3 uint8 key (a stack of
-frames) goes through a convolutional torso (``shoal.agents.torsos``: ``nature`` or ``impala``),
+frames) goes through a convolutional torso (``shoal.agents.torsos``, chosen per key: ``auto``
+picks by the frames' size),
 every other key, flattened to float32, through an MLP of the agent's ``hidden_sizes``; their
 features are concatenated, and the agent's heads read them. The ``action_mask`` key is not an
 input: it only restricts the actions.
@@ -23,7 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.agents.torsos import make_torso
+import gymnasium as gym
+
+from shoal.agents.torsos import Torso, choose_torso, make_torso
 from shoal.core.specs import ACTION_MASK, ArraySpec
 
 MASKED_LOGIT = -1e9
@@ -31,10 +34,12 @@ MASKED_LOGIT = -1e9
 
 class ObservationKeys(NamedTuple):
     """The keys of a Dict observation, by what reads them: ``images`` (rank-3 uint8: a
-    convolutional torso each), ``vectors`` (an MLP each). The ``action_mask`` is in neither."""
+    convolutional torso each, ``image_torsos``), ``vectors`` (an MLP each). The
+    ``action_mask`` is in neither."""
 
     images: tuple[str, ...]
     vectors: tuple[str, ...]
+    image_torsos: tuple[Torso, ...] = ()
 
 
 def is_image_array(spec: ArraySpec) -> bool:
@@ -42,11 +47,15 @@ def is_image_array(spec: ArraySpec) -> bool:
     return len(spec.shape) == 3 and spec.dtype == np.uint8
 
 
-def observation_keys(observation: Mapping[str, ArraySpec]) -> ObservationKeys:
-    """The keys of a Dict observation's spec, sorted, by what reads them."""
+def observation_keys(observation: Mapping[str, ArraySpec], torso: str = "auto",
+                     space: gym.spaces.Dict | None = None) -> ObservationKeys:
+    """The keys of a Dict observation's spec, sorted, by what reads them; each image key's torso
+    chosen (``shoal.agents.torsos.choose_torso``) as ``torso`` says, scaled by ``space``'s bound."""
     inputs = sorted(key for key in observation if key != ACTION_MASK)
     images = tuple(key for key in inputs if is_image_array(observation[key]))
-    return ObservationKeys(images, tuple(key for key in inputs if key not in images))
+    spaces = space.spaces if isinstance(space, gym.spaces.Dict) else {}
+    torsos = tuple(choose_torso(torso, observation[key].shape, spaces.get(key)) for key in images)
+    return ObservationKeys(images, tuple(key for key in inputs if key not in images), torsos)
 
 
 def normalized_keys(observation: Mapping[str, ArraySpec]) -> tuple[str, ...]:
@@ -79,20 +88,19 @@ def mask_logits(logits: jax.Array, mask: jax.Array | None) -> jax.Array:
 
 
 class DictTorso(nn.Module):
-    """``{key: [batch, ...]} -> [batch, features]``: a convolutional ``torso`` per image key and an
-    MLP of ``hidden_sizes`` (``activation`` ``relu`` or ``tanh``, orthogonal init with gain
-    ``sqrt(2)``) per vector key, concatenated (module docstring)."""
+    """``{key: [batch, ...]} -> [batch, features]``: a convolutional torso per image key
+    (``keys.image_torsos``) and an MLP of ``hidden_sizes`` (``activation`` ``relu`` or ``tanh``,
+    orthogonal init with gain ``sqrt(2)``) per vector key, concatenated (module docstring)."""
 
     keys: ObservationKeys
     hidden_sizes: Sequence[int]
-    torso: str = "nature"
     activation: str = "relu"
 
     @nn.compact
     def __call__(self, observation: Mapping[str, jax.Array]) -> jax.Array:
         act = nn.relu if self.activation == "relu" else nn.tanh
-        features = [make_torso(self.torso, name=f"image_{i}")(observation[key])
-                    for i, key in enumerate(self.keys.images)]
+        features = [make_torso(torso, name=f"image_{i}")(observation[key])
+                    for i, (key, torso) in enumerate(zip(self.keys.images, self.keys.image_torsos, strict=True))]
         for i, key in enumerate(self.keys.vectors):
             x = observation[key]
             x = x.reshape(x.shape[0], -1).astype(jnp.float32)

@@ -10,6 +10,7 @@ The family of a gymnasium id is read off its registered entry point:
     box2d   -- gymnasium.envs.box2d (LunarLander, BipedalWalker, ...)
     mujoco  -- gymnasium.envs.mujoco (HalfCheetah, Hopper, ...)
     atari   -- ale_py (ALE/<Game>-v5)
+    minatar -- minatar (MinAtar/<Game>-v1: 10x10 binary planes; the minatar extra)
 
 ``shoal train`` applies the preset of the env's family by default (``--preset NAME`` picks one,
 ``--preset none`` keeps the agent's plain defaults); ``--set`` overrides any field after it.
@@ -24,7 +25,7 @@ from typing import Any, Mapping
 from shoal.agents.registry import builder_class, builtin_agents
 
 FAMILIES = {"gymnasium.envs.classic_control": "classic", "gymnasium.envs.box2d": "box2d",
-            "gymnasium.envs.mujoco": "mujoco", "ale_py": "atari", "shimmy.atari": "atari"}
+            "gymnasium.envs.mujoco": "mujoco", "ale_py": "atari", "shimmy.atari": "atari", "minatar": "minatar"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,27 +1,42 @@
-"""Convolutional torsos for image observations: ``[batch, stack, height, width]`` uint8 frames
-(what the Atari preprocessing gives: a stack of 4 grayscale 84x84 frames) -> features.
+"""Convolutional torsos for image observations: ``[batch, channels, height, width]`` uint8 frames
+(what the Atari preprocessing gives: a stack of 4 grayscale 84x84 frames; MinAtar's 10x10
+binary planes, ``shoal.actors.observations``) -> features.
 
 Frames stay uint8 from the env to the learner's device; they are scaled to [0, 1] here, inside
-the network. The torso is chosen from the observation spec (``is_image``): rank-3 uint8
-observations get one of these, flat ones an MLP.
+the network (by ``1 / high``, the observation space's upper bound: 255 for Atari's frames, 1
+for MinAtar's planes). The torso is chosen from the observation spec (``is_image``): rank-3
+uint8 observations get one of these, flat ones an MLP.
 
 * ``nature`` -- the Nature DQN network (Mnih et al., 2015): conv 32 8x8 stride 4, conv 64 4x4
-  stride 2, conv 64 3x3 stride 1, dense 512, ReLUs;
+  stride 2, conv 64 3x3 stride 1, dense 512, ReLUs (frames of at least 36x36);
 * ``impala`` -- the IMPALA ResNet (Espeholt et al., 2018): three stages of (conv 3x3, max-pool
-  3x3 stride 2, two residual blocks of two 3x3 convs) with 16, 32, 32 channels, then dense 256.
+  3x3 stride 2, two residual blocks of two 3x3 convs) with 16, 32, 32 channels, then dense 256;
+* ``minatar`` -- the MinAtar network (Young & Tian, 2019): conv 16 3x3 stride 1, dense 128,
+  ReLUs (for small images, e.g. MinAtar's 10x10);
+* ``auto`` (the agents' default) -- ``nature`` for frames of at least 36x36, else ``minatar``.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import flax.linen as nn
+import gymnasium as gym
 import jax.numpy as jnp
 import numpy as np
 
 from shoal.core.specs import EnvironmentSpec
 
-TORSOS = ("nature", "impala")
+TORSOS = ("auto", "nature", "impala", "minatar")
+NATURE_MIN_SIZE = 36  # (the smallest frame the Nature network's three VALID convolutions take)
+
+
+class Torso(NamedTuple):
+    """A torso as a network holds it: its ``kind`` (not ``auto``) and the ``scale`` that brings
+    its uint8 frames to [0, 1]."""
+
+    kind: str
+    scale: float
 
 
 def is_image(spec: EnvironmentSpec) -> bool:
@@ -31,9 +46,24 @@ def is_image(spec: EnvironmentSpec) -> bool:
             and spec.observation.dtype == np.uint8)
 
 
-def _frames(observation: jnp.ndarray) -> jnp.ndarray:
+def choose_torso(kind: str, shape: tuple[int, ...], space: gym.Space | None = None) -> Torso:
+    """The torso for frames of ``shape`` ``[C, H, W]`` (``space``: their Box, whose upper bound
+    sets the scale; 255 without one). ``auto`` picks by size (module docstring); ``nature`` on
+    frames under 36x36 is one ``ValueError``."""
+    check_torso(kind)
+    small = min(shape[1:]) < NATURE_MIN_SIZE
+    if kind == "auto":
+        kind = "minatar" if small else "nature"
+    elif kind == "nature" and small:
+        raise ValueError(f"torso 'nature' takes frames of at least {NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}, "
+                         f"got {shape[1]}x{shape[2]}; use torso=minatar (or auto) for small images")
+    high = float(np.max(space.high)) if isinstance(space, gym.spaces.Box) else 255.0
+    return Torso(kind, 1.0 / high if high > 0 else 1.0)
+
+
+def _frames(observation: jnp.ndarray, scale: float) -> jnp.ndarray:
     """``[B, C, H, W]`` uint8 -> ``[B, H, W, C]`` floats in [0, 1] (channels last, for ``nn.Conv``)."""
-    return jnp.transpose(observation.astype(jnp.float32) / 255.0, (0, 2, 3, 1))
+    return jnp.transpose(observation.astype(jnp.float32) * scale, (0, 2, 3, 1))
 
 
 def _orthogonal(scale: float = np.sqrt(2)):
@@ -41,9 +71,11 @@ def _orthogonal(scale: float = np.sqrt(2)):
 
 
 class NatureCNN(nn.Module):
+    scale: float = 1.0 / 255.0
+
     @nn.compact
     def __call__(self, observation: jnp.ndarray) -> jnp.ndarray:
-        x = _frames(observation)
+        x = _frames(observation, self.scale)
         for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
             x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID",
                                 kernel_init=_orthogonal())(x))
@@ -62,10 +94,11 @@ class _ResidualBlock(nn.Module):
 
 class ImpalaResNet(nn.Module):
     channels: Sequence[int] = (16, 32, 32)
+    scale: float = 1.0 / 255.0
 
     @nn.compact
     def __call__(self, observation: jnp.ndarray) -> jnp.ndarray:
-        x = _frames(observation)
+        x = _frames(observation, self.scale)
         for channels in self.channels:
             x = nn.Conv(channels, (3, 3), padding="SAME")(x)
             x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
@@ -75,11 +108,31 @@ class ImpalaResNet(nn.Module):
         return nn.relu(nn.Dense(256, kernel_init=_orthogonal())(x))
 
 
+class MinAtarCNN(nn.Module):
+    """conv 16 3x3 stride 1 (VALID), dense 128, ReLUs. The convolution is computed as one matmul
+    over the frames' 3x3 patches (the same function: a weight per patch entry and filter), which
+    XLA runs about 3x faster on a CPU than its convolution at this size (10x10 frames, batch 32:
+    0.85 ms an SGD step against 2.9 ms)."""
+
+    scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, observation: jnp.ndarray) -> jnp.ndarray:
+        x = _frames(observation, self.scale)
+        h, w = x.shape[1] - 2, x.shape[2] - 2
+        patches = jnp.concatenate([x[:, i:i + h, j:j + w, :] for i in range(3) for j in range(3)], axis=-1)
+        x = nn.relu(nn.Dense(16, kernel_init=_orthogonal(), name="conv")(patches))
+        return nn.relu(nn.Dense(128, kernel_init=_orthogonal())(x.reshape(x.shape[0], -1)))
+
+
 def check_torso(kind: str) -> None:
     if kind not in TORSOS:
         raise ValueError(f"torso must be one of {', '.join(TORSOS)}, got {kind!r}")
 
 
-def make_torso(kind: str, name: str | None = None) -> nn.Module:
-    check_torso(kind)
-    return NatureCNN(name=name) if kind == "nature" else ImpalaResNet(name=name)
+def make_torso(torso: Torso, name: str | None = None) -> nn.Module:
+    """The module of a chosen torso (``choose_torso``)."""
+    kinds = {"nature": NatureCNN, "impala": ImpalaResNet, "minatar": MinAtarCNN}
+    if torso.kind not in kinds:
+        raise ValueError(f"torso must be one of {', '.join(kinds)} once chosen, got {torso.kind!r}")
+    return kinds[torso.kind](scale=torso.scale, name=name)

@@ -19,6 +19,8 @@ Suites (target return; tasks without one run their budget and report their final
   mujoco   -- SAC, PPO on HalfCheetah-v5 and Hopper-v5 (the mujoco extra)
   atari    -- PPO, DQN, IMPALA on Pong and Breakout (the atari extra; give a budget: the presets'
               is the published 10M steps)
+  minatar  -- DQN, PPO on MinAtar Breakout and SpaceInvaders (the minatar extra; the presets'
+              budgets are the published 5M/10M steps: give one that fits)
   full     -- cartpole, Acrobot-v1 (-100), Pendulum-v1 for SAC (-200), box2d and mujoco
 """
 
@@ -38,7 +40,8 @@ TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, 
 SUITES = {"cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
           "box2d": [(a, "LunarLander-v3") for a in ("ppo", "dqn")],
           "mujoco": [(a, e) for a in ("sac", "ppo") for e in ("HalfCheetah-v5", "Hopper-v5")],
-          "atari": [(a, e) for a in ("ppo", "dqn", "impala") for e in ("ALE/Pong-v5", "ALE/Breakout-v5")]}
+          "atari": [(a, e) for a in ("ppo", "dqn", "impala") for e in ("ALE/Pong-v5", "ALE/Breakout-v5")],
+          "minatar": [(a, e) for a in ("dqn", "ppo") for e in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")]}
 SUITES["full"] = (SUITES["cartpole"] + [(a, "Acrobot-v1") for a in ("dqn", "ppo", "impala")]
                   + [("sac", "Pendulum-v1")] + SUITES["box2d"] + SUITES["mujoco"])
 

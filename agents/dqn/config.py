@@ -19,7 +19,9 @@ class DQNConfig:
       n_step: horizon of the n-step return ``sum_{k<n} gamma^k r_{t+k} + gamma^n Q(s_{t+n})``.
       hidden_sizes: widths of the Q network's hidden layers.
       torso: for image observations (rank-3 uint8 frames): the convolutional torso, ``nature``
-        (the Nature DQN network) or ``impala`` (the IMPALA ResNet); ``hidden_sizes`` then do not apply.
+        (the Nature DQN network), ``impala`` (the IMPALA ResNet), ``minatar`` (MinAtar's one
+        convolution and dense 128) or ``auto`` (``nature`` for frames of 36x36 or more, else
+        ``minatar``); ``hidden_sizes`` then do not apply.
       target_update_period: SGD steps between copies of the online params to the target net.
       samples_per_insert: replay ratio, transitions trained on per transition inserted
         (``batch_size * sgd_steps / env_steps``); enforced by the table's rate limiter.
@@ -43,7 +45,7 @@ class DQNConfig:
     discount: float = setting(0.99, low=0.0, high=1.0)
     n_step: int = setting(3, low=1, high=1_000)
     hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
-    torso: str = "nature"
+    torso: str = "auto"
     target_update_period: int = setting(100, low=1)
     samples_per_insert: float = setting(32.0, low=0.0, low_open=True, high=10_000.0)
     samples_per_insert_tolerance: float = setting(0.1, low=0.0, low_open=True, high=1_000.0)

@@ -10,20 +10,20 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from shoal.agents.observations import DictTorso, ObservationKeys, observation_keys
-from shoal.agents.torsos import is_image, make_torso
+from shoal.agents.torsos import Torso, choose_torso, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec
 
 
 class QNetwork(nn.Module):
     hidden_sizes: Sequence[int]
     num_actions: int
-    torso: str | None = None  # a convolutional torso's name, for image observations (or image keys)
+    torso: Torso | None = None  # the convolutional torso, for image observations
     keys: ObservationKeys | None = None  # a Dict observation's keys: a torso per key
 
     @nn.compact
     def __call__(self, observation) -> jnp.ndarray:
         if self.keys is not None:
-            x = DictTorso(self.keys, tuple(self.hidden_sizes), self.torso or "nature", "relu")(observation)
+            x = DictTorso(self.keys, tuple(self.hidden_sizes), "relu")(observation)
         elif self.torso is not None:
             x = make_torso(self.torso)(observation)
         else:
@@ -39,12 +39,18 @@ class DQNNetworks(NamedTuple):
     num_actions: int
 
 
-def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64), torso: str = "nature") -> DQNNetworks:
+def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64), torso: str = "auto") -> DQNNetworks:
+    """The Q network for ``spec``: ``torso`` (``shoal.agents.torsos``) reads image observations
+    or image keys, MLPs of ``hidden_sizes`` the rest (and, for images, nothing more: the torso's
+    features go straight to the output layer)."""
     if spec.num_actions is None:
         raise ValueError(f"DQN needs a discrete action space, got {spec.action_space}")
     if spec.dict_observations:
-        keys = observation_keys(spec.observation)
-        network = QNetwork(tuple(hidden_sizes), spec.num_actions, torso if keys.images else None, keys)
+        keys = observation_keys(spec.observation, torso, spec.observation_space)
+        network = QNetwork(tuple(hidden_sizes), spec.num_actions, None, keys)
+    elif is_image(spec):
+        network = QNetwork(tuple(hidden_sizes), spec.num_actions,
+                           choose_torso(torso, spec.observation.shape, spec.observation_space))
     else:
-        network = QNetwork(tuple(hidden_sizes), spec.num_actions, torso if is_image(spec) else None)
+        network = QNetwork(tuple(hidden_sizes), spec.num_actions)
     return DQNNetworks(network, spec.observation_shape, spec.num_actions)

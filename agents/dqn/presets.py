@@ -13,6 +13,15 @@
   CNN. Learning starts after 10k env steps (CleanRL waits 80k in its 10M-step runs; 10k lets a
   short run learn). The published 10M-step budget, evaluations of 8 whole games every 100k
   with epsilon 0.05 (CleanRL's evaluation; a greedy policy may never serve in Breakout).
+* ``minatar`` -- the MinAtar paper's DQN (Young & Tian, 2019; MinAtar's ``examples/dqn.py``):
+  learning rate 2.5e-4, batch 32, a 100k replay, learning after 5k frames, one SGD step per
+  frame (a replay ratio of 32), the target network copied every 1,000 SGD steps, epsilon from
+  1 to 0.1 over the first 100k frames, 1-step returns, the Huber loss, the MinAtar network
+  (conv 16 3x3, dense 128). The published 5M-frame budget; evaluations of 10 episodes every
+  100k frames with epsilon 0.01. Where Shoal differs: Adam (the paper: centred RMSProp with
+  squared-gradient momentum 0.95 and minimum squared gradient 0.01), gradients clipped at norm
+  10, 4 envs stepped together (the paper: 1), and the evaluation (the paper plots the returns
+  of the training episodes, under exploration).
 """
 
 from shoal.agents.presets import Preset
@@ -31,4 +40,10 @@ PRESETS = [
                      "epsilon_decay_steps": 1_000_000, "n_step": 1, "torso": "nature",
                      "eval_epsilon": 0.05},
            experiment={"num_envs": 8, "max_env_steps": 10_000_000, "eval_every": 100_000, "eval_episodes": 8}),
+    Preset("dqn", "minatar", "MinAtar examples/dqn.py (Young & Tian, 2019)",
+           settings={"learning_rate": 2.5e-4, "batch_size": 32, "max_replay_size": 100_000, "min_replay_size": 5_000,
+                     "samples_per_insert": 32.0, "target_update_period": 1_000, "epsilon_end": 0.1,
+                     "epsilon_decay_steps": 100_000, "n_step": 1, "huber_delta": 1.0, "torso": "minatar",
+                     "eval_epsilon": 0.01},
+           experiment={"num_envs": 4, "max_env_steps": 5_000_000, "eval_every": 100_000, "eval_episodes": 10}),
 ]

@@ -25,7 +25,9 @@ class IMPALAConfig:
       max_gradient_norm: global gradient-norm clip.
       hidden_sizes: widths of the policy's and the value function's hidden layers (two MLPs).
       torso: for image observations (rank-3 uint8 frames): the convolutional torso, ``nature``
-        (the Nature DQN network) or ``impala`` (the IMPALA ResNet); ``hidden_sizes`` then do not apply.
+        (the Nature DQN network), ``impala`` (the IMPALA ResNet), ``minatar`` (MinAtar's one
+        convolution and dense 128) or ``auto`` (``nature`` for frames of 36x36 or more, else
+        ``minatar``); ``hidden_sizes`` then do not apply.
       eval_sample: evaluate the policy's samples, not its most likely action (the Atari preset,
         as the IMPALA paper reports its scores).
       variable_update_period: vector steps between an actor's parameter pulls.
@@ -44,7 +46,7 @@ class IMPALAConfig:
     entropy_coef: float = setting(0.01, low=0.0, high=1_000.0)
     max_gradient_norm: float = setting(10.0, low=0.0, low_open=True)
     hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
-    torso: str = "nature"
+    torso: str = "auto"
     eval_sample: bool = False
     variable_update_period: int = setting(1, low=1, high=1_000_000)
     queue_capacity: int = setting(64, low=1, high=1_000_000)

@@ -42,7 +42,9 @@ class PPOConfig:
       normalize_advantages: standardize advantages per minibatch (over all devices).
       hidden_sizes: widths of the policy's and the value function's hidden layers (two MLPs).
       torso: for image observations (rank-3 uint8 frames): the convolutional torso, ``nature``
-        (the Nature DQN network) or ``impala`` (the IMPALA ResNet); ``hidden_sizes`` then do not apply.
+        (the Nature DQN network), ``impala`` (the IMPALA ResNet), ``minatar`` (MinAtar's one
+        convolution and dense 128) or ``auto`` (``nature`` for frames of 36x36 or more, else
+        ``minatar``); ``hidden_sizes`` then do not apply.
       initial_log_std: for continuous (Box) actions: the Gaussian policy's state-independent
         log standard deviation at the start (a learned parameter).
       normalize_observations: normalize observations with the run's running mean and variance
@@ -75,7 +77,7 @@ class PPOConfig:
     max_gradient_norm: float = setting(0.5, low=0.0, low_open=True)
     normalize_advantages: bool = True
     hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
-    torso: str = "nature"
+    torso: str = "auto"
     initial_log_std: float = setting(0.0, low=-20.0, high=5.0)
     normalize_observations: bool = False
     normalize_rewards: bool = False

@@ -11,7 +11,7 @@ PPONetworks = ActorCriticNetworks
 
 
 def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
-                  initial_log_std: float = 0.0, torso: str = "nature") -> ActorCriticNetworks:
+                  initial_log_std: float = 0.0, torso: str = "auto") -> ActorCriticNetworks:
     """Categorical for discrete actions, Gaussian (state-independent log-std) for Box ones; a
     convolutional ``torso`` for image observations."""
     return make_actor_critic_networks(spec, hidden_sizes, "PPO", continuous=True, initial_log_std=initial_log_std,

@@ -23,6 +23,13 @@
   never serve in Breakout). Where the env differs: Shoal plays ``ALE/<Game>-v5`` whole games
   with sticky actions 0.25 (Machado et al., 2018), where CleanRL trains on ``NoFrameskip-v4``
   with an episode end at each lost life.
+* ``minatar`` -- gymnax-blines' PPO for MinAtar (``agents/<Game>-MinAtar/ppo.yaml``, the runs
+  behind gymnax's published MinAtar returns): 64 envs x 128 steps, 4 epochs of 8 minibatches,
+  learning rate 5e-4 (constant), gamma 0.999, GAE lambda 0.95, clip 0.2, entropy 0.01, value
+  0.5, gradient norm 0.5. A 10M-step budget, evaluations of 10 episodes every 200k env steps.
+  Where Shoal differs: the MinAtar network (conv 16 3x3, dense 128, shared by both heads) where
+  gymnax-blines reads the planes flattened by 256x256 MLPs, and MinAtar's own envs (sticky
+  actions 0.1, no episode cap) where gymnax's have neither.
 
 The schedules decay over ``schedule_env_steps``, which an experiment sets to its own
 ``max_env_steps`` (the preset's budget, or the one given) unless ``--set`` gives it. As in
@@ -51,4 +58,9 @@ PRESETS = [
                      "max_gradient_norm": 0.5, "discount": 0.99, "gae_lambda": 0.95, "torso": "nature",
                      "eval_sample": True},
            experiment={"num_envs": 8, "max_env_steps": 10_000_000, "eval_every": 100_000, "eval_episodes": 8}),
+    Preset("ppo", "minatar", "gymnax-blines agents/<Game>-MinAtar/ppo.yaml",
+           settings={"rollout_length": 128, "num_minibatches": 8, "num_epochs": 4, "learning_rate": 5e-4,
+                     "discount": 0.999, "gae_lambda": 0.95, "clip_epsilon": 0.2, "entropy_coef": 0.01,
+                     "value_coef": 0.5, "max_gradient_norm": 0.5, "torso": "minatar"},
+           experiment={"num_envs": 64, "max_env_steps": 10_000_000, "eval_every": 200_000, "eval_episodes": 10}),
 ]

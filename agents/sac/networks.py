@@ -86,7 +86,7 @@ def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
     check_action_space(spec)
     space = spec.action_space
     size = spec.action.shape[0]
-    keys = observation_keys(spec.observation) if spec.dict_observations else None
+    keys = observation_keys(spec.observation, "auto", spec.observation_space) if spec.dict_observations else None
     return SACNetworks(GaussianPolicy(tuple(hidden_sizes), size, log_std_min, log_std_max, keys),
                        TwinCritic(tuple(hidden_sizes), keys), spec.observation_shape, size,
                        ((space.high - space.low) / 2).astype(np.float32),

@@ -28,10 +28,15 @@ from shoal.core.types import Step
 class LearningActor(Actor):
     """An actor whose ``update`` steps the learner while data is ready (the pacing rule in the
     module docstring) and refreshes the actor's parameters: after that if ``pull_after``,
-    else before. The learner reads ``items_per_update`` items of ``table`` per step."""
+    else before. The learner reads ``items_per_update`` items of ``table`` per step.
+
+    When the table could serve a batch the actor waits for the learner's prefetch thread to
+    deliver it: a failure there reaches the learner at once (``ready``, then ``step`` raises
+    it); only a batch that neither arrives nor fails in ``timeout_s`` (a stuck sampler, not a
+    slow machine) ends the run with a ``TimeoutError``."""
 
     def __init__(self, actor: Actor, learner: Learner, server: Any, table: str,
-                 items_per_update: int, pull_after: bool, timeout_s: float = 120.0) -> None:
+                 items_per_update: int, pull_after: bool, timeout_s: float = 600.0) -> None:
         self._actor, self._learner, self._server, self._table = actor, learner, server, table
         self._items_per_update, self._pull_after, self._timeout_s = items_per_update, pull_after, timeout_s
         self._items_consumed = 0

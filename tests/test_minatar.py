@@ -1,0 +1,88 @@
+"""MinAtar (the ``minatar`` extra): its ids resolve, its boolean planes reach the agents as uint8
+channels-first frames, ``auto`` gives them the MinAtar network (whose patch matmul is the
+convolution it stands for), its presets apply, and DQN and PPO train on it in one process and
+under the processes launcher."""
+
+import flax.linen as nn
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from shoal.actors import environment_spec, make_vector_env
+from shoal.agents.presets import find_preset, task_family
+from shoal.agents.torsos import MinAtarCNN, Torso, choose_torso
+from shoal.launch import run_distributed_experiment, run_experiment
+from shoal.launch.experiments.config import experiment_config
+
+BREAKOUT = "MinAtar/Breakout-v1"
+
+
+def test_minatar_planes_become_uint8_frames_channels_first():
+    spec = environment_spec(BREAKOUT, 4)
+    assert spec.observation.shape == (4, 10, 10) and spec.observation.dtype == np.uint8
+    assert spec.num_actions == 3  # (v1: the game's minimal action set)
+    env = make_vector_env(BREAKOUT, 2, seed=0)
+    planes = gym.make(BREAKOUT).unwrapped
+    planes.reset(seed=0)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (2, 4, 10, 10) and obs.dtype == np.uint8 and set(np.unique(obs)) <= {0, 1}
+    np.testing.assert_array_equal(obs[0], np.transpose(planes.game.state(), (2, 0, 1)).astype(np.uint8))
+    env.close()
+
+
+def test_auto_picks_the_minatar_network_for_small_frames_and_nature_refuses_them():
+    small = gym.spaces.Box(0, 1, (4, 10, 10), np.uint8)
+    assert choose_torso("auto", small.shape, small) == Torso("minatar", 1.0)
+    atari = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    assert choose_torso("auto", atari.shape, atari) == Torso("nature", 1.0 / 255.0)
+    with pytest.raises(ValueError, match="torso 'nature' takes frames of at least 36x36, got 10x10"):
+        choose_torso("nature", small.shape, small)
+    with pytest.raises(ValueError, match="torso must be one of auto, nature, impala, minatar, got 'resnet'"):
+        choose_torso("resnet", small.shape, small)
+
+
+def test_the_minatar_networks_patch_matmul_is_its_3x3_convolution():
+    frames = jnp.asarray(np.random.default_rng(0).integers(0, 2, (5, 6, 10, 10)), jnp.uint8)
+    torso = MinAtarCNN()
+    params = torso.init(jax.random.PRNGKey(0), frames)
+    kernel = params["params"]["conv"]["kernel"]  # [9 * channels, 16]: patch entries (row, column, channel)
+    conv = nn.Conv(16, (3, 3), padding="VALID")
+    x = jnp.transpose(frames.astype(jnp.float32), (0, 2, 3, 1))
+    conv_params = {"params": {"kernel": kernel.reshape(3, 3, 6, 16), "bias": params["params"]["conv"]["bias"]}}
+    expected = nn.relu(conv.apply(conv_params, x)).reshape(5, -1)
+    dense = params["params"]["Dense_0"]
+    np.testing.assert_allclose(torso.apply(params, frames), nn.relu(expected @ dense["kernel"] + dense["bias"]),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_minatar_ids_get_the_minatar_presets():
+    assert task_family(BREAKOUT) == "minatar"
+    assert find_preset("dqn", BREAKOUT).settings["target_update_period"] == 1_000
+    assert find_preset("ppo", "MinAtar/SpaceInvaders-v1").experiment["num_envs"] == 64
+
+
+def test_an_unknown_minatar_game_is_one_line_naming_close_ids():
+    with pytest.raises(ValueError, match="unknown gymnasium environment id 'MinAtar/Breakout-v9'.*MinAtar/Breakout-v1"):
+        environment_spec("MinAtar/Breakout-v9", 1)
+
+
+@pytest.mark.e2e
+def test_dqn_trains_on_minatar_in_one_process(tmp_path):
+    """The preset's network and settings (its replay warm-up cut short), as ``shoal train`` sets them."""
+    config = experiment_config("dqn", BREAKOUT, agent_settings={"min_replay_size": 200, "sgd_steps_per_update": 2},
+                               seed=0, max_env_steps=800, eval_every=800, eval_episodes=2, target_return=1e9,
+                               run_dir=str(tmp_path / "run"), progress=False)
+    assert config.preset == "dqn/minatar"
+    result = run_experiment(config)
+    assert result["env_steps"] == 800 and result["learner_steps"] > 0 and result["num_evals"] >= 1
+
+
+@pytest.mark.e2e
+def test_ppo_trains_on_minatar_under_processes(tmp_path):
+    config = experiment_config("ppo", BREAKOUT, agent_settings={"rollout_length": 32, "num_minibatches": 2},
+                               seed=0, num_envs=4, max_env_steps=1_024, eval_every=1_024, eval_episodes=2,
+                               target_return=1e9, run_dir=str(tmp_path / "run"), progress=False)
+    result = run_distributed_experiment(config, num_actors=2, launcher="processes")
+    assert result["env_steps"] >= 1_024 and result["learner_steps"] > 0
