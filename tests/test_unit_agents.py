@@ -18,14 +18,15 @@ from shoal.launch.experiments.config import experiment_config
 # An environment of each (family, kind of action): what a preset is validated against.
 ENVS = {("classic", "discrete"): "CartPole-v1", ("classic", "continuous"): "Pendulum-v1",
         ("box2d", "discrete"): "LunarLander-v3", ("box2d", "continuous"): "BipedalWalker-v3",
-        ("mujoco", "continuous"): "HalfCheetah-v5", ("atari", "discrete"): "ALE/Breakout-v5"}
+        ("mujoco", "continuous"): "HalfCheetah-v5", ("atari", "discrete"): "ALE/Breakout-v5",
+        ("minatar", "discrete"): "MinAtar/Breakout-v1"}
 # The kind of action each agent takes first (PPO takes both: its mujoco preset is continuous).
 ACTIONS = {"dqn": "discrete", "impala": "discrete", "ppo": "discrete", "sac": "continuous"}
 PRESETS = presets()
 EXPERIMENT_FIELDS = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"builder", "env_id"}
 
 
-EXTRAS = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py"}  # (the module each family's extra installs)
+EXTRAS = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py", "minatar": "minatar"}  # (the module each family's extra installs)
 
 
 def env_for(agent, family):
