@@ -9,8 +9,8 @@ family (its budget too, unless --max-env-steps is given; its JSON line is the re
 ``--out``: ``runs.jsonl`` (one line per run, appended as runs finish: run the same command again
 to resume a half-done sweep; finished runs are kept), ``table.md`` (every run recorded in
 ``--out``, per agent and env: solved,
-env steps and wall seconds as median [min-max], the final eval return, env steps/s and where
-the time went), and ``<agent>-<env>.png`` (eval return against env steps and against wall
+env steps and wall seconds as median [min-max], the final eval return, the mean return of the
+last 100 training episodes (what the MinAtar paper plots), env steps/s and where the time went), and ``<agent>-<env>.png`` (eval return against env steps and against wall
 seconds, one line per seed, the target dashed).
 
 Suites (target return; tasks without one run their budget and report their final return):
@@ -146,8 +146,8 @@ def _range(values: list[float], fmt: str) -> str:
 
 def markdown_table(runs: list[dict]) -> str:
     lines = ["| agent | env | target | solved | env steps, median [range] | wall s, median [range] "
-             "| final eval return | env steps/s | time: largest shares |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| final eval return | last 100 training episodes | env steps/s | time: largest shares |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for (agent, env), group in groups(runs).items():
         s = summary((agent, env), group)
         top = sorted(((v, k) for k, v in s["time_breakdown"].items()), reverse=True)[:3]
@@ -156,9 +156,33 @@ def markdown_table(runs: list[dict]) -> str:
                      f"{_range([r['env_steps'] for r in group], ',.0f')} | "
                      f"{_range([r['wall_s'] for r in group], '.1f')} | "
                      f"{_range([r['final_eval_return'] for r in group], '.1f')} | "
+                     f"{_range([training_return(r['run_dir']) for r in group], '.1f')} | "
                      f"{statistics.median(r['env_steps'] / max(r['train_s'], 1e-9) for r in group):,.0f} | "
                      f"{', '.join(f'{k} {v:.0%}' for v, k in top)} |")
     return "\n".join(lines) + "\n"
+
+
+def training_return(run_dir: str, episodes: int = 100) -> float:
+    """The mean return of about the last ``episodes`` training episodes, from the run's
+    ``train.csv`` (each row: the mean return and length of the episodes that ended since the
+    row before, so a row weighs ``env steps since the row before / episode length`` episodes);
+    NaN without one."""
+    path = os.path.join(run_dir, "train.csv")
+    if not os.path.exists(path):
+        return float("nan")
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    total = weight = 0.0
+    for row, before in zip(reversed(rows), [*reversed(rows[:-1]), None]):
+        if weight >= episodes:
+            break
+        ret, length = float(row.get("episode_return") or "nan"), float(row.get("episode_length") or "nan")
+        if ret != ret or not length > 0:  # (no episode ended in this row)
+            continue
+        steps = float(row["env_steps"]) - (float(before["env_steps"]) if before else 0.0)
+        n = max(steps / length, 1.0)
+        total, weight = total + n * ret, weight + n
+    return total / weight if weight else float("nan")
 
 
 def plot(runs: list[dict], path: str, title: str, target: float | None) -> None:

@@ -47,3 +47,16 @@ def test_solve_writes_table_and_curves_and_resumes(tmp_path):
     again = script(*args)  # a finished sweep: nothing is run again
     assert "0 to go (2 already in" in again.stderr
     assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 2
+
+
+def test_the_training_return_weighs_each_row_by_the_episodes_it_counts(tmp_path):
+    sys.path.insert(0, "benchmarks")
+    try:
+        from solve import training_return
+    finally:
+        sys.path.remove("benchmarks")
+    (tmp_path / "train.csv").write_text(  # rows: 10 episodes of return 1, then 2 of return 4, then none
+        "env_steps,episode_return,episode_length\n100,1.0,10\n200,4.0,50\n300,,\n")
+    assert training_return(str(tmp_path)) == pytest.approx((10 * 1.0 + 2 * 4.0) / 12)
+    assert training_return(str(tmp_path), episodes=2) == pytest.approx(4.0)  # (the last 2 episodes only)
+    assert training_return(str(tmp_path / "missing")) != training_return(str(tmp_path / "missing"))  # NaN
