@@ -26,7 +26,7 @@ import numpy as np
 
 import gymnasium as gym
 
-from shoal.agents.torsos import Torso, choose_torso, make_torso
+from shoal.agents.torsos import Torso, choose_torso, is_image_array, make_torso
 from shoal.core.specs import ACTION_MASK, ArraySpec
 
 MASKED_LOGIT = -1e9
@@ -40,11 +40,6 @@ class ObservationKeys(NamedTuple):
     images: tuple[str, ...]
     vectors: tuple[str, ...]
     image_torsos: tuple[Torso, ...] = ()
-
-
-def is_image_array(spec: ArraySpec) -> bool:
-    """Whether one array is a stack of frames: rank 3, uint8."""
-    return len(spec.shape) == 3 and spec.dtype == np.uint8
 
 
 def observation_keys(observation: Mapping[str, ArraySpec], torso: str = "auto",

@@ -25,7 +25,7 @@ import gymnasium as gym
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.core.specs import EnvironmentSpec
+from shoal.core.specs import ArraySpec, EnvironmentSpec
 
 TORSOS = ("auto", "nature", "impala", "minatar")
 NATURE_MIN_SIZE = 36  # (the smallest frame the Nature network's three VALID convolutions take)
@@ -39,11 +39,15 @@ class Torso(NamedTuple):
     scale: float
 
 
+def is_image_array(spec: ArraySpec) -> bool:
+    """Whether one array is a stack of frames: rank 3, uint8."""
+    return len(spec.shape) == 3 and spec.dtype == np.uint8
+
+
 def is_image(spec: EnvironmentSpec) -> bool:
-    """Whether observations are stacks of frames: rank 3, uint8 (a Dict observation is not: its
-    image keys are, ``shoal.agents.observations``)."""
-    return (not spec.dict_observations and len(spec.observation_shape) == 3
-            and spec.observation.dtype == np.uint8)
+    """Whether observations are stacks of frames (a Dict observation is not: its image keys
+    are, ``shoal.agents.observations``)."""
+    return not spec.dict_observations and is_image_array(spec.observation)
 
 
 def choose_torso(kind: str, shape: tuple[int, ...], space: gym.Space | None = None) -> Torso:

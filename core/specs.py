@@ -115,8 +115,6 @@ def observation_spec(space: gym.Space) -> ObservationSpec:
         if not space.spaces:
             raise ValueError("observation space is an empty Dict")
         return {str(key): _array_spec(sub, f"key {key!r}: ") for key, sub in space.spaces.items()}
-    if isinstance(space, gym.spaces.Box):
-        return _array_spec(space, "")
     return _array_spec(space, "")
 
 

@@ -97,7 +97,7 @@ def make_update(network: QNetwork, config: DQNConfig) -> UpdateFn:
                    "q_mean": jax.lax.pmean(jnp.mean(q), AXIS_NAME)}
         return TrainingState(params, target_params, opt_state, steps), metrics, jnp.abs(td)
 
-    return scan_sgd_steps(sgd_step, unroll=network.torso is not None or bool(network.keys and network.keys.images))  # (convolutions: see _loop)
+    return scan_sgd_steps(sgd_step, unroll=network.has_convolutions)  # (convolutions: see _loop)
 
 
 def epsilon_at(env_step, config: DQNConfig):

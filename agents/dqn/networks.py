@@ -20,6 +20,11 @@ class QNetwork(nn.Module):
     torso: Torso | None = None  # the convolutional torso, for image observations
     keys: ObservationKeys | None = None  # a Dict observation's keys: a torso per key
 
+    @property
+    def has_convolutions(self) -> bool:
+        """Whether it runs a convolutional torso (its SGD steps are then unrolled, ``shoal.learners.updates``)."""
+        return self.torso is not None or bool(self.keys and self.keys.images)
+
     @nn.compact
     def __call__(self, observation) -> jnp.ndarray:
         if self.keys is not None:

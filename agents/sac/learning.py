@@ -42,6 +42,11 @@ class TrainingState(NamedTuple):
     key: jax.Array
 
 
+def _rows(observation) -> int:
+    """The batch size of a batch of observations (an array, or a dict of arrays)."""
+    return jax.tree_util.tree_leaves(observation)[0].shape[0]
+
+
 def init_state(key: jax.Array, networks: SACNetworks, config: SACConfig) -> TrainingState:
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
     def init(key):
@@ -65,7 +70,7 @@ def make_update(networks: SACNetworks, config: SACConfig) -> UpdateFn:
 
     def sample(params, observation, key):
         noise = jax.vmap(lambda k: jax.random.normal(k, (networks.action_size,)))(
-            global_row_keys(key, jax.tree_util.tree_leaves(observation)[0].shape[0]))
+            global_row_keys(key, _rows(observation)))
         return sample_action(networks, params, observation, noise)
 
     def critic_loss(critic_params, state: TrainingState, batch, key):
@@ -121,8 +126,7 @@ def make_policy(networks: SACNetworks, evaluation: bool) -> Policy:
             return squash(networks, networks.policy.apply(params, observation)[0]), {}, key
         key, noise_key = jax.random.split(key)
         action, _ = sample_action(networks, params, observation,
-                                  jax.random.normal(noise_key, (jax.tree_util.tree_leaves(observation)[0].shape[0],
-                                                                networks.action_size)))
+                                  jax.random.normal(noise_key, (_rows(observation), networks.action_size)))
         return action, {}, key
 
     return Policy(policy)
