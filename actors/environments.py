@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import gymnasium as gym
 import numpy as np
 
+from shoal.actors import memory_tasks
 from shoal.actors.env_sources import EnvFactory, make_single_env
 from shoal.actors.observations import adapt_env
 from shoal.core.importing import import_module_for
@@ -50,6 +51,8 @@ def check_env_id(env_id: str) -> None:
         _import_ale(env_id)
     if env_id.startswith(MINATAR_PREFIX):
         _register_minatar(env_id)
+    if env_id.startswith(memory_tasks.NAMESPACE):
+        memory_tasks.register()
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
