@@ -23,6 +23,11 @@ class BatchedActor(Actor, Saveable):
     It acts on ``device``, by default the CPU, where the params and the key are placed (and so
     the policy runs): a policy over a few envs is latency-bound, and on a machine with a GPU
     the learner's, it would otherwise round-trip to the GPU every step.
+
+    A recurrent policy (``policy.initial_state``) gets the state it returned at the last step,
+    and fresh rows for the envs whose episode ended since (``end_episodes``, which ``observe``
+    calls with the step's ``terminated | truncated``: autoreset is same-step, so the next
+    observation of such an env is its new episode's first). Feed-forward policies pay nothing.
     """
 
     def __init__(self, policy: Policy, key: jax.Array, variable_client: VariableClient,
@@ -37,17 +42,32 @@ class BatchedActor(Actor, Saveable):
         self._offset = env_steps_offset
         self.steps = 0  # vector steps taken
         self._device_params, self._device_version = None, None
+        self._initial_state = policy.initial_state
+        self._state = self._next_state = None
+        if policy.initial_state is not None:
+            self._state = jax.device_put(policy.initial_state(num_envs), self._device)
+            self._reset = jax.jit(_reset_rows)
 
     def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
         if self._device_version != self._client.version:  # one host->device copy per version
             self._device_params = jax.device_put(self._client.params, self._device)
             self._device_version = self._client.version
         info = ActorInfo(self._offset + self.steps * self._num_envs, self._client.version)
-        actions, extras, self._key = self._apply(self._device_params, self._key, observation, info)
+        if self._state is None:
+            actions, extras, self._key = self._apply(self._device_params, self._key, observation, info)
+        else:
+            actions, extras, self._key, self._state = self._apply(self._device_params, self._key, observation,
+                                                                  info, self._state)
         return jax.device_get((actions, extras))  # one transfer for actions and extras
+
+    def end_episodes(self, ended: np.ndarray) -> None:
+        if self._state is not None and np.any(ended):
+            fresh = jax.device_put(self._initial_state(self._num_envs), self._device)
+            self._state = self._reset(self._state, fresh, jax.device_put(np.asarray(ended, bool), self._device))
 
     def observe(self, step: Step) -> None:
         self.steps += 1
+        self.end_episodes(np.asarray(step.terminated) | np.asarray(step.truncated))
         if self._adder is not None:
             self._adder.add(step)
 
@@ -70,6 +90,12 @@ class BatchedActor(Actor, Saveable):
     def restore(self, state: dict) -> None:
         self._offset, self.steps = int(state["env_steps"]), 0
         self._key = jax.device_put(np.asarray(state["key"], np.uint32), self._device)
+
+
+def _reset_rows(state, fresh, ended):
+    """``state`` with the rows of the envs in ``ended`` (``[num_envs]`` bool) taken from ``fresh``."""
+    return jax.tree_util.tree_map(
+        lambda s, f: jax.numpy.where(ended.reshape(-1, *([1] * (s.ndim - 1))), f, s), state, fresh)
 
 
 def cpu_device() -> jax.Device | None:

@@ -123,6 +123,7 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
     """
     obs, _ = env.reset(seed=seed)
     check_action_mask(obs, 0)
+    actor.end_episodes(np.ones(env.num_envs, bool))  # (every env starts an episode: fresh states)
     returns = np.zeros(env.num_envs)
     running = np.ones(env.num_envs, bool)
     clip = action_clipper(env)
@@ -136,4 +137,5 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
         check_action_mask(obs, steps)
         returns += np.where(running, reward, 0.0)
         running &= ~(terminated | truncated)
+        actor.end_episodes(terminated | truncated)
     return returns

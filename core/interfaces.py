@@ -163,6 +163,11 @@ class Actor(abc.ABC):
     def update(self, wait: bool = False) -> None:
         """Lets the actor refresh its parameters (``wait``: block for the newest ones)."""
 
+    def end_episodes(self, ended: np.ndarray) -> None:
+        """Tells the actor which envs' episodes ended (``[num_envs]`` bool; their next
+        observation starts a new one): a recurrent actor resets their state. ``observe`` calls
+        it for a training actor; an evaluation loop calls it itself. Feed-forward: nothing."""
+
 
 @runtime_checkable
 class TrainingActor(Protocol):

@@ -62,3 +62,9 @@ class Policy(NamedTuple):
 
     apply: Callable[..., tuple[Any, Mapping[str, Any], Any]]
     extras_spec: Mapping[str, ArraySpec] = {}
+    # A recurrent policy: ``initial_state(num_envs)`` gives the state of fresh episodes (a
+    # pytree of ``[num_envs, ...]`` arrays), and ``apply(params, key, observation, info,
+    # state) -> (actions, extras, key, next_state)``. The actor carries the state from step to
+    # step and resets an env's rows where its episode ended; a policy that wants the state it
+    # acted from in replay (R2D2's stored state) puts it in its extras. ``None``: feed-forward.
+    initial_state: Callable[[int], Any] | None = None
