@@ -125,7 +125,9 @@ class DictActorCritic(nn.Module):
 
 def has_convolutions(network: nn.Module) -> bool:
     """Whether an actor-critic runs convolutions (its SGD steps are then unrolled, ``shoal.learners.updates``)."""
-    return isinstance(network, PixelActorCritic) or (isinstance(network, DictActorCritic) and bool(network.keys.images))
+    keys = getattr(network, "keys", None)
+    return (isinstance(network, PixelActorCritic) or getattr(network, "torso", None) is not None
+            or (keys is not None and bool(keys.images)))
 
 
 class ActorCriticNetworks(NamedTuple):
@@ -157,12 +159,21 @@ def check_actor_critic_actions(spec: EnvironmentSpec, agent: str, continuous: bo
 
 def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int], agent: str,
                                continuous: bool = False, initial_log_std: float = 0.0,
-                               torso: str = "auto") -> ActorCriticNetworks:
+                               torso: str = "auto", lstm_size: int = 0) -> ActorCriticNetworks:
     """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
     space, Gaussian for a 1-d Box one where ``continuous`` is allowed; a convolutional ``torso``
-    for image observations, MLPs of ``hidden_sizes`` for flat ones, a torso per key for Dict ones."""
+    for image observations, MLPs of ``hidden_sizes`` for flat ones, a torso per key for Dict ones.
+    With ``lstm_size``, the torso feeds an LSTM that both heads read (``shoal.agents.recurrent``)."""
     check_actor_critic_actions(spec, agent, continuous)
     size = spec.action.shape[0] if spec.num_actions is None else 0
+    if lstm_size:
+        from shoal.agents.recurrent import RecurrentActorCritic
+
+        keys = observation_keys(spec.observation, torso, spec.observation_space) if spec.dict_observations else None
+        chosen = choose_torso(torso, spec.observation.shape, spec.observation_space) if is_image(spec) else None
+        network = RecurrentActorCritic(tuple(hidden_sizes), lstm_size, spec.num_actions, size, initial_log_std,
+                                       chosen, keys)
+        return ActorCriticNetworks(network, spec.observation_shape, spec.num_actions, size, spec.observation)
     if spec.dict_observations:
         keys = observation_keys(spec.observation, torso, spec.observation_space)
         network = DictActorCritic(keys, tuple(hidden_sizes), spec.num_actions, size, initial_log_std)

@@ -11,6 +11,7 @@ The family of a gymnasium id is read off its registered entry point:
     mujoco  -- gymnasium.envs.mujoco (HalfCheetah, Hopper, ...)
     atari   -- ale_py (ALE/<Game>-v5)
     minatar -- minatar (MinAtar/<Game>-v1: 10x10 binary planes; the minatar extra)
+    memory  -- tasks that need memory: Shoal's own (shoal/CartPoleNoVelocity-v1) and popgym's
 
 ``shoal train`` applies the preset of the env's family by default (``--preset NAME`` picks one,
 ``--preset none`` keeps the agent's plain defaults); ``--set`` overrides any field after it.
@@ -25,7 +26,8 @@ from typing import Any, Mapping
 from shoal.agents.registry import builder_class, builtin_agents
 
 FAMILIES = {"gymnasium.envs.classic_control": "classic", "gymnasium.envs.box2d": "box2d",
-            "gymnasium.envs.mujoco": "mujoco", "ale_py": "atari", "shimmy.atari": "atari", "minatar": "minatar"}
+            "gymnasium.envs.mujoco": "mujoco", "ale_py": "atari", "shimmy.atari": "atari", "minatar": "minatar",
+            "shoal.actors.memory_tasks": "memory", "popgym": "memory"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,10 @@
     python benchmarks/solve.py --agents dqn ppo --envs CartPole-v1 --seeds 0 1 2 --out results/solve
     python benchmarks/solve.py --suite box2d --out results/box2d     # a preset list of tasks
     python benchmarks/solve.py ... -- --launcher processes --num-actors 2   # more `shoal train` flags
+    python benchmarks/solve.py --agents ppo "ppo lstm_size=0" --envs shoal/CartPoleNoVelocity-v1
+
+An agent may carry settings after its name (``"ppo lstm_size=0"``: each a ``--set`` of its runs);
+the table and plots name it so, beside the plain agent.
 
 Each run is a fresh `shoal train` process, as a user runs it, with the preset of its env's
 family (its budget too, unless --max-env-steps is given; its JSON line is the record). Into
@@ -21,6 +25,8 @@ Suites (target return; tasks without one run their budget and report their final
               is the published 10M steps)
   minatar  -- DQN, PPO on MinAtar Breakout and SpaceInvaders (the minatar extra; the presets'
               budgets are the published 5M/10M steps: give one that fits)
+  memory   -- recurrent PPO (the memory preset) beside feed-forward PPO (the same preset with
+              lstm_size=0) on shoal/CartPoleNoVelocity-v1 (475)
   full     -- cartpole, Acrobot-v1 (-100), Pendulum-v1 for SAC (-200), box2d and mujoco
 """
 
@@ -36,28 +42,32 @@ import subprocess
 import sys
 import time
 
-TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0}
+TARGETS = {"CartPole-v1": 475.0, "shoal/CartPoleNoVelocity-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0}
 SUITES = {"cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
           "box2d": [(a, "LunarLander-v3") for a in ("ppo", "dqn")],
           "mujoco": [(a, e) for a in ("sac", "ppo") for e in ("HalfCheetah-v5", "Hopper-v5")],
           "atari": [(a, e) for a in ("ppo", "dqn", "impala") for e in ("ALE/Pong-v5", "ALE/Breakout-v5")],
-          "minatar": [(a, e) for a in ("dqn", "ppo") for e in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")]}
+          "minatar": [(a, e) for a in ("dqn", "ppo") for e in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")],
+          "memory": [(a, "shoal/CartPoleNoVelocity-v1") for a in ("ppo", "ppo lstm_size=0")]}
 SUITES["full"] = (SUITES["cartpole"] + [(a, "Acrobot-v1") for a in ("dqn", "ppo", "impala")]
                   + [("sac", "Pendulum-v1")] + SUITES["box2d"] + SUITES["mujoco"])
 
 
-def run_one(agent: str, env: str, seed: int, root: str, max_env_steps: int | None, extra: list[str]) -> dict:
-    run_dir = os.path.join(root, "runs", f"{agent}-{env.replace('/', '_')}-s{seed}")
+def run_one(label: str, env: str, seed: int, root: str, max_env_steps: int | None, extra: list[str]) -> dict:
+    """One ``shoal train`` run of ``label`` (an agent, then any settings: ``"ppo lstm_size=0"``)."""
+    agent, *settings = label.split()
+    run_dir = os.path.join(root, "runs", f"{'-'.join([agent, *settings])}-{env.replace('/', '_')}-s{seed}")
     shutil.rmtree(run_dir, ignore_errors=True)  # a run the last sweep did not finish starts over
     target = TARGETS.get(env)
     budget = ["--max-env-steps", str(max_env_steps)] if max_env_steps else []
     cmd = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env, "--seed", str(seed), *budget,
-           "--run-dir", run_dir, "--quiet", "--target-return", str(target if target is not None else 1e12), *extra]
+           "--run-dir", run_dir, "--quiet", "--target-return", str(target if target is not None else 1e12), *extra,
+           *[arg for setting in settings for arg in ("--set", setting)]]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{agent} {env} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {**result, "run_dir": run_dir, "target": target}
+    return {**result, "agent": label, "run_dir": run_dir, "target": target}
 
 
 def main() -> None:
@@ -96,7 +106,8 @@ def main() -> None:
         f.write(table)
     for agent, env in groups(runs):
         plot([r for r in runs if r["agent"] == agent and r["env"] == env],
-             os.path.join(args.out, f"{agent}-{env.replace('/', '_')}.png"), f"{agent} on {env}", TARGETS.get(env))
+             os.path.join(args.out, f"{agent.replace(' ', '-')}-{env.replace('/', '_')}.png"), f"{agent} on {env}",
+             TARGETS.get(env))
     print(table, file=sys.stderr)
     for key, group in groups(runs).items():
         print(json.dumps(summary(key, group)), flush=True)

@@ -113,3 +113,35 @@ def minibatch_epochs(sgd_step: SGDStep, state: Any, data: Any, key: jax.Array, *
     state, metrics = _loop(epoch, state, jax.random.split(key, num_epochs), num_epochs, unroll)
     metrics = jax.tree_util.tree_map(lambda m: jnp.mean(m, axis=(0, 1)), metrics)
     return state, UpdateOutput(metrics, num_epochs * num_minibatches)
+
+
+def sequence_minibatch_epochs(sgd_step: SGDStep, state: Any, data: Any, key: jax.Array, *,
+                              num_epochs: int, num_minibatches: int, unroll: bool = False) -> tuple[Any, UpdateOutput]:
+    """``num_epochs`` passes of ``num_minibatches`` SGD steps over ``data`` ``[rows, ...]``, each
+    minibatch a set of whole rows (recurrent PPO's update shape: a row is an env sequence that
+    is unrolled from its start, so its steps stay together).
+
+    Each pass orders this device's rows at random and splits them into ``num_minibatches``
+    disjoint parts of ``rows / num_minibatches``; minibatch ``i`` is part ``i``, laid out as
+    ``data`` is. A row's place in the order is drawn from ``fold_in(epoch_key, global_row_index)``;
+    on several devices each splits its own rows (minibatch ``i`` is the union of every device's
+    part ``i``). ``unroll``: as ``minibatch_epochs``.
+    """
+    rows = jax.tree_util.tree_leaves(data)[0].shape[0]
+    if rows % num_minibatches:
+        raise ValueError(f"{rows} sequences are not divisible into {num_minibatches} minibatches")
+    part = rows // num_minibatches
+
+    def epoch(state, epoch_key):
+        def minibatch(state, i):
+            # (drawn inside the loop that uses them: see minibatch_epochs)
+            order = jnp.argsort(jax.vmap(jax.random.uniform)(global_row_keys(epoch_key, rows)))
+            index = jax.lax.dynamic_slice_in_dim(order, i * part, part)
+            state, metrics, _ = sgd_step(state, jax.tree_util.tree_map(lambda x: x[index], data))
+            return state, metrics
+
+        return _loop(minibatch, state, jnp.arange(num_minibatches), num_minibatches, unroll)
+
+    state, metrics = _loop(epoch, state, jax.random.split(key, num_epochs), num_epochs, unroll)
+    metrics = jax.tree_util.tree_map(lambda m: jnp.mean(m, axis=(0, 1)), metrics)
+    return state, UpdateOutput(metrics, num_epochs * num_minibatches)

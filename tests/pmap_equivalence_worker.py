@@ -100,6 +100,22 @@ def ppo_dict_masked_case():
     return ppo.init_state(jax.random.PRNGKey(0), networks, config), ppo.make_update(networks, config), batches
 
 
+def ppo_recurrent_case():
+    """Recurrent PPO (an LSTM core; one minibatch of whole sequences per epoch, so the 2-device
+    minibatch is the 1-device one: every row)."""
+    from shoal.agents.ppo import PPOConfig, PPONetworks
+    from shoal.agents.ppo import learning as ppo
+    from shoal.agents.recurrent import RecurrentActorCritic
+
+    config = PPOConfig(num_epochs=2, num_minibatches=1, learning_rate=1e-2, lstm_size=4)
+    networks = PPONetworks(RecurrentActorCritic((16,), 4, ACTIONS), (OBS,), ACTIONS)
+    extras = {"log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
+              "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32),
+              "core_state": lambda rng: rng.normal(size=(ROWS, LENGTH, 8)).astype(np.float32)}
+    return (ppo.init_state(jax.random.PRNGKey(0), networks, config),
+            ppo.make_update(networks, config), list(sequence_batches(6, 3, extras)))
+
+
 def impala_case():
     from shoal.agents.impala import IMPALAConfig, IMPALANetworks
     from shoal.agents.impala import learning as impala
@@ -173,7 +189,8 @@ def aux_in_host_order(devices) -> bool:
 
 
 CASES = {"dqn_uniform": lambda: dqn_case(False), "dqn_prioritized": lambda: dqn_case(True),
-         "ppo_epochs_x_minibatches": ppo_case, "ppo_dict_masked": ppo_dict_masked_case, "impala_vtrace": impala_case,
+         "ppo_epochs_x_minibatches": ppo_case, "ppo_dict_masked": ppo_dict_masked_case,
+         "ppo_recurrent": ppo_recurrent_case, "impala_vtrace": impala_case,
          "sac": sac_case}
 
 

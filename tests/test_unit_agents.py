@@ -19,7 +19,7 @@ from shoal.launch.experiments.config import experiment_config
 ENVS = {("classic", "discrete"): "CartPole-v1", ("classic", "continuous"): "Pendulum-v1",
         ("box2d", "discrete"): "LunarLander-v3", ("box2d", "continuous"): "BipedalWalker-v3",
         ("mujoco", "continuous"): "HalfCheetah-v5", ("atari", "discrete"): "ALE/Breakout-v5",
-        ("minatar", "discrete"): "MinAtar/Breakout-v1"}
+        ("minatar", "discrete"): "MinAtar/Breakout-v1", ("memory", "discrete"): "shoal/CartPoleNoVelocity-v1"}
 # The kind of action each agent takes first (PPO takes both: its mujoco preset is continuous).
 ACTIONS = {"dqn": "discrete", "impala": "discrete", "ppo": "discrete", "sac": "continuous"}
 PRESETS = presets()

@@ -8,7 +8,7 @@ from shoal.agents.networks import check_actor_critic_actions
 from shoal.agents.torsos import check_torso
 from shoal.agents.normalization import DiscountedReturns
 from shoal.agents.policy_lag import PolicyLag
-from shoal.agents.ppo import learning
+from shoal.agents.ppo import acting, learning
 from shoal.agents.ppo.config import PPOConfig, check_schedules
 from shoal.agents.ppo.networks import PPONetworks, make_networks
 from shoal.core.interfaces import ReplayClient
@@ -36,13 +36,17 @@ class PPOBuilder(AgentBuilder):
         check_actor_critic_actions(spec, "PPO", continuous=True)
         super().validate(spec, num_devices)
         check_schedules(c)  # (after the ranges: schedule_env_steps is a whole number >= 0)
-        if c.rollout_length % c.num_minibatches:
-            raise ValueError(f"num_minibatches={c.num_minibatches} must divide "
-                             f"rollout_length={c.rollout_length}")
         rows = c.rollouts_per_update * spec.num_envs
         if rows % num_devices:
             raise ValueError(f"rollouts_per_update x num_envs = {rows} env sequences per update must "
                              f"be a multiple of the number of local devices ({num_devices})")
+        if c.lstm_size and (rows // num_devices) % c.num_minibatches:
+            raise ValueError(f"num_minibatches={c.num_minibatches} must divide the {rows // num_devices} env "
+                             f"sequences per update on each of {num_devices} device(s) (rollouts_per_update x "
+                             "num_envs / devices): recurrent PPO (lstm_size > 0) trains on whole sequences")
+        if not c.lstm_size and c.rollout_length % c.num_minibatches:
+            raise ValueError(f"num_minibatches={c.num_minibatches} must divide "
+                             f"rollout_length={c.rollout_length}")
         if c.queue_capacity < c.rollouts_per_update:
             raise ValueError(f"queue_capacity={c.queue_capacity} is below "
                              f"rollouts_per_update={c.rollouts_per_update}: no update could ever run")
@@ -51,15 +55,16 @@ class PPOBuilder(AgentBuilder):
         return self.config.rollout_length * self.config.rollouts_per_update * spec.num_envs
 
     def make_networks(self, spec: EnvironmentSpec) -> PPONetworks:
-        return make_networks(spec, self.config.hidden_sizes, self.config.initial_log_std, self.config.torso)
+        c = self.config
+        return make_networks(spec, c.hidden_sizes, c.initial_log_std, c.torso, c.lstm_size)
 
     def make_policy(self, networks: PPONetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
-        return learning.make_policy(networks, self.config, evaluation)
+        return acting.make_policy(networks, self.config, evaluation)
 
     def extras_spec(self, spec: EnvironmentSpec) -> ExtrasSpec:
-        """The acting policy's log-probability and params version (and, with reward
-        normalization, the discounted return the adder adds)."""
-        return learning.extras_spec(self.config)
+        """The acting policy's log-probability and params version, its recurrent state (recurrent
+        PPO) and, with reward normalization, the discounted return the adder adds."""
+        return acting.extras_spec(self.config)
 
     def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
         from shoal.replay import make_queue_table, sequence_signature

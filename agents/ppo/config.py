@@ -23,7 +23,8 @@ class PPOConfig:
       rollouts_per_update: rollouts (replay items) per learner update.
       num_epochs: passes over each update's rollouts.
       num_minibatches: SGD steps per pass; each takes ``rollout_length / num_minibatches``
-        random steps of every env sequence (so it must divide ``rollout_length``).
+        random steps of every env sequence (so it must divide ``rollout_length``), or with an
+        ``lstm_size`` the whole sequences of ``1 / num_minibatches`` of the envs.
       discount: gamma.
       gae_lambda: lambda of generalized advantage estimation.
       clip_epsilon: the policy ratio is clipped to ``[1 - eps, 1 + eps]`` (at the start of the
@@ -45,6 +46,11 @@ class PPOConfig:
         (the Nature DQN network), ``impala`` (the IMPALA ResNet), ``minatar`` (MinAtar's one
         convolution and dense 128) or ``auto`` (``nature`` for frames of 36x36 or more, else
         ``minatar``); ``hidden_sizes`` then do not apply.
+      lstm_size: 0 for a feed-forward PPO; otherwise recurrent PPO: the torso (``hidden_sizes``,
+        or the convolutional ``torso``) feeds an LSTM of this many units that the policy and the
+        value read (``shoal.agents.ppo.recurrent``). Its minibatches are whole env sequences, so
+        ``num_minibatches`` must divide the env sequences per update on each device
+        (``rollouts_per_update x num_envs / devices``) instead of ``rollout_length``.
       initial_log_std: for continuous (Box) actions: the Gaussian policy's state-independent
         log standard deviation at the start (a learned parameter).
       normalize_observations: normalize observations with the run's running mean and variance
@@ -78,6 +84,7 @@ class PPOConfig:
     normalize_advantages: bool = True
     hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
     torso: str = "auto"
+    lstm_size: int = setting(0, low=0, high=65_536)
     initial_log_std: float = setting(0.0, low=-20.0, high=5.0)
     normalize_observations: bool = False
     normalize_rewards: bool = False

@@ -50,6 +50,10 @@ the allowed actions (``shoal.agents.observations.mask_logits``): actions are sam
 and ``pi(a|s)``, ``mu(a|s)`` and the entropy of step 5 are those of the renormalised allowed set.
 For a Dict observation, normalization (step 1, 6) applies to its float vector keys, one set of
 statistics per key; image keys and the mask are left as they are.
+
+Recurrent PPO (``lstm_size > 0``) differs in steps 2 and 5 only: values come from unrolling
+the LSTM over each sequence from the state the actor recorded at its first step, and the
+minibatches are whole sequences (``shoal.agents.ppo.recurrent``).
 """
 
 from __future__ import annotations
@@ -58,17 +62,16 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from shoal.agents import distributions, normalization
 from shoal.agents.networks import ActorCriticNetworks, has_convolutions
 from shoal.agents.normalization import RunningStats
 from shoal.agents.observations import action_mask, example_observation, mask_logits, normalized_keys
+from shoal.agents.ppo import recurrent
 from shoal.agents.ppo.config import PPOConfig
-from shoal.core.specs import ArraySpec
-from shoal.core.types import ActorInfo, Policy
-from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput, minibatch_epochs
+from shoal.agents.recurrent import init_params
+from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput, minibatch_epochs, sequence_minibatch_epochs
 
 
 class TrainingState(NamedTuple):
@@ -118,7 +121,10 @@ def init_state(key: jax.Array, networks: ActorCriticNetworks, config: PPOConfig)
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
     def init(key):
         params_key, key = jax.random.split(key)
-        network = networks.network.init(params_key, example_observation(networks.observation_shape))
+        if recurrent.is_recurrent(networks.network):
+            network = init_params(networks.network, params_key, networks.observation_shape)
+        else:
+            network = networks.network.init(params_key, example_observation(networks.observation_shape))
         params = {"network": network, "observation": observation_stats(networks)}
         return TrainingState(params, make_optimizer(config).init(network), key, normalization.init_stats())
 
@@ -214,9 +220,13 @@ def masked(policy_out, mask):
 
 def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
     network, dist = networks.network, head(networks)
+    rnn = recurrent.is_recurrent(network)
 
     def loss_fn(network_params, minibatch, epsilon):
-        policy_out, value = network.apply(network_params, minibatch["observation"])
+        if rnn:
+            policy_out, value = recurrent.forward(network, network_params, minibatch)
+        else:
+            policy_out, value = network.apply(network_params, minibatch["observation"])
         policy_out = masked(policy_out, action_mask(minibatch["observation"]))
         log_prob = dist.log_prob(policy_out, minibatch["action"])
         log_rho = log_prob - minibatch["log_prob"]
@@ -249,14 +259,14 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
             params = {**state.params, "network": optax.apply_updates(state.params["network"], updates)}
             return state._replace(params=params, opt_state=opt_state), jax.lax.pmean(metrics, AXIS_NAME), None
 
-        flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
         observation = observe(state.params, batch["observation"], config)
         next_observation = observe(state.params, batch["next_observation"], config)
-        both = jax.tree_util.tree_map(lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]),
-                                      observation, next_observation)
-        _, values = network.apply(state.params["network"], both)
-        value, next_value = jnp.split(values.reshape(2, rows, length), 2)
-        value, next_value = value[0], next_value[0]
+        sequences = recurrent.sequence_inputs(batch) if rnn else {}
+        if rnn:
+            value, next_value = recurrent.values(network, state.params["network"], observation, next_observation,
+                                                 sequences)
+        else:
+            value, next_value = feed_forward_values(network, state.params["network"], observation, next_observation)
         reward, return_stats = batch["reward"], state.return_stats
         if config.normalize_rewards:
             return_stats = normalization.update(return_stats, batch["extras"]["discounted_return"], AXIS_NAME)
@@ -266,12 +276,12 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
                         config.discount, config.gae_lambda)
         data = {"observation": observation, "action": batch["action"],
                 "log_prob": batch["extras"]["log_prob"], "advantage": advantage,
-                "return": advantage + value, "value": value}
+                "return": advantage + value, "value": value, **sequences}
         key, epochs_key = jax.random.split(state.key)
-        state, out = minibatch_epochs(sgd_step, state._replace(key=key, return_stats=return_stats), data,
-                                      epochs_key, num_epochs=config.num_epochs,
-                                      num_minibatches=config.num_minibatches,
-                                      unroll=has_convolutions(network))  # (convolutions: see _loop)
+        epochs = sequence_minibatch_epochs if rnn else minibatch_epochs  # (whole sequences, or steps)
+        state, out = epochs(sgd_step, state._replace(key=key, return_stats=return_stats), data, epochs_key,
+                            num_epochs=config.num_epochs, num_minibatches=config.num_minibatches,
+                            unroll=has_convolutions(network))  # (convolutions: see _loop)
         if config.normalize_observations:  # after the update: the next rollouts act with these
             stats = update_observation_stats(state.params["observation"], batch["observation"])
             state = state._replace(params={**state.params, "observation": stats})
@@ -281,31 +291,12 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
     return update
 
 
-def extras_spec(config: PPOConfig) -> dict[str, ArraySpec]:
-    """What the acting policy records beside each action (and, with reward normalization, what
-    the adder adds: the discounted return so far, ``shoal.agents.normalization``)."""
-    spec = {"log_prob": ArraySpec((), np.float32), "policy_version": ArraySpec((), np.int32)}
-    if config.normalize_rewards:
-        spec["discounted_return"] = ArraySpec((), np.float32)
-    return spec
-
-
-def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bool) -> Policy:
-    """Sampling from the policy (recording its log-probability and the params version), or for
-    evaluation its most likely action (the Gaussian's mean), or a sample (``eval_sample``)."""
-    network, dist = networks.network, head(networks)
-
-    def policy(params, key, observation, info: ActorInfo):
-        out = network.apply(params["network"], observe(params, observation, config), method=type(network).logits)
-        out = masked(out, action_mask(observation))
-        if evaluation and not config.eval_sample:
-            return dist.mode(out), {}, key
-        key, sample_key = jax.random.split(key)
-        action = dist.sample(sample_key, out)
-        if evaluation:
-            return action, {}, key
-        version = jnp.full(action.shape[:1], info.params_version, jnp.int32)
-        return action, {"log_prob": dist.log_prob(out, action), "policy_version": version}, key
-
-    acting = {k: v for k, v in extras_spec(config).items() if k != "discounted_return"}  # (the adder adds that)
-    return Policy(policy, {} if evaluation else acting)
+def feed_forward_values(network, params, observation, next_observation) -> tuple[jax.Array, jax.Array]:
+    """``(v_t, v'_t)`` ``[rows, T]``: the value network on both, in one call."""
+    rows, length = jax.tree_util.tree_leaves(observation)[0].shape[:2]
+    flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
+    both = jax.tree_util.tree_map(lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]),
+                                  observation, next_observation)
+    _, values = network.apply(params, both)
+    value, next_value = jnp.split(values.reshape(2, rows, length), 2)
+    return value[0], next_value[0]

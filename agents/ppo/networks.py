@@ -11,8 +11,8 @@ PPONetworks = ActorCriticNetworks
 
 
 def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
-                  initial_log_std: float = 0.0, torso: str = "auto") -> ActorCriticNetworks:
+                  initial_log_std: float = 0.0, torso: str = "auto", lstm_size: int = 0) -> ActorCriticNetworks:
     """Categorical for discrete actions, Gaussian (state-independent log-std) for Box ones; a
-    convolutional ``torso`` for image observations."""
+    convolutional ``torso`` for image observations; an LSTM core with ``lstm_size``."""
     return make_actor_critic_networks(spec, hidden_sizes, "PPO", continuous=True, initial_log_std=initial_log_std,
-                                      torso=torso)
+                                      torso=torso, lstm_size=lstm_size)

@@ -30,6 +30,13 @@
   Where Shoal differs: the MinAtar network (conv 16 3x3, dense 128, shared by both heads) where
   gymnax-blines reads the planes flattened by 256x256 MLPs, and MinAtar's own envs (sticky
   actions 0.1, no episode cap) where gymnax's have neither.
+* ``memory`` -- recurrent PPO for tasks that need memory, after RL-Zoo's ``ppo_lstm`` for
+  ``CartPoleNoVel-v1`` (rl-baselines3-zoo ``hyperparams/ppo_lstm.yml``): 8 envs x 32 steps, one
+  minibatch of all 256 steps, 20 epochs, learning rate 1e-3 and clip 0.2 both annealed linearly
+  to 0 over the budget, gamma 0.98, GAE lambda 0.8, no entropy bonus, observations normalized
+  and rewards scaled (RL-Zoo's ``normalize: true``), an LSTM of 64 units; a 100k-step budget.
+  Where Shoal differs: one tanh layer of 64 before the LSTM, which both heads (linear) share,
+  where SB3-contrib gives the critic an LSTM of its own and each head a ReLU layer of 64.
 
 The schedules decay over ``schedule_env_steps``, which an experiment sets to its own
 ``max_env_steps`` (the preset's budget, or the one given) unless ``--set`` gives it. As in
@@ -63,4 +70,10 @@ PRESETS = [
                      "discount": 0.999, "gae_lambda": 0.95, "clip_epsilon": 0.2, "entropy_coef": 0.01,
                      "value_coef": 0.5, "max_gradient_norm": 0.5, "torso": "minatar"},
            experiment={"num_envs": 64, "max_env_steps": 10_000_000, "eval_every": 200_000, "eval_episodes": 10}),
+    Preset("ppo", "memory", "RL-Zoo hyperparams/ppo_lstm.yml, CartPoleNoVel-v1",
+           settings={"lstm_size": 64, "hidden_sizes": (64,), "rollout_length": 32, "num_minibatches": 1,
+                     "num_epochs": 20, "learning_rate": 1e-3, "learning_rate_schedule": "linear",
+                     "clip_epsilon": 0.2, "clip_schedule": "linear", "discount": 0.98, "gae_lambda": 0.8,
+                     "entropy_coef": 0.0, "normalize_observations": True, "normalize_rewards": True},
+           experiment={"num_envs": 8, "max_env_steps": 100_000, "eval_every": 2_500}),
 ]

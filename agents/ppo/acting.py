@@ -1,0 +1,63 @@
+"""PPO's acting policies: feed-forward, or recurrent (carrying the LSTM state from step to step,
+``shoal.agents.ppo.recurrent``), and what they record beside each action."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from shoal.agents.networks import ActorCriticNetworks
+from shoal.agents.observations import action_mask
+from shoal.agents.ppo import recurrent
+from shoal.agents.ppo.config import PPOConfig
+from shoal.agents.ppo.learning import head, masked, observe
+from shoal.agents.recurrent import STATE_KEY, initial_state, state_spec
+from shoal.core.specs import ArraySpec
+from shoal.core.types import ActorInfo, Policy
+
+
+def extras_spec(config: PPOConfig) -> dict[str, ArraySpec]:
+    """What the acting policy records beside each action: its log-probability, the params
+    version and, for recurrent PPO, the LSTM state it acted from; with reward normalization,
+    what the adder adds (the discounted return so far, ``shoal.agents.normalization``)."""
+    spec = {"log_prob": ArraySpec((), np.float32), "policy_version": ArraySpec((), np.int32)}
+    if config.lstm_size:
+        spec.update(state_spec(config.lstm_size))
+    if config.normalize_rewards:
+        spec["discounted_return"] = ArraySpec((), np.float32)
+    return spec
+
+
+def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bool) -> Policy:
+    """Sampling from the policy (recording its log-probability, the params version and, for
+    recurrent PPO, the state it acted from), or for evaluation its most likely action (the
+    Gaussian's mean), or a sample (``eval_sample``). Recurrent PPO's policy carries its LSTM
+    state (``Policy.initial_state``)."""
+    network, dist = networks.network, head(networks)
+    rnn = recurrent.is_recurrent(network)
+
+    def act(params, key, observation, info: ActorInfo, out, extras):
+        out = masked(out, action_mask(observation))
+        if evaluation and not config.eval_sample:
+            return dist.mode(out), {}, key
+        key, sample_key = jax.random.split(key)
+        action = dist.sample(sample_key, out)
+        if evaluation:
+            return action, {}, key
+        version = jnp.full(action.shape[:1], info.params_version, jnp.int32)
+        return action, {"log_prob": dist.log_prob(out, action), "policy_version": version, **extras}, key
+
+    def feed_forward(params, key, observation, info: ActorInfo):
+        out = network.apply(params["network"], observe(params, observation, config), method=type(network).logits)
+        return act(params, key, observation, info, out, {})
+
+    def with_memory(params, key, observation, info: ActorInfo, state):
+        next_state, out = recurrent.acting(network, params["network"], observe(params, observation, config), state)
+        return (*act(params, key, observation, info, out, {STATE_KEY: state}), next_state)
+
+    acting = {k: v for k, v in extras_spec(config).items() if k != "discounted_return"}  # (the adder adds that)
+    if rnn:
+        return Policy(with_memory, {} if evaluation else acting,
+                      initial_state=lambda num_envs: initial_state(num_envs, network.lstm_size))
+    return Policy(feed_forward, {} if evaluation else acting)
