@@ -53,6 +53,8 @@ def check_env_id(env_id: str) -> None:
         _register_minatar(env_id)
     if env_id.startswith(memory_tasks.NAMESPACE):
         memory_tasks.register()
+    if env_id.startswith(POPGYM_PREFIX):
+        _register_popgym(env_id)
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
@@ -101,6 +103,18 @@ def _register_minatar(env_id: str) -> None:
         raise ValueError(f"{env_id} needs the 'minatar' extra, which is not installed; run "
                          "pip install -e '.[minatar]' (from the Shoal repository)") from None
     minatar.gym.register_envs()
+
+
+POPGYM_PREFIX = "popgym-"
+
+
+def _register_popgym(env_id: str) -> None:
+    """Registers popgym's ids (``popgym-RepeatPreviousEasy-v0``, ...): importing popgym does."""
+    try:
+        import popgym  # noqa: F401 -- registers the popgym- ids with gymnasium
+    except ImportError:
+        raise ValueError(f"{env_id} needs the 'popgym' extra, which is not installed; run "
+                         "pip install -e '.[popgym]' (from the Shoal repository)") from None
 
 
 def is_atari(env_id: str) -> bool:

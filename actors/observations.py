@@ -2,7 +2,9 @@
 to every env ``make_vector_env`` builds, Atari's excepted), and the actors' check of masks.
 
 * A ``Discrete(n)`` observation (or a Discrete entry of a Dict) becomes a one-hot float32
-  vector of ``n`` (``OneHotObservation``; e.g. Taxi's 500 states).
+  vector of ``n`` (``OneHotObservation``; e.g. Taxi's 500 states), and a 1-d
+  ``MultiDiscrete(nvec)`` one the one-hot vectors of its entries side by side (``sum(nvec)``;
+  e.g. popgym's CountRecall).
 * A rank-3 boolean ``Box`` observation (binary feature planes, gymnasium's channels-last
   ``[H, W, C]``: MinAtar's 10x10 games) becomes uint8 ``[C, H, W]`` in {0, 1}
   (``BinaryPlanes``): the channels-first frames Shoal's convolutional torsos take, as
@@ -31,9 +33,16 @@ import numpy as np
 from shoal.core.specs import ACTION_MASK
 
 
+def _is_categorical(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Discrete) or (isinstance(space, gym.spaces.MultiDiscrete)
+                                                      and len(space.nvec.shape) == 1)
+
+
 def _one_hot_space(space: gym.Space) -> gym.Space:
     if isinstance(space, gym.spaces.Discrete):
         return gym.spaces.Box(0.0, 1.0, (int(space.n),), np.float32)
+    if isinstance(space, gym.spaces.MultiDiscrete) and len(space.nvec.shape) == 1:
+        return gym.spaces.Box(0.0, 1.0, (int(space.nvec.sum()),), np.float32)
     if isinstance(space, gym.spaces.Dict):
         return gym.spaces.Dict({k: _one_hot_space(s) for k, s in space.spaces.items()})
     return space
@@ -41,13 +50,14 @@ def _one_hot_space(space: gym.Space) -> gym.Space:
 
 def _has_discrete(space: gym.Space) -> bool:
     if isinstance(space, gym.spaces.Dict):
-        return any(isinstance(s, gym.spaces.Discrete) for s in space.spaces.values())
-    return isinstance(space, gym.spaces.Discrete)
+        return any(_is_categorical(s) for s in space.spaces.values())
+    return _is_categorical(space)
 
 
 class OneHotObservation(gym.ObservationWrapper):
     """``Discrete(n)`` observations (also as entries of a Dict) -> one-hot float32 ``[n]``
-    (index ``obs - start``)."""
+    (index ``obs - start``); a 1-d ``MultiDiscrete(nvec)`` -> its entries' one-hots
+    concatenated, ``[sum(nvec)]``."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -61,6 +71,11 @@ class OneHotObservation(gym.ObservationWrapper):
         if isinstance(space, gym.spaces.Discrete):
             one_hot = np.zeros(int(space.n), np.float32)
             one_hot[int(value) - int(space.start)] = 1.0
+            return one_hot
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            offsets = np.concatenate([[0], np.cumsum(space.nvec)[:-1]])
+            one_hot = np.zeros(int(space.nvec.sum()), np.float32)
+            one_hot[offsets + np.asarray(value) - space.start] = 1.0
             return one_hot
         if isinstance(space, gym.spaces.Dict):
             return {k: self._encode(s, value[k]) for k, s in space.spaces.items()}
