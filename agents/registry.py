@@ -32,6 +32,7 @@ _AGENTS = {
     "ppo": ("shoal.agents.ppo", "PPOBuilder", "PPOConfig"),
     "impala": ("shoal.agents.impala", "IMPALABuilder", "IMPALAConfig"),
     "sac": ("shoal.agents.sac", "SACBuilder", "SACConfig"),
+    "r2d2": ("shoal.agents.r2d2", "R2D2Builder", "R2D2Config"),
 }
 ENTRY_POINT_GROUP = "shoal.agents"
 

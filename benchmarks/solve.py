@@ -26,7 +26,8 @@ Suites (target return; tasks without one run their budget and report their final
   minatar  -- DQN, PPO on MinAtar Breakout and SpaceInvaders (the minatar extra; the presets'
               budgets are the published 5M/10M steps: give one that fits)
   memory   -- recurrent PPO (the memory preset) beside feed-forward PPO (the same preset with
-              lstm_size=0) on shoal/CartPoleNoVelocity-v1 (475)
+              lstm_size=0), and R2D2, on shoal/CartPoleNoVelocity-v1 (475) and three popgym tasks
+              (RepeatPreviousEasy, CountRecallEasy, PositionOnlyCartPoleEasy; the popgym extra)
   full     -- cartpole, Acrobot-v1 (-100), Pendulum-v1 for SAC (-200), box2d and mujoco
 """
 
@@ -42,13 +43,14 @@ import subprocess
 import sys
 import time
 
+POPGYM = ("popgym-RepeatPreviousEasy-v0", "popgym-CountRecallEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0")
 TARGETS = {"CartPole-v1": 475.0, "shoal/CartPoleNoVelocity-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0}
 SUITES = {"cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
           "box2d": [(a, "LunarLander-v3") for a in ("ppo", "dqn")],
           "mujoco": [(a, e) for a in ("sac", "ppo") for e in ("HalfCheetah-v5", "Hopper-v5")],
           "atari": [(a, e) for a in ("ppo", "dqn", "impala") for e in ("ALE/Pong-v5", "ALE/Breakout-v5")],
           "minatar": [(a, e) for a in ("dqn", "ppo") for e in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")],
-          "memory": [(a, "shoal/CartPoleNoVelocity-v1") for a in ("ppo", "ppo lstm_size=0")]}
+          "memory": [(a, e) for e in ("shoal/CartPoleNoVelocity-v1", *POPGYM) for a in ("ppo", "ppo lstm_size=0", "r2d2")]}
 SUITES["full"] = (SUITES["cartpole"] + [(a, "Acrobot-v1") for a in ("dqn", "ppo", "impala")]
                   + [("sac", "Pendulum-v1")] + SUITES["box2d"] + SUITES["mujoco"])
 

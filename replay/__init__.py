@@ -12,13 +12,15 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 _NAMES = {
-    "shoal.replay.adders": ("NStepTransitionAdder", "SequenceAdder"),
-    "shoal.replay.dataset": ("ReplayIterator", "sequence_batches", "transition_batches"),
-    "shoal.replay.layouts": ("sequence_example", "transition_example"),
+    "shoal.replay.adders": ("EnvSequenceAdder", "NStepTransitionAdder", "SequenceAdder"),
+    "shoal.replay.dataset": ("ReplayIterator", "env_sequence_batches", "sequence_batches", "transition_batches"),
+    "shoal.replay.layouts": ("env_sequence_example", "sequence_example", "transition_example"),
     "shoal.replay.priorities": ("item_priorities", "update_item_priorities"),
     "shoal.replay.server": ("ReplayServer", "make_replay_client"),
-    "shoal.replay.signatures": ("sequence_signature", "step_signature", "transition_signature"),
-    "shoal.replay.tables": ("make_dropping_fifo_table", "make_queue_table", "make_transition_table",
+    "shoal.replay.signatures": ("env_sequence_signature", "sequence_signature", "step_signature",
+                                "transition_signature"),
+    "shoal.replay.tables": ("make_dropping_fifo_table", "make_queue_table", "make_sequence_table",
+                            "make_transition_table",
                             "transition_items_per_batch", "without_insert_blocking"),
     "shoal.core.types": ("Sample",),
 }

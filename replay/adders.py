@@ -23,6 +23,11 @@ env end their episodes at different times); each step carries its own ``terminat
 ended, never the reset one). So a learner bootstraps from ``next_observation`` after a
 truncation, does not bootstrap after a termination, and cuts its traces (GAE, V-trace) at
 either; the step after an episode end is the first step of the next episode.
+
+**Env sequences** (``EnvSequenceAdder``): the same ``length``-step windows every ``period``
+vector steps, but written as ONE item per env (``[length, ...]`` per field), so that each env's
+sequence has a priority of its own (R2D2's prioritized sequence replay). Sequences likewise
+run across episode ends, with every step's flags.
 """
 
 from __future__ import annotations
@@ -154,3 +159,40 @@ class SequenceAdder(_WriterAdder):
             item = tree.map_structure(lambda column: column[-self._length:], self._writer.history)
             self._writer.create_item(self._table, self._priority, item)
             self.flush()
+
+
+class EnvSequenceAdder(_WriterAdder):
+    """Writes each env's last ``length`` steps as one item, every ``period`` vector steps (see the
+    module docstring), at ``priority``; items stream to the server, at most
+    ``max_in_flight_items`` unconfirmed."""
+
+    def __init__(self, client: reverb.Client, table: str, spec: EnvironmentSpec, length: int, period: int,
+                 priority: float = 1.0, max_in_flight_items: int = 64, flush_timeout_s: float = 120.0) -> None:
+        if length < 1 or not 1 <= period <= length:
+            raise ValueError(f"sequence length must be >= 1 and 1 <= period <= length, got "
+                             f"length={length}, period={period}")
+        super().__init__(client, table, 1, flush_timeout_s)
+        self._spec, self._period, self._priority = spec, period, priority
+        self._max_in_flight = max(max_in_flight_items, spec.num_envs)
+        self._steps: collections.deque[dict] = collections.deque(maxlen=length)
+        self._added = self._items = 0
+
+    def add(self, step: Step) -> None:
+        step = _cast_step(step, self._spec)
+        fields = step._asdict()
+        if not step.extras:
+            del fields["extras"]
+        self._steps.append(fields)
+        self._added += 1
+        length = self._steps.maxlen
+        if self._added < length or (self._added - length) % self._period:
+            return
+        # [length, num_envs, ...] -> one [length, ...] item per env
+        window = tree.map_structure(lambda *xs: np.stack(xs), *self._steps)
+        for env in range(self._spec.num_envs):
+            self._writer.append(tree.map_structure(lambda x: x[:, env], window))
+            self._writer.create_item(self._table, self._priority,
+                                     tree.map_structure(lambda column: column[-1], self._writer.history))
+            self._items += 1
+            if self._items % self._max_in_flight == 0:
+                self.flush(block_until_num_items=self._max_in_flight)

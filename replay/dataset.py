@@ -11,6 +11,8 @@ keys of the sampled items (for priority updates). One batch = one learner update
   (the last may be partly used).
 * ``sequence_batches``: ``[num_items * num_envs, length, ...]``, one row per env sequence
   (Reverb's time-major ``[length, num_envs]`` items are transposed); ``keys`` is ``[num_items]``.
+* ``env_sequence_batches``: ``[batch_size, length, ...]``, one row per item (one env's
+  sequence), plus its sampling ``probability`` ``[batch_size]``; ``keys`` is ``[batch_size]``.
 
 Iteration blocks until Reverb serves the items (the rate limiter decides when); the learner
 reads it from a background thread (``shoal.learners``). Reverb's dataset is opened with a rate
@@ -153,3 +155,13 @@ def sequence_batches(server_address: str, table: str, *, num_envs: int, num_item
         return Sample(tree.map_structure(per_sequence, data), info.key)
 
     return ReplayIterator(server_address, table, num_items, num_envs, layout, each_item_once=True)
+
+
+def env_sequence_batches(server_address: str, table: str, *, batch_size: int) -> ReplayIterator:
+    """Batches of ``batch_size`` env sequences ``[batch_size, length, ...]`` and their sampling
+    probabilities (see the module docstring), sampled by the table's selector."""
+
+    def layout(data, info) -> Sample:
+        return Sample({**data, "probability": info.probability.astype(np.float32)}, info.key)
+
+    return ReplayIterator(server_address, table, batch_size, 1, layout)

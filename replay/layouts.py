@@ -7,7 +7,8 @@ random numbers to feed a learner where no replay server runs (a GPU machine with
 * transitions: ``[batch_size, num_steps, ...]`` of ``observation, action, reward, discount,
   next_observation`` (and ``extras``), plus ``probability`` and ``table_size`` (sampling);
 * sequences: ``[rows, length, ...]`` of the ``Step`` fields ``observation, action, reward,
-  terminated, truncated, next_observation`` (and ``extras``).
+  terminated, truncated, next_observation`` (and ``extras``); env sequences sampled by priority
+  add their ``probability`` ``[rows]``.
 """
 
 from __future__ import annotations
@@ -55,3 +56,10 @@ def sequence_example(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec]
         "observation": _observation(spec.observation, lead), "action": _zeros(spec.action, lead),
         "reward": np.zeros(lead, np.float32), "terminated": flag, "truncated": flag.copy(),
         "next_observation": _observation(spec.observation, lead)}, extras_spec, lead), np.zeros(1, np.uint64))
+
+
+def env_sequence_example(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], batch_size: int,
+                         length: int) -> Sample:
+    """An env-sequence batch of zeros, ``[batch_size, length, ...]`` and ``probability`` ``[batch_size]``."""
+    sequences = sequence_example(spec, extras_spec, batch_size, length).data
+    return Sample({**sequences, "probability": np.ones(batch_size, np.float32)}, np.zeros(batch_size, np.uint64))

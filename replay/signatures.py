@@ -5,7 +5,8 @@ Replay items hold whole vector steps, so every field has a leading ``[num_envs]`
 * a *transition* item (``NStepTransitionAdder``): ``observation, action, reward, discount,
   next_observation`` and ``extras``, each ``[num_envs, ...]``;
 * a *sequence* item (``SequenceAdder``): the fields of ``shoal.core.Step`` stacked over
-  ``length`` vector steps, time-major as Reverb stores trajectories: ``[length, num_envs, ...]``.
+  ``length`` vector steps, time-major as Reverb stores trajectories: ``[length, num_envs, ...]``;
+* an *env sequence* item (``EnvSequenceAdder``): one env's ``length`` steps, ``[length, ...]``.
 
 ``extras`` is omitted from a signature when the policy declares none. A Dict observation's
 ``observation`` and ``next_observation`` are dicts of one ``tf.TensorSpec`` per key (each with
@@ -50,7 +51,10 @@ def transition_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArrayS
 def step_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec],
                    leading: tuple[int, ...] = ()) -> dict:
     """The fields of one ``Step`` (``[*leading, num_envs, ...]``)."""
-    e = (*leading, spec.num_envs)
+    return _step_fields(spec, extras_spec, (*leading, spec.num_envs))
+
+
+def _step_fields(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], e: tuple[int, ...]) -> dict:
     flag = ArraySpec((), np.bool_)
     return _with_extras({
         "observation": _observation(spec.observation, e), "action": _tensor(spec.action, e),
@@ -62,3 +66,8 @@ def step_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec],
 def sequence_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], length: int) -> dict:
     """``length`` stacked vector steps, time-major: ``[length, num_envs, ...]`` per field."""
     return step_signature(spec, extras_spec, leading=(length,))
+
+
+def env_sequence_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], length: int) -> dict:
+    """One env's ``length`` steps: ``[length, ...]`` per field."""
+    return _step_fields(spec, extras_spec, (length,))

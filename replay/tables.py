@@ -1,4 +1,5 @@
-"""Reverb tables: transitions under a replay ratio, an on-policy queue, and a dropping FIFO.
+"""Reverb tables: transitions (or env sequences) under a replay ratio, an on-policy queue, and a
+dropping FIFO.
 
 Sizes given to these factories count *transitions* (env steps) where they say so; a table
 counts *items*, and an item holds one vector step (``num_envs`` transitions) or one chunk of
@@ -47,6 +48,24 @@ def make_transition_table(name: str, signature: dict, *, num_envs: int, batch_si
         max_size=max(min_items, math.ceil(max_replay_size / num_envs)),
         rate_limiter=reverb.rate_limiters.SampleToInsertRatio(
             samples_per_insert=item_ratio, min_size_to_sample=min_items, error_buffer=error_buffer),
+        signature=signature)
+
+
+def make_sequence_table(name: str, signature: dict, *, batch_size: int, samples_per_insert: float,
+                        samples_per_insert_tolerance: float, min_replay_size: int, max_replay_size: int,
+                        priority_exponent: float) -> reverb.Table:
+    """A prioritized replay table of env sequences (``EnvSequenceAdder``; sizes and ratio in
+    sequences): ``P(i) ∝ priority_i ** priority_exponent``, the oldest removed first, and a
+    ``SampleToInsertRatio`` rate limiter of ``samples_per_insert`` sequences sampled per
+    sequence inserted once ``min_replay_size`` are in (the error buffer as
+    ``make_transition_table``'s: at least two batches)."""
+    error_buffer = max(2 * batch_size + 2 * samples_per_insert,
+                       samples_per_insert_tolerance * samples_per_insert * min_replay_size)
+    return reverb.Table(
+        name=name, sampler=reverb.selectors.Prioritized(priority_exponent), remover=reverb.selectors.Fifo(),
+        max_size=max(min_replay_size, max_replay_size),
+        rate_limiter=reverb.rate_limiters.SampleToInsertRatio(
+            samples_per_insert=samples_per_insert, min_size_to_sample=min_replay_size, error_buffer=error_buffer),
         signature=signature)
 
 

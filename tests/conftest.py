@@ -13,7 +13,9 @@ os.environ.setdefault("SHOAL_COMPILATION_CACHE", tempfile.mkdtemp(prefix="shoal-
 WITHOUT_REVERB = {"test_returns.py", "test_vtrace.py", "test_learner_pmap.py", "test_checkpoint.py",
                   "test_variable_client.py", "test_portable.py",
                   # the unit layer: settings, specs, counter, codec, registry, presets, launch tables
-                  "test_unit_core.py", "test_unit_codec.py", "test_unit_agents.py", "test_unit_launch.py"}
+                  "test_unit_core.py", "test_unit_codec.py", "test_unit_agents.py", "test_unit_launch.py",
+                  # memory: the recurrent core, the unrolls, R2D2's targets and priorities, h and h^-1
+                  "test_recurrent_core.py", "test_recurrent_ppo.py", "test_r2d2.py", "test_value_rescaling.py"}
 HAS_REVERB = importlib.util.find_spec("reverb") is not None
 
 

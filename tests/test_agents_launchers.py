@@ -14,6 +14,7 @@ AGENTS = {
     "dqn": ("CartPole-v1", ["min_replay_size=256"]),
     "ppo": ("CartPole-v1", ["rollout_length=16"]),
     "impala": ("CartPole-v1", ["rollout_length=8", "sequences_per_update=16"]),
+    "r2d2": ("shoal/CartPoleNoVelocity-v1", ["min_replay_size=64", "lstm_size=16"]),
     "sac": ("Pendulum-v1", ["hidden_sizes=32,32", "batch_size=64", "min_replay_size=256",
                             "samples_per_insert=16"]),
 }

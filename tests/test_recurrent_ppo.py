@@ -128,6 +128,7 @@ def test_recurrent_ppo_learns_to_balance_without_velocities_and_resumes(tmp_path
     """The preset a velocity-free CartPole gets (``ppo/memory``) learns what one frame cannot
     tell (feed-forward PPO stays near 35, tests/test_memory_tasks.py); a checkpointed run
     resumes with its learner's state and goes on learning."""
+    pytest.importorskip("reverb")
     import dataclasses
     import json
 

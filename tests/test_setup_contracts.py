@@ -15,7 +15,7 @@ from shoal.agents.registry import config_class, registered_agents
 from shoal.agents.transition_replay import TransitionReplayBuilder, TransitionReplayConfig
 from shoal.core.specs import make_environment_spec
 
-ENVS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "impala": "CartPole-v1", "sac": "Pendulum-v1"}
+ENVS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "impala": "CartPole-v1", "r2d2": "CartPole-v1", "sac": "Pendulum-v1"}
 
 
 def _spec(env_id: str, num_envs: int = 2):

@@ -21,7 +21,7 @@ ENVS = {("classic", "discrete"): "CartPole-v1", ("classic", "continuous"): "Pend
         ("mujoco", "continuous"): "HalfCheetah-v5", ("atari", "discrete"): "ALE/Breakout-v5",
         ("minatar", "discrete"): "MinAtar/Breakout-v1", ("memory", "discrete"): "shoal/CartPoleNoVelocity-v1"}
 # The kind of action each agent takes first (PPO takes both: its mujoco preset is continuous).
-ACTIONS = {"dqn": "discrete", "impala": "discrete", "ppo": "discrete", "sac": "continuous"}
+ACTIONS = {"dqn": "discrete", "impala": "discrete", "ppo": "discrete", "r2d2": "discrete", "sac": "continuous"}
 PRESETS = presets()
 EXPERIMENT_FIELDS = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"builder", "env_id"}
 
@@ -64,7 +64,7 @@ def test_every_registered_agents_default_config_validates(agent):
 
 
 def test_unknown_agents_and_settings_are_refused_naming_the_known_ones():
-    with pytest.raises(ValueError, match="^unknown agent 'a2c'; available: dqn, impala, ppo, sac, or module:BuilderClass for a builder of your own$"):
+    with pytest.raises(ValueError, match="^unknown agent 'a2c'; available: dqn, impala, ppo, r2d2, sac, or module:BuilderClass for a builder of your own$"):
         get_builder("a2c")
     with pytest.raises(ValueError, match="^unknown agent 'a2c'; available:"):
         config_class("a2c")

@@ -92,7 +92,7 @@ def test_what_a_run_writes_passes_its_schema(saved_config):
     (lambda c: c.update(seed=True), "seed must be an integer, got true"),
     (lambda c: c.update(target_return="high"), 'target_return must be a finite number or null, got "high"'),
     (lambda c: c.update(env_id=7), "env_id must be a string, got 7"),
-    (lambda c: c.update(agent="a2c"), "agent: unknown agent 'a2c'; available: dqn, impala, ppo, sac, or module:BuilderClass"),
+    (lambda c: c.update(agent="a2c"), "agent: unknown agent 'a2c'; available: dqn, impala, ppo, r2d2, sac, or module:BuilderClass"),
     (lambda c: c["agent_config"].update(learning_rat=1e-3), 'agent_config.learning_rat must be a ppo setting'),
     (lambda c: c["agent_config"].update(hidden_sizes=[64, "x"]), "agent_config.hidden_sizes must be a list of integers"),
     (lambda c: c.update(launch=[]), "launch must be an object or null, got []"),
@@ -149,7 +149,7 @@ def shoal(*args):
 @pytest.mark.parametrize("args, message", [
     ([], "the following arguments are required: command"),
     (["bogus"], "argument command: invalid choice: 'bogus'"),
-    (["train", "--agent", "nope"], "unknown agent 'nope'; available: dqn, impala, ppo, sac"),
+    (["train", "--agent", "nope"], "unknown agent 'nope'; available: dqn, impala, ppo, r2d2, sac"),
     (["train", "--env", "NoSuchEnv-v0"], "unknown gymnasium environment id 'NoSuchEnv-v0'"),
     (["train", "--preset", "nope"], "dqn has no preset 'nope'; its presets:"),
     (["train", "--set", "nope=1"], "unknown setting 'nope'"),
