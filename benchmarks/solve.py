@@ -13,7 +13,7 @@ family (its budget too, unless --max-env-steps is given; its JSON line is the re
 ``--out``: ``runs.jsonl`` (one line per run, appended as runs finish: run the same command again
 to resume a half-done sweep; finished runs are kept), ``table.md`` (every run recorded in
 ``--out``, per agent and env: solved,
-env steps and wall seconds as median [min-max], the final eval return, the mean return of the
+env steps and wall seconds as median [min-max], the final and the best eval return, the mean return of the
 last 100 training episodes (what the MinAtar paper plots), env steps/s and where the time went), and ``<agent>-<env>.png`` (eval return against env steps and against wall
 seconds, one line per seed, the target dashed).
 
@@ -159,8 +159,8 @@ def _range(values: list[float], fmt: str) -> str:
 
 def markdown_table(runs: list[dict]) -> str:
     lines = ["| agent | env | target | solved | env steps, median [range] | wall s, median [range] "
-             "| final eval return | last 100 training episodes | env steps/s | time: largest shares |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| final eval return | best eval return | last 100 training episodes | env steps/s | time: largest shares |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (agent, env), group in groups(runs).items():
         s = summary((agent, env), group)
         top = sorted(((v, k) for k, v in s["time_breakdown"].items()), reverse=True)[:3]
@@ -168,11 +168,23 @@ def markdown_table(runs: list[dict]) -> str:
         lines.append(f"| {agent} | {env} | {target if target is not None else 'fixed budget'} | {s['solved'] if target is not None else '—'} | "
                      f"{_range([r['env_steps'] for r in group], ',.0f')} | "
                      f"{_range([r['wall_s'] for r in group], '.1f')} | "
-                     f"{_range([r['final_eval_return'] for r in group], '.1f')} | "
-                     f"{_range([training_return(r['run_dir']) for r in group], '.1f')} | "
+                     f"{_range([r['final_eval_return'] for r in group], '.4g')} | "
+                     f"{_range([best_eval_return(r['run_dir']) for r in group], '.4g')} | "
+                     f"{_range([training_return(r['run_dir']) for r in group], '.4g')} | "
                      f"{statistics.median(r['env_steps'] / max(r['train_s'], 1e-9) for r in group):,.0f} | "
                      f"{', '.join(f'{k} {v:.0%}' for v, k in top)} |")
     return "\n".join(lines) + "\n"
+
+
+def best_eval_return(run_dir: str) -> float:
+    """The best mean return of the run's evaluations (``eval.csv``; popgym's MMER takes the best
+    mean of training episodes instead); NaN without any."""
+    try:
+        with open(os.path.join(run_dir, "eval.csv")) as f:
+            returns = [float(row["eval_return"]) for row in csv.DictReader(f) if row["eval_return"] not in ("", "nan")]
+    except FileNotFoundError:
+        return float("nan")
+    return max(returns, default=float("nan"))
 
 
 def training_return(run_dir: str, episodes: int = 100) -> float:

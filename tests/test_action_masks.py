@@ -141,6 +141,7 @@ def test_taxi_with_masks_trains_in_one_process_and_never_takes_a_masked_action(a
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # (CI time: tests/test_dict_observations.py trains masks under processes too)
 def test_taxi_with_masks_trains_under_processes(tmp_path):
     """Two actor processes and the evaluator's make their envs with the strict factory."""
     from shoal.launch import run_distributed_experiment

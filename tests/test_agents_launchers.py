@@ -27,6 +27,9 @@ def test_agent_runs_under_launcher(agent, launcher, tmp_path, request):
     if launcher == "inprocess" and agent != "dqn" and "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("the thread launcher runs the program the processes launcher runs: dqn here, "
                     "every agent with -m 'slow or not slow'")
+    if agent == "r2d2" and "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("R2D2's program is DQN's with another table (CI time): every launcher with -m 'slow or not slow'; "
+                    "tests/test_r2d2.py trains it in one process")
     env_id, settings = AGENTS[agent]
     args = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env_id,
             "--launcher", launcher, "--num-actors", "2", "--num-envs", "8", "--seed", "0",

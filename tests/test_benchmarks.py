@@ -60,3 +60,14 @@ def test_the_training_return_weighs_each_row_by_the_episodes_it_counts(tmp_path)
     assert training_return(str(tmp_path)) == pytest.approx((10 * 1.0 + 2 * 4.0) / 12)
     assert training_return(str(tmp_path), episodes=2) == pytest.approx(4.0)  # (the last 2 episodes only)
     assert training_return(str(tmp_path / "missing")) != training_return(str(tmp_path / "missing"))  # NaN
+
+
+def test_the_best_eval_return_is_the_best_evaluation_of_the_run(tmp_path):
+    sys.path.insert(0, "benchmarks")
+    try:
+        from solve import best_eval_return
+    finally:
+        sys.path.remove("benchmarks")
+    (tmp_path / "eval.csv").write_text("env_steps,eval_return\n100,-0.5\n200,0.75\n300,0.25\n")
+    assert best_eval_return(str(tmp_path)) == 0.75
+    assert best_eval_return(str(tmp_path / "nowhere")) != best_eval_return(str(tmp_path / "nowhere"))  # NaN

@@ -140,12 +140,12 @@ def test_recurrent_ppo_learns_to_balance_without_velocities_and_resumes(tmp_path
     preset = find_preset("ppo", env_id)
     assert preset.name == "ppo/memory"
     builder = get_builder("ppo", **{**preset.settings, "schedule_env_steps": 100_000})
-    config = ExperimentConfig(builder=builder, env_id=env_id, num_envs=8, seed=2, max_env_steps=8_000,
-                              eval_every=4_000, eval_episodes=4, target_return=1e9, run_dir=str(tmp_path / "run"),
+    config = ExperimentConfig(builder=builder, env_id=env_id, num_envs=8, seed=2, max_env_steps=4_000,
+                              eval_every=2_000, eval_episodes=4, target_return=1e9, run_dir=str(tmp_path / "run"),
                               progress=False)
     first = run_experiment(config)
     saved = json.loads((tmp_path / "run" / "checkpoints" / "run.json").read_text())
-    second = run_experiment(dataclasses.replace(config, max_env_steps=16_000, resume=True))
+    second = run_experiment(dataclasses.replace(config, max_env_steps=8_000, resume=True))
     assert second["resumed_from"]["learner_digest"] == saved["learner_digest"]
     assert first["learner_steps"] < second["learner_steps"]
     with open(tmp_path / "run" / "eval.csv") as f:

@@ -14,7 +14,10 @@ class R2D2Config:
 
     Attributes:
       learning_rate: Adam step size.
-      adam_epsilon: Adam's epsilon (the paper's 1e-3).
+      adam_epsilon: Adam's epsilon: 1e-8 (optax's and Acme's); the paper's 1e-3 (the Atari preset)
+        damps the small gradients of small rewards (measured here: with 1e-3, R2D2 reached 0.12 on
+        popgym's PositionOnlyCartPoleEasy, whose steps pay 1/200, in 200k env steps; with 1e-8,
+        0.97 by 125k).
       batch_size: sequences per SGD step (the global batch, split across devices).
       burn_in_length: steps at the start of each sequence that only unroll the LSTM from the
         stored state (no loss, no gradient into the state they produce).
@@ -47,7 +50,7 @@ class R2D2Config:
     """
 
     learning_rate: float = setting(1e-3, low=0.0, low_open=True, high=1.0)
-    adam_epsilon: float = setting(1e-3, low=0.0, low_open=True, high=1.0)
+    adam_epsilon: float = setting(1e-8, low=0.0, low_open=True, high=1.0)
     batch_size: int = setting(32, low=1, high=1_000_000)
     burn_in_length: int = setting(10, low=0, high=100_000)
     trace_length: int = setting(20, low=1, high=100_000)
