@@ -42,10 +42,10 @@ class BatchedActor(Actor, Saveable):
         self._offset = env_steps_offset
         self.steps = 0  # vector steps taken
         self._device_params, self._device_version = None, None
-        self._initial_state = policy.initial_state
-        self._state = self._next_state = None
+        self._state = self._fresh = None
         if policy.initial_state is not None:
-            self._state = jax.device_put(policy.initial_state(num_envs), self._device)
+            self._fresh = jax.device_put(policy.initial_state(num_envs), self._device)  # (kept: rows to reset from)
+            self._state = self._fresh
             self._reset = jax.jit(_reset_rows)
 
     def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
@@ -62,12 +62,12 @@ class BatchedActor(Actor, Saveable):
 
     def end_episodes(self, ended: np.ndarray) -> None:
         if self._state is not None and np.any(ended):
-            fresh = jax.device_put(self._initial_state(self._num_envs), self._device)
-            self._state = self._reset(self._state, fresh, jax.device_put(np.asarray(ended, bool), self._device))
+            self._state = self._reset(self._state, self._fresh, jax.device_put(np.asarray(ended, bool), self._device))
 
     def observe(self, step: Step) -> None:
         self.steps += 1
-        self.end_episodes(np.asarray(step.terminated) | np.asarray(step.truncated))
+        if self._state is not None:  # (a feed-forward policy's step does no more than before)
+            self.end_episodes(np.asarray(step.terminated) | np.asarray(step.truncated))
         if self._adder is not None:
             self._adder.add(step)
 

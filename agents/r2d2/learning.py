@@ -104,10 +104,13 @@ def sequence_priorities(td_abs: jax.Array, eta: float) -> jax.Array:
     return eta * jnp.max(td_abs, axis=1) + (1.0 - eta) * jnp.mean(td_abs, axis=1)
 
 
+def _as_network_input(observation: Any) -> Any:
+    """Float32 arrays, frames left uint8 (the torso scales them)."""
+    return jax.tree_util.tree_map(lambda x: x.astype(jnp.float32) if x.dtype != jnp.uint8 else x, observation)
+
+
 def _observations(batch: dict) -> tuple[Any, Any]:
-    cast = lambda x: x.astype(jnp.float32) if x.dtype != jnp.uint8 else x  # noqa: E731  (frames stay uint8)
-    return (jax.tree_util.tree_map(cast, batch["observation"]),
-            jax.tree_util.tree_map(cast, batch["next_observation"]))
+    return _as_network_input(batch["observation"]), _as_network_input(batch["next_observation"])
 
 
 def make_update(networks: R2D2Networks, config: R2D2Config) -> UpdateFn:
@@ -185,8 +188,7 @@ def make_policy(networks: R2D2Networks, config: R2D2Config, evaluation: bool) ->
                 "epsilon": jnp.full((num_envs,), -1.0, jnp.float32)}
 
     def policy(params, key, observation, info: ActorInfo, state):
-        observation = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32) if x.dtype != jnp.uint8 else x,
-                                             observation)
+        observation = _as_network_input(observation)
         core, q = network.apply(params, state["core"], observation)
         mask = action_mask(observation)
         greedy = jnp.argmax(mask_logits(q, mask), axis=-1).astype(jnp.int32)
