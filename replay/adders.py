@@ -36,12 +36,12 @@ import collections
 from typing import Mapping, Sequence
 
 import numpy as np
-import reverb
 import tree
 
-from shoal.core.interfaces import Adder
+from shoal.core.interfaces import Adder, ReplayClient
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 from shoal.core.types import Step
+from shoal.replay.client import deadline_exceeded_error
 
 
 def _cast_observation(observation, spec: ObservationSpec):
@@ -62,7 +62,7 @@ def _cast_step(step: Step, spec: EnvironmentSpec) -> Step:
 class _WriterAdder(Adder):
     """Owns the ``TrajectoryWriter`` and its bounded, timed flushes."""
 
-    def __init__(self, client: reverb.Client, table: str, num_keep_alive_refs: int,
+    def __init__(self, client: ReplayClient, table: str, num_keep_alive_refs: int,
                  flush_timeout_s: float) -> None:
         self._writer = client.trajectory_writer(num_keep_alive_refs=num_keep_alive_refs)
         self._table = table
@@ -72,7 +72,7 @@ class _WriterAdder(Adder):
         """Waits until at most ``block_until_num_items`` written items are unconfirmed."""
         try:
             self._writer.flush(block_until_num_items, timeout_ms=int(self._timeout_s * 1000))
-        except reverb.errors.DeadlineExceededError as e:
+        except deadline_exceeded_error() as e:
             raise TimeoutError(
                 f"replay table '{self._table}' did not confirm pending items within "
                 f"{self._timeout_s}s (inserts wait while the learner lags behind the table's "
@@ -106,7 +106,7 @@ def n_step_transition(steps: Sequence[Step], discount: float) -> dict[str, np.nd
 class NStepTransitionAdder(_WriterAdder):
     """Writes batched n-step transitions to ``table`` (see the module docstring)."""
 
-    def __init__(self, client: reverb.Client, table: str, spec: EnvironmentSpec, n_step: int,
+    def __init__(self, client: ReplayClient, table: str, spec: EnvironmentSpec, n_step: int,
                  discount: float, priority: float = 1.0, max_in_flight_items: int = 8,
                  flush_timeout_s: float = 120.0) -> None:
         if n_step < 1:
@@ -137,7 +137,7 @@ class SequenceAdder(_WriterAdder):
     same thread can sample it at once, and an actor feeding a full queue waits here.
     """
 
-    def __init__(self, client: reverb.Client, table: str, spec: EnvironmentSpec, length: int,
+    def __init__(self, client: ReplayClient, table: str, spec: EnvironmentSpec, length: int,
                  period: int | None = None, priority: float = 1.0,
                  flush_timeout_s: float = 120.0) -> None:
         period = length if period is None else period
@@ -166,7 +166,7 @@ class EnvSequenceAdder(_WriterAdder):
     module docstring), at ``priority``; items stream to the server, at most
     ``max_in_flight_items`` unconfirmed."""
 
-    def __init__(self, client: reverb.Client, table: str, spec: EnvironmentSpec, length: int, period: int,
+    def __init__(self, client: ReplayClient, table: str, spec: EnvironmentSpec, length: int, period: int,
                  priority: float = 1.0, max_in_flight_items: int = 64, flush_timeout_s: float = 120.0) -> None:
         if length < 1 or not 1 <= period <= length:
             raise ValueError(f"sequence length must be >= 1 and 1 <= period <= length, got "

@@ -7,11 +7,6 @@ from typing import Sequence
 import reverb
 
 
-def make_replay_client(address: str) -> reverb.Client:
-    """A Reverb client for the server at ``address`` (``host:port``)."""
-    return reverb.Client(address)
-
-
 class ReplayServer:
     """Starts a Reverb server on ``port`` (``None``: a free one) and opens a client to it.
 

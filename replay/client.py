@@ -1,0 +1,140 @@
+"""``ReverbClient``: a Reverb client whose writers need no TensorFlow.
+
+``import reverb`` imports TensorFlow's Python package: about 3.3 s of CPU in every process that
+does, on 2 cores. Writing items needs none of it: Reverb's ``TrajectoryWriter`` is its C++ client
+(``reverb/libpybind.so``, which links TensorFlow's framework library, a shared library that loads
+in milliseconds) wrapped in plain Python. So in a process that has not imported TensorFlow (an
+actor node), ``ReverbClient`` loads just that: the C++ client, with Reverb's own
+``trajectory_writer`` and ``errors`` modules, and no ``tensorflow`` module. Everything else it is
+asked (``server_info``, ``mutate_priorities``, ``checkpoint``) goes to a ``reverb.Client``,
+imported on first use (the learner, the runner and the driver's checkpoints, which have Reverb's
+full import already or need it anyway). Where TensorFlow is already loaded, or the native load
+fails (another Reverb layout), it is Reverb's full import from the start.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import ctypes
+import importlib.util
+import os
+import sys
+import types
+from typing import Any, Mapping
+
+_native: tuple[Any, Any, Any] | None = None  # (pybind, trajectory_writer, errors) modules
+
+
+def reverb_modules() -> tuple[Any, Any, Any]:
+    """Reverb's ``pybind`` (the C++ client), ``trajectory_writer`` and ``errors`` modules:
+    without TensorFlow's Python package where it is not loaded yet, else Reverb's own."""
+    global _native
+    if _native is None:
+        if "reverb" in sys.modules or "tensorflow" in sys.modules:
+            _native = _full_modules()
+        else:
+            try:
+                _native = _load_without_tensorflow()
+            except (ImportError, OSError, AttributeError):
+                _native = _full_modules()
+    return _native
+
+
+def _full_modules() -> tuple[Any, Any, Any]:
+    import reverb
+
+    return reverb.pybind, reverb.trajectory_writer, reverb.errors
+
+
+def _load_without_tensorflow() -> tuple[Any, Any, Any]:
+    """Loads ``reverb/libpybind.so`` as ``reverb.libpybind`` (what ``reverb/pybind.py`` imports
+    after ``import tensorflow``, which it does only to load TensorFlow's framework library: that
+    library is loaded here directly), then Reverb's ``errors.py`` and ``trajectory_writer.py``
+    under private names, their ``from reverb import ...`` answered from these modules. Nothing
+    named ``reverb`` enters ``sys.modules`` but ``reverb.libpybind``, under its import lock: a
+    later (or concurrent) ``import reverb`` is the real one and reuses that extension."""
+    reverb_dir = os.path.dirname(importlib.util.find_spec("reverb").origin)
+    tensorflow_dir = os.path.dirname(importlib.util.find_spec("tensorflow").origin)
+    ctypes.CDLL(os.path.join(tensorflow_dir, "libtensorflow_framework.so.2"), mode=ctypes.RTLD_GLOBAL)
+    with _import_lock("reverb.libpybind"):
+        pybind = sys.modules.get("reverb.libpybind")
+        if pybind is None:
+            pybind = _exec_module("reverb.libpybind", os.path.join(reverb_dir, "libpybind.so"), {})
+            sys.modules["reverb.libpybind"] = pybind
+    errors = _exec_module(f"{__name__}._reverb_errors", os.path.join(reverb_dir, "errors.py"), {})
+    trajectory_writer = _exec_module(f"{__name__}._reverb_trajectory_writer",
+                                     os.path.join(reverb_dir, "trajectory_writer.py"),
+                                     {"pybind": pybind, "errors": errors})
+    return pybind, trajectory_writer, errors
+
+
+def _exec_module(name: str, path: str, reverb_names: dict[str, Any]) -> types.ModuleType:
+    """The module at ``path``, run with ``from reverb import X`` giving ``reverb_names[X]``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    if reverb_names:
+        stand_in = types.SimpleNamespace(**reverb_names)
+
+        def import_(name, globals=None, locals=None, fromlist=(), level=0):
+            if name == "reverb" and level == 0:
+                return stand_in
+            return builtins.__import__(name, globals, locals, fromlist, level)
+
+        module.__builtins__ = {**vars(builtins), "__import__": import_}
+    spec.loader.exec_module(module)
+    return module
+
+
+def _import_lock(name: str):
+    """The import system's lock of module ``name`` (so a concurrent import of it waits)."""
+    manager = getattr(importlib._bootstrap, "_ModuleLockManager", None)  # (CPython's, since 3.3)
+    return manager(name) if manager is not None else contextlib.nullcontext()
+
+
+def deadline_exceeded_error() -> type[Exception]:
+    """Reverb's ``DeadlineExceededError`` (what a writer's ``flush`` raises on its timeout)."""
+    return reverb_modules()[2].DeadlineExceededError
+
+
+class ReverbClient:
+    """A client of the Reverb server at ``address`` (``host:port``), as ``reverb.Client``
+    for what Shoal calls (``core.interfaces.ReplayClient``); see the module docstring."""
+
+    def __init__(self, address: str) -> None:
+        self.server_address = address
+        self._pybind = reverb_modules()[0]
+        self._cpp = self._pybind.Client(address)
+        self._reverb: Any = None
+
+    def trajectory_writer(self, num_keep_alive_refs: int, *, validate_items: bool = True) -> Any:
+        """A ``reverb.TrajectoryWriter`` with auto-tuned chunks, as
+        ``reverb.Client.trajectory_writer`` makes it."""
+        if num_keep_alive_refs < 1:
+            raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
+        options = self._pybind.AutoTunedChunkerOptions(num_keep_alive_refs, 1.0)
+        return reverb_modules()[1].TrajectoryWriter(self._cpp.NewTrajectoryWriter(options, validate_items))
+
+    def server_info(self, timeout: int | None = None) -> Mapping[str, Any]:
+        return self._full().server_info(timeout)
+
+    def mutate_priorities(self, table: str, updates: Mapping[Any, float] | None = None,
+                          deletes: Any = None) -> None:
+        self._full().mutate_priorities(table, updates=updates, deletes=deletes)
+
+    def checkpoint(self) -> str:
+        return self._full().checkpoint()
+
+    def _full(self) -> Any:
+        if self._reverb is None:
+            import reverb
+
+            self._reverb = reverb.Client(self.server_address)
+        return self._reverb
+
+
+def make_replay_client(address: str) -> ReverbClient:
+    """A client for the Reverb server at ``address`` (``host:port``)."""
+    return ReverbClient(address)
