@@ -1,4 +1,4 @@
-"""Elastic actors: a running distributed program grows from 2 to 4 actors and back to 2 with
+"""Elastic actors: a running distributed program grows from 1 to 3 actors and back to 1 with
 `shoal scale`, while its learner keeps updating, then ends gracefully with its JSON line."""
 
 import json
@@ -12,7 +12,7 @@ from tests.waiting import csv_rows, wait_for
 
 pytestmark = pytest.mark.e2e  # a distributed program grown and shrunk while it trains
 
-RUN = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0", "--num-actors", "2",
+RUN = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0", "--num-actors", "1",
        "--set", "min_replay_size=256", "--max-env-steps", str(10**8), "--target-return", "1e9",
        "--eval-every", str(10**8), "--quiet"]
 
@@ -35,20 +35,20 @@ def check_grows_and_shrinks(tmp_path, *launcher_args):
     try:
         wait_for(lambda: (run_dir / "control.json").exists(), 180, "the program to start")
         steps = wait_for(lambda: learner_steps(run_dir), 180, "the learner's first updates")
-        table = shoal("scale", str(run_dir), "--actors", "4")
-        assert [table.get(f"actor_{i}") for i in range(2)] == ["running"] * 2, table
-        assert {table.get(f"actor_{i}") for i in (2, 3)} <= {"running", "pending"}, table  # (pending: Ray places them)
-        wait_for(lambda: [shoal("status", str(run_dir)).get(f"actor_{i}") for i in range(4)] == ["running"] * 4, 120,
+        table = shoal("scale", str(run_dir), "--actors", "3")
+        assert table.get("actor_0") == "running", table
+        assert {table.get(f"actor_{i}") for i in (1, 2)} <= {"running", "pending"}, table  # (pending: Ray places them)
+        wait_for(lambda: [shoal("status", str(run_dir)).get(f"actor_{i}") for i in range(3)] == ["running"] * 3, 120,
                  "the new actors to run")
         # an actor writes its first row after its first report to the counter: both new actors count
-        wait_for(lambda: csv_rows(run_dir / "actor_2.csv") and csv_rows(run_dir / "actor_3.csv"), 180,
+        wait_for(lambda: csv_rows(run_dir / "actor_1.csv") and csv_rows(run_dir / "actor_2.csv"), 180,
                  "the new actors to act")
         steps = wait_for(lambda: learner_steps(run_dir) > steps and learner_steps(run_dir), 60,
-                         "the learner to go on with 4 actors")
-        shoal("scale", str(run_dir), "--actors", "2")
-        wait_for(lambda: [shoal("status", str(run_dir)).get(f"actor_{i}") for i in range(4)]
-                 == ["running", "running", "removed", "removed"], 60, "actors 2 and 3 to be removed")
-        wait_for(lambda: learner_steps(run_dir) > steps, 60, "the learner to go on with 2 actors")
+                         "the learner to go on with 3 actors")
+        shoal("scale", str(run_dir), "--actors", "1")
+        wait_for(lambda: [shoal("status", str(run_dir)).get(f"actor_{i}") for i in range(3)]
+                 == ["running", "removed", "removed"], 60, "actors 1 and 2 to be removed")
+        wait_for(lambda: learner_steps(run_dir) > steps, 60, "the learner to go on with 1 actor")
         proc.send_signal(signal.SIGTERM)  # a graceful stop: the run's result, then exit 143
         out, err = proc.communicate(timeout=120)
     finally:
@@ -56,8 +56,8 @@ def check_grows_and_shrinks(tmp_path, *launcher_args):
     assert proc.returncode == 143, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
     assert result["terminated"] == "SIGTERM" and result["learner_steps"] > 0
-    assert {"actor_0", "actor_1", "actor_2", "actor_3"} <= set(result["actor_steps_per_s_each"])
-    for label in ("actor_2", "actor_3"):  # the node table shows the change
+    assert {"actor_0", "actor_1", "actor_2"} <= set(result["actor_steps_per_s_each"])
+    for label in ("actor_1", "actor_2"):  # the node table shows the change
         assert any(line.split()[:3] == [label, "actor", "removed"] for line in err.splitlines()), err[-2000:]
 
 

@@ -104,9 +104,10 @@ class _Planted:
 @pytest.mark.timeout(400)
 def test_a_live_run_reads_no_node_file_and_keeps_its_lock_when_lock_is_deleted(tmp_path):
     run_dir, mark = tmp_path / "run", tmp_path / "code-ran"
-    proc = start(run_dir, "--max-env-steps", str(10**8), "--checkpoint-every", "1000000")
+    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), "--checkpoint-every", "1000000",
+                 num_actors=1)
     try:
-        wait_for(lambda: running(run_dir, "replay", "counter", "learner", "actor_0", "actor_1", "evaluator"),
+        wait_for(lambda: running(run_dir, "replay", "counter", "learner", "actor_0", "evaluator"),
                  240, "every node to serve")
         assert not list(run_dir.rglob("*.pkl"))  # node definitions are not on disk at all
         # A pickle planted where the launcher used to keep actor_0's definition, then actor_0 killed:
@@ -114,6 +115,7 @@ def test_a_live_run_reads_no_node_file_and_keeps_its_lock_when_lock_is_deleted(t
         (run_dir / "nodes").mkdir()
         (run_dir / "nodes" / "actor_0.pkl").write_bytes(pickle.dumps(_Planted(mark)))
         victim = node_pids(proc.pid)["actor_0"]
+        published = _inode(run_dir / "addresses" / "actor_0")  # (each publication writes a new file)
         os.kill(victim, signal.SIGKILL)
         new = wait_for(lambda: node_pids(proc.pid).get("actor_0") not in (None, victim)
                        and node_pids(proc.pid)["actor_0"], 120, "actor_0 to restart")
@@ -121,6 +123,8 @@ def test_a_live_run_reads_no_node_file_and_keeps_its_lock_when_lock_is_deleted(t
         wait_for(lambda: f"started (pid {new}," in (run_dir / "logs" / "actor_0.log").read_text(), 120,
                  "the restarted actor_0 to load its definition")
         assert not mark.exists()
+        wait_for(lambda: _inode(run_dir / "addresses" / "actor_0") not in (None, published), 120,
+                 "the restarted actor_0 to publish its address")
 
         # .lock deleted under the live run: a second run on the directory is still refused.
         config = (run_dir / "config.json").read_text()
@@ -143,3 +147,10 @@ def test_a_live_run_reads_no_node_file_and_keeps_its_lock_when_lock_is_deleted(t
     assert not mark.exists()
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
                 and any(str(run_dir) in part for part in p.info["cmdline"])]
+
+
+def _inode(path):
+    try:
+        return path.stat().st_ino
+    except FileNotFoundError:
+        return None

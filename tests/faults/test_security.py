@@ -28,7 +28,7 @@ def train(*args, **popen):
 @pytest.mark.timeout(400)
 def test_live_run_refuses_strangers_and_a_second_run(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(run_dir, "--max-env-steps", str(10**8), num_actors=1, env=dict(os.environ, SHOAL_TOKEN=TOKEN))
+    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), num_actors=1, env=dict(os.environ, SHOAL_TOKEN=TOKEN))
     try:
         wait_for(lambda: running(run_dir, "counter", "learner", "actor_0", "evaluator"), 180, "the program's nodes to serve")
         counter = (run_dir / "addresses" / "counter").read_text()
@@ -87,7 +87,9 @@ def _small_file_limit():
 
 @pytest.mark.timeout(300)
 def test_a_full_disk_gives_one_clear_line(tmp_path):
-    proc = train("--max-env-steps", "60000", "--run-dir", str(tmp_path / "run"), preexec_fn=_small_file_limit)
+    # a checkpoint every 2 s: the replay checkpoint soon passes the 100 kB file limit
+    proc = train("--max-env-steps", str(10**8), "--checkpoint-every", "2", "--run-dir", str(tmp_path / "run"),
+                 preexec_fn=_small_file_limit)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     shoal_lines = [line for line in proc.stderr.splitlines() if line.startswith("shoal:")]

@@ -36,7 +36,7 @@ def two_cpu_hogs():
 
 def _launch(run_dir):
     # (SIGINT's default action, as a terminal gives it, even where the test runner ignores it)
-    return start(run_dir, "--max-env-steps", str(10**8), "--checkpoint-every", "1000000",
+    return start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), "--checkpoint-every", "1000000",
                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 

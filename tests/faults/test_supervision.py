@@ -20,43 +20,44 @@ from tests.waiting import csv_rows, wait_for
 
 pytestmark = pytest.mark.e2e  # distributed runs whose nodes are killed
 
-NODES = ("replay", "counter", "learner", "actor_0", "actor_1", "evaluator")
+def tensorflow_loaded(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return "_pywrap_tensorflow_internal" in f.read()
 
 
-def started(proc, run_dir):
-    wait_for(lambda: running(run_dir, "learner", "actor_0", "actor_1"), 120, "the nodes to serve")
+def started(proc, run_dir, num_actors=1):
+    actors = [f"actor_{i}" for i in range(num_actors)]
+    wait_for(lambda: running(run_dir, "learner", *actors), 120, "the nodes to serve")
     pids = node_pids(proc.pid)
-    assert set(pids) == set(NODES), pids
+    assert set(pids) == {"replay", "counter", "learner", "evaluator", *actors}, pids
     return pids
 
 
 @pytest.mark.timeout(300)
 def test_killed_actor_is_restarted_continues_its_schedule_and_run_completes(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(run_dir, "--max-env-steps", "30000", "--eval-every", "30000")
+    # One actor: while it is down no env step is taken, so the budget cannot run out before the
+    # restarted actor is back, and that actor takes the rest of the budget (several of its reports).
+    proc = start(run_dir, "--max-env-steps", "12000", "--eval-every", "12000", num_actors=1)
     try:
         pids = started(proc, run_dir)
         wait_for(lambda: csv_rows(run_dir / "actor_0.csv"), 60, "actor_0 to report steps")
-        # Hold actor_1 still while actor_0 is down, so no env step is taken (and the budget cannot
-        # run out) until the restarted actor_0 is back: the test waits on that event, not a timer.
-        os.kill(pids["actor_1"], signal.SIGSTOP)
         os.kill(pids["actor_0"], signal.SIGKILL)
         log = run_dir / "logs" / "actor_0.log"
         wait_for(lambda: log.read_text().count("[actor_0] started") == 2, 120, "actor_0 to restart")
-        os.kill(pids["actor_1"], signal.SIGCONT)
         out, err = proc.communicate(timeout=240)
     finally:
         proc.kill()
     assert proc.returncode == 0, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["env_steps"] >= 30_000 and result["launcher"] == "processes"
+    assert result["env_steps"] >= 12_000 and result["launcher"] == "processes"
     assert "actor_0 exited with -9; restart 1/3" in err
     # summary row: (stopped cooperatively, or killed after the grace period) with 1 restart
     assert re.search(r"\n  actor_0 +actor +(stopped|killed) +1  ", err), err[-2000:]
     # the restarted actor continued its epsilon schedule (it did not start over at 1.0) ...
     assert re.search(r"\[actor_0\] continues its schedules from [0-9,]+ env steps", log.read_text())
     assert len(csv_rows(run_dir / "actor_0.csv")) >= 2  # ... and its CSV kept the rows of its first life (appended, not rewritten)
-    with open(run_dir / "actor_1.csv") as f:  # actors log their speed and staleness
+    with open(run_dir / "actor_0.csv") as f:  # actors log their speed and staleness
         rows = list(csv.DictReader(f))
     assert rows and {"steps_per_s", "params_version", "staleness"} <= set(rows[-1])
     assert all(int(float(r["staleness"])) >= 0 for r in rows)
@@ -69,7 +70,7 @@ def test_killed_actor_is_restarted_continues_its_schedule_and_run_completes(tmp_
 def test_killing_a_non_restartable_node_stops_every_process_within_10s(tmp_path, victim):
     """...and a failed program still checkpoints what its living learner, replay and counter hold."""
     run_dir = tmp_path / "run"
-    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", "2000")
+    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), num_actors=1)
     try:
         pids = started(proc, run_dir)
         # while the learner trains: its users are then blocked on a dead replay or counter
@@ -91,9 +92,9 @@ def test_killing_a_non_restartable_node_stops_every_process_within_10s(tmp_path,
 @pytest.mark.timeout(300)
 def test_a_frozen_actor_does_not_stop_the_run_and_is_killed_at_its_end(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(run_dir, "--max-env-steps", "12000", "--eval-every", "12000")
+    proc = start(run_dir, "--max-env-steps", "6000", "--eval-every", "6000")
     try:
-        pids = started(proc, run_dir)
+        pids = started(proc, run_dir, num_actors=2)
         os.kill(pids["actor_1"], signal.SIGSTOP)  # hangs, never exits
         out, err = proc.communicate(timeout=240)
     finally:
@@ -102,7 +103,7 @@ def test_a_frozen_actor_does_not_stop_the_run_and_is_killed_at_its_end(tmp_path)
     result = json.loads(out.strip().splitlines()[-1])
     # actor_0 took the budget, but for the steps granted to the frozen actor_1 (StepGrants): the
     # run ended STALL_S after the last step reported, short by what actor_1 holds
-    assert result["env_steps"] <= 12000 + 7 and result["env_steps"] + result.get("env_steps_held", 0) >= 12000
+    assert result["env_steps"] <= 6000 + 7 and result["env_steps"] + result.get("env_steps_held", 0) >= 6000
     assert re.search(r"\n  actor_1 +actor +killed +0  ", err), err[-2000:]  # after the grace period
     assert not alive(list(pids.values()))
 
@@ -136,10 +137,12 @@ def test_a_failing_environment_ends_in_one_line(tmp_path, env, message):
 @pytest.mark.timeout(300)
 def test_sigterm_to_the_launcher_stops_gracefully_with_result_and_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", "2000")
+    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), num_actors=1)
     try:
         pids = started(proc, run_dir)
         wait_for(lambda: csv_rows(run_dir / "learner.csv"), 120, "the learner to update")
+        # an actor writes to replay without TensorFlow's Python package; the learner samples with it
+        assert [tensorflow_loaded(pids[label]) for label in ("actor_0", "learner")] == [False, True]
         stopped_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
@@ -169,7 +172,7 @@ def test_sigint_to_the_launcher_leaves_no_process_and_exits_at_once(tmp_path):
     run_dir = tmp_path / "run"
     # SIGINT's default action in the launcher, as a terminal gives it: a test runner started in
     # the background (by a script without job control) ignores SIGINT, and its children inherit that.
-    proc = start(run_dir, "--max-env-steps", str(10**8), env=env,
+    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), num_actors=1, env=env,
                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         pids = list(started(proc, run_dir).values())
