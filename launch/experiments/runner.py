@@ -138,6 +138,7 @@ def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server
     restored_digest = restore_learner(config.run_dir, learner, saved)
     counter.restore(saved["counter"])
     actor.restore(saved["actors"]["actor"])
+    actor.update(wait=True)  # (its first step acts with the restored params, not the initial ones)
     if saved["evaluator"] is not None:  # (None: a checkpoint of an earlier version without one; afresh)
         evaluator.restore(saved["evaluator"])
     replay_items = {name: int(info.current_size) for name, info in server.client.server_info().items()}
