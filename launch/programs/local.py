@@ -138,10 +138,17 @@ class ProcessWorker:
     def terminate(self) -> None:
         self._signal(signal.SIGTERM)
 
-    def kill(self) -> None:
+    def kill(self, wait_s: float = 30.0) -> None:
+        """SIGKILL to the node's process group; waits up to ``wait_s`` for the process to exit
+        (on a machine under load, a big process takes seconds to release its memory), then
+        goes on without raising: it is dead or dying, and whoever stops the program must go on."""
         self._signal(signal.SIGKILL)
         if self.proc:
-            self.proc.wait(5)
+            try:
+                self.proc.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                print(f"shoal: warning: node {self.node.label} (pid {self.proc.pid}) was killed but had not "
+                      f"exited after {wait_s:g}s", file=sys.stderr, flush=True)
 
     def result(self) -> Any:
         self._reader.join(10)  # the pipe's last bytes may still be in flight after the exit
