@@ -57,7 +57,12 @@ class Stopwatch:
         self._since = now  # (the enclosing component, if any, resumes)
 
     def snapshot(self) -> dict[str, float]:
-        return dict(self.seconds)
+        """A copy of ``seconds`` (also from another thread, while the owner adds components)."""
+        while True:
+            try:
+                return dict(self.seconds)
+            except RuntimeError:  # (a component was added during the copy)
+                continue
 
     def add(self, component: str, seconds: float) -> None:
         self.seconds[component] += seconds

@@ -54,3 +54,24 @@ def cartpole_with_mask(mask=(1, 1)) -> gym.Env:
     import numpy as np
 
     return _InfoMask(gym.make("CartPole-v1"), np.asarray(mask, np.int8))
+
+
+class _SlowSteps(gym.Wrapper):
+    def __init__(self, env: gym.Env, step_s: float) -> None:
+        super().__init__(env)
+        self._step_s = step_s
+
+    def step(self, action):
+        import time
+
+        time.sleep(self._step_s)
+        return self.env.step(action)
+
+
+def slow_cartpole(step_s: float = 0.002) -> gym.Env:
+    """CartPole whose every step sleeps ``step_s`` (an env that costs time but no CPU: actors
+    that wait on it leave the learner waiting, and the cores free)."""
+    return _SlowSteps(gym.make("CartPole-v1"), step_s)
+
+
+gym.register("SlowCartPole-v0", entry_point="tests.user_envs:slow_cartpole")  # (--env tests.user_envs:SlowCartPole-v0)

@@ -39,6 +39,17 @@ def _parse_env_arg(text: str) -> tuple[str, Any]:
     return key.strip(), parse_env_value(value.strip())
 
 
+def _parse_num_actors(text: str) -> int | str:
+    """``N``, ``auto`` or ``auto:MIN-MAX`` (the bounds are checked with the other settings)."""
+    if text.strip().startswith("auto"):
+        return text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--num-actors takes an integer, auto or auto:MIN-MAX (e.g. "
+                                         f"auto:1-8), got {text!r}") from None
+
+
 def _parse_resources(text: str) -> tuple[str, Any]:
     """``GROUP:NAME=VALUE[,NAME=VALUE...]`` -> ``(group, Resources)``."""
     from shoal.launch.programs import Resources
@@ -125,8 +136,10 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--launcher", choices=["processes", "inprocess", "ray"], default=default(None),
         help="run as a distributed program: one process per node, one thread per node (for "
         "debugging), or one Ray actor per node. Default: the single-process runner")
-    add("--num-actors", type=int, default=default(4), help="actor nodes of a distributed program (default: "
-        "4; change it while the program runs with `shoal scale RUN_DIR --actors N`)")
+    add("--num-actors", type=_parse_num_actors, default=default(4), help="actor nodes of a distributed "
+        "program (default: 4; change it while the program runs with `shoal scale RUN_DIR --actors N`), or "
+        "auto / auto:MIN-MAX: add an actor while the learner waits for samples and the machine has room, "
+        "remove one while actors are blocked on inserts (auto: from 1 to the machine's cores)")
     add("--ray-address", default=default(None), help="the Ray cluster to join (auto, or HOST:PORT); "
         "default: start a local Ray instance with this machine's CPUs")
     add("--resources", action="append", type=_parse_resources, default=default([]),

@@ -138,3 +138,6 @@ def control(args: argparse.Namespace) -> None:
     print(f"{'node':<14} {'group':<10} {'state':<12} {'restarts':>8}")
     for row in rows:
         print(f"{row['label']:<14} {row['group']:<10} {row['state']:<12} {row['restarts']:>8}")
+    autoscale = client.autoscale()
+    if autoscale is not None:
+        print(f"actors: {autoscale['mode']}, target {autoscale['target']}: {autoscale['reason']}")

@@ -27,7 +27,7 @@ from shoal.launch.experiments.runs import claim_run_directory
 from shoal.launch.programs import Resources, launch
 
 
-def run_distributed_experiment(config: ExperimentConfig, num_actors: int = 4, launcher: str = "processes", *,
+def run_distributed_experiment(config: ExperimentConfig, num_actors: int | str = 4, launcher: str = "processes", *,
                                resources: Mapping[str, Resources] | None = None, ray_address: str | None = None,
                                ports: tuple[int, int] | None = None, params_via: str = "auto",
                                stop: threading.Event | None = None, launched_at: float | None = None) -> dict[str, Any]:
@@ -36,6 +36,10 @@ def run_distributed_experiment(config: ExperimentConfig, num_actors: int = 4, la
     its evaluator served, the result has no evaluation: ``num_evals`` 0); returns the result
     summary. A second ``stop.hurry`` (``interrupts.StopRequest``) kills every node at once.
 
+    ``num_actors``: a count, or ``"auto"`` / ``"auto:MIN-MAX"``: the driver adds an actor while
+    the learner waits for samples and the machine has room, and removes one while the actors
+    are blocked on inserts (``shoal.launch.experiments.autoscale``); the result's
+    ``actor_counts`` records each change and why.
     ``launcher``: ``"processes"``, ``"inprocess"`` or ``"ray"`` (``ray_address``: the cluster
     to join; default a local Ray). ``resources``: per group, what each node asks of Ray.
     ``ports``: ``(first, last)``, the ports the nodes' servers listen on (default: any free
@@ -61,13 +65,13 @@ def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: th
     # This process and the nodes it starts (which inherit its environment) share the machine's
     # accelerator with the learner: none of them takes 75% of its memory up front.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    spec, saved, _, program, settings = prepare(config, settings, launched_at, actors_flag)  # (what --dry-run checks too)
+    spec, saved, num_actors, program, settings = prepare(config, settings, launched_at, actors_flag)  # (what --dry-run checks too)
     if settings.launcher == "ray":
         _join_ray(settings.ray_address, config.run_dir)
     run_begins()  # (from here a signal stops the program instead of ending this process: interrupts)
     run_dir = claim_run_directory(config, spec, settings) if config.run_dir else None
     try:
-        driver = ProgramDriver(config, spec, saved, launched_at)
+        driver = ProgramDriver(config, spec, saved, launched_at, autoscale=_autoscale(settings, num_actors, launched_at))
         reader_env = {**CPU_ENV, "SHOAL_PARAMS_VIA": settings.params_via}
         run = launch(program, settings.launcher, run_dir=config.run_dir, ray_address=settings.ray_address,
                      ports=settings.ports, group_env={"actor": reader_env, "evaluator": reader_env},
@@ -80,6 +84,17 @@ def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: th
         if run_dir is not None:
             run_dir.unlock()
     return result
+
+
+def _autoscale(settings: LaunchSettings, num_actors: int, launched_at: float):
+    """The driver's autoscale loop for ``num_actors="auto..."`` (``None`` for a fixed count)."""
+    bounds = settings.actor_bounds()
+    if bounds is None:
+        return None
+    from shoal.launch.experiments.autoscale_loop import AutoscaleLoop, CpuRoom, RayRoom
+
+    room = RayRoom() if settings.launcher == "ray" else CpuRoom()
+    return AutoscaleLoop(bounds, num_actors, room, started_at=launched_at)
 
 
 def _join_ray(ray_address: str | None, run_dir: str | None) -> None:

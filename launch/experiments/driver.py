@@ -23,8 +23,10 @@ from shoal.launch.programs.control import serve_control
 class ProgramDriver:
     """Progress, checkpoints and the result of one launched program."""
 
-    def __init__(self, config: ExperimentConfig, spec, saved: dict[str, Any] | None, launched_at: float) -> None:
+    def __init__(self, config: ExperimentConfig, spec, saved: dict[str, Any] | None, launched_at: float,
+                 autoscale: Any = None) -> None:
         self._config, self._saved, self._launched_at = config, saved, launched_at
+        self._autoscale = autoscale  # (an autoscale_loop.AutoscaleLoop, for num_actors="auto...")
         self._spec = spec_record(spec)
         self._checkpoints = Periodic(config.checkpoint_every_s) if config.run_dir else None
         self._actors: dict[str, Any] = dict((saved or {}).get("actors") or {})  # last known states
@@ -52,7 +54,8 @@ class ProgramDriver:
         reason = lambda: getattr(stop, "reason", "SIGTERM")  # noqa: E731 -- (interrupts.StopRequest)
         try:
             if self._config.run_dir:
-                serve_control(run, self._config.run_dir, {"actor": (1, max_actors())})  # shoal scale / status
+                bounds = (self._autoscale.scaler.low, self._autoscale.scaler.high) if self._autoscale else (1, max_actors())
+                serve_control(run, self._config.run_dir, {"actor": bounds}, self._autoscale)  # shoal scale / status
             while not run.done:
                 if stop is not None and stop.is_set() and not terminated:
                     terminated = True
@@ -71,6 +74,8 @@ class ProgramDriver:
                     except Exception:  # a node died under the call: the program's failure says which
                         if not run.ending(within_s=5.0):
                             raise
+                if self._autoscale is not None and not terminated:
+                    self._tick_autoscale(run)
                 if self._progress is not None and self._progress.due():
                     self._progress.reset()
                     self._show_progress(run)
@@ -85,6 +90,20 @@ class ProgramDriver:
         if terminated and evaluator is None:  # stopped before the evaluator served: no evaluation
             evaluator = {"result": self._unevaluated()}
         return self._result(evaluator, run.results(), reason() if terminated else None)
+
+    def _tick_autoscale(self, run) -> None:
+        """One autoscale poll once the counter and learner serve; a failure turns autoscaling off
+        (one warning line; the run goes on with the actors it has)."""
+        if run.ending() or not (run.serving("counter") and run.serving("learner")):
+            return
+        try:
+            self._autoscale.tick(run, self._client(run, "counter"))
+        except Exception as e:  # noqa: BLE001
+            if run.ending(within_s=1.0):
+                return
+            self._autoscale.pinned = len(run.running("actor"))
+            print(f"shoal: warning: autoscaling stopped ({e!r:.200}); the run goes on with "
+                  f"{self._autoscale.pinned} actors", file=sys.stderr, flush=True)
 
     def _unevaluated(self) -> dict[str, Any]:
         """The result's fields for a run stopped before its evaluator served (nothing evaluated)."""
@@ -192,6 +211,8 @@ class ProgramDriver:
             result["resumed_from"] = {**(learner.get("resumed") or {}),
                                       "actors": {k: v.get("env_steps") for k, v in (self._saved.get("actors") or {}).items()},
                                       "next_eval_at": (self._saved.get("evaluator") or {}).get("next")}
+        if self._autoscale is not None:  # each change of the actor count: when, to what, why
+            result.update(num_actors_mode=self._autoscale.status()["mode"], actor_counts=self._autoscale.history)
         if terminated:  # (the signal that stopped the run: "SIGTERM", "SIGINT")
             result["terminated"] = terminated
         return result

@@ -28,9 +28,24 @@ def max_actors() -> int:
     return max(MIN_ACTOR_CAP, MAX_ACTORS_PER_CORE * (os.cpu_count() or 1))
 
 
+def actor_bounds(num_actors: Any, launcher: str) -> tuple[int, int] | None:
+    """``(MIN, MAX)`` of an autoscaled ``num_actors`` (``"auto"``: from 1 to this machine's
+    cores, at least 2, or ``max_actors()`` under Ray; ``"auto:MIN-MAX"``); ``None`` for a count."""
+    from shoal.launch.experiments.autoscale import parse_auto
+
+    cores = os.cpu_count() or 1
+    return parse_auto(num_actors, max_actors(), max_actors() if launcher == "ray" else max(2, cores))
+
+
 def check_num_actors(num_actors: Any, launcher: str, what: str = "num_actors") -> None:
-    """Refuses a count of actors outside ``[1, max_actors()]``; warns of more than the cores."""
+    """Refuses a count of actors outside ``[1, max_actors()]`` or a bad ``auto`` spec; warns of
+    more than the cores."""
     cap, cores = max_actors(), os.cpu_count() or 1
+    try:
+        if actor_bounds(num_actors, launcher) is not None:
+            return
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
     if isinstance(num_actors, bool) or not isinstance(num_actors, int) or not 1 <= num_actors <= cap:
         raise ValueError(f"{what} must be an integer in [1, {cap}] on this machine ({cores} cores), "
                          f"got {num_actors!r}; for more, use a cluster (the Ray launcher)")
@@ -48,7 +63,7 @@ class LaunchSettings:
     (``params_via``: ``auto`` or ``rpc``)."""
 
     launcher: str = "processes"
-    num_actors: int = 4
+    num_actors: int | str = 4  # or "auto", "auto:MIN-MAX" (autoscale)
     ray_address: str | None = None
     resources: Mapping[str, Resources] = dataclasses.field(default_factory=dict)
     ports: tuple[int, int] | None = None
@@ -65,6 +80,10 @@ class LaunchSettings:
         for group, wanted in self.resources.items():
             if not isinstance(wanted, Resources):
                 raise ValueError(f"resources[{group!r}] must be a Resources, got {wanted!r}")
+
+    def actor_bounds(self) -> tuple[int, int] | None:
+        """``(MIN, MAX)`` when the actors are autoscaled (``num_actors`` ``"auto..."``), else ``None``."""
+        return actor_bounds(self.num_actors, self.launcher)
 
     def record(self) -> dict[str, Any]:
         """The ``"launch"`` record of ``config.json`` (JSON: resources and ports as text)."""

@@ -56,6 +56,7 @@ class LearnerWorker:
         self._requests: queue.Queue = queue.Queue()  # checkpoints asked for, taken between updates
         self._running = threading.Event()
         self._first_update_at: float | None = None
+        self._started: float | None = None
         self._params = ParamsPublisher(self._learner)  # for nodes on this host: no RPC copy per fetch
 
     def get_variables(self, known_version: int = -1):
@@ -67,6 +68,11 @@ class LearnerWorker:
 
     def version(self) -> int:
         return self._learner.version
+
+    def timing(self) -> dict[str, Any]:
+        """Seconds per component so far and the wall seconds they are of (the autoscaler's)."""
+        return {"time_s": self.stopwatch.snapshot(),
+                "wall_s": time.monotonic() - self._started if self._started else 0.0}
 
     def checkpoint(self, env_steps: int) -> dict[str, Any]:
         """Writes replay's and the learner's checkpoints (between two updates); returns what was
@@ -92,7 +98,7 @@ class LearnerWorker:
 
     def run(self) -> dict[str, Any]:
         reported = self._local.get_counts()  # (a resumed counter already holds the restored totals)
-        last = started = time.monotonic()
+        last = started = self._started = time.monotonic()
         waiting = self.stopwatch.time("sample_wait")
         self._running.set()
         try:

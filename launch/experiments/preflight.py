@@ -19,9 +19,10 @@ from shoal.launch.programs.program import Program
 
 
 class Prepared(NamedTuple):
-    """A checked distributed run: its env spec, the checkpoint it resumes (or ``None``), its
-    number of actors (a resumed run's own), its program (resources set) and its launch
-    settings (with that number of actors)."""
+    """A checked distributed run: its env spec, the checkpoint it resumes (or ``None``), the
+    number of actors it starts with (a resumed run's own; autoscaled: within its bounds), its
+    program (resources set) and its launch settings (with that number of actors, or the
+    ``auto`` spec of an autoscaled run: resuming keeps the mode)."""
 
     spec: EnvironmentSpec
     saved: dict[str, Any] | None
@@ -46,10 +47,16 @@ def prepare(config: ExperimentConfig, settings: LaunchSettings, launched_at: flo
     settings.check(actors_flag)
     config.validate_settings()
     saved = read_run(config.run_dir) if config.resume and config.run_dir else None
+    bounds = settings.actor_bounds()  # (autoscaled: starts from MIN, or a resumed run's count within bounds)
+    num_actors = bounds[0] if bounds else settings.num_actors
     if saved and saved.get("actors"):  # as many actors as ran at the checkpoint
-        settings = settings.replace(num_actors=min(len(saved["actors"]), max_actors()))
+        num_actors = min(len(saved["actors"]), max_actors())
+        if bounds:
+            num_actors = min(max(num_actors, bounds[0]), bounds[1])
+        else:
+            settings = settings.replace(num_actors=num_actors)
     spec = config.environment_spec()  # (one single env: built, read, closed; no vector env)
-    program = program_graph(config, spec, settings.num_actors, launched_at, resume=saved)
+    program = program_graph(config, spec, num_actors, launched_at, resume=saved)
     for group, wanted in settings.resources.items():
         program.set_resources(group, wanted)
     check_ports(program, settings.launcher, settings.ports)
@@ -57,7 +64,7 @@ def prepare(config: ExperimentConfig, settings: LaunchSettings, launched_at: flo
     config.validate_agent(spec, check_memory=not on_cluster)
     if settings.params_via == "rpc" or settings.launcher == "ray":
         _check_params_fit_rpc(config, spec)
-    return Prepared(spec, saved, settings.num_actors, program, settings)
+    return Prepared(spec, saved, num_actors, program, settings)
 
 
 def prepare_distributed(config: ExperimentConfig, num_actors: int = 4, launcher: str = "processes", *,

@@ -72,7 +72,7 @@ def program_graph(config: ExperimentConfig, spec: EnvironmentSpec, num_actors: i
     counter = program.add_node(ServiceNode(Counter, resume.get("counter"), methods=("increment", "get_counts")),
                                label="counter")
     learner = program.add_node(ServiceNode(LearnerWorker, config, spec, replay, counter, resume or None,
-                                           methods=("get_variables", "shared_params", "version", "checkpoint")),
+                                           methods=("get_variables", "shared_params", "version", "checkpoint", "timing")),
                                label="learner")
     actors = resume.get("actors") or {}
     program.add_group("actor", functools.partial(_actor_node, config, spec, replay, learner, counter, actors),
@@ -88,4 +88,4 @@ def program_graph(config: ExperimentConfig, spec: EnvironmentSpec, num_actors: i
 def _actor_node(config: ExperimentConfig, spec: EnvironmentSpec, replay, learner, counter, resumes: dict[str, Any],
                 index: int) -> ServiceNode:
     return ServiceNode(ActorWorker, config, spec, index, replay, learner, counter, resumes.get(f"actor_{index}"),
-                       methods=("save",))
+                       methods=("save", "timing"))

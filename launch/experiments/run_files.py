@@ -19,10 +19,12 @@ import dataclasses
 import json
 import math
 import numbers
+import re
 import typing
 from typing import Any
 
-LAUNCH_FIELDS = {"launcher": str, "num_actors": int, "ray_address": str | None, "resources": list[str],
+AUTO = re.compile(r"^auto(:\d+-\d+)?$")  # (autoscale.AUTO: its bounds are checked with the other settings)
+LAUNCH_FIELDS = {"launcher": str, "num_actors": int | str, "ray_address": str | None, "resources": list[str],
                  "ports": str | None, "params_via": str}
 EVALUATOR_FIELDS = {"next": int, "num_evals": int, "last_return": float | None, "last_at": int, "eval_s": float}
 
@@ -61,6 +63,8 @@ def check_config(path: str, saved: Any) -> None:
     for key, kind in LAUNCH_FIELDS.items():
         if launch and key in launch:
             _check(path, f"launch.{key}", launch[key], kind)
+    if launch and isinstance(launch.get("num_actors"), str) and not AUTO.match(launch["num_actors"]):
+        _fail(path, "launch.num_actors", "an integer, \"auto\" or \"auto:MIN-MAX\"", launch["num_actors"])
 
 
 def check_run(path: str, run: Any) -> None:

@@ -150,6 +150,7 @@ class ActorWorker:
         self._grants = StepGrants(counter, self._label, config.max_env_steps, config.num_envs, restarted)
         self._lock = threading.Lock()  # save() sees the schedule and key of the same step
         self._snapshot = self._actor.save()  # (taken at every report: for save() while a step blocks)
+        self._started: float | None = None
 
     def save(self) -> dict[str, Any]:
         """This actor's schedule position (env steps) and RNG key: now, or, while a step is held
@@ -161,9 +162,14 @@ class ActorWorker:
         finally:
             self._lock.release()
 
+    def timing(self) -> dict[str, Any]:
+        """Seconds per component so far and the wall seconds they are of (the autoscaler's)."""
+        return {"time_s": self._loop.stopwatch.snapshot(),
+                "wall_s": time.monotonic() - self._started if self._started else 0.0}
+
     def run(self) -> dict[str, Any]:
         loop, grants, reported = self._loop, self._grants, 0
-        last = started = time.monotonic()
+        last = started = self._started = time.monotonic()
         while not should_stop():
             if grants.left == 0:
                 reported = self._report(reported, ask=True)

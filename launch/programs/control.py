@@ -20,23 +20,32 @@ from shoal.core.files import make_dirs, write_atomic
 class _Control:
     """What ``shoal scale`` may call on a running program (nothing else is exposed)."""
 
-    def __init__(self, run: Any, limits: dict[str, tuple[int, int]]) -> None:
-        self._run, self._limits = run, limits
+    def __init__(self, run: Any, limits: dict[str, tuple[int, int]], autoscale: Any = None) -> None:
+        self._run, self._limits, self._autoscale = run, limits, autoscale
 
     def scale(self, group: str, count: int) -> list[dict[str, Any]]:
-        return self._run.scale(group, count, self._limits.get(group, (0, 1_000_000)))
+        rows = self._run.scale(group, count, self._limits.get(group, (0, 1_000_000)))
+        if self._autoscale is not None and group == "actor":  # (a count set by hand stands)
+            self._autoscale.pinned = count
+        return rows
 
     def status(self) -> list[dict[str, Any]]:
         return self._run.status()
 
+    def autoscale(self) -> dict[str, Any] | None:
+        """The autoscaler's mode, target and why (``None``: a fixed count of actors)."""
+        return self._autoscale.status() if self._autoscale is not None else None
 
-def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]] | None = None):
+
+def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]] | None = None,
+                  autoscale: Any = None):
     """Starts the control server of ``run`` (stopped when the program ends); ``limits``:
-    ``{group: (fewest, most)}`` nodes ``scale`` may run."""
+    ``{group: (fewest, most)}`` nodes ``scale`` may run; ``autoscale``: the run's autoscale
+    loop (its ``status()``, and ``pinned`` set by a manual ``scale`` of the actors)."""
     from shoal.launch.programs.rpc import RpcServer
 
     token = secrets.token_urlsafe(32)
-    server = RpcServer(_Control(run, limits or {}), host="127.0.0.1", token=token).start()
+    server = RpcServer(_Control(run, limits or {}, autoscale), host="127.0.0.1", token=token).start()
     run.closers.append(server.stop)
     make_dirs(directory)
     # (mode 0600 from the first byte; never written through a link planted in the directory)

@@ -57,7 +57,7 @@ CASES = [  # (file, edit, the field and what the line says)
     ("config.json", lambda c: c.update(seed="0"), 'seed must be an integer, got "0"'),
     ("config.json", lambda c: c["agent_config"].update(learning_rate=[1]), "agent_config.learning_rate must be "
      "a finite number, got [1]"),
-    ("config.json", lambda c: c.update(launch={"num_actors": "2"}), 'launch.num_actors must be an integer, got "2"'),
+    ("config.json", lambda c: c.update(launch={"num_actors": "2"}), 'launch.num_actors must be an integer, "auto" or "auto:MIN-MAX", got "2"'),
     ("checkpoints/run.json", lambda r: r.update(counter=[1]), "counter must be an object, got [1]"),
     ("checkpoints/run.json", lambda r: r.update(env_steps="x"), 'env_steps must be an integer, got "x"'),
     ("checkpoints/run.json", lambda r: r.update(spec=None), "spec must be an object, got null"),
