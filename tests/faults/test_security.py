@@ -2,7 +2,6 @@
 with one clear line, the run itself unharmed."""
 
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -20,8 +19,8 @@ pytestmark = pytest.mark.e2e  # live runs probed from outside
 TOKEN = "test-token-0123456789"
 
 
-def train(*args, **popen):
-    return subprocess.run([sys.executable, "-m", "shoal", "train", *SMALL, *args], capture_output=True,
+def train(*args, wrapper=(), **popen):
+    return subprocess.run([sys.executable, *wrapper, "-m", "shoal", "train", *SMALL, *args], capture_output=True,
                           text=True, timeout=300, **popen)
 
 
@@ -80,16 +79,19 @@ def test_single_process_run_directory_is_locked_and_a_stale_lock_is_taken_over(t
     assert (run_dir / "checkpoints" / "run.json").exists()
 
 
-def _small_file_limit():
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
-    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+# ``python SMALL_FILES ARGS...``: ``python ARGS...`` that may write files of 100 kB at most (a write
+# past the limit fails with EFBIG: SIGXFSZ ignored): set, then exec (not a preexec_fn, which
+# runs Python in a fork of this multithreaded process before exec and can deadlock there).
+SMALL_FILES = ["-c", "import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+                     "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000)); "
+                     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
 
 
 @pytest.mark.timeout(300)
 def test_a_full_disk_gives_one_clear_line(tmp_path):
     # a checkpoint every 2 s: the replay checkpoint soon passes the 100 kB file limit
     proc = train("--max-env-steps", str(10**8), "--checkpoint-every", "2", "--run-dir", str(tmp_path / "run"),
-                 preexec_fn=_small_file_limit)
+                 wrapper=SMALL_FILES)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     shoal_lines = [line for line in proc.stderr.splitlines() if line.startswith("shoal:")]

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from shoal.launch.experiments.rundir import RunDirectory
-from tests.faults.harness import SMALL, alive, handles_sigterm, node_pids, running, shm_segments, start
+from tests.faults.harness import DEFAULT_SIGINT, SMALL, alive, handles_sigterm, node_pids, running, shm_segments, start
 from tests.waiting import csv_rows, wait_for
 
 pytestmark = pytest.mark.e2e  # real runs stopped by signals
@@ -37,7 +37,7 @@ def two_cpu_hogs():
 def _launch(run_dir):
     # (SIGINT's default action, as a terminal gives it, even where the test runner ignores it)
     return start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), "--checkpoint-every", "1000000",
-                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                 default_sigint=True)
 
 
 def _ended(proc, run_dir, pids, signalled):
@@ -116,9 +116,9 @@ def test_a_second_ctrl_c_kills_every_node_and_leaves_nothing_behind(tmp_path):
 @pytest.mark.parametrize("sig, moment", [(signal.SIGTERM, "config.json"), (signal.SIGINT, "train.csv")])
 def test_a_one_process_run_leaves_at_once_while_setting_up_and_stops_with_its_result_once_training(tmp_path, sig, moment):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "shoal", "train", *SMALL, "--max-env-steps", str(10**8),
-                             "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen([sys.executable, *DEFAULT_SIGINT, "-m", "shoal", "train", *SMALL, "--max-env-steps",
+                             str(10**8), "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         # config.json: the run claimed its directory and is setting up (Reverb, networks, compiling);
         # train.csv with a row: it trains

@@ -173,7 +173,7 @@ def test_sigint_to_the_launcher_leaves_no_process_and_exits_at_once(tmp_path):
     # SIGINT's default action in the launcher, as a terminal gives it: a test runner started in
     # the background (by a script without job control) ignores SIGINT, and its children inherit that.
     proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), num_actors=1, env=env,
-                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                 default_sigint=True)
     try:
         pids = list(started(proc, run_dir).values())
         proc.send_signal(signal.SIGINT)
