@@ -92,13 +92,13 @@ def test_the_auto_spec_and_its_errors():
     assert LaunchSettings.from_record(settings.record()).actor_bounds() == (1, 3)  # resume keeps the mode
 
 
-@pytest.mark.e2e
-def test_a_processes_run_grows_from_one_actor_while_its_learner_waits(tmp_path):
+def check_grows_from_one_actor(tmp_path, *launcher_args) -> dict:
     """Actors stepping an env that sleeps leave the learner waiting and the cores idle: the
-    driver adds the second actor (and says why), and the result records the count over time."""
+    driver adds the second actor (and says why), and the result records the count over time.
+    Returns the run's result."""
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", "tests.user_envs:SlowCartPole-v0",
-           "--launcher", "processes", "--num-actors", "auto:1-2", "--max-env-steps", "1000000",
+           *launcher_args, "--num-actors", "auto:1-2", "--max-env-steps", "1000000",
            "--eval-every", str(10**8), "--run-dir", str(run_dir), "--seed", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -121,9 +121,17 @@ def test_a_processes_run_grows_from_one_actor_while_its_learner_waits(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    result = json.loads(out.strip().splitlines()[-1])
+    result = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
     assert result["num_actors_mode"] == "auto:1-2"
     assert "actor_1" in err  # (the node table: the added actor was a node of the program)
     assert [c["actors"] for c in result["actor_counts"]] == [1, 2]
     assert "learner waits" in result["actor_counts"][1]["reason"]
+    assert result["learner_steps"] > 0 and {"learner", "actor_0", "actor_1"} <= set(result["time_breakdown"])
     assert json.loads((run_dir / "config.json").read_text())["launch"]["num_actors"] == "auto:1-2"
+    return result
+
+
+@pytest.mark.e2e
+def test_a_processes_run_grows_from_one_actor_while_its_learner_waits(tmp_path):
+    result = check_grows_from_one_actor(tmp_path, "--launcher", "processes")
+    assert "cores" in result["actor_counts"][1]["reason"]  # (the room it saw: idle cores)

@@ -16,6 +16,7 @@ import pytest
 
 from tests.netns_cluster import unavailable as netns_unavailable
 from tests.ray_cluster import start_cluster
+from tests.test_autoscale import check_grows_from_one_actor
 from tests.test_elastic import check_grows_and_shrinks
 from tests.test_examples import EXAMPLES
 from tests.waiting import wait_for
@@ -123,6 +124,25 @@ def test_launchpad_examples_run_under_ray_unchanged(cluster, example, args):
 def test_ray_program_grows_and_shrinks(cluster, tmp_path):
     check_grows_and_shrinks(tmp_path, "--launcher", "ray", "--ray-address", cluster.address)
     assert_no_actor_left(cluster)
+
+
+def test_ray_program_with_auto_actors_grows_from_one_on_free_cluster_cpus(cluster, tmp_path):
+    result = check_grows_from_one_actor(tmp_path, "--launcher", "ray", "--ray-address", cluster.address)
+    assert "cluster CPUs free" in result["actor_counts"][1]["reason"]  # (the room Ray's resources showed)
+    assert_no_actor_left(cluster)
+
+
+def test_without_free_cluster_cpus_autoscale_asks_rays_autoscaler_once_and_says_so(cluster):
+    # (more CPUs per actor than the cluster has: no room; the request goes to Ray's autoscaler,
+    # which this fixed cluster does not run, so the answer stays "no room")
+    code = ("import ray, sys\nfrom shoal.launch.experiments.autoscale_loop import RayRoom\n"
+            "ray.init(address=sys.argv[1], logging_level='ERROR')\nroom = RayRoom(cpus_per_actor=1000)\n"
+            "print(room())\nprint(room())\n")
+    proc = subprocess.run([sys.executable, "-c", code, cluster.address], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, second = proc.stdout.strip().splitlines()[-2:]
+    assert first.startswith("(False, ") and "asked Ray's autoscaler for" in first, first
+    assert second.startswith("(False, ") and "no free cluster CPU (asked Ray's autoscaler for" in second, second
 
 
 def test_a_node_that_cannot_be_placed_is_pending_and_named(cluster, tmp_path):
