@@ -20,7 +20,8 @@ SETTINGS = {"dqn": {"min_replay_size": 16, "batch_size": 8, "sgd_steps_per_updat
             "ppo": {"rollout_length": 8, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": (16,),
                     "normalize_observations": True},
             "impala": {"rollout_length": 8, "sequences_per_update": 4, "hidden_sizes": (16,)},
-            "sac": {"min_replay_size": 16, "batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (16,)}}
+            "sac": {"min_replay_size": 16, "batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (16,),
+                    "samples_per_insert": 16.0}}  # (SAC's default 256 makes 400 env steps ~12k updates)
 ENVS = {"dqn": "DictCartPole-v0", "ppo": "DictCartPole-v0", "impala": "DictCartPole-v0", "sac": "DictPendulum-v0"}
 
 
