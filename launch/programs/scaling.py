@@ -1,7 +1,7 @@
 """Elastic groups: a running program grows and shrinks a group made with ``Program.add_group``.
 
 ``add_nodes`` starts new nodes from the group's factory; ``remove_nodes`` asks the newest
-running ones to stop (like at the end of a program; killed after the grace period) and their
+running ones to stop (like at the end of a program; killed after ``REMOVE_GRACE_S``) and their
 exit is not a failure: they show as ``removed``. ``scale(group, count)`` does either, within the
 bounds the caller allows. ``status`` / ``summary`` give the node table. Mixed into
 ``ProgramRun`` (it uses the run's workers, states and lock).
@@ -14,6 +14,13 @@ import time
 from typing import Any
 
 from shoal.launch.programs.states import LIVE, NodeState
+
+
+# How long a node asked to stop by a scale-down has to finish before it is killed: longer than a
+# program's stop (nothing waits on it), so that an actor held by the rate limiter in an insert
+# (the learner is slow: often why it is scaled down) finishes it, reports its last steps and
+# returns its summary (its figures in the run's result) rather than being killed.
+REMOVE_GRACE_S = 30.0
 
 
 def _index(label: str) -> int:
@@ -41,13 +48,14 @@ class ElasticGroups:
         return labels
 
     def remove_nodes(self, group: str, count: int) -> list[str]:
-        """Asks the ``count`` newest running nodes of ``group`` to stop (killed after the grace
-        period); their exit is not a failure."""
+        """Asks the ``count`` newest running nodes of ``group`` to stop (killed after
+        ``REMOVE_GRACE_S``, or the program's grace period where longer); their exit is not a
+        failure."""
         with self._lock:
             labels = self.running(group)[::-1][:count]
             for label in labels:
                 self.states[label] = NodeState.REMOVING
-                self._remove_by[label] = time.monotonic() + self._grace_s
+                self._remove_by[label] = time.monotonic() + max(self._grace_s, REMOVE_GRACE_S)
                 self.workers[label].terminate()
         return labels
 
