@@ -28,31 +28,13 @@ def pytest_ignore_collect(collection_path, config):
         and collection_path.name not in WITHOUT_REVERB or None
 
 
-def pytest_configure(config):
-    # (pytest-xdist orders loadfile's files by their number of tests, most first, unless told not
-    # to: the order set below is the one wanted)
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
 def pytest_collection_modifyitems(config, items):
     """``slow`` tests run only when ``-m`` names them (``-m slow``, ``-m "slow or not slow"``): the
     plain command leaves them out, and so does ``-m "not e2e"``, which an ``-m 'not slow'`` in
     addopts could not do (the last ``-m`` wins)."""
-    if "slow" not in (config.getoption("markexpr") or ""):
-        slow = [item for item in items if item.get_closest_marker("slow")]
-        if slow:
-            config.hook.pytest_deselected(items=slow)
-            items[:] = [item for item in items if not item.get_closest_marker("slow")]
-    # The longest files first (a stable sort: the rest keep their order, and tests keep theirs
-    # within a file). `-n 2 --dist loadfile` hands files to the two workers in this order, so the
-    # long ones start early and no worker runs one alone at the end (with many small files left
-    # to even the two out). Measured with --durations.
-    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.location[0], len(rank)))
-
-
-LONGEST_FILES = ["tests/test_ray.py", "tests/faults/test_supervision.py", "tests/test_agents_launchers.py",
-                 "tests/faults/test_resume.py", "tests/test_dict_observations.py", "tests/test_atari.py",
-                 "tests/test_learning.py", "tests/test_autoscale.py", "tests/test_setup_walk.py",
-                 "tests/faults/test_security.py"]
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
