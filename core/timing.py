@@ -21,9 +21,12 @@ in the component that waits for it, so the fractions are of the calling thread's
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from typing import Mapping
+
+_IMPORTED = time.monotonic()
 
 COMPONENTS = ("env_step", "policy", "replay_insert", "param_fetch", "sample_wait", "sgd_update", "evaluation")
 
@@ -91,3 +94,17 @@ def breakdown(seconds: Mapping[str, float], wall_s: float) -> dict[str, float]:
     out = {k: round(v / wall_s, 3) for k, v in seconds.items() if v > 0}
     out["other"] = round(max(0.0, 1.0 - sum(seconds.values()) / wall_s), 3)
     return out
+
+
+def process_seconds() -> float:
+    """Seconds since this process started, as the OS recorded its start (Linux: ``/proc``, to
+    10 ms; elsewhere: since this module was imported). A run's ``process_s``: with ``shoal
+    train``, the whole command, interpreter start and imports included."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # (field 2, the name, may hold spaces)
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"), 0.0)  # field 22: starttime
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED

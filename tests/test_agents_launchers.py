@@ -50,6 +50,7 @@ def test_agent_runs_under_launcher(agent, launcher, tmp_path, request):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["agent"] == agent and result["launcher"] == launcher
     assert result["env_steps"] >= BUDGET and result["final_eval_return"] is not None, result
+    assert result["process_s"] >= result["wall_s"] > 0  # (the whole command, and the run in it)
     if agent != "impala":
         # The table makes actors wait for the learner (replay ratio, or a full queue), so the
         # budget cannot run out before it learned. IMPALA's actors never wait: by design, its

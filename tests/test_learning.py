@@ -35,6 +35,7 @@ def test_short_run_return_clearly_rises(tmp_path):
     assert read_csv(run_dir / "train.csv") and read_csv(run_dir / "learner.csv")
     assert list((run_dir / "tb" / "train").glob("events.out.tfevents.*"))
     assert json.loads((run_dir / "result.json").read_text()) == result
+    assert result["process_s"] > result["wall_s"] > 0  # (this process started before the run)
     # Where the time went, in the result and in every CSV row.
     shares = result["time_breakdown"]["process"]
     assert {"env_step", "policy", "replay_insert", "sample_wait", "sgd_update", "evaluation", "other"} <= set(shares)

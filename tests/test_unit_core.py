@@ -207,3 +207,14 @@ def test_the_spec_read_off_one_single_env_is_the_vector_envs(env_id, num_envs):
     finally:
         env.close()
     assert environment_spec(env_id, num_envs) == stepped and stepped.num_envs == num_envs
+
+
+def test_process_seconds_count_from_the_process_start():
+    import subprocess
+    import sys
+
+    # (a fresh process that sleeps before importing it: the sleep is counted, as imports are)
+    code = "import time\ntime.sleep(0.6)\nfrom shoal.core.timing import process_seconds\nprint(process_seconds())"
+    seconds = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                                   check=True).stdout)
+    assert 0.6 <= seconds < 30

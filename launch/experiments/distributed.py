@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any, Mapping
 
+from shoal.core.timing import process_seconds
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.driver import ProgramDriver
 from shoal.launch.experiments.interrupts import run_begins
@@ -77,7 +78,7 @@ def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: th
                      ports=settings.ports, group_env={"actor": reader_env, "evaluator": reader_env},
                      before_stop=driver.last_checkpoint)
         result = driver.follow(run, stop)
-        result.update(launcher=settings.launcher)
+        result.update(launcher=settings.launcher, process_s=round(process_seconds(), 3))
         if run_dir is not None:
             run_dir.write_json("result.json", result)
     finally:

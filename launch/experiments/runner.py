@@ -24,7 +24,7 @@ from shoal.actors import EnvironmentLoop
 from shoal.core.counting import Counter
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
-from shoal.core.timing import Stopwatch, breakdown
+from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.launch.experiments.checkpointing import (Checkpointer, Periodic, commit, read_run, restore_learner,
                                                     spec_record)
 from shoal.launch.experiments.config import ExperimentConfig
@@ -54,6 +54,7 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
         if run_dir is not None:
             _closing(stack, "the run directory lock", run_dir.unlock)
         result = _train(config, env, spec, start, stop, stack)
+        result["process_s"] = round(process_seconds(), 3)
         if run_dir is not None:
             run_dir.write_json("result.json", result)
     return result
