@@ -98,8 +98,10 @@ class AgentBuilder(abc.ABC):
 
     @abc.abstractmethod
     def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
-        """The ``reverb.Table``s the agent writes to and samples from (signatures from ``spec``
-        and ``extras``, by default ``extras_spec(spec)``)."""
+        """The tables the agent writes to and samples from: ``shoal.replay.TableSpec``s (from
+        ``shoal.replay.tables``' factories; a ``reverb.Table`` works too, at the cost of
+        TensorFlow's import in the replay process), their signatures from ``spec`` and
+        ``extras`` (by default ``extras_spec(spec)``)."""
 
     @abc.abstractmethod
     def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:

@@ -1,8 +1,9 @@
 """Replay: Reverb tables and signatures, adders, host batch iterators, and priority updates.
 
-This is the only Shoal package that touches TensorFlow (pulled in by Reverb). Its names load on
-first use, so that ``shoal.replay.layouts`` (the shapes of the batches a dataset yields, in
-numpy) imports where Reverb is not installed.
+This is the only Shoal package that touches TensorFlow (pulled in by Reverb), and only the
+learner's dataset imports it: tables, the server and the writers' client load without it. Its
+names load on first use, so that ``shoal.replay.layouts`` (the shapes of the batches a dataset
+yields, in numpy) imports where Reverb is not installed.
 """
 
 import importlib
@@ -20,7 +21,7 @@ _NAMES = {
     "shoal.replay.server": ("ReplayServer",),
     "shoal.replay.signatures": ("env_sequence_signature", "sequence_signature", "step_signature",
                                 "transition_signature"),
-    "shoal.replay.tables": ("make_dropping_fifo_table", "make_queue_table", "make_sequence_table",
+    "shoal.replay.tables": ("RateLimit", "TableSpec", "make_dropping_fifo_table", "make_queue_table", "make_sequence_table",
                             "make_transition_table",
                             "transition_items_per_batch", "without_insert_blocking"),
     "shoal.core.types": ("Sample",),

@@ -6,7 +6,7 @@ does, on 2 cores. Writing items needs none of it: Reverb's ``TrajectoryWriter`` 
 in milliseconds) wrapped in plain Python. So in a process that has not imported TensorFlow (an
 actor node), ``ReverbClient`` loads just that: the C++ client, with Reverb's own
 ``trajectory_writer`` and ``errors`` modules, and no ``tensorflow`` module. Everything else it is
-asked (``server_info``, ``mutate_priorities``, ``checkpoint``) goes to a ``reverb.Client``,
+asked (``server_info``, ``mutate_priorities``, ``checkpoint``, ``sample``) goes to a ``reverb.Client``,
 imported on first use (the learner, the runner and the driver's checkpoints, which have Reverb's
 full import already or need it anyway). Where TensorFlow is already loaded, or the native load
 fails (another Reverb layout), it is Reverb's full import from the start.
@@ -22,6 +22,7 @@ import os
 import sys
 import types
 from typing import Any, Mapping
+
 
 _native: tuple[Any, Any, Any] | None = None  # (pybind, trajectory_writer, errors) modules
 
@@ -54,6 +55,7 @@ def _load_without_tensorflow() -> tuple[Any, Any, Any]:
     under private names, their ``from reverb import ...`` answered from these modules. Nothing
     named ``reverb`` enters ``sys.modules`` but ``reverb.libpybind``, under its import lock: a
     later (or concurrent) ``import reverb`` is the real one and reuses that extension."""
+    importlib.import_module("numpy")  # (first: the extension's init imports numpy's C API, and crashes otherwise)
     reverb_dir = os.path.dirname(importlib.util.find_spec("reverb").origin)
     tensorflow_dir = os.path.dirname(importlib.util.find_spec("tensorflow").origin)
     ctypes.CDLL(os.path.join(tensorflow_dir, "libtensorflow_framework.so.2"), mode=ctypes.RTLD_GLOBAL)
@@ -126,6 +128,11 @@ class ReverbClient:
 
     def checkpoint(self) -> str:
         return self._full().checkpoint()
+
+    def sample(self, table: str, num_samples: int = 1, **kwargs: Any) -> Any:
+        """``reverb.Client.sample``: items read one by one, for a look at what a table holds
+        (a learner samples through ``shoal.replay.dataset``)."""
+        return self._full().sample(table, num_samples, **kwargs)
 
     def _full(self) -> Any:
         if self._reverb is None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import reverb
+
+from shoal.core.interfaces import ReplayClient
 
 
 def item_priorities(td_abs: np.ndarray, items_per_batch: int, num_envs: int,
@@ -20,7 +21,7 @@ def item_priorities(td_abs: np.ndarray, items_per_batch: int, num_envs: int,
     return padded.reshape(steps, items_per_batch, num_envs).max(axis=-1) + epsilon
 
 
-def update_item_priorities(client: reverb.Client, table: str, keys: np.ndarray,
+def update_item_priorities(client: ReplayClient, table: str, keys: np.ndarray,
                            priorities: np.ndarray) -> None:
     """Sets ``priorities[i]`` for item ``keys[i]`` (same shapes); a key sampled twice keeps the last."""
     updates = dict(zip(keys.reshape(-1).tolist(), priorities.reshape(-1).astype(float).tolist()))

@@ -9,8 +9,12 @@ Replay items hold whole vector steps, so every field has a leading ``[num_envs]`
 * an *env sequence* item (``EnvSequenceAdder``): one env's ``length`` steps, ``[length, ...]``.
 
 ``extras`` is omitted from a signature when the policy declares none. A Dict observation's
-``observation`` and ``next_observation`` are dicts of one ``tf.TensorSpec`` per key (each with
+``observation`` and ``next_observation`` are dicts of one spec per key (each with
 its own dtype: uint8 frames stay uint8).
+
+Leaves are ``shoal.core.specs.ArraySpec``s with the items' full shapes (no TensorFlow: a
+``TableSpec`` takes them, and ``ReplayServer`` hands them to Reverb as its ``StructuredValue``
+bytes). Reverb serves them back as ``tf.TensorSpec``s (``server_info``).
 """
 
 from __future__ import annotations
@@ -18,13 +22,12 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
-import tensorflow as tf
 
 from shoal.core.specs import ArraySpec, EnvironmentSpec, ObservationSpec, map_observation
 
 
-def _tensor(spec: ArraySpec, leading: tuple[int, ...]) -> tf.TensorSpec:
-    return tf.TensorSpec((*leading, *spec.shape), tf.as_dtype(spec.dtype))
+def _tensor(spec: ArraySpec, leading: tuple[int, ...]) -> ArraySpec:
+    return ArraySpec((*leading, *spec.shape), spec.dtype)
 
 
 def _observation(spec: ObservationSpec, leading: tuple[int, ...]):

@@ -3,13 +3,12 @@
 import gymnasium as gym
 import numpy as np
 import pytest
-import reverb
 import tree
 
 from shoal.actors.environments import final_observations
 from shoal.core.specs import make_environment_spec
 from shoal.core.types import Step
-from shoal.replay import NStepTransitionAdder, ReplayServer, transition_signature
+from shoal.replay import NStepTransitionAdder, ReplayServer, make_queue_table, transition_signature
 from tests.scripted_env import ScriptedEnv
 
 GAMMA = 0.5
@@ -19,7 +18,7 @@ def collect_items(n_step: int, num_vector_steps: int, envs):
     vec = gym.vector.SyncVectorEnv(envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     spec = make_environment_spec(vec)
     signature = transition_signature(spec, {})
-    table = reverb.Table.queue("q", max_size=1000, signature=signature)
+    table = make_queue_table("q", signature, 1000)
     server = ReplayServer([table])
     try:
         adder = NStepTransitionAdder(server.client, "q", spec, n_step, GAMMA)

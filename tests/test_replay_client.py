@@ -13,7 +13,7 @@ import reverb
 import tree
 
 from shoal.core.specs import make_environment_spec
-from shoal.replay import ReplayServer, transition_signature
+from shoal.replay import ReplayServer, make_queue_table, transition_signature
 from shoal.replay.client import ReverbClient
 
 pytestmark = pytest.mark.e2e  # a real Reverb server and a second process
@@ -42,7 +42,7 @@ print(json.dumps({{"tensorflow": "tensorflow" in sys.modules, "reverb": "reverb"
 def test_a_process_without_tensorflow_writes_items_a_table_reads_back():
     spec = make_environment_spec(gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * NUM_ENVS))
     signature = transition_signature(spec, {})
-    server = ReplayServer([reverb.Table.queue("q", max_size=100, signature=signature)])
+    server = ReplayServer([make_queue_table("q", signature, 100)])
     try:
         proc = subprocess.run([sys.executable, "-c", WRITER, server.address], capture_output=True, text=True,
                               timeout=120)

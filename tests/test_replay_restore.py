@@ -15,19 +15,21 @@ reverb = pytest.importorskip("reverb")
 from shoal.agents import get_builder  # noqa: E402
 from shoal.launch import ExperimentConfig, run_experiment  # noqa: E402
 from shoal.replay import ReplayServer  # noqa: E402
+from shoal.replay.tables import RateLimit, TableSpec  # noqa: E402
 
 
 def ratio_table():
     """Two samples per insert; sampling allowed while inserts*2 - samples - n >= 2*2 - 6 = -2."""
-    return reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), max_size=100,
-                        rate_limiter=reverb.rate_limiters.SampleToInsertRatio(2.0, 2, 6.0))
+    return TableSpec("t", sampler="uniform", remover="fifo", max_size=100,
+                     rate_limit=RateLimit.sample_to_insert_ratio(2.0, 2, 6.0))
 
 
 def play(server, inserts, samples):
+    client = reverb.Client(server.address)
     for _ in range(inserts):
-        server.client.insert([np.zeros(3, np.float32)], {"t": 1.0})
+        client.insert([np.zeros(3, np.float32)], {"t": 1.0})
     for _ in range(samples):
-        next(iter(server.client.sample("t", 1)))
+        next(iter(client.sample("t", 1)))
 
 
 def test_a_restored_table_can_sample_as_one_that_never_stopped(tmp_path):

@@ -65,7 +65,7 @@ def program_graph(config: ExperimentConfig, spec: EnvironmentSpec, num_actors: i
     resume = resume or {}
     program = Program(builder.name)
     checkpoints = os.path.join(config.run_dir, "checkpoints", "replay") if config.run_dir else None
-    tables = functools.partial(builder.make_replay_tables, spec)
+    tables = _replay_tables(builder, spec)
     replay = program.add_node(ReplayNode(tables, checkpoint_dir=checkpoints, checkpoint=resume.get("replay_checkpoint")),
                               label="replay")
     # Each service serves what its clients call, no more (e.g. no remote Counter.restore).
@@ -89,3 +89,15 @@ def _actor_node(config: ExperimentConfig, spec: EnvironmentSpec, replay, learner
                 index: int) -> ServiceNode:
     return ServiceNode(ActorWorker, config, spec, index, replay, learner, counter, resumes.get(f"actor_{index}"),
                        methods=("save", "timing"))
+
+
+def _replay_tables(builder, spec: EnvironmentSpec):
+    """The replay node's tables: the ``TableSpec``s themselves, made here (plain data: the node
+    then unpickles no agent module, and starts without JAX or TensorFlow); or, where the agent
+    builds ``reverb.Table``s (not picklable), its factory, called in the node."""
+    from shoal.replay.tables import TableSpec
+
+    tables = builder.make_replay_tables(spec)
+    if all(isinstance(table, TableSpec) for table in tables):
+        return tables
+    return functools.partial(builder.make_replay_tables, spec)

@@ -1,8 +1,8 @@
 """``ReplayNode``: a Reverb replay server as a node of a program (the experiments' node kind;
 the program layer knows nothing of Reverb).
 
-``ReplayNode(make_tables, checkpoint_dir=None, checkpoint=None)`` runs a Reverb server with
-``make_tables()`` (restoring the latest checkpoint in ``checkpoint_dir``, if any); a handle to it
+``ReplayNode(tables, checkpoint_dir=None, checkpoint=None)`` runs a Reverb server of ``tables``
+(``shoal.replay.TableSpec``s, or a function that makes the tables in the node) (restoring the latest checkpoint in ``checkpoint_dir``, if any); a handle to it
 becomes a ``reverb.Client`` inside the nodes that take it. Reverb's server listens on every
 interface (its API takes no host), on a port of the launch's range if it has one
 (``NodeContext.ports``); its address is published like any node's.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node
@@ -32,13 +32,18 @@ def _name(fn: Any) -> str:
 class ReplayNode(Node):
     kind = "replay"
 
-    def __init__(self, make_tables: Callable[[], list], checkpoint_dir: str | None = None,
+    def __init__(self, tables: Sequence[Any] | Callable[[], list], checkpoint_dir: str | None = None,
                  checkpoint: str | None = None) -> None:
         super().__init__()
-        self.make_tables, self.checkpoint_dir, self.checkpoint = make_tables, checkpoint_dir, checkpoint
+        self.tables, self.checkpoint_dir, self.checkpoint = tables, checkpoint_dir, checkpoint
+
+    def make_tables(self) -> list:
+        return self.tables() if callable(self.tables) else list(self.tables)
 
     def describe_target(self) -> str:
-        return f"reverb({_name(self.make_tables)})"
+        if callable(self.tables):
+            return f"reverb({_name(self.tables)})"
+        return f"reverb({', '.join(table.name for table in self.tables)})"
 
     def make_client(self, address: str, ctx: NodeContext) -> Any:
         from shoal.replay import make_replay_client

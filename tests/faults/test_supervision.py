@@ -141,11 +141,10 @@ def test_sigterm_to_the_launcher_stops_gracefully_with_result_and_checkpoint(tmp
     try:
         pids = started(proc, run_dir)
         wait_for(lambda: csv_rows(run_dir / "learner.csv"), 120, "the learner to update")
-        # an actor writes to replay without TensorFlow's Python package, and the counter and the
-        # evaluator need none; the learner samples with it (and the replay server builds its
-        # tables' signatures with it, not checked here)
-        assert [tensorflow_loaded(pids[label]) for label in ("actor_0", "counter", "evaluator", "learner")] \
-            == [False, False, False, True]
+        # an actor writes to replay without TensorFlow's Python package, the replay server is
+        # built without it, and the counter and the evaluator need none; the learner samples with it
+        assert [tensorflow_loaded(pids[label]) for label in ("actor_0", "replay", "counter", "evaluator", "learner")] \
+            == [False, False, False, False, True]
         stopped_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
