@@ -46,14 +46,16 @@ def _hog() -> None:
         pass
 
 
-def _node_pids(launcher_pid: int) -> list[int]:
-    out = []
+def node_pids(launcher_pid: int) -> dict[str, int]:
+    """``{label: pid}`` of the launcher's node processes."""
+    out = {}
     for child in psutil.Process(launcher_pid).children(recursive=True):
         try:
-            if "shoal.launch.programs.worker" in child.cmdline():
-                out.append(child.pid)
+            cmd = child.cmdline()
         except psutil.Error:
             continue
+        if "shoal.launch.programs.worker" in cmd:
+            out[cmd[cmd.index("shoal.launch.programs.worker") + 1]] = child.pid
     return out
 
 
@@ -93,10 +95,10 @@ def one_stop(hogs: int, at: str = "serving", sig: int = signal.SIGINT) -> dict:
                "serving": lambda: all(os.path.exists(os.path.join(run_dir, "addresses", n)) for n in SERVING)}
     try:
         start_s = _wait(moments[at], 600, f"moment {at!r}")
-        pids = _node_pids(proc.pid)
+        pids = list(node_pids(proc.pid).values())
         signalled = time.monotonic()
         proc.send_signal(sig)
-        nodes_gone_s = _wait(lambda: not _alive(pids + _node_pids(proc.pid)) if proc.poll() is None
+        nodes_gone_s = _wait(lambda: not _alive(pids + list(node_pids(proc.pid).values())) if proc.poll() is None
                              else not _alive(pids), 300, "exit of every node")
         proc.wait(timeout=300)
         exit_s = time.monotonic() - signalled

@@ -1,7 +1,9 @@
 """The learner's background threads (host-side only: no device code here).
 
 * ``DevicePrefetcher`` pulls the next host batches from replay on a thread of its own and
-  places them (``place``) while the current update runs.
+  places them (``place``) while the current update runs. The thread starts when the first batch
+  is asked for: opening replay's dataset imports TensorFlow (seconds of CPU), which is then not
+  spent while a learner node compiles its update and before it serves its parameters.
 * ``HostHook`` runs the agent's after-update hook (e.g. DQN's priority writes) on a thread of
   its own, in update order, off the update's critical path.
 """
@@ -28,7 +30,12 @@ class DevicePrefetcher:
         self._delivering = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._fill, name="device-prefetch", daemon=True)
-        self._thread.start()
+        self._start = threading.Lock()
+
+    def _ensure_started(self) -> None:
+        with self._start:
+            if self._thread.ident is None and not self._stop.is_set():
+                self._thread.start()
 
     def _fill(self) -> None:
         try:
@@ -52,12 +59,14 @@ class DevicePrefetcher:
     def ready(self) -> bool:
         """True when replay already served the next batch (``next`` waits at most for its
         placement on the devices)."""
+        self._ensure_started()
         return self._delivering or not self._queue.empty()
 
     def __iter__(self) -> "DevicePrefetcher":
         return self
 
     def __next__(self) -> tuple[Any, Any]:
+        self._ensure_started()
         try:
             item = self._queue.get(timeout=self._timeout_s)
         except queue.Empty:

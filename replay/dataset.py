@@ -14,7 +14,9 @@ keys of the sampled items (for priority updates). One batch = one learner update
 * ``env_sequence_batches``: ``[batch_size, length, ...]``, one row per item (one env's
   sequence), plus its sampling ``probability`` ``[batch_size]``; ``keys`` is ``[batch_size]``.
 
-Iteration blocks until Reverb serves the items (the rate limiter decides when); the learner
+An iterator opens Reverb's TensorFlow dataset at its first ``next`` (so a process imports
+TensorFlow only once it samples: a learner node serves its parameters, and a one-process run
+takes its first env steps, before). Iteration blocks until Reverb serves the items (the rate limiter decides when); the learner
 reads it from a background thread (``shoal.learners``). Reverb's dataset is opened with a rate
 limiter timeout, so a stream that waited ``poll_s`` for an item ends by itself (a new one is
 opened, and items already served are kept for the batch): ``close()`` then takes effect within
@@ -33,8 +35,6 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
-import reverb
-import tensorflow as tf
 import tree
 
 from shoal.core.interfaces import Dataset
@@ -58,18 +58,10 @@ class ReplayIterator(Dataset):
                  poll_s: float = 0.5, each_item_once: bool = False) -> None:
         self.table, self.items_per_update, self.num_envs = table, items_per_update, num_envs
         self._layout = layout
-        self._address, self._timeout_s = server_address, timeout_s
-        ahead = dict(max_in_flight_samples_per_worker=1, num_workers_per_iterator=1) if each_item_once \
+        self._address, self._timeout_s, self._poll_s = server_address, timeout_s, poll_s
+        self._ahead = dict(max_in_flight_samples_per_worker=1, num_workers_per_iterator=1) if each_item_once \
             else dict(max_in_flight_samples_per_worker=2 * items_per_update)
-        dataset = reverb.TrajectoryDataset.from_table_signature(
-            server_address, table, **ahead,
-            get_signature_timeout_secs=int(timeout_s), rate_limiter_timeout_ms=int(poll_s * 1000),
-        ).batch(items_per_update, drop_remainder=False)
-        # No tf.data autotuning: nothing here to tune, and its model thread sleeps for growing
-        # periods that an iterator's destructor waits out (seconds, at an arbitrary later GC).
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        self._dataset = dataset.with_options(options)
+        self._dataset = None  # (opened by the first next(): TensorFlow is imported then, not before)
         self._source = None
         self._served: list = []  # items served but not yet in a batch
         self._closed = False
@@ -80,7 +72,7 @@ class ReplayIterator(Dataset):
             if self._closed:
                 raise StopIteration
             if self._source is None:
-                self._source = self._dataset.as_numpy_iterator()
+                self._source = (self._dataset or self._open()).as_numpy_iterator()
             try:
                 part = next(self._source)
             except StopIteration:  # the stream waited poll_s for an item: open a new one
@@ -93,13 +85,31 @@ class ReplayIterator(Dataset):
         self._served = [] if have == n else [_Served(*_slice(data, info, n, have))]
         return self._layout(*_slice(data, info, 0, n))
 
+    def _open(self) -> Any:
+        """Reverb's TensorFlow dataset of the table (the import of TensorFlow happens here)."""
+        import reverb
+        import tensorflow as tf
+
+        dataset = reverb.TrajectoryDataset.from_table_signature(
+            self._address, self.table, **self._ahead, get_signature_timeout_secs=int(self._timeout_s),
+            rate_limiter_timeout_ms=int(self._poll_s * 1000),
+        ).batch(self.items_per_update, drop_remainder=False)
+        # No tf.data autotuning: nothing here to tune, and its model thread sleeps for growing
+        # periods that an iterator's destructor waits out (seconds, at an arbitrary later GC).
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        self._dataset = dataset.with_options(options)
+        return self._dataset
+
     def close(self) -> None:
         """Stops iterating (within ``poll_s``) and releases the Reverb stream."""
         self._closed = True
 
     def example(self) -> Sample:
         """A batch of zeros shaped like the real ones (from the table's signature), sampling
-        nothing: what a learner compiles its update with before data arrives."""
+        nothing (it imports TensorFlow; an agent's ``example_batch`` gives the same without)."""
+        import reverb
+
         signature = reverb.Client(self._address).server_info(timeout=int(self._timeout_s))[self.table].signature
         n = self.items_per_update
         data = tree.map_structure(lambda spec: np.zeros((n, *spec.shape), spec.dtype.as_numpy_dtype), signature)

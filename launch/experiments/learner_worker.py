@@ -51,8 +51,9 @@ class LearnerWorker:
                              "checkpoint_replay_items_range": resume.get("replay_items_range")}
             print(f"[learner] resumed at env step {resume['env_steps']:,}: {self._resumed}", flush=True)
         # Compile before this node serves (actors and the evaluator wait for it), so the first
-        # batches are trained on at once rather than after the compiler (seconds on a CPU).
-        self._learner.warm_up(dataset.example())
+        # batches are trained on at once rather than after the compiler (seconds on a CPU). The
+        # agent's example batch needs no TensorFlow: the dataset imports it at its first batch.
+        self._learner.warm_up(builder.example_batch(spec))
         self._requests: queue.Queue = queue.Queue()  # checkpoints asked for, taken between updates
         self._running = threading.Event()
         self._first_update_at: float | None = None

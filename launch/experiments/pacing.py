@@ -70,8 +70,8 @@ class LearningActor(Actor):
             elif time.monotonic() - waiting_since > self._timeout_s:
                 raise TimeoutError(f"replay table '{self._table}' could serve a batch, but none "
                                    f"reached the learner within {self._timeout_s}s")
-            else:
-                with self._learner.stopwatch.time("sample_wait"):
+            else:  # (the first batch: the learner's dataset opens, importing TensorFlow)
+                with self._learner.stopwatch.time("sample_wait" if self._items_consumed else "replay_open"):
                     time.sleep(0.0002)  # the learner's prefetch thread is fetching the batch
 
     def update(self, wait: bool = False) -> None:

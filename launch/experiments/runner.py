@@ -100,8 +100,11 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
 
     last_log = time.monotonic()
     run_begins()  # (a signal before the first step ends the process: nothing to save yet; see interrupts)
+    first_step_s = None
     while loop.env_steps < config.max_env_steps and not (stop is not None and stop.is_set()):
         loop.step()
+        if first_step_s is None:
+            first_step_s = process_seconds()  # (the start a user waits through: command to first step)
         if evaluator.due(loop.env_steps) and evaluator.run(loop.env_steps):
             break
         if checkpointer is not None and due.due():
@@ -123,6 +126,8 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     loop.log(eval_return=evaluator.last_return)
     result = evaluator.result(loop.env_steps, counter.get_counts().get("learner_steps", 0), wall_s)
     result["time_breakdown"] = {"process": breakdown(stopwatch.seconds, wall_s)}
+    if first_step_s is not None:
+        result["first_step_s"] = round(first_step_s, 3)
     if resumed is not None:
         result["resumed_from"] = resumed
     if terminated:  # (the signal that stopped it: an interrupts.StopRequest names it)
