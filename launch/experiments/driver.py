@@ -136,7 +136,7 @@ class ProgramDriver:
         actors hold none), the evaluator's schedule (``"ask"``: from the evaluator) and every
         serving actor's schedule and RNG (an actor that is restarting, or not serving yet, keeps
         its last known one). Its ``env_steps`` (the counter's) is the one the run's result reports."""
-        from shoal.launch.experiments.workers import GRANTED, SETTLED
+        from shoal.launch.experiments.step_grants import GRANTED, SETTLED
 
         with self._lock:
             counts = {name: value for name, value in self._client(run, "counter").get_counts().items()

@@ -19,11 +19,11 @@ import dataclasses
 import json
 import math
 import numbers
-import re
 import typing
 from typing import Any
 
-AUTO = re.compile(r"^auto(:\d+-\d+)?$")  # (autoscale.AUTO: its bounds are checked with the other settings)
+from shoal.launch.experiments.autoscale import AUTO  # (its bounds are checked with the other settings)
+
 LAUNCH_FIELDS = {"launcher": str, "num_actors": int | str, "ray_address": str | None, "resources": list[str],
                  "ports": str | None, "params_via": str}
 EVALUATOR_FIELDS = {"next": int, "num_evals": int, "last_return": float | None, "last_at": int, "eval_s": float}

@@ -25,95 +25,15 @@ from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.experiments.shared_params import LocalFirstSource
+from shoal.launch.experiments.step_grants import STALL_S, StepGrants, committed_env_steps
 from shoal.launch.programs.nodes import current_context, should_stop
 
 SAVE_WAIT_S = 2.0  # how long save() waits for a step to end (the driver's call waits 5 s)
-GRANT_S = 0.25  # an actor reserves about this long's worth of vector steps at a time
-GRANTED, SETTLED = "env_steps_granted_", "env_steps_settled_"  # counter keys, + the actor's label
-STALL_S = 5.0  # the budget is all granted and no step reported for this long: the holders are stuck
-
-
-def committed_env_steps(counts: dict[str, float]) -> int:
-    """The env steps a run has taken or granted (``StepGrants``): ``env_steps`` plus every
-    actor's grants not yet settled."""
-    return int(counts.get("env_steps", 0)) + int(sum(
-        v - counts.get(SETTLED + k[len(GRANTED):], 0) for k, v in counts.items() if k.startswith(GRANTED)))
 
 
 def summary(stopwatch: Stopwatch, wall_s: float, **figures: Any) -> dict[str, Any]:
     """A node's summary: seconds per time component, its wall time, and ``figures``."""
     return {"time_s": stopwatch.snapshot(), "wall_s": wall_s, **figures}
-
-
-class StepGrants:
-    """An actor's share of the run's env-step budget, reserved from the counter before it steps,
-    so that a distributed run stops within one vector step of ``max_env_steps`` however many
-    actors it has and however rarely they report.
-
-    The counter holds, besides ``env_steps`` (steps taken and reported), per actor the env steps
-    granted to it (``env_steps_granted_<label>``) and those it settled (``env_steps_settled_<label>``:
-    taken and reported, or handed back). The run has committed to ``env_steps + sum(granted -
-    settled)`` steps. An actor with no granted vector step left asks for a chunk of ``c`` env
-    steps (about ``GRANT_S`` of its own stepping, a multiple of ``num_envs``) in the
-    ``increment`` that reports its steps; the reply (one atomic snapshot) places its chunk at
-    ``[start, start + c)`` of the committed steps, and it may take ``ceil((budget - start) /
-    num_envs)`` vector steps of it (none if ``start >= budget``, all if the chunk ends within
-    the budget). It hands the rest back at once (a second call, made only at the budget: a
-    refused grant held on would starve the others). Only the one chunk that crosses the budget
-    rounds up, so the run counts at most ``num_envs - 1`` env steps past ``max_env_steps`` (the
-    single-process runner's bound too), and once ``env_steps`` reaches the budget no actor
-    steps again. An actor with no grant asks again every 50 ms (steps handed back, e.g. by an
-    actor scaled down, are granted again); one that stops hands its grant back; one restarted
-    after a crash settles what its predecessor held (the steps it took and never reported are
-    lost, as before: not counted). No call is added per vector step: one per chunk, besides
-    the periodic report.
-    """
-
-    def __init__(self, counter, label: str, budget: int, num_envs: int, restarted: bool = False) -> None:
-        self._counter, self._label, self._budget, self._n = counter, label, int(budget), int(num_envs)
-        self._granted, self._settled = GRANTED + label, SETTLED + label
-        self.left = 0  # vector steps this actor may still take
-        self._unused = 0  # env steps granted that it will not take (settled by its next call)
-        self._rate: tuple[float, int] = (time.monotonic(), 0)  # (since, vector steps taken): the chunk size
-        self._committed = 0  # the run's committed env steps, as of the last reply
-        if restarted:  # the predecessor's grant died with it
-            counts = counter.get_counts()
-            self._unused = int(counts.get(self._granted, 0) - counts.get(self._settled, 0))
-
-    def took(self) -> None:
-        """One vector step taken (``left`` was positive)."""
-        since, steps = self._rate
-        self.left, self._rate = self.left - 1, (since, steps + 1)
-
-    def report(self, env_steps: int, ask: bool = False, release: bool = False) -> None:
-        """Reports ``env_steps`` taken since the last report (one ``increment``: ``env_steps``,
-        ``env_steps_<label>``, and its grants settled); ``ask``: asks for the next chunk in the
-        same call (``left`` is then what was granted); ``release``: hands back what is left
-        (the actor stops)."""
-        if release:
-            self._unused, self.left = self._unused + self.left * self._n, 0
-        fields = {"env_steps": env_steps, f"env_steps_{self._label}": env_steps,
-                  self._settled: env_steps + self._unused}
-        self._unused, chunk = 0, self._chunk_size() if ask else 0
-        if chunk:
-            fields[self._granted] = chunk
-        counts = self._counter.increment(**fields)
-        if not chunk:
-            return
-        self._committed = committed_env_steps(counts)
-        allowed = max(0, min(chunk, self._budget - (self._committed - chunk)))
-        self.left = -(-allowed // self._n)
-        if self.left * self._n < chunk:  # at the budget: the rest is handed back at once
-            self._counter.increment(**{self._settled: chunk - self.left * self._n})
-
-    def _chunk_size(self) -> int:
-        """About ``GRANT_S`` of this actor's stepping (at most the budget not yet committed), in env steps."""
-        since, taken = self._rate
-        now = time.monotonic()
-        per_s = taken / max(now - since, 1e-3) if taken else 64.0
-        self._rate = (now, 0)
-        remaining = -(-max(self._budget - self._committed, self._n) // self._n)
-        return self._n * max(1, min(int(per_s * GRANT_S), 4096, remaining))
 
 
 class ActorWorker:
