@@ -218,3 +218,21 @@ def test_process_seconds_count_from_the_process_start():
     seconds = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                                    check=True).stdout)
     assert 0.6 <= seconds < 30
+
+
+def test_a_slow_block_says_so_while_it_runs_and_how_long_it_took():
+    import io
+
+    from shoal.core.notices import while_slow
+    from tests.waiting import wait_for
+
+    out = io.StringIO()
+    with while_slow("compiling x", out, after_s=0.01, every_s=0.01, hint="; a hint"):
+        wait_for(lambda: "still compiling x" in out.getvalue(), 30, "the notice")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[train] still compiling x (") and lines[0].endswith(" s); a hint"), lines
+    assert lines[-1].startswith("[train] done compiling x in ") and len(lines) >= 2
+    quiet = io.StringIO()
+    with while_slow("compiling y", quiet, after_s=60):
+        pass
+    assert quiet.getvalue() == ""  # (a block that ends in time prints nothing)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import queue
+import sys
 import threading
 import time
 from typing import Any
@@ -16,6 +17,7 @@ import jax
 from shoal.core.counting import Counter
 from shoal.core.interfaces import ReplayClient
 from shoal.core.loggers import make_logger
+from shoal.core.notices import COMPILE_HINT, while_slow
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.checkpointing import Checkpointer, restore_learner
@@ -53,7 +55,8 @@ class LearnerWorker:
         # Compile before this node serves (actors and the evaluator wait for it), so the first
         # batches are trained on at once rather than after the compiler (seconds on a CPU). The
         # agent's example batch needs no TensorFlow: the dataset imports it at its first batch.
-        self._learner.warm_up(builder.example_batch(spec))
+        with while_slow("compiling the learner's update", sys.stdout, label="learner", hint=COMPILE_HINT):
+            self._learner.warm_up(builder.example_batch(spec))
         self._requests: queue.Queue = queue.Queue()  # checkpoints asked for, taken between updates
         self._running = threading.Event()
         self._first_update_at: float | None = None

@@ -16,8 +16,9 @@ on the devices while the actor takes its next vector step (acting one update beh
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, ContextManager, Mapping
 
 import numpy as np
 
@@ -36,10 +37,13 @@ class LearningActor(Actor):
     slow machine) ends the run with a ``TimeoutError``."""
 
     def __init__(self, actor: Actor, learner: Learner, server: Any, table: str,
-                 items_per_update: int, pull_after: bool, timeout_s: float = 600.0) -> None:
+                 items_per_update: int, pull_after: bool, timeout_s: float = 600.0,
+                 first_update: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
         self._actor, self._learner, self._server, self._table = actor, learner, server, table
         self._items_per_update, self._pull_after, self._timeout_s = items_per_update, pull_after, timeout_s
         self._items_consumed = 0
+        self._first_update = first_update  # (around the learner's first step, which compiles its update)
+        self._updated = False
 
     def _behind(self) -> bool:
         """Whether the table can serve another batch now, or (for an on-policy agent, which must
@@ -60,7 +64,9 @@ class LearningActor(Actor):
         while True:
             behind = self._behind()
             if self._learner.ready() and (behind or not stepped):
-                self._learner.step()
+                with contextlib.nullcontext() if self._updated else self._first_update():
+                    self._learner.step()
+                self._updated = True
                 self._items_consumed += self._items_per_update
                 stepped, waiting_since = True, None
             elif not behind:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ import jax
 from shoal.actors import EnvironmentLoop
 from shoal.core.counting import Counter
 from shoal.core.loggers import TerminalLogger, make_logger
+from shoal.core.notices import COMPILE_HINT, while_slow
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.launch.experiments.checkpointing import (Checkpointer, Periodic, commit, read_run, restore_learner,
@@ -86,8 +88,11 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     evaluator = Evaluator(config, learner, eval_key, start, stopwatch, stop.is_set if stop is not None else None)
     _closing(stack, "the evaluator", evaluator.close)
     resumed = _resume(config, learner, counter, actor, evaluator, server) if config.resume else None
+    compiling = (functools.partial(while_slow, "compiling the learner's update", sys.stderr, hint=COMPILE_HINT)
+                 if config.progress else contextlib.nullcontext)
     loop = EnvironmentLoop(env, LearningActor(actor, learner, server, dataset.table, dataset.items_per_update,
-                                              pull_after=builder.on_policy), counter, train_logger, stopwatch)
+                                              pull_after=builder.on_policy, first_update=compiling),
+                           counter, train_logger, stopwatch)
     loop.env_steps = int(counter.get_counts().get("env_steps", 0))
     progress = TerminalLogger("train", time_delta=config.progress_every_s) if config.progress else None
     due = Periodic(config.checkpoint_every_s)
