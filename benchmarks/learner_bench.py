@@ -2,6 +2,7 @@
 
     python benchmarks/learner_bench.py --in-memory [--agents dqn ppo impala sac] [--configs default large]
     python benchmarks/learner_bench.py --replay        # DQN and PPO fed from a real Reverb table
+    python benchmarks/learner_bench.py --presets [atari minatar ...]   # every agent preset's compile seconds
 
 ``--in-memory`` (no replay server: runs wherever JAX runs, a GPU machine included) builds each
 agent's learner through its builder and feeds it synthetic host batches of the right shapes
@@ -16,6 +17,11 @@ each as updates/s, SGD steps/s and samples/s (transitions, or env steps of seque
 second, epochs counted), and ``ratio`` = fed / in memory. ``default`` is each agent's default
 config; ``large`` a GPU-sized one. One JSON object on stdout (a table on stderr), with the
 devices it ran on.
+
+Every row has ``compile_s``: the seconds the learner's update took to compile (its
+``warm_up``; this script turns on no persistent compilation cache). ``--presets`` measures each
+agent's presets (``shoal.agents.presets``) on an env of the preset's family (``FAMILY_ENVS``:
+Breakout for Atari), skipping one whose env is not installed.
 
 ``--replay`` measures the feed from Reverb instead (``learner_feed_ratio`` in throughput.py):
 a real table filled by a real actor, the real dataset iterator, on CartPole-v1.
@@ -73,6 +79,13 @@ class SyntheticDataset(Dataset):
 
     def example(self) -> Sample:
         return self._example
+
+
+class NoReplay:
+    """A replay client that drops priority writes (a prioritized agent's learner needs one)."""
+
+    def mutate_priorities(self, table, updates=None, deletes=None) -> None:
+        pass
 
 
 def _fill(path, x: np.ndarray, spec, rng: np.random.Generator) -> np.ndarray:
@@ -136,20 +149,25 @@ def python_dispatches():
         setattr(pjit, name, original)
 
 
-def learner_speed(agent: str, config_name: str, seconds: float) -> dict:
-    env_id, num_envs, configs = CONFIGS[agent]
-    settings = dict(configs[config_name])
+def learner_speed(agent: str, config_name: str, seconds: float, env_id: str | None = None,
+                  settings: dict | None = None) -> dict:
+    """One agent's learner with config ``config_name`` of ``CONFIGS`` (or ``settings`` on
+    ``env_id``): its compile and update speeds."""
+    default_env, num_envs, configs = CONFIGS.get(agent, ("CartPole-v1", 16, {}))
+    settings = dict(configs[config_name] if settings is None else settings)
     num_envs = settings.pop("num_envs", num_envs)
     builder = get_builder(agent, **settings)
-    env = make_vector_env(env_id, num_envs, seed=0)
+    env = make_vector_env(env_id or default_env, num_envs, seed=0)
     spec = make_environment_spec(env)
     env.close()
     networks = builder.make_networks(spec)
     example = builder.example_batch(spec, builder.make_policy(networks, spec, evaluation=False))
     dataset = SyntheticDataset(example, spec)
-    learner = builder.make_learner(jax.random.PRNGKey(0), networks, dataset)
+    learner = builder.make_learner(jax.random.PRNGKey(0), networks, dataset, replay_client=NoReplay())
     try:
-        learner.warm_up(example)
+        compiling = time.perf_counter()
+        learner.warm_up(example)  # (the compiler: no persistent cache is on in this script)
+        compile_s = time.perf_counter() - compiling
         learner.step()  # (the first update: its dispatch path is set up)
         calls: list = []
         with python_dispatches() as missed:
@@ -165,7 +183,7 @@ def learner_speed(agent: str, config_name: str, seconds: float) -> dict:
     finally:
         learner.close()
     samples = samples_per_update(builder, example)
-    return {"updates_per_s": {"fed": round(fed, 1), "in_memory": round(in_memory, 1)},
+    return {"compile_s": round(compile_s, 2), "updates_per_s": {"fed": round(fed, 1), "in_memory": round(in_memory, 1)},
             "sgd_steps_per_s": {"fed": round(fed * sgd_steps), "in_memory": round(in_memory * sgd_steps)},
             "samples_per_s": {"fed": round(fed * samples), "in_memory": round(in_memory * samples)},
             "ratio": round(fed / in_memory, 3), "sgd_steps_per_update": sgd_steps, "samples_per_update": samples,
@@ -182,14 +200,48 @@ def in_memory_table(agents, configs, seconds: float) -> dict:
             "devices": [str(d) for d in jax.local_devices()], "results": results}
 
 
+# a task family's env for the presets' compile times: (discrete actions, continuous)
+FAMILY_ENVS = {"classic": ("CartPole-v1", "Pendulum-v1"), "box2d": ("LunarLander-v3", "BipedalWalker-v3"),
+               "mujoco": (None, "HalfCheetah-v5"), "atari": ("ALE/Breakout-v5", None),
+               "minatar": ("MinAtar/Breakout-v1", None), "memory": ("shoal/CartPoleNoVelocity-v1", None)}
+
+
+def preset_table(agents, families, seconds: float) -> dict:
+    """Every preset of ``agents`` for ``families``: compile seconds (an empty cache) and update
+    speed, on the family's env (``FAMILY_ENVS``); a preset whose env is not installed is skipped."""
+    from shoal.agents.presets import presets
+
+    results = {}
+    for preset in presets():
+        if preset.agent not in agents or preset.family not in families:
+            continue
+        env_id = FAMILY_ENVS[preset.family][1 if preset.agent == "sac" else 0] or FAMILY_ENVS[preset.family][1]
+        settings = {**preset.settings, "num_envs": preset.experiment.get("num_envs", 16)}
+        if preset.agent == "ppo":
+            settings["max_policy_lag"] = 10**9  # (synthetic rollouts carry no policy version)
+            settings.setdefault("schedule_env_steps", preset.experiment.get("max_env_steps", 10**6))  # (the run's budget)
+        print(f"[learner_bench] {preset.name} on {env_id} ...", file=sys.stderr, flush=True)
+        try:
+            results.setdefault(preset.agent, {})[preset.family] = {
+                "env": env_id, **learner_speed(preset.agent, preset.family, seconds, env_id, settings)}
+        except Exception as e:  # noqa: BLE001 -- an extra not installed, or an env the agent cannot act in
+            results.setdefault(preset.agent, {})[preset.family] = {"env": env_id, "skipped": f"{type(e).__name__}: {e}"}
+    return {"jax": jax.__version__, "backend": jax.default_backend(),
+            "devices": [str(d) for d in jax.local_devices()], "results": results}
+
+
 def markdown(out: dict) -> str:
     lines = [f"devices: {', '.join(out['devices'])} (JAX {out['jax']})", "",
-             "| agent | config | updates/s fed | updates/s in memory | fed / in memory | SGD steps/s fed | samples/s fed |",
-             "|---|---|---|---|---|---|---|"]
+             "| agent | config | compile s | updates/s fed | updates/s in memory | fed / in memory | SGD steps/s fed "
+             "| samples/s fed |", "|---|---|---|---|---|---|---|---|"]
     for agent, configs in out["results"].items():
         for name, r in configs.items():
-            lines.append(f"| {agent} | {name} | {r['updates_per_s']['fed']:,.0f} | {r['updates_per_s']['in_memory']:,.0f} "
-                         f"| {r['ratio']:.2f} | {r['sgd_steps_per_s']['fed']:,} | {r['samples_per_s']['fed']:,} |")
+            if "skipped" in r:
+                lines.append(f"| {agent} | {name} | skipped: {r['skipped'][:80]} |")
+                continue
+            lines.append(f"| {agent} | {name} | {r['compile_s']:.1f} | {r['updates_per_s']['fed']:,.0f} "
+                         f"| {r['updates_per_s']['in_memory']:,.0f} | {r['ratio']:.2f} | {r['sgd_steps_per_s']['fed']:,} "
+                         f"| {r['samples_per_s']['fed']:,} |")
     return "\n".join(lines)
 
 
@@ -261,7 +313,10 @@ def main() -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--in-memory", action="store_true", help="synthetic batches, no replay server (default)")
     mode.add_argument("--replay", action="store_true", help="DQN and PPO fed from a real Reverb table")
-    parser.add_argument("--agents", nargs="+", default=sorted(CONFIGS), choices=sorted(CONFIGS))
+    mode.add_argument("--presets", nargs="*", metavar="FAMILY", choices=sorted(FAMILY_ENVS),
+                      help="each agent's presets (of these task families; default all): compile seconds and speed")
+    parser.add_argument("--agents", nargs="+", default=None, choices=sorted({*CONFIGS, "r2d2"}),
+                        help=f"default: {' '.join(sorted(CONFIGS))} (with --presets: every agent)")
     parser.add_argument("--configs", nargs="+", default=["default", "large"], choices=["default", "large"])
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--out", default=None, help="also write the JSON object to this file")
@@ -269,8 +324,11 @@ def main() -> None:
     if args.replay:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         out = feed_ratios(args.seconds)
+    elif args.presets is not None:
+        out = preset_table(args.agents or sorted({*CONFIGS, "r2d2"}), args.presets or sorted(FAMILY_ENVS), args.seconds)
+        print(markdown(out), file=sys.stderr)
     else:
-        out = in_memory_table(args.agents, args.configs, args.seconds)
+        out = in_memory_table(args.agents or sorted(CONFIGS), args.configs, args.seconds)
         print(markdown(out), file=sys.stderr)
     print(json.dumps(out), flush=True)
     if args.out:
