@@ -104,12 +104,17 @@ class TensorBoardLogger(Logger):
     rows whose step is not a finite number that fits TensorBoard's int64 step."""
 
     def __init__(self, run_dir: str, label: str, step_key: str = "env_steps") -> None:
-        from tensorboardX import SummaryWriter  # imported lazily: only runs with a run dir pay for it
-
         self.path = os.path.join(run_dir, "tb", label)
-        self._writer = SummaryWriter(self.path, flush_secs=5)
+        self._writer: Any = None  # (made at the first scalar: tensorboardX's import stays off a run's start)
         self._step_key = step_key
         self._rows = 0
+
+    def _events(self) -> Any:
+        if self._writer is None:
+            from tensorboardX import SummaryWriter
+
+            self._writer = SummaryWriter(self.path, flush_secs=5)
+        return self._writer
 
     def write(self, values: Mapping[str, Any]) -> None:
         step = values.get(self._step_key, self._rows)
@@ -123,7 +128,7 @@ class TensorBoardLogger(Logger):
         for key, value in values.items():
             scalar = self._scalar(value)
             if scalar is not None:
-                self._writer.add_scalar(key, scalar, step)
+                self._events().add_scalar(key, scalar, step)
 
     @staticmethod
     def _scalar(value: Any) -> float | None:
@@ -137,6 +142,8 @@ class TensorBoardLogger(Logger):
         return number if math.isfinite(number) else None
 
     def close(self) -> None:
+        if self._writer is None:
+            return
         try:
             self._writer.close()
         except OSError:  # e.g. a full disk: tensorboardX would keep its flush thread and retry at exit
