@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import random
+import socket
 from typing import Any, Sequence
 
 import numpy as np
@@ -39,11 +41,19 @@ class ReplayServer:
         if len(set(names)) < len(names):
             raise ValueError(f"replay table names must be unique; got {', '.join(names)}")
         pybind = reverb_modules()[0]
-        self._tables = {table.name: _internal_table(table, pybind) for table in tables}
         self.restored_from = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
-        checkpointer = pybind.create_default_checkpointer(checkpoint_dir, "", None) if checkpoint_dir else None
-        self.port = port or portpicker.pick_unused_port()
-        self._server = pybind.Server(list(self._tables.values()), self.port, checkpointer)
+        for attempt in range(1 if port else PORT_ATTEMPTS):
+            self.port = port or free_port()
+            self._tables = {table.name: _internal_table(table, pybind) for table in tables}
+            checkpointer = pybind.create_default_checkpointer(checkpoint_dir, "", None) if checkpoint_dir else None
+            try:
+                self._server = pybind.Server(list(self._tables.values()), self.port, checkpointer)
+                break
+            except Exception as e:  # noqa: BLE001 -- Reverb's C++ server raises ValueError when it cannot bind
+                if "BuildAndStart" not in str(e):
+                    raise
+                if port or attempt == PORT_ATTEMPTS - 1:
+                    raise OSError(f"the replay server could not listen on port {self.port} (taken?): {e}") from None
         self.address = f"localhost:{self.port}"
         self.client = ReverbClient(self.address)
         self._info_client = pybind.Client(self.address) if self.restored_from else None
@@ -74,6 +84,33 @@ class ReplayServer:
 
     def stop(self) -> None:
         self._server.Stop()
+
+
+PORT_ATTEMPTS = 10
+
+
+def free_port() -> int:
+    """A TCP port free on every interface now, outside the OS's ephemeral range where it can
+    (``/proc/sys/net/ipv4/ip_local_port_range``): the OS hands ephemeral ports to every
+    ``bind(port 0)`` and outgoing connection, so one picked there may be taken by another
+    process's before Reverb binds it (seen in the suite: nodes starting side by side). Reverb's
+    server binds all interfaces, so the check does too."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return portpicker.pick_unused_port()
+    candidates = range(10000, low) if low - 10000 >= 2000 else range(high + 1, 65536)
+    if len(candidates) < 2000:
+        return portpicker.pick_unused_port()
+    for port in random.sample(candidates, 50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+        return port
+    return portpicker.pick_unused_port()
 
 
 def _internal_table(table: Any, pybind: Any) -> Any:

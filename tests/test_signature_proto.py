@@ -144,3 +144,27 @@ def test_table_counts_read_without_tensorflow_equal_reverbs_decoding():
     assert ours.rate_limiter_info.insert_stats.completed == theirs.rate_limiter_info.insert_stats.completed == 5
     assert ours.rate_limiter_info.sample_stats.completed == theirs.rate_limiter_info.sample_stats.completed == 4
     assert ours.rate_limiter_info.min_diff < 0  # (a negative double, read as one)
+
+
+def test_a_taken_port_is_named_and_a_port_picked_for_the_server_is_picked_again(monkeypatch):
+    import socket
+
+    from shoal.replay import ReplayServer, make_queue_table
+    from shoal.replay import server as server_module
+
+    taken = socket.socket()
+    taken.bind(("", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(OSError, match=f"could not listen on port {port}"):
+            ReplayServer([make_queue_table("q", None, 3)], port=port)
+        picks = iter([port, server_module.free_port()])  # (another process took the first pick)
+        monkeypatch.setattr(server_module, "free_port", lambda: next(picks))
+        server = ReplayServer([make_queue_table("q", None, 3)])
+        try:
+            assert server.port != port and server.client.server_info(timeout=10)["q"].max_size == 3
+        finally:
+            server.stop()
+    finally:
+        taken.close()
