@@ -43,7 +43,6 @@ class LearningActor(Actor):
         self._items_per_update, self._pull_after, self._timeout_s = items_per_update, pull_after, timeout_s
         self._items_consumed = 0
         self._first_update = first_update  # (around the learner's first step, which compiles its update)
-        self._updated = False
 
     def _behind(self) -> bool:
         """Whether the table can serve another batch now, or (for an on-policy agent, which must
@@ -64,9 +63,11 @@ class LearningActor(Actor):
         while True:
             behind = self._behind()
             if self._learner.ready() and (behind or not stepped):
-                with contextlib.nullcontext() if self._updated else self._first_update():
+                if self._items_consumed:
                     self._learner.step()
-                self._updated = True
+                else:
+                    with self._first_update():
+                        self._learner.step()
                 self._items_consumed += self._items_per_update
                 stepped, waiting_since = True, None
             elif not behind:
