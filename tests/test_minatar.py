@@ -12,7 +12,7 @@ import pytest
 
 from shoal.actors import environment_spec, make_vector_env
 from shoal.agents.presets import find_preset, task_family
-from shoal.agents.torsos import MinAtarCNN, Torso, choose_torso
+from shoal.agents.torsos import MinAtarCNN, NatureCNN, Torso, choose_torso
 from shoal.launch import run_experiment
 from shoal.launch.experiments.config import experiment_config
 
@@ -55,6 +55,34 @@ def test_the_minatar_networks_patch_matmul_is_its_3x3_convolution():
     dense = params["params"]["Dense_0"]
     np.testing.assert_allclose(torso.apply(params, frames), nn.relu(expected @ dense["kernel"] + dense["bias"]),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("size", [(84, 84), (37, 41), (50, 63)])
+def test_the_nature_networks_folded_first_convolution_is_its_8x8_stride_4_convolution(size):
+    """The Nature network's params are those of its plain form (``nn.Conv``s named as flax names
+    them: a checkpoint of either loads in the other), and so are its outputs, on frames whose
+    size is not a multiple of the stride too."""
+
+    class Plain(nn.Module):
+        @nn.compact
+        def __call__(self, frames):
+            x = jnp.transpose(frames.astype(jnp.float32) / 255.0, (0, 2, 3, 1))
+            for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+                x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID",
+                                    kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            return nn.relu(nn.Dense(512, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x.reshape(x.shape[0], -1)))
+
+    frames = jnp.asarray(np.random.default_rng(0).integers(0, 256, (3, 4, *size)), jnp.uint8)
+    params = NatureCNN().init(jax.random.PRNGKey(0), frames)
+    plain_params = Plain().init(jax.random.PRNGKey(0), frames)
+    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(plain_params)
+    for ours, plain in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(plain_params)):
+        np.testing.assert_array_equal(ours, plain)
+    np.testing.assert_allclose(NatureCNN().apply(params, frames), Plain().apply(params, frames), rtol=1e-5, atol=1e-5)
+    grads = jax.grad(lambda p: NatureCNN().apply(p, frames).sum())(params)
+    plain_grads = jax.grad(lambda p: Plain().apply(p, frames).sum())(params)
+    for ours, plain in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(plain_grads)):
+        np.testing.assert_allclose(ours, plain, rtol=1e-4, atol=1e-4)
 
 
 def test_minatar_ids_get_the_minatar_presets():
