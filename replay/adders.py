@@ -33,6 +33,7 @@ run across episode ends, with every step's flags.
 from __future__ import annotations
 
 import collections
+import functools
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -60,13 +61,38 @@ def _cast_step(step: Step, spec: EnvironmentSpec) -> Step:
 
 
 class _WriterAdder(Adder):
-    """Owns the ``TrajectoryWriter`` and its bounded, timed flushes."""
+    """Owns the ``TrajectoryWriter`` and its bounded, timed flushes.
+
+    Steps and items go to the writer's C++ object (``TrajectoryWriter._writer``, Reverb 0.14)
+    directly: each step as one flat list of columns (``tree.flatten``, the table signature's
+    order), each item as references to the last ``length`` steps. Reverb's Python wrapper keeps
+    a history object per column, which cost about 200 us a vector step, as much as the C++
+    append itself; flushes and close still go through the wrapper.
+    """
 
     def __init__(self, client: ReplayClient, table: str, num_keep_alive_refs: int,
-                 flush_timeout_s: float) -> None:
+                 flush_timeout_s: float, priority: float = 1.0) -> None:
         self._writer = client.trajectory_writer(num_keep_alive_refs=num_keep_alive_refs)
+        self._cpp = self._writer._writer
         self._table = table
+        self._priority = priority
         self._timeout_s = flush_timeout_s
+        self._refs: collections.deque[list] = collections.deque(maxlen=num_keep_alive_refs)
+
+    def _append(self, data) -> None:
+        """Appends one step (a structure of arrays) to the writer's columns."""
+        self._refs.append(self._cpp.Append(tree.flatten(data)))
+
+    def _create_item(self, length: int) -> None:
+        """Inserts an item of the last ``length`` appended steps: one array per column for
+        ``length == 1``, else the steps stacked (``[length, ...]``)."""
+        if length == 1:
+            last = self._refs[-1]
+            self._cpp.CreateItem(self._table, self._priority, [[ref] for ref in last], [True] * len(last))
+        else:
+            steps = list(self._refs)[-length:]
+            self._cpp.CreateItem(self._table, self._priority, [list(c) for c in zip(*steps)],
+                                 [False] * len(steps[0]))
 
     def flush(self, block_until_num_items: int = 0) -> None:
         """Waits until at most ``block_until_num_items`` written items are unconfirmed."""
@@ -84,23 +110,38 @@ class _WriterAdder(Adder):
 
 def n_step_transition(steps: Sequence[Step], discount: float) -> dict[str, np.ndarray]:
     """The batched n-step transition starting at ``steps[0]`` (see the module docstring)."""
-    first = steps[0]
-    ret = np.zeros(first.reward.shape, np.float64)
-    disc = np.ones(first.reward.shape, np.float64)
-    next_obs = tree.map_structure(np.copy, first.next_observation)  # (an array, or a dict of them)
-    alive = np.ones(first.reward.shape, bool)  # no episode end seen before step k
-    for k, step in enumerate(steps):
-        ret += np.where(alive, discount ** k * step.reward, 0.0)
-        for into, source in zip(tree.flatten(next_obs), tree.flatten(step.next_observation)):
-            into[alive] = source[alive]
-        disc = np.where(alive, discount ** (k + 1) * (1.0 - step.terminated), disc)
-        alive &= ~(step.terminated | step.truncated)
+    first, last_step, n = steps[0], steps[-1], len(steps)
+    powers = _powers(discount, n)
+    terminated = np.array([step.terminated for step in steps])  # [n, num_envs]
+    rewards = np.array([step.reward for step in steps], np.float64)
+    ended = (terminated | np.array([step.truncated for step in steps]))[:-1]  # [n - 1, num_envs]
+    next_obs = last_step.next_observation
+    if not ended.any():  # no episode ends before the last step: every env's window is whole
+        ret = powers[:n] @ rewards
+        disc = powers[n] * (1.0 - last_step.terminated)
+    else:
+        alive = np.ones(terminated.shape, bool)  # alive[k]: no episode end before step k
+        np.logical_not(np.logical_or.accumulate(ended, axis=0), out=alive[1:])
+        last = alive.sum(axis=0) - 1  # the window's last step, m - 1, per env
+        ret = powers[:n] @ (rewards * alive)
+        envs = np.arange(last.size)
+        disc = powers[last + 1] * (1.0 - terminated[last, envs])
+        if isinstance(next_obs, np.ndarray):  # an episode ended inside the window: its final observation
+            next_obs = np.array([step.next_observation for step in steps])[last, envs]
+        else:
+            next_obs = tree.map_structure(lambda *xs: np.array(xs)[last, envs], *[s.next_observation for s in steps])
     transition = {"observation": first.observation, "action": first.action,
                   "reward": ret.astype(np.float32), "discount": disc.astype(np.float32),
                   "next_observation": next_obs}
     if first.extras:
         transition["extras"] = dict(first.extras)
     return transition
+
+
+@functools.lru_cache(maxsize=16)
+def _powers(discount: float, n: int) -> np.ndarray:
+    """``discount ** k`` for ``k = 0 .. n``."""
+    return discount ** np.arange(n + 1, dtype=np.float64)
 
 
 class NStepTransitionAdder(_WriterAdder):
@@ -111,8 +152,8 @@ class NStepTransitionAdder(_WriterAdder):
                  flush_timeout_s: float = 120.0) -> None:
         if n_step < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step}")
-        super().__init__(client, table, 1, flush_timeout_s)
-        self._spec, self._discount, self._priority = spec, discount, priority
+        super().__init__(client, table, 1, flush_timeout_s, priority)
+        self._spec, self._discount = spec, discount
         self._max_in_flight = max_in_flight_items
         self._steps: collections.deque[Step] = collections.deque(maxlen=n_step)
         self._items = 0
@@ -121,9 +162,8 @@ class NStepTransitionAdder(_WriterAdder):
         self._steps.append(_cast_step(step, self._spec))
         if len(self._steps) < self._steps.maxlen:
             return
-        self._writer.append(n_step_transition(self._steps, self._discount))
-        item = tree.map_structure(lambda column: column[-1], self._writer.history)
-        self._writer.create_item(self._table, self._priority, item)
+        self._append(n_step_transition(self._steps, self._discount))
+        self._create_item(1)
         self._items += 1
         if self._items % self._max_in_flight == 0:
             # Items stream to the server in the background; this only bounds how many are pending.
@@ -144,8 +184,8 @@ class SequenceAdder(_WriterAdder):
         if length < 1 or not 1 <= period <= length:
             raise ValueError(f"sequence length must be >= 1 and 1 <= period <= length, got "
                              f"length={length}, period={period}")
-        super().__init__(client, table, length, flush_timeout_s)
-        self._spec, self._length, self._period, self._priority = spec, length, period, priority
+        super().__init__(client, table, length, flush_timeout_s, priority)
+        self._spec, self._length, self._period = spec, length, period
         self._steps = 0
 
     def add(self, step: Step) -> None:
@@ -153,11 +193,10 @@ class SequenceAdder(_WriterAdder):
         fields: Mapping = step._asdict()
         if not step.extras:
             fields = {k: v for k, v in fields.items() if k != "extras"}
-        self._writer.append(fields)
+        self._append(fields)
         self._steps += 1
         if self._steps >= self._length and (self._steps - self._length) % self._period == 0:
-            item = tree.map_structure(lambda column: column[-self._length:], self._writer.history)
-            self._writer.create_item(self._table, self._priority, item)
+            self._create_item(self._length)
             self.flush()
 
 
@@ -171,8 +210,8 @@ class EnvSequenceAdder(_WriterAdder):
         if length < 1 or not 1 <= period <= length:
             raise ValueError(f"sequence length must be >= 1 and 1 <= period <= length, got "
                              f"length={length}, period={period}")
-        super().__init__(client, table, 1, flush_timeout_s)
-        self._spec, self._period, self._priority = spec, period, priority
+        super().__init__(client, table, 1, flush_timeout_s, priority)
+        self._spec, self._period = spec, period
         self._max_in_flight = max(max_in_flight_items, spec.num_envs)
         self._steps: collections.deque[dict] = collections.deque(maxlen=length)
         self._added = self._items = 0
@@ -190,9 +229,8 @@ class EnvSequenceAdder(_WriterAdder):
         # [length, num_envs, ...] -> one [length, ...] item per env
         window = tree.map_structure(lambda *xs: np.stack(xs), *self._steps)
         for env in range(self._spec.num_envs):
-            self._writer.append(tree.map_structure(lambda x: x[:, env], window))
-            self._writer.create_item(self._table, self._priority,
-                                     tree.map_structure(lambda column: column[-1], self._writer.history))
+            self._append(tree.map_structure(lambda x: x[:, env], window))
+            self._create_item(1)
             self._items += 1
             if self._items % self._max_in_flight == 0:
                 self.flush(block_until_num_items=self._max_in_flight)
