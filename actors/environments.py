@@ -278,10 +278,14 @@ def final_observations(next_obs, terminated, truncated, info):
 
 def action_clipper(env: gym.vector.VectorEnv):
     """``actions -> actions`` for ``env.step``: clipped to the bounds of a Box action space (a
-    Gaussian policy samples unbounded actions; the step records what it sampled), unchanged
-    otherwise."""
+    Gaussian policy samples unbounded actions; the step records what it sampled); otherwise of
+    the space's dtype (a policy's int32 actions as a Discrete space's int64: CartPole's check of
+    an int32 action costs 7 us an env), or unchanged where the space has none (a Dict)."""
     space = getattr(env, "single_action_space", env.action_space)
     if not isinstance(space, gym.spaces.Box):
-        return lambda actions: actions
+        dtype = space.dtype
+        if dtype is None:
+            return lambda actions: actions
+        return lambda actions: np.asarray(actions, dtype)
     low, high = space.low, space.high
     return lambda actions: np.clip(actions, low, high)

@@ -25,12 +25,18 @@ class EnvironmentLoop:
     or returns a NaN or infinite observation stops the loop with one ``RuntimeError`` saying so.
     ``stopwatch`` times ``env_step``, ``policy``, ``replay_insert`` (``observe``) and
     ``param_fetch`` (``update``); each log row has their shares of the time since the last row.
+
+    An actor whose ``prefetches`` attribute is true (a ``BatchedActor``) is given the next
+    observation with each step (or as ``prefetch`` says), so it computes the next action while
+    its adder writes (``BatchedActor.observe``).
     """
 
     def __init__(self, env: gym.vector.VectorEnv, actor: Actor, counter: Counter | None = None,
-                 logger: Logger | None = None, stopwatch: Stopwatch | None = None) -> None:
+                 logger: Logger | None = None, stopwatch: Stopwatch | None = None,
+                 prefetch: bool | None = None) -> None:
         self._env = env
         self._actor = actor
+        self._prefetch = bool(getattr(actor, "prefetches", False)) if prefetch is None else prefetch
         self._counter = counter or Counter()
         self._logger = logger or NoOpLogger()
         self._num_envs = env.num_envs
@@ -61,9 +67,13 @@ class EnvironmentLoop:
             raise RuntimeError(f"the environment returned a non-finite observation after "
                                f"{self.env_steps} env steps (NaN or inf in envs {bad})")
         check_action_mask(next_obs, self.env_steps + self._num_envs)
+        step = Step(obs, action, reward, terminated, truncated,
+                    final_observations(next_obs, terminated, truncated, info), extras)
         with stopwatch.time("replay_insert"):
-            self._actor.observe(Step(obs, action, reward, terminated, truncated,
-                                     final_observations(next_obs, terminated, truncated, info), extras))
+            if self._prefetch:
+                self._actor.observe(step, next_obs, stopwatch)
+            else:
+                self._actor.observe(step)
         with stopwatch.time("param_fetch"):
             self._actor.update()
         self._obs = next_obs

@@ -19,6 +19,8 @@ def _count(name: str, value: Any) -> int:
 
     Integral floats (``10.0``, ``np.float32(4)``) are taken as the integer they are; anything
     else (negative, ``1.5``, NaN, inf, a bool, an array, a string) is refused."""
+    if type(value) is int and 0 <= value < LIMIT:  # (the usual case, every vector step: first)
+        return value
     if isinstance(value, np.ndarray) and value.shape == ():
         value = value[()]
     if isinstance(value, np.generic):

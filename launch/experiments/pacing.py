@@ -55,8 +55,19 @@ class LearningActor(Actor):
     def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
         return self._actor.select_action(observation)
 
-    def observe(self, step: Step) -> None:
-        self._actor.observe(step)
+    @property
+    def prefetches(self) -> bool:
+        """Whether the loop should hand ``observe`` the next observation: for an on-policy agent
+        (its params change only when a rollout is done), to a prefetching actor (``BatchedActor``).
+        Another agent's params change at almost every step, and a prefetched action would be
+        computed again."""
+        return self._pull_after and getattr(self._actor, "prefetches", False)
+
+    def observe(self, step: Step, next_observation: Any = None, stopwatch: Any = None) -> None:
+        if next_observation is None:
+            self._actor.observe(step)
+        else:
+            self._actor.observe(step, next_observation, stopwatch)
 
     def _train(self) -> None:
         stepped, waiting_since = False, None
