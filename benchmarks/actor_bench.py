@@ -1,5 +1,5 @@
-"""Actor-side measurements for ``throughput.py``: the actor loop against the raw vector env, and
-one actor process of the scaling benchmark."""
+"""Actor-side measurements for ``throughput.py``: the actor loop (``EnvironmentLoop``, as a run
+steps it) against the raw vector env, and one actor process of the scaling benchmark."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import jax
 import numpy as np
 
 from shoal.actors import BatchedActor, VariableClient, make_vector_env
-from shoal.actors.environments import final_observations
+from shoal.actors.loops import EnvironmentLoop
 from shoal.agents import get_builder
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import make_environment_spec
-from shoal.core.types import Step
 from shoal.replay import ReplayServer, make_transition_table, transition_signature
 
 SLEEP_ENV = "SleepyCartPole-v1"
@@ -39,8 +38,9 @@ class SleepyCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
-def _dqn(spec):
-    builder = get_builder("dqn")
+def _dqn(spec, **settings):
+    """The DQN builder (``settings``: config overrides), its acting policy, and initial params."""
+    builder = get_builder("dqn", **settings)
     networks = builder.make_networks(spec)
     from shoal.agents.dqn.learning import init_state
 
@@ -59,44 +59,62 @@ def free_table(builder, spec, policy):
                                  max_replay_size=100_000)
 
 
-def _actor_step(env, actor):
-    def step(obs):
-        action, extras = actor.select_action(obs)
-        next_obs, reward, term, trunc, info = env.step(action)
-        actor.observe(Step(obs, action, reward, term, trunc, final_observations(next_obs, term, trunc, info), extras))
-        actor.update()
-        return next_obs
-    return step
+class _Window:
+    """Env steps and seconds of one way of stepping a vector env, over windows taken in turns
+    with the others (so a drift of the machine's speed weighs on each alike)."""
+
+    def __init__(self, env, step) -> None:
+        self.env, self.step, self.steps, self.seconds = env, step, 0, 0.0
+
+    def run(self, seconds: float) -> None:
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            self.step()
+            self.steps += self.env.num_envs
+        self.seconds += time.perf_counter() - start
+
+    @property
+    def rate(self) -> float:
+        return self.steps / self.seconds
 
 
-def _rate(env, step_fn, seconds: float) -> float:
-    obs, _ = env.reset(seed=0)
-    obs = step_fn(obs)  # warm-up (and compile)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        obs = step_fn(obs)
-        steps += env.num_envs
-    return steps / (time.perf_counter() - start)
-
-
-def actor_rates(env_id: str, num_envs: int, seconds: float) -> dict[str, float]:
-    """Env steps/s of: the raw vector env (random actions), env + DQN policy, env + policy + adder."""
-    env = make_vector_env(env_id, num_envs, seed=0)
-    spec = make_environment_spec(env)
-    builder, policy, params = _dqn(spec)
-    rates = {"raw_env_sps": _rate(env, lambda obs: env.step(env.action_space.sample())[0], seconds)}
+def actor_rates(env_id: str, num_envs: int, seconds: float, rounds: int = 4,
+                **settings) -> tuple[dict[str, float], dict]:
+    """Env steps/s of: the raw vector env (random actions), the actor loop (``EnvironmentLoop``)
+    with the DQN policy (``settings``: its config overrides), and the loop with the policy and
+    its adder, each over ``seconds`` in ``rounds`` windows taken in turns (each on an env of its
+    own); and what a vector step of the latter cost: microseconds per component of the loop's
+    time breakdown (``other``: the loop's own work; ``raw_env_step``: the raw env's step)."""
+    envs = [make_vector_env(env_id, num_envs, seed=0) for _ in range(3)]
+    spec = make_environment_spec(envs[0])
+    builder, policy, params = _dqn(spec, **settings)
     client = VariableClient(FixedParams(params), asynchronous=False)
-    actor = BatchedActor(policy, jax.random.PRNGKey(0), client, None, num_envs=num_envs)
-    rates["actor_sps"] = _rate(env, _actor_step(env, actor), seconds)
     server = ReplayServer([free_table(builder, spec, policy)])
     try:
         adder = builder.make_adder(server.client, spec, policy)
-        actor = BatchedActor(policy, jax.random.PRNGKey(0), client, adder, num_envs=num_envs)
-        rates["actor_adder_sps"] = _rate(env, _actor_step(env, actor), seconds)
+        loops = [EnvironmentLoop(env, BatchedActor(policy, jax.random.PRNGKey(0), client, a, num_envs=num_envs))
+                 for env, a in zip(envs[1:], (None, adder))]
+        envs[0].reset(seed=0)
+        windows = [_Window(envs[0], lambda: envs[0].step(envs[0].action_space.sample())),
+                   *(_Window(env, loop.step) for env, loop in zip(envs[1:], loops))]
+        for window in windows:
+            window.step()  # (compiles the policy)
+        before = loops[1].stopwatch.snapshot()
+        for _ in range(rounds):
+            for window in windows:
+                window.run(seconds / rounds)
         adder.close()
     finally:
         server.stop()
-    return rates
+        for env in envs:
+            env.close()
+    raw, plain, added = windows
+    vector_steps = added.steps // num_envs
+    costs = {k: (v - before.get(k, 0.0)) / vector_steps * 1e6 for k, v in loops[1].stopwatch.snapshot().items()}
+    costs["other"] = added.seconds / vector_steps * 1e6 - sum(costs.values())
+    costs["raw_env_step"] = 1e6 * num_envs / raw.rate
+    rates = {"raw_env_sps": raw.rate, "actor_sps": plain.rate, "actor_adder_sps": added.rate}
+    return rates, {k: round(v) for k, v in costs.items()}
 
 
 def scaling_table():
@@ -123,8 +141,9 @@ def scaling_actor_steps(index: int, address: str, ready, go, start_at, phase_s: 
     adder = builder.make_adder(reverb.Client(address), spec, policy)
     actor = BatchedActor(policy, jax.random.PRNGKey(index), VariableClient(FixedParams(params), asynchronous=False),
                          adder, num_envs=16)
-    step = _actor_step(env, actor)
-    obs = step(env.reset(seed=index)[0])  # compiled before the phases begin
+    env.reset(seed=index)
+    loop = EnvironmentLoop(env, actor)
+    loop.step()  # compiled before the phases begin
     ready.put(index)
     if not go.wait(timeout=600):
         raise TimeoutError("the benchmark did not start the phases within 600 s")
@@ -135,7 +154,7 @@ def scaling_actor_steps(index: int, address: str, ready, go, start_at, phase_s: 
         if phase < 0 or index >= actors_per_phase[phase]:
             time.sleep(0.005)
             continue
-        obs = step(obs)
+        loop.step()
         end = time.time() - start
         if int(end // phase_s) == phase and end - phase * phase_s >= 0.1 * phase_s:
             steps[phase] += 16

@@ -2,9 +2,13 @@
 
     python benchmarks/throughput.py [--quick] [--out results/throughput.json]
 
-* ``actor_efficiency``: actor-loop env steps/s (CartPole-v1, 16 envs, the DQN policy and its
-  n-step adder writing to a real Reverb table) / raw vector-env steps/s with random actions;
-  ``actor_policy_efficiency`` is the same without the adder.
+* ``actor_efficiency``: actor-loop env steps/s (``EnvironmentLoop`` on CartPole-v1, 16 envs, the
+  DQN policy and its n-step adder writing to a real Reverb table) / raw vector-env steps/s with
+  random actions; ``actor_policy_efficiency`` is the same without the adder; ``actor_step_us``:
+  what one vector step of the former cost, microseconds per component of the loop's time
+  breakdown (``raw_env_step``: the raw env's step, for comparison).
+  ``actor_efficiency_atari`` (with ``--atari``): the same on ALE/Breakout-v5 with 8 envs and
+  DQN's ``atari`` preset (the Nature CNN, 1-step transitions of 84x84x4 frames).
 * ``actor_scaling``: 1, 2, 4, 8, 16 actor processes on a latency-bound env (CartPole with a 1 ms
   sleep per env step, 16 envs per actor), all feeding one real replay server: total steps/s /
   (N x the 1-actor figure). The 16 processes start once; phases switch N of them on.
@@ -38,13 +42,21 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def actor_efficiency(seconds: float) -> dict:
+def actor_efficiency(seconds: float, atari: bool = False) -> dict:
     from actor_bench import actor_rates  # (benchmarks/ helpers)
 
-    rates = actor_rates("CartPole-v1", 16, seconds)
-    return {"actor_efficiency": round(rates["actor_adder_sps"] / rates["raw_env_sps"], 3),
-            "actor_policy_efficiency": round(rates["actor_sps"] / rates["raw_env_sps"], 3),
-            "actor_sps": {k: round(v) for k, v in rates.items()}}
+    if atari:
+        from shoal.agents.presets import find_preset
+
+        env_id, num_envs, suffix = "ALE/Breakout-v5", 8, "_atari"
+        settings = find_preset("dqn", env_id).settings
+    else:
+        env_id, num_envs, suffix, settings = "CartPole-v1", 16, "", {}
+    rates, costs = actor_rates(env_id, num_envs, seconds, **settings)
+    return {f"actor_efficiency{suffix}": round(rates["actor_adder_sps"] / rates["raw_env_sps"], 3),
+            f"actor_policy_efficiency{suffix}": round(rates["actor_sps"] / rates["raw_env_sps"], 3),
+            f"actor_sps{suffix}": {k: round(v) for k, v in rates.items()},
+            f"actor_step_us{suffix}": costs}
 
 
 def _scaling_actor(index: int, address: str, ready, go, start_at, phase_s: float, scaling, out) -> None:
@@ -151,7 +163,8 @@ def main() -> None:
     parser.add_argument("--learner-devices", type=int, nargs="+", default=[1, 2], choices=[1, 2],
                         help="learner_feed_ratio on 1 device and/or 2 forced CPU devices (default: both)")
     parser.add_argument("--window", type=float, default=None, help="seconds per measurement (overrides)")
-    parser.add_argument("--atari", action="store_true", help="also atari_training_ratio (the atari extra)")
+    parser.add_argument("--atari", action="store_true",
+                        help="also actor_efficiency_atari and atari_training_ratio (the atari extra)")
     parser.add_argument("--only-atari", action="store_true", help="atari_training_ratio alone")
     parser.add_argument("--atari-steps", type=int, default=None, help="PPO Breakout budget (default 32768; quick 8192)")
     parser.add_argument("--verbose", action="store_true", help="keep Reverb's and TensorFlow's log lines")
@@ -167,6 +180,7 @@ def main() -> None:
     phase = args.window or (1.5 if args.quick else 5.0)
     started, out = time.monotonic(), {"quick": args.quick, "cpu_count": os.cpu_count()}
     parts = [("actor", lambda: actor_efficiency(window)),
+             *([("actor_atari", lambda: actor_efficiency(window, atari=True))] if args.atari else []),
              ("rpc", lambda: rpc(10 if args.window else 40 if args.quick else 200)),
              ("learner", lambda: _learner(window, args.learner_devices)),
              ("scaling", lambda: actor_scaling(phase, tuple(args.scaling)))]

@@ -124,3 +124,28 @@ def test_the_one_process_runner_prefetches_for_on_policy_agents_only():
                          VariableClient(Versions(10_000), asynchronous=False), num_envs=NUM_ENVS)
     assert LearningActor(actor, None, None, "table", 1, pull_after=True).prefetches
     assert not LearningActor(actor, None, None, "table", 1, pull_after=False).prefetches
+
+
+def test_the_classic_runtime_policy_computes_what_jit_computes_for_any_shape():
+    from shoal.actors.actor import ClassicCpuJit
+
+    def f(x, key):
+        return jnp.tanh(x @ x.T).sum(axis=1) + jax.random.uniform(key, (x.shape[0],))
+
+    key = jax.random.PRNGKey(0)
+    fast = ClassicCpuJit(f)
+    for rows in (4, 4, 7):  # (compiled again for the second shape)
+        x = np.random.default_rng(rows).normal(size=(rows, 3)).astype(np.float32)
+        np.testing.assert_allclose(fast(x, key), jax.jit(f)(x, key), rtol=1e-6)
+    assert fast._classic
+
+
+def test_without_the_classic_runtime_the_policy_is_plain_jit():
+    """(A JAX whose XLA has no such option: the compile refuses it, and jit serves.)"""
+    from shoal.actors.actor import ClassicCpuJit
+
+    fallback = ClassicCpuJit(lambda x: x * 2)
+    fallback.OPTIONS = {"xla_no_such_option_here": True}
+    np.testing.assert_array_equal(fallback(np.arange(3.0)), np.arange(3.0) * 2)
+    assert not fallback._classic
+    np.testing.assert_array_equal(fallback(np.arange(4.0)), np.arange(4.0) * 2)
