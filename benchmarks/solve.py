@@ -15,7 +15,10 @@ to resume a half-done sweep; finished runs are kept), ``table.md`` (every run re
 ``--out``, per agent and env: solved,
 env steps and wall seconds as median [min-max], the final and the best eval return, the mean return of the
 last 100 training episodes (what the MinAtar paper plots), env steps/s and where the time went), and ``<agent>-<env>.png`` (eval return against env steps and against wall
-seconds, one line per seed, the target dashed).
+seconds, one line per seed, the target dashed); and ``compare/``, what ``shoal compare`` makes of
+every evaluated run grouped by agent: its ``table.md`` (final return IQM and optimality gap with
+stratified-bootstrap intervals, runs that reached the target and when) and per env one plot of
+each agent's mean eval return with the range of its seeds.
 
 Suites (target return; tasks without one run their budget and report their final return):
   cartpole -- DQN, PPO, IMPALA on CartPole-v1 (475)
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import shutil
 import statistics
@@ -110,6 +114,12 @@ def main() -> None:
         plot([r for r in runs if r["agent"] == agent and r["env"] == env],
              os.path.join(args.out, f"{agent.replace(' ', '-')}-{env.replace('/', '_')}.png"), f"{agent} on {env}",
              TARGETS.get(env))
+    evaluated = {r["run_dir"]: r["agent"] for r in runs if not math.isnan(best_eval_return(r["run_dir"]))}
+    if evaluated:  # (shoal compare: IQM and optimality gap with bootstrap intervals, mean curves per agent)
+        from shoal.launch.experiments.compare import compare, markdown_table as compare_table
+
+        table += "\n" + compare_table(compare(list(evaluated), out=os.path.join(args.out, "compare"), labels=evaluated))
+        # (compare/table.md holds this second table; table.md the first)
     print(table, file=sys.stderr)
     for key, group in groups(runs).items():
         print(json.dumps(summary(key, group)), flush=True)
@@ -216,6 +226,8 @@ def plot(runs: list[dict], path: str, title: str, target: float | None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from shoal.launch.experiments.compare import label_axes
+
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     for r in runs:
         try:
@@ -227,13 +239,7 @@ def plot(runs: list[dict], path: str, title: str, target: float | None) -> None:
         returns = [float(row["eval_return"]) for row in rows]
         axes[0].plot([int(row["env_steps"]) for row in rows], returns, marker=".", label=f"seed {r['seed']}")
         axes[1].plot([float(row["wall_s"]) for row in rows], returns, marker=".", label=f"seed {r['seed']}")
-    for ax, xlabel in zip(axes, ("env steps", "wall seconds (incl. compile and evaluation)")):
-        if target is not None:
-            ax.axhline(target, color="grey", linestyle="--", linewidth=1, label="target")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("mean greedy eval return")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    label_axes(axes, target, "mean greedy eval return", "wall seconds (incl. compile and evaluation)")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=72)

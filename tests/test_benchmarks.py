@@ -44,6 +44,8 @@ def test_solve_writes_table_and_curves_and_resumes(tmp_path):
     assert f"| dqn | CartPole-v1 | 475.0 | {summary['solved']} | " in table
     assert (tmp_path / "dqn-CartPole-v1.png").stat().st_size > 5000
     assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 2
+    compared = (tmp_path / "compare" / "table.md").read_text()  # (shoal compare over the sweep's runs)
+    assert "| dqn | CartPole-v1 | 2 | " in compared and (tmp_path / "compare" / "CartPole-v1.png").stat().st_size > 5000
     again = script(*args)  # a finished sweep: nothing is run again
     assert "0 to go (2 already in" in again.stderr
     assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 2

@@ -1,5 +1,5 @@
-"""The ``shoal`` command line's arguments: the parser of ``shoal train``, ``shoal scale`` and
-``shoal status`` (``build_parser``), and which ``shoal train`` options a command line gives,
+"""The ``shoal`` command line's arguments: the parser of ``shoal train``, ``shoal scale``,
+``shoal status`` and ``shoal compare`` (``build_parser``), and which ``shoal train`` options a command line gives,
 whatever their values (``given_flags``: a flag given overrides the preset's value; with
 ``--resume`` only some may be given).
 
@@ -173,6 +173,14 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         command.add_argument("run_dir", help="the program's run directory (its --run-dir)")
         if name == "scale":
             command.add_argument("--actors", type=int, required=True, help="actors to run from now on")
+    text = "compare runs: curves per task, and final returns over seeds (IQM, optimality gap, bootstrap intervals)"
+    compare = sub.add_parser("compare", help=text, description=text.capitalize() + ". Prints a markdown table; "
+                             "writes it, summary.json and a PNG and SVG plot per task to --out.")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (each a seed of its group)")
+    compare.add_argument("--by", default="agent", help="group runs by agent (default), preset, or any setting of "
+                         "their config.json (e.g. num_envs, learning_rate)")
+    compare.add_argument("--out", default="compare", help="where to write the table and plots (default: ./compare)")
+    compare.add_argument("--bootstrap-samples", type=int, default=2000, help="resamples per interval (default 2000)")
     return parser
 
 

@@ -71,6 +71,9 @@ def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
         if args.command in ("scale", "status"):
             commands.control(args)
             return 0
+        if args.command == "compare":
+            commands.compare(args)
+            return 0
         result = commands.train(args, given_flags(argv), started, filter_stderr=own_process and not args.verbose,
                                 stop=stop)
         if result is None:  # --dry-run

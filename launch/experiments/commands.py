@@ -1,4 +1,5 @@
-"""What ``shoal train``, ``shoal scale`` and ``shoal status`` do, over the Python API.
+"""What ``shoal train``, ``shoal scale``, ``shoal status`` and ``shoal compare`` do, over the
+Python API.
 
 ``train`` turns the flags into an ``ExperimentConfig`` (or loads the one ``--resume`` names) and
 hands it to ``run_experiment`` (one process) or ``run_distributed_experiment`` (``--launcher``),
@@ -12,6 +13,7 @@ import datetime
 import json
 import os
 import signal
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -141,3 +143,15 @@ def control(args: argparse.Namespace) -> None:
     autoscale = client.autoscale()
     if autoscale is not None:
         print(f"actors: {autoscale['mode']}, target {autoscale['target']}: {autoscale['reason']}")
+
+
+def compare(args: argparse.Namespace) -> None:
+    """``shoal compare``: prints the markdown table, writes it and the plots to ``--out``."""
+    from shoal.launch.experiments.compare import compare as compare_runs, markdown_table
+
+    if args.bootstrap_samples < 1:
+        raise ValueError(f"--bootstrap-samples must be >= 1, got {args.bootstrap_samples}")
+    summary = compare_runs(args.run_dirs, by=args.by, out=args.out, samples=args.bootstrap_samples)
+    print(markdown_table(summary), end="", flush=True)
+    print(f"shoal compare: wrote {os.path.join(args.out, 'table.md')}, summary.json and a PNG and SVG per task",
+          file=sys.stderr)
