@@ -14,7 +14,8 @@ everywhere, so that runs and nodes compare):
 * ``replay_open`` -- in one process, the wait for the learner's first batch: its replay dataset
   opens then, importing TensorFlow (about 3 s of CPU on 2 cores, in no other component);
 * ``sgd_update`` -- the learner's update (dispatch, plus waiting for the previous one);
-* ``evaluation`` -- greedy evaluation episodes.
+* ``evaluation`` -- greedy evaluation episodes;
+* ``video`` -- an evaluation episode rendered and written as a video (``video_every``).
 
 ``breakdown`` turns seconds into fractions of a wall time, with ``other`` for the rest (Python
 between components, logging, checkpoints). JAX dispatches asynchronously: device work shows up
@@ -31,7 +32,7 @@ from typing import Mapping
 _IMPORTED = time.monotonic()
 
 COMPONENTS = ("env_step", "policy", "replay_insert", "param_fetch", "sample_wait", "replay_open", "sgd_update",
-              "evaluation")
+              "evaluation", "video")
 
 
 class Stopwatch:

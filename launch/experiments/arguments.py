@@ -122,6 +122,8 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         "reaches this (default: the env's reward_threshold, 475 for CartPole-v1)")
     add("--eval-every", type=int, default=default(2_000), help="env steps between evaluations (default: 2000, or the preset's)")
     add("--eval-episodes", type=int, default=default(10), help="greedy episodes per evaluation (default: 10, or the preset's)")
+    add("--video-every", type=int, default=default(0), metavar="N", help="every N evaluations (from the "
+        "first), record one evaluation episode to RUN_DIR/videos/ as an MP4 (the 'video' extra; default: 0, none)")
     add("--num-envs", type=int, default=default(16), help="envs stepped together by an actor (default: 16, or the preset's)")
     add("--sticky-actions", type=float, default=default(0.25), metavar="P", help="Atari: the probability "
         "that the emulator repeats the previous action (default: 0.25, the published protocol)")

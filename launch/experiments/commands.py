@@ -74,7 +74,8 @@ DISTRIBUTED_FLAGS = ("--ports", "--resources", "--ray-address", "--params-via")
 
 # flag -> the ExperimentConfig field it sets (a preset's value stands unless the flag is given)
 EXPERIMENT_FLAGS = {"--max-env-steps": "max_env_steps", "--num-envs": "num_envs", "--eval-every": "eval_every",
-                    "--eval-episodes": "eval_episodes", "--sticky-actions": "sticky_actions"}
+                    "--eval-episodes": "eval_episodes", "--sticky-actions": "sticky_actions",
+                    "--video-every": "video_every"}
 
 
 def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, LaunchSettings | None]:

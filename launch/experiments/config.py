@@ -57,6 +57,9 @@ class ExperimentConfig:
       action_masks: use the env's action masks (``info["action_mask"]``, or an ``action_mask``
         key of a Dict observation; ``shoal.actors.observations``): masked actions are never
         taken. ``False``: masks are dropped, every action may be taken.
+      video_every: every this many evaluations (from the first), one more episode of the
+        evaluation policy, rendered to ``<run_dir>/videos/eval-<env steps>.mp4`` (the ``video``
+        extra; its time is ``video`` in the breakdown). 0 (the default): no videos.
     """
 
     builder: AgentBuilder
@@ -79,6 +82,7 @@ class ExperimentConfig:
     env_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     env_factory: str | Callable[..., gym.Env] | None = None
     action_masks: bool = True
+    video_every: int = setting(0, low=0, high=10**9)
 
     def __post_init__(self) -> None:
         # An agent with a schedule that decays over the run's budget (a ``*_schedule`` field
@@ -119,6 +123,10 @@ class ExperimentConfig:
         if not isinstance(self.env_args, Mapping) or not all(isinstance(k, str) for k in self.env_args):
             raise ValueError(f"env_args must be a dict of keyword arguments, got {self.env_args!r}")
         check_settings(self)
+        if self.video_every:
+            from shoal.actors.video import check_video_extra
+
+            check_video_extra()
 
     def validate_agent(self, spec: EnvironmentSpec, check_memory: bool = True) -> None:
         """The agent against the env (``spec``): its settings (the builder's ``validate``),

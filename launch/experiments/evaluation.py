@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from typing import Any, Callable
 
@@ -36,6 +38,7 @@ class Evaluator:
         networks = config.make_networks(spec)
         self._actor = builder.make_actor(key, builder.make_policy(networks, spec, True), spec,
                                          variable_source, None, asynchronous_updates=False)
+        self._source = variable_source
         self._logger = make_logger("eval", config.run_dir, terminal=False)
         self._target = config.resolved_target_return()
         self._next = config.eval_every
@@ -43,6 +46,8 @@ class Evaluator:
         self.stopwatch = stopwatch or Stopwatch()  # (a single-process run shares its own)
         self.last_return: float | None = None
         self.last_at = -1  # env steps at the last evaluation
+        self._video: tuple[Any, Any, Callable] | None = None  # (env, actor, render), made at the first video
+        self._key = key
 
     def due(self, env_steps: int) -> bool:
         return env_steps >= self._next
@@ -73,7 +78,37 @@ class Evaluator:
                             "eval_return_max": float(np.max(returns)),
                             "params_version": self._actor.params_version,
                             "wall_s": time.monotonic() - self._start})
+        every = getattr(self._config, "video_every", 0)
+        if every and self._config.run_dir and (self.num_evals - 1) % every == 0:
+            with self.stopwatch.time("video"):
+                self._record_video(env_steps)
         return self.solved
+
+    def _record_video(self, env_steps: int) -> None:
+        """One episode of the evaluation policy, to ``<run_dir>/videos/eval-<env steps>.mp4``
+        (``shoal.actors.video``); a failure is one warning line, and no more videos are tried."""
+        from shoal.actors.video import encode_mp4, record_episode, video_env
+        from shoal.core.files import make_dirs, write_atomic
+
+        config = self._config
+        try:
+            if self._video is None:
+                env, render = video_env(config, config.seed + EVAL_SEED_OFFSET)
+                spec = make_environment_spec(env)
+                policy = config.builder.make_policy(config.make_networks(spec), spec, True)
+                actor = config.builder.make_actor(self._key, policy, spec, self._source, None,
+                                                  asynchronous_updates=False)
+                self._video = (env, actor, render)
+            env, actor, render = self._video
+            actor.update(wait=True)
+            frames, _ = record_episode(env, actor, config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals, render)
+            directory = os.path.join(config.run_dir, "videos")
+            make_dirs(directory)
+            write_atomic(os.path.join(directory, f"eval-{env_steps:09d}.mp4"), encode_mp4(frames))
+        except Exception as e:  # noqa: BLE001 -- a video never stops training
+            print(f"shoal: warning: no evaluation video ({type(e).__name__}: {e}); no more will be tried",
+                  file=sys.stderr, flush=True)
+            config.video_every = 0
 
     def save(self) -> dict[str, Any]:
         """The evaluation schedule: where the next evaluation falls, and what the last found."""
@@ -102,3 +137,5 @@ class Evaluator:
     def close(self) -> None:
         self._logger.close()
         self._env.close()
+        if self._video is not None:
+            self._video[0].close()

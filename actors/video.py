@@ -1,0 +1,150 @@
+"""Evaluation videos: one episode of an actor in an env that renders RGB frames, written as an MP4
+(``imageio-ffmpeg``, which ships its own ffmpeg binary: the ``video`` extra).
+
+``video_env`` makes the env: the run's env with ``render_mode="rgb_array"`` (classic control,
+Box2D, MuJoCo, a user's env that takes it), or for Atari a ``RenderedAtari``: ale-py's vector env
+renders no RGB frames, so this one game computes the agent's observations from ALE's screens in
+NumPy with the same protocol (``make_atari_vector_env``: grayscale, frameskip 4 with max-pooling,
+84x84 by area averaging, a stack of 4, no-op starts, FIRE at reset, sticky actions) while the
+video shows the game's own 210x160 RGB screen.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from shoal.core.interfaces import Actor
+
+MAX_FRAMES = 5_000  # (a longer episode is cut: about 2.8 minutes at 30 frames a second)
+FPS = 30
+
+
+def check_video_extra() -> None:
+    """One ``ValueError`` naming the extra if ``imageio-ffmpeg`` is not installed."""
+    try:
+        import imageio_ffmpeg
+
+        del imageio_ffmpeg
+    except ImportError:
+        raise ValueError("evaluation videos need the 'video' extra, which is not installed; run "
+                         "pip install -e '.[video]' (from the Shoal repository)") from None
+
+
+def record_episode(env: gym.vector.VectorEnv, actor: Actor, seed: int,
+                   render: Callable[[], np.ndarray], max_frames: int = MAX_FRAMES) -> tuple[list[np.ndarray], float]:
+    """Frames (``[H, W, 3]`` uint8) of one episode of ``actor`` in the 1-env ``env`` from its
+    reset with ``seed`` (the first frame, then one after each step but the last: autoreset
+    has already started the next episode by then), and the episode's return."""
+    obs, _ = env.reset(seed=seed)
+    actor.end_episodes(np.ones(1, bool))
+    frames, total = [render()], 0.0
+    while len(frames) < max_frames:
+        action, _ = actor.select_action(obs)
+        obs, reward, terminated, truncated, _ = env.step(np.asarray(action))
+        total += float(reward[0])
+        if terminated[0] or truncated[0]:
+            break
+        frames.append(render())
+    return frames, total
+
+
+def encode_mp4(frames: list[np.ndarray], fps: int = FPS) -> bytes:
+    """The frames as H.264 MP4 bytes (``imageio-ffmpeg``)."""
+    import imageio_ffmpeg
+
+    height, width = frames[0].shape[:2]
+    with tempfile.TemporaryDirectory(prefix="shoal-video-") as tmp:
+        path = os.path.join(tmp, "episode.mp4")
+        writer = imageio_ffmpeg.write_frames(path, (width, height), fps=fps, macro_block_size=2,
+                                             ffmpeg_log_level="error")
+        with warnings.catch_warnings():  # (JAX warns of any fork; ffmpeg's is a fork and exec)
+            warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+            writer.send(None)  # (starts ffmpeg)
+        for frame in frames:
+            writer.send(np.ascontiguousarray(frame, np.uint8))
+        writer.close()
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[], np.ndarray]]:
+    """A 1-env evaluation env of ``config`` (an ``ExperimentConfig``) that renders, and the
+    function that returns its current RGB frame (see the module docstring)."""
+    from shoal.actors.environments import _atari_game, is_atari, make_vector_env
+
+    if is_atari(config.env_id) and config.env_factory is None:
+        game = _atari_game(config.env_id)
+        env = gym.vector.SyncVectorEnv([lambda: RenderedAtari(game, config.sticky_actions)],
+                                       autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        env.reset(seed=seed)
+        return env, lambda: env.envs[0].render()
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # (pygame draws off screen, and says nothing of it)
+    env = make_vector_env(config.env_id, 1, seed, evaluation=True, env_args={**config.env_args, "render_mode": "rgb_array"},
+                          env_factory=config.env_factory, action_masks=config.action_masks)
+    return env, lambda: env.call("render")[0]
+
+
+def _area_weights(size: int, out: int) -> np.ndarray:
+    """``[out, size]``: output pixel j averages the input over ``[j, j + 1) * size / out`` (what
+    OpenCV's ``INTER_AREA`` does when shrinking)."""
+    edges = np.arange(out + 1) * size / out
+    lows, highs = np.arange(size), np.arange(size) + 1
+    overlap = np.clip(np.minimum(highs[None], edges[1:, None]) - np.maximum(lows[None], edges[:-1, None]), 0, None)
+    return overlap * out / size
+
+
+class RenderedAtari(gym.Env):
+    """One Atari game whose observations follow ``make_atari_vector_env``'s protocol (channels
+    first, ``[4, 84, 84]`` uint8) and whose ``render()`` is its RGB screen (see the module)."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, game: str, sticky_actions: float, noop_max: int = 30) -> None:
+        from ale_py import AtariEnv
+
+        self._env = AtariEnv(game, obs_type="grayscale", frameskip=1, repeat_action_probability=sticky_actions,
+                             max_num_frames_per_episode=108_000, render_mode="rgb_array")
+        self.action_space = self._env.action_space
+        self.observation_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+        self._rows, self._cols = _area_weights(210, 84), _area_weights(160, 84).T
+        self._noop_max = noop_max
+        self._fire = "FIRE" in self._env.unwrapped.get_action_meanings()
+        self._stack = np.zeros((4, 84, 84), np.uint8)
+
+    def _push(self, screen: np.ndarray) -> np.ndarray:
+        frame = np.rint(self._rows @ screen.astype(np.float64) @ self._cols).astype(np.uint8)
+        self._stack = np.concatenate([self._stack[1:], frame[None]])
+        return self._stack.copy()
+
+    def reset(self, *, seed: int | None = None, options: Any = None):
+        screen, info = self._env.reset(seed=seed)
+        for _ in range(int(self._env.np_random.integers(0, self._noop_max + 1))):
+            screen, _, terminated, truncated, info = self._env.step(0)
+            if terminated or truncated:
+                screen, info = self._env.reset()
+        if self._fire:
+            screen, *_ = self._env.step(1)
+        self._stack[:] = 0  # (the earlier frames of a new episode are black, as ale-py's vector env has them)
+        return self._push(screen), info
+
+    def step(self, action):
+        total, screens = 0.0, []
+        for _ in range(4):
+            screen, reward, terminated, truncated, info = self._env.step(int(action))
+            total += float(reward)
+            screens.append(screen)
+            if terminated or truncated:
+                break
+        return self._push(np.maximum(*screens[-2:]) if len(screens) > 1 else screens[0]), total, terminated, truncated, info
+
+    def render(self) -> np.ndarray:
+        return self._env.render()
+
+    def close(self) -> None:
+        self._env.close()
