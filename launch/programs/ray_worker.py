@@ -4,8 +4,8 @@
   (``Program.colocate``) is created on that node's Ray node once it is known
   (``NodeAffinitySchedulingStrategy``, not soft).
 * Pending: until the actor answers its first ping it is *pending*. If Ray has found no machine
-  for it after ``PENDING_WARN_S`` and no node has what it asks for free, a warning names what it
-  asked for and what each node has free;
+  for it after ``PENDING_WARN_S`` and no node has what it asks for free (at two checks
+  ``PENDING_CONFIRM_S`` apart), a warning names what it asked for and what each node has free;
   it stays pending (shown so in the node table) until resources free up.
 * Partitions: the launcher pings every placed node every ``PING_EVERY_S``. A node silent for
   ``SILENT_WARN_S`` gets a warning (and a line when it answers again); one silent for
@@ -26,7 +26,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from shoal.launch.programs.program import Node
 
-PING_EVERY_S, SILENT_WARN_S, PENDING_WARN_S = 2.0, 5.0, 10.0
+PING_EVERY_S, SILENT_WARN_S, PENDING_WARN_S, PENDING_CONFIRM_S = 2.0, 5.0, 10.0, 5.0
 
 
 def _say(text: str) -> None:
@@ -98,6 +98,7 @@ class RayWorker:
         self._ping_sent = 0.0
         self._silent_warned = self._pending_warned = False
         self._next_check = 0.0
+        self._unfit_since: float | None = None  # (when a check first found it unplaceable)
 
     # -- starting -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -165,7 +166,13 @@ class RayWorker:
                  f"network, frozen, or restarting?); the run fails if it stays silent for {self._peer_timeout_s:g}s")
 
     def _warn_unplaceable(self) -> None:
+        """Warns once that the node cannot be placed, when two checks ``PENDING_CONFIRM_S`` apart
+        found it so: Ray may reserve a node's resources before its actor record shows the worker
+        process, and for that moment a node being started looks unplaceable (its own reservation
+        counted against it)."""
+        now = time.monotonic()
         if not _unplaced(self.actor):
+            self._unfit_since = None
             return  # (placed: still starting)
         wanted = requested(self._options)
         nodes = _free_per_node()
@@ -173,7 +180,11 @@ class RayWorker:
         if anchor is not None and anchor.where is not None:
             nodes = {k: v for k, v in nodes.items() if k == anchor.where[0]}
         if not nodes or any(_fits(wanted, free) for _, free, _ in nodes.values()):
+            self._unfit_since = None
             return  # (it fits: a worker process is still being started for it)
+        if self._unfit_since is None or now - self._unfit_since < PENDING_CONFIRM_S:
+            self._unfit_since = self._unfit_since or now
+            return
         self._pending_warned = True
         where = f"beside {anchor.node.label}" if anchor is not None else "on any node"
         table = "; ".join(f"{ip}: free {_show(free) or 'nothing'} of {_show(total)}"
