@@ -44,6 +44,7 @@ def test_a_one_process_run_made_from_python_resumes_from_the_cli(tmp_path):
     assert result["env_steps"] >= 3000 and "launcher" not in result
 
 
+@pytest.mark.slow  # (CI time; faults/test_resume.py resumes a distributed run in CI: -m slow runs this too)
 def test_a_distributed_run_made_from_python_resumes_from_the_cli(tmp_path):
     run_dir = tmp_path / "run"
     first = run_distributed_experiment(config(run_dir, 3_000), num_actors=2, launcher="inprocess")

@@ -135,6 +135,7 @@ def test_a_distributed_run_checks_once_and_its_driver_builds_one_env_and_no_poli
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # (CI time; the inprocess walk above counts the same calls per node: -m slow runs this too)
 def test_a_run_of_processes_from_the_cli_builds_the_env_once_per_process_that_steps_it(tmp_path):
     count_file = tmp_path / "built.txt"
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
