@@ -47,6 +47,7 @@ class Evaluator:
         self.last_return: float | None = None
         self.last_at = -1  # env steps at the last evaluation
         self._video: tuple[Any, Any, Callable] | None = None  # (env, actor, render), made at the first video
+        self._videos_on = True  # (until one fails: the run's config is not changed)
         self._key = key
 
     def due(self, env_steps: int) -> bool:
@@ -78,8 +79,8 @@ class Evaluator:
                             "eval_return_max": float(np.max(returns)),
                             "params_version": self._actor.params_version,
                             "wall_s": time.monotonic() - self._start})
-        every = getattr(self._config, "video_every", 0)
-        if every and self._config.run_dir and (self.num_evals - 1) % every == 0:
+        every = self._config.video_every
+        if every and self._videos_on and self._config.run_dir and (self.num_evals - 1) % every == 0:
             with self.stopwatch.time("video"):
                 self._record_video(env_steps)
         return self.solved
@@ -108,7 +109,7 @@ class Evaluator:
         except Exception as e:  # noqa: BLE001 -- a video never stops training
             print(f"shoal: warning: no evaluation video ({type(e).__name__}: {e}); no more will be tried",
                   file=sys.stderr, flush=True)
-            config.video_every = 0
+            self._videos_on = False
 
     def save(self) -> dict[str, Any]:
         """The evaluation schedule: where the next evaluation falls, and what the last found."""
