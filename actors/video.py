@@ -73,6 +73,51 @@ def encode_mp4(frames: list[np.ndarray], fps: int = FPS) -> bytes:
             return f.read()
 
 
+def encode_gif(frames: list[np.ndarray], fps: int = FPS, max_width: int = 240,
+               max_fps: int = 15) -> tuple[bytes, tuple[int, int]]:
+    """The frames as an animated GIF (Pillow), at most ``max_width`` pixels wide and
+    ``max_fps`` frames a second (frames dropped evenly), and its ``(height, width)``."""
+    import io
+
+    from PIL import Image
+
+    every = max(1, round(fps / max_fps))
+    height, width = frames[0].shape[:2]
+    scale = min(1.0, max_width / width)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    images = [Image.fromarray(np.ascontiguousarray(frame, np.uint8)).resize(size, Image.Resampling.BILINEAR)
+              .quantize(colors=64, method=Image.Quantize.FASTOCTREE) for frame in frames[::every]]
+    data = io.BytesIO()
+    images[0].save(data, format="GIF", save_all=True, append_images=images[1:], loop=0,
+                   duration=round(1000 * every / fps))
+    return data.getvalue(), (size[1], size[0])
+
+
+class TensorBoardVideos:
+    """Evaluation videos in TensorBoard, as animated GIF images (tag ``eval/video``; its Images
+    tab plays them), written under ``directory`` (the run's ``tb/eval``)."""
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+        self._writer: Any = None
+
+    def add(self, frames: list[np.ndarray], step: int, fps: int = FPS) -> None:
+        from tensorboardX import SummaryWriter
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        gif, (height, width) = encode_gif(frames, fps)
+        if self._writer is None:
+            # (a file of its own: the eval log's writer may open one of the same second's name)
+            self._writer = SummaryWriter(self._directory, flush_secs=5, filename_suffix=".videos")
+        image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
+        self._writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag="eval/video", image=image)]), step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
 def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[], np.ndarray]]:
     """A 1-env evaluation env of ``config`` (an ``ExperimentConfig``) that renders, and the
     function that returns its current RGB frame (see the module docstring)."""

@@ -13,8 +13,9 @@ goes through one of these:
   ``path`` is refused (``OSError`` ``ELOOP``), not followed.
 * ``check_run_directory(path)`` -- the directory itself: refused (``ValueError``, one line) if
   another user owns it or anyone may write to it, if it is a link, or if anything in it is a link
-  or belongs to another user; a group-writable directory is a warning (common under a private
-  group's umask).
+  or belongs to another user (not looking inside ``wandb/``, Weights & Biases' own files with its
+  own links, which Shoal never reads: ``--track wandb``); a group-writable directory is a warning
+  (common under a private group's umask).
 
 ``O_NOFOLLOW`` guards the last part of a path only; ``check_run_directory`` covers the
 directories inside the run directory (``logs/``, ``checkpoints/``, ...) before a run starts.
@@ -96,6 +97,9 @@ def check_run_directory(path: str, max_entries: int = 100_000) -> None:
               file=sys.stderr, flush=True)
     seen = 0
     for root, dirs, files in os.walk(path):  # (os.walk does not descend into links)
+        if root == path and "wandb" in dirs:  # (W&B's own files, links among them: Shoal reads none)
+            dirs.remove("wandb")
+            files = files + ["wandb"]
         for name in dirs + files:
             seen += 1
             if seen > max_entries:

@@ -124,6 +124,10 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--eval-episodes", type=int, default=default(10), help="greedy episodes per evaluation (default: 10, or the preset's)")
     add("--video-every", type=int, default=default(0), metavar="N", help="every N evaluations (from the "
         "first), record one evaluation episode to RUN_DIR/videos/ as an MP4 (the 'video' extra; default: 0, none)")
+    add("--track", choices=["wandb", "mlflow", "none"], default=default("none"), help="also send the "
+        "run's config, logs, videos and result to Weights & Biases (the 'wandb' extra; WANDB_* variables "
+        "apply, e.g. WANDB_MODE=offline) or MLflow (the 'mlflow' extra; MLFLOW_TRACKING_URI, default "
+        "sqlite:///mlflow.db here); with --resume, the same tracking run goes on (default: none)")
     add("--num-envs", type=int, default=default(16), help="envs stepped together by an actor (default: 16, or the preset's)")
     add("--sticky-actions", type=float, default=default(0.25), metavar="P", help="Atari: the probability "
         "that the emulator repeats the previous action (default: 0.25, the published protocol)")

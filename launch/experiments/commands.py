@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from shoal.launch.experiments.launch_settings import LaunchSettings
 
 # The `shoal train` flags that may come with --resume (the rest are the run's own).
-RESUME_FLAGS = ("--resume", "--quiet", "--verbose", "--max-env-steps", "--checkpoint-every")
+RESUME_FLAGS = ("--resume", "--quiet", "--verbose", "--max-env-steps", "--checkpoint-every", "--track")
 
 
 def train(args: argparse.Namespace, given: list[str], started: float,
@@ -91,7 +91,8 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
     config = experiment_config(
         args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
         run_dir=run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet,
-        env_args=dict(args.env_args), action_masks=args.action_masks, **chosen)
+        env_args=dict(args.env_args), action_masks=args.action_masks,
+        track=None if args.track == "none" else args.track, **chosen)
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
         raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
@@ -123,6 +124,8 @@ def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConf
         changes["max_env_steps"] = args.max_env_steps
     if "--checkpoint-every" in given:
         changes["checkpoint_every_s"] = args.checkpoint_every
+    if "--track" in given:
+        changes["track"] = None if args.track == "none" else args.track
     return load_run(args.resume, **changes)
 
 

@@ -60,6 +60,9 @@ class ExperimentConfig:
       video_every: every this many evaluations (from the first), one more episode of the
         evaluation policy, rendered to ``<run_dir>/videos/eval-<env steps>.mp4`` (the ``video``
         extra; its time is ``video`` in the breakdown). 0 (the default): no videos.
+      track: also send the run's logs, videos and result to a tracking server: ``"wandb"``
+        (Weights & Biases) or ``"mlflow"``, each with its extra (``launch.experiments.tracking``;
+        needs a ``run_dir``). ``None`` (the default): no tracking.
     """
 
     builder: AgentBuilder
@@ -83,6 +86,7 @@ class ExperimentConfig:
     env_factory: str | Callable[..., gym.Env] | None = None
     action_masks: bool = True
     video_every: int = setting(0, low=0, high=10**9)
+    track: str | None = None
 
     def __post_init__(self) -> None:
         # An agent with a schedule that decays over the run's budget (a ``*_schedule`` field
@@ -127,6 +131,13 @@ class ExperimentConfig:
             from shoal.actors.video import check_video_extra
 
             check_video_extra()
+        if self.track is not None:
+            from shoal.launch.experiments.trackers import check_backend
+
+            check_backend(self.track)
+            if not self.run_dir:
+                raise ValueError(f"track={self.track!r} needs a run directory (the tracker sends the logs "
+                                 "its nodes write there); give run_dir")
 
     def validate_agent(self, spec: EnvironmentSpec, check_memory: bool = True) -> None:
         """The agent against the env (``spec``): its settings (the builder's ``validate``),

@@ -25,6 +25,7 @@ from shoal.launch.experiments.launch_settings import LaunchSettings
 from shoal.launch.experiments.preflight import prepare
 from shoal.launch.experiments.program import CPU_ENV
 from shoal.launch.experiments.runs import claim_run_directory
+from shoal.launch.experiments.tracking import start_tracking
 from shoal.launch.programs import Resources, launch
 
 
@@ -71,17 +72,23 @@ def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: th
         _join_ray(settings.ray_address, config.run_dir)
     run_begins()  # (from here a signal stops the program instead of ending this process: interrupts)
     run_dir = claim_run_directory(config, spec, settings) if config.run_dir else None
+    tracker, result = None, None
     try:
+        tracker = start_tracking(config)
         driver = ProgramDriver(config, spec, saved, launched_at, autoscale=_autoscale(settings, num_actors, launched_at))
         reader_env = {**CPU_ENV, "SHOAL_PARAMS_VIA": settings.params_via}
         run = launch(program, settings.launcher, run_dir=config.run_dir, ray_address=settings.ray_address,
                      ports=settings.ports, group_env={"actor": reader_env, "evaluator": reader_env},
                      before_stop=driver.last_checkpoint)
+        if tracker is not None:
+            tracker.live = lambda: {"actors": len(run.running("actor"))}
         result = driver.follow(run, stop)
         result.update(launcher=settings.launcher, process_s=round(process_seconds(), 3))
         if run_dir is not None:
             run_dir.write_json("result.json", result)
     finally:
+        if tracker is not None:
+            tracker.close(result)
         if run_dir is not None:
             run_dir.unlock()
     return result

@@ -47,6 +47,7 @@ class Evaluator:
         self.last_return: float | None = None
         self.last_at = -1  # env steps at the last evaluation
         self._video: tuple[Any, Any, Callable] | None = None  # (env, actor, render), made at the first video
+        self._tensorboard_videos: Any = None  # (actors.video.TensorBoardVideos, made at the first video)
         self._videos_on = True  # (until one fails: the run's config is not changed)
         self._key = key
 
@@ -87,8 +88,8 @@ class Evaluator:
 
     def _record_video(self, env_steps: int) -> None:
         """One episode of the evaluation policy, to ``<run_dir>/videos/eval-<env steps>.mp4``
-        (``shoal.actors.video``); a failure is one warning line, and no more videos are tried."""
-        from shoal.actors.video import encode_mp4, record_episode, video_env
+        and to TensorBoard (``tb/eval``, an animated GIF; ``shoal.actors.video``); a failure is one warning line, and no more videos are tried."""
+        from shoal.actors.video import TensorBoardVideos, encode_mp4, record_episode, video_env
         from shoal.core.files import make_dirs, write_atomic
 
         config = self._config
@@ -106,6 +107,9 @@ class Evaluator:
             directory = os.path.join(config.run_dir, "videos")
             make_dirs(directory)
             write_atomic(os.path.join(directory, f"eval-{env_steps:09d}.mp4"), encode_mp4(frames))
+            if self._tensorboard_videos is None:
+                self._tensorboard_videos = TensorBoardVideos(os.path.join(config.run_dir, "tb", "eval"))
+            self._tensorboard_videos.add(frames, env_steps)
         except Exception as e:  # noqa: BLE001 -- a video never stops training
             print(f"shoal: warning: no evaluation video ({type(e).__name__}: {e}); no more will be tried",
                   file=sys.stderr, flush=True)
@@ -140,3 +144,5 @@ class Evaluator:
         self._env.close()
         if self._video is not None:
             self._video[0].close()
+        if self._tensorboard_videos is not None:
+            self._tensorboard_videos.close()

@@ -34,6 +34,7 @@ from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.pacing import LearningActor
 from shoal.launch.experiments.runs import claim_run_directory
+from shoal.launch.experiments.tracking import start_tracking
 
 
 def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None) -> dict[str, Any]:
@@ -55,10 +56,15 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
         run_dir = claim_run_directory(config, spec) if config.run_dir else None
         if run_dir is not None:
             _closing(stack, "the run directory lock", run_dir.unlock)
-        result = _train(config, env, spec, start, stop, stack)
-        result["process_s"] = round(process_seconds(), 3)
-        if run_dir is not None:
-            run_dir.write_json("result.json", result)
+        tracker, result = start_tracking(config), None
+        try:
+            result = _train(config, env, spec, start, stop, stack)
+            result["process_s"] = round(process_seconds(), 3)
+            if run_dir is not None:
+                run_dir.write_json("result.json", result)
+        finally:
+            if tracker is not None:
+                tracker.close(result)
     return result
 
 

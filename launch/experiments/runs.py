@@ -20,7 +20,7 @@ from shoal.launch.experiments.run_files import check_config
 from shoal.launch.experiments.rundir import RunDirectory, read_json
 
 # What ``resume_experiment`` may change of a saved run (the rest is the run's own).
-RESUMABLE_CHANGES = ("max_env_steps", "checkpoint_every_s", "progress", "progress_every_s")
+RESUMABLE_CHANGES = ("max_env_steps", "checkpoint_every_s", "progress", "progress_every_s", "track")
 
 
 def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,

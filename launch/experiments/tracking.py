@@ -1,0 +1,162 @@
+"""``RunTracker``: a run's logs sent to a tracking backend (``--track wandb|mlflow``;
+``trackers``) by the process that launched the run, whichever launcher runs its nodes.
+
+The nodes write their CSV logs to the run directory as always (``train``, ``learner``, ``eval``,
+``actor_N``: every metric, the time breakdown's ``time_*`` columns included); a thread of the
+launching process reads what each log gained every ``every_s`` seconds (``CsvTail``) and hands
+those rows to the backend, with each new evaluation video and, for a distributed run, the
+number of actors running. At the run's end it sends the rest and the result. The tracking
+run's id and how many rows of each log it holds are kept in ``<run_dir>/tracking.json``, so a
+resumed run continues the same tracking run where it left off.
+
+The backend never stops training: its first failure is one warning line and tracking ends
+there, while the CSV and TensorBoard logs go on complete.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import math
+import os
+import re
+import sys
+import threading
+from typing import Any, Callable
+
+from shoal.launch.experiments.rundir import read_json, write_json
+from shoal.launch.experiments.trackers import make_backend
+
+STATE = "tracking.json"
+FINISH_TIMEOUT_S = 120.0
+_VIDEO = re.compile(r"eval-(\d+)\.mp4$")
+
+
+class CsvTail:
+    """The rows one CSV log gained since the last ``read``, as numbers (blank, NaN and
+    non-numeric values left out). ``rows``: how many were read before (a resumed run's count).
+    A log rewritten with a wider header (``loggers.CSVLogger``) is read again from its start,
+    skipping the rows already read."""
+
+    def __init__(self, path: str, rows: int = 0) -> None:
+        self.path, self.rows = path, rows
+        self._inode: int | None = None
+        self._offset = 0
+        self._header: list[str] | None = None
+
+    def read(self) -> list[dict[str, float]]:
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return []
+        skip = 0
+        if stat.st_ino != self._inode or stat.st_size < self._offset:  # new, or rewritten
+            self._inode, self._offset, self._header, skip = stat.st_ino, 0, None, self.rows
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        data = data[:data.rfind(b"\n") + 1]  # (whole lines only: a row may be half-written)
+        self._offset += len(data)
+        lines = data.decode("utf-8", "replace").splitlines()
+        if self._header is None and lines:
+            self._header, lines = next(csv.reader(lines[:1])), lines[1:]
+        rows = [self._numbers(values) for values in csv.reader(lines)][skip:]
+        self.rows += len(rows)
+        return rows
+
+    def _numbers(self, values: list[str]) -> dict[str, float]:
+        row: dict[str, float] = {}
+        for key, text in zip(self._header or [], values):
+            try:
+                number = float(text)
+            except ValueError:
+                continue
+            if math.isfinite(number):
+                row[key] = int(number) if key.endswith("_steps") else number
+        return row
+
+
+class RunTracker:
+    """Sends ``run_dir``'s logs to the ``backend`` (a ``trackers`` name) from a thread of this
+    process, from ``start()`` to ``close(result)``. ``live``: more values to log each time
+    (e.g. ``{"actors": 4}``), as the ``program`` log."""
+
+    def __init__(self, backend: str, run_dir: str, resume: bool, every_s: float = 5.0) -> None:
+        self._name, self._run_dir, self._every_s = backend, run_dir, every_s
+        saved = read_json(os.path.join(run_dir, STATE), "the run's tracking state") if resume else None
+        same = isinstance(saved, dict) and saved.get("backend") == backend
+        self._resume_id = saved.get("run_id") if same else None
+        self._rows: dict[str, int] = dict(saved.get("rows") or {}) if same else {}
+        self._videos: list[str] = list(saved.get("videos") or []) if same else []
+        self._tails: dict[str, CsvTail] = {}
+        self.live: Callable[[], dict[str, float]] | None = None
+        self._env_steps = 0
+        self._result: dict[str, Any] | None = None
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="shoal-tracking", daemon=True)
+
+    def start(self) -> "RunTracker":
+        self._thread.start()
+        return self
+
+    def close(self, result: dict[str, Any] | None, timeout_s: float = FINISH_TIMEOUT_S) -> None:
+        """Sends what is left and ``result`` (``None``: the run failed), waiting at most ``timeout_s``."""
+        self._result = result
+        self._closing.set()
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            print(f"shoal: warning: tracking ({self._name}) did not finish within {timeout_s:.0f} s; the "
+                  f"run's logs are complete in {self._run_dir}", file=sys.stderr, flush=True)
+
+    def _follow(self) -> None:
+        backend = make_backend(self._name)
+        try:
+            config = read_json(os.path.join(self._run_dir, "config.json"), "the run's config") or {}
+            run_id = backend.start(self._run_dir, config, self._resume_id)
+            print(f"shoal: tracking to {backend.where()}", file=sys.stderr, flush=True)
+            while not self._closing.wait(self._every_s):
+                self._send(backend, run_id)
+            self._send(backend, run_id)
+            backend.finish(self._result)
+        except Exception as e:  # noqa: BLE001 -- a tracker never stops training
+            print(f"shoal: warning: tracking ({self._name}) failed: {type(e).__name__}: {e!s:.300}; training "
+                  f"goes on, its CSV and TensorBoard logs stay complete in {self._run_dir} (no more "
+                  "tracking this run)", file=sys.stderr, flush=True)
+
+    def _live_values(self) -> dict[str, float]:
+        if self.live is None or self._closing.is_set():
+            return {}
+        try:
+            return self.live()
+        except Exception:  # noqa: BLE001 -- (a program that is ending: nothing this time)
+            return {}
+
+    def _send(self, backend, run_id: str) -> None:
+        """What each log gained, the new videos and the live values; then ``tracking.json``."""
+        for path in sorted(glob.glob(os.path.join(glob.escape(self._run_dir), "*.csv"))):
+            label = os.path.basename(path)[:-4]
+            tail = self._tails.setdefault(label, CsvTail(path, self._rows.get(label, 0)))
+            rows = tail.read()
+            if rows:
+                self._env_steps = max([self._env_steps] + [int(r.get("env_steps", 0)) for r in rows])
+                backend.log(label, rows)
+                self._rows[label] = tail.rows
+        for path in sorted(glob.glob(os.path.join(glob.escape(self._run_dir), "videos", "eval-*.mp4"))):
+            name = os.path.basename(path)
+            match = _VIDEO.fullmatch(name)
+            if match and name not in self._videos:
+                backend.video(path, int(match.group(1)))
+                self._videos.append(name)
+        live = self._live_values()
+        if live:
+            backend.log("program", [{"env_steps": self._env_steps, **live}])
+        write_json(os.path.join(self._run_dir, STATE), {"backend": self._name, "run_id": run_id,
+                                                        "rows": self._rows, "videos": self._videos})
+
+
+def start_tracking(config) -> RunTracker | None:
+    """The tracker of ``config`` (an ``ExperimentConfig`` whose run directory is claimed),
+    started; ``None`` without ``config.track``."""
+    if not config.track or not config.run_dir:
+        return None
+    return RunTracker(config.track, config.run_dir, resume=config.resume).start()
