@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import glob
+import json
 import math
 import os
 import re
@@ -89,6 +90,7 @@ class RunTracker:
         self._rows: dict[str, int] = dict(saved.get("rows") or {}) if same else {}
         self._videos: list[str] = list(saved.get("videos") or []) if same else []
         self._tails: dict[str, CsvTail] = {}
+        self._written: dict[str, Any] | None = None  # (tracking.json as last written)
         self.live: Callable[[], dict[str, float]] | None = None
         self._env_steps = 0
         self._result: dict[str, Any] | None = None
@@ -110,6 +112,7 @@ class RunTracker:
 
     def _follow(self) -> None:
         backend = make_backend(self._name)
+        self._closing.wait(self._every_s)  # (the backend starts after the run's own start, not beside it)
         try:
             config = read_json(os.path.join(self._run_dir, "config.json"), "the run's config") or {}
             run_id = backend.start(self._run_dir, config, self._resume_id)
@@ -150,8 +153,10 @@ class RunTracker:
         live = self._live_values()
         if live:
             backend.log("program", [{"env_steps": self._env_steps, **live}])
-        write_json(os.path.join(self._run_dir, STATE), {"backend": self._name, "run_id": run_id,
-                                                        "rows": self._rows, "videos": self._videos})
+        state = {"backend": self._name, "run_id": run_id, "rows": self._rows, "videos": self._videos}
+        if state != self._written:
+            write_json(os.path.join(self._run_dir, STATE), state)
+            self._written = json.loads(json.dumps(state))
 
 
 def start_tracking(config) -> RunTracker | None:
