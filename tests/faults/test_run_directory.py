@@ -48,6 +48,20 @@ def test_writes_replace_a_planted_link_and_never_write_through_it(tmp_path):
     assert victim.read_text() == "precious"
 
 
+def test_links_inside_wandbs_own_directory_pass_the_check_and_a_wandb_link_does_not(tmp_path):
+    from shoal.core.files import check_run_directory
+
+    run = tmp_path / "run"
+    (run / "wandb" / "offline-run-1").mkdir(parents=True)
+    (run / "wandb" / "latest-run").symlink_to(run / "wandb" / "offline-run-1")  # (as W&B makes it)
+    check_run_directory(str(run))
+    (run / "wandb" / "latest-run").unlink()
+    (run / "wandb").rename(tmp_path / "elsewhere")
+    (run / "wandb").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="wandb is a symbolic link"):
+        check_run_directory(str(run))
+
+
 @pytest.mark.e2e
 def test_a_run_directory_holding_links_is_refused_before_anything_is_written(tmp_path):
     outside = {name: tmp_path / f"outside-{name}" for name in ("lock", "token", "log")}
