@@ -43,6 +43,9 @@ def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class Backend:
+    """What ``tracking.RunTracker`` calls, in this order: ``start``, ``log`` and ``video`` any
+    number of times, ``finish`` (``result`` ``None``: the run failed)."""
+
     def start(self, run_dir: str, config: dict[str, Any], resume_id: str | None) -> str:
         raise NotImplementedError
 
@@ -86,7 +89,7 @@ class WandbBackend(Backend):
     def video(self, path: str, env_steps: int) -> None:
         import wandb
 
-        self.log("eval", [])
+        self.log("eval", [])  # (eval/* against eval/env_steps, if no eval row came first)
         self._run.log({"eval/video": wandb.Video(path, format="mp4"), "eval/env_steps": env_steps})
 
     def finish(self, result: dict[str, Any] | None) -> None:
