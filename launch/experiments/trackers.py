@@ -11,6 +11,7 @@ the run can be seen.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import time
@@ -24,11 +25,13 @@ def check_backend(name: str) -> None:
     """A ``ValueError`` unless ``name`` is a backend whose extra is installed."""
     if name not in BACKENDS:
         raise ValueError(f"track must be one of {', '.join(BACKENDS)} (or None: no tracking), got {name!r}")
-    try:
-        __import__(_MODULES[name])
-    except ImportError:
+    try:  # (found, not imported: importing wandb or mlflow takes a second or two of the run's start)
+        found = importlib.util.find_spec(_MODULES[name]) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
         raise ValueError(f"--track {name} needs the '{name}' extra, which is not installed; run "
-                         f"pip install -e '.[{name}]' (from the Shoal repository)") from None
+                         f"pip install -e '.[{name}]' (from the Shoal repository)")
 
 
 def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
