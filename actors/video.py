@@ -11,6 +11,7 @@ video shows the game's own 210x160 RGB screen.
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 import warnings
@@ -77,8 +78,6 @@ def encode_gif(frames: list[np.ndarray], fps: int = FPS, max_width: int = 240,
                max_fps: int = 15) -> tuple[bytes, tuple[int, int]]:
     """The frames as an animated GIF (Pillow), at most ``max_width`` pixels wide and
     ``max_fps`` frames a second (frames dropped evenly), and its ``(height, width)``."""
-    import io
-
     from PIL import Image
 
     every = max(1, round(fps / max_fps))

@@ -50,6 +50,17 @@ def _parse_num_actors(text: str) -> int | str:
                                          f"auto:1-8), got {text!r}") from None
 
 
+def _parse_track(text: str) -> str | None:
+    """A tracking backend's name, or ``none`` -> ``None``."""
+    from shoal.launch.experiments.trackers import BACKENDS
+
+    if text == "none":
+        return None
+    if text not in BACKENDS:
+        raise argparse.ArgumentTypeError(f"--track takes {', '.join(BACKENDS)} or none, got {text!r}")
+    return text
+
+
 def _parse_resources(text: str) -> tuple[str, Any]:
     """``GROUP:NAME=VALUE[,NAME=VALUE...]`` -> ``(group, Resources)``."""
     from shoal.launch.programs import Resources
@@ -124,7 +135,7 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--eval-episodes", type=int, default=default(10), help="greedy episodes per evaluation (default: 10, or the preset's)")
     add("--video-every", type=int, default=default(0), metavar="N", help="every N evaluations (from the "
         "first), record one evaluation episode to RUN_DIR/videos/ as an MP4 (the 'video' extra; default: 0, none)")
-    add("--track", choices=["wandb", "mlflow", "none"], default=default("none"), help="also send the "
+    add("--track", type=_parse_track, default=default(None), metavar="{wandb,mlflow,none}", help="also send the "
         "run's config, logs, videos and result to Weights & Biases (the 'wandb' extra; WANDB_* variables "
         "apply, e.g. WANDB_MODE=offline) or MLflow (the 'mlflow' extra; MLFLOW_TRACKING_URI, default "
         "sqlite:///mlflow.db here); with --resume, the same tracking run goes on (default: none)")

@@ -92,7 +92,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
         run_dir=run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet,
         env_args=dict(args.env_args), action_masks=args.action_masks,
-        track=None if args.track == "none" else args.track, **chosen)
+        track=args.track, **chosen)
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
         raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
@@ -125,7 +125,7 @@ def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConf
     if "--checkpoint-every" in given:
         changes["checkpoint_every_s"] = args.checkpoint_every
     if "--track" in given:
-        changes["track"] = None if args.track == "none" else args.track
+        changes["track"] = args.track
     return load_run(args.resume, **changes)
 
 

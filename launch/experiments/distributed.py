@@ -80,8 +80,6 @@ def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: th
         run = launch(program, settings.launcher, run_dir=config.run_dir, ray_address=settings.ray_address,
                      ports=settings.ports, group_env={"actor": reader_env, "evaluator": reader_env},
                      before_stop=driver.last_checkpoint)
-        if tracker is not None:
-            tracker.live = lambda: {"actors": len(run.running("actor"))}
         result = driver.follow(run, stop)
         result.update(launcher=settings.launcher, process_s=round(process_seconds(), 3))
         if run_dir is not None:

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from shoal.core.loggers import TerminalLogger
+from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import breakdown
 from shoal.launch.experiments.checkpointing import Periodic, commit, spec_record
 from shoal.launch.experiments.config import ExperimentConfig
@@ -36,6 +36,9 @@ class ProgramDriver:
         self._clients: dict[str, Any] = {}
         self._progress = Periodic(config.progress_every_s) if config.progress else None
         self._baseline: tuple[float, int] | None = None  # (time, env steps) the speed counts from
+        # RUN_DIR/program.csv: the actors running, a row each time their number changes
+        self._program_log = make_logger("program", config.run_dir, terminal=False) if config.run_dir else None
+        self._actors_logged: int | None = None
         if saved is not None:
             print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
                   f"{saved['learner_version']} (state {saved['learner_digest']}), "
@@ -76,6 +79,8 @@ class ProgramDriver:
                             raise
                 if self._autoscale is not None and not terminated:
                     self._tick_autoscale(run)
+                if self._program_log is not None:
+                    self._log_actors(run)
                 if self._progress is not None and self._progress.due():
                     self._progress.reset()
                     self._show_progress(run)
@@ -86,6 +91,8 @@ class ProgramDriver:
             raise
         finally:
             print(run.summary(), file=sys.stderr, flush=True)
+            if self._program_log is not None:
+                self._program_log.close()
         evaluator = results.get("evaluator")
         if terminated and evaluator is None:  # stopped before the evaluator served: no evaluation
             evaluator = {"result": self._unevaluated()}
@@ -104,6 +111,21 @@ class ProgramDriver:
             self._autoscale.pinned = len(run.running("actor"))
             print(f"shoal: warning: autoscaling stopped ({e!r:.200}); the run goes on with "
                   f"{self._autoscale.pinned} actors", file=sys.stderr, flush=True)
+
+    def _log_actors(self, run) -> None:
+        """A row of the ``program`` log when the number of running actors changed (not while
+        the program ends), at the counter's env steps (the last checkpoint's before it serves)."""
+        actors = len(run.running("actor"))
+        if actors == self._actors_logged or run.ending():
+            return
+        self._actors_logged = actors
+        env_steps = self._checkpointed_env_steps or int((self._saved or {}).get("env_steps", 0))
+        if run.serving("counter"):
+            try:
+                env_steps = int(self._client(run, "counter").get_counts().get("env_steps", 0))
+            except Exception:  # noqa: BLE001 -- (ending: the last known count)
+                pass
+        self._program_log.write({"env_steps": env_steps, "actors": actors})
 
     def _unevaluated(self) -> dict[str, Any]:
         """The result's fields for a run stopped before its evaluator served (nothing evaluated)."""

@@ -47,7 +47,7 @@ class Evaluator:
         self.last_return: float | None = None
         self.last_at = -1  # env steps at the last evaluation
         self._video: tuple[Any, Any, Callable] | None = None  # (env, actor, render), made at the first video
-        self._tensorboard_videos: Any = None  # (actors.video.TensorBoardVideos, made at the first video)
+        self._tensorboard_videos: Any = None  # (actors.video.TensorBoardVideos, made with self._video)
         self._videos_on = True  # (until one fails: the run's config is not changed)
         self._key = key
 
@@ -88,7 +88,8 @@ class Evaluator:
 
     def _record_video(self, env_steps: int) -> None:
         """One episode of the evaluation policy, to ``<run_dir>/videos/eval-<env steps>.mp4``
-        and to TensorBoard (``tb/eval``, an animated GIF; ``shoal.actors.video``); a failure is one warning line, and no more videos are tried."""
+        and to TensorBoard (``tb/eval``, an animated GIF; ``shoal.actors.video``); a failure is one
+        warning line, and no more videos are tried."""
         from shoal.actors.video import TensorBoardVideos, encode_mp4, record_episode, video_env
         from shoal.core.files import make_dirs, write_atomic
 
@@ -101,14 +102,13 @@ class Evaluator:
                 actor = config.builder.make_actor(self._key, policy, spec, self._source, None,
                                                   asynchronous_updates=False)
                 self._video = (env, actor, render)
+                self._tensorboard_videos = TensorBoardVideos(os.path.join(config.run_dir, "tb", "eval"))
             env, actor, render = self._video
             actor.update(wait=True)
             frames, _ = record_episode(env, actor, config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals, render)
             directory = os.path.join(config.run_dir, "videos")
             make_dirs(directory)
             write_atomic(os.path.join(directory, f"eval-{env_steps:09d}.mp4"), encode_mp4(frames))
-            if self._tensorboard_videos is None:
-                self._tensorboard_videos = TensorBoardVideos(os.path.join(config.run_dir, "tb", "eval"))
             self._tensorboard_videos.add(frames, env_steps)
         except Exception as e:  # noqa: BLE001 -- a video never stops training
             print(f"shoal: warning: no evaluation video ({type(e).__name__}: {e}); no more will be tried",

@@ -2,31 +2,25 @@
 (``--track mlflow``, the ``mlflow`` extra). Each is driven by one ``tracking.RunTracker`` in the
 process that launched the run; nodes never open a tracking run of their own.
 
-A backend has five calls: ``start`` (returns the backend's run id; given the id a previous
-process of the same run directory recorded, it continues that run), ``log`` (rows of one CSV
-log, e.g. ``train``, each logged as ``<label>/<column>`` against ``<label>/env_steps``),
-``video``, ``finish`` (the result, as the run's summary) -- and ``where``, a line saying where
-the run can be seen.
+A backend (``Backend``) is started once, sent logs and videos, and finished with the result.
 """
 
 from __future__ import annotations
 
+import abc
 import importlib.util
 import logging
 import os
 import time
 from typing import Any, Mapping, Sequence
 
-BACKENDS = ("wandb", "mlflow")
-_MODULES = {"wandb": "wandb", "mlflow": "mlflow"}
-
 
 def check_backend(name: str) -> None:
-    """A ``ValueError`` unless ``name`` is a backend whose extra is installed."""
+    """A ``ValueError`` unless ``name`` is a backend (``BACKENDS``) whose extra is installed."""
     if name not in BACKENDS:
         raise ValueError(f"track must be one of {', '.join(BACKENDS)} (or None: no tracking), got {name!r}")
     try:  # (found, not imported: importing wandb or mlflow takes a second or two of the run's start)
-        found = importlib.util.find_spec(_MODULES[name]) is not None
+        found = importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         found = False
     if not found:
@@ -45,24 +39,32 @@ def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-class Backend:
-    """What ``tracking.RunTracker`` calls, in this order: ``start``, ``log`` and ``video`` any
-    number of times, ``finish`` (``result`` ``None``: the run failed)."""
+class Backend(abc.ABC):
+    """What ``tracking.RunTracker`` calls, in this order: ``start``, then ``log`` and ``video``
+    any number of times, then ``finish``."""
 
+    @abc.abstractmethod
     def start(self, run_dir: str, config: dict[str, Any], resume_id: str | None) -> str:
-        raise NotImplementedError
+        """Opens the tracking run of ``run_dir`` with ``config`` (its ``config.json``); returns
+        its id. ``resume_id``: the id a previous process of this run directory recorded, whose
+        run this one continues."""
 
+    @abc.abstractmethod
     def log(self, label: str, rows: Sequence[dict[str, float]]) -> None:
-        raise NotImplementedError
+        """Rows of one CSV log (``label``, e.g. ``train``): each value as ``<label>/<column>``,
+        against the row's ``env_steps``."""
 
+    @abc.abstractmethod
     def video(self, path: str, env_steps: int) -> None:
-        raise NotImplementedError
+        """The evaluation video at ``path``, recorded at ``env_steps``."""
 
+    @abc.abstractmethod
     def finish(self, result: dict[str, Any] | None) -> None:
-        raise NotImplementedError
+        """Closes the run with the run's ``result`` as its summary (``None``: the run failed)."""
 
+    @abc.abstractmethod
     def where(self) -> str:
-        raise NotImplementedError
+        """Where the run can be seen, for the line that says it started."""
 
 
 class WandbBackend(Backend):
@@ -81,18 +83,22 @@ class WandbBackend(Backend):
         self._labels: set[str] = set()
         return self._run.id
 
-    def log(self, label: str, rows: Sequence[dict[str, float]]) -> None:
-        if label not in self._labels:  # each log's curves against its own env_steps column
+    def _define(self, label: str) -> None:
+        """Each log's curves against its own ``env_steps`` column."""
+        if label not in self._labels:
             self._labels.add(label)
             self._run.define_metric(f"{label}/env_steps")
             self._run.define_metric(f"{label}/*", step_metric=f"{label}/env_steps")
+
+    def log(self, label: str, rows: Sequence[dict[str, float]]) -> None:
+        self._define(label)
         for row in rows:
             self._run.log({f"{label}/{key}": value for key, value in row.items()})
 
     def video(self, path: str, env_steps: int) -> None:
         import wandb
 
-        self.log("eval", [])  # (eval/* against eval/env_steps, if no eval row came first)
+        self._define("eval")
         self._run.log({"eval/video": wandb.Video(path, format="mp4"), "eval/env_steps": env_steps})
 
     def finish(self, result: dict[str, Any] | None) -> None:
@@ -118,7 +124,8 @@ class MlflowBackend(Backend):
 
         for name in ("mlflow", "alembic"):
             logging.getLogger(name).setLevel(logging.WARNING)
-        self._uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{os.path.abspath('mlflow.db')}"
+        given = os.environ.get("MLFLOW_TRACKING_URI")
+        self._uri = given or f"sqlite:///{os.path.abspath('mlflow.db')}"
         self._client = client = MlflowClient(tracking_uri=self._uri)
         self._run_dir = run_dir
         if resume_id is not None:
@@ -128,8 +135,8 @@ class MlflowBackend(Backend):
         name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "shoal")
         experiment = client.get_experiment_by_name(name)
         if experiment is None:
-            local = None if os.environ.get("MLFLOW_TRACKING_URI") else os.path.abspath("mlartifacts")
-            experiment_id = client.create_experiment(name, artifact_location=local)
+            artifacts = None if given else os.path.abspath("mlartifacts")  # (beside the default store)
+            experiment_id = client.create_experiment(name, artifact_location=artifacts)
         else:
             experiment_id = experiment.experiment_id
         run = client.create_run(experiment_id, run_name=os.path.basename(os.path.abspath(run_dir)),
@@ -141,26 +148,27 @@ class MlflowBackend(Backend):
         client.log_artifact(self._id, os.path.join(run_dir, "config.json"))
         return self._id
 
-    def log(self, label: str, rows: Sequence[dict[str, float]]) -> None:
+    def _log_metrics(self, values: Sequence[tuple[str, float, int]]) -> None:
+        """``(key, value, step)`` triples, in batches of MLflow's most (1000 a call)."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(f"{label}/{key}", value, now, int(row.get("env_steps", 0)))
-                   for row in rows for key, value in row.items()]
-        for first in range(0, len(metrics), 1000):  # (at most 1000 metrics a call)
+        metrics = [Metric(key, value, now, step) for key, value, step in values]
+        for first in range(0, len(metrics), 1000):
             self._client.log_batch(self._id, metrics=metrics[first:first + 1000])
+
+    def log(self, label: str, rows: Sequence[dict[str, float]]) -> None:
+        self._log_metrics([(f"{label}/{key}", value, int(row.get("env_steps", 0)))
+                           for row in rows for key, value in row.items()])
 
     def video(self, path: str, env_steps: int) -> None:
         self._client.log_artifact(self._id, path, "videos")
 
     def finish(self, result: dict[str, Any] | None) -> None:
-        from mlflow.entities import Metric
-
         if result is not None:  # its numbers at the run's last env step, and the file
-            now, step = int(time.time() * 1000), int(result.get("env_steps") or 0)
-            metrics = [Metric(key, float(value), now, step) for key, value in flatten(result, "result/").items()
-                       if isinstance(value, (int, float)) and not isinstance(value, bool)]
-            self._client.log_batch(self._id, metrics=metrics[:1000])
+            step = int(result.get("env_steps") or 0)
+            self._log_metrics([(key, float(value), step) for key, value in flatten(result, "result/").items()
+                               if isinstance(value, (int, float)) and not isinstance(value, bool)])
             if os.path.exists(os.path.join(self._run_dir, "result.json")):
                 self._client.log_artifact(self._id, os.path.join(self._run_dir, "result.json"))
         self._client.set_terminated(self._id, "FINISHED" if result is not None else "FAILED")
@@ -169,5 +177,4 @@ class MlflowBackend(Backend):
         return f"MLflow run {self._id} in {self._uri}"
 
 
-def make_backend(name: str) -> Backend:
-    return {"wandb": WandbBackend, "mlflow": MlflowBackend}[name]()
+BACKENDS: dict[str, type[Backend]] = {"wandb": WandbBackend, "mlflow": MlflowBackend}  # (each its extra's module name)

@@ -2,10 +2,10 @@
 ``trackers``) by the process that launched the run, whichever launcher runs its nodes.
 
 The nodes write their CSV logs to the run directory as always (``train``, ``learner``, ``eval``,
-``actor_N``: every metric, the time breakdown's ``time_*`` columns included); a thread of the
-launching process reads what each log gained every ``every_s`` seconds (``CsvTail``) and hands
-those rows to the backend, with each new evaluation video and, for a distributed run, the
-number of actors running. At the run's end it sends the rest and the result. The tracking
+``actor_N``, and a distributed run's driver's ``program``: the actors running; every metric, the
+time breakdown's ``time_*`` columns included); a thread of the launching process reads what
+each log gained every ``every_s`` seconds (``CsvTail``) and hands those rows to the backend,
+with each new evaluation video. At the run's end it sends the rest and the result. The tracking
 run's id and how many rows of each log it holds are kept in ``<run_dir>/tracking.json``, so a
 resumed run continues the same tracking run where it left off.
 
@@ -23,10 +23,11 @@ import os
 import re
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any
 
-from shoal.launch.experiments.rundir import read_json, write_json
-from shoal.launch.experiments.trackers import make_backend
+from shoal.core.files import write_atomic
+from shoal.launch.experiments.rundir import read_json
+from shoal.launch.experiments.trackers import BACKENDS
 
 STATE = "tracking.json"
 FINISH_TIMEOUT_S = 120.0
@@ -79,8 +80,7 @@ class CsvTail:
 
 class RunTracker:
     """Sends ``run_dir``'s logs to the ``backend`` (a ``trackers`` name) from a thread of this
-    process, from ``start()`` to ``close(result)``. ``live``: more values to log each time
-    (e.g. ``{"actors": 4}``), as the ``program`` log."""
+    process, from ``start()`` to ``close(result)``."""
 
     def __init__(self, backend: str, run_dir: str, resume: bool, every_s: float = 5.0) -> None:
         self._name, self._run_dir, self._every_s = backend, run_dir, every_s
@@ -90,9 +90,7 @@ class RunTracker:
         self._rows: dict[str, int] = dict(saved.get("rows") or {}) if same else {}
         self._videos: list[str] = list(saved.get("videos") or []) if same else []
         self._tails: dict[str, CsvTail] = {}
-        self._written: dict[str, Any] | None = None  # (tracking.json as last written)
-        self.live: Callable[[], dict[str, float]] | None = None
-        self._env_steps = 0
+        self._written: str | None = None  # (tracking.json as last written)
         self._result: dict[str, Any] | None = None
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="shoal-tracking", daemon=True)
@@ -111,7 +109,7 @@ class RunTracker:
                   f"run's logs are complete in {self._run_dir}", file=sys.stderr, flush=True)
 
     def _follow(self) -> None:
-        backend = make_backend(self._name)
+        backend = BACKENDS[self._name]()
         self._closing.wait(self._every_s)  # (the backend starts after the run's own start, not beside it)
         try:
             config = read_json(os.path.join(self._run_dir, "config.json"), "the run's config") or {}
@@ -126,22 +124,13 @@ class RunTracker:
                   f"goes on, its CSV and TensorBoard logs stay complete in {self._run_dir} (no more "
                   "tracking this run)", file=sys.stderr, flush=True)
 
-    def _live_values(self) -> dict[str, float]:
-        if self.live is None or self._closing.is_set():
-            return {}
-        try:
-            return self.live()
-        except Exception:  # noqa: BLE001 -- (a program that is ending: nothing this time)
-            return {}
-
     def _send(self, backend, run_id: str) -> None:
-        """What each log gained, the new videos and the live values; then ``tracking.json``."""
+        """What each log gained and the new videos; then ``tracking.json``."""
         for path in sorted(glob.glob(os.path.join(glob.escape(self._run_dir), "*.csv"))):
             label = os.path.basename(path)[:-4]
             tail = self._tails.setdefault(label, CsvTail(path, self._rows.get(label, 0)))
             rows = tail.read()
             if rows:
-                self._env_steps = max([self._env_steps] + [int(r.get("env_steps", 0)) for r in rows])
                 backend.log(label, rows)
                 self._rows[label] = tail.rows
         for path in sorted(glob.glob(os.path.join(glob.escape(self._run_dir), "videos", "eval-*.mp4"))):
@@ -150,13 +139,11 @@ class RunTracker:
             if match and name not in self._videos:
                 backend.video(path, int(match.group(1)))
                 self._videos.append(name)
-        live = self._live_values()
-        if live:
-            backend.log("program", [{"env_steps": self._env_steps, **live}])
-        state = {"backend": self._name, "run_id": run_id, "rows": self._rows, "videos": self._videos}
+        state = json.dumps({"backend": self._name, "run_id": run_id, "rows": self._rows, "videos": self._videos},
+                           indent=2)
         if state != self._written:
-            write_json(os.path.join(self._run_dir, STATE), state)
-            self._written = json.loads(json.dumps(state))
+            write_atomic(os.path.join(self._run_dir, STATE), state)
+            self._written = state
 
 
 def start_tracking(config) -> RunTracker | None:
