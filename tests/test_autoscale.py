@@ -14,6 +14,7 @@ import pytest
 from shoal.launch.experiments.autoscale import Autoscaler, Window, parse_auto
 from shoal.launch.experiments.autoscale_loop import _window
 from shoal.launch.experiments.launch_settings import LaunchSettings
+from tests.waiting import csv_rows, wait_for
 
 
 def window(wait=0.0, blocked=0.0, speed=1000.0, room=True):
@@ -115,6 +116,9 @@ def check_grows_from_one_actor(tmp_path, *launcher_args) -> dict:
         status = subprocess.run([sys.executable, "-m", "shoal", "status", str(run_dir)], capture_output=True,
                                 text=True, timeout=60)
         assert "actors: auto:1-2, target 2" in status.stdout, status.stdout + status.stderr
+        # The driver may add the actor before the learner's first update (it waits from its
+        # start): stop after that update, the first row of learner.csv.
+        wait_for(lambda: csv_rows(run_dir / "learner.csv") or proc.poll() is not None, 180, "the learner's first update")
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     finally:

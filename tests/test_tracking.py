@@ -3,7 +3,6 @@ result, read back from W&B's offline run files and from a local MLflow store; a 
 the same tracking run without sending a row twice; a failing backend is one warning line; a
 missing extra is a one-line error before anything is written. The TensorBoard video too."""
 
-import csv
 import glob
 import json
 import os
@@ -17,13 +16,9 @@ from shoal.core.loggers import CSVLogger
 from shoal.launch import resume_experiment, run_distributed_experiment, run_experiment
 from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.tracking import CsvTail
+from tests.waiting import csv_rows
 
 pytestmark = pytest.mark.e2e
-
-
-def csv_rows(path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def config(run_dir, max_env_steps=2_000, **fields):
@@ -76,6 +71,18 @@ def test_a_csv_tail_reads_each_row_once_as_numbers_across_a_wider_header(tmp_pat
         f.write(",1.5\n")
     assert tail.read() == [{"env_steps": 32, "loss": 0.1, "eval_return": 1.5}] and tail.rows == 4
     assert CsvTail(log.path, rows=3).read() == [{"env_steps": 32, "loss": 0.1, "eval_return": 1.5}]
+
+
+def test_a_csv_tail_sees_a_rewrite_that_kept_the_inode_number(tmp_path):
+    """A rewrite's new file may get the inode number of one the tail read before (numbers are
+    reused): its header tells it apart."""
+    path = tmp_path / "train.csv"
+    path.write_text("env_steps,loss\n8,0.5\n16,0.25\n")
+    tail = CsvTail(str(path))
+    assert [r["env_steps"] for r in tail.read()] == [8, 16]
+    with open(path, "r+") as f:  # (the same inode, a longer file: only the header differs)
+        f.write("env_steps,loss,time_act\n8,0.5,\n16,0.25,\n24,0.1,0.75\n")
+    assert tail.read() == [{"env_steps": 24, "loss": 0.1, "time_act": 0.75}] and tail.rows == 3
 
 
 def test_wandb_holds_the_runs_config_logs_video_and_result_and_a_resume_continues_that_run(tmp_path, wandb_offline):

@@ -43,32 +43,36 @@ class CsvTail:
     def __init__(self, path: str, rows: int = 0) -> None:
         self.path, self.rows = path, rows
         self._inode: int | None = None
+        self._header_line = b""
         self._offset = 0
-        self._header: list[str] | None = None
+        self._header: list[str] = []
 
     def read(self) -> list[dict[str, float]]:
         try:
-            stat = os.stat(self.path)
+            f = open(self.path, "rb")
         except FileNotFoundError:
             return []
-        skip = 0
-        if stat.st_ino != self._inode or stat.st_size < self._offset:  # new, or rewritten
-            self._inode, self._offset, self._header, skip = stat.st_ino, 0, None, self.rows
-        with open(self.path, "rb") as f:
+        with f:  # (one open file: a rewrite between a look at the path and the read cannot mislead it)
+            stat, header = os.fstat(f.fileno()), f.readline()
+            if not header.endswith(b"\n"):
+                return []
+            skip = 0
+            # New, or rewritten (wider): a new file (its inode number may be an earlier one's, reused),
+            # so its header and size are compared too.
+            if (stat.st_ino, header) != (self._inode, self._header_line) or stat.st_size < self._offset:
+                self._inode, self._header_line, skip = stat.st_ino, header, self.rows
+                self._header, self._offset = next(csv.reader([header.decode("utf-8", "replace")])), len(header)
             f.seek(self._offset)
             data = f.read()
         data = data[:data.rfind(b"\n") + 1]  # (whole lines only: a row may be half-written)
         self._offset += len(data)
-        lines = data.decode("utf-8", "replace").splitlines()
-        if self._header is None and lines:
-            self._header, lines = next(csv.reader(lines[:1])), lines[1:]
-        rows = [self._numbers(values) for values in csv.reader(lines)][skip:]
+        rows = [self._numbers(values) for values in csv.reader(data.decode("utf-8", "replace").splitlines())][skip:]
         self.rows += len(rows)
         return rows
 
     def _numbers(self, values: list[str]) -> dict[str, float]:
         row: dict[str, float] = {}
-        for key, text in zip(self._header or [], values):
+        for key, text in zip(self._header, values):
             try:
                 number = float(text)
             except ValueError:
