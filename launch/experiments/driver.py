@@ -119,7 +119,7 @@ class ProgramDriver:
         if actors == self._actors_logged or run.ending():
             return
         self._actors_logged = actors
-        env_steps = self._checkpointed_env_steps or int((self._saved or {}).get("env_steps", 0))
+        env_steps = self._known_env_steps()
         if run.serving("counter"):
             try:
                 env_steps = int(self._client(run, "counter").get_counts().get("env_steps", 0))
@@ -127,14 +127,18 @@ class ProgramDriver:
                 pass
         self._program_log.write({"env_steps": env_steps, "actors": actors})
 
+    def _known_env_steps(self) -> int:
+        """The env steps this process last knew of without asking the counter: the last
+        checkpoint's, else the resumed run's, else 0."""
+        if self._checkpointed_env_steps is not None:
+            return self._checkpointed_env_steps
+        return int((self._saved or {}).get("env_steps", 0))
+
     def _unevaluated(self) -> dict[str, Any]:
         """The result's fields for a run stopped before its evaluator served (nothing evaluated)."""
         config, wall_s = self._config, round(time.time() - self._launched_at, 3)
-        env_steps = self._checkpointed_env_steps
-        if env_steps is None:
-            env_steps = int((self._saved or {}).get("env_steps", 0))
         return {"agent": config.builder.name, "env": config.env_id, "seed": config.seed, "solved": False,
-                "env_steps": env_steps, "wall_s": wall_s, "train_s": wall_s, "eval_s": 0.0,
+                "env_steps": self._known_env_steps(), "wall_s": wall_s, "train_s": wall_s, "eval_s": 0.0,
                 "final_eval_return": None, "learner_steps": 0, "num_evals": 0}
 
     def _show_progress(self, run) -> None:

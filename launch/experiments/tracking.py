@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import glob
-import json
 import math
 import os
 import re
@@ -25,8 +24,7 @@ import sys
 import threading
 from typing import Any
 
-from shoal.core.files import write_atomic
-from shoal.launch.experiments.rundir import read_json
+from shoal.launch.experiments.rundir import read_json, write_json
 from shoal.launch.experiments.trackers import BACKENDS
 
 STATE = "tracking.json"
@@ -94,7 +92,7 @@ class RunTracker:
         self._rows: dict[str, int] = dict(saved.get("rows") or {}) if same else {}
         self._videos: list[str] = list(saved.get("videos") or []) if same else []
         self._tails: dict[str, CsvTail] = {}
-        self._written: str | None = None  # (tracking.json as last written)
+        self._written: dict[str, Any] | None = None  # (tracking.json as last written)
         self._result: dict[str, Any] | None = None
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="shoal-tracking", daemon=True)
@@ -143,10 +141,9 @@ class RunTracker:
             if match and name not in self._videos:
                 backend.video(path, int(match.group(1)))
                 self._videos.append(name)
-        state = json.dumps({"backend": self._name, "run_id": run_id, "rows": self._rows, "videos": self._videos},
-                           indent=2)
+        state = {"backend": self._name, "run_id": run_id, "rows": dict(self._rows), "videos": list(self._videos)}
         if state != self._written:
-            write_atomic(os.path.join(self._run_dir, STATE), state)
+            write_json(os.path.join(self._run_dir, STATE), state)
             self._written = state
 
 
