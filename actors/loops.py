@@ -21,8 +21,10 @@ class EnvironmentLoop:
     """Steps a vector env with an actor, one vector step per ``step()`` call.
 
     Counts ``env_steps`` and ``episodes`` in ``counter`` and logs finished-episode returns
-    (mean over the episodes that ended since the last log line). An env that raises in ``step``
-    or returns a NaN or infinite observation stops the loop with one ``RuntimeError`` saying so.
+    (mean over the episodes that ended since the last log line). An env that raises in ``step``,
+    returns a NaN or infinite observation, or a reward that is not a finite float32 (NaN, inf,
+    1e308: replay keeps rewards as float32) or an episode return that is not finite, stops the
+    loop with one ``RuntimeError`` saying so, before the step reaches the actor (and replay).
     ``stopwatch`` times ``env_step``, ``policy``, ``replay_insert`` (``observe``) and
     ``param_fetch`` (``update``); each log row has their shares of the time since the last row.
 
@@ -66,6 +68,9 @@ class EnvironmentLoop:
         if bad:
             raise RuntimeError(f"the environment returned a non-finite observation after "
                                f"{self.env_steps} env steps (NaN or inf in envs {bad})")
+        with np.errstate(over="ignore", invalid="ignore"):  # (an overflow is the check's to report)
+            returns = self._returns + info.get("game_reward", reward)  # (the game's own score, where training clips it)
+        _check_rewards(reward, returns, self.env_steps)  # (before the actor, and replay, sees the step)
         check_action_mask(next_obs, self.env_steps + self._num_envs)
         step = Step(obs, action, reward, terminated, truncated,
                     final_observations(next_obs, terminated, truncated, info), extras)
@@ -77,7 +82,7 @@ class EnvironmentLoop:
         with stopwatch.time("param_fetch"):
             self._actor.update()
         self._obs = next_obs
-        self._returns += info.get("game_reward", reward)  # (the game's own score, where training clips it)
+        self._returns = returns
         self._lengths += 1
         for i in (terminated | truncated).nonzero()[0]:
             self._finished.append((float(self._returns[i]), int(self._lengths[i])))
@@ -123,13 +128,30 @@ def _non_finite_envs(observation, float_keys: list) -> list[int]:
     return sorted(bad)
 
 
+def _check_rewards(reward: np.ndarray, returns: np.ndarray, env_steps: int, what: str = "") -> None:
+    """Raises the ``RuntimeError`` (one line, naming the envs; ``what``: e.g. ``"evaluation: "``)
+    of a reward that is not finite as replay keeps it (float32: NaN, inf, or beyond 3.4e38 such as
+    1e308), or of an episode return that is not finite."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(np.asarray(reward, np.float32)) & np.isfinite(returns)
+    if finite.all():
+        return
+    bad = np.nonzero(~finite)[0][:4]  # (the first few)
+    raise RuntimeError(f"{what}the environment's rewards are not finite after {env_steps} env steps (envs "
+                       f"{bad.tolist()}: rewards {np.asarray(reward)[bad].tolist()}, episode returns "
+                       f"{returns[bad].tolist()}); a reward must be a finite float32 (|r| < 3.4e38) and an "
+                       "episode's return finite")
+
+
 def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
              should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
     """Runs exactly one episode in each env of ``env`` and returns the ``num_envs`` returns
     (``None`` if ``should_stop()`` turned true first: it is asked before every vector step).
 
     The actor should hold an evaluation (e.g. greedy) policy and no adder. Envs whose episode
-    already ended keep stepping (vector envs step together) but are no longer counted.
+    already ended keep stepping (vector envs step together) but are no longer counted. A reward
+    that is not finite, or a return that stops being finite, raises ``RuntimeError`` (one line):
+    an evaluation never reports a NaN or infinite return.
     """
     obs, _ = env.reset(seed=seed)
     check_action_mask(obs, 0)
@@ -145,7 +167,10 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
         obs, reward, terminated, truncated, _ = env.step(clip(action))
         steps += env.num_envs
         check_action_mask(obs, steps)
-        returns += np.where(running, reward, 0.0)
+        counted = np.where(running, reward, 0.0)
+        with np.errstate(over="ignore", invalid="ignore"):  # (an overflow is the check's to report)
+            returns += counted
+        _check_rewards(counted, returns, steps, "evaluation: ")
         running &= ~(terminated | truncated)
         actor.end_episodes(terminated | truncated)
     return returns

@@ -98,12 +98,13 @@ def main() -> None:
     names = ["actor_bound"] if args.quick else list(SCENARIOS)
     report = {"seconds_per_run": seconds, "cores": os.cpu_count(),
               **{name: scenario(*SCENARIOS[name], seconds) for name in names}}
-    text = json.dumps(report, indent=1)
+    from shoal.core.files import json_text, write_output
+
+    text = json_text(report, "the report", indent=1)  # (strict JSON; never written through a link)
     print(text)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_output(args.out, text + "\n")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import sys
@@ -330,10 +329,11 @@ def main() -> None:
     else:
         out = in_memory_table(args.agents or sorted(CONFIGS), args.configs, args.seconds)
         print(markdown(out), file=sys.stderr)
-    print(json.dumps(out), flush=True)
+    from shoal.core.files import json_text, write_output
+
+    print(json_text(out, "the results"), flush=True)  # (strict JSON; never written through a link)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=2)
+        write_output(args.out, json_text(out, args.out, indent=2))
 
 
 if __name__ == "__main__":

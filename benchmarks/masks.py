@@ -15,12 +15,13 @@ run that did not reach it. The masked runs must take no masked action (``masked_
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import threading
 
 import gymnasium as gym
+
+from shoal.core.files import json_text
 
 TAXI_THRESHOLD = 8.0
 COUNTS = {"taken": 0, "masked": 0}  # every env of this process (one-process runs)
@@ -86,7 +87,7 @@ def main() -> None:
     for seed in args.seeds:
         for masked in (True, False):
             records.append(run(args.agent, seed, masked, args.max_env_steps, args.time_limit_s))
-            print(json.dumps(records[-1]), flush=True)
+            print(json_text(records[-1]), flush=True)
     summary = {"agent": args.agent, "env": "Taxi-v4", "threshold": TAXI_THRESHOLD, "max_env_steps": args.max_env_steps}
     for masked in (True, False):
         runs = [r for r in records if r["masked"] == masked]
@@ -95,7 +96,7 @@ def main() -> None:
             "solved": f"{len(solved)}/{len(runs)}", "median_env_steps_to_threshold": statistics.median(solved) if solved else None,
             "env_steps_to_threshold": [r["env_steps_to_threshold"] for r in runs],
             "masked_actions_taken": sum(r["masked_actions_taken"] for r in runs)}
-    print(json.dumps(summary), flush=True)
+    print(json_text(summary), flush=True)
     if any(r["masked_actions_taken"] for r in records if r["masked"]):
         sys.exit("a masked run took a masked action")
 

@@ -13,11 +13,12 @@ checkpoint of the table is a cross-check. One JSON object on stdout.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import sys
 import tempfile
+
+from shoal.core.files import json_text
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -115,4 +116,4 @@ if __name__ == "__main__":
     parser.add_argument("--env-steps", type=int, default=20_000)
     args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    print(json.dumps(measure(args.game, args.env_steps)), flush=True)
+    print(json_text(measure(args.game, args.env_steps)), flush=True)

@@ -13,12 +13,13 @@ publishes the parameters once, clients read them with ``LocalFirstSource``).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import threading
 import time
 
 import numpy as np
+
+from shoal.core.files import json_text
 
 
 class ParamsService:
@@ -116,7 +117,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200, help="calls per client")
     args = parser.parse_args()
     results = measure_latencies(args.params, args.calls)
-    print(json.dumps({"benchmark": "rpc_get_variables", "params": args.params,
+    print(json_text({"benchmark": "rpc_get_variables", "params": args.params,
                       "payload_MB": args.params * 4 / 1e6, "results": results}))
 
 

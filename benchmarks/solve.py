@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -46,6 +47,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from shoal.core.files import json_text, open_append, write_output
 
 POPGYM = ("popgym-RepeatPreviousEasy-v0", "popgym-CountRecallEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0")
 TARGETS = {"CartPole-v1": 475.0, "shoal/CartPoleNoVelocity-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0}
@@ -100,16 +103,15 @@ def main() -> None:
     started = time.monotonic()
     for i, (agent, env, seed) in enumerate(todo, 1):
         result = run_one(agent, env, seed, args.out, args.max_env_steps, extra)
-        with open(log_path, "a") as f:
-            f.write(json.dumps(result) + "\n")
+        with open_append(log_path) as f:  # (never through a link)
+            f.write(json_text(result, log_path) + "\n")
         done[(agent, env, seed)] = result
         print(f"[solve] {i}/{len(todo)} {agent} {env} seed {seed}: "
               f"{'solved' if result['solved'] else 'not solved'} at {result['env_steps']:,} env steps, "
               f"{result['wall_s']:.1f} s (sweep {time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
     runs = list(done.values())  # (the table and plots hold every run recorded in --out)
     table = markdown_table(runs)
-    with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write(table)
+    write_output(os.path.join(args.out, "table.md"), table)
     for agent, env in groups(runs):
         plot([r for r in runs if r["agent"] == agent and r["env"] == env],
              os.path.join(args.out, f"{agent.replace(' ', '-')}-{env.replace('/', '_')}.png"), f"{agent} on {env}",
@@ -122,7 +124,7 @@ def main() -> None:
         # (compare/table.md holds this second table; table.md the first)
     print(table, file=sys.stderr)
     for key, group in groups(runs).items():
-        print(json.dumps(summary(key, group)), flush=True)
+        print(json_text(summary(key, group)), flush=True)
 
 
 def read_runs(path: str) -> list[dict]:
@@ -242,8 +244,10 @@ def plot(runs: list[dict], path: str, title: str, target: float | None) -> None:
     label_axes(axes, target, "mean greedy eval return", "wall seconds (incl. compile and evaluation)")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=72)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=72)
     plt.close(fig)
+    write_output(path, image.getvalue())
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 
+from shoal.core.files import json_text
 from stop_time import node_pids  # (benchmarks/, the script's directory)
 
 NODES = ("replay", "counter", "learner", "actor_0", "actor_1", "evaluator")
@@ -89,7 +90,7 @@ def main() -> None:
             print(f"[start_time] {name} {i + 1}/{args.repeats}: {runs[name][-1]}", file=sys.stderr, flush=True)
     median = {name: {k: statistics.median(r[k] for r in these) for k in these[0] if isinstance(these[0][k], float)}
               for name, these in runs.items()}
-    print(json.dumps({"cpu_count": os.cpu_count(), "median": median, "runs": runs}), flush=True)
+    print(json_text({"cpu_count": os.cpu_count(), "median": median, "runs": runs}), flush=True)
 
 
 if __name__ == "__main__":

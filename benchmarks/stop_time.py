@@ -16,7 +16,6 @@ One JSON object on stdout (medians per moment, and each repeat). Needs psutil (t
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import signal
@@ -27,6 +26,8 @@ import tempfile
 import time
 
 import psutil
+
+from shoal.core.files import json_text
 
 SERVING = ("replay", "counter", "learner", "actor_0", "actor_1", "evaluator")  # (each publishes its address once it serves)
 
@@ -127,7 +128,7 @@ def main() -> None:
             print(f"[stop_time] {at} {i + 1}/{args.repeats}: {these[-1]}", file=sys.stderr, flush=True)
         median[at] = {k: statistics.median(r[k] for r in these) for k in ("start_s", "nodes_gone_s", "exit_s")}
         runs += these
-    print(json.dumps({"hogs": args.hogs, "signal": f"SIG{args.signal}", "cpu_count": os.cpu_count(),
+    print(json_text({"hogs": args.hogs, "signal": f"SIG{args.signal}", "cpu_count": os.cpu_count(),
                       "median": median, "runs": runs}), flush=True)
 
 

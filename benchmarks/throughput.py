@@ -191,11 +191,12 @@ def main() -> None:
         print(f"[throughput] measuring {name} ...", file=sys.stderr, flush=True)
         out.update(measure())
     out["seconds"] = round(time.monotonic() - started, 1)
-    print(json.dumps(out), flush=True)
+    from shoal.core.files import json_text, write_output
+
+    print(json_text(out, "the results"), flush=True)  # (strict JSON; never written through a link)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=2)
+        write_output(args.out, json_text(out, args.out, indent=2))
 
 
 def _learner(window: float, devices: list[int]) -> dict:

@@ -135,7 +135,8 @@ def test_a_dict_observation_env_trains_in_one_process_and_resumes(tmp_path, agen
                               run_dir=str(tmp_path / "run"), progress=False)
     result = run_experiment(config)
     assert result["env_steps"] >= 400 and result["learner_steps"] > 0 and result["num_evals"] == 1
-    resumed = resume_experiment(str(tmp_path / "run"), max_env_steps=600)  # (the checkpoint's dict spec and params)
+    # (the checkpoint's dict spec and params; its module:EnvId named again, as a resume asks)
+    resumed = resume_experiment(str(tmp_path / "run"), max_env_steps=600, env_id=env_id)
     assert resumed["resumed_from"]["env_steps"] >= 400 and resumed["env_steps"] >= 600
 
 

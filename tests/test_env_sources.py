@@ -84,7 +84,8 @@ def test_a_factory_with_a_wrapper_trains_in_one_process_and_resumes(tmp_path):
     assert result["env_steps"] >= 800 and 0 < result["final_eval_return"] <= 30  # (the wrapper's limit)
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["env_factory"] == "tests.user_envs:short_cartpole" and saved["env_args"] == {"max_steps": 30}
-    rc, errors, text = shoal_main("train", "--resume", str(tmp_path / "run"), "--max-env-steps", "1200", "--quiet")
+    rc, errors, text = shoal_main("train", "--resume", str(tmp_path / "run"), "--env-factory",  # (named again)
+                                  "tests.user_envs:short_cartpole", "--max-env-steps", "1200", "--quiet")
     assert rc == 0 and not errors, text
 
 

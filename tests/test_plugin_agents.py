@@ -152,7 +152,7 @@ BUDGET = 6_000
 
 
 @pytest.mark.e2e
-def test_qrdqn_learns_cartpole_in_one_process_and_resumes_without_naming_its_agent(tmp_path):
+def test_qrdqn_learns_cartpole_in_one_process_and_resumes_naming_its_agent_again(tmp_path):
     run_dir = tmp_path / "run"
     rc, result, err = shoal_train("--agent", AGENT, "--env", "CartPole-v1", "--seed", "0", "--max-env-steps",
                                   str(BUDGET), "--target-return", "1e9", "--quiet", "--run-dir", str(run_dir))
@@ -163,11 +163,15 @@ def test_qrdqn_learns_cartpole_in_one_process_and_resumes_without_naming_its_age
     assert result["final_eval_return"] >= 100, result
     assert json.loads((run_dir / "config.json").read_text())["agent"] == AGENT
 
-    # The run dir names its agent: --resume needs no --agent, only the module on the path again.
-    rc, _, err = shoal_train("--resume", str(run_dir), "--quiet", pythonpath=None)
+    # A resume imports no agent only the run dir names: it is named again (or the directory
+    # trusted), and its module must be on the path again.
+    rc, _, err = shoal_train("--resume", str(run_dir), "--quiet")
+    assert rc == 2 and f"names agent '{AGENT}', an agent that is not built in" in err, err[-3000:]
+    rc, _, err = shoal_train("--resume", str(run_dir), "--agent", AGENT, "--quiet", pythonpath=None)
     assert rc == 2 and f"cannot import 'qrdqn_agent' for agent '{AGENT}'" in err, err[-3000:]
     saved = json.loads((run_dir / "checkpoints" / "run.json").read_text())
-    rc, resumed, err = shoal_train("--resume", str(run_dir), "--max-env-steps", str(BUDGET + 1_000), "--quiet")
+    rc, resumed, err = shoal_train("--resume", str(run_dir), "--agent", AGENT, "--max-env-steps", str(BUDGET + 1_000),
+                                   "--quiet")
     assert rc == 0, err[-3000:]
     assert resumed["resumed_from"]["learner_digest"] == saved["learner_digest"]
     assert resumed["env_steps"] >= BUDGET + 1_000 and resumed["learner_steps"] > result["learner_steps"], resumed

@@ -120,7 +120,11 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
 
     add("--agent", default=default("dqn"), help="agent to train: a registered name (dqn, ppo, impala, sac, "
         "or an installed plug-in's) or module:BuilderClass for your own (default: dqn)")
-    add("--env", default=default("CartPole-v1"), help="gymnasium environment id (default: CartPole-v1)")
+    add("--env", default=default("CartPole-v1"), help="gymnasium environment id, or module:EnvId to import "
+        "the module that registers EnvId (default: CartPole-v1)")
+    add("--env-factory", default=default(None), metavar="MODULE:FUNCTION", help="make each env with this "
+        "function of yours (called with the --env-arg arguments, returning a gymnasium.Env) instead of "
+        "--env's registration; --env then only names the env")
     add("--env-arg", dest="env_args", action="append", type=_parse_env_arg, default=default([]),
         metavar="KEY=VALUE", help="an argument of the env's constructor, e.g. --env-arg continuous=true "
         "for LunarLander-v3 (repeatable; values read as Python literals: 3, 0.5, true, 'text')")
@@ -139,6 +143,9 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         "run's config, logs, videos and result to Weights & Biases (the 'wandb' extra; WANDB_* variables "
         "apply, e.g. WANDB_MODE=offline) or MLflow (the 'mlflow' extra; MLFLOW_TRACKING_URI, default "
         "sqlite:///mlflow.db here); with --resume, the same tracking run goes on (default: none)")
+    add("--replay", choices=["reverb", "native"], default=default(None), help="the replay backend: "
+        "Reverb (dm-reverb, Python 3.11 only) or Shoal's native one (any Python, no TensorFlow, seeded "
+        "sampling); a resumed run keeps its own (default: reverb where it is installed, else native)")
     add("--num-envs", type=int, default=default(16), help="envs stepped together by an actor (default: 16, or the preset's)")
     add("--sticky-actions", type=float, default=default(0.25), metavar="P", help="Atari: the probability "
         "that the emulator repeats the previous action (default: 0.25, the published protocol)")
@@ -180,7 +187,13 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         "at the end and on SIGTERM")
     add("--resume", default=default(None), metavar="RUN_DIR", help="continue the run in RUN_DIR from its "
         "last checkpoint, with its saved settings (learner, replay, counters, schedules and RNG are "
-        "restored); --max-env-steps may set a new budget")
+        "restored); --max-env-steps may set a new budget. RUN_DIR must be yours and writable by you "
+        "alone, and a resume imports nothing only RUN_DIR names: an --env-factory, a module:EnvId "
+        "--env, an --agent that is not built in or a --ray-address its config.json records is used "
+        "only if given again with the same value, or with --trust-run-dir")
+    add("--trust-run-dir", action="store_true", default=default(False), help="with --resume: import and "
+        "call what RUN_DIR's config.json names (env factory, env module, agent plug-in, Ray address) "
+        "without naming it again; only for a directory whose every writer you trust")
     add("--quiet", action="store_true", default=default(False), help="no progress line")
     add("--verbose", action="store_true", default=default(False),
         help="keep native libraries' log lines (Reverb's, TensorFlow's) on stderr")

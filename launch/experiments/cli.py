@@ -14,13 +14,13 @@ Ctrl-C with 130; SIGTERM with the JSON line and 143.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import sys
 import threading
 import time
 from typing import Any, NoReturn, Sequence
 
+from shoal.core.files import json_text
 from shoal.launch.experiments.arguments import build_parser, given_flags
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -78,6 +78,7 @@ def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
                                 stop=stop)
         if result is None:  # --dry-run
             return 0
+        line = json_text(result, "the run's result")
     except ValueError as e:
         print(f"shoal: error: {e}", file=sys.stderr)
         return 2
@@ -95,7 +96,7 @@ def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
         else:
             print(f"shoal: error: {where}: {e.strerror or e}", file=sys.stderr)
         return 1
-    print(json.dumps(result), flush=True)
+    print(line, flush=True)
     terminated = result.get("terminated")
     if terminated == "SIGINT":
         print("shoal: interrupted", file=sys.stderr)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import signal
 import sys
@@ -21,8 +20,11 @@ if TYPE_CHECKING:
     from shoal.launch.experiments.config import ExperimentConfig
     from shoal.launch.experiments.launch_settings import LaunchSettings
 
-# The `shoal train` flags that may come with --resume (the rest are the run's own).
-RESUME_FLAGS = ("--resume", "--quiet", "--verbose", "--max-env-steps", "--checkpoint-every", "--track")
+# The `shoal train` flags that may come with --resume (the rest are the run's own); those of
+# NAMED_AGAIN only name again what the run's config.json does (runs.check_named_code).
+NAMED_AGAIN = {"--agent": "agent", "--env": "env_id", "--env-factory": "env_factory", "--ray-address": "ray_address"}
+RESUME_FLAGS = ("--resume", "--quiet", "--verbose", "--max-env-steps", "--checkpoint-every", "--track",
+                *NAMED_AGAIN, "--trust-run-dir")
 
 
 def train(args: argparse.Namespace, given: list[str], started: float,
@@ -37,13 +39,14 @@ def train(args: argparse.Namespace, given: list[str], started: float,
     # Each setting is checked once, by the runner this hands the config to (run_experiment, or
     # preflight.prepare for a distributed run and its --dry-run), before any file or server is made.
     if args.dry_run:  # what would run, checked as a run checks it: the resolved config, and the program's graph
+        from shoal.core.files import json_text
         from shoal.launch.experiments.launch_settings import LaunchSettings
         from shoal.launch.experiments.preflight import prepare
 
         settings = launch or LaunchSettings(num_actors=args.num_actors)
         program = prepare(config, settings, started, actors_flag=_actors_flag(given)).program  # (joins no cluster)
         launch = launch and launch.record()
-        print(json.dumps({**config.to_dict(), "launch": launch}, default=str))
+        print(json_text({**config.to_dict(), "launch": launch}, "the resolved config"))
         print(program.describe())
         print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
         return None
@@ -75,7 +78,7 @@ DISTRIBUTED_FLAGS = ("--ports", "--resources", "--ray-address", "--params-via")
 # flag -> the ExperimentConfig field it sets (a preset's value stands unless the flag is given)
 EXPERIMENT_FLAGS = {"--max-env-steps": "max_env_steps", "--num-envs": "num_envs", "--eval-every": "eval_every",
                     "--eval-episodes": "eval_episodes", "--sticky-actions": "sticky_actions",
-                    "--video-every": "video_every"}
+                    "--video-every": "video_every", "--replay": "replay"}
 
 
 def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, LaunchSettings | None]:
@@ -84,6 +87,8 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
     from shoal.core.settings import parse_setting
     from shoal.launch.experiments.config import experiment_config
 
+    if args.trust_run_dir:
+        raise ValueError("--trust-run-dir applies to --resume (a new run names its own code)")
     settings = {key: parse_setting(config_class(args.agent), key, value) for key, value in args.overrides}
     run_dir = args.run_dir or os.path.join(
         "runs", f"{args.agent.rpartition(':')[2]}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
@@ -91,7 +96,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
     config = experiment_config(
         args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
         run_dir=run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet,
-        env_args=dict(args.env_args), action_masks=args.action_masks,
+        env_args=dict(args.env_args), env_factory=args.env_factory, action_masks=args.action_masks,
         track=args.track, **chosen)
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
@@ -126,7 +131,10 @@ def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConf
         changes["checkpoint_every_s"] = args.checkpoint_every
     if "--track" in given:
         changes["track"] = args.track
-    return load_run(args.resume, **changes)
+    for flag, key in NAMED_AGAIN.items():  # (the run's own value, named again: the resume may use it)
+        if flag in given:
+            changes[key] = getattr(args, flag[2:].replace("-", "_"))
+    return load_run(args.resume, trust_run_dir=args.trust_run_dir, **changes)
 
 
 def control(args: argparse.Namespace) -> None:

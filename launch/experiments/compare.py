@@ -24,6 +24,7 @@ its last return after its end.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from shoal.core import aggregates
+from shoal.core.files import check_output, json_text, write_output
 
 
 def load_run(path: str) -> dict[str, Any]:
@@ -72,7 +74,8 @@ def compare(run_dirs: Sequence[str], by: str = "agent", out: str | None = None, 
             labels: Mapping[str, str] | None = None) -> dict:
     """Groups ``run_dirs`` (by ``by``, or by ``labels[run_dir]`` where given), and returns the
     summary (``{"groups": {group: {"tasks": ..., "all tasks": ...}}}``); with ``out``, writes
-    ``table.md``, ``summary.json`` and a plot per task there."""
+    ``table.md``, ``summary.json`` (strict JSON) and a plot per task there, none of them through a
+    link (``write_output``: a link in place of one is refused)."""
     if not run_dirs:
         raise ValueError("shoal compare needs at least one run directory")
     runs = [load_run(path) for path in run_dirs]
@@ -93,12 +96,12 @@ def compare(run_dirs: Sequence[str], by: str = "agent", out: str | None = None, 
             normalized[task] = aggregates.normalized(finals, *scale[task])
             per_task[task] = _task_summary(task_runs, finals, {task: normalized[task]}, samples)
         summary["groups"][group] = {"tasks": per_task, "all tasks": _aggregate(normalized, samples)}
-    if out:
+    if out:  # (each file through write_output: a link in its place is refused, never written through)
         os.makedirs(out, exist_ok=True)
-        with open(os.path.join(out, "table.md"), "w") as f:
-            f.write(markdown_table(summary))
-        with open(os.path.join(out, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+        for name in ["table.md", "summary.json", *(_slug(task) + suffix for task in tasks for suffix in (".png", ".svg"))]:
+            check_output(os.path.join(out, name))  # (all of them before the first is written)
+        write_output(os.path.join(out, "table.md"), markdown_table(summary))
+        write_output(os.path.join(out, "summary.json"), json_text(summary, "summary.json", indent=2))
         for task in tasks:
             plot_task([r for r in runs if r["task"] == task], task, os.path.join(out, _slug(task)))
     return summary
@@ -182,9 +185,13 @@ def plot_task(runs: list[dict], task: str, path: str) -> None:
     label_axes(axes, target, "eval return (mean, range)", "wall seconds")
     fig.suptitle(task)
     fig.tight_layout()
-    fig.savefig(path + ".png", dpi=80)
-    fig.savefig(path + ".svg")
-    plt.close(fig)
+    try:
+        for suffix, options in ((".png", {"dpi": 80}), (".svg", {})):
+            image = io.BytesIO()
+            fig.savefig(image, format=suffix[1:], **options)
+            write_output(path + suffix, image.getvalue())
+    finally:
+        plt.close(fig)
 
 
 def label_axes(axes: Sequence[Any], target: float | None, ylabel: str, wall_label: str) -> None:

@@ -10,7 +10,12 @@ from typing import Any
 def resume_experiment(run_dir: str, **changes: Any) -> dict[str, Any]:
     """Continues the run in ``run_dir`` from its last checkpoint, with the runner, launch
     settings and config it was made with (``changes``: a new ``max_env_steps``, ... among
-    ``runs.RESUMABLE_CHANGES``); returns the run's result."""
+    ``runs.RESUMABLE_CHANGES``); returns the run's result.
+
+    Nothing only the directory names is imported or called (``runs.check_named_code``): an env
+    factory, a ``module:EnvId``, an agent that is not built in or a Ray address its
+    ``config.json`` records must be given again (``env_factory=``, ``env_id=``, ``agent=``,
+    ``ray_address=``, each the run's own value), or the directory trusted (``trust_run_dir=True``)."""
     from shoal.launch.experiments.runs import load_run
 
     config, launch = load_run(run_dir, **changes)

@@ -7,8 +7,10 @@ in it, which anyone able to delete files there could unlink from under a live ru
 live run on the same directory is refused with one clear error (naming the owner's pid, which
 ``.lock`` records); the operating system releases the lock when the owning process dies however
 it dies, so a stale lock from a dead run is simply taken over. A directory that cannot be made
-or written is refused with one line too. JSON files are written atomically and never through a
-link (a temp file, then a rename), and a damaged one is reported by name.
+or written is refused with one line too. ``lock(resume=True)`` (a resumed run) also refuses a
+directory, or an entry in it, that its group may write. JSON files are written atomically and
+never through a link (a temp file, then a rename), as strict JSON (no NaN or Infinity), and a
+damaged one is reported by name.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from shoal.core.files import check_run_directory, write_atomic
+from shoal.core.files import check_run_directory, json_text, write_atomic
 
 
 class RunDirectory:
@@ -26,8 +28,10 @@ class RunDirectory:
         self.path = path
         self._lock_fd: int | None = None
 
-    def lock(self) -> "RunDirectory":
-        check_run_directory(self.path)
+    def lock(self, resume: bool = False) -> "RunDirectory":
+        """Checks the directory (``resume``: as a resumed run's, ``check_run_directory``), then
+        takes it; ``ValueError`` (one line) if it is refused or another run holds it."""
+        check_run_directory(self.path, resume=resume)
         try:
             os.makedirs(self.path, exist_ok=True)
             fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -41,7 +45,7 @@ class RunDirectory:
             raise ValueError(f"run directory {self.path!r} is in use by another run (pid {self.owner()}); "
                              "choose another --run-dir, or wait for that run to end") from None
         try:
-            check_run_directory(self.path)  # (again: what was checked could have changed before the lock)
+            check_run_directory(self.path, resume=resume)  # (again: what was checked could have changed before the lock)
             write_atomic(self.file(".lock"), str(os.getpid()))
         except OSError as e:  # e.g. a read-only mount
             os.close(fd)
@@ -83,8 +87,9 @@ class RunDirectory:
 
 def write_json(path: str, value: Any) -> None:
     """Writes ``value`` to ``path`` atomically, never through a link: readers see the old file
-    or the new one."""
-    write_atomic(path, json.dumps(value, indent=2, default=str))
+    or the new one. Strict JSON: a NaN or infinity in ``value`` is a ``ValueError`` naming it
+    (``json_text``), and nothing is written."""
+    write_atomic(path, json_text(value, path, indent=2))
 
 
 def read_json(path: str, what: str) -> Any:

@@ -5,13 +5,27 @@ way (``claim_run_directory``): lock it, and either write ``config.json`` (a fres
 refuses a directory holding another run's checkpoints) or check that its checkpoint can
 continue this config (a resumed run). ``load_run`` reads a run's config and launch settings
 back (``resuming.resume_experiment``, above both runners, continues it).
+
+A resume imports and calls nothing that only the run directory names (``check_named_code``):
+whoever could write the directory, or handed it over, could otherwise make a resume run any
+function (``"env_factory": "os:system"``). Of what ``config.json`` names, an env factory, a
+``module:EnvId`` (it imports the module), an agent that is not built in (a plug-in's name or
+``module:BuilderClass``) and a Ray cluster's address are used only if the resume names them
+again, with the same value (``--env-factory``, ``--env``, ``--agent``, ``--ray-address``; the
+``env_factory``, ``env_id``, ``agent``, ``ray_address`` arguments in Python), or trusts the
+directory (``--trust-run-dir``; ``trust_run_dir=True``). Built-in agents and registered
+gymnasium ids need neither. The directory itself must be writable by its owner alone, who must
+be this user (``check_run_directory(..., resume=True)``). All of it is checked before anything
+is imported or written.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from typing import Any
 
+from shoal.core.files import check_run_directory
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.checkpointing import check_resumable, keep_only_replay_checkpoint, read_run
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
@@ -22,13 +36,18 @@ from shoal.launch.experiments.rundir import RunDirectory, read_json
 # What ``resume_experiment`` may change of a saved run (the rest is the run's own).
 RESUMABLE_CHANGES = ("max_env_steps", "checkpoint_every_s", "progress", "progress_every_s", "track")
 
+# What a run's config.json may name that a resume would import, call or connect to (``agent``
+# only where it is not built in, ``env_id`` only as module:EnvId), and the flag that names it
+# again: the key is also the argument of ``load_run``/``resume_experiment`` that does.
+NAMED_CODE = {"env_factory": "--env-factory", "env_id": "--env", "agent": "--agent", "ray_address": "--ray-address"}
+
 
 def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
                         launch: LaunchSettings | None = None) -> RunDirectory:
     """Locks ``config.run_dir`` (one live run per directory). A fresh run refuses a directory
     that holds another run's checkpoints and writes its ``config.json`` (with ``launch``: how
     it was launched); a resumed one checks its checkpoint against ``config`` and ``spec``."""
-    run_dir = RunDirectory(config.run_dir).lock()
+    run_dir = RunDirectory(config.run_dir).lock(resume=config.resume)
     try:
         saved = read_run(config.run_dir)
         if config.resume:
@@ -48,22 +67,63 @@ def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
     return run_dir
 
 
-def load_run(run_dir: str, **changes: Any) -> tuple[ExperimentConfig, LaunchSettings | None]:
+def load_run(run_dir: str, trust_run_dir: bool = False,
+             **changes: Any) -> tuple[ExperimentConfig, LaunchSettings | None]:
     """The config a run saved in ``run_dir`` (set to resume; ``changes`` among
     ``RESUMABLE_CHANGES`` applied) and its launch settings (``None``: one process).
 
-    Both of the run's state files are checked against their schemas first (``run_files``):
-    ``config.json``, and ``checkpoints/run.json`` if there is one, so a resume refuses a
-    damaged or hand-edited one in a line before it does anything."""
+    ``changes`` may also name again what the run's config names among ``NAMED_CODE`` (the same
+    value: a resumed run keeps its own), which lets the resume use it; ``trust_run_dir`` lets
+    it use whatever the directory names (``check_named_code``). The directory is checked first
+    (``check_run_directory``: this user's, writable by nobody else), then both of the run's
+    state files against their schemas (``run_files``): ``config.json``, and
+    ``checkpoints/run.json`` if there is one, so a resume refuses a damaged or hand-edited one
+    in a line before it does anything."""
+    named = {key: value for key in NAMED_CODE if (value := changes.pop(key, None)) is not None}
     unknown = sorted(set(changes) - set(RESUMABLE_CHANGES))
     if unknown:
         raise ValueError(f"a resumed run keeps its saved settings; only {', '.join(RESUMABLE_CHANGES)} "
                          f"may change, not {', '.join(unknown)}")
-    saved = read_json(os.path.join(run_dir, "config.json"), "the run's config")
+    check_run_directory(run_dir, resume=True)
+    path = os.path.join(run_dir, "config.json")
+    saved = read_json(path, "the run's config")
     if saved is None:
         raise ValueError(f"{run_dir!r} is not a Shoal run directory (no config.json in it)")
-    check_config(os.path.join(run_dir, "config.json"), saved)
+    if isinstance(saved, dict):  # (else check_config says what it is)
+        check_named_code(path, saved, named, trust_run_dir)
+    check_config(path, saved)
     read_run(run_dir)  # (run.json's schema)
     launch = saved.get("launch")
     return (config_from_dict(saved, run_dir=run_dir, resume=True, **changes),
             LaunchSettings.from_record(launch) if launch else None)
+
+
+def check_named_code(path: str, saved: dict[str, Any], named: dict[str, Any], trust_run_dir: bool) -> None:
+    """Raises ``ValueError`` (one line) unless the code ``saved`` (the ``config.json`` at
+    ``path``) names, ``NAMED_CODE``, is named again in ``named`` or ``trust_run_dir`` is set;
+    a value in ``named`` that is not the run's is refused too. Reads ``saved`` only: nothing is
+    imported (a field of the wrong type is ``check_config``'s to refuse, before any import)."""
+    from shoal.actors.env_sources import factory_path
+    from shoal.agents.registry import builtin_agents
+
+    launch = saved.get("launch")
+    recorded = {"env_factory": saved.get("env_factory"), "env_id": saved.get("env_id"), "agent": saved.get("agent"),
+                "ray_address": launch.get("ray_address") if isinstance(launch, dict) else None}
+    for key, value in named.items():
+        given = factory_path(value) if key == "env_factory" else value
+        if given != recorded[key]:
+            raise ValueError(f"{NAMED_CODE[key]} {given!r} is not the run's ({path} has {key} "
+                             f"{recorded[key]!r}): a resumed run keeps its own; give its value, or drop {NAMED_CODE[key]}")
+    if trust_run_dir:
+        return
+    for key, value in recorded.items():
+        if not isinstance(value, str) or key in named:
+            continue
+        if key == "env_id" and ":" not in value or key == "agent" and value in builtin_agents():
+            continue  # (a registered gymnasium id, a built-in agent: nothing of the directory's is imported)
+        what = {"env_factory": "an env factory, which a resume would import and call",
+                "env_id": "an env id that imports its module", "agent": "an agent that is not built in, "
+                "which a resume would import", "ray_address": "a Ray cluster, which a resume would join"}[key]
+        raise ValueError(f"{path} names {key} {value!r}, {what}; a resume runs nothing only its run directory "
+                         f"names: if it is yours, name it again ({NAMED_CODE[key]} {shlex.quote(value)}) or pass "
+                         "--trust-run-dir (trust_run_dir=True in Python)")

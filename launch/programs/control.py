@@ -14,7 +14,7 @@ import os
 import secrets
 from typing import Any
 
-from shoal.core.files import make_dirs, write_atomic
+from shoal.core.files import json_text, make_dirs, write_atomic
 
 
 class _Control:
@@ -51,7 +51,7 @@ def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]] |
     # (mode 0600 from the first byte; never written through a link planted in the directory)
     write_atomic(os.path.join(directory, "control.token"), token, mode=0o600)
     write_atomic(os.path.join(directory, "control.json"),
-                 json.dumps({"address": server.address, "program": run.program.name, "pid": os.getpid()}))
+                 json_text({"address": server.address, "program": run.program.name, "pid": os.getpid()}))
     return server
 
 

@@ -29,6 +29,20 @@ class NaNObservations(RaisesInStep):
         return obs, reward, terminated, truncated, info
 
 
-for name, cls in (("RaisesInStep-v0", RaisesInStep), ("NaNObservations-v0", NaNObservations)):
+class HugeRewards(CartPoleEnv):
+    """CartPole whose every reward is ``reward``: 1e308 (two of them overflow a float), or inf."""
+
+    def __init__(self, reward=1e308, **kwargs):
+        super().__init__(**kwargs)
+        self._reward = reward
+
+    def step(self, action):
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, self._reward, terminated, truncated, info
+
+
+for name, cls, kwargs in (("RaisesInStep-v0", RaisesInStep, {}), ("NaNObservations-v0", NaNObservations, {}),
+                          ("HugeRewards-v0", HugeRewards, {}),
+                          ("InfiniteRewards-v0", HugeRewards, {"reward": float("inf")})):
     if name not in gym.registry:
-        gym.register(name, entry_point=cls, max_episode_steps=500, reward_threshold=475.0)
+        gym.register(name, entry_point=cls, max_episode_steps=500, reward_threshold=475.0, kwargs=kwargs)

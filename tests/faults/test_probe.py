@@ -159,7 +159,7 @@ def test_resuming_a_checkpoint_whose_learner_state_is_missing_is_refused(checkpo
 @pytest.mark.parametrize("flags, named", [
     (["--set", "learning_rate=0.1"], "--set"),
     (["--seed", "0"], "--seed"),  # (given at its default value: still a change the run cannot take)
-    (["--agent", "dqn", "--num-envs", "4"], "--agent, --num-envs"),
+    (["--agent", "dqn", "--num-envs", "4", "--preset", "none"], "--num-envs, --preset"),  # (--agent names it again)
 ])
 @pytest.mark.e2e
 def test_resume_names_the_flags_it_cannot_take(checkpointed, flags, named):
