@@ -14,6 +14,9 @@ to every env ``make_vector_env`` builds, Atari's excepted), and the actors' chec
   for a Dict observation, one more key), so the mask is stored in replay with every observation
   and next observation. A Dict observation with an ``action_mask`` key (PettingZoo's and
   SB3-contrib's convention) already has it.
+* A mask, from the info or a Dict key, is stored as int8 0/1 (``allowed_actions``): non-zero
+  (``0.5``, ``256``, ``True``) is allowed, zero is not, whatever its dtype; a cast instead
+  (``int8(256) == 0``, ``int8(0.5) == 0``) would read an allowed action as masked.
 * With ``action_masks=False``, masks are left out instead: the info's is not moved, and an
   ``action_mask`` key is dropped (``DropActionMask``): the agent acts on every action.
 
@@ -98,12 +101,17 @@ class BinaryPlanes(gym.ObservationWrapper):
         return np.ascontiguousarray(np.transpose(np.asarray(observation, np.uint8), (2, 0, 1)))
 
 
+def allowed_actions(mask: Any) -> np.ndarray:
+    """``mask`` as Shoal stores masks: int8, 1 where it is non-zero (allowed), 0 where it is zero."""
+    return (np.asarray(mask) != 0).astype(np.int8)
+
+
 def _mask(info: dict, num_actions: int) -> np.ndarray:
     mask = np.asarray(info[ACTION_MASK])
     if mask.shape != (num_actions,):
         raise ValueError(f"the environment's info['action_mask'] has shape {mask.shape}; it must have one "
                          f"entry per action, ({num_actions},)")
-    return mask.astype(np.int8)
+    return allowed_actions(mask)
 
 
 class InfoActionMask(gym.Wrapper):
@@ -137,6 +145,20 @@ class InfoActionMask(gym.Wrapper):
         return self._observe(observation, info), reward, terminated, truncated, info
 
 
+class ActionMaskKey(gym.ObservationWrapper):
+    """A Dict observation's ``action_mask`` key as int8 0/1 (``allowed_actions``: non-zero is
+    allowed), whatever the env gives (``[256, 0]`` in an int64 array, ``[0.5, 0]`` as floats)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        spaces = dict(env.observation_space.spaces)
+        spaces[ACTION_MASK] = gym.spaces.Box(0, 1, spaces[ACTION_MASK].shape, np.int8)
+        self.observation_space = gym.spaces.Dict(spaces)
+
+    def observation(self, observation: dict) -> dict:
+        return {**observation, ACTION_MASK: allowed_actions(observation[ACTION_MASK])}
+
+
 class DropActionMask(gym.ObservationWrapper):
     """A Dict observation without its ``action_mask`` key (the agent acts on every action)."""
 
@@ -160,6 +182,8 @@ def adapt_env(env: gym.Env, action_masks: bool = True) -> gym.Env:
     has_key = isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
     if has_key and not action_masks:
         return DropActionMask(env)
+    if has_key and isinstance(space.spaces[ACTION_MASK], (gym.spaces.Box, gym.spaces.MultiBinary)):
+        return ActionMaskKey(env)  # (other spaces: refused by the spec, in one line)
     if action_masks and not has_key:
         _, info = env.reset()  # (does the env give info masks? the vector env reseeds it)
         if ACTION_MASK in info:

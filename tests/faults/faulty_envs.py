@@ -41,7 +41,32 @@ class HugeRewards(CartPoleEnv):
         return obs, self._reward, terminated, truncated, info
 
 
-for name, cls, kwargs in (("RaisesInStep-v0", RaisesInStep, {}), ("NaNObservations-v0", NaNObservations, {}),
+class MaskedCartPole(CartPoleEnv):
+    """CartPole that gives ``mask`` (as it is given: floats, large ints) as its action mask, in its
+    info, or with ``key`` as the ``action_mask`` key of a Dict observation (``MultiBinary``)."""
+
+    def __init__(self, mask=(1, 0), key=False, **kwargs):
+        super().__init__(**kwargs)
+        self._mask, self._key = np.asarray(mask), key
+        if key:
+            self.observation_space = gym.spaces.Dict({"observation": self.observation_space,
+                                                      "action_mask": gym.spaces.MultiBinary(2)})
+
+    def _give(self, obs, info):
+        if self._key:
+            return {"observation": obs, "action_mask": self._mask.copy()}, info
+        return obs, {**info, "action_mask": self._mask.copy()}
+
+    def reset(self, **kwargs):
+        return self._give(*super().reset(**kwargs))
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        obs, info = self._give(obs, info)
+        return obs, reward, terminated, truncated, info
+
+
+for name, cls, kwargs in (("MaskedCartPole-v0", MaskedCartPole, {}), ("RaisesInStep-v0", RaisesInStep, {}), ("NaNObservations-v0", NaNObservations, {}),
                           ("HugeRewards-v0", HugeRewards, {}),
                           ("InfiniteRewards-v0", HugeRewards, {"reward": float("inf")})):
     if name not in gym.registry:

@@ -1,0 +1,52 @@
+"""What an env gives, read as it means or refused before anything is written (issue 36): an
+action mask is non-zero where allowed whatever its dtype (item 12)."""
+
+import numpy as np
+import pytest
+
+from shoal.actors import EnvironmentLoop, make_vector_env
+from shoal.actors.environments import environment_spec
+from shoal.agents.observations import action_mask
+from shoal.core.specs import ArraySpec
+from tests.faults import faulty_envs  # noqa: F401 -- (registers the envs)
+
+MASKED = "tests.faults.faulty_envs:MaskedCartPole-v0"
+
+
+class _Recorder:
+    """An actor that takes action 0 and keeps every observation it is given."""
+
+    def __init__(self):
+        self.observations = []
+
+    def select_action(self, observation):
+        self.observations.append(observation)
+        return np.zeros(len(observation["observation"]), np.int64), {}
+
+    def observe(self, step, *args):
+        pass
+
+    def update(self, wait=False):
+        pass
+
+
+# 12. action masks
+
+@pytest.mark.parametrize("mask, key", [
+    ([0.5, 0.0], False), ([256, 0], False), ([True, False], False),  # (in the info)
+    ([256, 0], True), ([0.5, 0.0], True), ([-1, 0], True),  # (a Dict observation's key)
+])
+def test_a_non_zero_mask_entry_is_allowed_in_every_path(mask, key):
+    args = {"mask": mask, "key": key}
+    spec = environment_spec(MASKED, 2, env_args=args)
+    assert spec.action_mask == ArraySpec((2,), np.int8)
+    env = make_vector_env(MASKED, 2, 0, env_args=args)
+    actor = _Recorder()
+    loop = EnvironmentLoop(env, actor)  # (a mask read as "allows no action" stops the loop here)
+    for _ in range(3):
+        loop.step()
+    env.close()
+    for observation in actor.observations:
+        assert observation["action_mask"].dtype == np.int8 and observation["action_mask"].tolist() == [[1, 0]] * 2
+        stored = np.asarray(observation["action_mask"], spec.action_mask.dtype)  # (as replay keeps it)
+        assert np.asarray(action_mask({"action_mask": stored})).tolist() == [[True, False]] * 2  # (as learners read it)
