@@ -1,7 +1,9 @@
 """Specs: the shapes and dtypes an agent needs, read off gymnasium spaces.
 
 An observation is one array (a ``Box`` space) or a flat mapping key -> array (a ``Dict`` of
-``Box`` or ``MultiBinary`` spaces): ``EnvironmentSpec.observation`` is then an ``ArraySpec`` or
+``Box`` or ``MultiBinary`` spaces, keyed by strings: the keys name replay's columns, the
+checkpointed normalization statistics and the networks' parameters, so an int or tuple key is
+refused in one line where the spec is made, before a run writes anything): ``EnvironmentSpec.observation`` is then an ``ArraySpec`` or
 a ``dict`` of them, and observations flow as arrays or dicts of arrays from the env through the
 actor, replay and batches to the learner. Float arrays are stored as float32, others keep
 their dtype (uint8 frames stay uint8). Nested ``Dict`` spaces are refused (flatten them, e.g.
@@ -114,7 +116,11 @@ def observation_spec(space: gym.Space) -> ObservationSpec:
     if isinstance(space, gym.spaces.Dict):
         if not space.spaces:
             raise ValueError("observation space is an empty Dict")
-        return {str(key): _array_spec(sub, f"key {key!r}: ") for key, sub in space.spaces.items()}
+        for key in space.spaces:
+            if not isinstance(key, str):
+                raise ValueError(f"observation space key {key!r} ({type(key).__name__}) is not a string; Shoal "
+                                 "takes a Dict observation whose keys are strings (rename them in the env)")
+        return {key: _array_spec(sub, f"key {key!r}: ") for key, sub in space.spaces.items()}
     return _array_spec(space, "")
 
 

@@ -66,7 +66,29 @@ class MaskedCartPole(CartPoleEnv):
         return obs, reward, terminated, truncated, info
 
 
-for name, cls, kwargs in (("MaskedCartPole-v0", MaskedCartPole, {}), ("RaisesInStep-v0", RaisesInStep, {}), ("NaNObservations-v0", NaNObservations, {}),
+class KeyedCartPole(CartPoleEnv):
+    """CartPole whose observation is a Dict keyed by ``keys`` (``[x, x_dot]`` under the first,
+    ``[theta, theta_dot]`` under the second): ints, tuples, what a user's env may have."""
+
+    def __init__(self, keys=(0, 1), **kwargs):
+        super().__init__(**kwargs)
+        self._keys = tuple(tuple(k) if isinstance(k, list) else k for k in keys)
+        box = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.observation_space = gym.spaces.Dict({key: box for key in self._keys})
+
+    def _observe(self, state):
+        return {self._keys[0]: state[:2].astype(np.float32), self._keys[1]: state[2:].astype(np.float32)}
+
+    def reset(self, **kwargs):
+        state, info = super().reset(**kwargs)
+        return self._observe(state), info
+
+    def step(self, action):
+        state, reward, terminated, truncated, info = super().step(action)
+        return self._observe(state), reward, terminated, truncated, info
+
+
+for name, cls, kwargs in (("KeyedCartPole-v0", KeyedCartPole, {}), ("MaskedCartPole-v0", MaskedCartPole, {}), ("RaisesInStep-v0", RaisesInStep, {}), ("NaNObservations-v0", NaNObservations, {}),
                           ("HugeRewards-v0", HugeRewards, {}),
                           ("InfiniteRewards-v0", HugeRewards, {"reward": float("inf")})):
     if name not in gym.registry:

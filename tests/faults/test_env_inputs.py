@@ -1,5 +1,6 @@
 """What an env gives, read as it means or refused before anything is written (issue 36): an
-action mask is non-zero where allowed whatever its dtype (item 12)."""
+action mask is non-zero where allowed whatever its dtype (item 12); a Dict observation whose keys
+are not strings is one line before the run directory is made (item 11)."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from shoal.actors.environments import environment_spec
 from shoal.agents.observations import action_mask
 from shoal.core.specs import ArraySpec
 from tests.faults import faulty_envs  # noqa: F401 -- (registers the envs)
+from tests.faults.harness import shoal_main
 
 MASKED = "tests.faults.faulty_envs:MaskedCartPole-v0"
 
@@ -50,3 +52,21 @@ def test_a_non_zero_mask_entry_is_allowed_in_every_path(mask, key):
         assert observation["action_mask"].dtype == np.int8 and observation["action_mask"].tolist() == [[1, 0]] * 2
         stored = np.asarray(observation["action_mask"], spec.action_mask.dtype)  # (as replay keeps it)
         assert np.asarray(action_mask({"action_mask": stored})).tolist() == [[True, False]] * 2  # (as learners read it)
+
+
+# 11. Dict observations keyed by what is not a string
+
+@pytest.mark.parametrize("launcher", [[], ["--launcher", "processes", "--num-actors", "1"]])
+@pytest.mark.parametrize("keys, says", [
+    ("(0, 1)", "key 0 (int) is not a string"),
+    ("('cart', ('pole', 1))", "key ('pole', 1) (tuple) is not a string"),
+])
+def test_a_dict_observation_key_that_is_not_a_string_is_one_line_before_anything_is_written(
+        tmp_path, keys, says, launcher):
+    run_dir = tmp_path / "run"
+    rc, errors, text = shoal_main("train", "--agent", "dqn", "--env", "tests.faults.faulty_envs:KeyedCartPole-v0",
+                                  "--env-arg", f"keys={keys}", "--max-env-steps", "2000", "--run-dir", str(run_dir),
+                                  "--quiet", *launcher)
+    assert rc == 2 and errors == [f"shoal: error: observation space {says}; Shoal takes a Dict observation whose "
+                                  "keys are strings (rename them in the env)"], text
+    assert "Traceback" not in text and not run_dir.exists()
