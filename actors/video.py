@@ -37,27 +37,51 @@ def check_video_extra() -> None:
                          "pip install -e '.[video]' (from the Shoal repository)") from None
 
 
+def check_frame(frame: Any, index: int, first: np.ndarray | None = None) -> np.ndarray:
+    """``frame``, the ``index``-th of an episode, if a video can take it: an ``[H, W, 3]`` uint8
+    array of the ``first`` frame's size. Anything else (a float frame, one that changes size, an
+    RGBA or grayscale one, ``None``) is a ``ValueError`` (one line): ffmpeg would write a broken
+    file of it (a size it was not told), or a black one (floats in [0, 1] cast to uint8)."""
+    if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+        what = (f"a {type(frame).__name__}" if not isinstance(frame, np.ndarray)
+                else f"{frame.dtype} of shape {frame.shape}")
+        raise ValueError(f"render() gave frame {index} as {what}; a video takes [height, width, 3] uint8 RGB "
+                         "frames (render_mode='rgb_array')")
+    if first is not None and frame.shape != first.shape:
+        raise ValueError(f"render() gave frame {index} of {frame.shape[1]}x{frame.shape[0]} pixels, frame 0 of "
+                         f"{first.shape[1]}x{first.shape[0]}; a video's frames all have one size")
+    return frame
+
+
 def record_episode(env: gym.vector.VectorEnv, actor: Actor, seed: int,
                    render: Callable[[], np.ndarray], max_frames: int = MAX_FRAMES) -> tuple[list[np.ndarray], float]:
     """Frames (``[H, W, 3]`` uint8) of one episode of ``actor`` in the 1-env ``env`` from its
     reset with ``seed`` (the first frame, then one after each step but the last: autoreset
-    has already started the next episode by then), and the episode's return."""
+    has already started the next episode by then), and the episode's return. A frame a video
+    cannot take stops it with a ``ValueError`` (``check_frame``), before anything is encoded."""
     obs, _ = env.reset(seed=seed)
     actor.end_episodes(np.ones(1, bool))
-    frames, total = [render()], 0.0
+    first = check_frame(render(), 0)
+    frames, total = [first], 0.0
     while len(frames) < max_frames:
         action, _ = actor.select_action(obs)
         obs, reward, terminated, truncated, _ = env.step(np.asarray(action))
         total += float(reward[0])
         if terminated[0] or truncated[0]:
             break
-        frames.append(render())
+        frames.append(check_frame(render(), len(frames), first))
     return frames, total
 
 
 def encode_mp4(frames: list[np.ndarray], fps: int = FPS) -> bytes:
-    """The frames as H.264 MP4 bytes (``imageio-ffmpeg``)."""
+    """The frames as H.264 MP4 bytes (``imageio-ffmpeg``); frames it cannot take are a
+    ``ValueError`` before ffmpeg starts (``check_frame``)."""
     import imageio_ffmpeg
+
+    if not frames:
+        raise ValueError("a video needs at least one frame")
+    for index, frame in enumerate(frames):
+        check_frame(frame, index, frames[0])
 
     height, width = frames[0].shape[:2]
     with tempfile.TemporaryDirectory(prefix="shoal-video-") as tmp:

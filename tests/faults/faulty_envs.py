@@ -88,7 +88,22 @@ class KeyedCartPole(CartPoleEnv):
         return self._observe(state), reward, terminated, truncated, info
 
 
-for name, cls, kwargs in (("KeyedCartPole-v0", KeyedCartPole, {}), ("MaskedCartPole-v0", MaskedCartPole, {}), ("RaisesInStep-v0", RaisesInStep, {}), ("NaNObservations-v0", NaNObservations, {}),
+class BadFrames(CartPoleEnv):
+    """CartPole whose ``render()`` gives frames a video cannot take (``frames``): ``"resize"``,
+    uint8 RGB frames that halve in size after the first three; ``"float"``, float frames in [0, 1]."""
+
+    def __init__(self, frames="resize", render_mode=None, **kwargs):
+        super().__init__(render_mode=render_mode, **kwargs)
+        self._frames, self._renders = frames, 0
+
+    def render(self):
+        self._renders += 1
+        if self._frames == "float":
+            return np.full((40, 60, 3), 0.5, np.float32)
+        return np.zeros((40, 60, 3) if self._renders <= 3 else (20, 30, 3), np.uint8)
+
+
+for name, cls, kwargs in (("BadFrames-v0", BadFrames, {}), ("KeyedCartPole-v0", KeyedCartPole, {}), ("MaskedCartPole-v0", MaskedCartPole, {}), ("RaisesInStep-v0", RaisesInStep, {}), ("NaNObservations-v0", NaNObservations, {}),
                           ("HugeRewards-v0", HugeRewards, {}),
                           ("InfiniteRewards-v0", HugeRewards, {"reward": float("inf")})):
     if name not in gym.registry:

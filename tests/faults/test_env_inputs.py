@@ -1,12 +1,16 @@
 """What an env gives, read as it means or refused before anything is written (issue 36): an
 action mask is non-zero where allowed whatever its dtype (item 12); a Dict observation whose keys
-are not strings is one line before the run directory is made (item 11)."""
+are not strings is one line before the run directory is made (item 11); frames a video cannot
+take are one warning and no file (item 15)."""
+
+import re
 
 import numpy as np
 import pytest
 
 from shoal.actors import EnvironmentLoop, make_vector_env
 from shoal.actors.environments import environment_spec
+from shoal.actors.video import encode_mp4, record_episode
 from shoal.agents.observations import action_mask
 from shoal.core.specs import ArraySpec
 from tests.faults import faulty_envs  # noqa: F401 -- (registers the envs)
@@ -23,9 +27,13 @@ class _Recorder:
 
     def select_action(self, observation):
         self.observations.append(observation)
-        return np.zeros(len(observation["observation"]), np.int64), {}
+        batch = observation["observation"] if isinstance(observation, dict) else observation
+        return np.zeros(len(batch), np.int64), {}
 
     def observe(self, step, *args):
+        pass
+
+    def end_episodes(self, ended):
         pass
 
     def update(self, wait=False):
@@ -70,3 +78,33 @@ def test_a_dict_observation_key_that_is_not_a_string_is_one_line_before_anything
     assert rc == 2 and errors == [f"shoal: error: observation space {says}; Shoal takes a Dict observation whose "
                                   "keys are strings (rename them in the env)"], text
     assert "Traceback" not in text and not run_dir.exists()
+
+
+# 15. video frames that change size or are float
+
+@pytest.mark.parametrize("frames, says", [
+    ("resize", r"render\(\) gave frame 3 of 30x20 pixels, frame 0 of 60x40; a video's frames all have one size"),
+    ("float", r"render\(\) gave frame 0 as float32 of shape \(40, 60, 3\); a video takes \[height, width, 3\] "
+              r"uint8 RGB frames"),
+], ids=["resize", "float"])
+def test_frames_a_video_cannot_take_are_one_warning_and_no_file(tmp_path, capfd, frames, says):
+    env = make_vector_env("tests.faults.faulty_envs:BadFrames-v0", 1, 0,
+                          env_args={"frames": frames, "render_mode": "rgb_array"})
+    with pytest.raises(ValueError, match=f"^{says}"):
+        record_episode(env, _Recorder(), 0, lambda: env.call("render")[0])
+    env.close()
+    with pytest.raises(ValueError, match=f"^{says}"):  # (the encoder checks what it is given, too)
+        encode_mp4([np.zeros((40, 60, 3), np.uint8)] * 3 + [np.zeros((20, 30, 3), np.uint8)] if frames == "resize"
+                   else [np.full((40, 60, 3), 0.5, np.float32)])
+
+    run_dir = tmp_path / "run"
+    rc, errors, text = shoal_main("train", "--agent", "ppo", "--env", "tests.faults.faulty_envs:BadFrames-v0",
+                                  "--env-arg", f"frames={frames}", "--set", "rollout_length=64", "--num-envs", "4",
+                                  "--max-env-steps", "512", "--eval-every", "256", "--eval-episodes", "1",
+                                  "--target-return", "1e9", "--video-every", "1", "--run-dir", str(run_dir), "--quiet")
+    assert rc == 0 and not errors, text
+    warnings = [line for line in text.splitlines() if line.startswith("shoal: warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith("shoal: warning: no evaluation video (ValueError: "), text
+    assert re.search(says, warnings[0]), warnings[0]
+    assert not list(run_dir.glob("videos/*")), list(run_dir.glob("videos/*"))
+    assert "Traceback" not in text and "rawvideo" not in capfd.readouterr().err  # (ffmpeg never started)
