@@ -83,7 +83,8 @@ def make_single_env(env_id: str, env_args: Mapping[str, Any] | None = None,
                     env_factory: str | EnvFactory | None = None) -> gym.Env:
     """One env: ``env_factory(**env_args)`` if a factory is given, else ``gym.make(env_id,
     **env_args)``; a factory that returns something else than a ``gymnasium.Env``, or
-    arguments the env refuses, raise one line."""
+    arguments the env refuses (a ``TypeError``, ``ValueError`` or failed assertion in its
+    constructor: LunarLander's ``gravity=5``), raise one line (``ValueError``)."""
     env_args = dict(env_args or {})
     name = factory_path(env_factory) or env_id
     if env_factory is None:
@@ -94,8 +95,8 @@ def make_single_env(env_id: str, env_args: Mapping[str, Any] | None = None,
         make = lambda: factory(**env_args)  # noqa: E731
     try:
         env = make()
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} with arguments {env_args}: {type(e).__name__}: {e}") from None
+    except (TypeError, ValueError, AssertionError) as e:  # (arguments the constructor refuses, or asserts against)
+        raise ValueError(f"{name} with arguments {env_args}: {type(e).__name__}: {e}") from e
     if not isinstance(env, gym.Env):
         raise ValueError(f"env_factory {name!r} returned {type(env).__name__}, not a gymnasium.Env")
     return env

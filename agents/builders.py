@@ -16,12 +16,23 @@ builds neither networks nor a policy.
 Builders import ``shoal.replay`` (Reverb, TensorFlow) inside the factories that need it, so an
 agent's networks, learning code and learner import and run where Reverb is not installed (a
 GPU machine with current JAX).
+
+**Failures.** Every factory of every builder (``FACTORIES``, wrapped where a subclass defines it)
+fails in one line naming the agent and the factory: a ``ValueError``, ``RuntimeError`` or
+``OSError`` it raises is its own message and passes as it is (``validate``'s contract; a run's
+failure); anything else (a ``KeyError``, ``ZeroDivisionError``, ``MemoryError``, ``SystemExit``,
+...) becomes a ``BuilderError`` (a ``ValueError``: ``shoal`` exits 2, with the original
+traceback under ``--verbose``), and so does a factory other than ``validate`` that returns
+``None``. ``try_factories`` calls the factories that build nothing heavy, so that a run can fail
+on them before it writes anything.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Mapping, Protocol
+import functools
+import inspect
+from typing import Any, Callable, ClassVar, Mapping, Protocol
 
 import jax
 
@@ -55,6 +66,68 @@ def extras_of(spec_or_policy: ExtrasSpec | Policy | None, builder: "AgentBuilder
     return spec_or_policy
 
 
+# The factories a builder defines, each called through ``_guarded`` (module docstring).
+FACTORIES = ("validate", "env_steps_before_learning", "make_networks", "make_policy", "extras_spec",
+             "make_replay_tables", "make_dataset_iterator", "example_batch", "make_adder", "make_learner",
+             "make_actor")
+# What a factory may raise as it is: its own one-line message.
+OWN_ERRORS = (ValueError, RuntimeError, OSError)
+
+
+class BuilderError(ValueError):
+    """A builder's factory raised what is not its own one-line error, or returned ``None``: one
+    line naming the agent and the factory (the original exception is its ``__cause__``)."""
+
+
+def raised(e: BaseException) -> str:
+    """``Type: the first line of its message`` (``Type`` alone for an empty one)."""
+    first = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def builder_label(builder: Any) -> str:
+    """How an error names ``builder``: ``agent 'NAME' (Class)``, or ``agent 'module:Class'``."""
+    cls = type(builder).__qualname__
+    name = getattr(builder, "_agent_name", None) or getattr(type(builder), "name", None) or cls
+    return f"agent {name!r}" if name.endswith(cls) else f"agent {name!r} ({cls})"
+
+
+def _guarded(factory: str, method: Callable) -> Callable:
+    """``method`` (a builder's ``factory``), failing as the module docstring says."""
+    if getattr(method, "_shoal_guarded", False):
+        return method
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            out = method(self, *args, **kwargs)
+        except OWN_ERRORS:
+            raise
+        except (Exception, SystemExit) as e:  # noqa: BLE001 -- named, once; the traceback is its cause
+            raise BuilderError(f"{builder_label(self)}: {factory}() raised {raised(e)} (--verbose shows the "
+                               "traceback)") from e
+        if out is None and factory != "validate":
+            raise BuilderError(f"{builder_label(self)}: {factory}() returned None")
+        return out
+
+    call._shoal_guarded = True  # type: ignore[attr-defined]
+    return call
+
+
+def try_factories(builder: "AgentBuilder", spec: EnvironmentSpec, make_networks: Callable[[EnvironmentSpec], Any]) -> None:
+    """Calls the factories a run calls that build nothing heavy (no parameters, no replay
+    server, nothing compiled): ``extras_spec``, ``make_replay_tables``, ``make_networks`` (or
+    the run's ``network_factory``) and ``make_policy`` for acting and for evaluation, so that a
+    builder that fails in one fails before a run writes anything (``validate`` and
+    ``env_steps_before_learning`` are the run's own checks; the learner, dataset, adder and actor
+    are built by the run, and fail there)."""
+    builder.extras_spec(spec)
+    builder.make_replay_tables(spec)
+    networks = make_networks(spec)
+    builder.make_policy(networks, spec, False)
+    builder.make_policy(networks, spec, True)
+
+
 class AgentBuilder(abc.ABC):
     """Builds one agent's parts from its ``config`` (an ``AgentConfig``: a documented dataclass).
 
@@ -71,6 +144,12 @@ class AgentBuilder(abc.ABC):
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for factory in FACTORIES:
+            if inspect.isfunction(cls.__dict__.get(factory)):
+                setattr(cls, factory, _guarded(factory, cls.__dict__[factory]))
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         """Raises ``ValueError`` (naming the bad value) if the agent cannot run on ``spec``:
@@ -134,3 +213,7 @@ class AgentBuilder(abc.ABC):
                                 asynchronous=asynchronous_updates)
         return BatchedActor(policy, key, client, adder, num_envs=spec.num_envs,
                             env_steps_offset=env_steps_offset)
+
+
+for _factory in ("validate", "make_actor"):  # (the base's own; the abstract ones are a subclass's)
+    setattr(AgentBuilder, _factory, _guarded(_factory, AgentBuilder.__dict__[_factory]))

@@ -23,7 +23,7 @@ import importlib.metadata
 import typing
 from typing import Any
 
-from shoal.agents.builders import AgentBuilder
+from shoal.agents.builders import AgentBuilder, BuilderError, raised
 from shoal.core.importing import import_attribute
 
 # name -> (package, builder class, config class)
@@ -132,6 +132,12 @@ def get_builder(name: str, **config_overrides: Any) -> AgentBuilder:
     unknown = sorted(set(config_overrides) - known)
     if unknown:
         raise ValueError(f"unknown {name} setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    builder = builder_cls(config_cls(**config_overrides))
+    try:
+        builder = builder_cls(config_cls(**config_overrides))
+    except (ValueError, RuntimeError, OSError):
+        raise
+    except (Exception, SystemExit) as e:  # noqa: BLE001 -- a plug-in's constructor: one line, as its factories
+        raise BuilderError(f"agent {name!r}: {builder_cls.__name__}({config_cls.__name__}(...)) raised {raised(e)} "
+                           "(--verbose shows the traceback)") from e
     builder._agent_name = name
     return builder

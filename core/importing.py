@@ -13,7 +13,7 @@ def import_module_for(module: str, what: str) -> ModuleType:
     module is imported for) if it is not found or raises while it is imported."""
     try:
         return importlib.import_module(module)
-    except Exception as e:  # noqa: BLE001 -- ImportError, or whatever the module raised: one line
+    except (Exception, SystemExit) as e:  # noqa: BLE001 -- ImportError, whatever the module raised, exit(): one line
         first = str(e).splitlines()[0] if str(e) else ""
         raise ValueError(f"cannot import {module!r} for {what}: {type(e).__name__}: {first}") from None
 

@@ -7,7 +7,8 @@ are parsed by ``shoal.launch.experiments.arguments``).
     shoal scale RUN_DIR --actors 8 / shoal status RUN_DIR     # a running distributed program
 
 A training run ends with one JSON line on stdout. Bad settings exit with status 2 and one
-``shoal: error: ...`` line before anything is written; a failed run with status 1 and one line;
+``shoal: error: ...`` line before anything is written (``--verbose`` prints the traceback of
+what caused it first, e.g. a plug-in builder's exception); a failed run with status 1 and one line;
 Ctrl-C with 130; SIGTERM with the JSON line and 143.
 """
 
@@ -18,6 +19,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from typing import Any, NoReturn, Sequence
 
 from shoal.core.files import json_text
@@ -80,6 +82,8 @@ def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
             return 0
         line = json_text(result, "the run's result")
     except ValueError as e:
+        if getattr(args, "verbose", False) and e.__cause__ is not None:  # (e.g. a plug-in's factory that raised)
+            traceback.print_exception(e.__cause__, file=sys.stderr)
         print(f"shoal: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

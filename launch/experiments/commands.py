@@ -43,8 +43,12 @@ def train(args: argparse.Namespace, given: list[str], started: float,
         from shoal.launch.experiments.launch_settings import LaunchSettings
         from shoal.launch.experiments.preflight import prepare
 
+        from shoal.agents.builders import try_factories
+
         settings = launch or LaunchSettings(num_actors=args.num_actors)
-        program = prepare(config, settings, started, actors_flag=_actors_flag(given)).program  # (joins no cluster)
+        prepared = prepare(config, settings, started, actors_flag=_actors_flag(given))  # (joins no cluster)
+        try_factories(config.builder, prepared.spec, config.make_networks)  # (as claim_run_directory does)
+        program = prepared.program
         launch = launch and launch.record()
         print(json_text({**config.to_dict(), "launch": launch}, "the resolved config"))
         print(program.describe())

@@ -46,7 +46,12 @@ def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
                         launch: LaunchSettings | None = None) -> RunDirectory:
     """Locks ``config.run_dir`` (one live run per directory). A fresh run refuses a directory
     that holds another run's checkpoints and writes its ``config.json`` (with ``launch``: how
-    it was launched); a resumed one checks its checkpoint against ``config`` and ``spec``."""
+    it was launched); a resumed one checks its checkpoint against ``config`` and ``spec``.
+    First, before anything is written, the agent's factories that build nothing heavy are tried
+    (``shoal.agents.builders.try_factories``): a builder that fails there is one line."""
+    from shoal.agents.builders import try_factories
+
+    try_factories(config.builder, spec, config.make_networks)
     run_dir = RunDirectory(config.run_dir).lock(resume=config.resume)
     try:
         saved = read_run(config.run_dir)
