@@ -1,7 +1,8 @@
-"""Replay: Reverb tables and signatures, adders, host batch iterators, and priority updates.
+"""Replay: one contract, two backends (Reverb; native), tables and signatures, adders, host
+batch iterators, and priority updates (``shoal.replay.backends`` says how a run picks one).
 
 This is the only Shoal package that touches TensorFlow (pulled in by Reverb), and only the
-learner's dataset imports it: tables, the server and the writers' client load without it. Its
+Reverb learner's dataset imports it: tables, the server and the writers' client load without it. Its
 names load on first use, so that ``shoal.replay.layouts`` (the shapes of the batches a dataset
 yields, in numpy) imports where Reverb is not installed.
 """
@@ -19,6 +20,9 @@ _NAMES = {
     "shoal.replay.priorities": ("item_priorities", "update_item_priorities"),
     "shoal.replay.client": ("ReverbClient", "make_replay_client"),
     "shoal.replay.server": ("ReplayServer",),
+    "shoal.replay.backends": ("BACKENDS", "check_backend", "default_backend", "make_replay_server",
+                              "reverb_installed"),
+    "shoal.replay.native": ("NativeReplayClient", "NativeReplayServer"),
     "shoal.replay.signatures": ("env_sequence_signature", "sequence_signature", "step_signature",
                                 "transition_signature"),
     "shoal.replay.tables": ("RateLimit", "TableSpec", "make_dropping_fifo_table", "make_queue_table", "make_sequence_table",

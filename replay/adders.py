@@ -1,5 +1,5 @@
-"""Adders: an actor's vector steps -> Reverb items, written batched (one item per vector step or
-chunk, never one per env per step) through one ``TrajectoryWriter``.
+"""Adders: an actor's vector steps -> replay items, written batched (one item per vector step or
+chunk, never one per env per step) through one writer of the run's replay backend.
 
 **N-step transitions** (``NStepTransitionAdder``). For a step ``t`` of one env, with
 ``m = min(n, steps until its episode ends, inclusive)``:
@@ -42,7 +42,6 @@ import tree
 from shoal.core.interfaces import Adder, ReplayClient
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 from shoal.core.types import Step
-from shoal.replay.client import deadline_exceeded_error
 
 
 def _cast_observation(observation, spec: ObservationSpec):
@@ -61,51 +60,48 @@ def _cast_step(step: Step, spec: EnvironmentSpec) -> Step:
 
 
 class _WriterAdder(Adder):
-    """Owns the ``TrajectoryWriter`` and its bounded, timed flushes.
+    """Owns the replay writer (``client.writer``: the backend's) and its bounded, timed flushes.
 
-    Steps and items go to the writer's C++ object (``TrajectoryWriter._writer``, Reverb 0.14)
-    directly: each step as one flat list of columns (``tree.flatten``, the table signature's
-    order), each item as references to the last ``length`` steps. Reverb's Python wrapper keeps
-    a history object per column, which cost about 200 us a vector step, as much as the C++
-    append itself; flushes and close still go through the wrapper.
+    Each step goes to the writer as one flat list of columns (``tree.flatten``, the table
+    signature's order), each item as the last ``length`` steps; ``_commit`` ends a vector step's
+    writes (the native backend sends them in one call; Reverb streams them as they come).
     """
 
     def __init__(self, client: ReplayClient, table: str, num_keep_alive_refs: int,
                  flush_timeout_s: float, priority: float = 1.0) -> None:
-        self._writer = client.trajectory_writer(num_keep_alive_refs=num_keep_alive_refs)
-        self._cpp = self._writer._writer
+        self._writer = open_writer(client, num_keep_alive_refs, flush_timeout_s)
         self._table = table
         self._priority = priority
-        self._timeout_s = flush_timeout_s
-        self._refs: collections.deque[list] = collections.deque(maxlen=num_keep_alive_refs)
 
     def _append(self, data) -> None:
         """Appends one step (a structure of arrays) to the writer's columns."""
-        self._refs.append(self._cpp.Append(tree.flatten(data)))
+        self._writer.append(tree.flatten(data))
 
     def _create_item(self, length: int) -> None:
         """Inserts an item of the last ``length`` appended steps: one array per column for
         ``length == 1``, else the steps stacked (``[length, ...]``)."""
-        if length == 1:
-            last = self._refs[-1]
-            self._cpp.CreateItem(self._table, self._priority, [[ref] for ref in last], [True] * len(last))
-        else:
-            steps = list(self._refs)[-length:]
-            self._cpp.CreateItem(self._table, self._priority, [list(c) for c in zip(*steps)],
-                                 [False] * len(steps[0]))
+        self._writer.create_item(self._table, self._priority, length)
+
+    def _commit(self) -> None:
+        self._writer.commit()
 
     def flush(self, block_until_num_items: int = 0) -> None:
         """Waits until at most ``block_until_num_items`` written items are unconfirmed."""
-        try:
-            self._writer.flush(block_until_num_items, timeout_ms=int(self._timeout_s * 1000))
-        except deadline_exceeded_error() as e:
-            raise TimeoutError(
-                f"replay table '{self._table}' did not confirm pending items within "
-                f"{self._timeout_s}s (inserts wait while the learner lags behind the table's "
-                "rate limiter or while a queue is full)") from e
+        self._writer.flush(block_until_num_items)
 
     def close(self) -> None:
         self._writer.close()
+
+
+def open_writer(client: ReplayClient, num_keep_alive_refs: int, timeout_s: float):
+    """``client``'s writer: a ``NativeWriter`` or a ``ReverbWriter`` (for a plain
+    ``reverb.Client`` too: its ``TrajectoryWriter``, wrapped)."""
+    if hasattr(client, "writer"):
+        return client.writer(num_keep_alive_refs, timeout_s)
+    from shoal.replay.client import ReverbWriter
+
+    return ReverbWriter(client.trajectory_writer(num_keep_alive_refs=num_keep_alive_refs), num_keep_alive_refs,
+                        timeout_s)
 
 
 def n_step_transition(steps: Sequence[Step], discount: float) -> dict[str, np.ndarray]:
@@ -164,6 +160,7 @@ class NStepTransitionAdder(_WriterAdder):
             return
         self._append(n_step_transition(self._steps, self._discount))
         self._create_item(1)
+        self._commit()
         self._items += 1
         if self._items % self._max_in_flight == 0:
             # Items stream to the server in the background; this only bounds how many are pending.
@@ -197,7 +194,7 @@ class SequenceAdder(_WriterAdder):
         self._steps += 1
         if self._steps >= self._length and (self._steps - self._length) % self._period == 0:
             self._create_item(self._length)
-            self.flush()
+            self.flush()  # (sends it: commit, then wait for it)
 
 
 class EnvSequenceAdder(_WriterAdder):
@@ -234,3 +231,4 @@ class EnvSequenceAdder(_WriterAdder):
             self._items += 1
             if self._items % self._max_in_flight == 0:
                 self.flush(block_until_num_items=self._max_in_flight)
+        self._commit()

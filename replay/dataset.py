@@ -42,6 +42,25 @@ from shoal.core.types import Sample
 from shoal.replay.tables import transition_items_per_batch
 
 
+class _SampleInfo(NamedTuple):  # (as Reverb's SampleInfo: one entry per item)
+    key: np.ndarray
+    probability: np.ndarray
+    table_size: np.ndarray
+    priority: np.ndarray
+    times_sampled: np.ndarray
+
+
+def _native_client(server: Any) -> Any:
+    """The native replay client ``server`` is or names, else ``None`` (Reverb)."""
+    if hasattr(server, "sample_batch"):
+        return server
+    if isinstance(server, str) and server.startswith("native://"):
+        from shoal.replay.native.client import client_for
+
+        return client_for(server)
+    return None
+
+
 class _Served(NamedTuple):  # items Reverb served: data and their SampleInfo, leading axis = items
     data: Any
     info: Any
@@ -51,13 +70,20 @@ class ReplayIterator(Dataset):
     """Samples ``items_per_update`` items of ``table`` per batch and lays them out with ``layout``
     (the ``Dataset`` a learner consumes). After ``close()``, ``next`` raises ``StopIteration``.
     ``each_item_once``: fetch nothing ahead (for a queue, whose items must not be lost: module
-    docstring)."""
+    docstring).
 
-    def __init__(self, server_address: str, table: str, items_per_update: int, num_envs: int,
+    ``server``: the replay client (either backend), or a Reverb server's address. On the native
+    backend, each ``next`` asks the server for the items still missing, ``poll_s`` at a time
+    (it returns those it could take: none is lost, and ``close()`` takes effect within ``poll_s``);
+    no TensorFlow is involved."""
+
+    def __init__(self, server: Any, table: str, items_per_update: int, num_envs: int,
                  layout: Callable[[Any, Any], Sample], timeout_s: float = 120.0,
                  poll_s: float = 0.5, each_item_once: bool = False) -> None:
         self.table, self.items_per_update, self.num_envs = table, items_per_update, num_envs
         self._layout = layout
+        self._native = _native_client(server)
+        server_address = server if isinstance(server, str) else server.server_address
         self._address, self._timeout_s, self._poll_s = server_address, timeout_s, poll_s
         self._ahead = dict(max_in_flight_samples_per_worker=1, num_workers_per_iterator=1) if each_item_once \
             else dict(max_in_flight_samples_per_worker=2 * items_per_update)
@@ -65,12 +91,19 @@ class ReplayIterator(Dataset):
         self._source = None
         self._served: list = []  # items served but not yet in a batch
         self._closed = False
+        self._signature = None  # (native: the table's, read at the first sample)
 
     def __next__(self) -> Sample:
         have = sum(len(part.info.key) for part in self._served)
         while have < self.items_per_update:
             if self._closed:
                 raise StopIteration
+            if self._native is not None:
+                part = self._native_part(self.items_per_update - have)
+                if part is not None:
+                    self._served.append(part)
+                    have += len(part.info.key)
+                continue
             if self._source is None:
                 self._source = (self._dataset or self._open()).as_numpy_iterator()
             try:
@@ -84,6 +117,16 @@ class ReplayIterator(Dataset):
         n = self.items_per_update
         self._served = [] if have == n else [_Served(*_slice(data, info, n, have))]
         return self._layout(*_slice(data, info, 0, n))
+
+    def _native_part(self, num_items: int) -> _Served | None:
+        served = self._native.sample_batch(self.table, num_items, self._poll_s)
+        if served is None:
+            return None
+        if self._signature is None:
+            self._signature = self._native.signature(self.table)
+        info = _SampleInfo(served["key"], served["probability"], served["table_size"], served["priority"],
+                           served["times_sampled"])
+        return _Served(tree.unflatten_as(self._signature, list(served["columns"])), info)
 
     def _open(self) -> Any:
         """Reverb's TensorFlow dataset of the table (the import of TensorFlow happens here)."""
@@ -107,7 +150,14 @@ class ReplayIterator(Dataset):
 
     def example(self) -> Sample:
         """A batch of zeros shaped like the real ones (from the table's signature), sampling
-        nothing (it imports TensorFlow; an agent's ``example_batch`` gives the same without)."""
+        nothing (on Reverb it imports TensorFlow; an agent's ``example_batch`` gives the same without)."""
+        n = self.items_per_update
+        if self._native is not None:
+            signature = self._native.signature(self.table)
+            data = tree.map_structure(lambda spec: np.zeros((n, *spec.shape), spec.dtype), signature)
+            info = _SampleInfo(np.zeros(n, np.uint64), np.ones(n), np.ones(n, np.int64), np.ones(n),
+                               np.ones(n, np.int32))
+            return self._layout(data, info)
         import reverb
 
         signature = reverb.Client(self._address).server_info(timeout=int(self._timeout_s))[self.table].signature
@@ -132,7 +182,7 @@ def _slice(data: Any, info: Any, start: int, stop: int):
     return tree.map_structure(cut, data), tree.map_structure(cut, info)
 
 
-def transition_batches(server_address: str, table: str, *, num_envs: int, batch_size: int,
+def transition_batches(server: Any, table: str, *, num_envs: int, batch_size: int,
                        num_steps: int = 1) -> ReplayIterator:
     """Batches of ``[batch_size, num_steps, ...]`` transitions (see the module docstring)."""
     items_per_batch = transition_items_per_batch(batch_size, num_envs)
@@ -149,10 +199,10 @@ def transition_batches(server_address: str, table: str, *, num_envs: int, batch_
         return Sample(tree.map_structure(per_transition, fields),
                       info.key.reshape(num_steps, items_per_batch))
 
-    return ReplayIterator(server_address, table, num_steps * items_per_batch, num_envs, layout)
+    return ReplayIterator(server, table, num_steps * items_per_batch, num_envs, layout)
 
 
-def sequence_batches(server_address: str, table: str, *, num_envs: int, num_items: int = 1) -> ReplayIterator:
+def sequence_batches(server: Any, table: str, *, num_envs: int, num_items: int = 1) -> ReplayIterator:
     """Batches of ``[num_items * num_envs, length, ...]`` env sequences (see the module docstring),
     from a queue: each item is fetched once, none ahead (``each_item_once``)."""
 
@@ -164,14 +214,14 @@ def sequence_batches(server_address: str, table: str, *, num_envs: int, num_item
 
         return Sample(tree.map_structure(per_sequence, data), info.key)
 
-    return ReplayIterator(server_address, table, num_items, num_envs, layout, each_item_once=True)
+    return ReplayIterator(server, table, num_items, num_envs, layout, each_item_once=True)
 
 
-def env_sequence_batches(server_address: str, table: str, *, batch_size: int) -> ReplayIterator:
+def env_sequence_batches(server: Any, table: str, *, batch_size: int) -> ReplayIterator:
     """Batches of ``batch_size`` env sequences ``[batch_size, length, ...]`` and their sampling
     probabilities (see the module docstring), sampled by the table's selector."""
 
     def layout(data, info) -> Sample:
         return Sample({**data, "probability": info.probability.astype(np.float32)}, info.key)
 
-    return ReplayIterator(server_address, table, batch_size, 1, layout)
+    return ReplayIterator(server, table, batch_size, 1, layout)

@@ -82,6 +82,11 @@ class ReplayServer:
                 return info
         raise KeyError(f"replay table {table!r} is not served here; tables: {', '.join(self._tables)}")
 
+    backend = "reverb"
+
+    def grant(self, table: str, num_items: int, after_mutations: int = 0) -> None:
+        """(The native backend's gate for reproducible sampling; Reverb samples freely.)"""
+
     def stop(self) -> None:
         self._server.Stop()
 

@@ -63,6 +63,9 @@ class ExperimentConfig:
       track: also send the run's logs, videos and result to a tracking server: ``"wandb"``
         (Weights & Biases) or ``"mlflow"``, each with its extra (``launch.experiments.tracking``;
         needs a ``run_dir``). ``None`` (the default): no tracking.
+      replay: the replay backend, ``"reverb"`` or ``"native"`` (``shoal.replay.backends``);
+        ``None``: Reverb where it is installed (Python 3.11), native elsewhere. ``config.json``
+        records the backend the run used, and a resume keeps it.
     """
 
     builder: AgentBuilder
@@ -87,6 +90,7 @@ class ExperimentConfig:
     action_masks: bool = True
     video_every: int = setting(0, low=0, high=10**9)
     track: str | None = None
+    replay: str | None = None
 
     def __post_init__(self) -> None:
         # An agent with a schedule that decays over the run's budget (a ``*_schedule`` field
@@ -118,6 +122,7 @@ class ExperimentConfig:
         """What needs no environment: the ``SHOAL_*`` environment variables, the env id, and
         every field against its range (so that building the env is safe)."""
         check_environment()
+        self.replay_backend()
         if self.env_factory is not None:
             load_env_factory(self.env_factory)
         else:
@@ -153,6 +158,13 @@ class ExperimentConfig:
                              f"{self.builder.name} takes before its first update (see its replay or "
                              "rollout settings): the run could not learn")
 
+    def replay_backend(self) -> str:
+        """The replay backend this run uses (``replay``, or this Python's default); a one-line
+        ``ValueError`` if it cannot run here."""
+        from shoal.replay.backends import check_backend
+
+        return check_backend(self.replay)
+
     def make_env(self, num_envs: int, seed: int, evaluation: bool = False):
         """A vector env of ``env_id`` as this experiment runs it (for training, or evaluation)."""
         return make_vector_env(self.env_id, num_envs, seed, sticky_actions=self.sticky_actions,
@@ -175,6 +187,7 @@ class ExperimentConfig:
             **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in ("builder", "network_factory", "resume")},
             "env_factory": factory_path(self.env_factory),
+            "replay": self.replay_backend(),
             "resolved_target_return": self.resolved_target_return(),
             "agent": agent_name(self.builder),
             "agent_config": dataclasses.asdict(self.builder.config),

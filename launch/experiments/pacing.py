@@ -8,6 +8,10 @@ another batch (it lags behind the rate limiter; the runner waits the moment the 
 needs to deliver it). So a replay ratio (a ``SampleToInsertRatio`` table) and an on-policy
 queue pace the same way, and updates spread out between actor steps instead of bunching.
 
+Replay serves the learner only the batches this rule asks for (``server.grant``: the native
+backend samples a granted batch while the actor waits for it, after the priority updates of every
+earlier update, so a seeded run samples the same items every time; Reverb samples freely).
+
 Actor parameters come from the learner object itself, pulled synchronously, so a seeded run
 acts reproducibly. An ``on_policy`` agent pulls after the learner stepped (every rollout is
 acted with the newest params); any other agent pulls before, so the update it dispatches runs
@@ -42,6 +46,7 @@ class LearningActor(Actor):
         self._actor, self._learner, self._server, self._table = actor, learner, server, table
         self._items_per_update, self._pull_after, self._timeout_s = items_per_update, pull_after, timeout_s
         self._items_consumed = 0
+        self._items_granted = 0  # (items replay was allowed to serve the learner)
         self._first_update = first_update  # (around the learner's first step, which compiles its update)
 
     def _behind(self) -> bool:
@@ -72,7 +77,12 @@ class LearningActor(Actor):
     def _train(self) -> None:
         stepped, waiting_since = False, None
         while True:
-            behind = self._behind()
+            in_flight = self._items_granted > self._items_consumed  # (a granted batch: wait for it)
+            behind = in_flight or self._behind()
+            if behind and not in_flight and not self._learner.ready():
+                self._server.grant(self._table, self._items_per_update,
+                                   after_mutations=self._items_consumed // self._items_per_update)
+                self._items_granted += self._items_per_update
             if self._learner.ready() and (behind or not stepped):
                 if self._items_consumed:
                     self._learner.step()
@@ -80,6 +90,7 @@ class LearningActor(Actor):
                     with self._first_update():
                         self._learner.step()
                 self._items_consumed += self._items_per_update
+                self._items_granted = max(self._items_granted, self._items_consumed)
                 stepped, waiting_since = True, None
             elif not behind:
                 return

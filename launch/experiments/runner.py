@@ -70,14 +70,15 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
 
 def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, stop: threading.Event | None,
            stack: contextlib.ExitStack) -> dict[str, Any]:
-    from shoal.replay import ReplayServer, without_insert_blocking
+    from shoal.replay import make_replay_server, without_insert_blocking
 
     builder = config.builder
     checkpointer = Checkpointer(config.run_dir) if config.run_dir else None
     networks = config.make_networks(spec)
     policy = builder.make_policy(networks, spec, evaluation=False)
-    server = ReplayServer(without_insert_blocking(builder.make_replay_tables(spec)),
-                          checkpoint_dir=checkpointer.replay_directory if checkpointer else None)
+    server = make_replay_server(without_insert_blocking(builder.make_replay_tables(spec)), config.replay_backend(),
+                                checkpoint_dir=checkpointer.replay_directory if checkpointer else None,
+                                seed=config.seed, gated=True)
     _closing(stack, "the replay server", server.stop)  # (after its users: closed last of these)
     counter, stopwatch = Counter(), Stopwatch()  # one thread: one time breakdown
     learner_key, actor_key, eval_key = jax.random.split(jax.random.PRNGKey(config.seed), 3)

@@ -1,0 +1,204 @@
+"""The native backend's client and writer.
+
+``NativeReplayClient(service, address)`` calls a ``NativeReplayServer``'s methods on
+``service``: the server object itself in one process (direct calls, no socket), or an RPC
+client of it (``shoal.launch``'s replay node makes one; the RPC layer carries numpy arrays
+without pickling). It offers what Shoal calls on a replay client (``core.interfaces.ReplayClient``):
+``server_address``, ``server_info``, ``trajectory_writer``, ``mutate_priorities``,
+``checkpoint``, and ``sample_batch`` for the datasets.
+
+``NativeWriter`` is what adders write through (as Reverb's ``TrajectoryWriter`` for the Reverb
+backend): ``append(columns)`` keeps a step, ``create_item(table, priority, length)`` makes an
+item of the last ``length`` steps, ``commit()`` sends what is new in one ``insert`` call (each
+step once, however many items use it). Inserts wait for the table's rate limiter up to the
+writer's timeout; then ``commit`` raises ``TimeoutError`` and keeps what was not inserted.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import threading
+import weakref
+from types import SimpleNamespace
+from typing import Any, Mapping
+
+import numpy as np
+
+from shoal.core.specs import ArraySpec
+from shoal.replay.native.table import ReplayClosed
+
+SCHEME = "native://"
+_CLIENTS: "weakref.WeakValueDictionary[str, NativeReplayClient]" = weakref.WeakValueDictionary()
+_writer_ids = itertools.count()
+
+
+class ReplayServerGone(ConnectionError):
+    """The replay server stopped answering (it stopped, crashed, or the network went away)."""
+
+
+def client_for(address: str) -> "NativeReplayClient":
+    """The client whose ``server_address`` is ``address`` (``native://...``), made in this process."""
+    client = _CLIENTS.get(address)
+    if client is None:
+        raise ValueError(f"no native replay client for {address!r} in this process: pass the replay "
+                         "client itself to the dataset (builder.make_dataset_iterator's replay_client)")
+    return client
+
+
+def _spec(record: Any) -> Any:
+    if isinstance(record, dict):
+        if set(record) == {"__array__"}:
+            shape, dtype = record["__array__"]
+            return ArraySpec(tuple(shape), np.dtype(dtype))
+        return {k: _spec(v) for k, v in record.items()}
+    if isinstance(record, (list, tuple)):
+        return type(record)(_spec(v) for v in record)
+    return record
+
+
+def _info(record: Mapping[str, Any]) -> SimpleNamespace:
+    """A table's info with the fields of Reverb's ``TableInfo`` that Shoal reads."""
+    limiter = SimpleNamespace(
+        samples_per_insert=record["samples_per_insert"], min_diff=record["min_diff"],
+        max_diff=record["max_diff"], min_size_to_sample=record["min_size_to_sample"],
+        insert_stats=SimpleNamespace(completed=record["inserts"]),
+        sample_stats=SimpleNamespace(completed=record["samples"]))
+    return SimpleNamespace(name=record["name"], current_size=record["current_size"], max_size=record["max_size"],
+                           num_deleted_episodes=record["deletes"], rate_limiter_info=limiter)
+
+
+class NativeReplayClient:
+    def __init__(self, service: Any, address: str, in_process: bool = False) -> None:
+        self._service, self.in_process = service, in_process
+        self.server_address = SCHEME + address
+        self._signatures: dict[str, Any] | None = None
+        _CLIENTS[self.server_address] = self
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return getattr(self._service, method)(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 -- an RPC failure: say which server, in one line
+            code = getattr(getattr(e, "code", None), "name", None)
+            if code in ("UNAVAILABLE", "CANCELLED"):
+                raise ReplayServerGone(f"the replay server at {self.server_address} went away during "
+                                       f"{method} ({code}): is the replay node running?") from None
+            raise
+
+    def writer(self, num_keep_alive_refs: int, timeout_s: float = 120.0) -> "NativeWriter":
+        """A writer that keeps the last ``num_keep_alive_refs`` steps for its items."""
+        if num_keep_alive_refs < 1:
+            raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
+        return NativeWriter(self, num_keep_alive_refs, timeout_s)
+
+    trajectory_writer = writer
+
+    def server_info(self, timeout: int | None = None) -> dict[str, SimpleNamespace]:
+        return {name: _info(record) for name, record in self._call("server_info").items()}
+
+    def mutate_priorities(self, table: str, updates: Mapping[Any, float] | None = None, deletes: Any = None) -> None:
+        updates = {int(k): float(v) for k, v in (updates or {}).items()}
+        self._call("mutate_priorities", table, updates, [int(k) for k in (deletes if deletes is not None else [])])
+
+    def checkpoint(self) -> str:
+        return self._call("checkpoint")
+
+    def signature(self, table: str) -> Any:
+        """``table``'s signature (a nest of ``ArraySpec``)."""
+        if self._signatures is None:
+            self._signatures = {name: _spec(r) for name, r in self._call("table_signatures").items()}
+        if table not in self._signatures:
+            raise KeyError(f"replay table {table!r} is not served at {self.server_address}; "
+                           f"tables: {', '.join(self._signatures)}")
+        return self._signatures[table]
+
+    def sample_batch(self, table: str, num_items: int, timeout_s: float) -> dict[str, Any] | None:
+        """Up to ``num_items`` items (``NativeReplayServer.sample``), ``None`` if none came in
+        ``timeout_s``."""
+        return self._call("sample", table, int(num_items), float(timeout_s))
+
+    def sample(self, table: str, num_samples: int = 1, timeout_s: float = 60.0) -> dict[str, Any] | None:
+        """``num_samples`` items of ``table`` at most, for a look at what it holds."""
+        return self.sample_batch(table, num_samples, timeout_s)
+
+
+class NativeWriter:
+    """Steps and items for a native server (module docstring). Not thread-safe: one per adder."""
+
+    def __init__(self, client: NativeReplayClient, num_keep_alive_refs: int, timeout_s: float) -> None:
+        self._client, self._keep, self.timeout_s = client, num_keep_alive_refs, timeout_s
+        self._id = f"{os.getpid()}-{next(_writer_ids)}-{threading.get_ident():x}"
+        self._next = 0  # the next step's index
+        self._window: collections.deque[int] = collections.deque()  # kept steps, oldest first
+        self._columns: dict[int, list] = {}  # kept steps not sent yet
+        self._sent: set[int] = set()  # kept steps the server holds for this writer
+        self._items: list[list] = []  # items not inserted yet
+        self._release: list[int] = []  # steps the server may let go of
+        self._leaving: set[int] = set()  # steps out of the window that pending items still use
+        self._copy = client.in_process  # (in one process the server keeps the very arrays it is given)
+        self._closed = False
+
+    def append(self, columns: list) -> int:
+        """Keeps one step (a flat list of arrays, the table signature's order); returns its index."""
+        index = self._next
+        self._next += 1
+        self._columns[index] = [np.array(c) for c in columns] if self._copy else [np.asarray(c) for c in columns]
+        self._window.append(index)
+        if len(self._window) > self._keep:
+            old = self._window.popleft()
+            if any(old in steps for _, _, steps in self._items):
+                self._leaving.add(old)  # (a pending item uses it: let go once that is inserted)
+            elif old in self._sent:
+                self._sent.discard(old)
+                self._release.append(old)
+            else:
+                self._columns.pop(old, None)
+        return index
+
+    def create_item(self, table: str, priority: float, length: int) -> None:
+        """An item of the last ``length`` appended steps (at most the writer's keep-alive count)."""
+        if not 1 <= length <= len(self._window):
+            raise ValueError(f"an item of {length} steps, but the writer keeps the last {len(self._window)}")
+        self._items.append([table, float(priority), list(self._window)[-length:]])
+
+    def commit(self) -> None:
+        """Sends the new steps and items in one call (see the module docstring)."""
+        if not self._items and len(self._release) < 256:
+            return
+        needed = {i for _, _, steps in self._items for i in steps} - self._sent
+        steps = [[i, self._columns[i]] for i in sorted(needed)]
+        release = self._release + sorted(self._leaving)
+        done = self._client._call("insert", self._id, steps, self._items, release, self.timeout_s)
+        self._sent |= needed  # (the server stored every step sent, whatever it inserted)
+        for i in needed:
+            del self._columns[i]
+        if done < len(self._items):
+            self._items = self._items[done:]
+            table = self._items[0][0]
+            raise TimeoutError(f"replay table '{table}' did not take an item within {self.timeout_s}s (inserts "
+                               "wait while the learner lags behind the table's rate limiter or while a queue is full)")
+        self._sent -= self._leaving
+        self._items, self._release, self._leaving = [], [], set()
+
+    def flush(self, block_until_num_items: int = 0) -> None:
+        """Sends what is pending (inserts are confirmed when ``commit`` returns)."""
+        self.commit()
+
+    def close(self) -> None:
+        """Sends what is pending, then lets the server free this writer's steps."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.commit()
+        except (ReplayServerGone, ReplayClosed):
+            pass  # (nothing more can reach a server that is gone; the writes that failed said so)
+        finally:
+            release, self._items = self._release + sorted(self._sent | self._leaving), []
+            self._release, self._sent, self._leaving, self._columns = [], set(), set(), {}
+            if release:
+                try:
+                    self._client._call("insert", self._id, [], [], release, self.timeout_s)
+                except (ReplayServerGone, ReplayClosed):
+                    pass  # (a server that is gone holds nothing of this writer's any more)

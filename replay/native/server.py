@@ -1,0 +1,293 @@
+"""``NativeReplayServer``: Shoal's own replay service (any Python, no TensorFlow).
+
+It holds tables built from ``TableSpec``s (``shoal.replay.native.table``) and one step store
+shared by their items. Its public methods are the whole service: called directly in one
+process (``server.client``: no socket), or served by Shoal's RPC layer to other processes (the
+launcher's replay node serves exactly ``SERVICE_METHODS``; every argument and result is plain
+data and numpy arrays, nothing is unpickled).
+
+**Writes.** A writer (``NativeWriter``) sends each step once, with the items that reference it,
+in one ``insert`` call per vector step or chunk. The server keeps a step while the writer still
+holds it (it may be part of a later item: R2D2's overlapping sequences) or an item references
+it, and frees it after that (a reference count; no step is copied for a second item).
+
+**Samples** come back as one column per signature leaf with the items on the leading axis
+(length-1 items squeezed, longer ones ``[num_items, length, ...]``), with the items' keys,
+sampling probabilities, table sizes, priorities and times sampled.
+
+**Checkpoints** go to ``checkpoint_dir/<name>/``: ``tables.json`` (counts, sampler states,
+items) and ``steps.npz`` (the steps, read back with ``allow_pickle=False``), then a ``DONE``
+file; a server started on a ``checkpoint_dir`` restores the newest complete one, as Reverb's
+default checkpointer does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from shoal.replay.native.table import Item, ReplayClosed, Table
+from shoal.replay.tables import TableSpec
+
+SERVICE_METHODS = ("insert", "sample", "mutate_priorities", "server_info", "checkpoint", "table_signatures")
+
+
+class StepStore:
+    """Steps by id, each with a reference count (the items that use it, plus one while its
+    writer holds it). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._steps: dict[Any, list] = {}  # id -> [columns, references]
+        self._lock = threading.Lock()
+
+    def add(self, step_id: Any, columns: list) -> None:
+        with self._lock:
+            self._steps[step_id] = [columns, 1]
+
+    def hold(self, step_ids: Sequence[Any]) -> tuple:
+        with self._lock:
+            missing = [s for s in step_ids if s not in self._steps]
+            if missing:
+                raise KeyError(f"an item references steps the server does not hold: {missing[:3]}")
+            for s in step_ids:
+                self._steps[s][1] += 1
+        return tuple(step_ids)
+
+    def release(self, step_ids: Sequence[Any]) -> None:
+        with self._lock:
+            for s in step_ids:
+                entry = self._steps.get(s)
+                if entry is not None:
+                    entry[1] -= 1
+                    if entry[1] <= 0:
+                        del self._steps[s]
+
+    def get(self, step_ids: Sequence[Any]) -> list[list]:
+        with self._lock:
+            return [self._steps[s][0] for s in step_ids]
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+
+def _spec_record(signature: Any) -> Any:
+    """A table signature as plain data (its leaves ``{"__array__": [shape, dtype]}``)."""
+    if signature is None:
+        return None
+    if isinstance(signature, dict):
+        return {k: _spec_record(v) for k, v in signature.items()}
+    if isinstance(signature, (list, tuple)):
+        return type(signature)(_spec_record(v) for v in signature)
+    return {"__array__": [list(signature.shape), np.dtype(signature.dtype).str]}
+
+
+class NativeReplayServer:
+    """Tables from ``tables`` (``TableSpec``s) and their step store; see the module docstring.
+
+    ``seed``: every table samples from its own generator, seeded from ``(seed, table index)``.
+    ``gated``: tables sample only what ``grant`` allowed (the one-process runner's determinism).
+    """
+
+    backend = "native"
+
+    def __init__(self, tables: Sequence[TableSpec], checkpoint_dir: str | None = None, seed: int = 0,
+                 gated: bool = False) -> None:
+        if not tables:
+            raise ValueError("a replay server needs at least one table")
+        for table in tables:
+            if not isinstance(table, TableSpec):
+                raise TypeError(f"native replay builds tables from shoal.replay.TableSpec, not "
+                                f"{type(table).__module__}.{type(table).__name__} (a reverb.Table needs --replay reverb)")
+        names = [table.name for table in tables]
+        if len(set(names)) < len(names):
+            raise ValueError(f"replay table names must be unique; got {', '.join(names)}")
+        self._store = StepStore()
+        self._tables = {spec.name: Table(spec, self._store, np.random.default_rng([int(seed), i]), gated)
+                        for i, spec in enumerate(tables)}
+        self._keys = iter(range(1, 1 << 62))
+        self._key_lock = threading.Lock()
+        self._checkpoint_dir = checkpoint_dir
+        self._writers_lock = threading.Lock()
+        self.restored_from = None
+        if checkpoint_dir:
+            from shoal.replay.server import latest_checkpoint
+
+            self.restored_from = latest_checkpoint(checkpoint_dir)
+            if self.restored_from:
+                self._restore(self.restored_from)
+        self._sampled_at_start = {name: t.samples for name, t in self._tables.items()}
+        from shoal.replay.native.client import NativeReplayClient
+
+        self.address = f"inprocess-{id(self):x}"
+        self.client = NativeReplayClient(self, self.address, in_process=True)
+
+    def _table(self, name: str) -> Table:
+        table = self._tables.get(name)
+        if table is None:
+            raise KeyError(f"replay table {name!r} is not served here; tables: {', '.join(self._tables)}")
+        return table
+
+    def _next_key(self) -> int:
+        with self._key_lock:
+            return next(self._keys)
+
+    # -- the service -----------------------------------------------------------------------------
+    def insert(self, writer: str, steps: list, items: list, release: list, timeout_s: float) -> int:
+        """Stores ``steps`` (``[index, columns]`` pairs of writer ``writer``, held for it) and
+        inserts ``items`` (``[table, priority, step indices]``) in order, each waiting for the
+        rate limiter until ``timeout_s`` passed; then lets go of the steps in ``release``.
+        Returns how many items it inserted: fewer than given when the limiter held one back
+        (``release`` is then not applied: the writer sends it again with the rest)."""
+        for index, columns in steps:
+            self._store.add((writer, int(index)), list(columns))
+        deadline = time.monotonic() + float(timeout_s)
+        for done, (table_name, priority, indices) in enumerate(items):
+            table = self._table(table_name)
+            held = self._store.hold([(writer, int(i)) for i in indices])
+            if not table.insert(self._next_key(), held, float(priority), deadline):
+                self._store.release(held)
+                return done
+        self._store.release([(writer, int(i)) for i in release])
+        return len(items)
+
+    def sample(self, table: str, num_items: int, timeout_s: float) -> dict[str, Any] | None:
+        """Up to ``num_items`` items of ``table``, as the rate limiter lets them through before
+        ``timeout_s``: ``{"columns": [...], "key", "probability", "table_size", "priority",
+        "times_sampled"}`` (arrays, items on the leading axis), or ``None`` if none came."""
+        taken = self._table(table).sample(int(num_items), time.monotonic() + float(timeout_s))
+        if not taken:
+            return None
+        return {"columns": _stack([data for *_, data in taken]),
+                "key": np.array([t[0] for t in taken], np.uint64),
+                "probability": np.array([t[2] for t in taken], np.float64),
+                "table_size": np.array([t[3] for t in taken], np.int64),
+                "priority": np.array([t[1].priority for t in taken], np.float64),
+                "times_sampled": np.array([t[1].times_sampled for t in taken], np.int32)}
+
+    def mutate_priorities(self, table: str, updates: dict | None = None, deletes: list | None = None) -> None:
+        """Sets the priorities of the items ``updates`` names (``{key: priority}``) and deletes
+        ``deletes``; keys no longer in the table are ignored."""
+        clean = {int(k): float(v) for k, v in (updates or {}).items()}
+        bad = [v for v in clean.values() if not (np.isfinite(v) and v >= 0)]
+        if bad:
+            raise ValueError(f"priorities must be finite numbers >= 0, got {bad[0]}")
+        self._table(table).mutate(clean, [int(k) for k in (deletes or [])])
+
+    def server_info(self) -> dict[str, dict[str, Any]]:
+        """Each table's size and counts (``Table.info``)."""
+        return {name: table.info() for name, table in self._tables.items()}
+
+    def table_signatures(self) -> dict[str, Any]:
+        """Each table's signature as plain data (``_spec_record``)."""
+        return {name: _spec_record(table.spec.signature) for name, table in self._tables.items()}
+
+    # -- what the runner asks (in the server's process) -------------------------------------------
+    def can_sample(self, table: str, num_items: int) -> bool:
+        """Whether ``table``'s rate limiter would let ``num_items`` more items be sampled now."""
+        return self._table(table).can_sample(num_items)
+
+    def items_sampled(self, table: str) -> int:
+        """Items ``table`` served since this server started."""
+        return self._table(table).samples - self._sampled_at_start[table]
+
+    def grant(self, table: str, num_items: int, after_mutations: int = 0) -> None:
+        """(Gated) lets ``num_items`` more items of ``table`` be sampled once ``after_mutations``
+        priority updates reached it (``Table.grant``)."""
+        self._table(table).grant(num_items, after_mutations)
+
+    def stop(self) -> None:
+        """Wakes every waiting insert and sample with ``ReplayClosed``."""
+        for table in self._tables.values():
+            table.close()
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def checkpoint(self) -> str:
+        """Writes a checkpoint to ``checkpoint_dir`` and returns its path (module docstring)."""
+        if not self._checkpoint_dir:
+            raise ValueError("this replay server has no checkpoint directory")
+        states = {name: table.state() for name, table in self._tables.items()}
+        step_ids = list(dict.fromkeys(s for _, items in states.values() for _, item in items for s in item.steps))
+        columns = self._store.get(step_ids)
+        layouts: dict[tuple, list[int]] = {}  # (shapes, dtypes) -> positions in step_ids
+        for position, step in enumerate(columns):
+            layouts.setdefault(tuple((c.shape, c.dtype.str) for c in step), []).append(position)
+        where: dict[Any, list[int]] = {}
+        arrays: dict[str, np.ndarray] = {}
+        for number, positions in enumerate(layouts.values()):
+            for row, position in enumerate(positions):
+                where[step_ids[position]] = [number, row]
+            for c in range(len(columns[positions[0]])):
+                arrays[f"l{number}_c{c}"] = np.stack([columns[p][c] for p in positions])
+        record = {"format": 1, "tables": {
+            name: {"counts": counts, "items": [[key, item.priority, item.times_sampled,
+                                               [where[s] for s in item.steps]] for key, item in items]}
+            for name, (counts, items) in states.items()},
+            "layouts": [len(columns[positions[0]]) for positions in layouts.values()]}
+        os.makedirs(self._checkpoint_dir, exist_ok=True)
+        name = f"{time.time_ns():020d}"
+        final = os.path.join(self._checkpoint_dir, name)
+        partial = os.path.join(self._checkpoint_dir, f".{name}.partial")
+        os.mkdir(partial)
+        try:
+            with open(os.path.join(partial, "steps.npz"), "wb") as f:
+                np.savez(f, **arrays)
+            with open(os.path.join(partial, "tables.json"), "w") as f:
+                json.dump(record, f, allow_nan=False)
+            os.rename(partial, final)
+            with open(os.path.join(final, "DONE"), "w"):
+                pass
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        return final
+
+    def _restore(self, path: str) -> None:
+        with open(os.path.join(path, "tables.json")) as f:
+            record = json.load(f)
+        if not isinstance(record, dict) or record.get("format") != 1:
+            raise ValueError(f"{path}/tables.json is not a native replay checkpoint (format 1); "
+                             "a Reverb checkpoint needs --replay reverb")
+        with np.load(os.path.join(path, "steps.npz"), allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+        unknown = set(record["tables"]) - set(self._tables)
+        if unknown:
+            raise ValueError(f"{path}: the checkpoint holds tables {sorted(unknown)} this run does not have "
+                             f"({', '.join(self._tables)})")
+        top = 0
+        for name, saved in record["tables"].items():
+            items = []
+            for key, priority, times_sampled, steps in saved["items"]:
+                ids = []
+                for number, row in steps:
+                    step_id = ("checkpoint", int(number), int(row))
+                    if step_id not in self._store._steps:
+                        self._store.add(step_id, [arrays[f"l{number}_c{c}"][row]
+                                                  for c in range(record["layouts"][number])])
+                    ids.append(step_id)
+                items.append((int(key), Item(self._store.hold(ids), float(priority), int(times_sampled))))
+                top = max(top, int(key))
+            self._tables[name].restore(saved["counts"], items)
+        # (each step was added with one reference for a writer; no writer holds them now)
+        self._store.release(list({s for t in self._tables.values() for item in t.items.values() for s in item.steps}))
+        self._keys = iter(range(top + 1, 1 << 62))
+
+
+def _stack(items: list[list[list[np.ndarray]]]) -> list[np.ndarray]:
+    """Items (each a list of steps, each a list of columns) -> one array per column with the
+    items on the leading axis; length-1 items squeezed, else ``[items, length, ...]``."""
+    length = len(items[0])
+    if any(len(item) != length for item in items):
+        raise ValueError("items of one sample differ in length; a table's items must all have one length")
+    if length == 1:
+        return [np.stack(column) for column in zip(*(item[0] for item in items))]
+    return [np.stack(column).reshape(len(items), length, *column[0].shape)
+            for column in zip(*(step for item in items for step in item))]
+
+
+__all__ = ["NativeReplayServer", "ReplayClosed", "SERVICE_METHODS", "StepStore"]
