@@ -66,7 +66,7 @@ class TransitionReplayBuilder(AgentBuilder):
     def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec):
         from shoal.replay import transition_batches
 
-        return transition_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
+        return transition_batches(replay_client, TABLE, num_envs=spec.num_envs,
                                   batch_size=self.config.batch_size,
                                   num_steps=self.config.sgd_steps_per_update)
 

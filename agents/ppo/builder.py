@@ -75,7 +75,7 @@ class PPOBuilder(AgentBuilder):
     def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec):
         from shoal.replay import sequence_batches
 
-        return sequence_batches(replay_client.server_address, TABLE, num_envs=spec.num_envs,
+        return sequence_batches(replay_client, TABLE, num_envs=spec.num_envs,
                                 num_items=self.config.rollouts_per_update)
 
     def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):

@@ -72,7 +72,7 @@ class R2D2Builder(AgentBuilder):
     def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec):
         from shoal.replay import env_sequence_batches
 
-        return env_sequence_batches(replay_client.server_address, TABLE, batch_size=self.config.batch_size)
+        return env_sequence_batches(replay_client, TABLE, batch_size=self.config.batch_size)
 
     def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
         from shoal.replay.layouts import env_sequence_example

@@ -1,11 +1,18 @@
-"""``ReplayNode``: a Reverb replay server as a node of a program (the experiments' node kind;
-the program layer knows nothing of Reverb).
+"""``ReplayNode``: a replay server as a node of a program (the experiments' node kind; the
+program layer knows nothing of replay).
 
-``ReplayNode(tables, checkpoint_dir=None, checkpoint=None)`` runs a Reverb server of ``tables``
-(``shoal.replay.TableSpec``s, or a function that makes the tables in the node) (restoring the latest checkpoint in ``checkpoint_dir``, if any); a handle to it
-becomes a ``reverb.Client`` inside the nodes that take it. Reverb's server listens on every
-interface (its API takes no host), on a port of the launch's range if it has one
-(``NodeContext.ports``); its address is published like any node's.
+``ReplayNode(tables, checkpoint_dir=None, checkpoint=None, backend=None, seed=0)`` runs a
+replay server of ``tables`` (``shoal.replay.TableSpec``s, or a function that makes the tables in
+the node), restoring the latest checkpoint in ``checkpoint_dir``, if any, on a port of the
+launch's range if it has one (``NodeContext.ports``); its address is published like any node's.
+``backend``: ``"reverb"`` or ``"native"`` (``None``: this Python's default, ``shoal.replay.backends``).
+
+* ``backend="reverb"``: Reverb's server, which listens on every interface (its API takes no
+  host); a handle becomes a ``ReverbClient`` inside the nodes that take it.
+* ``backend="native"``: a ``NativeReplayServer`` (sampling seeded from ``seed``) served by
+  Shoal's RPC layer on the launch's bind host (loopback unless the user chose another, and then
+  only with the launch's token), exactly its ``SERVICE_METHODS``; a handle becomes a
+  ``NativeReplayClient`` over an RPC client with the launch's token.
 
 ``checkpoint``: the name of the Reverb checkpoint a resumed run's ``run.json`` names. The node
 refuses to start if that checkpoint is not in ``checkpoint_dir`` where it runs (e.g. a run
@@ -24,6 +31,10 @@ from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node
 
 
+NATIVE_CALL_TIMEOUT_S = 180.0
+NATIVE_WORKERS = 64  # (threads serving calls: an insert or a sample may wait on the rate limiter)
+
+
 def _name(fn: Any) -> str:
     fn = getattr(fn, "func", fn)  # functools.partial
     return getattr(fn, "__qualname__", None) or type(fn).__name__
@@ -33,34 +44,60 @@ class ReplayNode(Node):
     kind = "replay"
 
     def __init__(self, tables: Sequence[Any] | Callable[[], list], checkpoint_dir: str | None = None,
-                 checkpoint: str | None = None) -> None:
+                 checkpoint: str | None = None, backend: str | None = None, seed: int = 0) -> None:
+        from shoal.replay.backends import check_backend
+
         super().__init__()
         self.tables, self.checkpoint_dir, self.checkpoint = tables, checkpoint_dir, checkpoint
+        self.backend, self.seed = check_backend(backend), seed
 
     def make_tables(self) -> list:
         return self.tables() if callable(self.tables) else list(self.tables)
 
     def describe_target(self) -> str:
         if callable(self.tables):
-            return f"reverb({_name(self.tables)})"
-        return f"reverb({', '.join(table.name for table in self.tables)})"
+            return f"{self.backend}({_name(self.tables)})"
+        return f"{self.backend}({', '.join(table.name for table in self.tables)})"
 
     def make_client(self, address: str, ctx: NodeContext) -> Any:
+        if self.backend == "native":
+            from shoal.launch.programs.rpc import RpcClient
+            from shoal.replay.native import NativeReplayClient
+
+            # (calls wait server-side at most their own timeout, 120 s: the deadline is beyond it)
+            return NativeReplayClient(RpcClient(address, token=ctx.token, timeout_s=NATIVE_CALL_TIMEOUT_S), address)
         from shoal.replay import make_replay_client
 
         return make_replay_client(address)
 
     def run(self, ctx: NodeContext) -> None:
-        from shoal.replay import ReplayServer
-
         if self.checkpoint:
             self._check_checkpoint()
+        if self.backend == "native":
+            return self._run_native(ctx)
+        from shoal.replay import ReplayServer
+
         server = ctx.serve(lambda port: ReplayServer(self.make_tables(), port=port or None,
                                                      checkpoint_dir=self.checkpoint_dir), "replay server")
         ctx.publish(server.port)
         try:
             ctx.stop_event.wait()
         finally:
+            server.stop()
+
+    def _run_native(self, ctx: NodeContext) -> None:
+        from shoal.launch.programs.rpc import RpcServer
+        from shoal.replay.native import SERVICE_METHODS, NativeReplayServer
+
+        replay = NativeReplayServer(self.make_tables(), checkpoint_dir=self.checkpoint_dir, seed=self.seed)
+        server = ctx.serve(lambda port: RpcServer(replay, host=ctx.bind_host, port=port, token=ctx.token,
+                                                  methods=SERVICE_METHODS, max_workers=NATIVE_WORKERS),
+                           "replay server").start()
+        ctx.publish(server.port)
+        try:
+            ctx.stop_event.wait()
+        finally:
+            replay.stop()  # (wakes the calls waiting on a table)
             server.stop()
 
     def _check_checkpoint(self) -> None:

@@ -9,8 +9,9 @@ without pickling). It offers what Shoal calls on a replay client (``core.interfa
 
 ``NativeWriter`` is what adders write through (as Reverb's ``TrajectoryWriter`` for the Reverb
 backend): ``append(columns)`` keeps a step, ``create_item(table, priority, length)`` makes an
-item of the last ``length`` steps, ``commit()`` sends what is new in one ``insert`` call (each
-step once, however many items use it). Inserts wait for the table's rate limiter up to the
+item of the last ``length`` steps, ``commit()`` ends a vector step's writes and ``flush()``
+sends what is new in one ``insert`` call (each step once, however many items use it; over RPC,
+``commit`` sends every ``RPC_BATCH`` items). Inserts wait for the table's rate limiter up to the
 writer's timeout; then ``commit`` raises ``TimeoutError`` and keeps what was not inserted.
 """
 
@@ -32,6 +33,7 @@ from shoal.replay.native.table import ReplayClosed
 SCHEME = "native://"
 _CLIENTS: "weakref.WeakValueDictionary[str, NativeReplayClient]" = weakref.WeakValueDictionary()
 _writer_ids = itertools.count()
+RPC_BATCH = 8  # items a writer sends in one RPC (adders flush at least this often)
 
 
 class ReplayServerGone(ConnectionError):
@@ -137,6 +139,7 @@ class NativeWriter:
         self._release: list[int] = []  # steps the server may let go of
         self._leaving: set[int] = set()  # steps out of the window that pending items still use
         self._copy = client.in_process  # (in one process the server keeps the very arrays it is given)
+        self._batch = 1 if client.in_process else RPC_BATCH
         self._closed = False
 
     def append(self, columns: list) -> int:
@@ -163,6 +166,13 @@ class NativeWriter:
         self._items.append([table, float(priority), list(self._window)[-length:]])
 
     def commit(self) -> None:
+        """Ends a vector step's writes: in one process its items go in now (a learner in the same
+        thread may sample them next); over RPC they go in one call per ``RPC_BATCH`` items (or
+        at ``flush``)."""
+        if len(self._items) >= self._batch:
+            self._send()
+
+    def _send(self) -> None:
         """Sends the new steps and items in one call (see the module docstring)."""
         if not self._items and len(self._release) < 256:
             return
@@ -182,8 +192,8 @@ class NativeWriter:
         self._items, self._release, self._leaving = [], [], set()
 
     def flush(self, block_until_num_items: int = 0) -> None:
-        """Sends what is pending (inserts are confirmed when ``commit`` returns)."""
-        self.commit()
+        """Sends what is pending (inserts are confirmed when it returns)."""
+        self._send()
 
     def close(self) -> None:
         """Sends what is pending, then lets the server free this writer's steps."""
@@ -191,7 +201,7 @@ class NativeWriter:
             return
         self._closed = True
         try:
-            self.commit()
+            self._send()
         except (ReplayServerGone, ReplayClosed):
             pass  # (nothing more can reach a server that is gone; the writes that failed said so)
         finally:
