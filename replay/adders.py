@@ -200,17 +200,28 @@ class SequenceAdder(_WriterAdder):
 class EnvSequenceAdder(_WriterAdder):
     """Writes each env's last ``length`` steps as one item, every ``period`` vector steps (see the
     module docstring), at ``priority``; items stream to the server, at most
-    ``max_in_flight_items`` unconfirmed."""
+    ``max_in_flight_items`` unconfirmed.
+
+    On a writer that shares steps between items (the native backend's), each env's step is
+    written once and an item references its env's last ``length`` steps, so overlapping
+    sequences (``period < length``) share them; on Reverb's, each env's window is written as
+    one step of its own (Reverb's chunks hold consecutive steps: an item strided over a vector
+    env's rows would span a chunk per step)."""
 
     def __init__(self, client: ReplayClient, table: str, spec: EnvironmentSpec, length: int, period: int,
                  priority: float = 1.0, max_in_flight_items: int = 64, flush_timeout_s: float = 120.0) -> None:
         if length < 1 or not 1 <= period <= length:
             raise ValueError(f"sequence length must be >= 1 and 1 <= period <= length, got "
                              f"length={length}, period={period}")
-        super().__init__(client, table, 1, flush_timeout_s, priority)
+        writer = open_writer(client, 1, flush_timeout_s)
+        self._shares = getattr(writer, "shares_steps", False)
+        if self._shares:  # (room for every env's steps of one window)
+            writer.close()
+            writer = open_writer(client, length * spec.num_envs, flush_timeout_s)
+        self._writer, self._table, self._priority = writer, table, priority
         self._spec, self._period = spec, period
         self._max_in_flight = max(max_in_flight_items, spec.num_envs)
-        self._steps: collections.deque[dict] = collections.deque(maxlen=length)
+        self._steps: collections.deque = collections.deque(maxlen=length)  # fields, or each env's step refs
         self._added = self._items = 0
 
     def add(self, step: Step) -> None:
@@ -218,10 +229,20 @@ class EnvSequenceAdder(_WriterAdder):
         fields = step._asdict()
         if not step.extras:
             del fields["extras"]
-        self._steps.append(fields)
+        if self._shares:
+            columns = tree.flatten(fields)  # [num_envs, ...] each: one step per env
+            self._steps.append([self._writer.append([c[env] for c in columns]) for env in range(self._spec.num_envs)])
+        else:
+            self._steps.append(fields)
         self._added += 1
         length = self._steps.maxlen
         if self._added < length or (self._added - length) % self._period:
+            return
+        if self._shares:
+            for env in range(self._spec.num_envs):
+                self._writer.create_item(self._table, self._priority, [refs[env] for refs in self._steps])
+            self._items += self._spec.num_envs
+            self._commit()
             return
         # [length, num_envs, ...] -> one [length, ...] item per env
         window = tree.map_structure(lambda *xs: np.stack(xs), *self._steps)

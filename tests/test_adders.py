@@ -8,7 +8,7 @@ import tree
 from shoal.actors.environments import final_observations
 from shoal.core.specs import make_environment_spec
 from shoal.core.types import Step
-from shoal.replay import NStepTransitionAdder, ReplayServer, make_queue_table, transition_signature
+from shoal.replay import NStepTransitionAdder, make_replay_server, make_queue_table, transition_signature
 from tests.scripted_env import ScriptedEnv
 
 GAMMA = 0.5
@@ -19,7 +19,7 @@ def collect_items(n_step: int, num_vector_steps: int, envs):
     spec = make_environment_spec(vec)
     signature = transition_signature(spec, {})
     table = make_queue_table("q", signature, 1000)
-    server = ReplayServer([table])
+    server = make_replay_server([table])
     try:
         adder = NStepTransitionAdder(server.client, "q", spec, n_step, GAMMA)
         obs, _ = vec.reset(seed=0)

@@ -15,7 +15,7 @@ from shoal.actors import EnvironmentLoop
 from shoal.core.specs import make_environment_spec
 from shoal.launch import ExperimentConfig, run_experiment
 from shoal.launch.experiments.config import experiment_config
-from shoal.replay import ReplayServer, without_insert_blocking
+from shoal.replay import make_replay_server, without_insert_blocking
 
 pytest.importorskip("ale_py")
 
@@ -29,7 +29,7 @@ def test_frames_stay_uint8_through_reverb(agent):
     assert spec.observation.shape == (4, 84, 84) and spec.observation.dtype == np.uint8
     networks = builder.make_networks(spec)
     policy = builder.make_policy(networks, spec, evaluation=False)
-    server = ReplayServer(without_insert_blocking(builder.make_replay_tables(spec, policy)))  # (no learner here)
+    server = make_replay_server(without_insert_blocking(builder.make_replay_tables(spec, policy)))  # (no learner here)
     try:
         adder = builder.make_adder(server.client, spec, policy)
         actor = builder.make_actor(jax.random.PRNGKey(0), policy, spec, _Params(builder, networks), adder,

@@ -5,11 +5,12 @@ import threading
 import jax
 import numpy as np
 import pytest
+import tree
 
 from shoal.actors import make_vector_env
 from shoal.core.specs import make_environment_spec
 from shoal.core.types import Step
-from shoal.replay import (ReplayServer, SequenceAdder, item_priorities, make_queue_table,
+from shoal.replay import (make_replay_server, SequenceAdder, item_priorities, make_queue_table,
                           make_transition_table, sequence_batches, sequence_signature, transition_batches,
                           transition_signature, update_item_priorities)
 
@@ -22,24 +23,26 @@ def make_server(prioritized=False, num_items=10):
                                   batch_size=4, sgd_steps_per_update=1, samples_per_insert=1e6,
                                   samples_per_insert_tolerance=1e9, min_replay_size=1,
                                   max_replay_size=400, priority_exponent=1.0 if prioritized else None)
-    server = ReplayServer([table])
-    with server.client.trajectory_writer(num_keep_alive_refs=1) as writer:
-        for i in range(num_items):
-            # transition j of item i is marked by observation[0] = 10 * i + j
-            obs = np.zeros((NUM_ENVS, 4), np.float32)
-            obs[:, 0] = 10 * i + np.arange(NUM_ENVS)
-            writer.append({"observation": obs, "action": np.zeros(NUM_ENVS, np.int32),
-                           "reward": obs[:, 0].copy(), "discount": np.ones(NUM_ENVS, np.float32),
-                           "next_observation": obs})
-            writer.create_item("t", 1.0, {k: writer.history[k][-1] for k in writer.history})
-        writer.flush()
+    server = make_replay_server([table])
+    writer = server.client.writer(1)  # (the backend's writer, as the adders use it)
+    for i in range(num_items):
+        # transition j of item i is marked by observation[0] = 10 * i + j
+        obs = np.zeros((NUM_ENVS, 4), np.float32)
+        obs[:, 0] = 10 * i + np.arange(NUM_ENVS)
+        writer.append(tree.flatten({"observation": obs, "action": np.zeros(NUM_ENVS, np.int32),
+                                    "reward": obs[:, 0].copy(), "discount": np.ones(NUM_ENVS, np.float32),
+                                    "next_observation": obs}))
+        writer.create_item("t", 1.0, 1)
+        writer.commit()
+    writer.flush()
+    writer.close()
     return server
 
 
 def test_transition_batches_are_flattened_items_batch_major():
     server = make_server()
     try:
-        it = transition_batches(server.address, "t", num_envs=NUM_ENVS, batch_size=6, num_steps=3)
+        it = transition_batches(server.client, "t", num_envs=NUM_ENVS, batch_size=6, num_steps=3)
         assert it.items_per_update == 6 and it.num_envs == NUM_ENVS  # 3 steps x 2 items
         sample = next(it)
         obs = sample.data["observation"]
@@ -80,10 +83,10 @@ def test_a_batch_waits_across_streams_and_loses_no_item():
     # A queue sampled 2 items per batch: with one item in, the stream times out (poll_s) and a
     # new one is opened; the item already served is kept, and the batch completes on the next.
     spec = make_environment_spec(make_vector_env("CartPole-v1", NUM_ENVS, seed=0))
-    server = ReplayServer([make_queue_table("q", sequence_signature(spec, {}, 2), 10)])
+    server = make_replay_server([make_queue_table("q", sequence_signature(spec, {}, 2), 10)])
     adder = SequenceAdder(server.client, "q", spec, 2)
     try:
-        it = sequence_batches(server.address, "q", num_envs=NUM_ENVS, num_items=2)
+        it = sequence_batches(server.client, "q", num_envs=NUM_ENVS, num_items=2)
         batches = []
         reader = threading.Thread(target=lambda: batches.append(next(it)))
         for t in range(2):  # one item: vector steps 0 and 1
@@ -122,7 +125,7 @@ def test_an_agents_example_batch_is_laid_out_as_its_dataset_yields(agent, env_id
     spec = make_environment_spec(env)
     env.close()
     policy = builder.make_policy(builder.make_networks(spec), spec, evaluation=False)
-    server = ReplayServer(builder.make_replay_tables(spec, policy))
+    server = make_replay_server(builder.make_replay_tables(spec, policy))
     try:
         dataset = builder.make_dataset_iterator(server.client, spec)
         real, example = dataset.example(), builder.example_batch(spec, policy)
@@ -138,7 +141,7 @@ def test_a_queue_written_around_the_stream_timeout_loses_no_item():
     in 1,000 before ``each_item_once``) all reach the queue's reader."""
     import random
 
-    import reverb
+    reverb = pytest.importorskip("reverb")  # (Reverb's own dataset; the native one fetches nothing ahead)
     import tensorflow as tf
 
     from shoal.replay.dataset import ReplayIterator

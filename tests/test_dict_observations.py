@@ -14,7 +14,7 @@ from shoal.agents import get_builder
 from shoal.agents.memory import learner_bytes
 from shoal.core.specs import ArraySpec, make_environment_spec
 from shoal.launch.experiments.checkpointing import spec_record
-from shoal.replay import ReplayServer, without_insert_blocking
+from shoal.replay import make_replay_server, without_insert_blocking
 
 SETTINGS = {"dqn": {"min_replay_size": 16, "batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (16,)},
             "ppo": {"rollout_length": 8, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": (16,),
@@ -62,7 +62,7 @@ def test_observations_go_through_reverb_as_dicts_and_the_learner_takes_them(agen
     spec = make_environment_spec(env)
     networks = builder.make_networks(spec)
     policy = builder.make_policy(networks, spec, evaluation=False)
-    server = ReplayServer(without_insert_blocking(builder.make_replay_tables(spec)))
+    server = make_replay_server(without_insert_blocking(builder.make_replay_tables(spec)))
     try:
         source = builder.make_learner(jax.random.PRNGKey(1), networks, iter([]))  # (acting params only)
         adder = builder.make_adder(server.client, spec)

@@ -8,7 +8,6 @@ import pytest
 from shoal.agents.dqn import DQNBuilder, DQNConfig
 from shoal.core import loggers
 from shoal.launch import ExperimentConfig, run_experiment
-from shoal.replay import server as replay_server
 
 
 def rows(path):
@@ -32,8 +31,14 @@ def test_csv_appends_across_processes_and_widens_its_header(tmp_path):
 
 @pytest.mark.e2e
 def test_a_logger_failing_to_close_does_not_skip_stopping_the_replay_server(tmp_path, monkeypatch, capsys):
+    from shoal.replay import default_backend
+
+    if default_backend() == "reverb":
+        from shoal.replay.server import ReplayServer as Server
+    else:
+        from shoal.replay.native import NativeReplayServer as Server
     stopped = []
-    stop = replay_server.ReplayServer.stop
+    stop = Server.stop
 
     def recorded_stop(self):
         stopped.append(self)
@@ -42,7 +47,7 @@ def test_a_logger_failing_to_close_does_not_skip_stopping_the_replay_server(tmp_
     def failing_close(self):
         raise RuntimeError("the log's device went away")
 
-    monkeypatch.setattr(replay_server.ReplayServer, "stop", recorded_stop)
+    monkeypatch.setattr(Server, "stop", recorded_stop)
     monkeypatch.setattr(loggers.CSVLogger, "close", failing_close)
     config = ExperimentConfig(builder=DQNBuilder(DQNConfig(min_replay_size=64)), env_id="CartPole-v1", seed=0,
                               num_envs=4, max_env_steps=256, eval_every=256, eval_episodes=1,

@@ -4,7 +4,6 @@ import collections
 
 import numpy as np
 import pytest
-import reverb
 
 from shoal.launch import FunctionNode, Program, ReplayNode, ServiceNode, launch
 from shoal.launch.programs.program import Handle, dereference
@@ -63,11 +62,13 @@ def test_nested_handles_become_clients_inside_nodes():
 
 
 def fill_and_checkpoint(replay):
-    with replay.trajectory_writer(num_keep_alive_refs=1) as writer:
-        for i in range(5):
-            writer.append({"x": np.full(2, i, np.float32)})
-            writer.create_item("t", 1.0, {"x": writer.history["x"][-1]})
-        writer.flush()
+    writer = replay.writer(1)  # (the backend's writer, as the adders use it)
+    for i in range(5):
+        writer.append([np.full(2, i, np.float32)])
+        writer.create_item("t", 1.0, 1)
+        writer.commit()
+    writer.flush()
+    writer.close()
     replay.checkpoint()
     return replay.server_info()["t"].current_size
 
@@ -77,8 +78,11 @@ def read_size(replay):
 
 
 def make_tables():
-    return [reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 100,
-                         reverb.rate_limiters.MinSize(1))]
+    from shoal.core.specs import ArraySpec
+    from shoal.replay import RateLimit, TableSpec
+
+    return [TableSpec("t", sampler="uniform", remover="fifo", max_size=100, rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+                      signature={"x": ArraySpec((2,), np.float32)})]
 
 
 def test_replay_node_restores_its_checkpoint(tmp_path):

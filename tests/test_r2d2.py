@@ -85,7 +85,7 @@ def test_burn_in_steps_carry_no_loss():
 
 def test_env_sequences_hold_the_actors_state_at_their_first_step():
     pytest.importorskip("reverb")
-    from shoal.replay import ReplayServer, without_insert_blocking
+    from shoal.replay import make_replay_server, without_insert_blocking
 
     config = R2D2Config(burn_in_length=3, trace_length=5, sequence_period=4, lstm_size=8, min_replay_size=1)
     env = make_vector_env(ENV, 2, 0)
@@ -93,7 +93,7 @@ def test_env_sequences_hold_the_actors_state_at_their_first_step():
     builder = R2D2Builder(config)
     networks = builder.make_networks(spec)
     params = learning.init_state(jax.random.PRNGKey(0), networks, config).params
-    server = ReplayServer(without_insert_blocking(builder.make_replay_tables(spec)))  # (nothing samples)
+    server = make_replay_server(without_insert_blocking(builder.make_replay_tables(spec)))  # (nothing samples)
     try:
         adder = builder.make_adder(server.client, spec)
         actor = BatchedActor(builder.make_policy(networks, spec, False), jax.random.PRNGKey(1),

@@ -9,7 +9,8 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
-import reverb
+
+reverb = pytest.importorskip("reverb")  # (Reverb's own client and protos: Python 3.11)
 import tree
 
 from shoal.core.specs import make_environment_spec

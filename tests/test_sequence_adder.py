@@ -8,7 +8,7 @@ import tree
 from shoal.actors.environments import final_observations
 from shoal.core.specs import ArraySpec, make_environment_spec
 from shoal.core.types import Step
-from shoal.replay import ReplayServer, SequenceAdder, make_queue_table, sequence_batches, sequence_signature
+from shoal.replay import make_replay_server, SequenceAdder, make_queue_table, sequence_batches, sequence_signature
 from tests.scripted_env import ScriptedEnv
 
 LENGTH = 3
@@ -22,7 +22,7 @@ def fill(period, vector_steps):
     vec = gym.vector.SyncVectorEnv([lambda: ScriptedEnv(4, "terminated"), lambda: ScriptedEnv(3, "truncated")],
                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     spec = make_environment_spec(vec)
-    server = ReplayServer([make_queue_table("seq", sequence_signature(spec, EXTRAS, LENGTH), 100)])
+    server = make_replay_server([make_queue_table("seq", sequence_signature(spec, EXTRAS, LENGTH), 100)])
     adder = SequenceAdder(server.client, "seq", spec, LENGTH, period)
     obs, _ = vec.reset(seed=0)
     for t in range(vector_steps):
@@ -54,7 +54,7 @@ def rows():
     """Every env sequence, as ``sequence_batches`` lays them out: ``[items * envs, LENGTH, ...]``."""
     server = fill(period=LENGTH, vector_steps=6)  # no overlap: two items
     try:
-        return next(sequence_batches(server.address, "seq", num_envs=2, num_items=2)).data
+        return next(sequence_batches(server.client, "seq", num_envs=2, num_items=2)).data
     finally:
         server.stop()
 

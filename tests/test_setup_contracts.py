@@ -61,7 +61,8 @@ def test_declared_extras_hold_what_the_acting_policy_records(agent):
 
 def test_the_actor_a_builder_makes_is_a_training_actor_and_reverb_a_replay_client():
     import jax
-    import reverb
+
+    reverb = pytest.importorskip("reverb")
 
     from shoal.core.interfaces import Actor, ReplayClient, TrainingActor, VariableSource
 

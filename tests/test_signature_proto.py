@@ -7,7 +7,8 @@ import types
 import numpy as np
 import portpicker
 import pytest
-import reverb
+
+reverb = pytest.importorskip("reverb")  # (Reverb's own client and protos: Python 3.11)
 import tree
 import tensorflow as tf
 from tensorflow.core.protobuf import struct_pb2

@@ -23,9 +23,10 @@ import os
 import threading
 import weakref
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
+import tree
 
 from shoal.core.specs import ArraySpec
 from shoal.replay.native.table import ReplayClosed
@@ -97,7 +98,12 @@ class NativeReplayClient:
     trajectory_writer = writer
 
     def server_info(self, timeout: int | None = None) -> dict[str, SimpleNamespace]:
-        return {name: _info(record) for name, record in self._call("server_info").items()}
+        """Each table's size, counts and ``signature``, with the fields of Reverb's
+        ``TableInfo`` that Shoal reads."""
+        infos = {name: _info(record) for name, record in self._call("server_info").items()}
+        for name, info in infos.items():
+            info.signature = self.signature(name)
+        return infos
 
     def mutate_priorities(self, table: str, updates: Mapping[Any, float] | None = None, deletes: Any = None) -> None:
         updates = {int(k): float(v) for k, v in (updates or {}).items()}
@@ -120,13 +126,32 @@ class NativeReplayClient:
         ``timeout_s``."""
         return self._call("sample", table, int(num_items), float(timeout_s))
 
-    def sample(self, table: str, num_samples: int = 1, timeout_s: float = 60.0) -> dict[str, Any] | None:
-        """``num_samples`` items of ``table`` at most, for a look at what it holds."""
-        return self.sample_batch(table, num_samples, timeout_s)
+    def sample(self, table: str, num_samples: int = 1, *, emit_timesteps: bool = False,
+               unpack_as_table_signature: bool = False, timeout_s: float = 60.0) -> Iterator[SimpleNamespace]:
+        """``num_samples`` items of ``table``, one by one, for a look at what it holds (as
+        ``reverb.Client.sample(..., emit_timesteps=False)``): each with ``info`` (``key``,
+        ``probability``, ``table_size``, ``priority``, ``times_sampled``) and ``data`` (the item's
+        columns, or its nest with ``unpack_as_table_signature``). A ``TimeoutError`` if the
+        table's rate limiter held one back for ``timeout_s``."""
+        left = num_samples
+        while left > 0:
+            served = self.sample_batch(table, left, timeout_s)
+            if served is None:
+                raise TimeoutError(f"replay table '{table}' served no item within {timeout_s}s")
+            for i in range(len(served["key"])):
+                data = [column[i] for column in served["columns"]]
+                if unpack_as_table_signature:
+                    data = tree.unflatten_as(self.signature(table), data)
+                info = SimpleNamespace(**{k: served[k][i] for k in ("key", "probability", "table_size", "priority",
+                                                                    "times_sampled")})
+                yield SimpleNamespace(info=info, data=data)
+            left -= len(served["key"])
 
 
 class NativeWriter:
     """Steps and items for a native server (module docstring). Not thread-safe: one per adder."""
+
+    shares_steps = True  # (items may reference any kept steps; each is sent once)
 
     def __init__(self, client: NativeReplayClient, num_keep_alive_refs: int, timeout_s: float) -> None:
         self._client, self._keep, self.timeout_s = client, num_keep_alive_refs, timeout_s
@@ -159,11 +184,19 @@ class NativeWriter:
                 self._columns.pop(old, None)
         return index
 
-    def create_item(self, table: str, priority: float, length: int) -> None:
-        """An item of the last ``length`` appended steps (at most the writer's keep-alive count)."""
-        if not 1 <= length <= len(self._window):
-            raise ValueError(f"an item of {length} steps, but the writer keeps the last {len(self._window)}")
-        self._items.append([table, float(priority), list(self._window)[-length:]])
+    def create_item(self, table: str, priority: float, steps: int | list[int]) -> None:
+        """An item of the last ``steps`` appended steps, or of the steps ``steps`` lists (what
+        ``append`` returned; each still kept: among the writer's last ``num_keep_alive_refs``).
+        A one-step item's columns have the step's shape; a longer one's ``[length, ...]``."""
+        if isinstance(steps, int):
+            if not 1 <= steps <= len(self._window):
+                raise ValueError(f"an item of {steps} steps, but the writer keeps the last {len(self._window)}")
+            steps = list(self._window)[-steps:]
+        elif not steps or steps[0] < self._window[0] or any(i not in self._columns and i not in self._sent
+                                                             for i in steps):
+            raise ValueError(f"an item of steps the writer no longer keeps ({steps[:3]}...; it keeps "
+                             f"{self._window[0]}..{self._window[-1]})")
+        self._items.append([table, float(priority), list(steps)])
 
     def commit(self) -> None:
         """Ends a vector step's writes: in one process its items go in now (a learner in the same

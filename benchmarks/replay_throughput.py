@@ -1,0 +1,193 @@
+"""Replay insert and sample throughput, Reverb beside native: prints one JSON object.
+
+    python benchmarks/replay_throughput.py [--quick] [--backends reverb,native] [--out FILE]
+
+For each backend this Python has (Reverb: Python 3.11), a server in this process (Reverb's
+gRPC server; native: ``NativeReplayServer`` behind Shoal's RPC layer on loopback with a token,
+as a distributed run serves it) and writer / sampler *processes* (as actors and a learner are):
+
+* ``insert``: 1, 4 and 16 writer processes, each writing items through the backend's writer
+  (``client.writer``, what the adders use: one step and one item per vector step, flushed every
+  8 items) for the window: items/s and MB/s over all writers;
+* ``sample``: one sampler process reading batches of 32 items as a learner's dataset does
+  (``transition_batches``' iterator) from a filled table: items/s and MB/s.
+
+Items come in two sizes: ``cartpole`` (one vector step of 16 CartPole envs as an n-step
+transition: ~700 B) and ``atari`` (8 envs of 4x84x84 uint8 frames, observation and next
+observation: ~450 KB). The table never blocks (no rate limiting) and holds 2,000 items.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import secrets
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+SIZES = {"cartpole": (16, (4,), "float32"), "atari": (8, (4, 84, 84), "uint8")}
+
+
+def _signature(size: str) -> dict:
+    import numpy as np
+
+    from shoal.core.specs import ArraySpec
+
+    envs, shape, dtype = SIZES[size]
+    obs = ArraySpec((envs, *shape), np.dtype(dtype))
+    scalar = ArraySpec((envs,), np.float32)
+    return {"observation": obs, "action": ArraySpec((envs,), np.int32), "reward": scalar, "discount": scalar,
+            "next_observation": obs}
+
+
+def _item(size: str, seed: int) -> list:
+    import numpy as np
+    import tree
+
+    rng = np.random.default_rng(seed)
+    return [(rng.random(s.shape) * 200).astype(s.dtype) for s in tree.flatten(_signature(size))]
+
+
+def _table(size: str):
+    from shoal.replay import RateLimit, TableSpec
+
+    return TableSpec("t", sampler="uniform", remover="fifo", max_size=2000,
+                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature=_signature(size))
+
+
+def _client(backend: str, address: str, token: str | None):
+    if backend == "native":
+        from shoal.launch.programs.rpc import RpcClient
+        from shoal.replay.native import NativeReplayClient
+
+        return NativeReplayClient(RpcClient(address, token=token, timeout_s=120), address)
+    from shoal.replay import make_replay_client
+
+    return make_replay_client(address)
+
+
+def _writer(backend, address, token, size, start, stop, counts, index) -> None:
+    client = _client(backend, address, token)
+    writer = client.writer(1, timeout_s=120)
+    columns = _item(size, index)
+    n = 0
+    start.wait()
+    while not stop.is_set():
+        writer.append(columns)
+        writer.create_item("t", 1.0, 1)
+        writer.commit()
+        n += 1
+        if n % 8 == 0:
+            writer.flush()
+            counts[index] = n
+    writer.flush()
+    counts[index] = n
+    writer.close()
+
+
+def _sampler(backend, address, token, start, stop, counts) -> None:
+    from shoal.replay import transition_batches
+
+    client = _client(backend, address, token)
+    envs = 16
+    dataset = transition_batches(client if backend == "native" else address, "t", num_envs=envs, batch_size=32 * envs)
+    next(dataset)  # (opens the dataset: TensorFlow's import on Reverb)
+    start.wait()
+    n = 0
+    while not stop.is_set():
+        next(dataset)
+        n += 32
+        counts[0] = n
+    dataset.close()
+
+
+def _serve(backend: str, size: str):
+    """(server, address, token, stop())."""
+    if backend == "native":
+        from shoal.launch.programs.rpc import RpcServer
+        from shoal.replay.native import SERVICE_METHODS, NativeReplayServer
+
+        replay = NativeReplayServer([_table(size)])
+        token = secrets.token_hex(16)
+        rpc = RpcServer(replay, token=token, methods=SERVICE_METHODS, max_workers=64).start()
+        return replay, rpc.address, token, lambda: (replay.stop(), rpc.stop())
+    from shoal.replay import ReplayServer
+
+    server = ReplayServer([_table(size)])
+    return server, server.address, None, server.stop
+
+
+def measure(backend: str, size: str, writers: int, window_s: float) -> dict:
+    ctx = mp.get_context("spawn")
+    server, address, token, stop_server = _serve(backend, size)
+    item_bytes = sum(c.nbytes for c in _item(size, 0))
+    try:
+        out = {}
+        start, stop = ctx.Event(), ctx.Event()
+        counts = ctx.Array("q", writers)
+        procs = [ctx.Process(target=_writer, args=(backend, address, token, size, start, stop, counts, i))
+                 for i in range(writers)]
+        for p in procs:
+            p.start()
+        time.sleep(2.0 + 0.5 * writers)  # (the writers import and connect before the window)
+        start.set()
+        begin = sum(counts)
+        time.sleep(window_s)
+        items = sum(counts) - begin
+        stop.set()
+        for p in procs:
+            p.join(timeout=120)
+        out["insert_items_per_s"] = round(items / window_s)
+        out["insert_mb_per_s"] = round(items * item_bytes / window_s / 1e6, 2)
+        if writers == 1:  # the table is full now: sample it
+            start, stop = ctx.Event(), ctx.Event()
+            counts = ctx.Array("q", 1)
+            proc = ctx.Process(target=_sampler, args=(backend, address, token, start, stop, counts))
+            proc.start()
+            while counts[0] == 0 and proc.is_alive():
+                start.set()
+                time.sleep(0.1)
+            begin = counts[0]
+            time.sleep(window_s)
+            items = counts[0] - begin
+            stop.set()
+            proc.join(timeout=120)
+            out["sample_items_per_s"] = round(items / window_s)
+            out["sample_mb_per_s"] = round(items * item_bytes / window_s / 1e6, 2)
+        return out
+    finally:
+        stop_server()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2 s windows instead of 5 s")
+    parser.add_argument("--backends", default=None, help="comma-separated (default: every installed one)")
+    parser.add_argument("--out", default=None, help="also write the JSON here")
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from shoal.replay import reverb_installed
+
+    backends = args.backends.split(",") if args.backends else ["native"] + (["reverb"] if reverb_installed() else [])
+    window = 2.0 if args.quick else 5.0
+    result = {"python": sys.version.split()[0], "window_s": window}
+    for backend in backends:
+        for size in SIZES:
+            for writers in (1, 4, 16):
+                result[f"{backend}/{size}/{writers}_writers"] = measure(backend, size, writers, window)
+                print(json.dumps({f"{backend}/{size}/{writers}_writers": result[f"{backend}/{size}/{writers}_writers"]}),
+                      file=sys.stderr, flush=True)
+    text = json.dumps(result)
+    print(text)
+    if args.out:
+        from shoal.core.files import json_text, write_output
+
+        write_output(args.out, json_text(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Runs on the native replay backend: reproducible when seeded, and free of TensorFlow.
+
+Reverb's samplers take no seed; the native backend's are seeded from the run's seed, and the
+one-process runner grants the learner each batch at the same point of the run, so a seeded
+one-process run of every agent is the same run twice (on one machine). A native run, in one
+process or distributed, never imports TensorFlow (nor Reverb).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from shoal.launch import run_experiment
+from shoal.launch.experiments.config import experiment_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# agent -> (env, budget, settings): a few updates each, well past the first sampled batch
+RUNS = {
+    "dqn": ("CartPole-v1", 3000, {"min_replay_size": 500}),
+    "dqn-prioritized": ("CartPole-v1", 3000, {"min_replay_size": 500, "prioritized_replay": True}),
+    "ppo": ("CartPole-v1", 3000, {}),
+    "impala": ("CartPole-v1", 3000, {}),
+    "sac": ("Pendulum-v1", 1500, {"min_replay_size": 400}),
+    "r2d2": ("CartPole-v1", 3000, {}),
+    "qrdqn_agent:QRDQNBuilder": ("CartPole-v1", 3000, {}),
+}
+
+
+def trained(agent: str, tmp_path, name: str) -> tuple[dict, list]:
+    env, budget, settings = RUNS[agent]
+    config = experiment_config(agent.split("-")[0], env, preset=None, agent_settings=settings, seed=3,
+                               max_env_steps=budget, num_envs=4, eval_every=budget // 2, eval_episodes=2,
+                               target_return=1e9, run_dir=str(tmp_path / name), progress=False,
+                               replay="native")
+    result = run_experiment(config)
+    with open(tmp_path / name / "eval.csv") as f:
+        rows = [{k: v for k, v in row.items() if "time" not in k and not k.endswith("_s")} for row in csv.DictReader(f)]
+    return result, rows
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("agent", list(RUNS))
+def test_a_seeded_one_process_run_is_the_same_run_twice(agent, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "examples"))
+    first, first_evals = trained(agent, tmp_path, "first")
+    second, second_evals = trained(agent, tmp_path, "second")
+    assert first["learner_steps"] > 0
+    for key in ("env_steps", "learner_steps", "final_eval_return", "num_evals"):
+        assert first[key] == second[key], key
+    assert first_evals == second_evals
+
+
+FAKE = """
+import os, traceback
+with open(os.environ["SHOAL_TEST_FORBIDDEN"], "a") as f:
+    f.write(f"{__name__} imported in pid {os.getpid()}:\\n" + "".join(traceback.format_stack()) + "\\n")
+raise ImportError(f"{__name__} is forbidden on the native path (test_native_replay)")
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("launcher", [None, "processes"])
+def test_a_native_run_never_imports_tensorflow_or_reverb(launcher, tmp_path):
+    blocked = tmp_path / "blocked"
+    for name in ("tensorflow", "reverb"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(textwrap.dedent(FAKE))
+    marker = tmp_path / "imported.txt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), ROOT, os.environ.get("PYTHONPATH", "")]),
+           "SHOAL_TEST_FORBIDDEN": str(marker)}
+    command = [sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", "CartPole-v1", "--replay", "native",
+               "--max-env-steps", "3000", "--eval-every", "1500", "--target-return", "1e9", "--quiet",
+               "--run-dir", str(tmp_path / "run")]
+    if launcher:
+        command += ["--launcher", launcher, "--num-actors", "2"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["learner_steps"] > 0
+    assert not marker.exists(), marker.read_text()[:3000]
+
+
+def _served(tables):
+    """A native server behind Shoal's RPC layer (as a distributed run's replay node serves it)
+    and a client of it over the socket."""
+    from shoal.launch.programs.rpc import RpcClient, RpcServer
+    from shoal.replay.native import SERVICE_METHODS, NativeReplayClient, NativeReplayServer
+
+    replay = NativeReplayServer(tables)
+    rpc = RpcServer(replay, token="t0ken", methods=SERVICE_METHODS).start()
+    return replay, rpc, NativeReplayClient(RpcClient(rpc.address, token="t0ken", timeout_s=30), rpc.address)
+
+
+def _queue(length_signature=()):
+    import numpy as np
+
+    from shoal.core.specs import ArraySpec
+    from shoal.replay import make_queue_table
+
+    return make_queue_table("q", {"x": ArraySpec((*length_signature, 2), np.float32)}, capacity=100)
+
+
+def test_overlapping_items_share_their_steps_over_rpc():
+    import numpy as np
+
+    replay, rpc, client = _served([_queue((4,))])
+    try:
+        writer = client.writer(4)
+        for t in range(10):  # items of 4 steps every 2 steps: steps 0-3, 2-5, 4-7, 6-9
+            writer.append([np.full(2, t, np.float32)])
+            if t >= 3 and (t - 3) % 2 == 0:
+                writer.create_item("q", 1.0, 4)
+                writer.commit()
+        writer.flush()
+        assert client.server_info()["q"].current_size == 4
+        assert len(replay._store) == 10  # each step once, however many items use it
+        items = [s.data[0][:, 0].tolist() for s in client.sample("q", num_samples=4)]
+        assert items == [[0, 1, 2, 3], [2, 3, 4, 5], [4, 5, 6, 7], [6, 7, 8, 9]]
+        writer.close()
+        assert len(replay._store) == 0  # (sampled once from a queue: gone, and the writer let go)
+    finally:
+        rpc.stop()
+        replay.stop()
+
+
+def test_a_replay_server_that_goes_away_mid_run_is_one_clear_error_not_a_hang():
+    import numpy as np
+
+    from shoal.replay.native import ReplayServerGone
+
+    replay, rpc, client = _served([_queue()])
+    writer = client.writer(1, timeout_s=30)
+    writer.append([np.zeros(2, np.float32)])
+    writer.create_item("q", 1.0, 1)
+    writer.flush()
+    rpc.stop()
+    replay.stop()
+    writer.append([np.ones(2, np.float32)])
+    writer.create_item("q", 1.0, 1)
+    with pytest.raises(ReplayServerGone, match="went away") as raised:
+        writer.flush()
+    assert "\n" not in str(raised.value)
+    writer.close()  # (nothing more to say: no second error)
