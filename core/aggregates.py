@@ -13,7 +13,7 @@ Scores come as ``{task: [one score per run]}`` (runs per task may differ). The a
 
 ``bootstrap_ci`` resamples the runs of each task with replacement, each task apart (stratified:
 every resample keeps each task's number of runs), and takes the percentile interval of the
-aggregate over the resamples. ``normalized`` puts a task's returns on a common scale first.
+aggregate over the resamples (at most ``MAX_SAMPLES`` of them; scores must be finite). ``normalized`` puts a task's returns on a common scale first.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 Scores = Mapping[str, Sequence[float]]
+MAX_SAMPLES = 100_000  # (resamples of one interval: 50 times the default, seconds of work)
 
 
 def iqm(scores: Sequence[float]) -> float:
@@ -54,6 +55,12 @@ def bootstrap_ci(scores: Scores, aggregate: Callable[[np.ndarray], float], sampl
     tasks = [np.asarray(s, np.float64).ravel() for s in scores.values()]
     if not tasks or any(t.size == 0 for t in tasks):
         raise ValueError("every task needs at least one score")
+    if not all(np.isfinite(t).all() for t in tasks):
+        raise ValueError("every score must be finite (not NaN or infinite)")
+    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or not 1 <= samples <= MAX_SAMPLES:
+        raise ValueError(f"bootstrap samples must be in [1, {MAX_SAMPLES:,}], got {samples}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     rng = np.random.default_rng(seed)
     picks = [rng.integers(0, t.size, (samples, t.size)) for t in tasks]  # [samples, runs of the task]
     values = np.array([aggregate(np.concatenate([t[p[i]] for t, p in zip(tasks, picks)]))
@@ -65,6 +72,6 @@ def bootstrap_ci(scores: Scores, aggregate: Callable[[np.ndarray], float], sampl
 
 def normalized(returns: Sequence[float], low: float, high: float) -> np.ndarray:
     """``(return - low) / (high - low)``: 0 at ``low``, 1 at ``high`` (a task's target)."""
-    if not high > low:
-        raise ValueError(f"normalizing needs low < high, got low={low}, high={high}")
+    if not (np.isfinite(low) and np.isfinite(high) and high > low):
+        raise ValueError(f"normalizing needs finite low < high, got low={low}, high={high}")
     return (np.asarray(returns, np.float64) - low) / (high - low)

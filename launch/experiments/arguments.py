@@ -210,7 +210,7 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     compare.add_argument("--by", default="agent", help="group runs by agent (default), preset, or any setting of "
                          "their config.json (e.g. num_envs, learning_rate)")
     compare.add_argument("--out", default="compare", help="where to write the table and plots (default: ./compare)")
-    compare.add_argument("--bootstrap-samples", type=int, default=2000, help="resamples per interval (default 2000)")
+    compare.add_argument("--bootstrap-samples", type=int, default=2000, help="resamples per interval, 1 to 100,000 (default 2000)")
     return parser
 
 

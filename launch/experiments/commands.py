@@ -165,8 +165,6 @@ def compare(args: argparse.Namespace) -> None:
     """``shoal compare``: prints the markdown table, writes it and the plots to ``--out``."""
     from shoal.launch.experiments.compare import compare as compare_runs, markdown_table
 
-    if args.bootstrap_samples < 1:
-        raise ValueError(f"--bootstrap-samples must be >= 1, got {args.bootstrap_samples}")
     summary = compare_runs(args.run_dirs, by=args.by, out=args.out, samples=args.bootstrap_samples)
     print(markdown_table(summary), end="", flush=True)
     print(f"shoal compare: wrote {os.path.join(args.out, 'table.md')}, summary.json and a PNG and SVG per task",
