@@ -17,6 +17,7 @@ from shoal.core.timing import breakdown
 from shoal.launch.experiments.checkpointing import Periodic, commit, spec_record
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.launch_settings import max_actors
+from shoal.launch.experiments.step_grants import LEARNING
 from shoal.launch.programs.control import serve_control
 
 
@@ -142,31 +143,38 @@ class ProgramDriver:
                 "final_eval_return": None, "learner_steps": 0, "num_evals": 0}
 
     def _show_progress(self, run) -> None:
+        """The progress line, once the counter serves (the evaluator serves once the learner
+        does: before that, the learner compiles and the line says so)."""
+        if not run.serving("counter"):
+            return
         try:
             counts = self._client(run, "counter").get_counts()
-            evaluation = self._client(run, "evaluator").progress()
-        except Exception:  # noqa: BLE001 -- not up yet, or ending: no line this time
+            evaluation = self._client(run, "evaluator").progress() if run.serving("evaluator") else {"eval_return": None}
+        except Exception:  # noqa: BLE001 -- ending: no line this time
             return
         env_steps, now = int(counts.get("env_steps", 0)), time.monotonic()
         if self._baseline is None:  # (a resumed run's restored steps are not this run's speed)
             self._baseline = (now, env_steps)
         since, steps_then = self._baseline
         last = evaluation["eval_return"]
-        TerminalLogger("train").write({"env_steps": env_steps, "steps_per_s": (env_steps - steps_then) / max(now - since, 1e-9),
-                                       "learner_steps": int(counts.get("learner_steps", 0)),
-                                       "eval_return": float("nan") if last is None else last})
+        row = {"env_steps": env_steps, "steps_per_s": (env_steps - steps_then) / max(now - since, 1e-9),
+               "learner_steps": int(counts.get("learner_steps", 0)), "eval_return": float("nan") if last is None else last}
+        if not counts.get(LEARNING):  # (actors are paced until then: step_grants)
+            row["waiting for the learner's first update:"] = "its first batch" if run.serving("learner") else "compiling"
+        TerminalLogger("train").write(row)
 
     def _checkpoint(self, run, evaluator: dict[str, Any] | None | str = "ask") -> None:
         """The learner node writes the learner and replay; this process writes ``run.json`` with
-        the counter (without the actors' step grants, ``workers.StepGrants``: a resumed run's
-        actors hold none), the evaluator's schedule (``"ask"``: from the evaluator) and every
+        the counter (without the actors' step grants and the learner's first update,
+        ``step_grants.TRANSIENT``: a resumed run's actors hold none, its learner compiles
+        again), the evaluator's schedule (``"ask"``: from the evaluator) and every
         serving actor's schedule and RNG (an actor that is restarting, or not serving yet, keeps
         its last known one). Its ``env_steps`` (the counter's) is the one the run's result reports."""
-        from shoal.launch.experiments.step_grants import GRANTED, SETTLED
+        from shoal.launch.experiments.step_grants import TRANSIENT
 
         with self._lock:
             counts = {name: value for name, value in self._client(run, "counter").get_counts().items()
-                      if not name.startswith((GRANTED, SETTLED))}
+                      if not name.startswith(TRANSIENT)}
             env_steps = int(counts.get("env_steps", 0))
             written = self._client(run, "learner").checkpoint(env_steps)
             actors = {}
@@ -233,6 +241,8 @@ class ProgramDriver:
             result["stale_batches_dropped"] = int(counts["stale_batches_dropped"])
         if learner.get("first_update_at"):
             result["first_update_s"] = round(learner["first_update_at"] - self._launched_at, 3)
+        if learner.get("first_update_env_steps") is not None:  # (the run's env steps at that moment)
+            result["first_update_env_steps"] = learner["first_update_env_steps"]
         if self._saved is not None:
             result["resumed_from"] = {**(learner.get("resumed") or {}),
                                       "actors": {k: v.get("env_steps") for k, v in (self._saved.get("actors") or {}).items()},

@@ -23,6 +23,7 @@ from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.checkpointing import Checkpointer, restore_learner
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.shared_params import ParamsPublisher
+from shoal.launch.experiments.step_grants import LEARNING
 from shoal.launch.experiments.workers import summary
 from shoal.launch.programs.nodes import should_stop
 
@@ -60,6 +61,7 @@ class LearnerWorker:
         self._requests: queue.Queue = queue.Queue()  # checkpoints asked for, taken between updates
         self._running = threading.Event()
         self._first_update_at: float | None = None
+        self._first_update_env_steps: int | None = None  # (the run's env steps then)
         self._started: float | None = None
         self._params = ParamsPublisher(self._learner)  # for nodes on this host: no RPC copy per fetch
 
@@ -113,8 +115,9 @@ class LearnerWorker:
                         time.sleep(0.001)
                     continue
                 self._learner.step()
-                if self._first_update_at is None:
+                if self._first_update_at is None:  # (reported at once: actors are paced until then)
                     self._first_update_at = time.time()
+                    reported, last = self._report(reported, first=True), time.monotonic()
                 if time.monotonic() - last > 0.5:  # learner_steps, stale_batches_dropped, ...
                     reported, last = self._report(reported), time.monotonic()
         finally:
@@ -127,11 +130,19 @@ class LearnerWorker:
                 self._learner.close()
         self._report(reported)
         return summary(self.stopwatch, time.monotonic() - started, first_update_at=self._first_update_at,
+                       first_update_env_steps=self._first_update_env_steps,
                        counts=self._local.get_counts(), resumed=self._resumed)
 
-    def _report(self, reported: dict[str, float]) -> dict[str, float]:
+    def _report(self, reported: dict[str, float], first: bool = False) -> dict[str, float]:
+        """Adds the learner's counts since ``reported`` to the run's counter; ``first``: its first
+        update, also ``LEARNING`` (which ends the actors' pacing)."""
         counts = self._local.get_counts()
-        self._counter.increment(**{k: v - reported.get(k, 0) for k, v in counts.items()})
+        fields = {k: v - reported.get(k, 0) for k, v in counts.items()}
+        if first:
+            fields[LEARNING] = 1
+        run = self._counter.increment(**fields)
+        if first:
+            self._first_update_env_steps = int(run.get("env_steps", 0))
         return counts
 
 

@@ -1,5 +1,6 @@
 """An actor's share of a distributed run's env-step budget (``StepGrants``), reserved from the
-counter before it steps, and what the counter's grant keys add up to (``committed_env_steps``)."""
+counter before it steps, and what the counter's grant keys add up to (``committed_env_steps``).
+Until the learner's first update an actor is paced: it steps only its head start."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import time
 GRANT_S = 0.25  # an actor reserves about this long's worth of vector steps at a time
 GRANTED, SETTLED = "env_steps_granted_", "env_steps_settled_"  # counter keys, + the actor's label
 STALL_S = 5.0  # the budget is all granted and no step reported for this long: the holders are stuck
+LEARNING = "learner_updating"  # counter key: the learner of this launch made its first update
+TRANSIENT = (GRANTED, SETTLED, LEARNING)  # counter keys of this launch only (run.json leaves them out)
 
 
 def committed_env_steps(counts: dict[str, float]) -> int:
@@ -39,15 +42,25 @@ class StepGrants:
     after a crash settles what its predecessor held (the steps it took and never reported are
     lost, as before: not counted). No call is added per vector step: one per chunk, besides
     the periodic report.
+
+    Pacing: until the counter holds ``LEARNING`` (the learner of this launch made its first
+    update; a resumed run's learner compiles again) an actor is granted at most ``head_start``
+    env steps in all (the builder's ``env_steps_before_learning`` twice: what one actor needs,
+    alone, for the learner's first batches), then waits as at the budget. So actors of a queue
+    that never blocks inserts (IMPALA's) do not spend the budget while the learner compiles, as
+    a rate-limited table holds the other agents' actors back. ``None``: not paced.
     """
 
-    def __init__(self, counter, label: str, budget: int, num_envs: int, restarted: bool = False) -> None:
+    def __init__(self, counter, label: str, budget: int, num_envs: int, restarted: bool = False,
+                 head_start: int | None = None) -> None:
         self._counter, self._label, self._budget, self._n = counter, label, int(budget), int(num_envs)
         self._granted, self._settled = GRANTED + label, SETTLED + label
         self.left = 0  # vector steps this actor may still take
         self._unused = 0  # env steps granted that it will not take (settled by its next call)
         self._rate: tuple[float, int] = (time.monotonic(), 0)  # (since, vector steps taken): the chunk size
         self._committed = 0  # the run's committed env steps, as of the last reply
+        self._head_start = head_start
+        self._kept = 0  # env steps granted to this actor and kept (while paced)
         if restarted:  # the predecessor's grant died with it
             counts = counter.get_counts()
             self._unused = int(counts.get(self._granted, 0) - counts.get(self._settled, 0))
@@ -74,8 +87,14 @@ class StepGrants:
             return
         self._committed = committed_env_steps(counts)
         allowed = max(0, min(chunk, self._budget - (self._committed - chunk)))
+        if self._head_start is not None:
+            if counts.get(LEARNING):  # the learner updates: no more pacing
+                self._head_start = None
+            else:
+                allowed = max(0, min(allowed, self._head_start - self._kept))
         self.left = -(-allowed // self._n)
-        if self.left * self._n < chunk:  # at the budget: the rest is handed back at once
+        self._kept += self.left * self._n
+        if self.left * self._n < chunk:  # at the budget (or paced): the rest is handed back at once
             self._counter.increment(**{self._settled: chunk - self.left * self._n})
 
     def _chunk_size(self) -> int:

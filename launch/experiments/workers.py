@@ -40,7 +40,9 @@ class ActorWorker:
     """Acts, writes to replay, reports its env steps, and stays within the run's step budget
     (``StepGrants``). A resumed actor starts from its checkpointed schedule position and RNG
     key; a restarted one (after a crash) continues its schedules from the env steps it had
-    reported. It steps the one vector env it builds; ``spec`` is the run's (the driver's)."""
+    reported. It steps the one vector env it builds; ``spec`` is the run's (the driver's).
+    Until the learner's first update it takes at most twice the env steps the builder needs
+    before learning (``StepGrants``' pacing), then waits for the learner."""
 
     def __init__(self, config: ExperimentConfig, spec: EnvironmentSpec, actor_id: int, replay: ReplayClient,
                  learner, counter, resume: dict[str, Any] | None = None) -> None:
@@ -67,7 +69,8 @@ class ActorWorker:
             self._actor.restore(resume)
         self._logger = make_logger(self._label, config.run_dir, terminal=False)
         self._loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
-        self._grants = StepGrants(counter, self._label, config.max_env_steps, config.num_envs, restarted)
+        head_start = 2 * builder.env_steps_before_learning(spec)  # (paced until the learner's first update)
+        self._grants = StepGrants(counter, self._label, config.max_env_steps, config.num_envs, restarted, head_start)
         self._lock = threading.Lock()  # save() sees the schedule and key of the same step
         self._snapshot = self._actor.save()  # (taken at every report: for save() while a step blocks)
         self._started: float | None = None
