@@ -86,7 +86,7 @@ def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: th
             run_dir.write_json("result.json", result)
     finally:
         if tracker is not None:
-            tracker.close(result)
+            tracker.close(result, stop)
         if run_dir is not None:
             run_dir.unlock()
     return result

@@ -64,7 +64,7 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
                 run_dir.write_json("result.json", result)
         finally:
             if tracker is not None:
-                tracker.close(result)
+                tracker.close(result, stop)
     return result
 
 

@@ -3,6 +3,12 @@
 process that launched the run; nodes never open a tracking run of their own.
 
 A backend (``Backend``) is started once, sent logs and videos, and finished with the result.
+
+Tracking contacts only what the user configured (W&B's servers, or ``MLFLOW_TRACKING_URI``):
+W&B's error reports to its own Sentry are off unless ``WANDB_ERROR_REPORTING`` says otherwise,
+and an MLflow server that does not answer costs a few seconds and one warning line, not
+MLflow's seven retries over two minutes, each a line on stderr (``MLFLOW_HTTP_REQUEST_*``
+variables the user sets are kept).
 """
 
 from __future__ import annotations
@@ -67,12 +73,22 @@ class Backend(abc.ABC):
         """Where the run can be seen, for the line that says it started."""
 
 
+# MLflow's HTTP settings (its environment variables) unless the user set them: 2 retries, 1 s
+# backoff, a 10 s request timeout (MLflow's own: 7, 2 s, 120 s).
+MLFLOW_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+               "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
 class WandbBackend(Backend):
     """A W&B run named after the run directory, in project ``$WANDB_PROJECT`` (default
     ``shoal``), grouped by agent and env; its files under ``<run_dir>/wandb``. ``WANDB_MODE``
-    (e.g. ``offline``) and the other ``WANDB_*`` variables apply as usual."""
+    (e.g. ``offline``) and the other ``WANDB_*`` variables apply as usual; its error reporting
+    (``WANDB_ERROR_REPORTING``) is off unless set."""
 
     def start(self, run_dir: str, config: dict[str, Any], resume_id: str | None) -> str:
+        # (before wandb is imported: its Sentry reporter, and the wandb-core service it starts,
+        # read it once)
+        os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
         import wandb
 
         self._run = wandb.init(
@@ -119,11 +135,14 @@ class MlflowBackend(Backend):
     ``result.json`` artifacts."""
 
     def start(self, run_dir: str, config: dict[str, Any], resume_id: str | None) -> str:
+        for name, value in MLFLOW_HTTP.items():
+            os.environ.setdefault(name, value)
         from mlflow import MlflowClient
         from mlflow.entities import Param
 
         for name in ("mlflow", "alembic"):
             logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # (a line per retry: the failure is one)
         given = os.environ.get("MLFLOW_TRACKING_URI")
         self._uri = given or f"sqlite:///{os.path.abspath('mlflow.db')}"
         self._client = client = MlflowClient(tracking_uri=self._uri)

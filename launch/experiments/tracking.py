@@ -10,7 +10,9 @@ run's id and how many rows of each log it holds are kept in ``<run_dir>/tracking
 resumed run continues the same tracking run where it left off.
 
 The backend never stops training: its first failure is one warning line and tracking ends
-there, while the CSV and TensorBoard logs go on complete.
+there, while the CSV and TensorBoard logs go on complete. Nor does it hold the run's end: the
+run waits for it at most ``FINISH_TIMEOUT_S`` (``STOPPED_GRACE_S`` after a run stopped by a
+signal), and a signal while it waits ends the wait at once (``RunTracker.close``).
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ import os
 import re
 import sys
 import threading
+import time
 from typing import Any
 
 from shoal.launch.experiments.rundir import read_json, write_json
 from shoal.launch.experiments.trackers import BACKENDS
 
 STATE = "tracking.json"
-FINISH_TIMEOUT_S = 120.0
+FINISH_TIMEOUT_S = 30.0  # the longest a run's end waits for its tracker
+STOPPED_GRACE_S = 5.0  # ... after a run stopped by a signal (Ctrl-C, SIGTERM)
 _VIDEO = re.compile(r"eval-(\d+)\.mp4$")
 
 
@@ -95,22 +99,45 @@ class RunTracker:
         self._written: dict[str, Any] | None = None  # (tracking.json as last written)
         self._result: dict[str, Any] | None = None
         self._closing = threading.Event()
+        self._done = threading.Event()  # (set when the thread ends, however it ends)
         self._thread = threading.Thread(target=self._follow, name="shoal-tracking", daemon=True)
 
     def start(self) -> "RunTracker":
         self._thread.start()
         return self
 
-    def close(self, result: dict[str, Any] | None, timeout_s: float = FINISH_TIMEOUT_S) -> None:
-        """Sends what is left and ``result`` (``None``: the run failed), waiting at most ``timeout_s``."""
+    def close(self, result: dict[str, Any] | None, stop: threading.Event | None = None,
+              timeout_s: float = FINISH_TIMEOUT_S) -> None:
+        """Sends what is left and ``result`` (``None``: the run failed), waiting at most
+        ``timeout_s``, and no longer than a signal allows: ``stop`` is the run's stop request
+        (``interrupts.StopRequest``, or any ``threading.Event``). If it is set already (the run
+        was stopped by a signal) the wait is at most ``STOPPED_GRACE_S`` and a second signal
+        (``stop.hurry``) ends it; if not, setting it ends the wait. A tracker left behind (its
+        thread is a daemon) costs one warning line; the CSV logs are complete either way."""
         self._result = result
         self._closing.set()
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            print(f"shoal: warning: tracking ({self._name}) did not finish within {timeout_s:.0f} s; the "
-                  f"run's logs are complete in {self._run_dir}", file=sys.stderr, flush=True)
+        stopped = stop is not None and stop.is_set()
+        interrupt = getattr(stop, "hurry", None) if stopped else stop
+        bound_s = min(timeout_s, STOPPED_GRACE_S) if stopped else timeout_s
+        deadline = time.monotonic() + bound_s
+        while not self._done.wait(0.05):  # (a signal sets an event; none can wake another's wait)
+            if interrupt is not None and interrupt.is_set():
+                why = "the run was interrupted while it waited"
+            elif time.monotonic() >= deadline:
+                why = f"it did not finish within {bound_s:g} s"
+            else:
+                continue
+            print(f"shoal: warning: tracking ({self._name}) left unfinished ({why}); the run's logs are "
+                  f"complete in {self._run_dir}", file=sys.stderr, flush=True)
+            return
 
     def _follow(self) -> None:
+        try:
+            self._track()
+        finally:
+            self._done.set()
+
+    def _track(self) -> None:
         backend = BACKENDS[self._name]()
         self._closing.wait(self._every_s)  # (the backend starts after the run's own start, not beside it)
         try:

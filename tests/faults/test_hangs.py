@@ -1,0 +1,103 @@
+"""What hangs must not hold a run: a tracker at the run's end, a renderer, an env's step."""
+
+import socket
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+from shoal.launch.experiments import trackers
+from shoal.launch.experiments.interrupts import StopRequest
+from shoal.launch.experiments.tracking import RunTracker
+
+
+class _Hangs(trackers.Backend):
+    """A backend whose ``start`` blocks until ``release`` is set (``entered`` says it began)."""
+
+    entered = threading.Event()
+    release = threading.Event()
+
+    def start(self, run_dir, config, resume_id):
+        self.entered.set()
+        self.release.wait()
+        raise RuntimeError("released")
+
+    def log(self, label, rows): ...
+    def video(self, path, env_steps): ...
+    def finish(self, result): ...
+    def where(self): return "nowhere"
+
+
+@pytest.fixture
+def hanging_backend(monkeypatch):
+    _Hangs.entered.clear()
+    _Hangs.release.clear()
+    monkeypatch.setitem(trackers.BACKENDS, "hangs", _Hangs)
+    yield _Hangs
+    _Hangs.release.set()
+
+
+def _warnings(text):
+    return [line for line in text.splitlines() if line.startswith("shoal: warning: tracking")]
+
+
+@pytest.mark.parametrize("stopped_before", [False, True], ids=["signal-while-waiting", "second-signal"])
+def test_a_signal_ends_the_wait_for_a_hanging_tracker(tmp_path, capsys, hanging_backend, stopped_before):
+    stop = StopRequest()
+    if stopped_before:  # (the run was stopped by a first signal: a second one ends the wait)
+        stop.set()
+    tracker = RunTracker("hangs", str(tmp_path), resume=False, every_s=0).start()
+    assert hanging_backend.entered.wait(30)
+    closing = threading.Thread(target=tracker.close, args=({"env_steps": 0},), kwargs={"stop": stop, "timeout_s": 600})
+    closing.start()
+    (stop.hurry if stopped_before else stop).set()  # what the signal handler does (interrupts._Handler)
+    closing.join(30)
+    assert not closing.is_alive()
+    warnings = _warnings(capsys.readouterr().err)
+    assert warnings == [f"shoal: warning: tracking (hangs) left unfinished (the run was interrupted while it "
+                        f"waited); the run's logs are complete in {tmp_path}"], warnings
+
+
+def _closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # (closed once this returns: a connection is refused)
+
+
+def test_an_unreachable_mlflow_is_one_warning_in_seconds(tmp_path, capfd, monkeypatch):
+    pytest.importorskip("mlflow")
+    import mlflow  # noqa: F401 -- (imported here: its import's seconds are not the tracker's)
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_closed_port()}")
+    for name in trackers.MLFLOW_HTTP:  # (unset, and unset again after the test: the backend sets them)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    tracker = RunTracker("mlflow", str(tmp_path), resume=False, every_s=0).start()
+    began = time.monotonic()
+    tracker.close({"env_steps": 0}, timeout_s=25)  # (MLflow's own retries took two minutes)
+    assert time.monotonic() - began < 25
+    err = capfd.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("shoal: warning: tracking (mlflow) failed: MlflowException"), err
+
+
+def test_wandb_sends_no_error_reports(tmp_path, monkeypatch):
+    """W&B reports its errors to its own Sentry unless ``WANDB_ERROR_REPORTING`` is false: a
+    user who did not ask for that is not reported."""
+    seen = {}
+
+    def init(**kwargs):
+        seen["error_reporting"] = __import__("os").environ.get("WANDB_ERROR_REPORTING")
+        return types.SimpleNamespace(id="run", define_metric=lambda *a, **k: None)
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init, Settings=lambda **k: None))
+    monkeypatch.setenv("WANDB_ERROR_REPORTING", "")
+    monkeypatch.delenv("WANDB_ERROR_REPORTING")
+    trackers.WandbBackend().start(str(tmp_path), {}, None)
+    assert seen == {"error_reporting": "false"}
+
+    monkeypatch.setenv("WANDB_ERROR_REPORTING", "true")  # (what the user sets is kept)
+    trackers.WandbBackend().start(str(tmp_path), {}, None)
+    assert seen == {"error_reporting": "true"}
