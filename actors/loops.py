@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
+import weakref
 from typing import Any, Callable, Mapping
 
 import gymnasium as gym
@@ -31,11 +35,19 @@ class EnvironmentLoop:
     An actor whose ``prefetches`` attribute is true (a ``BatchedActor``) is given the next
     observation with each step (or as ``prefetch`` says), so it computes the next action while
     its adder writes (``BatchedActor.observe``).
+
+    An env whose ``step()`` has not returned after ``SHOAL_STEP_TIMEOUT_S`` seconds (default 60)
+    ends the process with one ``shoal: error:`` line naming the actor, the env and the bound, exit
+    status 1 (``on_stall`` replaces that): the step cannot be interrupted, and a distributed
+    run's launcher restarts the actor (a one-process run stops; its last checkpoint stays). A
+    thread of the loop's own checks it (``_watch``); the step only writes when it started.
     """
 
     def __init__(self, env: gym.vector.VectorEnv, actor: Actor, counter: Counter | None = None,
                  logger: Logger | None = None, stopwatch: Stopwatch | None = None,
-                 prefetch: bool | None = None) -> None:
+                 prefetch: bool | None = None, on_stall: Callable[[str], None] | None = None) -> None:
+        from shoal.launch.programs.environment import value
+
         self._env = env
         self._actor = actor
         self._prefetch = bool(getattr(actor, "prefetches", False)) if prefetch is None else prefetch
@@ -53,6 +65,19 @@ class EnvironmentLoop:
         self.env_steps = 0
         self.stopwatch = stopwatch or Stopwatch()
         self._last_log, self._last_seconds = self._start, {}
+        self._stepping_since: float | None = None  # (the watch's one reading: when the env step began)
+        self._step_timeout_s = float(value("SHOAL_STEP_TIMEOUT_S"))
+        threading.Thread(target=_watch, args=(weakref.ref(self), self._step_timeout_s, on_stall or _stalled),
+                         name="shoal-step-watch", daemon=True).start()
+
+    def stall_message(self, stuck_s: float) -> str:
+        """The line for a step that has taken ``stuck_s`` seconds."""
+        from shoal.launch.programs.nodes import current_context
+
+        ctx = current_context()
+        return (f"shoal: error: {ctx.label if ctx is not None else 'the actor'}: the environment's step() "
+                f"({_env_name(self._env)}) has not returned in {stuck_s:.0f} s, after {self.env_steps:,} env "
+                f"steps (SHOAL_STEP_TIMEOUT_S={self._step_timeout_s:g}); a stuck environment: its process ends")
 
     def step(self) -> None:
         obs, stopwatch = self._obs, self.stopwatch
@@ -60,7 +85,11 @@ class EnvironmentLoop:
             action, extras = self._actor.select_action(obs)
         try:
             with stopwatch.time("env_step"):
-                next_obs, reward, terminated, truncated, info = self._env.step(self._clip(action))
+                self._stepping_since = time.monotonic()
+                try:
+                    next_obs, reward, terminated, truncated, info = self._env.step(self._clip(action))
+                finally:
+                    self._stepping_since = None
         except Exception as e:  # noqa: BLE001 -- named, once, instead of a traceback
             raise RuntimeError(f"the environment raised in step() after {self.env_steps} env steps: "
                                f"{type(e).__name__}: {e}") from e
@@ -108,6 +137,35 @@ class EnvironmentLoop:
         row.update(extra)
         self._logger.write(row)
         return row
+
+
+def _watch(loop_ref: "weakref.ref[EnvironmentLoop]", bound_s: float, on_stall: Callable[[str], None]) -> None:
+    """Every ``bound_s / 4`` seconds (at most 1 s), whether the loop's env step has taken longer
+    than ``bound_s``: then ``on_stall(line)``, once. Ends with the loop (a weak reference)."""
+    while (loop := loop_ref()) is not None:
+        since = loop._stepping_since
+        if since is not None and time.monotonic() - since > bound_s:
+            on_stall(loop.stall_message(time.monotonic() - since))
+            return
+        del loop
+        time.sleep(min(1.0, bound_s / 4))
+
+
+def _stalled(line: str) -> None:
+    """Ends the process with ``line`` (its env is stuck in a call that cannot be interrupted)."""
+    try:
+        from shoal.launch.experiments.quiet import restore_stderr
+
+        restore_stderr()  # (the filter's pipe flushed first: the line is the last one)
+    finally:
+        os.write(2, (line + "\n").encode())
+        os._exit(1)
+
+
+def _env_name(env: gym.vector.VectorEnv) -> str:
+    """The env's registered id, or its class's name."""
+    spec = getattr(env, "spec", None) or getattr(next(iter(getattr(env, "envs", None) or []), None), "spec", None)
+    return getattr(spec, "id", None) or type(getattr(env, "unwrapped", env)).__name__
 
 
 def _float_keys(observation) -> list:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+import threading
+import time
 import warnings
 from typing import Any, Callable
 
@@ -71,6 +73,40 @@ def record_episode(env: gym.vector.VectorEnv, actor: Actor, seed: int,
             break
         frames.append(check_frame(render(), len(frames), first))
     return frames, total
+
+
+def record_episode_within(env: gym.vector.VectorEnv, actor: Actor, seed: int, render: Callable[[], np.ndarray],
+                          frame_timeout_s: float, max_frames: int = MAX_FRAMES) -> tuple[list[np.ndarray], float]:
+    """``record_episode`` in a thread of its own, each frame (its step and its ``render()``)
+    given at most ``frame_timeout_s`` seconds: a frame that takes longer is a ``TimeoutError``
+    (one line). A call into the env cannot be interrupted: the thread is left where it is stuck
+    (a daemon), and ``env`` must not be used again, not even closed."""
+    last = [time.monotonic()]  # (when the last frame came: the thread writes it, this one reads it)
+
+    def timed_render() -> np.ndarray:
+        frame = render()
+        last[0] = time.monotonic()
+        return frame
+
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def record() -> None:
+        try:
+            outcome["episode"] = record_episode(env, actor, seed, timed_render, max_frames)
+        except BaseException as e:  # noqa: BLE001 -- raised again in the caller's thread
+            outcome["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=record, name="shoal-video", daemon=True).start()
+    while not done.wait(min(1.0, frame_timeout_s / 4)):
+        if time.monotonic() - last[0] > frame_timeout_s:
+            raise TimeoutError(f"the env gave no frame in {frame_timeout_s:g} s (its render() or step() did not "
+                               f"return; SHOAL_STEP_TIMEOUT_S); it is left where it hangs")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["episode"]
 
 
 def encode_mp4(frames: list[np.ndarray], fps: int = FPS) -> bytes:

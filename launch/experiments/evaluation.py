@@ -89,9 +89,11 @@ class Evaluator:
     def _record_video(self, env_steps: int) -> None:
         """One episode of the evaluation policy, to ``<run_dir>/videos/eval-<env steps>.mp4``
         and to TensorBoard (``tb/eval``, an animated GIF; ``shoal.actors.video``); a failure is one
-        warning line, and no more videos are tried."""
-        from shoal.actors.video import TensorBoardVideos, encode_mp4, record_episode, video_env
+        warning line, and no more videos are tried. A frame that takes longer than
+        ``SHOAL_STEP_TIMEOUT_S`` (a renderer that hangs) is such a failure."""
+        from shoal.actors.video import TensorBoardVideos, encode_mp4, record_episode_within, video_env
         from shoal.core.files import make_dirs, write_atomic
+        from shoal.launch.programs.environment import value
 
         config = self._config
         try:
@@ -105,12 +107,15 @@ class Evaluator:
                 self._tensorboard_videos = TensorBoardVideos(os.path.join(config.run_dir, "tb", "eval"))
             env, actor, render = self._video
             actor.update(wait=True)
-            frames, _ = record_episode(env, actor, config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals, render)
+            frames, _ = record_episode_within(env, actor, config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals,
+                                              render, value("SHOAL_STEP_TIMEOUT_S"))
             directory = os.path.join(config.run_dir, "videos")
             make_dirs(directory)
             write_atomic(os.path.join(directory, f"eval-{env_steps:09d}.mp4"), encode_mp4(frames))
             self._tensorboard_videos.add(frames, env_steps)
         except Exception as e:  # noqa: BLE001 -- a video never stops training
+            if isinstance(e, TimeoutError):
+                self._video = None  # (its env hangs in a thread: left, never closed)
             print(f"shoal: warning: no evaluation video ({type(e).__name__}: {e}); no more will be tried",
                   file=sys.stderr, flush=True)
             self._videos_on = False

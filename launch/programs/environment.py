@@ -92,6 +92,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
              f"a number of MiB in [1, {MAX_GRPC_MB}], the largest RPC request or reply (default 256)"),
     Variable("SHOAL_PEER_TIMEOUT_S", 60.0, _number(1, 86400),
              "a number of seconds in [1, 86400] a Ray node may go unheard (default 60)"),
+    Variable("SHOAL_STEP_TIMEOUT_S", 60.0, _number(1, 86400),
+             "a number of seconds in [1, 86400] an env's step() or render() may take (default 60)"),
     Variable("SHOAL_COMPILATION_CACHE", None, _cache_directory,
              "a directory (not a file) for JAX's compilation cache, or off"),
     Variable("SHOAL_PARAMS_VIA", "auto", _choice("auto", "rpc"), "auto or rpc"),

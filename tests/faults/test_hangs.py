@@ -1,6 +1,8 @@
 """What hangs must not hold a run: a tracker at the run's end, a renderer, an env's step."""
 
+import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -11,6 +13,7 @@ import pytest
 from shoal.launch.experiments import trackers
 from shoal.launch.experiments.interrupts import StopRequest
 from shoal.launch.experiments.tracking import RunTracker
+from tests.faults.harness import SMALL, errors, shoal_main, start
 
 
 class _Hangs(trackers.Backend):
@@ -101,3 +104,61 @@ def test_wandb_sends_no_error_reports(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_ERROR_REPORTING", "true")  # (what the user sets is kept)
     trackers.WandbBackend().start(str(tmp_path), {}, None)
     assert seen == {"error_reporting": "true"}
+
+
+@pytest.fixture
+def release_hangs():
+    """Lets the envs of ``hanging_envs`` that hang in this process go on once the test ends."""
+    from tests.faults import hanging_envs
+
+    hanging_envs.RELEASE.clear()
+    yield
+    hanging_envs.RELEASE.set()
+
+
+@pytest.mark.e2e
+def test_a_renderer_that_hangs_is_one_warning_and_the_run_goes_on(tmp_path, monkeypatch, release_hangs):
+    monkeypatch.setenv("SHOAL_STEP_TIMEOUT_S", "1")
+    run_dir = tmp_path / "run"
+    rc, errors, text = shoal_main("train", "--agent", "ppo", "--env", "tests.faults.hanging_envs:HangsInRender-v0",
+                                  "--set", "rollout_length=64", "--num-envs", "4", "--max-env-steps", "512",
+                                  "--eval-every", "256", "--eval-episodes", "1", "--target-return", "1e9",
+                                  "--video-every", "1", "--run-dir", str(run_dir), "--quiet")
+    assert rc == 0 and not errors, text
+    warnings = [line for line in text.splitlines() if line.startswith("shoal: warning:")]
+    assert warnings == ["shoal: warning: no evaluation video (TimeoutError: the env gave no frame in 1 s (its render() "
+                        "or step() did not return; SHOAL_STEP_TIMEOUT_S); it is left where it hangs); no more will "
+                        "be tried"], text
+    assert not list(run_dir.glob("videos/*")) and (run_dir / "result.json").exists()
+
+
+STUCK = ("the environment's step() (HangsInStep-v0) has not returned in 1 s, after {steps} env steps "
+         "(SHOAL_STEP_TIMEOUT_S=1); a stuck environment: its process ends")
+
+
+@pytest.mark.e2e
+def test_a_step_that_hangs_stops_a_one_process_run_in_one_line(tmp_path):
+    cmd = [sys.executable, "-m", "shoal", "train", *SMALL, "--env", "tests.faults.hanging_envs:HangsInStep-v0",
+           "--run-dir", str(tmp_path / "run")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "SHOAL_STEP_TIMEOUT_S": "1"})
+    assert done.returncode == 1, done.stderr
+    # (8 envs; the 50th step of each hangs: after 49 vector steps)
+    assert errors(done.stderr) == ["shoal: error: the actor: " + STUCK.format(steps="392")], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.e2e
+def test_an_actor_whose_step_hangs_is_named_and_restarted(tmp_path):
+    """In a distributed run the actor's process ends with the line (its log), its launcher
+    restarts it (the program's stderr says so), and after its restarts the program fails
+    naming it."""
+    run_dir = tmp_path / "run"
+    with start(run_dir, "--env", "tests.faults.hanging_envs:HangsInStep-v0", num_actors=1,
+               env={**os.environ, "SHOAL_STEP_TIMEOUT_S": "1"}) as proc:
+        _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stderr
+    assert "[launcher] actor_0 exited with 1; restart 1/3" in stderr, stderr
+    assert any(line.startswith("shoal: error:") and "actor_0" in line for line in stderr.splitlines()), stderr
+    log = (run_dir / "logs" / "actor_0.log").read_text()
+    assert "shoal: error: actor_0: " + STUCK.format(steps="392") in log, log
