@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 from typing import Any, Callable, Mapping
 
 import gymnasium as gym
@@ -54,8 +55,8 @@ def factory_path(factory: str | EnvFactory | None) -> str | None:
     return f"{factory.__module__}:{factory.__qualname__}"
 
 
-def _accepted(env_id: str) -> list[str] | None:
-    """The keyword arguments ``env_id``'s constructor takes (``None``: any, or unknown)."""
+def _parameters(env_id: str) -> dict[str, inspect.Parameter] | None:
+    """The keyword parameters ``env_id``'s constructor takes (``None``: any, or unknown)."""
     try:
         creator = gym.spec(env_id).entry_point
         creator = gym.envs.registration.load_env_creator(creator) if isinstance(creator, str) else creator
@@ -64,19 +65,35 @@ def _accepted(env_id: str) -> list[str] | None:
         return None
     if any(p.kind == p.VAR_KEYWORD for p in parameters):
         return None
-    return sorted(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return {p.name: p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _accepted(env_id: str) -> list[str] | None:
+    """The keyword arguments ``env_id``'s constructor takes (``None``: any, or unknown)."""
+    parameters = _parameters(env_id)
+    return None if parameters is None else sorted(parameters)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_env_args(env_id: str, env_args: Mapping[str, Any]) -> None:
     """Raises ``ValueError`` naming an argument ``env_id``'s constructor does not take (and
-    those it does)."""
-    accepted = _accepted(env_id)
-    if accepted is not None:
-        accepted = sorted({*accepted, *MAKE_ARGS})
+    those it does), or a value for an argument whose default is a number that is not a finite
+    number (a string such as ``float('nan')``, which ``--env-arg`` reads as text, or ``1e999``):
+    the env would take it and fail at its first step, after the run directory is written."""
+    parameters = _parameters(env_id)
+    accepted = sorted({*parameters, *MAKE_ARGS}) if parameters is not None else None
     unknown = sorted(set(env_args) - set(accepted)) if accepted is not None else []
     if unknown:
         raise ValueError(f"{env_id} takes no argument {', '.join(repr(k) for k in unknown)} (--env-arg); "
                          f"its arguments: {', '.join(accepted) or 'none'}")
+    for key, value in env_args.items():
+        default = parameters[key].default if parameters and key in parameters else None
+        if _is_number(default) and not (_is_number(value) and math.isfinite(value)):
+            raise ValueError(f"{env_id}'s argument {key} is a number (default {default!r}); --env-arg "
+                             f"{key}={value!r} is not a finite number")
 
 
 def make_single_env(env_id: str, env_args: Mapping[str, Any] | None = None,

@@ -45,7 +45,9 @@ def test_a_factory_makes_every_env_and_its_wrapper_holds():
     (["--env", "LunarLander-v3", "--env-arg", "speed=3"],
      "LunarLander-v3 takes no argument 'speed' (--env-arg); its arguments: continuous, enable_wind"),
     (["--env", "CartPole-v1", "--env-arg", "noequals"], "--env-arg takes KEY=VALUE"),
-    (["--env", "LunarLander-v3", "--env-arg", "gravity='down'"], "LunarLander-v3 with arguments {'gravity': 'down'}"),
+    (["--env", "LunarLander-v3", "--env-arg", "gravity='down'"],
+     "LunarLander-v3's argument gravity is a number (default -10.0); --env-arg gravity='down' is not a finite number"),
+    (["--env", "LunarLander-v3", "--env-arg", "gravity=-20"], "LunarLander-v3 with arguments {'gravity': -20}"),
 ])
 def test_bad_env_arguments_are_one_line_before_anything_runs(tmp_path, args, message):
     rc, errors, text = shoal_main("train", *args, "--run-dir", str(tmp_path / "run"), "--quiet")

@@ -78,8 +78,10 @@ def read_evaluations(path: str) -> np.ndarray:
     return (empty if there is no such file); one ``ValueError`` line naming the file, the line and
     the field of a value that is not a finite number within ±``MAX_VALUE`` (or steps or seconds
     below 0), a missing column, or a line ``csv`` cannot read (a field over its 128 KiB limit)."""
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         return np.zeros((0, 3))
+    if not os.path.isfile(path):
+        raise ValueError(f"{path} is not a file")
     rows = []
     try:
         with open(path, newline="") as f:
@@ -100,6 +102,8 @@ def read_evaluations(path: str) -> np.ndarray:
         raise ValueError(f"{path} line {reader.reader.line_num}: {e}") from None  # (DictReader's own lags a line)
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not text: {e.reason} at byte {e.start}") from None
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     return np.array(rows, np.float64).reshape(-1, 3)
 
 
@@ -121,8 +125,9 @@ def _value(path: str, line: int, column: str, text: str | None) -> float:
     return value
 
 
-def group_of(config: dict[str, Any], by: str) -> str:
-    """The group label of a run's ``config`` under ``--by`` (see the module docstring)."""
+def group_of(config: dict[str, Any], by: str, path: str = "config.json") -> str:
+    """The group label of a run's ``config`` (read from ``path``, which an error names) under
+    ``--by`` (see the module docstring)."""
     if by in ("agent", "preset"):
         return str(config.get(by) or "none")
     agent_config = config.get("agent_config", {})
@@ -131,9 +136,9 @@ def group_of(config: dict[str, Any], by: str) -> str:
     else:
         key, where = by, (config if by in config else agent_config)
     if key not in where:
-        known = sorted(k for k in config if k != "agent_config") + sorted(agent_config)
-        raise ValueError(f"--by {by!r}: no such setting in the {config.get('agent')} run's config; one of "
-                         f"agent, preset, {', '.join(known)}")
+        known = sorted({"agent", "preset", *(k for k in config if k != "agent_config"), *agent_config})
+        raise ValueError(f"--by {by!r}: no such setting in {path} (a {config.get('agent')} run); one of "
+                         f"{', '.join(known)}")
     return f"{key}={where[key]}"
 
 
@@ -158,7 +163,7 @@ def compare(run_dirs: Sequence[str], by: str = "agent", out: str | None = None, 
               file=sys.stderr, flush=True)
     runs = [r for r in runs if len(r["evals"])]
     for r in runs:
-        r["group"] = labels[r["path"]] if labels and r["path"] in labels else group_of(r["config"], by)
+        r["group"] = labels[r["path"]] if labels and r["path"] in labels else group_of(r["config"], by, os.path.join(r["path"], "config.json"))
     tasks = sorted({r["task"] for r in runs})
     scale = {task: _task_scale([r for r in runs if r["task"] == task]) for task in tasks}
     summary: dict[str, Any] = {"by": by, "groups": {}}

@@ -58,7 +58,12 @@ class RunDirectory:
         return self
 
     def owner(self) -> str:
-        """The pid of the run that holds (or last held) the directory, as ``.lock`` says."""
+        """The pid of the run that holds (or last held) the directory: the holder of its
+        ``flock`` as the system lists it (``/proc/locks``; so also after ``rm .lock``), else
+        as ``.lock`` says, else ``?``."""
+        holder = _flock_holder(self.path)
+        if holder is not None:
+            return str(holder)
         try:
             fd = os.open(self.file(".lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -83,6 +88,25 @@ class RunDirectory:
 
     def write_json(self, name: str, value: Any) -> None:
         write_json(self.file(name), value)
+
+
+def _flock_holder(path: str) -> int | None:
+    """The pid holding an ``flock`` on ``path`` (Linux's ``/proc/locks``: ``FLOCK ... WRITE pid
+    major:minor:inode``); ``None`` if none is listed, or the system lists none."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        fields = line.split()
+        if "->" in fields:  # (a waiter, not the holder)
+            continue
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == where and fields[4].isdigit() and int(fields[4]) > 0:
+            return int(fields[4])
+    return None
 
 
 def write_json(path: str, value: Any) -> None:

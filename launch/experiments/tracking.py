@@ -90,7 +90,7 @@ class RunTracker:
 
     def __init__(self, backend: str, run_dir: str, resume: bool, every_s: float = 5.0) -> None:
         self._name, self._run_dir, self._every_s = backend, run_dir, every_s
-        saved = read_json(os.path.join(run_dir, STATE), "the run's tracking state") if resume else None
+        saved = _saved_state(os.path.join(run_dir, STATE)) if resume else None
         same = isinstance(saved, dict) and saved.get("backend") == backend
         self._resume_id = saved.get("run_id") if same else None
         self._rows: dict[str, int] = dict(saved.get("rows") or {}) if same else {}
@@ -180,3 +180,24 @@ def start_tracking(config) -> RunTracker | None:
     if not config.track or not config.run_dir:
         return None
     return RunTracker(config.track, config.run_dir, resume=config.resume).start()
+
+
+def _saved_state(path: str) -> dict[str, Any] | None:
+    """``tracking.json`` as ``RunTracker`` writes it (``None`` if there is none); one
+    ``ValueError`` naming the file and the field that is not."""
+    saved = read_json(path, "the run's tracking state")
+    if saved is None:
+        return None
+    fields = {"backend": str, "run_id": (str, type(None)), "rows": dict, "videos": list}
+    bad = None if isinstance(saved, dict) else "the state"
+    for key, kind in fields.items() if bad is None else ():
+        if key in saved and not isinstance(saved[key], kind):
+            bad = key
+    if bad is None and any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in saved.get("rows", {}).values()):
+        bad = "rows"
+    if bad is None and not all(isinstance(v, str) for v in saved.get("videos", [])):
+        bad = "videos"
+    if bad is not None:
+        raise ValueError(f"{path}: {bad} is not as Shoal writes it (got {saved if bad == 'the state' else saved[bad]!r:.80}); "
+                         "remove the file to track the resumed run as a new one")
+    return saved

@@ -2,9 +2,10 @@
 ``shoal status``, on loopback RPC, with a token of its own.
 
 ``serve_control(run, directory, limits)`` writes ``control.json`` (address, program, pid) and
-``control.token`` (mode 0600) into ``directory``; ``connect_control(directory)`` reads them
-back, with one clear error for a directory that holds no running program (or unreadable or
-damaged files).
+``control.token`` (mode 0600) into ``directory``, and removes them when the program ends;
+``connect_control(directory)`` reads them back, with one clear error for a directory that holds
+no running program (or unreadable or damaged files): at once where the program ended (its files
+are gone, or the process that wrote them is), not after the connection's timeout.
 """
 
 from __future__ import annotations
@@ -52,7 +53,37 @@ def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]] |
     write_atomic(os.path.join(directory, "control.token"), token, mode=0o600)
     write_atomic(os.path.join(directory, "control.json"),
                  json_text({"address": server.address, "program": run.program.name, "pid": os.getpid()}))
+    run.closers.append(lambda: _remove(directory, server.address))
     return server
+
+
+def _remove(directory: str, address: str) -> None:
+    """Removes the control files of the server at ``address`` (not those of a later program)."""
+    try:
+        with open(os.path.join(directory, "control.json")) as f:
+            if json.load(f).get("address") != address:
+                return
+        for name in ("control.json", "control.token"):
+            os.unlink(os.path.join(directory, name))
+    except (OSError, ValueError, AttributeError):  # (gone already, or not ours)
+        pass
+
+
+def _alive(pid: Any) -> bool:
+    """Whether process ``pid`` runs (``True`` where it cannot be told)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's: it runs)
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"  # (a zombie: ended, not yet reaped)
+    except (OSError, IndexError):
+        return True
 
 
 def _read(path: str, what: str) -> str:
@@ -72,12 +103,16 @@ def connect_control(directory: str, timeout_s: float = 10.0):
 
     text = _read(os.path.join(directory, "control.json"), "the program's control address")
     try:
-        address = json.loads(text)["address"]
+        written = json.loads(text)
+        address = written["address"]
         if not isinstance(address, str):
             raise TypeError(address)
     except (ValueError, KeyError, TypeError):
         raise ValueError(f"{os.path.join(directory, 'control.json')} is damaged (not the JSON a running "
                          "program writes); is the program still running?") from None
+    if not _alive(written.get("pid")):
+        raise ValueError(f"the program of {directory!r} has ended (its process, pid {written['pid']}, "
+                         "is gone)")
     token = _read(os.path.join(directory, "control.token"), "the control token").strip()
     try:
         return RpcClient(address, token=token, timeout_s=timeout_s).wait_for_ready(timeout_s)

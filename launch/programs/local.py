@@ -23,6 +23,7 @@ from shoal.core.files import open_append
 from shoal.launch.programs.addressing import FileAddressBook
 from shoal.launch.programs.nodes import NodeContext, set_context
 from shoal.launch.programs.program import Node
+from shoal.launch.programs.worker import failure_line
 
 
 class ThreadWorker:
@@ -38,6 +39,7 @@ class ThreadWorker:
         self._result: Any = None
         self.ctx: NodeContext | None = None
         self._starts = 0
+        self.failure: str | None = None  # why it failed, in one line
 
     def start(self) -> None:
         self.code, self._starts = None, self._starts + 1
@@ -51,9 +53,9 @@ class ThreadWorker:
         try:
             self._result = self.node.run(self.ctx)
             self.code = 0
-        except BaseException:  # noqa: BLE001
+        except BaseException as e:  # noqa: BLE001
             print(f"[{self.node.label}] failed:\n{traceback.format_exc()}", file=sys.stderr)
-            self.code = 1
+            self.failure, self.code = failure_line(e), 1
 
     def poll(self) -> int | None:
         return None if self.thread is None or self.thread.is_alive() else self.code
@@ -150,6 +152,23 @@ class ProcessWorker:
                 print(f"shoal: warning: node {self.node.label} (pid {self.proc.pid}) was killed but had not "
                       f"exited after {wait_s:g}s", file=sys.stderr, flush=True)
 
+    def _written(self, wait_s: float = 10.0) -> Any:
+        self._reader.join(wait_s)  # the pipe's last bytes may still be in flight after the exit
+        if self._reader.is_alive():  # (a child of the node's holds the pipe open)
+            return None
+        try:
+            return json.loads(self._result_bytes) if self._result_bytes else None
+        except ValueError:  # (cut short)
+            return None
+
     def result(self) -> Any:
-        self._reader.join(10)  # the pipe's last bytes may still be in flight after the exit
-        return json.loads(self._result_bytes) if self._result_bytes else None
+        written = self._written()
+        return None if self.proc is not None and self.proc.returncode else written
+
+    @property
+    def failure(self) -> str | None:
+        """Why the node's process failed, in one line (its exception), if it said."""
+        if self.proc is None or not self.proc.returncode:
+            return None
+        written = self._written(wait_s=1.0)
+        return written.get("failure") if isinstance(written, dict) and isinstance(written.get("failure"), str) else None

@@ -10,7 +10,8 @@ variables are already set (by the launcher), so JAX/XLA see them before their fi
 the command line). The process dies with its launcher (PR_SET_PDEATHSIG, plus a parent-pid
 watchdog), turns SIGTERM into a cooperative stop once its node is ready (before that SIGTERM
 ends it at once: it has nothing to save yet), and writes its node's result as JSON to the
-pipe ``<result fd>``.
+pipe ``<result fd>`` -- or, when the node raised, ``{"failure": line}``: the exception in one
+line (``failure_line``), which the launcher's message about the failed node quotes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ import sys
 import threading
 import time
 import traceback
+
+
+FAILURE_CHARS = 1000  # (a NaN loss's line holds the update and its batch's statistics)
+
+
+def failure_line(error: BaseException) -> str:
+    """``Type: first line of the message``, at most ``FAILURE_CHARS`` characters."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first}"[:FAILURE_CHARS] if first else type(error).__name__
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -65,8 +75,13 @@ def main(label: str, addresses_dir: str, parent_pid: str, result_fd: str) -> int
     print(f"[{node.label}] started (pid {os.getpid()}, group {node.group})", flush=True)
     try:
         result = node.run(ctx)
-    except BaseException:  # noqa: BLE001 -- logged; the exit code tells the launcher
+    except BaseException as e:  # noqa: BLE001 -- logged; the exit code tells the launcher, the pipe why
         traceback.print_exc()
+        try:
+            with os.fdopen(int(result_fd), "w") as pipe:
+                json.dump({"failure": failure_line(e)}, pipe)
+        except (OSError, ValueError):
+            pass
         return 1
     with os.fdopen(int(result_fd), "w") as pipe:
         json.dump(result, pipe, default=str)
