@@ -20,7 +20,7 @@ import jax
 from shoal.actors import EnvironmentLoop
 from shoal.core.loggers import make_logger
 from shoal.core.interfaces import ReplayClient
-from shoal.core.specs import EnvironmentSpec
+from shoal.core.specs import EnvironmentSpec, make_environment_spec, map_observation
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator
@@ -29,6 +29,34 @@ from shoal.launch.experiments.step_grants import STALL_S, StepGrants, committed_
 from shoal.launch.programs.nodes import current_context, should_stop
 
 SAVE_WAIT_S = 2.0  # how long save() waits for a step to end (the driver's call waits 5 s)
+
+
+class SpecMismatch(ValueError):
+    """A node's env is not the run's: no restart builds another (``restart`` False)."""
+
+    restart = False
+
+
+def _shown(spec: EnvironmentSpec) -> str:
+    def array(a) -> str:
+        return f"{a.dtype}{list(a.shape)}"
+
+    observation = map_observation(array, spec.observation)
+    if isinstance(observation, dict):
+        observation = "{" + ", ".join(f"{k}: {v}" for k, v in observation.items()) + "}"
+    actions = f"{spec.num_actions} actions" if spec.discrete_actions else f"actions {array(spec.action)}"
+    return f"observations {observation}, {actions}, {spec.num_envs} envs"
+
+
+def check_env_spec(label: str, env, spec: EnvironmentSpec) -> None:
+    """Raises ``SpecMismatch`` (one line naming both) unless the vector ``env`` this node built
+    has the run's ``spec`` (the driver's): an env factory that builds another env in this
+    process would otherwise fail in the networks, with flax's shape errors, at every restart."""
+    mine = make_environment_spec(env)
+    if (mine.observation, mine.action, mine.num_actions, mine.num_envs) != (
+            spec.observation, spec.action, spec.num_actions, spec.num_envs):
+        raise SpecMismatch(f"{label}'s env has {_shown(mine)}; the run's (read by the driver) has {_shown(spec)}: "
+                           "the env (or its factory) must build the same env in every process")
 
 
 def summary(stopwatch: Stopwatch, wall_s: float, **figures: Any) -> dict[str, Any]:
@@ -58,6 +86,11 @@ class ActorWorker:
             print(f"[{self._label}] continues its schedules from {done:,} env steps", flush=True)
         seed = config.seed + 10_007 * (actor_id + 1) + done  # (a restart does not replay its episodes)
         self._env = config.make_env(config.num_envs, seed)  # (the run's spec is the driver's: same env id and count)
+        try:
+            check_env_spec(self._label, self._env, spec)
+        except SpecMismatch:
+            self._env.close()
+            raise
         builder = config.builder
         policy = builder.make_policy(config.make_networks(spec), spec, evaluation=False)
         self._adder = builder.make_adder(replay, spec)

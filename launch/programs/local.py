@@ -40,6 +40,7 @@ class ThreadWorker:
         self.ctx: NodeContext | None = None
         self._starts = 0
         self.failure: str | None = None  # why it failed, in one line
+        self.final = False  # whether it failed in a way no restart mends (the exception's ``restart``)
 
     def start(self) -> None:
         self.code, self._starts = None, self._starts + 1
@@ -55,7 +56,7 @@ class ThreadWorker:
             self.code = 0
         except BaseException as e:  # noqa: BLE001
             print(f"[{self.node.label}] failed:\n{traceback.format_exc()}", file=sys.stderr)
-            self.failure, self.code = failure_line(e), 1
+            self.failure, self.final, self.code = failure_line(e), not getattr(e, "restart", True), 1
 
     def poll(self) -> int | None:
         return None if self.thread is None or self.thread.is_alive() else self.code
@@ -172,3 +173,11 @@ class ProcessWorker:
             return None
         written = self._written(wait_s=1.0)
         return written.get("failure") if isinstance(written, dict) and isinstance(written.get("failure"), str) else None
+
+    @property
+    def final(self) -> bool:
+        """Whether the node's process failed in a way no restart mends (it said so)."""
+        if self.proc is None or not self.proc.returncode:
+            return False
+        written = self._written(wait_s=1.0)
+        return isinstance(written, dict) and written.get("restart") is False

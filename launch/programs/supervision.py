@@ -6,9 +6,10 @@ supervisor polls. A node's state moves along::
     pending -> running                   the engine placed it (Ray; local launchers start nodes running)
     running -> done                      its run() returned (the program completes once every
                                          node with ``ends_program`` is done)
-    running -> restarting -> running     it crashed, its group is restartable, and it has
-                                         restarts left (backoff 0.5 * 2**k s); an engine with its
-                                         own restart machinery (Ray) restarts it instead
+    running -> restarting -> running     it crashed, its group is restartable, it has restarts
+                                         left and its failure is not ``final`` (backoff
+                                         0.5 * 2**k s); an engine with its own restart
+                                         machinery (Ray) restarts it instead
     running -> failed                    it crashed for good: the program fails
     running -> removing -> removed       its group was scaled down (``shoal.launch.programs.scaling``)
     running -> stopped | killed          the program ended: asked to stop, or killed after the grace
@@ -45,7 +46,8 @@ class Worker(Protocol):
     log_path: str             # where the node's output goes
     managed_restarts: bool    # True: the engine restarts the node itself
     restarts: int             # restarts so far, if managed
-    # optional: ``pending`` (bool: not placed yet), ``failure`` (str: why it failed, one line)
+    # optional: ``pending`` (bool: not placed yet), ``failure`` (str: why it failed, one line),
+    # ``final`` (bool: it failed in a way no restart mends, e.g. an env that is not the run's)
 
     def start(self) -> None: ...
     def poll(self) -> int | None: ...   # exit code once the node ended for good
@@ -157,7 +159,7 @@ class ProgramRun(ElasticGroups, ProgramEnding):
                 if finishers and all(self.states[f] == NodeState.DONE for f in finishers):
                     return f"{', '.join(finishers)} finished", False
             elif (not worker.managed_restarts and worker.node.group in self.program.restartable
-                  and self.restarts[label] < self._max_restarts):
+                  and self.restarts[label] < self._max_restarts and not getattr(worker, "final", False)):
                 self.restarts[label] += 1
                 backoff = 0.5 * 2 ** (self.restarts[label] - 1)
                 print(f"[launcher] {label} exited with {code}; restart {self.restarts[label]}/"

@@ -10,8 +10,10 @@ variables are already set (by the launcher), so JAX/XLA see them before their fi
 the command line). The process dies with its launcher (PR_SET_PDEATHSIG, plus a parent-pid
 watchdog), turns SIGTERM into a cooperative stop once its node is ready (before that SIGTERM
 ends it at once: it has nothing to save yet), and writes its node's result as JSON to the
-pipe ``<result fd>`` -- or, when the node raised, ``{"failure": line}``: the exception in one
-line (``failure_line``), which the launcher's message about the failed node quotes.
+pipe ``<result fd>`` -- or, when the node raised, ``{"failure": line, "restart": bool}``: the
+exception in one line (``failure_line``), which the launcher's message about the failed node
+quotes, and whether a restart could help (``False`` where the exception's ``restart`` says so:
+e.g. a node whose env is not the run's).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def main(label: str, addresses_dir: str, parent_pid: str, result_fd: str) -> int
         traceback.print_exc()
         try:
             with os.fdopen(int(result_fd), "w") as pipe:
-                json.dump({"failure": failure_line(e)}, pipe)
+                json.dump({"failure": failure_line(e), "restart": bool(getattr(e, "restart", True))}, pipe)
         except (OSError, ValueError):
             pass
         return 1

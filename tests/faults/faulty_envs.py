@@ -108,3 +108,28 @@ for name, cls, kwargs in (("BadFrames-v0", BadFrames, {}), ("KeyedCartPole-v0", 
                           ("InfiniteRewards-v0", HugeRewards, {"reward": float("inf")})):
     if name not in gym.registry:
         gym.register(name, entry_point=cls, max_episode_steps=500, reward_threshold=475.0, kwargs=kwargs)
+
+
+class WiderCartPole(CartPoleEnv):
+    """CartPole with a fifth observation, always 0."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        high = np.concatenate([self.observation_space.high, [1.0]]).astype(np.float32)
+        self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
+
+    def reset(self, **kwargs):
+        obs, info = super().reset(**kwargs)
+        return np.append(obs, 0.0).astype(np.float32), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return np.append(obs, 0.0).astype(np.float32), reward, terminated, truncated, info
+
+
+def cartpole_per_process(**kwargs):
+    """An env factory that builds another env in a node's process (``SHOAL_NODE_START`` is set
+    there) than in the driver's: a wider observation."""
+    import os
+
+    return WiderCartPole(**kwargs) if os.environ.get("SHOAL_NODE_START") else CartPoleEnv(**kwargs)

@@ -111,3 +111,21 @@ def test_a_distributed_nan_loss_puts_the_update_and_its_batch_in_the_drivers_lin
     assert line.startswith("shoal: error: program 'dqn' failed: learner failed: FloatingPointError: learner update ")
     assert "produced non-finite {'loss'" in line and "its batch: " in line and "reward: 3e+38/" in line, line
     assert line.endswith(f"(see {run_dir / 'logs' / 'learner.log'})"), line
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_an_actor_whose_env_is_not_the_runs_fails_once_in_one_line_naming_both_specs(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", "cartpole",
+                           "--env-factory", "tests.faults.faulty_envs:cartpole_per_process", "--num-envs", "4",
+                           "--launcher", "processes", "--num-actors", "1", "--run-dir", str(run_dir), "--quiet"],
+                          capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    [line] = errors(proc.stderr)
+    assert line == ("shoal: error: program 'dqn' failed: actor_0 failed: SpecMismatch: actor_0's env has observations "
+                    "float32[5], 2 actions, 4 envs; the run's (read by the driver) has observations float32[4], 2 actions, "
+                    "4 envs: the env (or its factory) must build the same env in every process "
+                    f"(see {run_dir / 'logs' / 'actor_0.log'})"), line
+    assert "[launcher] actor_0 exited with 1; restart" not in proc.stderr  # (no restart builds another env)
+    assert "ScopeParamShapeError" not in (run_dir / "logs" / "actor_0.log").read_text()
