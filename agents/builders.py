@@ -120,7 +120,14 @@ def try_factories(builder: "AgentBuilder", spec: EnvironmentSpec, make_networks:
     the run's ``network_factory``) and ``make_policy`` for acting and for evaluation, so that a
     builder that fails in one fails before a run writes anything (``validate`` and
     ``env_steps_before_learning`` are the run's own checks; the learner, dataset, adder and actor
-    are built by the run, and fail there)."""
+    are built by the run, and fail there).
+
+    Only for a plug-in builder: a built-in one's factories are the project's own, tested, and a
+    run's setup calls each of them once (``tests/test_setup_walk.py``)."""
+    from shoal.agents.registry import agent_name, builtin_agents
+
+    if agent_name(builder) in builtin_agents():
+        return
     builder.extras_spec(spec)
     builder.make_replay_tables(spec)
     networks = make_networks(spec)

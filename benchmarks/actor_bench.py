@@ -3,6 +3,7 @@ steps it) against the raw vector env, and one actor process of the scaling bench
 
 from __future__ import annotations
 
+import os
 import time
 
 import gymnasium as gym
@@ -14,7 +15,7 @@ from shoal.actors.loops import EnvironmentLoop
 from shoal.agents import get_builder
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import make_environment_spec
-from shoal.replay import ReplayServer, make_transition_table, transition_signature
+from shoal.replay import make_replay_server, make_transition_table, transition_signature
 
 SLEEP_ENV = "SleepyCartPole-v1"
 
@@ -78,6 +79,12 @@ class _Window:
         return self.steps / self.seconds
 
 
+def replay_backend() -> str | None:
+    """The replay backend a benchmark measures: ``SHOAL_BENCH_REPLAY`` (reverb or native; the
+    benchmarks' ``--replay-backend`` sets it, for their subprocesses too), else the default."""
+    return os.environ.get("SHOAL_BENCH_REPLAY") or None
+
+
 def actor_rates(env_id: str, num_envs: int, seconds: float, rounds: int = 4,
                 **settings) -> tuple[dict[str, float], dict]:
     """Env steps/s of: the raw vector env (random actions), the actor loop (``EnvironmentLoop``)
@@ -89,7 +96,7 @@ def actor_rates(env_id: str, num_envs: int, seconds: float, rounds: int = 4,
     spec = make_environment_spec(envs[0])
     builder, policy, params = _dqn(spec, **settings)
     client = VariableClient(FixedParams(params), asynchronous=False)
-    server = ReplayServer([free_table(builder, spec, policy)])
+    server = make_replay_server([free_table(builder, spec, policy)], replay_backend())
     try:
         adder = builder.make_adder(server.client, spec, policy)
         loops = [EnvironmentLoop(env, BatchedActor(policy, jax.random.PRNGKey(0), client, a, num_envs=num_envs))

@@ -246,14 +246,17 @@ def markdown(out: dict) -> str:
 
 # -- fed from Reverb (--replay) ---------------------------------------------------------------
 REPLAY_AGENTS = {"dqn": {"num_envs": 16, "overrides": {}},
-                 "ppo": {"num_envs": 8, "overrides": {"queue_capacity": 100_000, "max_policy_lag": 10**9}}}
+                 "ppo": {"num_envs": 8, "overrides": {"queue_capacity": 100_000, "max_policy_lag": 10**9}},
+                 "r2d2": {"num_envs": 8, "overrides": {"samples_per_insert": 10_000.0, "samples_per_insert_tolerance": 1_000.0,
+                                                       "min_replay_size": 50}}}
 
 
 def replay_feed_ratio(name: str, seconds: float) -> dict:
     """Updates/s of ``name``'s learner fed from a filled Reverb table, against in memory."""
     from shoal.actors import EnvironmentLoop
     from shoal.core.counting import Counter
-    from shoal.replay import ReplayServer
+    from actor_bench import replay_backend
+    from shoal.replay import make_replay_server
 
     setting = REPLAY_AGENTS[name]
     builder = get_builder(name, **setting["overrides"])
@@ -267,7 +270,7 @@ def replay_feed_ratio(name: str, seconds: float) -> dict:
         tables = [free_table(builder, spec, policy)]
     else:
         tables = builder.make_replay_tables(spec, policy)
-    server = ReplayServer(tables)
+    server = make_replay_server(tables, replay_backend())
     learner = builder.make_learner(jax.random.PRNGKey(0), networks, builder.make_dataset_iterator(server.client, spec),
                                    None, Counter(), server.client)
     adder = builder.make_adder(server.client, spec, policy)
@@ -311,7 +314,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--in-memory", action="store_true", help="synthetic batches, no replay server (default)")
-    mode.add_argument("--replay", action="store_true", help="DQN and PPO fed from a real Reverb table")
+    mode.add_argument("--replay", action="store_true", help="DQN, PPO and R2D2 fed from a real replay table")
+    parser.add_argument("--replay-backend", choices=["reverb", "native"], default=None,
+                        help="with --replay: the backend (default: reverb where installed, else native)")
     mode.add_argument("--presets", nargs="*", metavar="FAMILY", choices=sorted(FAMILY_ENVS),
                       help="each agent's presets (of these task families; default all): compile seconds and speed")
     parser.add_argument("--agents", nargs="+", default=None, choices=sorted({*CONFIGS, "r2d2"}),
@@ -320,6 +325,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--out", default=None, help="also write the JSON object to this file")
     args = parser.parse_args()
+    if args.replay_backend:
+        os.environ["SHOAL_BENCH_REPLAY"] = args.replay_backend
     if args.replay:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         out = feed_ratios(args.seconds)

@@ -167,11 +167,16 @@ def main() -> None:
                         help="also actor_efficiency_atari and atari_training_ratio (the atari extra)")
     parser.add_argument("--only-atari", action="store_true", help="atari_training_ratio alone")
     parser.add_argument("--atari-steps", type=int, default=None, help="PPO Breakout budget (default 32768; quick 8192)")
+    parser.add_argument("--replay-backend", choices=["reverb", "native"], default=None,
+                        help="the replay backend of actor_efficiency and learner_feed_ratio (default: reverb "
+                        "where installed, else native)")
     parser.add_argument("--verbose", action="store_true", help="keep Reverb's and TensorFlow's log lines")
     args = parser.parse_args()
     if args.scaling[0] != 1:
         parser.error("--scaling must start at 1 (the other counts are relative to one actor)")
     sys.path.insert(0, HERE)
+    if args.replay_backend:
+        os.environ["SHOAL_BENCH_REPLAY"] = args.replay_backend  # (actor_bench.replay_backend; subprocesses too)
     if not args.verbose:
         from shoal.launch.experiments.quiet import drop_native_log_lines
 

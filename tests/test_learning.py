@@ -24,11 +24,11 @@ def read_csv(path):
 
 
 def test_short_run_return_clearly_rises(tmp_path):
-    result, run_dir = run(tmp_path, seed=0, max_env_steps=8_000, eval_every=1_000)
+    result, run_dir = run(tmp_path, seed=0, max_env_steps=8_000, eval_every=800)
     evals = [float(row["eval_return"]) for row in read_csv(run_dir / "eval.csv")]
-    # The first evaluation comes before learning starts (min_replay_size = 1000 transitions).
-    assert evals[0] < 50, evals
-    assert max(evals[1:]) > 150 and max(evals[1:]) > 4 * evals[0], evals
+    # The first evaluation (800 env steps) comes before learning starts (min_replay_size = 1000):
+    # the untrained greedy policy (9-140 on seed 0, by JAX version: its random bits changed).
+    assert max(evals[1:]) > 150 and max(evals[1:]) > evals[0] + 100, evals
     assert result["learner_steps"] > 0 and result["env_steps"] <= 8_000
     # The run directory holds the resolved config, CSV logs and TensorBoard events.
     assert json.loads((run_dir / "config.json").read_text())["agent_config"]["batch_size"] == 64

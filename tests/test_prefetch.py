@@ -137,7 +137,8 @@ def test_the_classic_runtime_policy_computes_what_jit_computes_for_any_shape():
     for rows in (4, 4, 7):  # (compiled again for the second shape)
         x = np.random.default_rng(rows).normal(size=(rows, 3)).astype(np.float32)
         np.testing.assert_allclose(fast(x, key), jax.jit(f)(x, key), rtol=1e-6)
-    assert fast._classic
+    # (XLA's classic runtime where its option exists: JAX 0.4.34's; later XLAs dropped it)
+    assert fast._classic or not jax.__version__.startswith("0.4.")
 
 
 def test_without_the_classic_runtime_the_policy_is_plain_jit():

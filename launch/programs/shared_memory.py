@@ -16,10 +16,14 @@ reader could catch the zeros), and x86-64 keeps both stores and loads in program
 A value larger than the segment is not published (``publish`` returns ``False``): readers
 then see the last one that fit, and callers fall back to RPC.
 
-A publisher removes its segment when it closes; one killed first cannot. ``sweep_segments``
-removes the segments of this user whose writer process is gone: a launcher sweeps its dead
-nodes' segments when its program ends, and every new publisher sweeps those of any dead writer
-(e.g. of a run whose launcher was killed with SIGKILL).
+A publisher removes its segment when it closes; one killed first cannot, so each segment has a
+keeper (``_keep``): a ``sh`` of its own session that holds the read end of a pipe only the
+publisher's process writes, and removes the segment when that pipe closes, i.e. when the
+publisher's process is gone however it ended (SIGKILL of it, or of a launcher whose nodes die
+with it). ``sweep_segments`` removes the segments of this user whose writer process is gone,
+for what a keeper could not see to (a keeper killed too, e.g. by ``kill -9 -1``): a launcher
+sweeps its dead nodes' segments when its program ends, and every new publisher sweeps those of
+any dead writer.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import mmap
 import os
 import re
 import socket
+import subprocess
 import time
+import warnings
 from typing import Any, Iterable
 
 from shoal.launch.programs.rpc.codec import decode, encode
@@ -108,6 +114,7 @@ class SharedValuePublisher:
         self._capacity, self._sequence = capacity, 0
         self._header = _header(self._map)
         self._header[_VERSION], self._header[_CAPACITY] = -1, capacity
+        self._keeper = _keep(self.path)
 
     @classmethod
     def available(cls) -> bool:
@@ -137,8 +144,25 @@ class SharedValuePublisher:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        if self._keeper is not None:
+            self._keeper.stdin.close()  # (its pipe closes: it ends, removing nothing more)
+            self._keeper.wait()
         self._header.release()
         self._map.close()
+
+
+def _keep(path: str) -> "subprocess.Popen | None":
+    """The keeper of the segment at ``path`` (see the module): removes it once this process
+    is gone, or ``close`` closed its pipe. ``None`` where none can be started (then only the
+    sweeps remove a segment its publisher could not)."""
+    try:
+        with warnings.catch_warnings():  # (JAX warns of any fork; this one is a fork and exec)
+            warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+            return subprocess.Popen(["sh", "-c", 'read -r _; rm -f -- "$1"', "shoal-segment-keeper", path],
+                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    start_new_session=True)  # (its own session: not a terminal's Ctrl-C)
+    except OSError:
+        return None
 
 
 class SharedValueReader:
