@@ -89,11 +89,11 @@ def _writer(backend, address, token, size, start, stop, counts, index) -> None:
     writer.close()
 
 
-def _sampler(backend, address, token, start, stop, counts) -> None:
+def _sampler(backend, address, token, size, start, stop, counts) -> None:
     from shoal.replay import transition_batches
 
     client = _client(backend, address, token)
-    envs = 16
+    envs = SIZES[size][0]
     dataset = transition_batches(client if backend == "native" else address, "t", num_envs=envs, batch_size=32 * envs)
     next(dataset)  # (opens the dataset: TensorFlow's import on Reverb)
     start.wait()
@@ -146,7 +146,7 @@ def measure(backend: str, size: str, writers: int, window_s: float) -> dict:
         if writers == 1:  # the table is full now: sample it
             start, stop = ctx.Event(), ctx.Event()
             counts = ctx.Array("q", 1)
-            proc = ctx.Process(target=_sampler, args=(backend, address, token, start, stop, counts))
+            proc = ctx.Process(target=_sampler, args=(backend, address, token, size, start, stop, counts))
             proc.start()
             while counts[0] == 0 and proc.is_alive():
                 start.set()

@@ -23,7 +23,7 @@ import os
 import threading
 import weakref
 from types import SimpleNamespace
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import tree
@@ -80,8 +80,21 @@ class NativeReplayClient:
         _CLIENTS[self.server_address] = self
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._settle(method, lambda: getattr(self._service, method)(*args, **kwargs))
+
+    def _call_later(self, method: str, *args: Any) -> Callable[[], Any]:
+        """Starts ``method`` (over RPC: a future; in one process: at once) and returns what
+        waits for its result."""
+        futures = getattr(self._service, "futures", None)
+        if futures is None:
+            result = self._call(method, *args)
+            return lambda: result
+        future = self._settle(method, lambda: getattr(futures, method)(*args))
+        return lambda: self._settle(method, future.result)
+
+    def _settle(self, method: str, call: Callable[[], Any]) -> Any:
         try:
-            return getattr(self._service, method)(*args, **kwargs)
+            return call()
         except Exception as e:  # noqa: BLE001 -- an RPC failure: say which server, in one line
             code = getattr(getattr(e, "code", None), "name", None)
             if code in ("UNAVAILABLE", "CANCELLED"):
@@ -165,6 +178,7 @@ class NativeWriter:
         self._leaving: set[int] = set()  # steps out of the window that pending items still use
         self._copy = client.in_process  # (in one process the server keeps the very arrays it is given)
         self._batch = 1 if client.in_process else RPC_BATCH
+        self._in_flight: tuple | None = None  # (result(), items, release) of the call not confirmed yet
         self._closed = False
 
     def append(self, columns: list) -> int:
@@ -201,32 +215,50 @@ class NativeWriter:
     def commit(self) -> None:
         """Ends a vector step's writes: in one process its items go in now (a learner in the same
         thread may sample them next); over RPC they go in one call per ``RPC_BATCH`` items (or
-        at ``flush``)."""
+        at ``flush``), while the actor goes on (one call in flight at a time)."""
         if len(self._items) >= self._batch:
             self._send()
 
     def _send(self) -> None:
-        """Sends the new steps and items in one call (see the module docstring)."""
+        """Sends the new steps and items in one call (see the module docstring), after the call
+        in flight, if any, was confirmed."""
+        self._confirm()
         if not self._items and len(self._release) < 256:
             return
         needed = {i for _, _, steps in self._items for i in steps} - self._sent
         steps = [[i, self._columns[i]] for i in sorted(needed)]
-        release = self._release + sorted(self._leaving)
-        done = self._client._call("insert", self._id, steps, self._items, release, self.timeout_s)
-        self._sent |= needed  # (the server stored every step sent, whatever it inserted)
+        items, release = self._items, self._release + sorted(self._leaving)
+        result = self._client._call_later("insert", self._id, steps, items, release, self.timeout_s)
+        self._sent |= needed  # (the server stores every step sent, whatever it inserts)
+        self._sent -= self._leaving
         for i in needed:
             del self._columns[i]
-        if done < len(self._items):
-            self._items = self._items[done:]
-            table = self._items[0][0]
-            raise TimeoutError(f"replay table '{table}' did not take an item within {self.timeout_s}s (inserts "
-                               "wait while the learner lags behind the table's rate limiter or while a queue is full)")
-        self._sent -= self._leaving
         self._items, self._release, self._leaving = [], [], set()
+        self._in_flight = (result, items, release)
+        if self._client.in_process:
+            self._confirm()
+
+    def _confirm(self) -> None:
+        """Waits for the call in flight; items the rate limiter held back past the timeout are
+        the writer's again (sent with the next call) and raise ``TimeoutError``."""
+        if self._in_flight is None:
+            return
+        result, items, release = self._in_flight
+        self._in_flight = None
+        done = result()
+        if done < len(items):
+            self._items = items[done:] + self._items
+            self._release = release + self._release  # (let go of only once every item is in)
+            raise TimeoutError(f"replay table '{items[done][0]}' did not take an item within {self.timeout_s}s "
+                               "(inserts wait while the learner lags behind the table's rate limiter or while "
+                               "a queue is full)")
 
     def flush(self, block_until_num_items: int = 0) -> None:
-        """Sends what is pending (inserts are confirmed when it returns)."""
+        """Sends what is pending and waits until at most ``block_until_num_items`` sent items
+        are unconfirmed."""
         self._send()
+        if self._in_flight is not None and len(self._in_flight[1]) > block_until_num_items:
+            self._confirm()
 
     def close(self) -> None:
         """Sends what is pending, then lets the server free this writer's steps."""
@@ -234,11 +266,11 @@ class NativeWriter:
             return
         self._closed = True
         try:
-            self._send()
+            self.flush()
         except (ReplayServerGone, ReplayClosed):
             pass  # (nothing more can reach a server that is gone; the writes that failed said so)
         finally:
-            release, self._items = self._release + sorted(self._sent | self._leaving), []
+            release, self._items, self._in_flight = self._release + sorted(self._sent | self._leaving), [], None
             self._release, self._sent, self._leaving, self._columns = [], set(), set(), {}
             if release:
                 try:
