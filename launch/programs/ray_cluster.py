@@ -3,7 +3,8 @@
 * ``connect(ray_address)`` joins a cluster (``auto``, ``HOST:PORT``) or, without one, starts a
   local Ray instance with this machine's CPUs; a cluster that refuses the driver (token
   authentication: ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN``) or cannot be reached is one
-  ``ValueError`` naming what to set.
+  ``ValueError`` naming what to set. ``started_local()``: whether this process started the
+  local Ray it is connected to (its launcher shuts it down when its program ends).
 * ``check_shared_directory(path)``: every alive machine of the cluster sees ``path`` as this
   process does (a run directory must be on shared storage), else a ``ValueError`` naming those
   that do not.
@@ -29,6 +30,15 @@ def _signal_handlers() -> dict:
     return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
 
+_started_local = False  # (this process started the local Ray it is connected to)
+
+
+def started_local() -> bool:
+    """Whether this process started the local Ray instance it is connected to (``connect``
+    without an address), so that it is this process's to shut down."""
+    return _started_local and ray.is_initialized()
+
+
 def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
     """Joins the Ray cluster at ``ray_address`` (``None``: starts a local Ray instance with this
     machine's CPUs) unless this process already did; returns whether it started Ray here.
@@ -40,6 +50,7 @@ def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
         # A cluster with token authentication refuses a driver without a token on every try:
         # give up after ~5 tries (1 s each) instead of Ray's 20 (one without answers at once).
         os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "5")
+    global _started_local
     handlers = _signal_handlers()
     try:
         with warnings.catch_warnings():  # Ray fork+execs its processes; JAX warns of any fork
@@ -51,6 +62,7 @@ def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
     finally:
         for sig, handler in handlers.items():  # (ray.init installs its own: SIGTERM would exit at once)
             signal.signal(sig, handler)
+    _started_local = not ray_address
     return True
 
 
