@@ -32,7 +32,7 @@ class ProgramDriver:
         self._checkpoints = Periodic(config.checkpoint_every_s) if config.run_dir else None
         self._actors: dict[str, Any] = dict((saved or {}).get("actors") or {})  # last known states
         self._evaluator: dict[str, Any] | None = (saved or {}).get("evaluator")  # its last known schedule
-        self._checkpointed_env_steps: int | None = None
+        self._checkpointed: dict[str, int] | None = None  # the counter as the last checkpoint wrote it
         self._lock = threading.Lock()
         self._clients: dict[str, Any] = {}
         self._progress = Periodic(config.progress_every_s) if config.progress else None
@@ -40,6 +40,8 @@ class ProgramDriver:
         # RUN_DIR/program.csv: the actors running, a row each time their number changes
         self._program_log = make_logger("program", config.run_dir, terminal=False) if config.run_dir else None
         self._actors_logged: int | None = None
+        self._actor_counts: list[dict[str, Any]] = []  # (program.csv's rows of this launch, with why)
+        self._autoscaled = 1  # (autoscale decisions seen: its history's length)
         if saved is not None:
             print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
                   f"{saved['learner_version']} (state {saved['learner_digest']}), "
@@ -80,8 +82,7 @@ class ProgramDriver:
                             raise
                 if self._autoscale is not None and not terminated:
                     self._tick_autoscale(run)
-                if self._program_log is not None:
-                    self._log_actors(run)
+                self._log_actors(run)
                 if self._progress is not None and self._progress.due():
                     self._progress.reset()
                     self._show_progress(run)
@@ -115,32 +116,46 @@ class ProgramDriver:
 
     def _log_actors(self, run) -> None:
         """A row of the ``program`` log when the number of running actors changed (not while
-        the program ends), at the counter's env steps (the last checkpoint's before it serves)."""
+        the program ends), at the counter's env steps (the last checkpoint's before it serves);
+        the same row, with its reason, in the result's ``actor_counts``."""
         actors = len(run.running("actor"))
         if actors == self._actors_logged or run.ending():
             return
-        self._actors_logged = actors
-        env_steps = self._known_env_steps()
+        env_steps = self._known("env_steps")
         if run.serving("counter"):
             try:
                 env_steps = int(self._client(run, "counter").get_counts().get("env_steps", 0))
             except Exception:  # noqa: BLE001 -- (ending: the last known count)
                 pass
-        self._program_log.write({"env_steps": env_steps, "actors": actors})
+        if self._actors_logged is None:
+            reason = "start"
+        elif self._autoscale is not None and len(self._autoscale.history) > self._autoscaled:
+            reason = self._autoscale.history[-1]["reason"]
+        else:
+            reason = "shoal scale"
+        self._actors_logged = actors
+        if self._autoscale is not None:
+            self._autoscaled = len(self._autoscale.history)
+        if self._program_log is not None:
+            self._program_log.write({"env_steps": env_steps, "actors": actors})
+        self._actor_counts.append({"t_s": round(time.time() - self._launched_at, 1), "env_steps": env_steps,
+                                   "actors": actors, "reason": reason})
 
-    def _known_env_steps(self) -> int:
-        """The env steps this process last knew of without asking the counter: the last
-        checkpoint's, else the resumed run's, else 0."""
-        if self._checkpointed_env_steps is not None:
-            return self._checkpointed_env_steps
-        return int((self._saved or {}).get("env_steps", 0))
+    def _known(self, count: str) -> int:
+        """The counter's ``count`` (``env_steps``, ``learner_steps``) as ``run.json`` holds it:
+        the last checkpoint's, else the resumed run's, else 0. The one source of the result's
+        counts: what a resume continues from."""
+        if self._checkpointed is not None:
+            return int(self._checkpointed.get(count, 0))
+        saved = self._saved or {}
+        return int(saved.get("env_steps", 0) if count == "env_steps" else (saved.get("counter") or {}).get(count, 0))
 
     def _unevaluated(self) -> dict[str, Any]:
         """The result's fields for a run stopped before its evaluator served (nothing evaluated)."""
         config, wall_s = self._config, round(time.time() - self._launched_at, 3)
         return {"agent": config.builder.name, "env": config.env_id, "seed": config.seed, "solved": False,
-                "env_steps": self._known_env_steps(), "wall_s": wall_s, "train_s": wall_s, "eval_s": 0.0,
-                "final_eval_return": None, "learner_steps": 0, "num_evals": 0}
+                "env_steps": self._known("env_steps"), "wall_s": wall_s, "train_s": wall_s, "eval_s": 0.0,
+                "final_eval_return": None, "learner_steps": self._known("learner_steps"), "num_evals": 0}
 
     def _show_progress(self, run) -> None:
         """The progress line, once the counter serves (the evaluator serves once the learner
@@ -169,14 +184,18 @@ class ProgramDriver:
         ``step_grants.TRANSIENT``: a resumed run's actors hold none, its learner compiles
         again), the evaluator's schedule (``"ask"``: from the evaluator) and every
         serving actor's schedule and RNG (an actor that is restarting, or not serving yet, keeps
-        its last known one). Its ``env_steps`` (the counter's) is the one the run's result reports."""
+        its last known one). Its ``env_steps`` (the counter's) and ``learner_steps`` (the
+        learner's, as of the state it wrote) are the ones the run's result reports."""
         from shoal.launch.experiments.step_grants import TRANSIENT
 
         with self._lock:
             counts = {name: value for name, value in self._client(run, "counter").get_counts().items()
                       if not name.startswith(TRANSIENT)}
             env_steps = int(counts.get("env_steps", 0))
-            written = self._client(run, "learner").checkpoint(env_steps)
+            written = dict(self._client(run, "learner").checkpoint(env_steps))
+            # (the learner's own count at its checkpoint: its state's, which a resume restores;
+            # the counter's lags it by up to one report)
+            counts["learner_steps"] = int(written.pop("learner_steps", counts.get("learner_steps", 0)))
             actors = {}
             for label in run.running("actor", placed=True):
                 if not run.serving(label) or not run.is_running(label):
@@ -197,7 +216,7 @@ class ProgramDriver:
             commit(self._config.run_dir, written, env_steps, agent=self._config.builder.name, spec=self._spec,
                    counter=counts, evaluator=evaluator, actors=actors)
             self._checkpoints.reset()
-            self._checkpointed_env_steps = env_steps
+            self._checkpointed = {"env_steps": env_steps, "learner_steps": int(counts.get("learner_steps", 0))}
 
     def last_checkpoint(self, run) -> None:
         """The final checkpoint (``launch``'s ``before_stop``), while the nodes that hold the
@@ -222,12 +241,13 @@ class ProgramDriver:
         """The evaluator's result with every node's summary. ``env_steps`` is the counter's, as
         the run's last checkpoint recorded it (``run.json``'s), where it took one: the run's steps
         as a resume continues them (the evaluator's own count, read when it ended, may miss the
-        last reports of actors stepping on after a solved evaluation)."""
+        last reports of actors stepping on after a solved evaluation); so is ``learner_steps``
+        (the learner's, as of the state that checkpoint holds: a resume never counts fewer).
+        ``actor_counts``: ``program.csv``'s rows of this launch, each with its reason (``start``,
+        the autoscaler's, or ``shoal scale``)."""
         if evaluator is None:
             raise RuntimeError("the program ended before its evaluator returned a result")
         result = dict(evaluator["result"])
-        if self._checkpointed_env_steps is not None:
-            result["env_steps"] = self._checkpointed_env_steps
         summaries = {label: s for label, s in sorted(summaries.items()) if isinstance(s, dict) and "time_s" in s}
         actors = {label: s for label, s in summaries.items() if label.startswith("actor_")}
         learner = summaries.get("learner") or {}
@@ -235,7 +255,9 @@ class ProgramDriver:
                       num_actors=len(actors), actor_steps_per_s=round(sum(s["steps_per_s"] for s in actors.values()), 1),
                       actor_steps_per_s_each={label: round(s["steps_per_s"], 1) for label, s in actors.items()})
         counts = learner.get("counts") or {}
-        if "learner_steps" in counts:  # the learner's own count at its end, not its last report
+        if self._checkpointed is not None:  # (run.json's counts)
+            result.update(env_steps=self._checkpointed["env_steps"], learner_steps=self._checkpointed["learner_steps"])
+        elif "learner_steps" in counts:  # no checkpoint: the learner's own count at its end, not its last report
             result["learner_steps"] = int(counts["learner_steps"])
         if "stale_batches_dropped" in counts:  # on-policy agents: batches older than max_policy_lag
             result["stale_batches_dropped"] = int(counts["stale_batches_dropped"])
@@ -247,8 +269,10 @@ class ProgramDriver:
             result["resumed_from"] = {**(learner.get("resumed") or {}),
                                       "actors": {k: v.get("env_steps") for k, v in (self._saved.get("actors") or {}).items()},
                                       "next_eval_at": (self._saved.get("evaluator") or {}).get("next")}
-        if self._autoscale is not None:  # each change of the actor count: when, to what, why
-            result.update(num_actors_mode=self._autoscale.status()["mode"], actor_counts=self._autoscale.history)
+        if self._actor_counts:  # each change of the actor count: when, to what, why
+            result["actor_counts"] = self._actor_counts
+        if self._autoscale is not None:
+            result["num_actors_mode"] = self._autoscale.status()["mode"]
         if terminated:  # (the signal that stopped the run: "SIGTERM", "SIGINT")
             result["terminated"] = terminated
         return result

@@ -42,7 +42,8 @@ class Evaluator:
         self._logger = make_logger("eval", config.run_dir, terminal=False)
         self._target = config.resolved_target_return()
         self._next = config.eval_every
-        self.eval_s, self.num_evals = 0.0, 0
+        self.eval_s, self.num_evals = 0.0, 0  # (the run's, over its resumes: the checkpoint's)
+        self._eval_s_before = 0.0  # (what a resumed run's checkpoint held: not this launch's)
         self.stopwatch = stopwatch or Stopwatch()  # (a single-process run shares its own)
         self.last_return: float | None = None
         self.last_at = -1  # env steps at the last evaluation
@@ -128,16 +129,18 @@ class Evaluator:
     def restore(self, state: dict[str, Any]) -> None:
         self._next, self.num_evals = int(state["next"]), int(state["num_evals"])
         self.last_return, self.last_at = state["last_return"], int(state["last_at"])
-        self.eval_s = float(state["eval_s"])
+        self.eval_s = self._eval_s_before = float(state["eval_s"])
 
     def result(self, env_steps: int, learner_steps: int, wall_s: float) -> dict[str, Any]:
         """The run's summary: the fields of the final JSON line (with the env's ``protocol``,
-        for Atari)."""
+        for Atari). ``wall_s`` is this launch's (a resumed run's own), and so are ``eval_s``
+        and ``train_s`` (``wall_s - eval_s``); ``num_evals`` and the counts are the run's."""
+        eval_s = self.eval_s - self._eval_s_before
         result = {
             "agent": self._config.builder.name,
             "env": self._config.env_id, "seed": self._config.seed, "solved": self.solved,
             "env_steps": int(env_steps), "wall_s": round(wall_s, 3),
-            "train_s": round(wall_s - self.eval_s, 3), "eval_s": round(self.eval_s, 3),
+            "train_s": round(wall_s - eval_s, 3), "eval_s": round(eval_s, 3),
             "final_eval_return": self.last_return, "learner_steps": int(learner_steps),
             "num_evals": self.num_evals,
         }

@@ -82,7 +82,7 @@ class LearnerWorker:
 
     def checkpoint(self, env_steps: int) -> dict[str, Any]:
         """Writes replay's and the learner's checkpoints (between two updates); returns what was
-        written (for ``run.json``)."""
+        written (for ``run.json``), with ``learner_steps``: the learner's count as of that state."""
         if self._checkpointer is None:
             raise RuntimeError("this run has no run directory to checkpoint into")
         done: concurrent.futures.Future = concurrent.futures.Future()
@@ -98,7 +98,8 @@ class LearnerWorker:
         while not self._requests.empty():
             env_steps, done = self._requests.get()
             try:
-                done.set_result(self._checkpointer.save(env_steps, self._learner, self._replay))
+                written = self._checkpointer.save(env_steps, self._learner, self._replay)
+                done.set_result({**written, "learner_steps": int(self._local.get_counts().get("learner_steps", 0))})
             except BaseException as e:  # noqa: BLE001 -- the caller gets it
                 done.set_exception(e)
 
