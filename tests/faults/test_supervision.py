@@ -132,7 +132,7 @@ def test_a_failing_environment_ends_in_one_line(tmp_path, env, message):
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 1
     assert "restart 3/3" in err and len(errors(err)) == 1, err[-2000:]
-    assert re.search(r"program 'dqn' failed: actor_\d exited with code 1", errors(err)[0])
+    assert re.search(r"program 'dqn' failed: actor_\d failed: RuntimeError: " + re.escape(message), errors(err)[0])  # (its exception)
     assert message in (run_dir / "logs" / "actor_0.log").read_text() + (run_dir / "logs" / "actor_1.log").read_text()
 
 
