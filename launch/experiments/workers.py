@@ -102,7 +102,8 @@ class ActorWorker:
             self._actor.restore(resume)
         self._logger = make_logger(self._label, config.run_dir, terminal=False)
         self._loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
-        head_start = 2 * builder.env_steps_before_learning(spec)  # (paced until the learner's first update)
+        # (paced until the learner's first update: StepGrants)
+        head_start = 2 * max(builder.env_steps_before_learning(spec), config.num_envs)
         self._grants = StepGrants(counter, self._label, config.max_env_steps, config.num_envs, restarted, head_start)
         self._lock = threading.Lock()  # save() sees the schedule and key of the same step
         self._snapshot = self._actor.save()  # (taken at every report: for save() while a step blocks)
