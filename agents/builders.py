@@ -124,9 +124,7 @@ def try_factories(builder: "AgentBuilder", spec: EnvironmentSpec, make_networks:
 
     Only for a plug-in builder: a built-in one's factories are the project's own, tested, and a
     run's setup calls each of them once (``tests/test_setup_walk.py``)."""
-    from shoal.agents.registry import agent_name, builtin_agents
-
-    if agent_name(builder) in builtin_agents():
+    if type(builder).__module__.startswith("shoal.agents."):  # (a built-in agent's builder)
         return
     builder.extras_spec(spec)
     builder.make_replay_tables(spec)
