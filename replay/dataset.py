@@ -1,7 +1,7 @@
 """Replay items -> host batches (numpy). Device placement is the learner's job, not replay's.
 
 Every batch is a ``Sample(data, keys)``: ``data`` a dict of numpy arrays whose *leading* axis is
-the batch axis (the one a data-parallel learner splits across its devices), ``keys`` the Reverb
+the batch axis (the one a data-parallel learner splits across its devices), ``keys`` the replay
 keys of the sampled items (for priority updates). One batch = one learner update:
 
 * ``transition_batches``: ``[batch_size, num_steps, ...]`` transitions for ``num_steps``
@@ -14,7 +14,12 @@ keys of the sampled items (for priority updates). One batch = one learner update
 * ``env_sequence_batches``: ``[batch_size, length, ...]``, one row per item (one env's
   sequence), plus its sampling ``probability`` ``[batch_size]``; ``keys`` is ``[batch_size]``.
 
-An iterator opens Reverb's TensorFlow dataset at its first ``next`` (so a process imports
+Each function takes the replay client a builder is given (either backend; or a Reverb server's
+address). On the **native** backend, ``next`` asks the server for the items still missing, at
+most ``poll_s`` at a time, and the server returns what it could take (nothing is fetched ahead,
+nothing lost): numpy from end to end, no TensorFlow.
+
+On **Reverb**, an iterator opens Reverb's TensorFlow dataset at its first ``next`` (so a process imports
 TensorFlow only once it samples: a learner node serves its parameters, and a one-process run
 takes its first env steps, before). Iteration blocks until Reverb serves the items (the rate limiter decides when); the learner
 reads it from a background thread (``shoal.learners``). Reverb's dataset is opened with a rate
