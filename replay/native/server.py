@@ -75,6 +75,9 @@ class StepStore:
     def __len__(self) -> int:
         return len(self._steps)
 
+    def __contains__(self, step_id: Any) -> bool:
+        return step_id in self._steps
+
 
 def _spec_record(signature: Any) -> Any:
     """A table signature as plain data (its leaves ``{"__array__": [shape, dtype]}``)."""
@@ -266,7 +269,7 @@ class NativeReplayServer:
                 ids = []
                 for number, row in steps:
                     step_id = ("checkpoint", int(number), int(row))
-                    if step_id not in self._store._steps:
+                    if step_id not in self._store:
                         self._store.add(step_id, [arrays[f"l{number}_c{c}"][row]
                                                   for c in range(record["layouts"][number])])
                     ids.append(step_id)
