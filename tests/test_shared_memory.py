@@ -92,4 +92,4 @@ def test_actors_of_a_local_program_read_parameters_from_shared_memory(tmp_path):
     csv_rows = (run_dir / "actor_0.csv").read_text().splitlines()
     header = csv_rows[0].split(",")
     versions = [int(float(row.split(",")[header.index("params_version")])) for row in csv_rows[1:]]
-    assert versions[-1] > versions[0] >= 0, versions  # the actor saw the learner's new versions
+    assert versions and versions[-1] > 0, versions  # the actor saw the learner's new versions (0: the initial)
