@@ -176,7 +176,6 @@ class NativeWriter:
         self._items: list[list] = []  # items not inserted yet
         self._release: list[int] = []  # steps the server may let go of
         self._leaving: set[int] = set()  # steps out of the window that pending items still use
-        self._copy = client.in_process  # (in one process the server keeps the very arrays it is given)
         self._batch = 1 if client.in_process else RPC_BATCH
         self._in_flight: tuple | None = None  # (result(), items, release) of the call not confirmed yet
         self._closed = False
@@ -185,7 +184,9 @@ class NativeWriter:
         """Keeps one step (a flat list of arrays, the table signature's order); returns its index."""
         index = self._next
         self._next += 1
-        self._columns[index] = [np.array(c) for c in columns] if self._copy else [np.asarray(c) for c in columns]
+        # (in one process the server keeps the very arrays it is given: copy them)
+        copy = np.array if self._client.in_process else np.asarray
+        self._columns[index] = [copy(c) for c in columns]
         self._window.append(index)
         if len(self._window) > self._keep:
             old = self._window.popleft()

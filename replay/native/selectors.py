@@ -129,12 +129,6 @@ class PrioritizedSelector:
         self._free.append(slot)
         self._set(slot, 0.0)
 
-    def probability(self, key: int) -> float:
-        total = self._tree[1]
-        if total <= 0:
-            return 1.0 / len(self._slot)
-        return float(self._tree[self._capacity + self._slot[key]] / total)
-
     def select(self, rng: np.random.Generator) -> tuple[int, float]:
         total = self._tree[1]
         if not total > 0:  # every weight is 0: uniform over the items
