@@ -148,3 +148,41 @@ def test_a_replay_server_that_goes_away_mid_run_is_one_clear_error_not_a_hang():
         writer.flush()
     assert "\n" not in str(raised.value)
     writer.close()  # (nothing more to say: no second error)
+
+
+def test_a_checkpoint_keeps_the_steps_of_items_removed_while_it_is_written(tmp_path, monkeypatch):
+    """A distributed run checkpoints while actors insert: an item the checkpoint copied may be
+    removed (FIFO at ``max_size``) before its steps are read. (A processes run failed its last
+    checkpoint with ``KeyError`` on such a step.)"""
+    import numpy as np
+
+    from shoal.core.specs import ArraySpec
+    from shoal.replay import RateLimit, TableSpec
+    from shoal.replay.native import NativeReplayServer
+
+    table = TableSpec("t", sampler="uniform", remover="fifo", max_size=2, rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
+                      signature={"x": ArraySpec((2,), np.float32)})
+    replay = NativeReplayServer([table], checkpoint_dir=str(tmp_path))
+
+    def insert(values):
+        writer = replay.client.writer(1)
+        for v in values:
+            writer.append([np.full(2, v, np.float32)])
+            writer.create_item("t", 1.0, 1)
+        writer.close()
+
+    insert([1, 2])
+    write = NativeReplayServer._write_checkpoint
+
+    def evicting_first(self, states):  # (the actors' inserts land between the copy and the write)
+        insert([3, 4])
+        assert replay.server_info()["t"]["current_size"] == 2
+        return write(self, states)
+
+    monkeypatch.setattr(NativeReplayServer, "_write_checkpoint", evicting_first)
+    replay.checkpoint()
+    assert len(replay._store) == 2  # (the checkpoint let go of the removed items' steps)
+    monkeypatch.undo()
+    restored = NativeReplayServer([table], checkpoint_dir=str(tmp_path))
+    got = sorted(float(s.data[0][0]) for s in restored.client.sample("t", num_samples=20))
+    assert set(got) == {1.0, 2.0}, got

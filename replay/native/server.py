@@ -215,6 +215,12 @@ class NativeReplayServer:
         if not self._checkpoint_dir:
             raise ValueError("this replay server has no checkpoint directory")
         states = {name: table.state() for name, table in self._tables.items()}
+        try:
+            return self._write_checkpoint(states)
+        finally:  # (state() held the items' steps for this checkpoint)
+            self._store.release([s for _, items in states.values() for _, item in items for s in item.steps])
+
+    def _write_checkpoint(self, states: dict[str, tuple[dict[str, Any], list[tuple[int, Item]]]]) -> str:
         step_ids = list(dict.fromkeys(s for _, items in states.values() for _, item in items for s in item.steps))
         columns = self._store.get(step_ids)
         layouts: dict[tuple, list[int]] = {}  # (shapes, dtypes) -> positions in step_ids

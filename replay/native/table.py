@@ -204,11 +204,16 @@ class Table:
                     "min_diff": limit.min_diff, "max_diff": limit.max_diff}
 
     def state(self) -> tuple[dict[str, Any], list[tuple[int, Item]]]:
-        """The counts and the items, oldest inserted first (under the lock: a consistent copy)."""
+        """The counts and the items, oldest inserted first (under the lock: a consistent copy).
+        The store holds the items' steps once more for the caller, who releases them (``Item.steps``
+        of each) when done: an item removed meanwhile must not take its steps with it."""
         with self._lock:
             counts = {"inserts": self.inserts, "samples": self.samples, "deletes": self.deletes,
                       "rng": self._rng.bit_generator.state}
-            return counts, [(key, dataclasses.replace(item)) for key, item in self.items.items()]
+            items = [(key, dataclasses.replace(item)) for key, item in self.items.items()]
+            for _, item in items:
+                self._store.hold(item.steps)
+            return counts, items
 
     def restore(self, counts: dict[str, Any], items: list[tuple[int, Item]]) -> None:
         """Puts back a checkpoint's items (in their insertion order, so FIFO/LIFO keep it) and

@@ -17,8 +17,9 @@ from tests.faults.harness import SMALL, errors, shoal_main, start
 
 
 class _Hangs(trackers.Backend):
-    """A backend whose ``start`` blocks until ``release`` is set (``entered`` says it began), then
-    returns quietly (a warning printed after its test ended would land in the next test's output)."""
+    """A backend whose ``start`` blocks until ``release`` is set (``entered`` says it began); the
+    fixture then waits for the tracker's thread to end (a line printed after its test ended would
+    land in the next test's output)."""
 
     entered = threading.Event()
     release = threading.Event()
@@ -40,6 +41,9 @@ def hanging_backend(monkeypatch):
     monkeypatch.setitem(trackers.BACKENDS, "hangs", _Hangs)
     yield _Hangs
     _Hangs.release.set()
+    for thread in threading.enumerate():  # (its "tracking to" line must land in this test's output)
+        if thread.name == "shoal-tracking":
+            thread.join(30)
 
 
 def _warnings(text):
