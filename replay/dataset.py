@@ -16,8 +16,10 @@ keys of the sampled items (for priority updates). One batch = one learner update
 
 Each function takes the replay client a builder is given (either backend; or a Reverb server's
 address). On the **native** backend, ``next`` asks the server for the items still missing, at
-most ``poll_s`` at a time, and the server returns what it could take (nothing is fetched ahead,
-nothing lost): numpy from end to end, no TensorFlow.
+most ``poll_s`` at a time, and the server returns what it could take: numpy from end to end, no
+TensorFlow. Over RPC (a distributed run) the next batch's items are asked for as soon as the
+last batch's came (one call ahead, as Reverb's dataset keeps samples in flight), except from a
+queue, whose items are fetched only when needed (none lost).
 
 On **Reverb**, an iterator opens Reverb's TensorFlow dataset at its first ``next`` (so a process imports
 TensorFlow only once it samples: a learner node serves its parameters, and a one-process run
@@ -97,11 +99,21 @@ class ReplayIterator(Dataset):
         self._served: list = []  # items served but not yet in a batch
         self._closed = False
         self._signature = None  # (native: the table's, read at the first sample)
+        # (native over RPC: the next batch's items are asked for as soon as the last came, so the
+        # server samples and sends them while this process uses the last one; as Reverb's
+        # dataset keeps samples in flight. Not from a queue, whose items must not be lost, nor in
+        # one process, where sampling is a direct call.)
+        self._prefetch = self._native is not None and not self._native.in_process and not each_item_once
+        self._next_part = None
+        self._segment = None  # (native over RPC: shared memory with a server on this host, or False)
 
     def __next__(self) -> Sample:
         have = sum(len(part.info.key) for part in self._served)
         while have < self.items_per_update:
             if self._closed:
+                if self._segment:
+                    segment, self._segment = self._segment, False
+                    self._native.release_segment(segment)
                 raise StopIteration
             if self._native is not None:
                 part = self._native_part(self.items_per_update - have)
@@ -124,7 +136,15 @@ class ReplayIterator(Dataset):
         return self._layout(*_slice(data, info, 0, n))
 
     def _native_part(self, num_items: int) -> _Served | None:
-        served = self._native.sample_batch(self.table, num_items, self._poll_s)
+        if self._next_part is not None:  # (asked for while the last batch was laid out and used)
+            served, self._next_part = self._next_part(), None
+        else:
+            served = self._native.sample_batch(self.table, num_items, self._poll_s, self._segment or None)
+        if served is not None and self._segment is None:
+            self._segment = self._shared_segment(served["columns"], len(served["key"]))
+        if self._prefetch:
+            self._next_part = self._native.sample_batch_later(self.table, self.items_per_update, self._poll_s,
+                                                              self._segment or None)
         if served is None:
             return None
         if self._signature is None:
@@ -132,6 +152,19 @@ class ReplayIterator(Dataset):
         info = _SampleInfo(served["key"], served["probability"], served["table_size"], served["priority"],
                            served["times_sampled"])
         return _Served(tree.unflatten_as(self._signature, list(served["columns"])), info)
+
+    def _shared_segment(self, columns: list, num_items: int) -> Any:
+        """(Native over RPC, the server on this host) a shared-memory segment for a batch's
+        columns (``shoal.replay.native.shared``), if they are large enough to gain from one;
+        else ``False`` (asked once)."""
+        from shoal.replay.native.client import SHARED_MIN_BYTES
+        from shoal.replay.native.shared import ALIGN
+
+        if not self._native.shared_memory:
+            return False
+        per_batch = [c.nbytes // num_items * self.items_per_update for c in columns]
+        size = sum(-(-n // ALIGN) * ALIGN for n in per_batch)
+        return (self._native.shared_segment(size) or False) if size >= SHARED_MIN_BYTES else False
 
     def _open(self) -> Any:
         """Reverb's TensorFlow dataset of the table (the import of TensorFlow happens here)."""

@@ -186,3 +186,116 @@ def test_a_checkpoint_keeps_the_steps_of_items_removed_while_it_is_written(tmp_p
     restored = NativeReplayServer([table], checkpoint_dir=str(tmp_path))
     got = sorted(float(s.data[0][0]) for s in restored.client.sample("t", num_samples=20))
     assert set(got) == {1.0, 2.0}, got
+
+
+def _segments_of_this_process() -> list[str]:
+    return [name for name in os.listdir("/dev/shm") if name.startswith(f"shoal-replay-{os.getpid()}-")]
+
+
+def _served_shared(tables, shared_memory=True):
+    from shoal.launch.programs.rpc import RpcClient
+    from shoal.replay.native import NativeReplayClient
+
+    replay, rpc, _ = _served(tables)
+    client = NativeReplayClient(RpcClient(rpc.address, token="t0ken", timeout_s=30), rpc.address,
+                                shared_memory=shared_memory)
+    return replay, rpc, client
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "rpc"])
+def test_large_steps_and_batches_cross_shared_memory_on_one_host_intact(shared_memory):
+    """Same host: a writer's steps and a dataset's batches travel through a segment (no file
+    left in /dev/shm once attached; unmapped by the server when the client is done); the data is
+    what was written, as it is over RPC alone."""
+    import numpy as np
+
+    from shoal.core.specs import ArraySpec
+    from shoal.replay import RateLimit, TableSpec, transition_batches
+
+    shape = (8, 4, 32, 32)  # (32 KiB a step column: a call of 8 items goes through shared memory)
+    table = TableSpec("t", sampler="fifo", remover="fifo", max_size=1000, rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
+                      max_times_sampled=1, signature={"observation": ArraySpec(shape, np.uint8), "reward": ArraySpec((8,), np.float32)})
+    replay, rpc, client = _served_shared([table], shared_memory)
+    try:
+        writer = client.writer(1)
+        for t in range(64):
+            writer.append([np.full(shape, t, np.uint8), np.full(8, t / 2, np.float32)])
+            writer.create_item("t", 1.0, 1)
+            writer.commit()
+        writer.flush()
+        assert (writer._segment is not None) == shared_memory
+        assert _segments_of_this_process() == []  # (unlinked once the server mapped it)
+        assert len(replay._segments) == int(shared_memory)
+        dataset = transition_batches(client, "t", num_envs=8, batch_size=16 * 8)
+        got = [next(dataset) for _ in range(4)]
+        assert bool(dataset._segment) == shared_memory
+        observations = np.concatenate([b.data["observation"][:, 0] for b in got])  # [4 * 128, 4, 32, 32]
+        steps = np.repeat(np.arange(64), 8)  # (a FIFO, each item once: the steps in order, 8 envs each)
+        np.testing.assert_array_equal(observations, np.broadcast_to(steps[:, None, None, None], observations.shape))
+        np.testing.assert_array_equal(np.concatenate([b.data["reward"][:, 0] for b in got]), steps / 2)
+        writer.close()
+        dataset.close()
+        with pytest.raises(StopIteration):
+            next(dataset)
+        assert replay._segments == {}  # (both let go of theirs)
+    finally:
+        rpc.stop()
+        replay.stop()
+
+
+def test_a_server_that_lost_a_writers_segment_takes_its_steps_over_rpc():
+    """A replay node started again maps no segment of the writer's: the writer sends the same
+    steps over RPC, and from then on."""
+    import numpy as np
+
+    replay, rpc, client = _served_shared([_queue((8, 4096))])
+    try:
+        writer = client.writer(1)
+        for t in range(8):
+            writer.append([np.full((8, 4096, 2), t, np.float32)])
+            writer.create_item("q", 1.0, 1)
+            writer.commit()
+        writer.flush()
+        replay.detach_shared(writer._segment.name)  # (what a new server knows of it)
+        for t in range(8, 16):
+            writer.append([np.full((8, 4096, 2), t, np.float32)])
+            writer.create_item("q", 1.0, 1)
+            writer.commit()
+        writer.flush()
+        assert writer._no_segment
+        values = [float(s.data[0][0, 0, 0]) for s in client.sample("q", num_samples=16)]
+        assert values == list(range(16))
+        writer.close()
+    finally:
+        rpc.stop()
+        replay.stop()
+
+
+def test_a_server_maps_only_this_users_segments_of_the_size_said_and_reads_only_inside_them(tmp_path):
+    import numpy as np
+
+    from shoal.replay.native.shared import Attached, Segment
+
+    segment = Segment(4096, directory=str(tmp_path))
+    try:
+        for bad in ("../etc/passwd", "shoal-params-1-2", f"{segment.name}/x"):
+            with pytest.raises(ValueError, match="not a native replay segment"):
+                Attached(bad, 4096, directory=str(tmp_path))
+        with pytest.raises(ValueError, match="not a 8192-byte segment"):
+            Attached(segment.name, 8192, directory=str(tmp_path))
+        os.symlink(os.path.join(str(tmp_path), segment.name), os.path.join(str(tmp_path), "shoal-replay-1-1"))
+        with pytest.raises(OSError):  # (a link is not followed)
+            Attached("shoal-replay-1-1", 4096, directory=str(tmp_path))
+        with pytest.raises(FileNotFoundError):  # (another host's segment: the client keeps to RPC)
+            Attached("shoal-replay-1-2", 4096, directory=str(tmp_path))
+        attached = Attached(segment.name, 4096, directory=str(tmp_path))
+        places = segment.put([np.arange(10, dtype=np.int64)])
+        np.testing.assert_array_equal(attached.copies(places)[0], np.arange(10))
+        for outside in (["<i8", [1000], 0], ["<i8", [10], 4096], ["<i8", [10], -64], ["|O", [1], 0]):
+            with pytest.raises(ValueError):
+                attached.copies([outside])
+        assert segment.put([np.zeros(4097, np.uint8)]) is None  # (too large: over RPC instead)
+        assert segment.put([np.array(["text"], dtype=object)]) is None
+        attached.close()
+    finally:
+        segment.close()

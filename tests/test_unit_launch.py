@@ -24,6 +24,7 @@ VARIABLES = [
     ("SHOAL_STEP_TIMEOUT_S", "90", 90.0, "0"),
     ("SHOAL_COMPILATION_CACHE", "off", "off", "{file}"),
     ("SHOAL_PARAMS_VIA", "rpc", "rpc", "shm"),
+    ("SHOAL_REPLAY_VIA", "rpc", "rpc", "grpc"),
     ("SHOAL_TOKEN", "s3cret!~", "s3cret!~", "tab\there"),
     ("SHOAL_PORTS", "50000-50010", (50000, 50010), "50010-50000"),
     ("SHOAL_NODE_START", "3", 3, "0"),

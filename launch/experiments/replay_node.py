@@ -12,7 +12,9 @@ launch's range if it has one (``NodeContext.ports``); its address is published l
 * ``backend="native"``: a ``NativeReplayServer`` (sampling seeded from ``seed``) served by
   Shoal's RPC layer on the launch's bind host (loopback unless the user chose another, and then
   only with the launch's token), exactly its ``SERVICE_METHODS``; a handle becomes a
-  ``NativeReplayClient`` over an RPC client with the launch's token.
+  ``NativeReplayClient`` over an RPC client with the launch's token, whose bulk arrays (steps
+  written, batches sampled) go through shared memory when it runs on the server's host
+  (``shoal.replay.native.shared``; ``SHOAL_REPLAY_VIA=rpc``: always RPC).
 
 ``checkpoint``: the name of the Reverb checkpoint a resumed run's ``run.json`` names. The node
 refuses to start if that checkpoint is not in ``checkpoint_dir`` where it runs (e.g. a run
@@ -61,11 +63,13 @@ class ReplayNode(Node):
 
     def make_client(self, address: str, ctx: NodeContext) -> Any:
         if self.backend == "native":
+            from shoal.launch.programs.environment import value
             from shoal.launch.programs.rpc import RpcClient
             from shoal.replay.native import NativeReplayClient
 
             # (calls wait server-side at most their own timeout, 120 s: the deadline is beyond it)
-            return NativeReplayClient(RpcClient(address, token=ctx.token, timeout_s=NATIVE_CALL_TIMEOUT_S), address)
+            return NativeReplayClient(RpcClient(address, token=ctx.token, timeout_s=NATIVE_CALL_TIMEOUT_S), address,
+                                      shared_memory=value("SHOAL_REPLAY_VIA") != "rpc")
         from shoal.replay import make_replay_client
 
         return make_replay_client(address)

@@ -97,6 +97,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("SHOAL_COMPILATION_CACHE", None, _cache_directory,
              "a directory (not a file) for JAX's compilation cache, or off"),
     Variable("SHOAL_PARAMS_VIA", "auto", _choice("auto", "rpc"), "auto or rpc"),
+    Variable("SHOAL_REPLAY_VIA", "auto", _choice("auto", "rpc"),
+             "auto or rpc (native replay's bulk arrays through shared memory on one host, or always RPC)"),
     Variable("SHOAL_TOKEN", None, _token, "printable ASCII without spaces, at most 4096 characters"),
     Variable("SHOAL_PORTS", None, parse_ports, "FIRST-LAST with 1024 <= FIRST <= LAST <= 65535"),
     Variable("SHOAL_NODE_START", 1, _count, "an integer in [1, 1000000000] (set by the launcher)"),

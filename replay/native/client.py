@@ -29,12 +29,17 @@ import numpy as np
 import tree
 
 from shoal.core.specs import ArraySpec
+from shoal.replay.native.shared import ALIGN, Segment
 from shoal.replay.native.table import ReplayClosed
 
 SCHEME = "native://"
 _CLIENTS: "weakref.WeakValueDictionary[str, NativeReplayClient]" = weakref.WeakValueDictionary()
 _writer_ids = itertools.count()
-RPC_BATCH = 8  # items a writer sends in one RPC (adders flush at least this often)
+RPC_BATCH = 8  # items a writer sends in one RPC at least (adders flush at least this often) ...
+RPC_MAX_ITEMS = 512  # ... and at most, gathered while the call before is under way ...
+RPC_MAX_BYTES = 32 << 20  # ... or until its steps hold this many bytes
+SHARED_MIN_BYTES = 64 << 10  # a call's steps go through shared memory from this size (same host)
+SHARED_MIN_SIZE = 4 << 20  # a writer's first segment (it grows to twice the largest call)
 
 
 class ReplayServerGone(ConnectionError):
@@ -72,9 +77,24 @@ def _info(record: Mapping[str, Any]) -> SimpleNamespace:
                            num_deleted_episodes=record["deletes"], rate_limiter_info=limiter)
 
 
+class _Pending:
+    """A call under way: calling it waits for its result; ``done()`` says whether it is in."""
+
+    def __init__(self, result: Callable[[], Any], done: Callable[[], bool]) -> None:
+        self._result, self.done = result, done
+
+    def __call__(self) -> Any:
+        return self._result()
+
+
 class NativeReplayClient:
-    def __init__(self, service: Any, address: str, in_process: bool = False) -> None:
+    """``service``: the server itself (``in_process``) or an RPC client of it. ``shared_memory``
+    (over RPC): send and take bulk arrays through a shared-memory segment when the server is on
+    this host (``shoal.replay.native.shared``; RPC otherwise)."""
+
+    def __init__(self, service: Any, address: str, in_process: bool = False, shared_memory: bool = False) -> None:
         self._service, self.in_process = service, in_process
+        self.shared_memory = shared_memory and not in_process and Segment.available()
         self.server_address = SCHEME + address
         self._signatures: dict[str, Any] | None = None
         _CLIENTS[self.server_address] = self
@@ -82,15 +102,15 @@ class NativeReplayClient:
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._settle(method, lambda: getattr(self._service, method)(*args, **kwargs))
 
-    def _call_later(self, method: str, *args: Any) -> Callable[[], Any]:
+    def _call_later(self, method: str, *args: Any) -> "_Pending":
         """Starts ``method`` (over RPC: a future; in one process: at once) and returns what
-        waits for its result."""
+        waits for its result (``_Pending``)."""
         futures = getattr(self._service, "futures", None)
         if futures is None:
             result = self._call(method, *args)
-            return lambda: result
+            return _Pending(lambda: result, lambda: True)
         future = self._settle(method, lambda: getattr(futures, method)(*args))
-        return lambda: self._settle(method, future.result)
+        return _Pending(lambda: self._settle(method, future.result), future.done)
 
     def _settle(self, method: str, call: Callable[[], Any]) -> Any:
         try:
@@ -134,10 +154,52 @@ class NativeReplayClient:
                            f"tables: {', '.join(self._signatures)}")
         return self._signatures[table]
 
-    def sample_batch(self, table: str, num_items: int, timeout_s: float) -> dict[str, Any] | None:
+    def sample_batch(self, table: str, num_items: int, timeout_s: float,
+                     segment: Segment | None = None) -> dict[str, Any] | None:
         """Up to ``num_items`` items (``NativeReplayServer.sample``), ``None`` if none came in
-        ``timeout_s``."""
-        return self._call("sample", table, int(num_items), float(timeout_s))
+        ``timeout_s``; their columns through ``segment`` (``shared_segment``) if given."""
+        return self.sample_batch_later(table, num_items, timeout_s, segment)()
+
+    def sample_batch_later(self, table: str, num_items: int, timeout_s: float,
+                           segment: Segment | None = None) -> _Pending:
+        """``sample_batch`` started now (over RPC: while the caller goes on), its result later."""
+        if segment is None:
+            return self._call_later("sample", table, int(num_items), float(timeout_s))
+        pending = self._call_later("sample_shared", table, int(num_items), float(timeout_s), segment.name)
+
+        def result() -> dict[str, Any] | None:
+            served = pending()
+            if served is not None and served.get("places") is not None:
+                served["columns"] = segment.copies(served.pop("places"))
+            return served
+
+        return _Pending(result, pending.done)
+
+    def shared_segment(self, size: int) -> Segment | None:
+        """A segment of ``size`` bytes the server has mapped, or ``None`` (no ``shared_memory``;
+        the server is on another host: this client keeps to RPC from now on)."""
+        if not self.shared_memory:
+            return None
+        segment = Segment(size)
+        try:
+            attached = self._call("attach_shared", segment.name, segment.size)
+        except BaseException:
+            segment.close()
+            raise
+        segment.unlink()  # (both sides keep their mappings; no file is left behind)
+        if not attached:
+            self.shared_memory = False
+            segment.close()
+            return None
+        return segment
+
+    def release_segment(self, segment: Segment) -> None:
+        """The server unmaps ``segment``; then this process does."""
+        try:
+            self._call("detach_shared", segment.name)
+        except Exception:  # noqa: BLE001 -- a server that is gone mapped nothing any more
+            pass
+        segment.close()
 
     def sample(self, table: str, num_samples: int = 1, *, emit_timesteps: bool = False,
                unpack_as_table_signature: bool = False, timeout_s: float = 60.0) -> Iterator[SimpleNamespace]:
@@ -177,7 +239,11 @@ class NativeWriter:
         self._release: list[int] = []  # steps the server may let go of
         self._leaving: set[int] = set()  # steps out of the window that pending items still use
         self._batch = 1 if client.in_process else RPC_BATCH
-        self._in_flight: tuple | None = None  # (result(), items, release) of the call not confirmed yet
+        self._in_flight: tuple | None = None  # (_Pending, items, release) of the call not confirmed yet
+        self._unsent_bytes = 0  # what the kept steps not sent yet hold
+        self._uses: collections.Counter[int] = collections.Counter()  # step -> pending items using it
+        self._segment: Segment | None = None  # (shared memory with a server on this host)
+        self._no_segment = False
         self._closed = False
 
     def append(self, columns: list) -> int:
@@ -186,17 +252,19 @@ class NativeWriter:
         self._next += 1
         # (in one process the server keeps the very arrays it is given: copy them)
         copy = np.array if self._client.in_process else np.asarray
-        self._columns[index] = [copy(c) for c in columns]
+        self._columns[index] = kept = [copy(c) for c in columns]
+        self._unsent_bytes += sum(c.nbytes for c in kept)
         self._window.append(index)
         if len(self._window) > self._keep:
             old = self._window.popleft()
-            if any(old in steps for _, _, steps in self._items):
+            if self._uses[old]:
                 self._leaving.add(old)  # (a pending item uses it: let go once that is inserted)
             elif old in self._sent:
                 self._sent.discard(old)
                 self._release.append(old)
             else:
-                self._columns.pop(old, None)
+                dropped = self._columns.pop(old, None)
+                self._unsent_bytes -= sum(c.nbytes for c in dropped or ())
         return index
 
     def create_item(self, table: str, priority: float, steps: int | list[int]) -> None:
@@ -212,13 +280,20 @@ class NativeWriter:
             raise ValueError(f"an item of steps the writer no longer keeps ({steps[:3]}...; it keeps "
                              f"{self._window[0]}..{self._window[-1]})")
         self._items.append([table, float(priority), list(steps)])
+        self._uses.update(steps)
 
     def commit(self) -> None:
         """Ends a vector step's writes: in one process its items go in now (a learner in the same
-        thread may sample them next); over RPC they go in one call per ``RPC_BATCH`` items (or
-        at ``flush``), while the actor goes on (one call in flight at a time)."""
-        if len(self._items) >= self._batch:
-            self._send()
+        thread may sample them next); over RPC they go in one call once ``RPC_BATCH`` items are
+        pending (or at ``flush``), while the actor goes on. One call is in flight at a time: while
+        it is, items gather (up to ``RPC_MAX_ITEMS`` items or ``RPC_MAX_BYTES`` of new steps) and
+        go in the next call, so a fast writer sends larger calls instead of waiting on each."""
+        if len(self._items) < self._batch:
+            return
+        if (self._in_flight is not None and not self._in_flight[0].done() and len(self._items) < RPC_MAX_ITEMS
+                and self._unsent_bytes < RPC_MAX_BYTES):
+            return
+        self._send()
 
     def _send(self) -> None:
         """Sends the new steps and items in one call (see the module docstring), after the call
@@ -229,26 +304,56 @@ class NativeWriter:
         needed = {i for _, _, steps in self._items for i in steps} - self._sent
         steps = [[i, self._columns[i]] for i in sorted(needed)]
         items, release = self._items, self._release + sorted(self._leaving)
-        result = self._client._call_later("insert", self._id, steps, items, release, self.timeout_s)
+        result = self._insert_later(steps, items, release)
         self._sent |= needed  # (the server stores every step sent, whatever it inserts)
         self._sent -= self._leaving
         for i in needed:
-            del self._columns[i]
+            self._unsent_bytes -= sum(c.nbytes for c in self._columns.pop(i))
         self._items, self._release, self._leaving = [], [], set()
-        self._in_flight = (result, items, release)
+        self._uses.clear()
+        self._in_flight = (result, items, release, steps)
         if self._client.in_process:
             self._confirm()
+
+    def _insert_later(self, steps: list, items: list, release: list) -> _Pending:
+        """The ``insert`` call; its steps' arrays through this writer's segment when it has one
+        (the server on this host) and they hold ``SHARED_MIN_BYTES`` or more."""
+        size = sum(-(-c.nbytes // ALIGN) * ALIGN for _, columns in steps for c in columns)
+        segment = self._segment_for(size) if size >= SHARED_MIN_BYTES else None
+        places = segment.put([c for _, columns in steps for c in columns]) if segment is not None else None
+        if places is None:
+            return self._client._call_later("insert", self._id, steps, items, release, self.timeout_s)
+        at = iter(places)
+        shared = [[i, [next(at) for _ in columns]] for i, columns in steps]
+        return self._client._call_later("insert_shared", self._id, segment.name, shared, items, release,
+                                        self.timeout_s)
+
+    def _segment_for(self, size: int) -> Segment | None:
+        """This writer's segment, made (or made larger) to hold ``size`` bytes, if it may have one."""
+        if not self._client.shared_memory or self._no_segment:
+            return None
+        if self._segment is None or self._segment.size < size:
+            if self._segment is not None:
+                self._client.release_segment(self._segment)
+            self._segment = self._client.shared_segment(max(2 * size, SHARED_MIN_SIZE))
+            self._no_segment = self._segment is None
+        return self._segment
 
     def _confirm(self) -> None:
         """Waits for the call in flight; items the rate limiter held back past the timeout are
         the writer's again (sent with the next call) and raise ``TimeoutError``."""
         if self._in_flight is None:
             return
-        result, items, release = self._in_flight
+        result, items, release, steps = self._in_flight
         self._in_flight = None
         done = result()
+        if done == -1:  # (the server maps no segment of this writer's: a new server) over RPC from now on
+            self._no_segment = True
+            done = self._client._call("insert", self._id, steps, items, release, self.timeout_s)
         if done < len(items):
             self._items = items[done:] + self._items
+            for _, _, steps in items[done:]:
+                self._uses.update(steps)
             self._release = release + self._release  # (let go of only once every item is in)
             raise TimeoutError(f"replay table '{items[done][0]}' did not take an item within {self.timeout_s}s "
                                "(inserts wait while the learner lags behind the table's rate limiter or while "
@@ -273,8 +378,13 @@ class NativeWriter:
         finally:
             release, self._items, self._in_flight = self._release + sorted(self._sent | self._leaving), [], None
             self._release, self._sent, self._leaving, self._columns = [], set(), set(), {}
+            self._unsent_bytes = 0
+            self._uses.clear()
             if release:
                 try:
                     self._client._call("insert", self._id, [], [], release, self.timeout_s)
                 except (ReplayServerGone, ReplayClosed):
                     pass  # (a server that is gone holds nothing of this writer's any more)
+            if self._segment is not None:
+                self._client.release_segment(self._segment)
+                self._segment = None

@@ -11,6 +11,11 @@ in one ``insert`` call per vector step or chunk. The server keeps a step while t
 holds it (it may be part of a later item: R2D2's overlapping sequences) or an item references
 it, and frees it after that (a reference count; no step is copied for a second item).
 
+**Same host.** A client on the server's host may send a call's step arrays, and take a sample's
+columns, through a shared-memory segment of its own (``attach_shared``, ``insert_shared``,
+``sample_shared``, ``detach_shared``; ``shoal.replay.native.shared``): the RPC then carries only
+where the arrays lie.
+
 **Samples** come back as one column per signature leaf with the items on the leading axis
 (length-1 items squeezed, longer ones ``[num_items, length, ...]``), with the items' keys,
 sampling probabilities, table sizes, priorities and times sampled.
@@ -32,10 +37,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from shoal.replay.native.shared import Attached
 from shoal.replay.native.table import Item, ReplayClosed, Table
 from shoal.replay.tables import TableSpec
 
-SERVICE_METHODS = ("insert", "sample", "mutate_priorities", "server_info", "checkpoint", "table_signatures")
+SERVICE_METHODS = ("insert", "sample", "mutate_priorities", "server_info", "checkpoint", "table_signatures",
+                   "attach_shared", "detach_shared", "insert_shared", "sample_shared")
+MAX_SEGMENTS = 256  # client segments mapped at once (those of exited clients go first)
 
 
 class StepStore:
@@ -116,7 +124,8 @@ class NativeReplayServer:
         self._keys = iter(range(1, 1 << 62))
         self._key_lock = threading.Lock()
         self._checkpoint_dir = checkpoint_dir
-        self._writers_lock = threading.Lock()
+        self._segments: dict[str, Attached] = {}  # name -> mapping (shoal.replay.native.shared)
+        self._segments_lock = threading.Lock()
         self.restored_from = None
         if checkpoint_dir:
             from shoal.replay.server import latest_checkpoint
@@ -190,6 +199,51 @@ class NativeReplayServer:
         """Each table's signature as plain data (``_spec_record``)."""
         return {name: _spec_record(table.spec.signature) for name, table in self._tables.items()}
 
+    # -- same-host bulk data (shoal.replay.native.shared) -----------------------------------------
+    def attach_shared(self, segment: str, size: int) -> bool:
+        """Maps client segment ``segment`` of ``size`` bytes; ``False`` if this host has none
+        of that name (the client is on another host: it keeps to RPC)."""
+        try:
+            attached = Attached(segment, size)
+        except FileNotFoundError:
+            return False
+        with self._segments_lock:
+            self._segments[segment] = attached
+            gone = [name for name, a in self._segments.items() if not _process_alive(a.pid)]
+            gone += list(self._segments)[:max(0, len(self._segments) - len(gone) - MAX_SEGMENTS)]
+            dropped = [self._segments.pop(name) for name in dict.fromkeys(gone) if name != segment]
+        for mapping in dropped:
+            _close_quietly(mapping)
+        return True
+
+    def detach_shared(self, segment: str) -> None:
+        """Unmaps client segment ``segment`` (its client is done with it)."""
+        with self._segments_lock:
+            mapping = self._segments.pop(segment, None)
+        if mapping is not None:
+            _close_quietly(mapping)
+
+    def insert_shared(self, writer: str, segment: str, steps: list, items: list, release: list,
+                      timeout_s: float) -> int:
+        """``insert``, the steps' arrays read from ``segment`` (``steps``: ``[index, places]``
+        pairs); -1 if that segment is not mapped here (the writer sends them over RPC)."""
+        mapping = self._segments.get(segment)
+        if mapping is None:
+            return -1
+        return self.insert(writer, [[index, mapping.copies(places)] for index, places in steps], items, release,
+                           timeout_s)
+
+    def sample_shared(self, table: str, num_items: int, timeout_s: float, segment: str) -> dict[str, Any] | None:
+        """``sample``, its columns laid in ``segment`` (``"places"`` says where; ``"columns"`` is
+        then ``None``); in the reply itself if they do not fit or the segment is not mapped here."""
+        served = self.sample(table, num_items, timeout_s)
+        mapping = self._segments.get(segment)
+        if served is not None and mapping is not None:
+            places = mapping.put(served["columns"])
+            if places is not None:
+                served["columns"], served["places"] = None, places
+        return served
+
     # -- what the runner asks (in the server's process) -------------------------------------------
     def can_sample(self, table: str, num_items: int) -> bool:
         """Whether ``table``'s rate limiter would let ``num_items`` more items be sampled now."""
@@ -208,6 +262,10 @@ class NativeReplayServer:
         """Wakes every waiting insert and sample with ``ReplayClosed``."""
         for table in self._tables.values():
             table.close()
+        with self._segments_lock:
+            mappings, self._segments = list(self._segments.values()), {}
+        for mapping in mappings:
+            _close_quietly(mapping)
 
     # -- checkpoints -----------------------------------------------------------------------------
     def checkpoint(self) -> str:
@@ -285,6 +343,23 @@ class NativeReplayServer:
         # (each step was added with one reference for a writer; no writer holds them now)
         self._store.release(list({s for t in self._tables.values() for item in t.items.values() for s in item.steps}))
         self._keys = iter(range(top + 1, 1 << 62))
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _close_quietly(mapping: Attached) -> None:
+    try:
+        mapping.close()
+    except BufferError:  # (a call still reads it: the mapping goes when that call is done with it)
+        pass
 
 
 def _stack(items: list[list[list[np.ndarray]]]) -> list[np.ndarray]:
