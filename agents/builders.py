@@ -30,6 +30,8 @@ on them before it writes anything.
 from __future__ import annotations
 
 import abc
+import copy
+import dataclasses
 import functools
 import inspect
 from typing import Any, Callable, ClassVar, Mapping, Protocol
@@ -161,6 +163,30 @@ class AgentBuilder(abc.ABC):
         every config field against its range (``shoal.core.settings``), then what depends on
         the environment or on several fields (a subclass extends this)."""
         check_settings(self.config)
+
+    def for_budget(self, max_env_steps: int) -> "AgentBuilder":
+        """This builder for a run of ``max_env_steps`` env steps (the experiment calls it once,
+        before anything is built; the builder given is not changed). By default: an agent whose
+        config has a schedule that decays over the run (a ``*_schedule`` field other than
+        ``"constant"``) and leaves its horizon ``schedule_env_steps`` unset (0) gets a copy whose
+        horizon is ``max_env_steps`` (the config records it, so a resumed run keeps it);
+        anything else is returned as it is."""
+        config = self.config
+        if not dataclasses.is_dataclass(config) or getattr(config, "schedule_env_steps", None) != 0:
+            return self
+        if not any(f.name.endswith("_schedule") and getattr(config, f.name) != "constant"
+                   for f in dataclasses.fields(config)):
+            return self
+        budgeted = copy.copy(self)
+        budgeted.config = dataclasses.replace(config, schedule_env_steps=int(max_env_steps))
+        return budgeted
+
+    def init_state(self, key: jax.Array, networks: Any) -> Any:
+        """The learner's initial training state (parameters, optimiser state, ...) for
+        ``networks``: what ``make_learner`` starts from, and, traced with ``jax.eval_shape``
+        (nothing allocated), what the memory check before a run estimates. A builder that does
+        not define it (returns ``None``) is not estimated."""
+        return None
 
     @abc.abstractmethod
     def env_steps_before_learning(self, spec: EnvironmentSpec) -> int:

@@ -2,7 +2,7 @@
 allocated), and a refusal of what cannot fit.
 
 The learner holds its training state (parameters, target networks, optimiser moments: each
-agent's ``learning.init_state``) on each of its devices, and while an update runs also the
+builder's ``init_state``, built-in or plug-in) on each of its devices, and while an update runs also the
 gradients and the new parameters (the old ones are not donated: ``get_variables`` may read
 them), plus a host copy of the parameters for the actors. The estimate is that sum, a lower
 bound: activations, replay and the actors' own copies come on top.
@@ -10,8 +10,6 @@ bound: activations, replay and the actors' own copies come on top.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from typing import Any
 
 import jax
@@ -25,22 +23,14 @@ EXTRA_PARAM_COPIES = 3
 
 
 def _state_shapes(builder: Any, networks: Any) -> Any | None:
-    """The shapes of ``learning.init_state(key, ...)`` of the builder's agent, or ``None``
-    for an agent without one (a plug-in agent: not estimated)."""
-    package = type(builder).__module__.rsplit(".", 1)[0]
-    if not package.startswith("shoal.agents."):  # a plug-in's: its layout is its own (not estimated)
+    """The shapes of ``builder.init_state(key, networks)`` (traced, not allocated), or ``None``
+    for a builder without one (it returns ``None``: not estimated)."""
+    init_state = getattr(builder, "init_state", None)
+    if init_state is None:
         return None
-    try:
-        init_state = importlib.import_module(f"{package}.learning").init_state
-    except (ImportError, AttributeError):
-        return None
-    if "observation_shape" in inspect.signature(init_state).parameters:  # DQN: (key, q_network, shape, config)
-        args = (getattr(networks, "q_network", None), getattr(networks, "observation_shape", None), builder.config)
-    else:  # (key, networks, config)
-        args = (networks, builder.config)
     key = jax.ShapeDtypeStruct((2,), np.uint32)
     try:
-        return jax.eval_shape(lambda k: init_state(k, *args), key)
+        return jax.eval_shape(lambda k: init_state(k, networks), key)
     except Exception:  # noqa: BLE001 -- networks of another shape (a network_factory's): not estimated
         return None
 
@@ -54,7 +44,7 @@ def _size(tree: Any) -> tuple[int, int]:
 
 def learner_bytes(builder: Any, networks: Any) -> tuple[int, int, int] | None:
     """``(parameters, parameter bytes, learner bytes per device)`` of ``builder``'s learner
-    with ``networks``, or ``None`` where the agent has no ``learning.init_state`` to trace."""
+    with ``networks``, or ``None`` where the builder has no ``init_state`` to trace."""
     state = _state_shapes(builder, networks)
     if state is None:
         return None

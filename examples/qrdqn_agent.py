@@ -163,11 +163,17 @@ class QRDQNBuilder(TransitionReplayBuilder):
 
         return Policy(policy)
 
+    def optimizer(self) -> optax.GradientTransformation:
+        c = self.config
+        return optax.chain(optax.clip_by_global_norm(c.max_gradient_norm), optax.adam(c.learning_rate))
+
+    def init_state(self, key, networks: Networks) -> TrainingState:
+        """(Also what Shoal's memory check traces before a run.)"""
+        params = networks.network.init(key, jnp.zeros((1, *networks.observation_shape), jnp.float32))
+        return TrainingState(params, params, self.optimizer().init(params), jnp.zeros((), jnp.int32))
+
     def make_learner(self, key, networks: Networks, dataset, logger=None, counter=None,
                      replay_client=None, stopwatch=None) -> ReplicatedLearner:
-        c = self.config
-        optimizer = optax.chain(optax.clip_by_global_norm(c.max_gradient_norm), optax.adam(c.learning_rate))
-        params = networks.network.init(key, jnp.zeros((1, *networks.observation_shape), jnp.float32))
-        state = TrainingState(params, params, optimizer.init(params), jnp.zeros((), jnp.int32))
-        return ReplicatedLearner(state, make_update(networks.network, optimizer, c), dataset,
-                                 counter=counter, logger=logger, stopwatch=stopwatch)
+        return ReplicatedLearner(self.init_state(key, networks), make_update(networks.network, self.optimizer(),
+                                                                             self.config),
+                                 dataset, counter=counter, logger=logger, stopwatch=stopwatch)

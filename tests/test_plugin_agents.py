@@ -191,3 +191,27 @@ def test_qrdqn_runs_as_a_program_of_processes(tmp_path):
     assert result["final_eval_return"] is not None and result["num_evals"] >= 1, result
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["agent"] == AGENT and saved["agent_config"]["num_quantiles"] == 8
+
+
+def test_a_plug_ins_learner_memory_is_estimated_from_its_init_state(qrdqn):
+    """The memory check traces ``builder.init_state`` (built-ins and plug-ins alike); a builder
+    without one is not estimated."""
+    from shoal.actors import make_vector_env
+    from shoal.agents import get_builder
+    from shoal.agents.memory import learner_bytes
+    from shoal.core.specs import make_environment_spec
+
+    spec = make_environment_spec(make_vector_env("CartPole-v1", 2, seed=0))
+    builder = qrdqn.QRDQNBuilder(qrdqn.QRDQNConfig())
+    params, param_bytes, per_device = learner_bytes(builder, builder.make_networks(spec))
+    state = builder.init_state(jax.random.PRNGKey(0), builder.make_networks(spec))
+    assert params == sum(x.size for x in jax.tree_util.tree_leaves(state.params)) > 0
+    assert per_device > 3 * param_bytes  # (the state holds params, target params and Adam's moments)
+    dqn = get_builder("dqn")
+    assert learner_bytes(dqn, dqn.make_networks(spec))[0] > 0
+
+    class Unestimated(qrdqn.QRDQNBuilder):
+        def init_state(self, key, networks):
+            return None
+
+    assert learner_bytes(Unestimated(qrdqn.QRDQNConfig()), builder.make_networks(spec)) is None

@@ -248,3 +248,17 @@ def _learning_rates(devices) -> list[float]:
 if __name__ == "__main__":
     assert len(jax.local_devices()) == 2, jax.local_devices()
     print(json.dumps({"one": _learning_rates(jax.local_devices()[:1]), "two": _learning_rates(jax.local_devices())}))
+
+
+def test_the_budget_is_the_builders_hook_and_the_callers_builder_is_unchanged():
+    """``AgentBuilder.for_budget`` gives the run's builder; the one the caller made keeps its
+    config (the experiment layer used to rewrite it in place)."""
+    from shoal.agents import get_builder
+    from shoal.launch import ExperimentConfig
+
+    builder = get_builder("ppo", learning_rate_schedule="linear")
+    config = ExperimentConfig(builder=builder, env_id="CartPole-v1", max_env_steps=12_345)
+    assert config.builder.config.schedule_env_steps == 12_345
+    assert builder.config.schedule_env_steps == 0
+    constant = get_builder("ppo")
+    assert ExperimentConfig(builder=constant, env_id="CartPole-v1", max_env_steps=12_345).builder is constant

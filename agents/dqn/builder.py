@@ -40,10 +40,13 @@ class DQNBuilder(TransitionReplayBuilder):
     def make_policy(self, networks: DQNNetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks.q_network, networks.num_actions, self.config, evaluation)
 
+    def init_state(self, key, networks: DQNNetworks) -> learning.TrainingState:
+        return learning.init_state(key, networks.q_network, networks.observation_shape, self.config)
+
     def make_learner(self, key, networks: DQNNetworks, dataset, logger=None, counter=None,
                      replay_client=None, stopwatch=None) -> ReplicatedLearner:
         c = self.config
-        state = learning.init_state(key, networks.q_network, networks.observation_shape, c)
+        state = self.init_state(key, networks)
         after_update = None
         if c.prioritized_replay:
             from shoal.replay import item_priorities, transition_items_per_batch, update_item_priorities

@@ -81,10 +81,13 @@ class IMPALABuilder(AgentBuilder):
 
         return SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
 
+    def init_state(self, key, networks):
+        return learning.init_state(key, networks, self.config)
+
     def make_learner(self, key, networks: IMPALANetworks, dataset, logger=None, counter=None,
                      replay_client=None, stopwatch=None) -> ReplicatedLearner:
         """The learner (it logs each batch's policy lag, which V-trace corrects for)."""
-        state = learning.init_state(key, networks, self.config)
+        state = self.init_state(key, networks)
         return ReplicatedLearner(state, learning.make_update(networks.network, self.config), dataset,
                                  keep_batch=PolicyLag(), counter=counter, logger=logger,
                                  stopwatch=stopwatch)

@@ -92,11 +92,14 @@ class PPOBuilder(AgentBuilder):
             return DiscountedReturns(adder, spec.num_envs, self.config.discount)
         return adder
 
+    def init_state(self, key, networks):
+        return learning.init_state(key, networks, self.config)
+
     def make_learner(self, key, networks: PPONetworks, dataset, logger=None, counter=None,
                      replay_client=None, stopwatch=None) -> ReplicatedLearner:
         """The learner; it drops rollouts acted with params more than ``max_policy_lag`` updates
         old (``shoal.agents.policy_lag``)."""
-        state = learning.init_state(key, networks, self.config)
+        state = self.init_state(key, networks)
         return ReplicatedLearner(state, learning.make_update(networks, self.config), dataset,
                                  keep_batch=PolicyLag(self.config.max_policy_lag, counter),
                                  counter=counter, logger=logger, stopwatch=stopwatch)

@@ -86,6 +86,9 @@ class R2D2Builder(AgentBuilder):
         c = self.config
         return EnvSequenceAdder(replay_client, TABLE, spec, c.sequence_length, c.sequence_period)
 
+    def init_state(self, key, networks):
+        return learning.init_state(key, networks, self.config)
+
     def make_learner(self, key, networks: R2D2Networks, dataset, logger=None, counter=None,
                      replay_client=None, stopwatch=None) -> ReplicatedLearner:
         """The learner; after each update it writes every sampled sequence's new priority."""
@@ -97,6 +100,6 @@ class R2D2Builder(AgentBuilder):
         def after_update(sample, priorities):  # (on the learner's hook thread)
             update_item_priorities(replay_client, TABLE, np.asarray(sample.keys), np.asarray(priorities) + 1e-6)
 
-        state = learning.init_state(key, networks, self.config)
+        state = self.init_state(key, networks)
         return ReplicatedLearner(state, learning.make_update(networks, self.config), dataset,
                                  after_update=after_update, counter=counter, logger=logger, stopwatch=stopwatch)

@@ -35,8 +35,11 @@ class SACBuilder(TransitionReplayBuilder):
     def make_policy(self, networks: SACNetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks, evaluation)
 
+    def init_state(self, key, networks):
+        return learning.init_state(key, networks, self.config)
+
     def make_learner(self, key, networks: SACNetworks, dataset, logger=None, counter=None,
                      replay_client=None, stopwatch=None) -> ReplicatedLearner:
-        state = learning.init_state(key, networks, self.config)
+        state = self.init_state(key, networks)
         return ReplicatedLearner(state, learning.make_update(networks, self.config), dataset,
                                  counter=counter, logger=logger, stopwatch=stopwatch)

@@ -93,15 +93,11 @@ class ExperimentConfig:
     replay: str | None = None
 
     def __post_init__(self) -> None:
-        # An agent with a schedule that decays over the run's budget (a ``*_schedule`` field
-        # not ``constant``, over ``schedule_env_steps``: e.g. PPO's) gets this run's
-        # ``max_env_steps`` where it leaves the horizon unset (0); the builder's config then
-        # records it, so a resumed run keeps the same horizon.
-        agent = self.builder.config
-        decays = any(f.name.endswith("_schedule") and getattr(agent, f.name) != "constant"
-                     for f in dataclasses.fields(agent)) if dataclasses.is_dataclass(agent) else False
-        if decays and getattr(agent, "schedule_env_steps", None) == 0 and isinstance(self.max_env_steps, int):
-            self.builder.config = dataclasses.replace(agent, schedule_env_steps=self.max_env_steps)
+        # The agent for this run's budget (``AgentBuilder.for_budget``: e.g. PPO's schedules
+        # decay over ``max_env_steps`` where the config leaves their horizon unset); the
+        # builder the caller gave is not changed.
+        if isinstance(self.max_env_steps, int) and hasattr(self.builder, "for_budget"):
+            self.builder = self.builder.for_budget(self.max_env_steps)
 
     def resolved_target_return(self) -> float | None:
         if self.target_return is not None:
