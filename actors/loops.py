@@ -201,19 +201,42 @@ def _check_rewards(reward: np.ndarray, returns: np.ndarray, env_steps: int, what
                        "episode's return finite")
 
 
+class _EvaluationSteps:
+    """What ``_watch`` reads of an evaluation: when its env step began, and the line to end with."""
+
+    def __init__(self, env: gym.vector.VectorEnv, bound_s: float) -> None:
+        self._env, self._bound_s = env, bound_s
+        self._stepping_since: float | None = None
+        self.env_steps = 0
+
+    def stall_message(self, stuck_s: float) -> str:
+        return (f"shoal: error: an evaluation: the environment's step() ({_env_name(self._env)}) has not returned "
+                f"in {stuck_s:.0f} s, after {self.env_steps:,} env steps of the evaluation (SHOAL_STEP_TIMEOUT_S="
+                f"{self._bound_s:g}); a stuck environment: its process ends")
+
+
 def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
-             should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
+             should_stop: Callable[[], bool] | None = None, lengths: np.ndarray | None = None,
+             on_stall: Callable[[str], None] | None = None) -> np.ndarray | None:
     """Runs exactly one episode in each env of ``env`` and returns the ``num_envs`` returns
-    (``None`` if ``should_stop()`` turned true first: it is asked before every vector step).
+    (``None`` if ``should_stop()`` turned true first: it is asked before every vector step);
+    ``lengths`` (``[num_envs]`` integers), if given, gets each episode's length added. An env
+    step that has not returned after ``SHOAL_STEP_TIMEOUT_S`` ends the process in one line, as
+    in ``EnvironmentLoop`` (``on_stall`` replaces that).
 
     The actor should hold an evaluation (e.g. greedy) policy and no adder. Envs whose episode
     already ended keep stepping (vector envs step together) but are no longer counted. A reward
     that is not finite, or a return that stops being finite, raises ``RuntimeError`` (one line):
     an evaluation never reports a NaN or infinite return.
     """
+    from shoal.launch.programs.environment import value
+
     obs, _ = env.reset(seed=seed)
     check_action_mask(obs, 0)
     actor.end_episodes(np.ones(env.num_envs, bool))  # (every env starts an episode: fresh states)
+    watched = _EvaluationSteps(env, float(value("SHOAL_STEP_TIMEOUT_S")))
+    threading.Thread(target=_watch, args=(weakref.ref(watched), watched._bound_s, on_stall or _stalled),
+                     name="shoal-eval-step-watch", daemon=True).start()
     returns = np.zeros(env.num_envs)
     running = np.ones(env.num_envs, bool)
     clip = action_clipper(env)
@@ -222,13 +245,20 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
         if should_stop is not None and should_stop():
             return None
         action, _ = actor.select_action(obs)
-        obs, reward, terminated, truncated, _ = env.step(clip(action))
+        watched._stepping_since = time.monotonic()
+        try:
+            obs, reward, terminated, truncated, _ = env.step(clip(action))
+        finally:
+            watched._stepping_since = None
         steps += env.num_envs
+        watched.env_steps = steps
         check_action_mask(obs, steps)
         counted = np.where(running, reward, 0.0)
         with np.errstate(over="ignore", invalid="ignore"):  # (an overflow is the check's to report)
             returns += counted
         _check_rewards(counted, returns, steps, "evaluation: ")
+        if lengths is not None:
+            lengths += running
         running &= ~(terminated | truncated)
         actor.end_episodes(terminated | truncated)
     return returns

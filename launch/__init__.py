@@ -4,8 +4,8 @@
   (threads, processes, Ray), supervision, address books, RPC. Knows nothing of RL.
 * ``shoal.launch.experiments`` -- the RL runners: ``ExperimentConfig``, ``run_experiment`` (one
   process), ``run_distributed_experiment`` (a program of processes or Ray actors),
-  ``resume_experiment``, ``make_distributed_program``, the replay node, the evaluator, the
-  ``shoal`` CLI.
+  ``resume_experiment``, ``make_distributed_program``, ``load_policy`` / ``evaluate_run`` (a
+  trained policy out of its run directory), the replay node, the evaluator, the ``shoal`` CLI.
 
 The experiment names load on first use (they import JAX, gymnasium and Reverb), so that a node
 process which needs none of them (or must set XLA flags first) starts fast.
@@ -19,7 +19,10 @@ _LAZY = {"ExperimentConfig": "shoal.launch.experiments.config",
          "run_distributed_experiment": "shoal.launch.experiments.distributed",
          "resume_experiment": "shoal.launch.experiments.resuming",
          "make_distributed_program": "shoal.launch.experiments.program",
-         "ReplayNode": "shoal.launch.experiments.replay_node"}
+         "ReplayNode": "shoal.launch.experiments.replay_node",
+         "load_policy": "shoal.launch.experiments.trained",
+         "evaluate_run": "shoal.launch.experiments.trained",
+         "TrainedPolicy": "shoal.launch.experiments.trained"}
 
 
 def __getattr__(name: str):
@@ -31,6 +34,6 @@ def __getattr__(name: str):
 
 
 __all__ = ["ExperimentConfig", "FunctionNode", "Handle", "Program", "ProgramFailed", "ProgramRun",
-           "ReplayNode", "Resources", "ServiceNode", "current_context", "launch",
-           "make_distributed_program", "resume_experiment", "run_distributed_experiment",
+           "ReplayNode", "Resources", "ServiceNode", "TrainedPolicy", "current_context", "evaluate_run", "launch",
+           "load_policy", "make_distributed_program", "resume_experiment", "run_distributed_experiment",
            "run_experiment", "should_stop"]

@@ -1,5 +1,5 @@
 """The ``shoal`` command line's arguments: the parser of ``shoal train``, ``shoal scale``,
-``shoal status`` and ``shoal compare`` (``build_parser``), and which ``shoal train`` options a command line gives,
+``shoal status``, ``shoal evaluate`` and ``shoal compare`` (``build_parser``), and which ``shoal train`` options a command line gives,
 whatever their values (``given_flags``: a flag given overrides the preset's value; with
 ``--resume`` only some may be given).
 
@@ -203,6 +203,23 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         command.add_argument("run_dir", help="the program's run directory (its --run-dir)")
         if name == "scale":
             command.add_argument("--actors", type=int, required=True, help="actors to run from now on")
+    text = "evaluate a run's trained policy: episodes on its env, one JSON line of return and length statistics"
+    evaluate = sub.add_parser("evaluate", help=text, description=text.capitalize() + " (greedy unless --sample). "
+                              "Reads the run's last complete checkpoint (or --checkpoint), live runs included.")
+    evaluate.add_argument("run_dir", help="the run directory (its --run-dir)")
+    evaluate.add_argument("--episodes", type=int, default=10, help="episodes, run side by side (default 10)")
+    evaluate.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
+                          help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)")
+    evaluate.add_argument("--seed", type=int, default=None, help="the episodes' seed (default: a fresh one, printed)")
+    evaluate.add_argument("--sample", action="store_true", help="act as in training (sampled), not greedily")
+    evaluate.add_argument("--env-arg", dest="env_args", action="append", type=_parse_env_arg, default=[],
+                          metavar="KEY=VALUE", help="change an argument of the run's env (repeatable)")
+    for flag, what in (("--agent", "the run's plug-in agent"), ("--env-factory", "the run's env factory"),
+                       ("--env", "the run's module:EnvId")):
+        evaluate.add_argument(flag, dest=flag[2:].replace("-", "_") if flag != "--env" else "env_id", default=None,
+                              help=f"{what}, named again to use it (as for --resume)")
+    evaluate.add_argument("--trust-run-dir", action="store_true",
+                          help="use what RUN_DIR's config.json names without naming it again")
     text = "compare runs: curves per task, and final returns over seeds (IQM, optimality gap, bootstrap intervals)"
     compare = sub.add_parser("compare", help=text, description=text.capitalize() + ". Prints a markdown table; "
                              "writes it, summary.json and a PNG and SVG plot per task to --out.")

@@ -3,7 +3,8 @@
 * ``learner/`` -- the learner's full state (params, optimizer state, step counters, RNG, version)
   with orbax: each save is atomic, the last two are kept;
 * ``replay/`` -- Reverb's own checkpoint of every table (the latest, written atomically by
-  Reverb), restored by a replay server that starts on this directory;
+  Reverb), restored by a replay server that starts on this directory (``replay-kept/`` holds
+  hard links of the committed one while the next is written: Reverb removes the older one);
 * ``run.json`` -- written (atomically) last, so it always names a complete checkpoint: the env
   step, the learner step, version and state digest, the replay checkpoint and its item counts,
   the agent and the environment spec it was made for, the run's counters, the evaluator's
@@ -73,6 +74,7 @@ class Checkpointer:
         written: dict[str, Any] = {}
         if replay_client is not None:  # (actors may insert meanwhile: the count is a range)
             before = _item_counts(replay_client)
+            keep_committed_replay(self.directory)  # (Reverb removes it when it writes the next)
             path = _checkpoint_replay(replay_client, self.replay_directory)
             after = _item_counts(replay_client)
             written["replay_checkpoint"] = os.path.basename(path.rstrip("/"))
@@ -95,7 +97,55 @@ def commit(run_dir: str, written: dict[str, Any], env_steps: int, **state: Any) 
     write_json(os.path.join(directory, "run.json"), run)
     if written.get("replay_checkpoint"):
         keep_only_replay_checkpoint(directory, written["replay_checkpoint"])
+        shutil.rmtree(os.path.join(directory, KEPT), ignore_errors=True)  # (the new one is committed)
     return run
+
+
+KEPT = "replay-kept"  # checkpoints/replay-kept/<name>/: hard links of the committed replay checkpoint
+
+
+def keep_committed_replay(checkpoints: str) -> None:
+    """Hard-links the files of the replay checkpoint ``run.json`` names into
+    ``checkpoints/replay-kept/<name>/`` (no data is copied) before the next one is written:
+    Reverb removes its older checkpoints when it writes a new one, and a run killed after that
+    but before ``run.json`` names the new one must still find the one it names
+    (``recover_committed_replay``). Removed once the next checkpoint is committed."""
+    try:
+        run = read_json(os.path.join(checkpoints, "run.json"), "the run's latest checkpoint")
+    except ValueError:
+        return
+    name = run.get("replay_checkpoint") if isinstance(run, dict) else None
+    if not _one_name(name):
+        return
+    source = os.path.join(checkpoints, "replay", name)
+    if os.path.islink(source) or not os.path.isdir(source):
+        return
+    kept = os.path.join(checkpoints, KEPT, name)
+    if os.path.isdir(kept):
+        return
+    shutil.rmtree(os.path.join(checkpoints, KEPT), ignore_errors=True)
+    partial = kept + ".partial"
+    os.makedirs(partial)
+    for entry in os.scandir(source):
+        if entry.is_file(follow_symlinks=False):
+            os.link(entry.path, os.path.join(partial, entry.name), follow_symlinks=False)
+    os.rename(partial, kept)
+
+
+def _one_name(name: Any) -> bool:
+    """Whether ``name`` is one directory entry's name (no path)."""
+    return isinstance(name, str) and name not in ("", ".", "..") and os.sep not in name and "\0" not in name
+
+
+def recover_committed_replay(checkpoints: str, name: str | None) -> None:
+    """Puts the replay checkpoint ``name`` (the one ``run.json`` names) back from
+    ``replay-kept/`` if Reverb removed it from ``replay/`` (``keep_committed_replay``)."""
+    if not _one_name(name):
+        return
+    target, kept = os.path.join(checkpoints, "replay", name), os.path.join(checkpoints, KEPT, name)
+    if not os.path.isdir(target) and os.path.isdir(kept) and not os.path.islink(kept):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.rename(kept, target)
 
 
 class Periodic:

@@ -161,6 +161,16 @@ def control(args: argparse.Namespace) -> None:
         print(f"actors: {autoscale['mode']}, target {autoscale['target']}: {autoscale['reason']}")
 
 
+def evaluate(args: argparse.Namespace) -> dict:
+    """``shoal evaluate``: the run's policy on ``--episodes`` episodes (``trained.evaluate_run``)."""
+    from shoal.launch.experiments.trained import evaluate_run
+
+    named = {key: getattr(args, key) for key in ("agent", "env_factory", "env_id") if getattr(args, key)}
+    return evaluate_run(args.run_dir, episodes=args.episodes, checkpoint=args.checkpoint, seed=args.seed,
+                        greedy=not args.sample, env_args=dict(args.env_args), trust_run_dir=args.trust_run_dir,
+                        **named)
+
+
 def compare(args: argparse.Namespace) -> None:
     """``shoal compare``: prints the markdown table, writes it and the plots to ``--out``."""
     from shoal.launch.experiments.compare import compare as compare_runs, markdown_table

@@ -27,7 +27,8 @@ from typing import Any
 
 from shoal.core.files import check_run_directory
 from shoal.core.specs import EnvironmentSpec
-from shoal.launch.experiments.checkpointing import check_resumable, keep_only_replay_checkpoint, read_run
+from shoal.launch.experiments.checkpointing import (check_resumable, keep_only_replay_checkpoint, read_run,
+                                                    recover_committed_replay)
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
 from shoal.launch.experiments.launch_settings import LaunchSettings
 from shoal.launch.experiments.run_files import check_config
@@ -58,6 +59,7 @@ def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
         if config.resume:
             if saved is None:
                 raise ValueError(f"run directory {config.run_dir!r} holds no checkpoint to resume")
+            recover_committed_replay(os.path.join(config.run_dir, "checkpoints"), saved.get("replay_checkpoint"))
             check_resumable(config.run_dir, saved, config.builder.name, spec)
             # Reverb loads its latest checkpoint: make that the one run.json names.
             keep_only_replay_checkpoint(os.path.join(config.run_dir, "checkpoints"), saved.get("replay_checkpoint"))

@@ -76,3 +76,31 @@ def test_the_result_run_json_and_program_csv_agree_after_scale_a_double_ctrl_c_a
     assert (again["env_steps"], again["learner_steps"]) == (saved["env_steps"], saved["counter"]["learner_steps"])
     assert again["learner_steps"] >= result["learner_steps"] and again["env_steps"] >= budget
     assert 0 <= again["eval_s"] <= again["wall_s"] and again["train_s"] >= 0, again
+
+
+def test_the_replay_checkpoint_run_json_names_survives_reverb_removing_it(tmp_path):
+    """Reverb removes its older checkpoint when it writes a new one: a run killed between that
+    and the commit of the new one (a double Ctrl-C) left run.json naming a checkpoint that was
+    gone (a resume refused it). The committed one is hard-linked aside first and put back."""
+    from shoal.launch.experiments.checkpointing import KEPT, commit, keep_committed_replay, recover_committed_replay
+
+    checkpoints = tmp_path / "checkpoints"
+    old = checkpoints / "replay" / "A"
+    old.mkdir(parents=True)
+    (old / "items.tfrecord").write_bytes(b"items of A")
+    (old / "DONE").write_bytes(b"")
+    (checkpoints / "run.json").write_text(json.dumps({"replay_checkpoint": "A"}))
+    keep_committed_replay(str(checkpoints))
+    assert (checkpoints / KEPT / "A" / "items.tfrecord").stat().st_ino == (old / "items.tfrecord").stat().st_ino
+    import shutil
+
+    shutil.rmtree(old)  # (what Reverb does as it writes B)
+    (checkpoints / "replay" / "B").mkdir()
+    recover_committed_replay(str(checkpoints), "A")  # (the resume, run.json still naming A)
+    assert (old / "items.tfrecord").read_bytes() == b"items of A" and not (checkpoints / KEPT / "A").exists()
+    keep_committed_replay(str(checkpoints))
+    commit(str(tmp_path), {"replay_checkpoint": "B"}, 10)  # (B committed: A and its links go)
+    assert sorted(p.name for p in (checkpoints / "replay").iterdir()) == ["B"] and not (checkpoints / KEPT).exists()
+    (checkpoints / KEPT / "x").mkdir(parents=True)
+    recover_committed_replay(str(checkpoints), "../" + KEPT + "/x")  # (a name with a path is no checkpoint's)
+    assert (checkpoints / KEPT / "x").is_dir()

@@ -8,6 +8,7 @@ import threading
 import time
 import types
 
+import numpy as np
 import pytest
 
 from shoal.launch.experiments import trackers
@@ -166,3 +167,34 @@ def test_an_actor_whose_step_hangs_is_named_and_restarted(tmp_path):
     assert any(line.startswith("shoal: error:") and "actor_0" in line for line in stderr.splitlines()), stderr
     log = (run_dir / "logs" / "actor_0.log").read_text()
     assert "shoal: error: actor_0: " + STUCK.format(steps="392") in log, log
+
+
+def test_an_evaluation_whose_step_hangs_ends_in_one_line(monkeypatch, release_hangs):
+    """The evaluator's episodes are watched as the actors' steps are (``actors.loops.evaluate``):
+    a step past ``SHOAL_STEP_TIMEOUT_S`` is one line naming the evaluation, the env and the bound
+    (the process then ends; here ``on_stall`` records it and lets the env go on)."""
+    import gymnasium as gym
+
+    from shoal.actors.loops import evaluate
+    from tests.faults import hanging_envs
+
+    class Random:
+        def select_action(self, obs):
+            return np.zeros(len(obs), np.int64), {}
+
+        def end_episodes(self, ended):
+            pass
+
+    monkeypatch.setenv("SHOAL_STEP_TIMEOUT_S", "1")
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("tests.faults.hanging_envs:HangsInStep-v0", after=5)] * 2)
+    stalls = []
+
+    def on_stall(line):
+        stalls.append(line)
+        hanging_envs.RELEASE.set()
+
+    returns = evaluate(env, Random(), seed=0, on_stall=on_stall)
+    assert returns is not None and len(returns) == 2
+    assert stalls == ["shoal: error: an evaluation: the environment's step() (HangsInStep-v0) has not returned in "
+                      "1 s, after 8 env steps of the evaluation (SHOAL_STEP_TIMEOUT_S=1); a stuck environment: "
+                      "its process ends"], stalls

@@ -1,0 +1,201 @@
+"""A trained policy out of its run directory: ``load_policy`` (Python) and ``evaluate_run``
+(``shoal evaluate RUN_DIR``).
+
+Both read the run's ``config.json`` as a resume does (``runs.load_run``: the directory must be
+this user's and writable by nobody else, and code only the directory names, such as a plug-in
+agent or an env factory, is used only when named again or trusted), build the run's networks
+for its env, and restore the parameters of one learner checkpoint: the last complete one
+(``checkpoints/run.json`` names it; a run still going on is read as it stood then) or the one
+``checkpoint`` names (an env-step number among ``checkpoints/learner/``; the last two are kept).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from shoal.core.interfaces import VariableSource
+from shoal.core.specs import EnvironmentSpec, make_environment_spec
+
+
+class _Fixed(VariableSource):
+    """Parameters that never change (version 1)."""
+
+    def __init__(self, params: Any) -> None:
+        self._params = params
+
+    def get_variables(self, known_version: int = -1) -> tuple[int, Any]:
+        return 1, (None if known_version == 1 else self._params)
+
+
+class TrainedPolicy:
+    """A run's policy on the parameters of one of its checkpoints (``load_policy``).
+
+    ``policy(observation)`` acts on one observation (shaped as the env's observation space, a
+    dict for a Dict space) and returns one action, or on a batch (a leading axis; a dict of
+    batches) and returns a batch of actions. Action masks travel in the observation, as in
+    training. A recurrent policy keeps one state per row of the batch it was called on, from
+    call to call: ``reset()`` starts fresh episodes (all rows), ``end_episodes(done)`` those
+    rows where ``done`` is true. ``greedy=False`` samples as the actors did in training (seeded).
+
+    Attributes: ``config`` (the run's ``ExperimentConfig``), ``spec`` (its env's
+    ``EnvironmentSpec``), ``params``, ``checkpoint`` (the learner checkpoint's env-step number).
+    """
+
+    def __init__(self, config: Any, spec: EnvironmentSpec, networks: Any, params: Any, checkpoint: int,
+                 greedy: bool = True, seed: int = 0) -> None:
+        self.config, self.spec, self.params, self.checkpoint = config, spec, params, checkpoint
+        self._policy = config.builder.make_policy(networks, spec, evaluation=greedy)
+        self._source = _Fixed(params)
+        self._seed = seed
+        self._actors: dict[int, Any] = {}
+
+    def actor(self, num_envs: int) -> Any:
+        """The batched actor for ``num_envs`` rows (made at the first call of that size)."""
+        if num_envs not in self._actors:
+            from shoal.actors import BatchedActor, VariableClient
+
+            client = VariableClient(self._source, asynchronous=False)
+            self._actors[num_envs] = BatchedActor(self._policy, jax.random.PRNGKey(self._seed), client,
+                                                  num_envs=num_envs)
+        return self._actors[num_envs]
+
+    def __call__(self, observation: Any) -> np.ndarray:
+        single = _is_single(observation, self.spec.observation)
+        batch = _map(lambda x: np.asarray(x)[None], observation) if single else _map(np.asarray, observation)
+        rows = len(next(iter(batch.values())) if isinstance(batch, dict) else batch)
+        actions, _ = self.actor(rows).select_action(batch)
+        return actions[0] if single else actions
+
+    def reset(self) -> None:
+        """Fresh episodes for every row (a recurrent policy's state starts again)."""
+        self._actors.clear()
+
+    def end_episodes(self, done: np.ndarray) -> None:
+        """Fresh episodes for the rows where ``done`` is true (of the batch size ``done`` has)."""
+        done = np.asarray(done, bool).reshape(-1)
+        if len(done) in self._actors:
+            self._actors[len(done)].end_episodes(done)
+
+
+def _map(fn: Callable, observation: Any) -> Any:
+    return {k: fn(v) for k, v in observation.items()} if isinstance(observation, dict) else fn(observation)
+
+
+def _is_single(observation: Any, spec: Any) -> bool:
+    """Whether ``observation`` is one observation of ``spec`` (else a batch of them); a shape
+    that is neither is a ``ValueError`` naming both."""
+    if isinstance(spec, dict):
+        if not isinstance(observation, dict) or set(observation) != set(spec):
+            raise ValueError(f"the policy takes a dict observation with keys {sorted(spec)}, got "
+                             f"{sorted(observation) if isinstance(observation, dict) else type(observation).__name__}")
+        key = sorted(spec)[0]
+        observation, spec = observation[key], spec[key]
+    shape, wanted = np.shape(observation), tuple(spec.shape)
+    if shape == wanted:
+        return True
+    if len(shape) == len(wanted) + 1 and shape[1:] == wanted and shape[0] > 0:
+        return False
+    raise ValueError(f"the policy takes observations of shape {wanted} (or a batch [n, {', '.join(map(str, wanted))}]), "
+                     f"got shape {shape}")
+
+
+def checkpoints(run_dir: str) -> list[int]:
+    """The learner checkpoints ``run_dir`` holds (env-step numbers, oldest first)."""
+    directory = os.path.join(run_dir, "checkpoints", "learner")
+    try:
+        return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+def _params(run_dir: str, builder: Any, networks: Any, step: int) -> Any:
+    """The parameters of learner checkpoint ``step`` (restored into the structure of
+    ``builder.init_state``; without one, read as saved and its ``params`` taken)."""
+    import orbax.checkpoint as ocp
+
+    from shoal.launch.experiments.checkpointing import _readable
+
+    manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
+    template = builder.init_state(jax.random.PRNGKey(0), networks)
+    with _readable(run_dir, {"learner_step": step}):
+        if template is not None:
+            state = manager.restore(step, args=ocp.args.StandardRestore(
+                {"state": jax.tree_util.tree_map(np.asarray, template), "version": np.asarray(0)}))["state"]
+            return state["params"] if isinstance(state, dict) else state.params
+        state = manager.restore(step, args=ocp.args.PyTreeRestore())["state"]
+    if not (isinstance(state, dict) and "params" in state):
+        raise ValueError(f"the learner checkpoint of {run_dir} holds no 'params' this agent's builder can find: "
+                         "give the builder an init_state(key, networks) (see 'Your own agent')")
+    return state["params"]
+
+
+def load_policy(run_dir: str, checkpoint: int | None = None, greedy: bool = True, seed: int = 0,
+                network_factory: Callable[[EnvironmentSpec], Any] | None = None, trust_run_dir: bool = False,
+                **named: Any) -> TrainedPolicy:
+    """The policy of the run in ``run_dir`` (any launcher; finished or still running) on the
+    parameters of its last complete learner checkpoint, or of ``checkpoint`` (an env-step
+    number of ``checkpoints/learner/``): a ``TrainedPolicy``. ``greedy``: the evaluation policy
+    (else the acting one, sampling from ``seed``). ``network_factory``: the run's own, if it was
+    trained with one (``config.json`` cannot record code). ``named``: ``agent=``,
+    ``env_factory=``, ``env_id=`` as for a resume, to use code the directory names (or
+    ``trust_run_dir=True``)."""
+    from shoal.launch.experiments.checkpointing import read_run
+    from shoal.launch.experiments.runs import load_run
+
+    config, _ = load_run(run_dir, trust_run_dir=trust_run_dir, **named)
+    if network_factory is not None:
+        config.network_factory = network_factory
+    run = read_run(run_dir)
+    held = checkpoints(run_dir)
+    if checkpoint is None:
+        if run is None:
+            raise ValueError(f"{run_dir} holds no complete checkpoint yet (no checkpoints/run.json): a run writes "
+                             "one every --checkpoint-every seconds and at its end")
+        checkpoint = int(run["learner_step"])
+    elif int(checkpoint) not in held:
+        raise ValueError(f"{run_dir} holds no learner checkpoint {checkpoint}; it holds "
+                         f"{', '.join(map(str, held)) or 'none'}")
+    env = config.make_env(1, seed, evaluation=True)
+    try:
+        spec = make_environment_spec(env)
+    finally:
+        env.close()
+    networks = config.make_networks(spec)
+    params = _params(run_dir, config.builder, networks, int(checkpoint))
+    return TrainedPolicy(config, spec, networks, params, int(checkpoint), greedy=greedy, seed=seed)
+
+
+def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None, seed: int | None = None,
+                 greedy: bool = True, env_args: dict[str, Any] | None = None, trust_run_dir: bool = False,
+                 **named: Any) -> dict[str, Any]:
+    """``episodes`` episodes (one per env copy, in parallel) of the run's policy on its env
+    (``env_args`` updating the run's), reset with ``seed`` (default: a fresh one); returns their
+    return and length statistics (mean, median, min, max) with the checkpoint and seed used."""
+    from shoal.actors.loops import evaluate
+    from shoal.agents.registry import agent_name
+
+    if not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
+    seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else int(seed)
+    policy = load_policy(run_dir, checkpoint, greedy=greedy, seed=seed, trust_run_dir=trust_run_dir, **named)
+    config = policy.config
+    if env_args:
+        config.env_args = {**config.env_args, **env_args}
+    env = config.make_env(episodes, seed, evaluation=True)
+    try:
+        lengths = np.zeros(episodes, np.int64)
+        returns = evaluate(env, policy.actor(episodes), seed=seed, lengths=lengths)
+    finally:
+        env.close()
+    stats = lambda x: {"mean": float(np.mean(x)), "median": float(np.median(x)),  # noqa: E731
+                       "min": float(np.min(x)), "max": float(np.max(x))}
+    return {"run_dir": run_dir, "agent": agent_name(config.builder), "env": config.env_id,
+            "checkpoint": policy.checkpoint, "seed": seed, "episodes": episodes, "greedy": greedy,
+            "return": stats(returns), "length": stats(lengths)}
+
+
+__all__ = ["TrainedPolicy", "checkpoints", "evaluate_run", "load_policy"]

@@ -1,0 +1,94 @@
+"""A trained policy out of its run directory: ``load_policy`` (Python), ``shoal evaluate`` (CLI)."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from shoal.launch import run_experiment
+from shoal.launch.experiments.config import experiment_config
+from shoal.launch.experiments.evaluation import EVAL_SEED_OFFSET
+from shoal.launch.experiments.trained import checkpoints
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def trained(tmp_path, agent="ppo", max_env_steps=6000, **settings) -> tuple[str, list[dict]]:
+    run_dir = str(tmp_path / agent.replace(":", "-"))
+    config = experiment_config(agent, "CartPole-v1", agent_settings=settings, seed=0, max_env_steps=max_env_steps,
+                               eval_every=3000, eval_episodes=4, run_dir=run_dir, target_return=10**6)
+    run_experiment(config)
+    with open(os.path.join(run_dir, "eval.csv")) as f:
+        return run_dir, list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory):
+    return trained(tmp_path_factory.mktemp("trained"))
+
+
+def test_a_loaded_policy_acts_on_one_observation_or_a_batch(ppo_run):
+    import gymnasium as gym
+
+    from shoal import load_policy
+
+    run_dir, _ = ppo_run
+    policy = load_policy(run_dir)
+    env = gym.make("CartPole-v1")
+    observation, _ = env.reset(seed=3)
+    action = policy(observation)
+    assert np.shape(action) == () and env.action_space.contains(int(action))
+    batch = np.stack([observation] * 5)
+    assert policy(batch).shape == (5,) and (policy(batch) == action).all()  # (greedy: one answer)
+    with pytest.raises(ValueError, match=r"observations of shape \(4,\)"):
+        policy(np.zeros(3))
+    vector = policy.config.make_env(4, seed=0, evaluation=True)  # (the docs' loop)
+    observations, _ = vector.reset(seed=0)
+    for _ in range(20):
+        observations, _, terminated, truncated, _ = vector.step(policy(observations))
+        policy.end_episodes(terminated | truncated)
+    vector.close()
+
+
+def test_the_last_checkpoint_reproduces_the_runs_last_evaluation(ppo_run):
+    """The run's last evaluation (eval.csv) and ``evaluate_run`` with that evaluation's seed and
+    episodes act with the same parameters on the same episodes: the same mean return."""
+    from shoal.launch import evaluate_run
+
+    run_dir, rows = ppo_run
+    seed = 0 + EVAL_SEED_OFFSET + 7919 * (len(rows) - 1)
+    result = evaluate_run(run_dir, episodes=4, seed=seed)
+    assert result["return"]["mean"] == pytest.approx(float(rows[-1]["eval_return"]))
+    assert result["return"]["min"] == pytest.approx(float(rows[-1]["eval_return_min"]))
+    assert result["checkpoint"] == checkpoints(run_dir)[-1] == int(rows[-1]["env_steps"])
+    assert result["episodes"] == 4 and result["length"]["min"] >= 1
+    assert result["length"]["mean"] == pytest.approx(result["return"]["mean"])  # (CartPole: +1 a step)
+
+
+def test_shoal_evaluate_prints_one_json_line_and_refuses_a_checkpoint_it_lacks(ppo_run):
+    run_dir, _ = ppo_run
+    done = subprocess.run([sys.executable, "-m", "shoal", "evaluate", run_dir, "--episodes", "3", "--seed", "5",
+                           "--env-arg", "max_episode_steps=50"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["episodes"] == 3 and result["seed"] == 5 and result["agent"] == "ppo"
+    assert result["length"]["max"] <= 50  # (the changed env argument holds)
+    bad = subprocess.run([sys.executable, "-m", "shoal", "evaluate", run_dir, "--checkpoint", "12345"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        f"shoal: error: {run_dir} holds no learner checkpoint 12345; it holds {checkpoints(run_dir)[-1]}"], bad.stderr
+
+
+def test_a_plug_in_agents_policy_loads_when_named_again(tmp_path, monkeypatch):
+    from shoal import load_policy
+
+    monkeypatch.syspath_prepend(EXAMPLES)
+    run_dir, _ = trained(tmp_path, "qrdqn_agent:QRDQNBuilder", max_env_steps=3000)
+    with pytest.raises(ValueError, match="names agent 'qrdqn_agent:QRDQNBuilder'"):
+        load_policy(run_dir)  # (nothing the directory alone names is imported)
+    policy = load_policy(run_dir, agent="qrdqn_agent:QRDQNBuilder")
+    assert policy(np.zeros(4, np.float32)) in (0, 1)
