@@ -7,8 +7,10 @@ gRPC server; native: ``NativeReplayServer`` behind Shoal's RPC layer on loopback
 as a distributed run serves it) and writer / sampler *processes* (as actors and a learner are):
 
 * ``insert``: 1, 4 and 16 writer processes, each writing items through the backend's writer
-  (``client.writer``, what the adders use: one step and one item per vector step, flushed every
-  8 items) for the window: items/s and MB/s over all writers;
+  (``client.writer``, what the adders use: one step and one item per vector step, and
+  ``flush(block_until_num_items=8)`` every 8 items, as the n-step adder does) for the window:
+  items/s and MB/s over all writers (native: through shared memory, as on one host a
+  distributed run's nodes write; ``SHOAL_REPLAY_VIA=rpc`` for RPC alone);
 * ``sample``: one sampler process reading batches of 32 items as a learner's dataset does
   (``transition_batches``' iterator) from a filled table: items/s and MB/s.
 
@@ -64,7 +66,9 @@ def _client(backend: str, address: str, token: str | None):
         from shoal.launch.programs.rpc import RpcClient
         from shoal.replay.native import NativeReplayClient
 
-        return NativeReplayClient(RpcClient(address, token=token, timeout_s=120), address)
+        # (as a distributed run's nodes make it: shared memory with a server on this host)
+        return NativeReplayClient(RpcClient(address, token=token, timeout_s=120), address,
+                                  shared_memory=os.environ.get("SHOAL_REPLAY_VIA") != "rpc")
     from shoal.replay import make_replay_client
 
     return make_replay_client(address)
@@ -81,8 +85,8 @@ def _writer(backend, address, token, size, start, stop, counts, index) -> None:
         writer.create_item("t", 1.0, 1)
         writer.commit()
         n += 1
-        if n % 8 == 0:
-            writer.flush()
+        if n % 8 == 0:  # (as the n-step adder does: at most 8 items pending, or what the writer allows)
+            writer.flush(block_until_num_items=8)
             counts[index] = n
     writer.flush()
     counts[index] = n

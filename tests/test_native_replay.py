@@ -299,3 +299,28 @@ def test_a_server_maps_only_this_users_segments_of_the_size_said_and_reads_only_
         attached.close()
     finally:
         segment.close()
+
+
+def test_an_adders_bounded_flushes_lose_no_item_over_rpc():
+    """``flush(k)`` (the n-step adder's, every 8 items) lets items wait for the next call while
+    one is in flight; a full ``flush()`` then leaves every item in the table, in order."""
+    import numpy as np
+
+    from shoal.replay import RateLimit, TableSpec
+
+    table = _queue().replace(max_size=1000, rate_limit=RateLimit(1.0, 1, 0.0, 1000.0))
+    replay, rpc, client = _served([table])
+    try:
+        writer = client.writer(1)
+        for t in range(200):
+            writer.append([np.full(2, t, np.float32)])
+            writer.create_item("q", 1.0, 1)
+            writer.commit()
+            if (t + 1) % 8 == 0:
+                writer.flush(block_until_num_items=8)
+        writer.flush()
+        assert [int(s.data[0][0]) for s in client.sample("q", num_samples=200)] == list(range(200))
+        writer.close()
+    finally:
+        rpc.stop()
+        replay.stop()

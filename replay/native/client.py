@@ -360,8 +360,20 @@ class NativeWriter:
                                "a queue is full)")
 
     def flush(self, block_until_num_items: int = 0) -> None:
-        """Sends what is pending and waits until at most ``block_until_num_items`` sent items
-        are unconfirmed."""
+        """``flush()``: sends what is pending and waits until the server confirmed every item.
+        ``flush(k)`` with ``k > 0`` (an adder bounding what is pending): over RPC, while a call is
+        in flight, the pending items wait for the next call (``commit`` sends them when it is
+        answered, or once ``RPC_MAX_ITEMS`` are pending); else they are sent, and the writer
+        waits only while more than ``max(k, RPC_MAX_ITEMS)`` items are unconfirmed. So at most
+        ``RPC_MAX_ITEMS`` items (plus a call's) are ever unconfirmed, and a writer does not wait
+        on each round trip."""
+        if block_until_num_items > 0 and not self._client.in_process:
+            if self._in_flight is not None and not self._in_flight[0].done() and len(self._items) < RPC_MAX_ITEMS:
+                return
+            self._send()
+            if self._in_flight is not None and len(self._in_flight[1]) > max(block_until_num_items, RPC_MAX_ITEMS):
+                self._confirm()
+            return
         self._send()
         if self._in_flight is not None and len(self._in_flight[1]) > block_until_num_items:
             self._confirm()
