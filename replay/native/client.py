@@ -288,12 +288,15 @@ class NativeWriter:
         pending (or at ``flush``), while the actor goes on. One call is in flight at a time: while
         it is, items gather (up to ``RPC_MAX_ITEMS`` items or ``RPC_MAX_BYTES`` of new steps) and
         go in the next call, so a fast writer sends larger calls instead of waiting on each."""
-        if len(self._items) < self._batch:
-            return
-        if (self._in_flight is not None and not self._in_flight[0].done() and len(self._items) < RPC_MAX_ITEMS
-                and self._unsent_bytes < RPC_MAX_BYTES):
+        if len(self._items) < self._batch or self._gathering():
             return
         self._send()
+
+    def _gathering(self) -> bool:
+        """Whether pending items wait for the next call: one is in flight, and they are fewer
+        than ``RPC_MAX_ITEMS`` with new steps under ``RPC_MAX_BYTES``."""
+        return (self._in_flight is not None and not self._in_flight[0].done() and len(self._items) < RPC_MAX_ITEMS
+                and self._unsent_bytes < RPC_MAX_BYTES)
 
     def _send(self) -> None:
         """Sends the new steps and items in one call (see the module docstring), after the call
@@ -362,13 +365,13 @@ class NativeWriter:
     def flush(self, block_until_num_items: int = 0) -> None:
         """``flush()``: sends what is pending and waits until the server confirmed every item.
         ``flush(k)`` with ``k > 0`` (an adder bounding what is pending): over RPC, while a call is
-        in flight, the pending items wait for the next call (``commit`` sends them when it is
-        answered, or once ``RPC_MAX_ITEMS`` are pending); else they are sent, and the writer
+        in flight, the pending items wait for the next call (``_gathering``: ``commit`` sends them
+        when it is answered, or once ``RPC_MAX_ITEMS`` are pending); else they are sent, and the writer
         waits only while more than ``max(k, RPC_MAX_ITEMS)`` items are unconfirmed. So at most
         ``RPC_MAX_ITEMS`` items (plus a call's) are ever unconfirmed, and a writer does not wait
         on each round trip."""
         if block_until_num_items > 0 and not self._client.in_process:
-            if self._in_flight is not None and not self._in_flight[0].done() and len(self._items) < RPC_MAX_ITEMS:
+            if self._gathering():
                 return
             self._send()
             if self._in_flight is not None and len(self._in_flight[1]) > max(block_until_num_items, RPC_MAX_ITEMS):
