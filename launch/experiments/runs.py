@@ -27,8 +27,8 @@ from typing import Any
 
 from shoal.core.files import check_run_directory
 from shoal.core.specs import EnvironmentSpec
-from shoal.launch.experiments.checkpointing import (check_resumable, keep_only_replay_checkpoint, read_run,
-                                                    recover_committed_replay)
+from shoal.launch.experiments.checkpointing import check_resumable, read_run
+from shoal.launch.experiments.replay_checkpoints import keep_only_replay_checkpoint, recover_committed_replay
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
 from shoal.launch.experiments.launch_settings import LaunchSettings
 from shoal.launch.experiments.run_files import check_config
