@@ -87,5 +87,5 @@ class DiscountedReturns(Adder):
     def flush(self) -> None:
         self._adder.flush()
 
-    def close(self) -> None:
-        self._adder.close()
+    def close(self, timeout_s: float | None = None) -> bool:
+        return self._adder.close(timeout_s)

@@ -143,8 +143,12 @@ class Adder(abc.ABC):
     def flush(self) -> None:
         """Blocks until everything written so far reached the replay service."""
 
-    def close(self) -> None:
-        """Flushes and releases the connection to replay."""
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Flushes and releases the connection to replay. ``timeout_s`` (an actor that stops):
+        wait at most this long for replay to take what is pending (a table's rate limiter holds
+        inserts back while the learner lags); what it did not take is dropped (Reverb's server may
+        still insert what it was sent before). Returns whether everything written went in."""
+        return True
 
 
 class Actor(abc.ABC):

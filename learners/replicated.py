@@ -56,7 +56,7 @@ from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput
 
 __all__ = ["AXIS_NAME", "DevicePrefetcher", "Placement", "ReplicatedLearner"]
 
-MAX_IN_FLIGHT = 4  # updates dispatched but not finished before step() waits for the oldest
+MAX_IN_FLIGHT = 4  # updates whose NaN check is read in one go (step() waits once 2x are unchecked)
 
 
 class ReplicatedLearner(Learner):
@@ -120,7 +120,7 @@ class ReplicatedLearner(Learner):
         self._lock = threading.Lock()
         self._version = 0
         self._host: tuple[int, Any] = (0, jax.device_get(params))
-        self._in_flight = InFlightUpdates()  # dispatched, their NaN check not done yet
+        self._in_flight = InFlightUpdates(MAX_IN_FLIGHT)  # dispatched, their NaN check not done yet
         self._last_log = self._logged_at = time.monotonic()
         self._logged_seconds: dict[str, float] = {}
         self._checked_shapes = False
@@ -146,7 +146,7 @@ class ReplicatedLearner(Learner):
             return self._step(sample, data)
 
     def _step(self, sample: Any, data: Any) -> Mapping[str, Any]:
-        self._in_flight.check_finished(wait=len(self._in_flight) >= MAX_IN_FLIGHT)
+        self._in_flight.check_finished()
         params, self._rest, out, finite = self._update(self._params, self._rest, data)
         with self._lock:
             self._params, self._version = params, self._version + 1

@@ -89,8 +89,8 @@ class _WriterAdder(Adder):
         """Waits until at most ``block_until_num_items`` written items are unconfirmed."""
         self._writer.flush(block_until_num_items)
 
-    def close(self) -> None:
-        self._writer.close()
+    def close(self, timeout_s: float | None = None) -> bool:
+        return self._writer.close(timeout_s)
 
 
 def open_writer(client: ReplayClient, num_keep_alive_refs: int, timeout_s: float):

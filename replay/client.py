@@ -188,8 +188,18 @@ class ReverbWriter:
                 f"{self.timeout_s}s (inserts wait while the learner lags behind the table's "
                 "rate limiter or while a queue is full)") from e
 
-    def close(self) -> None:
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Closes the writer; with ``timeout_s``, after waiting at most that long for the
+        pending items (those not confirmed by then are dropped). Returns whether every item
+        was confirmed."""
+        confirmed = True
+        if timeout_s is not None:
+            try:
+                self._writer.flush(0, timeout_ms=max(1, int(timeout_s * 1000)))
+            except deadline_exceeded_error():
+                confirmed = False
         self._writer.close()
+        return confirmed
 
 
 def make_replay_client(address: str) -> ReverbClient:

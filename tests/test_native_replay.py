@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -148,6 +149,42 @@ def test_a_replay_server_that_goes_away_mid_run_is_one_clear_error_not_a_hang():
         writer.flush()
     assert "\n" not in str(raised.value)
     writer.close()  # (nothing more to say: no second error)
+
+
+def test_a_writer_held_back_when_its_server_stops_closes_without_an_error():
+    """An actor stopping at a program's end: its items wait on a full table while the replay
+    node stops. Closing its writer is no error (the server's ``ReplayClosed`` over RPC), and a
+    bounded close returns once its time is up, even with a call in flight."""
+    import numpy as np
+
+    from shoal.core.specs import ArraySpec
+    from shoal.replay import make_queue_table
+
+    replay, rpc, client = _served([make_queue_table("q", {"x": ArraySpec((2,), np.float32)}, capacity=1)])
+    try:
+        blocked, bounded = client.writer(1, timeout_s=30), client.writer(1, timeout_s=30)
+        for writer, wait_for in ((blocked, 0), (bounded, 1), (blocked, 1)):  # (the first item fills the queue)
+            writer.append([np.zeros(2, np.float32)])
+            writer.create_item("q", 1.0, 1)
+            writer.flush(block_until_num_items=wait_for)  # (the first confirmed; the others sent, held back)
+        assert bounded.close(timeout_s=0.3) is False  # (its call is in flight: given up on)
+        errors: list[BaseException] = []
+
+        def close() -> None:
+            try:
+                blocked.close()
+            except BaseException as e:  # noqa: BLE001 -- the test's to see
+                errors.append(e)
+
+        closing = threading.Thread(target=close)
+        closing.start()
+        closing.join(0.2)  # (the close waits on the full queue; or, if not yet, meets a stopped server)
+        replay.stop()
+        closing.join(10)
+        assert not closing.is_alive() and errors == []
+    finally:
+        rpc.stop()
+        replay.stop()
 
 
 def test_a_checkpoint_keeps_the_steps_of_items_removed_while_it_is_written(tmp_path, monkeypatch):

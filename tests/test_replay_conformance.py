@@ -9,8 +9,10 @@ threshold is one that a correct selector fails once in a million runs).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -296,3 +298,36 @@ def test_a_server_that_goes_away_fails_the_writer_in_one_clear_error(backend, re
         replay.writer.flush()
     assert "\n" not in str(raised.value).strip()
     replay.writer.close()  # (closing a writer of a gone server raises nothing more)
+
+
+def test_a_writer_that_stops_gives_up_what_the_limiter_holds_back_within_its_timeout(backend, replays):
+    from shoal.replay import make_queue_table
+
+    replay = open_replay(replays, backend, make_queue_table("t", SIGNATURE, capacity=2))
+    replay.insert([0.0, 1.0])
+    replay.writer.timeout_s = 0.2
+    for value in (2.0, 3.0):  # (the queue is full: these wait for a sample that never comes)
+        replay.writer.append([np.float32(value)])
+        replay.writer.create_item("t", 1.0, 1)
+        with contextlib.suppress(TimeoutError):  # (a writer in the server's process inserts at once)
+            replay.writer.commit()
+    replay.writer.timeout_s = 30.0
+    started = time.monotonic()
+    assert replay.writer.close(timeout_s=0.5) is False
+    assert time.monotonic() - started < 10
+    assert replay.size() == 2
+    assert [s["value"] for s in replay.sample(2)] == [0.0, 1.0]
+    if backend == "reverb":  # (Reverb's server may still insert items it was sent before the close)
+        return
+    replay.writer = replay.client.writer(1, timeout_s=30.0)  # (the table goes on: a new writer's item goes in)
+    replay.insert([4.0])
+    assert [s["value"] for s in replay.sample(1)] == [4.0]
+
+
+def test_a_writer_whose_items_all_went_in_closes_confirmed(backend, replays):
+    replay = open_replay(replays, backend, table())
+    replay.writer.append([np.float32(0.0)])
+    replay.writer.create_item("t", 1.0, 1)
+    replay.writer.commit()
+    assert replay.writer.close(timeout_s=5.0) is True
+    assert replay.size() == 1

@@ -11,6 +11,7 @@ hand over their schedules (``save``). On resume each node is given its part of t
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from typing import Any
@@ -19,7 +20,7 @@ import jax
 
 from shoal.actors import EnvironmentLoop
 from shoal.core.loggers import make_logger
-from shoal.core.interfaces import ReplayClient
+from shoal.core.interfaces import Adder, ReplayClient
 from shoal.core.specs import EnvironmentSpec, make_environment_spec, map_observation
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
@@ -28,6 +29,7 @@ from shoal.launch.experiments.shared_params import LocalFirstSource
 from shoal.launch.experiments.step_grants import STALL_S, StepGrants, committed_env_steps
 from shoal.launch.programs.nodes import current_context, should_stop
 
+STOP_FLUSH_S = 1.0  # how long a stopping actor waits for replay to take its last items
 SAVE_WAIT_S = 2.0  # how long save() waits for a step to end (the driver's call waits 5 s)
 
 
@@ -145,7 +147,9 @@ class ActorWorker:
                 last = time.monotonic()
         self._report(reported, release=True)  # stopped while the program goes on (scaled down): its last steps count
         wall_s = time.monotonic() - started
-        self._adder.close()
+        if not close_adder(self._adder, STOP_FLUSH_S):
+            print(f"[{self._label}] stopping: replay did not take this actor's last items within {STOP_FLUSH_S:g}s "
+                  "(the table's rate limiter held them back); they are dropped", flush=True)
         self._logger.close()
         return summary(loop.stopwatch, wall_s, env_steps=loop.env_steps, steps_per_s=loop.env_steps / max(wall_s, 1e-9))
 
@@ -154,6 +158,16 @@ class ActorWorker:
         the next grant, or ``release`` what is left); returns the steps reported."""
         self._grants.report(self._loop.env_steps - reported, ask, release)
         return self._loop.env_steps
+
+
+def close_adder(adder: Adder, timeout_s: float) -> bool:
+    """Closes ``adder``, waiting at most ``timeout_s`` for replay to take what is pending
+    (``Adder.close``); a plug-in adder whose ``close`` takes no ``timeout_s`` is closed as it
+    closes. Returns whether everything written went in."""
+    if "timeout_s" not in inspect.signature(adder.close).parameters:
+        adder.close()
+        return True
+    return adder.close(timeout_s=timeout_s) is not False
 
 
 class EvaluatorWorker:

@@ -21,6 +21,7 @@ import collections
 import itertools
 import os
 import threading
+import time
 import weakref
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator, Mapping
@@ -120,6 +121,9 @@ class NativeReplayClient:
             if code in ("UNAVAILABLE", "CANCELLED"):
                 raise ReplayServerGone(f"the replay server at {self.server_address} went away during "
                                        f"{method} ({code}): is the replay node running?") from None
+            if f"raised {ReplayClosed.__module__}.{ReplayClosed.__name__}:" in str(getattr(e, "details", "")):
+                raise ReplayClosed(f"the replay server at {self.server_address} closed its tables during "
+                                   f"{method} (it is stopping)") from None
             raise
 
     def writer(self, num_keep_alive_refs: int, timeout_s: float = 120.0) -> "NativeWriter":
@@ -357,7 +361,12 @@ class NativeWriter:
             self._items = items[done:] + self._items
             for _, _, steps in items[done:]:
                 self._uses.update(steps)
-            self._release = release + self._release  # (let go of only once every item is in)
+            # (let go of only once every item is in; the steps out of the window that the items
+            # back here use are the server's already: kept as leaving, as they were before the call)
+            leaving = {i for _, _, steps in items[done:] for i in steps}.intersection(release)
+            self._leaving |= leaving
+            self._sent |= leaving
+            self._release = [i for i in release if i not in leaving] + self._release
             raise TimeoutError(f"replay table '{items[done][0]}' did not take an item within {self.timeout_s}s "
                                "(inserts wait while the learner lags behind the table's rate limiter or while "
                                "a queue is full)")
@@ -381,21 +390,39 @@ class NativeWriter:
         if self._in_flight is not None and len(self._in_flight[1]) > block_until_num_items:
             self._confirm()
 
-    def close(self) -> None:
-        """Sends what is pending, then lets the server free this writer's steps."""
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Sends what is pending, then lets the server free this writer's steps. ``timeout_s``
+        (a writer that stops): the table's rate limiter may hold the pending items back at most
+        this long; those it did not take are dropped (and, if the call in flight was not
+        answered by then, the server keeps this writer's steps until it stops). Returns whether
+        every item went in."""
         if self._closed:
-            return
+            return True
         self._closed = True
+        confirmed, abandoned = True, False
         try:
-            self.flush()
+            if timeout_s is None:
+                self.flush()
+            else:
+                self.timeout_s = min(self.timeout_s, timeout_s)
+                deadline = time.monotonic() + timeout_s
+                while self._in_flight is not None and not self._in_flight[0].done() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                abandoned = self._in_flight is not None and not self._in_flight[0].done()
+                if not abandoned:
+                    try:
+                        self.flush()
+                    except TimeoutError:  # (the rate limiter held them back)
+                        confirmed = False
         except (ReplayServerGone, ReplayClosed):
-            pass  # (nothing more can reach a server that is gone; the writes that failed said so)
+            confirmed = False  # (nothing more can reach a server that is gone; the writes that failed said so)
         finally:
+            confirmed = confirmed and not abandoned and not self._items
             release, self._items, self._in_flight = self._release + sorted(self._sent | self._leaving), [], None
             self._release, self._sent, self._leaving, self._columns = [], set(), set(), {}
             self._unsent_bytes = 0
             self._uses.clear()
-            if release:
+            if release and not abandoned:
                 try:
                     self._client._call("insert", self._id, [], [], release, self.timeout_s)
                 except (ReplayServerGone, ReplayClosed):
@@ -403,3 +430,4 @@ class NativeWriter:
             if self._segment is not None:
                 self._client.release_segment(self._segment)
                 self._segment = None
+        return confirmed
