@@ -4,8 +4,8 @@
   (threads, processes, Ray), supervision, address books, RPC. Knows nothing of RL.
 * ``shoal.launch.experiments`` -- the RL runners: ``ExperimentConfig``, ``run_experiment`` (one
   process), ``run_distributed_experiment`` (a program of processes or Ray actors),
-  ``resume_experiment``, ``make_distributed_program``, ``load_policy`` / ``evaluate_run`` (a
-  trained policy out of its run directory), the replay node, the evaluator, the ``shoal`` CLI.
+  ``resume_experiment``, ``make_distributed_program``, ``load_policy`` / ``evaluate_run`` /
+  ``export_policy`` (a trained policy out of its run directory), the replay node, the evaluator, the ``shoal`` CLI.
 
 The experiment names load on first use (they import JAX, gymnasium and Reverb), so that a node
 process which needs none of them (or must set XLA flags first) starts fast.
@@ -22,6 +22,7 @@ _LAZY = {"ExperimentConfig": "shoal.launch.experiments.config",
          "ReplayNode": "shoal.launch.experiments.replay_node",
          "load_policy": "shoal.launch.experiments.trained",
          "evaluate_run": "shoal.launch.experiments.trained",
+         "export_policy": "shoal.launch.experiments.exporting",
          "TrainedPolicy": "shoal.launch.experiments.trained"}
 
 
@@ -34,6 +35,7 @@ def __getattr__(name: str):
 
 
 __all__ = ["ExperimentConfig", "FunctionNode", "Handle", "Program", "ProgramFailed", "ProgramRun",
-           "ReplayNode", "Resources", "ServiceNode", "TrainedPolicy", "current_context", "evaluate_run", "launch",
+           "ReplayNode", "Resources", "ServiceNode", "TrainedPolicy", "current_context", "evaluate_run", "export_policy",
+           "launch",
            "load_policy", "make_distributed_program", "resume_experiment", "run_distributed_experiment",
            "run_experiment", "should_stop"]

@@ -83,6 +83,59 @@ def test_shoal_evaluate_prints_one_json_line_and_refuses_a_checkpoint_it_lacks(p
         f"shoal: error: {run_dir} holds no learner checkpoint 12345; it holds {checkpoints(run_dir)[-1]}"], bad.stderr
 
 
+CLEAN_LOAD = """
+import sys
+sys.modules["shoal"] = None  # (this program cannot import Shoal)
+import numpy as np
+from jax import export
+with open(sys.argv[1], "rb") as f:
+    act = export.deserialize(bytearray(f.read()))
+np.save(sys.argv[3], np.asarray(act.call(np.load(sys.argv[2]))))
+print(sorted({m.split(".")[0] for m, module in sys.modules.items() if module is not None}
+             & {"shoal", "tensorflow", "reverb", "gymnasium"}))
+"""
+
+
+def test_an_exported_policy_acts_as_the_loaded_one_in_a_program_without_shoal(ppo_run, tmp_path):
+    import gymnasium as gym
+
+    from shoal import load_policy
+
+    run_dir, _ = ppo_run
+    out = str(tmp_path / "policy.jax")
+    done = subprocess.run([sys.executable, "-m", "shoal", "export", run_dir, "--out", out],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    about = json.loads(done.stdout.strip().splitlines()[-1])
+    with open(out + ".json") as f:
+        assert json.load(f) == {k: v for k, v in about.items() if k != "out"}
+    assert about["observation"] == {"shape": [4], "dtype": "float32"} and about["action"]["num_actions"] == 2
+    space = gym.make("CartPole-v1").observation_space
+    space.seed(0)
+    observations = np.stack([space.sample() for _ in range(100)])
+    np.save(tmp_path / "obs.npy", observations)
+    program = tmp_path / "act.py"
+    program.write_text(CLEAN_LOAD)
+    ran = subprocess.run([sys.executable, str(program), out, str(tmp_path / "obs.npy"), str(tmp_path / "actions.npy")],
+                         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.strip().splitlines()[-1] == "[]"  # (JAX and NumPy only)
+    assert (np.load(tmp_path / "actions.npy") == load_policy(run_dir)(observations)).all()
+
+
+def test_shoal_export_refuses_a_directory_or_a_missing_one_in_one_line(ppo_run, tmp_path):
+    from shoal.launch import export_policy
+
+    run_dir, _ = ppo_run
+    with pytest.raises(ValueError, match="is a directory: give a file name"):
+        export_policy(run_dir, str(tmp_path))
+    with pytest.raises(ValueError, match="does not exist"):
+        export_policy(run_dir, str(tmp_path / "nowhere" / "policy.jax"))
+    with pytest.raises(ValueError, match="--batch-size must be a positive integer"):
+        export_policy(run_dir, str(tmp_path / "policy.jax"), batch_size=0)
+    assert not os.listdir(tmp_path)
+
+
 def test_a_plug_in_agents_policy_loads_when_named_again(tmp_path, monkeypatch):
     from shoal import load_policy
 

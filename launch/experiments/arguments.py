@@ -214,12 +214,17 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     evaluate.add_argument("--sample", action="store_true", help="act as in training (sampled), not greedily")
     evaluate.add_argument("--env-arg", dest="env_args", action="append", type=_parse_env_arg, default=[],
                           metavar="KEY=VALUE", help="change an argument of the run's env (repeatable)")
-    for flag, what in (("--agent", "the run's plug-in agent"), ("--env-factory", "the run's env factory"),
-                       ("--env", "the run's module:EnvId")):
-        evaluate.add_argument(flag, dest=flag[2:].replace("-", "_") if flag != "--env" else "env_id", default=None,
-                              help=f"{what}, named again to use it (as for --resume)")
-    evaluate.add_argument("--trust-run-dir", action="store_true",
-                          help="use what RUN_DIR's config.json names without naming it again")
+    _code_flags(evaluate)
+    text = "export a run's trained policy as a file that JAX alone runs (jax.export), with FILE.json beside it"
+    export = sub.add_parser("export", help=text, description=text.capitalize() + ". Greedy; feed-forward policies. "
+                            "Reads the run's last complete checkpoint (or --checkpoint); prints one JSON line.")
+    export.add_argument("run_dir", help="the run directory (its --run-dir)")
+    export.add_argument("--out", required=True, metavar="FILE", help="the file to write (and FILE.json)")
+    export.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
+                        help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)")
+    export.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help="the one batch size the exported function takes (default: any)")
+    _code_flags(export)
     text = "compare runs: curves per task, and final returns over seeds (IQM, optimality gap, bootstrap intervals)"
     compare = sub.add_parser("compare", help=text, description=text.capitalize() + ". Prints a markdown table; "
                              "writes it, summary.json and a PNG and SVG plot per task to --out.")
@@ -229,6 +234,16 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     compare.add_argument("--out", default="compare", help="where to write the table and plots (default: ./compare)")
     compare.add_argument("--bootstrap-samples", type=int, default=2000, help="resamples per interval, 1 to 100,000 (default 2000)")
     return parser
+
+
+def _code_flags(command: argparse.ArgumentParser) -> None:
+    """The flags that name again the code a run directory names (as for ``--resume``)."""
+    for flag, what in (("--agent", "the run's plug-in agent"), ("--env-factory", "the run's env factory"),
+                       ("--env", "the run's module:EnvId")):
+        command.add_argument(flag, dest=flag[2:].replace("-", "_") if flag != "--env" else "env_id", default=None,
+                             help=f"{what}, named again to use it (as for --resume)")
+    command.add_argument("--trust-run-dir", action="store_true",
+                         help="use what RUN_DIR's config.json names without naming it again")
 
 
 def given_flags(argv: Sequence[str]) -> list[str]:

@@ -6,6 +6,7 @@ are parsed by ``shoal.launch.experiments.arguments``).
     shoal train --resume RUN_DIR                              # continue a run
     shoal scale RUN_DIR --actors 8 / shoal status RUN_DIR     # a running distributed program
     shoal evaluate RUN_DIR --episodes 20                      # a trained policy, on its env
+    shoal export RUN_DIR --out policy.jax                     # ... as a file JAX alone runs
 
 A training run ends with one JSON line on stdout. Bad settings exit with status 2 and one
 ``shoal: error: ...`` line before anything is written (``--verbose`` prints the traceback of
@@ -79,6 +80,9 @@ def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
             return 0
         if args.command == "evaluate":
             print(json_text(commands.evaluate(args), "the evaluation"), flush=True)
+            return 0
+        if args.command == "export":
+            print(json_text(commands.export(args), "the export"), flush=True)
             return 0
         result = commands.train(args, given_flags(argv), started, filter_stderr=own_process and not args.verbose,
                                 stop=stop)

@@ -165,10 +165,22 @@ def evaluate(args: argparse.Namespace) -> dict:
     """``shoal evaluate``: the run's policy on ``--episodes`` episodes (``trained.evaluate_run``)."""
     from shoal.launch.experiments.trained import evaluate_run
 
-    named = {key: getattr(args, key) for key in ("agent", "env_factory", "env_id") if getattr(args, key)}
     return evaluate_run(args.run_dir, episodes=args.episodes, checkpoint=args.checkpoint, seed=args.seed,
                         greedy=not args.sample, env_args=dict(args.env_args), trust_run_dir=args.trust_run_dir,
-                        **named)
+                        **_named(args))
+
+
+def _named(args: argparse.Namespace) -> dict:
+    """The code a run directory names, named again on the command line (``--agent`` ...)."""
+    return {key: getattr(args, key) for key in ("agent", "env_factory", "env_id") if getattr(args, key)}
+
+
+def export(args: argparse.Namespace) -> dict:
+    """``shoal export``: the run's greedy policy as a ``jax.export`` file (``exporting.export_policy``)."""
+    from shoal.launch.experiments.exporting import export_policy
+
+    return export_policy(args.run_dir, args.out, checkpoint=args.checkpoint, batch_size=args.batch_size,
+                         trust_run_dir=args.trust_run_dir, **_named(args))
 
 
 def compare(args: argparse.Namespace) -> None:
