@@ -17,6 +17,7 @@ from shoal.agents.memory import check_learner_fits
 from shoal.agents.registry import agent_name
 from shoal.core.settings import check_settings, setting
 from shoal.core.specs import EnvironmentSpec
+from shoal.launch.experiments.callbacks import check_callbacks
 from shoal.launch.programs.environment import check_environment
 
 
@@ -66,6 +67,9 @@ class ExperimentConfig:
       replay: the replay backend, ``"reverb"`` or ``"native"`` (``shoal.replay.backends``);
         ``None``: Reverb where it is installed (Python 3.11), native elsewhere. ``config.json``
         records the backend the run used, and a resume keeps it.
+      callbacks: objects whose ``on_evaluation(evaluation)`` (after each evaluation; ``True``
+        ends the run) and ``on_end(result)`` the run calls, in the process that evaluates
+        (``shoal.launch.experiments.callbacks``). Not recorded in ``config.json``.
     """
 
     builder: AgentBuilder
@@ -91,6 +95,7 @@ class ExperimentConfig:
     video_every: int = setting(0, low=0, high=10**9)
     track: str | None = None
     replay: str | None = None
+    callbacks: list[Any] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         # The agent for this run's budget (``AgentBuilder.for_budget``: e.g. PPO's schedules
@@ -119,6 +124,7 @@ class ExperimentConfig:
         every field against its range (so that building the env is safe)."""
         check_environment()
         self.replay_backend()
+        check_callbacks(self.callbacks)
         if self.env_factory is not None:
             load_env_factory(self.env_factory)
         else:
@@ -181,7 +187,7 @@ class ExperimentConfig:
     def to_dict(self) -> dict[str, Any]:
         return {
             **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("builder", "network_factory", "resume")},
+               if f.name not in ("builder", "network_factory", "resume", "callbacks")},
             "env_factory": factory_path(self.env_factory),
             "replay": self.replay_backend(),
             "resolved_target_return": self.resolved_target_return(),
@@ -202,7 +208,7 @@ def config_from_dict(saved: dict[str, Any], **changes: Any) -> ExperimentConfig:
     hints = typing.get_type_hints(config_class(saved["agent"]))
     agent = {k: tuple(v) if isinstance(v, list) and typing.get_origin(hints.get(k)) is tuple else v
              for k, v in saved["agent_config"].items()}
-    fields = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"builder", "network_factory"}
+    fields = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"builder", "network_factory", "callbacks"}
     kept = {k: v for k, v in saved.items() if k in fields}
     return ExperimentConfig(builder=get_builder(saved["agent"], **agent), **{**kept, **changes})
 

@@ -16,6 +16,7 @@ from shoal.core.interfaces import VariableSource
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
 from shoal.core.timing import Stopwatch
+from shoal.launch.experiments.callbacks import Callbacks, Evaluation
 
 EVAL_SEED_OFFSET = 1_000_003
 
@@ -51,6 +52,7 @@ class Evaluator:
         self._tensorboard_videos: Any = None  # (actors.video.TensorBoardVideos, made with self._video)
         self._videos_on = True  # (until one fails: the run's config is not changed)
         self._key = key
+        self._callbacks = Callbacks(list(config.callbacks))
 
     def due(self, env_steps: int) -> bool:
         return env_steps >= self._next
@@ -61,7 +63,8 @@ class Evaluator:
         return self._target is not None and self.last_return is not None and self.last_return >= self._target
 
     def run(self, env_steps: int) -> bool:
-        """Evaluates the newest parameters now; returns ``solved``."""
+        """Evaluates the newest parameters now; returns ``solved``, or ``True`` where a
+        callback asked to end the run (``shoal.launch.experiments.callbacks``)."""
         every, due_at = self._config.eval_every, self._next
         if env_steps >= self._next:
             self._next += every * (1 + (env_steps - self._next) // every)
@@ -85,6 +88,12 @@ class Evaluator:
         if every and self._videos_on and self._config.run_dir and (self.num_evals - 1) % every == 0:
             with self.stopwatch.time("video"):
                 self._record_video(env_steps)
+        if self._callbacks and self._callbacks.evaluation(Evaluation(
+                env_steps=int(env_steps), returns=np.asarray(returns), mean_return=self.last_return,
+                num_evals=self.num_evals, wall_s=time.monotonic() - self._start,
+                params=getattr(getattr(self._actor, "_client", None), "params", None),
+                params_version=self._actor.params_version, run_dir=self._config.run_dir)):
+            return True
         return self.solved
 
     def _record_video(self, env_steps: int) -> None:
@@ -133,7 +142,8 @@ class Evaluator:
 
     def result(self, env_steps: int, learner_steps: int, wall_s: float) -> dict[str, Any]:
         """The run's summary: the fields of the final JSON line (with the env's ``protocol``,
-        for Atari). ``wall_s`` is this launch's (a resumed run's own), and so are ``eval_s``
+        for Atari; ``stopped_by``: the callback that ended the run), handed to the callbacks'
+        ``on_end``. ``wall_s`` is this launch's (a resumed run's own), and so are ``eval_s``
         and ``train_s`` (``wall_s - eval_s``); ``num_evals`` and the counts are the run's."""
         eval_s = self.eval_s - self._eval_s_before
         result = {
@@ -145,7 +155,12 @@ class Evaluator:
             "num_evals": self.num_evals,
         }
         protocol = env_protocol(self._config.env_id, self._config.sticky_actions)
-        return {**result, "protocol": protocol} if protocol else result
+        if protocol:
+            result["protocol"] = protocol
+        if self._callbacks.stopped_by:
+            result["stopped_by"] = self._callbacks.stopped_by
+        self._callbacks.end(result)
+        return result
 
     def close(self) -> None:
         self._logger.close()

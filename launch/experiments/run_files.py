@@ -40,7 +40,7 @@ def check_config(path: str, saved: Any) -> None:
     _check(path, "the config", saved, dict)
     hints = typing.get_type_hints(ExperimentConfig)
     for field in dataclasses.fields(ExperimentConfig):
-        if field.name in saved and field.name not in ("builder", "network_factory", "resume"):
+        if field.name in saved and field.name not in ("builder", "network_factory", "resume", "callbacks"):
             kind = str | None if field.name == "env_factory" else hints[field.name]  # (recorded as its path)
             _check(path, field.name, saved[field.name], kind)
     if "agent" in saved:

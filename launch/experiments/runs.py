@@ -35,7 +35,7 @@ from shoal.launch.experiments.run_files import check_config
 from shoal.launch.experiments.rundir import RunDirectory, read_json
 
 # What ``resume_experiment`` may change of a saved run (the rest is the run's own).
-RESUMABLE_CHANGES = ("max_env_steps", "checkpoint_every_s", "progress", "progress_every_s", "track")
+RESUMABLE_CHANGES = ("max_env_steps", "checkpoint_every_s", "progress", "progress_every_s", "track", "callbacks")
 
 # What a run's config.json may name that a resume would import, call or connect to (``agent``
 # only where it is not built in, ``env_id`` only as module:EnvId), and the flag that names it

@@ -1,0 +1,113 @@
+"""Callbacks: a user's code called by a run at its evaluations and at its end.
+
+``ExperimentConfig(callbacks=[...])`` takes objects with either or both of these methods (the
+``Callback`` base class has both, doing nothing)::
+
+    class StopAt(Callback):
+        def on_evaluation(self, evaluation):      # after each evaluation
+            return evaluation.mean_return >= 200   # True: end the run now
+
+        def on_end(self, result):                  # once, with the run's summary
+            print(result["final_eval_return"])
+
+They are called in the process that evaluates: the run's own process, or a distributed run's
+evaluator node (the config travels there pickled, so a callback's class must be importable or
+defined where cloudpickle can carry it, e.g. a script's ``__main__``). A callback that raises is
+one warning line on stderr, is not called again, and the run goes on. ``on_evaluation``
+returning ``True`` ends the run as a reached target does (``solved`` stays false; the result
+says ``"stopped_by"``: the callback's class name). Callbacks are code: ``config.json`` does not
+record them, and a resume runs the ones it is given again (``resume_experiment(...,
+callbacks=[...])``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+import numpy as np
+
+HOOKS = ("on_evaluation", "on_end")
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """What one evaluation found.
+
+    Attributes:
+      env_steps: the run's env steps when it ran.
+      returns: each episode's return (``eval_episodes`` of them).
+      mean_return: their mean (``eval.csv``'s ``eval_return``).
+      num_evals: evaluations so far, this one included.
+      wall_s: seconds since the run started.
+      params: the parameters it evaluated (host arrays; e.g. to save the best policy), or
+        ``None`` where the actor does not expose them.
+      params_version: the learner version of ``params``.
+      run_dir: the run's directory (``None``: a run that writes nothing).
+    """
+
+    env_steps: int
+    returns: np.ndarray
+    mean_return: float
+    num_evals: int
+    wall_s: float
+    params: Any
+    params_version: int
+    run_dir: str | None
+
+
+class Callback:
+    """A base class with every hook, each doing nothing (override what you need)."""
+
+    def on_evaluation(self, evaluation: Evaluation) -> bool | None:
+        """After each evaluation; ``True`` ends the run."""
+        return None
+
+    def on_end(self, result: dict[str, Any]) -> None:
+        """Once, when the run ends, with its summary (the result line's fields)."""
+
+
+def check_callbacks(callbacks: Any) -> None:
+    """Raises ``ValueError`` unless ``callbacks`` is a list of objects with a hook each."""
+    if not isinstance(callbacks, (list, tuple)):
+        raise ValueError(f"callbacks must be a list of callback objects, got {type(callbacks).__name__}")
+    for callback in callbacks:
+        if not any(callable(getattr(callback, hook, None)) for hook in HOOKS):
+            raise ValueError(f"callback {callback!r} has none of the hooks {', '.join(HOOKS)} "
+                             "(subclass shoal.launch.experiments.callbacks.Callback)")
+
+
+class Callbacks:
+    """A run's callbacks, called in order; one that raised is not called again."""
+
+    def __init__(self, callbacks: list[Any]) -> None:
+        self._live = list(callbacks)
+        self.stopped_by: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._live)
+
+    def evaluation(self, evaluation: Evaluation) -> bool:
+        """Calls every ``on_evaluation``; whether one asked to end the run."""
+        stop = False
+        for callback in list(self._live):
+            if self._call(callback, "on_evaluation", evaluation) is True and not stop:
+                stop, self.stopped_by = True, type(callback).__name__
+        return stop
+
+    def end(self, result: dict[str, Any]) -> None:
+        for callback in list(self._live):
+            self._call(callback, "on_end", dict(result))
+
+    def _call(self, callback: Any, hook: str, argument: Any) -> Any:
+        method = getattr(callback, hook, None)
+        if not callable(method):
+            return None
+        try:
+            return method(argument)
+        except Exception as e:  # noqa: BLE001 -- a user's callback never ends the run
+            self._live.remove(callback)
+            print(f"shoal: warning: callback {type(callback).__name__}.{hook} raised {type(e).__name__}: {e}; "
+                  "it is not called again", file=sys.stderr, flush=True)
+            return None
