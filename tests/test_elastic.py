@@ -20,7 +20,8 @@ RUN = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0
 def shoal(*args):
     proc = subprocess.run([sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return {line.split()[0]: line.split()[2] for line in proc.stdout.splitlines()[1:]}  # label -> state
+    table = proc.stdout.split("\n\n")[0]  # (status: the run's summary follows a blank line)
+    return {line.split()[0]: line.split()[2] for line in table.splitlines()[1:]}  # label -> state
 
 
 def learner_steps(run_dir):

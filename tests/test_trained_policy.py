@@ -145,3 +145,27 @@ def test_a_plug_in_agents_policy_loads_when_named_again(tmp_path, monkeypatch):
         load_policy(run_dir)  # (nothing the directory alone names is imported)
     policy = load_policy(run_dir, agent="qrdqn_agent:QRDQNBuilder")
     assert policy(np.zeros(4, np.float32)) in (0, 1)
+
+
+def test_shoal_status_says_where_an_ended_or_stopped_one_process_run_stands(ppo_run, tmp_path):
+    import shutil
+
+    run_dir, rows = ppo_run
+    done = subprocess.run([sys.executable, "-m", "shoal", "status", run_dir], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "run: ppo on CartPole-v1, seed 0 (one process; native replay)" or \
+        lines[0] == "run: ppo on CartPole-v1, seed 0 (one process; reverb replay)", lines
+    assert lines[1].startswith("state: ended, out of budget (")
+    assert "env steps: 6,000 of 6,000" in lines
+    last = float(rows[-1]["eval_return"])
+    assert any(line.startswith(f"last evaluation: return {last:.4g} at 6,000 env steps") for line in lines), lines
+    assert lines[-1].startswith("logs: ")
+    stopped = tmp_path / "stopped"  # (as a killed run leaves it: no result.json)
+    shutil.copytree(run_dir, stopped)
+    os.unlink(stopped / "result.json")
+    done = subprocess.run([sys.executable, "-m", "shoal", "status", str(stopped)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "shoal train --resume continues it from its last checkpoint" in done.stdout.splitlines()[1]

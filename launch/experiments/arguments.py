@@ -198,7 +198,8 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--verbose", action="store_true", default=default(False),
         help="keep native libraries' log lines (Reverb's, TensorFlow's) on stderr")
     for name, text in (("scale", "grow or shrink the actors of a running distributed program"),
-                       ("status", "show the node table of a running distributed program")):
+                       ("status", "show where a run stands: a running distributed program's node table, then, "
+                                  "for any run, its steps, last evaluation, checkpoint and logs")):
         command = sub.add_parser(name, help=text, description=text.capitalize() + ".")
         command.add_argument("run_dir", help="the program's run directory (its --run-dir)")
         if name == "scale":

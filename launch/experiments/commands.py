@@ -142,7 +142,9 @@ def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConf
 
 
 def control(args: argparse.Namespace) -> None:
-    """``shoal scale`` / ``shoal status``: prints the running program's node table."""
+    """``shoal scale`` / ``shoal status``: prints the running program's node table; ``status``
+    then (after a blank line) what the run's files say of it (``status.describe_run``), also
+    of a run that ended or runs in one process."""
     from shoal.launch.programs.control import connect_control
 
     if args.command == "scale":
@@ -151,14 +153,27 @@ def control(args: argparse.Namespace) -> None:
         if not 1 <= args.actors <= max_actors():
             raise ValueError(f"--actors must be in [1, {max_actors()}] on this machine "
                              f"({os.cpu_count()} cores), got {args.actors}")
-    client = connect_control(args.run_dir)
-    rows = client.scale("actor", args.actors) if args.command == "scale" else client.status()
-    print(f"{'node':<14} {'group':<10} {'state':<12} {'restarts':>8}")
-    for row in rows:
-        print(f"{row['label']:<14} {row['group']:<10} {row['state']:<12} {row['restarts']:>8}")
-    autoscale = client.autoscale()
-    if autoscale is not None:
-        print(f"actors: {autoscale['mode']}, target {autoscale['target']}: {autoscale['reason']}")
+    is_run = args.command == "status" and os.path.isfile(os.path.join(args.run_dir, "config.json"))
+    try:
+        client = connect_control(args.run_dir)
+    except ValueError:
+        if not is_run:  # (not a run directory at all: say why there is no program to ask)
+            raise
+        client = None
+    if client is not None:
+        rows = client.scale("actor", args.actors) if args.command == "scale" else client.status()
+        print(f"{'node':<14} {'group':<10} {'state':<12} {'restarts':>8}")
+        for row in rows:
+            print(f"{row['label']:<14} {row['group']:<10} {row['state']:<12} {row['restarts']:>8}")
+        autoscale = client.autoscale()
+        if autoscale is not None:
+            print(f"actors: {autoscale['mode']}, target {autoscale['target']}: {autoscale['reason']}")
+    if is_run:
+        from shoal.launch.experiments.status import describe_run
+
+        if client is not None:
+            print()
+        print("\n".join(describe_run(args.run_dir, running=client is not None)), flush=True)
 
 
 def evaluate(args: argparse.Namespace) -> dict:
