@@ -105,11 +105,14 @@ def test_an_installed_entry_point_names_the_plugin(qrdqn, tmp_path, monkeypatch)
         assert "qrdqn" in registry.registered_agents()
         rc, out, err = shoal_in_process("--agent", "qrdqn", "--env", "CartPole-v1", "--dry-run",
                                         "--run-dir", str(tmp_path / "run"))
+        named = shoal_in_process("--agent", AGENT, "--env", "CartPole-v1", "--dry-run")  # (the default folder)
     finally:
         registry._load.cache_clear()  # (the name is known only while the dist-info is on the path)
     assert rc == 0, err
     config = json.loads(out.splitlines()[0])
     assert config["agent"] == "qrdqn" and config["preset"] == "qrdqn/classic", config
+    assert named[0] == 0, named[2]
+    assert json.loads(named[1].splitlines()[0])["run_dir"].startswith(os.path.join("runs", "qrdqn-CartPole-v1-s0-"))
 
 
 BAD_PLUGINS = '''

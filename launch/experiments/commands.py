@@ -40,17 +40,22 @@ def train(args: argparse.Namespace, given: list[str], started: float,
     # preflight.prepare for a distributed run and its --dry-run), before any file or server is made.
     if args.dry_run:  # what would run, checked as a run checks it: the resolved config, and the program's graph
         from shoal.core.files import json_text
-        from shoal.launch.experiments.launch_settings import LaunchSettings
+        from shoal.agents.builders import try_factories
         from shoal.launch.experiments.preflight import prepare
 
-        from shoal.agents.builders import try_factories
-
-        settings = launch or LaunchSettings(num_actors=args.num_actors)
-        prepared = prepare(config, settings, started, actors_flag=_actors_flag(given))  # (joins no cluster)
+        if launch is None:  # one process: checked as run_experiment checks it; no program graph
+            config.validate_settings()
+            spec = config.environment_spec()
+            config.validate_agent(spec)
+            try_factories(config.builder, spec, config.make_networks)  # (as claim_run_directory does)
+            print(json_text({**config.to_dict(), "launch": None}, "the resolved config"))
+            print("one process: an actor, the learner, an embedded replay server and the evaluator share this "
+                  "process's thread (--launcher processes|inprocess|ray makes a program of nodes)")
+            return None
+        prepared = prepare(config, launch, started, actors_flag=_actors_flag(given))  # (joins no cluster)
         try_factories(config.builder, prepared.spec, config.make_networks)  # (as claim_run_directory does)
         program = prepared.program
-        launch = launch and launch.record()
-        print(json_text({**config.to_dict(), "launch": launch}, "the resolved config"))
+        print(json_text({**config.to_dict(), "launch": launch.record()}, "the resolved config"))
         print(program.describe())
         print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
         return None
@@ -77,7 +82,7 @@ def train(args: argparse.Namespace, given: list[str], started: float,
 
 
 # The flags of a distributed program (refused without --launcher rather than ignored).
-DISTRIBUTED_FLAGS = ("--ports", "--resources", "--ray-address", "--params-via")
+DISTRIBUTED_FLAGS = ("--num-actors", "--ports", "--resources", "--ray-address", "--params-via")
 
 # flag -> the ExperimentConfig field it sets (a preset's value stands unless the flag is given)
 EXPERIMENT_FLAGS = {"--max-env-steps": "max_env_steps", "--num-envs": "num_envs", "--eval-every": "eval_every",
@@ -94,18 +99,20 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
     if args.trust_run_dir:
         raise ValueError("--trust-run-dir applies to --resume (a new run names its own code)")
     settings = {key: parse_setting(config_class(args.agent), key, value) for key, value in args.overrides}
-    run_dir = args.run_dir or os.path.join(
-        "runs", f"{args.agent.rpartition(':')[2]}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     chosen = {field: getattr(args, field) for flag, field in EXPERIMENT_FLAGS.items() if flag in given}
     config = experiment_config(
         args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
-        run_dir=run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet,
+        run_dir=args.run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet,
         env_args=dict(args.env_args), env_factory=args.env_factory, action_masks=args.action_masks,
         track=args.track, **chosen)
+    if args.run_dir is None:  # (named as the result names the agent: a plug-in's own name, not its class)
+        name = getattr(config.builder, "name", None) or args.agent.rpartition(":")[2]
+        config.run_dir = os.path.join("runs", f"{name}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
         raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
-                         "processes, inprocess or ray (or drop them: one process uses no ports nor resources)")
+                         "processes, inprocess or ray (or drop them: one process runs one actor and uses no ports "
+                         "nor resources)")
     launch = None
     if args.launcher is not None:  # (checked where the run checks it: preflight.prepare)
         from shoal.launch.experiments.launch_settings import LaunchSettings

@@ -166,7 +166,8 @@ def test_a_dry_run_refuses_what_a_run_refuses(args, expected, tmp_path):
 
 
 def test_distributed_flags_without_a_launcher_are_refused(tmp_path):
-    for args in (["--ports", "50000-50099"], ["--resources", "actor:num_cpus=1"], ["--params-via", "rpc"]):
+    for args in (["--ports", "50000-50099"], ["--resources", "actor:num_cpus=1"], ["--params-via", "rpc"],
+                 ["--num-actors", "3"]):  # (--num-actors alone once ran one process and exited 0)
         for dry in (["--dry-run"], []):
             rc, errors, text = shoal("train", "--run-dir", str(tmp_path / "run"), *TOO_SMALL_BUDGET, *args, *dry)
             assert rc == 2 and len(errors) == 1 and f"{args[0]} apply to a distributed program" in errors[0], text
@@ -189,3 +190,19 @@ def test_a_port_per_server_on_one_host():
     check_ports(program, "ray", (50000, 50001))
     with pytest.raises(ValueError, match=r"2 servers on one host \(learner, replay\)"):
         check_ports(program, "ray", (50000, 50000))
+
+
+def test_a_dry_run_without_a_launcher_shows_the_one_process_run(tmp_path):
+    import contextlib
+    import io
+
+    from shoal.launch.experiments.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["train", "--run-dir", str(tmp_path / "run"), "--dry-run"])
+    assert rc == 0 and "actor" not in err.getvalue(), err.getvalue()  # (no warning about actor processes)
+    text = out.getvalue()
+    assert '"launch": null' in text and "one process: an actor, the learner, an embedded replay server" in text
+    assert "actor_0" not in text and "edges:" not in text, text
+    assert not (tmp_path / "run").exists()
