@@ -112,3 +112,16 @@ def test_the_command_prints_the_table_and_refuses_bad_input_in_one_line(runs, tm
     assert main(["compare", dqn[0]]) == 2
     assert "no evaluation recorded in" in capsys.readouterr().err
     assert load_run(dqn[1])["target"] == 475.0
+
+
+def test_each_run_is_judged_against_its_own_target_and_few_seeds_get_a_caution(tmp_path, capsys):
+    high = make_run(tmp_path, "dqn-0", "dqn", "CartPole-v1", 0, [(1000, 1.0, 480.0)], target=10_000.0)
+    usual = [make_run(tmp_path, f"dqn-{s}", "dqn", "CartPole-v1", s, [(1000, 1.0, 20.0), (2000, 2.0, 480.0)])
+             for s in (1, 2, 3)]
+    d = compare([high, *usual], samples=100)["groups"]["dqn"]["tasks"]["CartPole-v1"]
+    assert (d["reached_target"], d["runs_with_target"], d["target"]) == (3, 4, [475.0, 10_000.0])
+    assert d["optimality_gap"][0] == 0.0  # (scaled to the common target, 475: every final return is above it)
+    assert "has 4 runs" not in capsys.readouterr().err
+    compare(usual[:2], samples=100)
+    assert "shoal: warning: dqn on CartPole-v1 has 2 runs: a 95% interval from so few seeds means little" \
+        in capsys.readouterr().err

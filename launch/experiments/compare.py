@@ -32,6 +32,7 @@ error). ``samples`` (``--bootstrap-samples``) is at most ``aggregates.MAX_SAMPLE
 
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import math
@@ -175,6 +176,10 @@ def compare(run_dirs: Sequence[str], by: str = "agent", out: str | None = None, 
             finals = [float(r["evals"][-1, 2]) for r in task_runs]
             normalized[task] = aggregates.normalized(finals, *scale[task])
             per_task[task] = _task_summary(task_runs, finals, {task: normalized[task]}, samples)
+            if len(task_runs) < 3:
+                print(f"shoal: warning: {group} on {task} has {len(task_runs)} run{'s' * (len(task_runs) > 1)}: a "
+                      "95% interval from so few seeds means little (3 or more are worth comparing)",
+                      file=sys.stderr, flush=True)
         summary["groups"][group] = {"tasks": per_task, "all tasks": _aggregate(normalized, samples)}
     if out:  # (each file through write_output: a link in its place is refused, never written through)
         os.makedirs(out, exist_ok=True)
@@ -188,20 +193,26 @@ def compare(run_dirs: Sequence[str], by: str = "agent", out: str | None = None, 
 
 
 def _task_scale(runs: list[dict]) -> tuple[float, float]:
-    """(low, high) for normalizing a task: its lowest eval return, and its target (or highest)."""
+    """(low, high) for normalizing a task: its lowest eval return, and its runs' most common
+    target (the lower of equally common ones; a run's own --target-return does not rescale the
+    others), or its highest return where no run has one."""
     returns = np.concatenate([r["evals"][:, 2] for r in runs])
-    targets = {r["target"] for r in runs if r["target"] is not None}
-    low, high = float(returns.min()), float(max(targets) if targets else returns.max())
+    targets = collections.Counter(r["target"] for r in runs if r["target"] is not None)
+    common = min(targets, key=lambda t: (-targets[t], t)) if targets else None
+    low, high = float(returns.min()), float(common if common is not None else returns.max())
     return (low, high) if high > low else (low, low + 1.0)
 
 
 def _task_summary(runs: list[dict], finals: list[float], normalized: dict, samples: int) -> dict:
     iqm = aggregates.bootstrap_ci({"task": finals}, aggregates.iqm, samples)
     gap = aggregates.bootstrap_ci(normalized, aggregates.optimality_gap, samples)
-    target = runs[0]["target"]
-    reached = [r["evals"][np.argmax(r["evals"][:, 2] >= target)] for r in runs
-               if target is not None and (r["evals"][:, 2] >= target).any()]
-    return {"runs": len(runs), "seeds": sorted(r["config"].get("seed") for r in runs), "target": target,
+    targets = sorted({r["target"] for r in runs if r["target"] is not None})
+    # each run against its own target (its resolved_target_return): --target-return may differ
+    reached = [r["evals"][np.argmax(r["evals"][:, 2] >= r["target"])] for r in runs
+               if r["target"] is not None and (r["evals"][:, 2] >= r["target"]).any()]
+    return {"runs": len(runs), "seeds": sorted(r["config"].get("seed") for r in runs),
+            "target": (targets[0] if len(targets) == 1 else targets) if targets else None,
+            "runs_with_target": sum(r["target"] is not None for r in runs),
             "final_return_iqm": iqm, "final_return_mean": float(np.mean(finals)), "optimality_gap": gap,
             "reached_target": len(reached),
             "env_steps_to_target": float(np.median([e[0] for e in reached])) if reached else None,
@@ -227,7 +238,7 @@ def markdown_table(summary: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for group, g in summary["groups"].items():
         for task, t in g["tasks"].items():
-            reached = f"{t['reached_target']}/{t['runs']}" if t["target"] is not None else "no target"
+            reached = f"{t['reached_target']}/{t['runs_with_target']}" if t["target"] is not None else "no target"
             steps = f"{t['env_steps_to_target']:,.0f}" if t["env_steps_to_target"] is not None else "—"
             wall = f"{t['wall_s_to_target']:.1f}" if t["wall_s_to_target"] is not None else "—"
             lines.append(f"| {group} | {task} | {t['runs']} | {_ci(t['final_return_iqm'])} | "
