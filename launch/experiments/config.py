@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import typing
 from typing import Any, Callable, Mapping
 
@@ -119,6 +120,20 @@ class ExperimentConfig:
         if spec is not None:
             self.validate_agent(spec, check_memory)
 
+    def _warn_of_a_target_out_of_reach(self) -> None:
+        """One warning line when the target is the env's ``reward_threshold`` (set for its
+        registered episode limit) but ``--env-arg max_episode_steps`` cuts episodes shorter:
+        the run may never reach it and spend its whole budget."""
+        limit = self.env_args.get("max_episode_steps") if isinstance(self.env_args, Mapping) else None
+        if self.target_return is not None or self.env_factory is not None or not isinstance(limit, int):
+            return
+        registered = gym.spec(resolve_env_id(self.env_id))
+        if registered.reward_threshold is not None and registered.max_episode_steps and limit < registered.max_episode_steps:
+            print(f"shoal: warning: the target return {registered.reward_threshold:g} is {self.env_id}'s "
+                  f"reward_threshold for episodes of up to {registered.max_episode_steps} steps; with "
+                  f"max_episode_steps={limit} it may be out of reach (set --target-return)",
+                  file=sys.stderr, flush=True)
+
     def validate_settings(self) -> None:
         """What needs no environment: the ``SHOAL_*`` environment variables, the env id, and
         every field against its range (so that building the env is safe)."""
@@ -134,6 +149,7 @@ class ExperimentConfig:
         if not isinstance(self.env_args, Mapping) or not all(isinstance(k, str) for k in self.env_args):
             raise ValueError(f"env_args must be a dict of keyword arguments, got {self.env_args!r}")
         check_settings(self)
+        self._warn_of_a_target_out_of_reach()
         if self.video_every:
             from shoal.actors.video import check_video_extra
 

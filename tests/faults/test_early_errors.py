@@ -206,3 +206,14 @@ def test_a_dry_run_without_a_launcher_shows_the_one_process_run(tmp_path):
     assert '"launch": null' in text and "one process: an actor, the learner, an embedded replay server" in text
     assert "actor_0" not in text and "edges:" not in text, text
     assert not (tmp_path / "run").exists()
+
+
+def test_a_target_that_shorter_episodes_may_put_out_of_reach_is_a_warning(tmp_path):
+    rc, errors, text = shoal("train", "--env-arg", "max_episode_steps=200", "--run-dir", str(tmp_path / "run"),
+                             "--dry-run")
+    assert rc == 0 and errors == [], text
+    assert ("shoal: warning: the target return 475 is CartPole-v1's reward_threshold for episodes of up to 500 "
+            "steps; with max_episode_steps=200 it may be out of reach (set --target-return)") in text.splitlines()
+    rc, errors, text = shoal("train", "--env-arg", "max_episode_steps=200", "--target-return", "150",
+                             "--run-dir", str(tmp_path / "run"), "--dry-run")
+    assert rc == 0 and "out of reach" not in text
