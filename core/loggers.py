@@ -22,6 +22,8 @@ from shoal.core.files import open_append, write_atomic
 
 
 def _format(value: Any) -> str:
+    if isinstance(value, float) and value != value:  # (NaN: nothing measured yet, e.g. no evaluation)
+        return "-"
     if isinstance(value, float):
         return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, int):

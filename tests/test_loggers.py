@@ -55,3 +55,20 @@ def test_a_logger_failing_to_close_does_not_skip_stopping_the_replay_server(tmp_
     result = run_experiment(config)
     assert result["env_steps"] >= 256 and len(stopped) == 1
     assert "shoal: warning: could not close the train log: RuntimeError" in capsys.readouterr().err
+
+
+def test_the_progress_line_shows_what_is_not_measured_yet_as_a_dash():
+    import io
+
+    from shoal.core.loggers import TerminalLogger
+
+    stream = io.StringIO()
+    TerminalLogger("train", stream=stream).write({"env_steps": 2_000, "eval_return": float("nan"), "loss": 0.5})
+    assert stream.getvalue().strip() == "[train] env_steps 2,000 | eval_return - | loss 0.5"
+
+
+def test_a_resume_says_an_overdue_evaluation_runs_at_once():
+    from shoal.launch.experiments.evaluation import next_evaluation
+
+    assert next_evaluation(28_000, 28_176) == "next evaluation at once (it was due at 28,000 env steps)"
+    assert next_evaluation(30_000, 28_176) == "next evaluation at 30,000 env steps"

@@ -16,6 +16,7 @@ from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import breakdown
 from shoal.launch.experiments.checkpointing import Periodic, commit, spec_record
 from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.evaluation import next_evaluation
 from shoal.launch.experiments.launch_settings import max_actors
 from shoal.launch.experiments.step_grants import LEARNING
 from shoal.launch.programs.control import serve_control
@@ -43,10 +44,11 @@ class ProgramDriver:
         self._actor_counts: list[dict[str, Any]] = []  # (program.csv's rows of this launch, with why)
         self._autoscaled = 1  # (autoscale decisions seen: its history's length)
         if saved is not None:
+            due_at = (saved.get("evaluator") or {}).get("next")
             print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
-                  f"{saved['learner_version']} (state {saved['learner_digest']}), "
-                  f"{len(self._actors)} actors, next evaluation at "
-                  f"{(saved.get('evaluator') or {}).get('next', '?'):,}", file=sys.stderr, flush=True)
+                  f"{saved['learner_version']} (state {saved['learner_digest']}), {len(self._actors)} actors, "
+                  f"{next_evaluation(due_at, saved['env_steps']) if isinstance(due_at, int) else 'next evaluation as scheduled'}",
+                  file=sys.stderr, flush=True)
 
     def _client(self, run, label: str) -> Any:
         """A client to a node that is never restarted (counter, learner, evaluator), kept."""

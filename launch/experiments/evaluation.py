@@ -169,3 +169,11 @@ class Evaluator:
             self._video[0].close()
         if self._tensorboard_videos is not None:
             self._tensorboard_videos.close()
+
+
+def next_evaluation(due_at: int, env_steps: int) -> str:
+    """``next evaluation at N env steps``, or that it is due at once (the checkpoint was taken
+    after its step count, before it ran)."""
+    if due_at <= env_steps:
+        return f"next evaluation at once (it was due at {due_at:,} env steps)"
+    return f"next evaluation at {due_at:,} env steps"

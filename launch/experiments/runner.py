@@ -30,7 +30,7 @@ from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.launch.experiments.checkpointing import (Checkpointer, Periodic, commit, read_run, restore_learner,
                                                     spec_record)
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.evaluation import Evaluator
+from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.pacing import LearningActor
 from shoal.launch.experiments.runs import claim_run_directory
@@ -164,10 +164,11 @@ def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server
             "learner_digest": restored_digest, "replay_items": replay_items,
             "actor_env_steps": actor.save()["env_steps"], "actor_key": actor.save()["key"],
             "next_eval_at": evaluator.save()["next"], "num_evals": evaluator.num_evals}
+    tables = ", ".join(f"{items:,} items in '{name}'" for name, items in replay_items.items())
     print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
-          f"{saved['learner_version']} (state {restored_digest}), replay items {replay_items}, "
-          f"actor schedule at {saved['actors']['actor']['env_steps']:,} env steps, next evaluation at "
-          f"{evaluator.save()['next']:,}", file=sys.stderr, flush=True)
+          f"{saved['learner_version']} (state {restored_digest}), replay {tables} (an item is one write of the "
+          f"agent's adder), actor schedule at {saved['actors']['actor']['env_steps']:,} env steps, "
+          f"{next_evaluation(evaluator.save()['next'], saved['env_steps'])}", file=sys.stderr, flush=True)
     return info
 
 

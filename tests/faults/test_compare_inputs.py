@@ -86,7 +86,9 @@ def test_a_run_without_evaluations_is_left_out_with_a_warning(tmp_path):
     assert rc == 0 and not errors, text
     warnings = [line for line in text.splitlines() if line.startswith("shoal: warning:")]
     assert warnings == [f"shoal: warning: no evaluation recorded in {run} (eval.csv is missing or empty); it is "
-                        "left out" for run in (empty, missing)], text
+                        "left out" for run in (empty, missing)] + [
+        "shoal: warning: dqn on CartPole-v1 has 1 run: a 95% interval from so few seeds means little (3 or more "
+        "are worth comparing)"], text
     assert json.loads((out / "summary.json").read_text())["groups"]["dqn"]["tasks"]["CartPole-v1"]["runs"] == 1
     rc, errors, text, _ = _compare(empty, missing)
     assert rc == 2 and errors == [f"shoal: error: no evaluation recorded in {empty}, {missing} (eval.csv is missing "
