@@ -141,17 +141,25 @@ class ActorWorker:
             if time.monotonic() - last > 0.5:
                 reported = self._report(reported)
                 self._snapshot = self._actor.save()
-                # staleness: learner updates the params this actor acts with are behind by
-                version = self._actor.params_version
-                loop.log(params_version=version, staleness=self._learner.version() - version)
+                self._log_staleness(loop)
                 last = time.monotonic()
         self._report(reported, release=True)  # stopped while the program goes on (scaled down): its last steps count
         wall_s = time.monotonic() - started
+        try:  # a last row, so that a short run's log is not left empty (best effort: the learner may be gone)
+            self._log_staleness(loop)
+        except Exception as e:  # noqa: BLE001 -- an RPC to a node that stopped or failed
+            print(f"[{self._label}] no last log row: the learner did not answer ({type(e).__name__})", flush=True)
         if not close_adder(self._adder, STOP_FLUSH_S):
             print(f"[{self._label}] stopping: replay did not take this actor's last items within {STOP_FLUSH_S:g}s "
                   "(the table's rate limiter held them back); they are dropped", flush=True)
         self._logger.close()
         return summary(loop.stopwatch, wall_s, env_steps=loop.env_steps, steps_per_s=loop.env_steps / max(wall_s, 1e-9))
+
+    def _log_staleness(self, loop: EnvironmentLoop) -> None:
+        """A row of ``actor_<i>.csv`` with the staleness: learner updates the params this actor
+        acts with are behind by."""
+        version = self._actor.params_version
+        loop.log(params_version=version, staleness=self._learner.version() - version)
 
     def _report(self, reported: int, ask: bool = False, release: bool = False) -> int:
         """Reports the env steps taken since ``reported`` (``StepGrants.report``: ``ask`` for
