@@ -67,7 +67,7 @@ def export_policy(run_dir: str, out: str, checkpoint: int | None = None, batch_s
     if os.path.isdir(out):
         raise ValueError(f"--out {out!r} is a directory: give a file name (e.g. {os.path.join(out, 'policy.jax')})")
     policy = load_policy(run_dir, checkpoint, greedy=True, trust_run_dir=trust_run_dir, **named)
-    acting = policy.config.builder.make_policy(policy.config.make_networks(policy.spec), policy.spec, evaluation=True)
+    acting = policy.policy
     if acting.initial_state is not None:
         raise ValueError(f"the policy of {run_dir} is recurrent ({agent_name(policy.config.builder)}): shoal export "
                          "writes feed-forward policies only; shoal.load_policy runs it in Python")

@@ -53,6 +53,11 @@ class TrainedPolicy:
         self._seed = seed
         self._actors: dict[int, Any] = {}
 
+    @property
+    def policy(self) -> Any:
+        """The agent's ``Policy`` this acts with (greedy or not, as loaded)."""
+        return self._policy
+
     def actor(self, num_envs: int) -> Any:
         """The batched actor for ``num_envs`` rows (made at the first call of that size)."""
         if num_envs not in self._actors:
