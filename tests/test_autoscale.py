@@ -4,6 +4,7 @@ learner waits."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -115,7 +116,10 @@ def check_grows_from_one_actor(tmp_path, *launcher_args) -> dict:
             pytest.fail("the run ended without growing:\n" + "".join(lines[-30:]))
         status = subprocess.run([sys.executable, "-m", "shoal", "status", str(run_dir)], capture_output=True,
                                 text=True, timeout=60)
-        assert "actors: auto:1-2, target 2" in status.stdout, status.stdout + status.stderr
+        # (target 2 with the growth's reason; or, were the machine slow enough that the window
+        # after it ended first, target 1 with the reason it went back)
+        assert re.search(r"actors: auto:1-2, target (2: learner waits|1: actor 2 did not raise)", status.stdout), \
+            status.stdout + status.stderr
         # The driver may add the actor before the learner's first update (it waits from its
         # start): stop after that update, the first row of learner.csv.
         wait_for(lambda: csv_rows(run_dir / "learner.csv") or proc.poll() is not None, 180, "the learner's first update")
@@ -128,8 +132,12 @@ def check_grows_from_one_actor(tmp_path, *launcher_args) -> dict:
     result = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
     assert result["num_actors_mode"] == "auto:1-2"
     assert "actor_1" in err  # (the node table: the added actor was a node of the program)
-    assert [c["actors"] for c in result["actor_counts"]] == [1, 2]
+    # (the growth first; on a loaded machine the driver may measure the window after it before
+    # the stop and remove the actor again when throughput did not rise: a decision with its reason)
+    counts = [c["actors"] for c in result["actor_counts"]]
+    assert counts[:2] == [1, 2] and set(counts) <= {1, 2}, result["actor_counts"]
     assert "learner waits" in result["actor_counts"][1]["reason"]
+    assert all(c["reason"] for c in result["actor_counts"][2:]), result["actor_counts"]
     # (the added actor's own breakdown may not have reached the driver before the stop)
     assert result["learner_steps"] > 0 and {"learner", "actor_0"} <= set(result["time_breakdown"])
     assert json.loads((run_dir / "config.json").read_text())["launch"]["num_actors"] == "auto:1-2"

@@ -55,10 +55,10 @@ def test_seeded_acting_is_reproducible(tmp_path):
     assert evals[0] != evals[2]
 
 
-def evals_of(agent, env_id, tmp_path, seed, max_env_steps, eval_every, **overrides):
+def evals_of(agent, env_id, tmp_path, seed, max_env_steps, eval_every, replay=None, **overrides):
     config = ExperimentConfig(builder=get_builder(agent, **overrides), env_id=env_id, seed=seed,
                               max_env_steps=max_env_steps, eval_every=eval_every, target_return=1e9,
-                              run_dir=str(tmp_path / agent), progress=False)
+                              run_dir=str(tmp_path / agent), progress=False, replay=replay)
     result = run_experiment(config)
     return result, [float(row["eval_return"]) for row in read_csv(tmp_path / agent / "eval.csv")]
 
@@ -79,7 +79,10 @@ def test_impala_short_run_return_clearly_rises(tmp_path):
 
 
 def test_sac_short_run_return_clearly_rises(tmp_path):
-    result, evals = evals_of("sac", "Pendulum-v1", tmp_path, seed=0, max_env_steps=5_000, eval_every=1_000)
+    # (native replay: its sampling is seeded, so this run is the same run every time on a
+    # machine; Reverb's is not, and 1 of ~10 runs on it stayed near -970 at 5,000 env steps)
+    result, evals = evals_of("sac", "Pendulum-v1", tmp_path, seed=0, max_env_steps=5_000, eval_every=1_000,
+                             replay="native")
     # Pendulum returns are negative: about -1400 for a policy that has not learned to swing up
-    # (the first evaluation comes before learning starts); 6 runs here reached -547 or better.
+    # (the first evaluation comes before learning starts).
     assert evals[0] < -1000 and max(evals) > -800, evals

@@ -128,21 +128,24 @@ def test_ray_program_grows_and_shrinks(cluster, tmp_path):
     assert_no_actor_left(cluster)
 
 
+@pytest.mark.slow  # (CI time, ~100 s: growth is tested under processes, Ray's room by the test below)
 def test_ray_program_with_auto_actors_grows_from_one_on_free_cluster_cpus(cluster, tmp_path):
     result = check_grows_from_one_actor(tmp_path, "--launcher", "ray", "--ray-address", cluster.address)
     assert "cluster CPUs free" in result["actor_counts"][1]["reason"]  # (the room Ray's resources showed)
     assert_no_actor_left(cluster)
 
 
-def test_without_free_cluster_cpus_autoscale_asks_rays_autoscaler_once_and_says_so(cluster):
-    # (more CPUs per actor than the cluster has: no room; the request goes to Ray's autoscaler,
-    # which this fixed cluster does not run, so the answer stays "no room")
+def test_rays_room_is_its_free_cluster_cpus_and_without_them_asks_rays_autoscaler_once(cluster):
+    # (one CPU per actor on an idle cluster: room, from Ray's resources. More CPUs per actor than
+    # the cluster has: no room; the request goes to Ray's autoscaler, which this fixed cluster
+    # does not run, so the answer stays "no room")
     code = ("import ray, sys\nfrom shoal.launch.experiments.autoscale_loop import RayRoom\n"
-            "ray.init(address=sys.argv[1], logging_level='ERROR')\nroom = RayRoom(cpus_per_actor=1000)\n"
-            "print(room())\nprint(room())\n")
+            "ray.init(address=sys.argv[1], logging_level='ERROR')\nprint(RayRoom(cpus_per_actor=1)())\n"
+            "room = RayRoom(cpus_per_actor=1000)\nprint(room())\nprint(room())\n")
     proc = subprocess.run([sys.executable, "-c", code, cluster.address], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    first, second = proc.stdout.strip().splitlines()[-2:]
+    free, first, second = proc.stdout.strip().splitlines()[-3:]
+    assert free.startswith("(True, ") and "cluster CPUs free" in free, free
     assert first.startswith("(False, ") and "asked Ray's autoscaler for" in first, first
     assert second.startswith("(False, ") and "no free cluster CPU (asked Ray's autoscaler for" in second, second
 
