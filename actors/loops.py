@@ -46,7 +46,7 @@ class EnvironmentLoop:
     def __init__(self, env: gym.vector.VectorEnv, actor: Actor, counter: Counter | None = None,
                  logger: Logger | None = None, stopwatch: Stopwatch | None = None,
                  prefetch: bool | None = None, on_stall: Callable[[str], None] | None = None) -> None:
-        from shoal.launch.programs.environment import value
+        from shoal.launch.programs.variables import value
 
         self._env = env
         self._actor = actor
@@ -229,7 +229,7 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
     that is not finite, or a return that stops being finite, raises ``RuntimeError`` (one line):
     an evaluation never reports a NaN or infinite return.
     """
-    from shoal.launch.programs.environment import value
+    from shoal.launch.programs.variables import value
 
     obs, _ = env.reset(seed=seed)
     check_action_mask(obs, 0)

@@ -55,7 +55,7 @@ def serve(num_params: int, conn) -> None:
 
 
 def measure(address: str, num_clients: int, calls: int, shared: bool = False) -> dict:
-    from shoal.launch.experiments.shared_params import LocalFirstSource
+    from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
     from shoal.launch.programs.rpc import RpcClient
 
     rpc = [RpcClient(address).wait_for_ready(30) for _ in range(num_clients)]

@@ -118,7 +118,7 @@ def main() -> None:
              TARGETS.get(env))
     evaluated = {r["run_dir"]: r["agent"] for r in runs if not math.isnan(best_eval_return(r["run_dir"]))}
     if evaluated:  # (shoal compare: IQM and optimality gap with bootstrap intervals, mean curves per agent)
-        from shoal.launch.experiments.compare import compare, markdown_table as compare_table
+        from shoal.launch.experiments.cli.compare import compare, markdown_table as compare_table
 
         table += "\n" + compare_table(compare(list(evaluated), out=os.path.join(args.out, "compare"), labels=evaluated))
         # (compare/table.md holds this second table; table.md the first)
@@ -228,7 +228,7 @@ def plot(runs: list[dict], path: str, title: str, target: float | None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shoal.launch.experiments.compare import label_axes
+    from shoal.launch.experiments.cli.compare import label_axes
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     for r in runs:

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from shoal.actors import EnvironmentLoop, make_vector_env
-from shoal.agents import distributions, get_builder
+from shoal.agents import get_builder
+from shoal.agents.blocks import distributions
 from shoal.agents.dqn.learning import double_q_bootstrap
-from shoal.agents.observations import mask_logits
+from shoal.agents.blocks.dict_observations import mask_logits
 from shoal.core.specs import ArraySpec, EnvironmentSpec, make_environment_spec
 from shoal.core.types import ActorInfo
 from shoal.launch import ExperimentConfig, run_experiment
@@ -89,7 +90,7 @@ def test_the_cli_turns_masks_off_and_records_it():
     import io
     import json
 
-    from shoal.launch.experiments.cli import main
+    from shoal.launch.experiments.cli.main import main
 
     for flags, masks in ((["--no-action-masks"], False), ([], True)):
         out = io.StringIO()

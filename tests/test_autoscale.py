@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from shoal.launch.experiments.autoscale import Autoscaler, Window, parse_auto
-from shoal.launch.experiments.autoscale_loop import _window
-from shoal.launch.experiments.launch_settings import LaunchSettings
+from shoal.launch.experiments.distributed.autoscale import Autoscaler, Window, parse_auto
+from shoal.launch.experiments.distributed.autoscale_loop import _window
+from shoal.launch.experiments.distributed.settings import LaunchSettings
 from tests.waiting import csv_rows, wait_for
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shoal.launch.experiments.cli import main
+from shoal.launch.experiments.cli.main import main
 
 
 def run_cli(args, tmp_path, extra_env=None):

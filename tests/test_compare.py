@@ -7,9 +7,9 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from shoal.core import aggregates
-from shoal.launch.experiments.cli import main
-from shoal.launch.experiments.compare import compare, curve, load_run
+from shoal.launch.experiments.cli import aggregates
+from shoal.launch.experiments.cli.main import main
+from shoal.launch.experiments.cli.compare import compare, curve, load_run
 
 
 def test_the_interquartile_mean_cuts_a_quarter_from_each_end():

@@ -11,9 +11,9 @@ import tests.dict_env  # noqa: F401 -- registers DictCartPole-v0, DictPendulum-v
 from shoal.actors import EnvironmentLoop, make_vector_env
 from shoal.actors.environments import final_observations
 from shoal.agents import get_builder
-from shoal.agents.memory import learner_bytes
+from shoal.agents.learner_memory import learner_bytes
 from shoal.core.specs import ArraySpec, make_environment_spec
-from shoal.launch.experiments.checkpointing import spec_record
+from shoal.launch.experiments.run_directory.checkpoints import spec_record
 from shoal.replay import make_replay_server, without_insert_blocking
 
 SETTINGS = {"dqn": {"min_replay_size": 16, "batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (16,)},

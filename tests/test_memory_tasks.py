@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from shoal.actors import environment_spec, make_vector_env
-from shoal.launch.experiments.cli import main
+from shoal.launch.experiments.cli.main import main
 
 NO_VELOCITY = "shoal/CartPoleNoVelocity-v1"
 

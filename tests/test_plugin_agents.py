@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shoal.launch.experiments.cli import main
+from shoal.launch.experiments.cli.main import main
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 AGENT = "qrdqn_agent:QRDQNBuilder"
@@ -201,7 +201,7 @@ def test_a_plug_ins_learner_memory_is_estimated_from_its_init_state(qrdqn):
     without one is not estimated."""
     from shoal.actors import make_vector_env
     from shoal.agents import get_builder
-    from shoal.agents.memory import learner_bytes
+    from shoal.agents.learner_memory import learner_bytes
     from shoal.core.specs import make_environment_spec
 
     spec = make_environment_spec(make_vector_env("CartPole-v1", 2, seed=0))

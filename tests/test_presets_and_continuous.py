@@ -13,7 +13,7 @@ import pytest
 
 from shoal.agents.ppo import PPOBuilder, PPOConfig
 from shoal.launch import ExperimentConfig, run_experiment
-from shoal.launch.experiments.cli import main
+from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import experiment_config
 
 

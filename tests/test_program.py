@@ -121,7 +121,7 @@ def test_the_program_layer_imports_no_rl_library():
     import subprocess
     import sys
 
-    code = ("import sys, shoal.launch.programs, shoal.launch, shoal.launch.programs.ray_launcher\n"
+    code = ("import sys, shoal.launch.programs, shoal.launch, shoal.launch.programs.ray.launcher\n"
             "heavy = ('shoal.replay', 'shoal.agents', 'shoal.launch.experiments', 'jax', 'gymnasium', 'reverb',\n"
             "         'tensorflow')\n"
             "print(sorted(m for m in heavy if m in sys.modules))")

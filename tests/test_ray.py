@@ -139,7 +139,7 @@ def test_rays_room_is_its_free_cluster_cpus_and_without_them_asks_rays_autoscale
     # (one CPU per actor on an idle cluster: room, from Ray's resources. More CPUs per actor than
     # the cluster has: no room; the request goes to Ray's autoscaler, which this fixed cluster
     # does not run, so the answer stays "no room")
-    code = ("import ray, sys\nfrom shoal.launch.experiments.autoscale_loop import RayRoom\n"
+    code = ("import ray, sys\nfrom shoal.launch.experiments.distributed.autoscale_loop import RayRoom\n"
             "ray.init(address=sys.argv[1], logging_level='ERROR')\nprint(RayRoom(cpus_per_actor=1)())\n"
             "room = RayRoom(cpus_per_actor=1000)\nprint(room())\nprint(room())\n")
     proc = subprocess.run([sys.executable, "-c", code, cluster.address], capture_output=True, text=True, timeout=120)

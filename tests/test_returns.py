@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shoal.agents import distributions, normalization
+from shoal.agents.blocks import distributions
+
+from shoal.agents.blocks import normalization
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.learning import vtrace_targets
 from shoal.agents.ppo.learning import gae

@@ -91,7 +91,7 @@ def test_a_plain_iterator_is_a_typed_dataset():
 
 
 def test_launch_settings_go_to_config_json_and_back():
-    from shoal.launch.experiments.launch_settings import LaunchSettings
+    from shoal.launch.experiments.distributed.settings import LaunchSettings
     from shoal.launch.programs import Resources
 
     settings = LaunchSettings(launcher="ray", num_actors=3, ray_address="auto", ports=(47000, 47099),
@@ -110,7 +110,7 @@ def test_launch_settings_go_to_config_json_and_back():
 
 
 def test_given_flags_are_the_flags_typed_and_no_others():
-    from shoal.launch.experiments.cli import given_flags
+    from shoal.launch.experiments.cli.main import given_flags
 
     assert given_flags(["train"]) == []
     assert sorted(given_flags(["train", "--set", "a=1", "--num-envs", "16", "--quiet", "--resources", "learner:num_gpus=1"])) \

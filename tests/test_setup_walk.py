@@ -81,9 +81,9 @@ class Calls:
 
 def _count_everything(monkeypatch) -> Calls:
     from shoal.agents.ppo.builder import PPOBuilder
-    from shoal.launch.experiments import preflight
+    from shoal.launch.experiments.distributed import preflight
     from shoal.launch.experiments.config import ExperimentConfig
-    from shoal.launch.experiments.launch_settings import LaunchSettings
+    from shoal.launch.experiments.distributed.settings import LaunchSettings
 
     calls = Calls(monkeypatch)
     for name in ("validate_settings", "make_env", "environment_spec"):
@@ -99,7 +99,7 @@ def _count_everything(monkeypatch) -> Calls:
 
 @pytest.mark.e2e
 def test_a_one_process_run_builds_its_env_once_and_checks_once(monkeypatch, tmp_path):
-    from shoal.launch.experiments.cli import main
+    from shoal.launch.experiments.cli.main import main
 
     calls = _count_everything(monkeypatch)
     assert main(["train", "--env", ENV_ID, *ARGS, "--run-dir", str(tmp_path / "run")]) == 0
@@ -113,7 +113,7 @@ def test_a_one_process_run_builds_its_env_once_and_checks_once(monkeypatch, tmp_
 @pytest.mark.e2e
 def test_a_distributed_run_checks_once_and_its_driver_builds_one_env_and_no_policy(monkeypatch, tmp_path):
     """``--launcher inprocess``: the nodes are threads of this process, so every call is counted."""
-    from shoal.launch.experiments.cli import main
+    from shoal.launch.experiments.cli.main import main
 
     calls = _count_everything(monkeypatch)
     assert main(["train", "--env", ENV_ID, *ARGS, "--launcher", "inprocess", "--num-actors", "1",

@@ -12,10 +12,10 @@ import pytest
 from shoal.agents import get_builder
 from shoal.launch import (ExperimentConfig, Program, launch, resume_experiment, run_distributed_experiment,
                           run_experiment)
-from shoal.launch.experiments.cli import main
+from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import experiment_config
-from shoal.launch.experiments.run_files import check_config, check_run
-from shoal.launch.programs import environment
+from shoal.launch.experiments.run_directory.schemas import check_config, check_run
+from shoal.launch.programs import variables
 
 # --- the SHOAL_* variables: (name, a good text, what it parses to, a bad text)
 VARIABLES = [
@@ -34,7 +34,7 @@ VARIABLES = [
 
 
 def test_the_table_is_the_one_tested_here():
-    assert sorted(name for name, *_ in VARIABLES) == sorted(environment.VARIABLES), \
+    assert sorted(name for name, *_ in VARIABLES) == sorted(variables.VARIABLES), \
         "a SHOAL_* variable was added or removed: add it to VARIABLES above"
 
 
@@ -42,28 +42,28 @@ def test_the_table_is_the_one_tested_here():
 def test_each_variable_parses_defaults_and_refuses_in_one_line(name, good, parsed, bad, tmp_path):
     (tmp_path / "file").write_text("")
     bad = bad.format(file=tmp_path / "file")
-    default = environment.VARIABLES[name].default
-    assert environment.value(name, {}) == default and environment.value(name, {name: ""}) == default
-    assert environment.value(name, {name: good}) == parsed
+    default = variables.VARIABLES[name].default
+    assert variables.value(name, {}) == default and variables.value(name, {name: ""}) == default
+    assert variables.value(name, {name: good}) == parsed
     with pytest.raises(ValueError) as refused:
-        environment.value(name, {name: bad})
+        variables.value(name, {name: bad})
     assert str(refused.value) == (f"environment variable {name}={bad[:100]!r} is not valid: expected "
-                                  f"{environment.VARIABLES[name].accepted}")
+                                  f"{variables.VARIABLES[name].accepted}")
     with pytest.raises(ValueError, match=name):
-        environment.check_environment({"SHOAL_PARAMS_VIA": "auto", name: bad})
+        variables.check_environment({"SHOAL_PARAMS_VIA": "auto", name: bad})
 
 
 def test_check_environment_passes_an_environment_of_good_values_and_reads_os_environ(monkeypatch):
-    environment.check_environment({name: good for name, good, _, _ in VARIABLES})
+    variables.check_environment({name: good for name, good, _, _ in VARIABLES})
     monkeypatch.setenv("SHOAL_PEER_TIMEOUT_S", "nan")
     with pytest.raises(ValueError, match="SHOAL_PEER_TIMEOUT_S='nan'"):
-        environment.check_environment()
-    assert environment.value("SHOAL_PEER_TIMEOUT_S", {}) == 60.0  # (a mapping given: os.environ not read)
+        variables.check_environment()
+    assert variables.value("SHOAL_PEER_TIMEOUT_S", {}) == 60.0  # (a mapping given: os.environ not read)
 
 
 def test_a_long_bad_value_is_cut_in_the_message():
     with pytest.raises(ValueError) as refused:
-        environment.value("SHOAL_TOKEN", {"SHOAL_TOKEN": " " * 5000})
+        variables.value("SHOAL_TOKEN", {"SHOAL_TOKEN": " " * 5000})
     assert len(str(refused.value)) < 400
 
 

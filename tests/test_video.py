@@ -88,7 +88,7 @@ def test_a_run_records_videos_and_times_them(tmp_path):
 
 
 def test_without_the_video_extra_a_run_is_refused_in_one_line(monkeypatch, capsys):
-    from shoal.launch.experiments.cli import main
+    from shoal.launch.experiments.cli.main import main
 
     monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # (import fails as if not installed)
     with pytest.raises(ValueError, match=r"evaluation videos need the 'video' extra.*pip install -e '\.\[video\]'"):

@@ -7,7 +7,7 @@ import numpy as np
 from shoal.agents.dqn import learning
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.networks import DQNNetworks, make_networks
-from shoal.agents.torsos import check_torso
+from shoal.agents.blocks.torsos import check_torso
 from shoal.agents.transition_replay import TABLE, TransitionReplayBuilder
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy

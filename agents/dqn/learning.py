@@ -12,7 +12,7 @@ prioritized replay. Gradients are averaged over devices (``pmean``), clipped, an
 Adam; every ``target_update_period`` steps the target params are set to the online ones. One
 learner update is ``sgd_steps_per_update`` such steps in one ``lax.scan``.
 
-With action masks (``shoal.agents.observations``: the ``action_mask`` stored with ``s'``), the
+With action masks (``shoal.agents.blocks.dict_observations``: the ``action_mask`` stored with ``s'``), the
 argmax is over the actions allowed in ``s'``; the policy's greedy and random actions are
 allowed ones too (a random action is uniform over the allowed set).
 """
@@ -27,7 +27,7 @@ import optax
 
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.networks import QNetwork
-from shoal.agents.observations import MASKED_LOGIT, action_mask, example_observation, mask_logits
+from shoal.agents.blocks.dict_observations import MASKED_LOGIT, action_mask, example_observation, mask_logits
 from shoal.core.types import ActorInfo, Policy
 from shoal.learners.updates import AXIS_NAME, UpdateFn, scan_sgd_steps
 

@@ -22,9 +22,9 @@ def default_directory() -> str:
 def enable_compilation_cache() -> str | None:
     """Turns the cache on for this process and the node processes it starts; returns its
     directory, or ``None`` if ``SHOAL_COMPILATION_CACHE=off``."""
-    from shoal.launch.programs import environment
+    from shoal.launch.programs import variables
 
-    path = environment.value(ENV) or default_directory()
+    path = variables.value(ENV) or default_directory()
     if path.lower() == "off":
         return None
     os.makedirs(path, exist_ok=True)

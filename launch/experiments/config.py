@@ -14,12 +14,12 @@ from shoal.actors import check_env_id, environment_spec, make_vector_env
 from shoal.actors.env_sources import check_env_args, factory_path, load_env_factory
 from shoal.actors.environments import STICKY_ACTIONS, is_atari, resolve_env_id
 from shoal.agents.builders import AgentBuilder
-from shoal.agents.memory import check_learner_fits
+from shoal.agents.learner_memory import check_learner_fits
 from shoal.agents.registry import agent_name
 from shoal.core.settings import check_settings, setting
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.callbacks import check_callbacks
-from shoal.launch.programs.environment import check_environment
+from shoal.launch.programs.variables import check_environment
 
 
 @dataclasses.dataclass
@@ -166,7 +166,7 @@ class ExperimentConfig:
         """The agent against the env (``spec``): its settings (the builder's ``validate``),
         whether the step budget lets it learn, and (``check_memory``: the learner runs on this
         machine) whether its learner fits in memory (estimated from shapes, nothing allocated:
-        ``shoal.agents.memory``)."""
+        ``shoal.agents.learner_memory``)."""
         self.builder.validate(spec, jax.local_device_count())
         if check_memory:
             check_learner_fits(self.builder, spec, self.make_networks(spec), jax.local_device_count())

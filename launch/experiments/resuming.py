@@ -16,13 +16,13 @@ def resume_experiment(run_dir: str, **changes: Any) -> dict[str, Any]:
     factory, a ``module:EnvId``, an agent that is not built in or a Ray address its
     ``config.json`` records must be given again (``env_factory=``, ``env_id=``, ``agent=``,
     ``ray_address=``, each the run's own value), or the directory trusted (``trust_run_dir=True``)."""
-    from shoal.launch.experiments.runs import load_run
+    from shoal.launch.experiments.run_directory.claim import load_run
 
     config, launch = load_run(run_dir, **changes)
     if launch is None:
         from shoal.launch.experiments.runner import run_experiment
 
         return run_experiment(config)
-    from shoal.launch.experiments.distributed import run_launched
+    from shoal.launch.experiments.distributed.launch import run_launched
 
     return run_launched(config, launch)

@@ -27,13 +27,13 @@ from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.notices import COMPILE_HINT, while_slow
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
-from shoal.launch.experiments.checkpointing import (Checkpointer, Periodic, commit, read_run, restore_learner,
+from shoal.launch.experiments.run_directory.checkpoints import (Checkpointer, Periodic, commit, read_run, restore_learner,
                                                     spec_record)
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.pacing import LearningActor
-from shoal.launch.experiments.runs import claim_run_directory
+from shoal.launch.experiments.run_directory.claim import claim_run_directory
 from shoal.launch.experiments.tracking import start_tracking
 
 

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from shoal.launch.experiments.rundir import read_json, write_json
+from shoal.launch.experiments.run_directory.directory import read_json, write_json
 from shoal.launch.experiments.trackers import BACKENDS
 
 STATE = "tracking.json"

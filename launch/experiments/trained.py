@@ -122,7 +122,7 @@ def _params(run_dir: str, builder: Any, networks: Any, step: int) -> Any:
     ``builder.init_state``; without one, read as saved and its ``params`` taken)."""
     import orbax.checkpoint as ocp
 
-    from shoal.launch.experiments.checkpointing import _readable
+    from shoal.launch.experiments.run_directory.checkpoints import _readable
 
     manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
     template = builder.init_state(jax.random.PRNGKey(0), networks)
@@ -148,8 +148,8 @@ def load_policy(run_dir: str, checkpoint: int | None = None, greedy: bool = True
     trained with one (``config.json`` cannot record code). ``named``: ``agent=``,
     ``env_factory=``, ``env_id=`` as for a resume, to use code the directory names (or
     ``trust_run_dir=True``)."""
-    from shoal.launch.experiments.checkpointing import read_run
-    from shoal.launch.experiments.runs import load_run
+    from shoal.launch.experiments.run_directory.checkpoints import read_run
+    from shoal.launch.experiments.run_directory.claim import load_run
 
     config, _ = load_run(run_dir, trust_run_dir=trust_run_dir, **named)
     if network_factory is not None:

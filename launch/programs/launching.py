@@ -62,7 +62,7 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     # inflate a run's step counter).
     token = token or os.environ.get("SHOAL_TOKEN") or secrets.token_urlsafe(32)
     if launcher == "ray":
-        from shoal.launch.programs.ray_launcher import DEFAULT_PORTS, launch_ray
+        from shoal.launch.programs.ray.launcher import DEFAULT_PORTS, launch_ray
 
         return launch_ray(program, token=token, group_env=group_env, ray_address=ray_address,
                           ports=ports or DEFAULT_PORTS, **options)
@@ -104,7 +104,7 @@ def check_ports(program: Program, launcher: str, ports: tuple[int, int] | None) 
     launchers, under Ray the largest set placed together (a node and those colocated with it)."""
     if ports is None:
         return
-    from shoal.launch.programs.environment import parse_ports
+    from shoal.launch.programs.variables import parse_ports
 
     try:
         first, last = parse_ports("-".join(map(str, ports)))  # (the range itself, as --ports reads it)

@@ -80,7 +80,7 @@ def shm_segments(pids):
 
 def shoal_main(*args):
     """``main(args)`` in this process: (exit status, the ``shoal: error:`` lines, all of stderr)."""
-    from shoal.launch.experiments.cli import main
+    from shoal.launch.experiments.cli.main import main
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

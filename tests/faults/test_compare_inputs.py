@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from shoal.core import aggregates
+from shoal.launch.experiments.cli import aggregates
 from tests.faults.harness import shoal_main
 
 CONFIG = {"agent": "dqn", "env_id": "CartPole-v1", "seed": 0, "resolved_target_return": 475.0,

@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from shoal.agents import get_builder
-from shoal.agents import memory
+from shoal.agents import learner_memory as memory
 from shoal.launch import ExperimentConfig, Program, ServiceNode, run_distributed_experiment
-from shoal.launch.programs import environment
+from shoal.launch.programs import variables
 from shoal.launch.programs.launching import check_ports, servers
 from shoal.launch.programs.rpc.server import max_message_bytes
 
@@ -65,7 +65,7 @@ def test_networks_that_cannot_fit_write_nothing(launcher, memory_of_16_gib, tmp_
 
 
 def test_a_learner_on_a_ray_cluster_is_not_measured_against_this_machine(monkeypatch):
-    from shoal.launch.experiments.preflight import prepare_distributed
+    from shoal.launch.experiments.distributed.preflight import prepare_distributed
 
     monkeypatch.setattr(memory, "device_memory", lambda: (4 * GIB, "the test's memory"))
     monkeypatch.setenv("SHOAL_RPC_MAX_MESSAGE_MB", "2047")  # (1 GiB of parameters fit one message)
@@ -110,7 +110,7 @@ def test_a_cache_path_that_is_a_file_is_refused(monkeypatch, tmp_path):
 
 def test_variables_are_parsed_in_one_place(monkeypatch):
     monkeypatch.delenv("SHOAL_RPC_MAX_MESSAGE_MB", raising=False)
-    assert max_message_bytes() == 256 * 2**20 and environment.value("SHOAL_PEER_TIMEOUT_S") == 60
+    assert max_message_bytes() == 256 * 2**20 and variables.value("SHOAL_PEER_TIMEOUT_S") == 60
     monkeypatch.setenv("SHOAL_RPC_MAX_MESSAGE_MB", "2047")
     assert max_message_bytes() == 2047 * 2**20 < 2**31  # (gRPC's limit is a signed 32-bit count)
     monkeypatch.setenv("SHOAL_RPC_MAX_MESSAGE_MB", "1e30")
@@ -196,7 +196,7 @@ def test_a_dry_run_without_a_launcher_shows_the_one_process_run(tmp_path):
     import contextlib
     import io
 
-    from shoal.launch.experiments.cli import main
+    from shoal.launch.experiments.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -11,7 +11,7 @@ import pytest
 
 from shoal.launch import Program, ServiceNode, launch
 from shoal.core.counting import Counter
-from shoal.launch.experiments.rundir import RunDirectory
+from shoal.launch.experiments.run_directory.directory import RunDirectory
 from shoal.launch.experiments.tracking import RunTracker
 from shoal.launch.programs.control import serve_control
 from tests.faults.harness import errors, shoal_main as shoal
@@ -50,7 +50,7 @@ def test_a_tracking_json_not_as_shoal_writes_it_is_one_error_naming_the_file_and
 
 def test_the_refusal_after_rm_lock_names_the_owners_pid(tmp_path):
     run_dir = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from shoal.launch.experiments.rundir import "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from shoal.launch.experiments.run_directory.directory import "
                                f"RunDirectory; RunDirectory({str(run_dir)!r}).lock(); print('locked', flush=True); "
                                "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

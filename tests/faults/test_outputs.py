@@ -12,7 +12,7 @@ import pytest
 
 from shoal.actors import EnvironmentLoop
 from shoal.actors.loops import evaluate
-from shoal.launch.experiments.rundir import write_json
+from shoal.launch.experiments.run_directory.directory import write_json
 from tests.faults import faulty_envs  # noqa: F401 -- (registers the envs)
 from tests.faults.harness import shoal_main
 

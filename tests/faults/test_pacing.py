@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from shoal.core.counting import Counter
-from shoal.launch.experiments.step_grants import LEARNING, StepGrants
+from shoal.launch.experiments.distributed.step_grants import LEARNING, StepGrants
 
 
 def test_actors_take_only_their_head_start_until_the_learner_updates_then_the_rest_of_the_budget():

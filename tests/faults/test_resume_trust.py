@@ -11,8 +11,8 @@ import pytest
 from shoal.agents import get_builder
 from shoal.core import files
 from shoal.launch import ExperimentConfig, resume_experiment, run_experiment
-from shoal.launch.experiments.rundir import RunDirectory
-from shoal.launch.experiments.runs import load_run
+from shoal.launch.experiments.run_directory.directory import RunDirectory
+from shoal.launch.experiments.run_directory.claim import load_run
 from tests.faults.harness import shoal_main
 
 
@@ -95,7 +95,7 @@ def test_a_factory_named_again_or_a_trusted_directory_is_used(finished, tmp_path
 
 def test_what_needs_naming_again():
     """Built-in agents and registered ids need nothing; a Ray address is named again like code."""
-    from shoal.launch.experiments.runs import check_named_code
+    from shoal.launch.experiments.run_directory.claim import check_named_code
 
     path = "R/config.json"
     plain = {"agent": "dqn", "env_id": "ALE/Pong-v5", "env_factory": None, "launch": None}

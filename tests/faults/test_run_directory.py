@@ -15,7 +15,7 @@ import pytest
 
 from shoal.core.files import open_append, write_atomic
 from shoal.core.loggers import CSVLogger
-from shoal.launch.experiments.rundir import RunDirectory
+from shoal.launch.experiments.run_directory.directory import RunDirectory
 from tests.faults.harness import SMALL, errors, node_pids, running, start
 from tests.waiting import wait_for
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from shoal.core.counting import Counter
-from shoal.launch.experiments.cli import main
+from shoal.launch.experiments.cli.main import main
 from tests.faults.harness import SMALL, errors, start
 
 BUDGET_ARGS = ["--max-env-steps", "300", "--set", "min_replay_size=100"]
@@ -115,7 +115,7 @@ def test_an_env_id_of_neither_form_is_refused_in_one_line_naming_the_forms(tmp_p
 def test_step_grants_keep_any_interleaving_of_actors_within_one_vector_step_of_the_budget():
     """Three actors step, report, stop and crash in a seeded random order against one counter:
     the counted steps end at the budget or at most num_envs - 1 past it, and nobody steps after."""
-    from shoal.launch.experiments.step_grants import StepGrants
+    from shoal.launch.experiments.distributed.step_grants import StepGrants
 
     for seed in range(20):
         rng, counter, budget, n = random.Random(seed), Counter(), 1001 + 37 * seed, 8

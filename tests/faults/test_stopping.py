@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from shoal.launch.experiments.rundir import RunDirectory
+from shoal.launch.experiments.run_directory.directory import RunDirectory
 from tests.faults.harness import DEFAULT_SIGINT, SMALL, alive, handles_sigterm, node_pids, running, shm_segments, start
 from tests.waiting import csv_rows, wait_for
 

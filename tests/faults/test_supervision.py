@@ -16,7 +16,7 @@ import pytest
 
 from shoal.replay import default_backend
 
-from shoal.launch.experiments.rundir import RunDirectory
+from shoal.launch.experiments.run_directory.directory import RunDirectory
 from tests.faults.harness import alive, errors, node_pids, running, start
 from tests.waiting import csv_rows, wait_for
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from shoal.launch.experiments.config import ExperimentConfig
-    from shoal.launch.experiments.launch_settings import LaunchSettings
+    from shoal.launch.experiments.distributed.settings import LaunchSettings
 
 # The `shoal train` flags that may come with --resume (the rest are the run's own); those of
 # NAMED_AGAIN only name again what the run's config.json does (runs.check_named_code).
@@ -41,7 +41,7 @@ def train(args: argparse.Namespace, given: list[str], started: float,
     if args.dry_run:  # what would run, checked as a run checks it: the resolved config, and the program's graph
         from shoal.core.files import json_text
         from shoal.agents.builders import try_factories
-        from shoal.launch.experiments.preflight import prepare
+        from shoal.launch.experiments.distributed.preflight import prepare
 
         if launch is None:  # one process: checked as run_experiment checks it; no program graph
             config.validate_settings()
@@ -70,7 +70,7 @@ def train(args: argparse.Namespace, given: list[str], started: float,
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a graceful stop
     try:
         if launch:
-            from shoal.launch.experiments.distributed import run_launched
+            from shoal.launch.experiments.distributed.launch import run_launched
 
             return run_launched(config, launch, stop=stop, launched_at=started, actors_flag=_actors_flag(given))
         from shoal.launch.experiments.runner import run_experiment
@@ -115,7 +115,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
                          "nor resources)")
     launch = None
     if args.launcher is not None:  # (checked where the run checks it: preflight.prepare)
-        from shoal.launch.experiments.launch_settings import LaunchSettings
+        from shoal.launch.experiments.distributed.settings import LaunchSettings
 
         launch = LaunchSettings(launcher=args.launcher, num_actors=args.num_actors, ray_address=args.ray_address,
                                 resources=dict(args.resources), ports=args.ports, params_via=args.params_via)
@@ -129,7 +129,7 @@ def _actors_flag(given: list[str]) -> str:
 
 def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, LaunchSettings | None]:
     """The config and launch settings ``args.resume`` saved (only ``RESUME_FLAGS`` may change)."""
-    from shoal.launch.experiments.runs import load_run
+    from shoal.launch.experiments.run_directory.claim import load_run
 
     extra = [flag for flag in given if flag not in RESUME_FLAGS]
     if extra:
@@ -155,7 +155,7 @@ def control(args: argparse.Namespace) -> None:
     from shoal.launch.programs.control import connect_control
 
     if args.command == "scale":
-        from shoal.launch.experiments.launch_settings import max_actors
+        from shoal.launch.experiments.distributed.settings import max_actors
 
         if not 1 <= args.actors <= max_actors():
             raise ValueError(f"--actors must be in [1, {max_actors()}] on this machine "
@@ -176,7 +176,7 @@ def control(args: argparse.Namespace) -> None:
         if autoscale is not None:
             print(f"actors: {autoscale['mode']}, target {autoscale['target']}: {autoscale['reason']}")
     if is_run:
-        from shoal.launch.experiments.status import describe_run
+        from shoal.launch.experiments.cli.status import describe_run
 
         if client is not None:
             print()
@@ -207,7 +207,7 @@ def export(args: argparse.Namespace) -> dict:
 
 def compare(args: argparse.Namespace) -> None:
     """``shoal compare``: prints the markdown table, writes it and the plots to ``--out``."""
-    from shoal.launch.experiments.compare import compare as compare_runs, markdown_table
+    from shoal.launch.experiments.cli.compare import compare as compare_runs, markdown_table
 
     summary = compare_runs(args.run_dirs, by=args.by, out=args.out, samples=args.bootstrap_samples)
     print(markdown_table(summary), end="", flush=True)

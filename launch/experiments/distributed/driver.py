@@ -1,5 +1,5 @@
 """``ProgramDriver``: what the launching process does while a distributed run runs (launched by
-``shoal.launch.experiments.distributed``): the progress line, the run's checkpoints (the learner
+``shoal.launch.experiments.distributed.launch``): the progress line, the run's checkpoints (the learner
 node writes its state and replay's; the driver gathers each actor's and the evaluator's schedule
 and writes ``run.json``), stopping the program on ``stop``, and the run's result, put together
 from the evaluator's result and every node's summary.
@@ -14,11 +14,11 @@ from typing import Any
 
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import breakdown
-from shoal.launch.experiments.checkpointing import Periodic, commit, spec_record
+from shoal.launch.experiments.run_directory.checkpoints import Periodic, commit, spec_record
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import next_evaluation
-from shoal.launch.experiments.launch_settings import max_actors
-from shoal.launch.experiments.step_grants import LEARNING
+from shoal.launch.experiments.distributed.settings import max_actors
+from shoal.launch.experiments.distributed.step_grants import LEARNING
 from shoal.launch.programs.control import serve_control
 
 
@@ -188,7 +188,7 @@ class ProgramDriver:
         serving actor's schedule and RNG (an actor that is restarting, or not serving yet, keeps
         its last known one). Its ``env_steps`` (the counter's) and ``learner_steps`` (the
         learner's, as of the state it wrote) are the ones the run's result reports."""
-        from shoal.launch.experiments.step_grants import TRANSIENT
+        from shoal.launch.experiments.distributed.step_grants import TRANSIENT
 
         with self._lock:
             counts = {name: value for name, value in self._client(run, "counter").get_counts().items()

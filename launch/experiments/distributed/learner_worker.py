@@ -1,6 +1,6 @@
 """What the learner node of a distributed run does: trains as fast as replay serves batches,
 serves its parameters, reports its SGD steps, and writes its half of each checkpoint between two
-updates. (The actor and evaluator nodes are in ``shoal.launch.experiments.workers``.)
+updates. (The actor and evaluator nodes are in ``shoal.launch.experiments.distributed.workers``.)
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from shoal.core.loggers import make_logger
 from shoal.core.notices import COMPILE_HINT, while_slow
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
-from shoal.launch.experiments.checkpointing import Checkpointer, restore_learner
+from shoal.launch.experiments.run_directory.checkpoints import Checkpointer, restore_learner
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.shared_params import ParamsPublisher
-from shoal.launch.experiments.step_grants import LEARNING
-from shoal.launch.experiments.workers import summary
+from shoal.launch.experiments.distributed.shared_params import ParamsPublisher
+from shoal.launch.experiments.distributed.step_grants import LEARNING
+from shoal.launch.experiments.distributed.workers import summary
 from shoal.launch.programs.nodes import should_stop
 
 

@@ -4,7 +4,7 @@ whatever their values (``given_flags``: a flag given overrides the preset's valu
 ``--resume`` only some may be given).
 
 A usage error is one ``shoal: error: ...`` line on stderr and exit status 2, like every other
-error of the command line (``shoal.launch.experiments.cli``).
+error of the command line (``shoal.launch.experiments.cli.main``).
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _parse_resources(text: str) -> tuple[str, Any]:
 
 def _parse_ports(text: str) -> tuple[int, int] | None:
     """``FIRST-LAST`` -> ``(first, last)``."""
-    from shoal.launch.programs.environment import parse_ports
+    from shoal.launch.programs.variables import parse_ports
 
     try:
         return parse_ports(text)

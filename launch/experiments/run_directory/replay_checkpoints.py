@@ -11,7 +11,7 @@ import os
 import shutil
 from typing import Any
 
-from shoal.launch.experiments.rundir import read_json
+from shoal.launch.experiments.run_directory.directory import read_json
 
 
 KEPT = "replay-kept"  # checkpoints/replay-kept/<name>/: hard links of the committed replay checkpoint

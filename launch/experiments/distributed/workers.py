@@ -25,8 +25,8 @@ from shoal.core.specs import EnvironmentSpec, make_environment_spec, map_observa
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator
-from shoal.launch.experiments.shared_params import LocalFirstSource
-from shoal.launch.experiments.step_grants import STALL_S, StepGrants, committed_env_steps
+from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
+from shoal.launch.experiments.distributed.step_grants import STALL_S, StepGrants, committed_env_steps
 from shoal.launch.programs.nodes import current_context, should_stop
 
 STOP_FLUSH_S = 1.0  # how long a stopping actor waits for replay to take its last items

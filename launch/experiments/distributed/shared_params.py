@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from shoal.core.interfaces import Learner, VariableSource
-from shoal.launch.programs.environment import value
+from shoal.launch.programs.variables import value
 from shoal.launch.programs.rpc.codec import encode
 from shoal.launch.programs.shared_memory import SharedValuePublisher, SharedValueReader
 

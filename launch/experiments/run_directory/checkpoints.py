@@ -33,9 +33,9 @@ import jax
 import numpy as np
 
 from shoal.core.specs import EnvironmentSpec, map_observation
-from shoal.launch.experiments.replay_checkpoints import KEPT, keep_committed_replay, keep_only_replay_checkpoint
-from shoal.launch.experiments.run_files import check_run
-from shoal.launch.experiments.rundir import read_json, write_json
+from shoal.launch.experiments.run_directory.replay_checkpoints import KEPT, keep_committed_replay, keep_only_replay_checkpoint
+from shoal.launch.experiments.run_directory.schemas import check_run
+from shoal.launch.experiments.run_directory.directory import read_json, write_json
 
 
 def digest(tree: Any) -> str:

@@ -8,8 +8,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.agents.observations import DictTorso, ObservationKeys, observation_keys
-from shoal.agents.torsos import Torso, choose_torso, is_image, make_torso
+from shoal.agents.blocks.dict_observations import DictTorso, ObservationKeys, observation_keys
+from shoal.agents.blocks.torsos import Torso, choose_torso, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 
 
@@ -72,7 +72,7 @@ class GaussianActorCritic(nn.Module):
 
 class PixelActorCritic(nn.Module):
     """``frames -> (logits [batch, num_actions], value [batch])``: a convolutional torso
-    (``shoal.agents.torsos``) shared by a categorical policy head and a value head (as
+    (``shoal.agents.blocks.torsos``) shared by a categorical policy head and a value head (as
     CleanRL's PPO for Atari and IMPALA do)."""
 
     torso: Torso
@@ -93,7 +93,7 @@ class PixelActorCritic(nn.Module):
 
 class DictActorCritic(nn.Module):
     """``{key: [batch, ...]} -> (policy output, value [batch])`` for a Dict observation: a torso
-    per key (``shoal.agents.observations.DictTorso``, tanh MLPs), then a categorical head
+    per key (``shoal.agents.blocks.dict_observations.DictTorso``, tanh MLPs), then a categorical head
     (``num_actions``) or a Gaussian one (``action_size`` means and a state-independent log-std),
     and a value head. With image keys one torso is shared by both heads (as
     ``PixelActorCritic``), otherwise each head has its own (as ``ActorCritic``)."""
@@ -163,11 +163,11 @@ def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int
     """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
     space, Gaussian for a 1-d Box one where ``continuous`` is allowed; a convolutional ``torso``
     for image observations, MLPs of ``hidden_sizes`` for flat ones, a torso per key for Dict ones.
-    With ``lstm_size``, the torso feeds an LSTM that both heads read (``shoal.agents.recurrent``)."""
+    With ``lstm_size``, the torso feeds an LSTM that both heads read (``shoal.agents.blocks.recurrent``)."""
     check_actor_critic_actions(spec, agent, continuous)
     size = spec.action.shape[0] if spec.num_actions is None else 0
     if lstm_size:
-        from shoal.agents.recurrent import RecurrentActorCritic
+        from shoal.agents.blocks.recurrent import RecurrentActorCritic
 
         keys = observation_keys(spec.observation, torso, spec.observation_space) if spec.dict_observations else None
         chosen = choose_torso(torso, spec.observation.shape, spec.observation_space) if is_image(spec) else None

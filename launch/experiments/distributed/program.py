@@ -1,5 +1,5 @@
 """``make_distributed_program``: any agent builder as a program of replay, counter, learner,
-N actors and an evaluator (the node bodies are in ``shoal.launch.experiments.learner_worker`` and ``.workers``).
+N actors and an evaluator (the node bodies are in ``shoal.launch.experiments.distributed.learner_worker`` and ``.workers``).
 
 * ``replay``  -- a Reverb server with the builder's tables (restoring the run's checkpoint).
 * ``counter`` -- a ``Counter`` service; actors add ``env_steps`` (and their own
@@ -25,9 +25,9 @@ from typing import Any
 from shoal.core.counting import Counter
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.replay_node import ReplayNode
-from shoal.launch.experiments.learner_worker import LearnerWorker
-from shoal.launch.experiments.workers import ActorWorker, EvaluatorWorker
+from shoal.launch.experiments.distributed.replay_node import ReplayNode
+from shoal.launch.experiments.distributed.learner_worker import LearnerWorker
+from shoal.launch.experiments.distributed.workers import ActorWorker, EvaluatorWorker
 from shoal.launch.programs.nodes import ServiceNode
 from shoal.launch.programs.program import Program
 

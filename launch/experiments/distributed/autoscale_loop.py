@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from shoal.launch.experiments.autoscale import Autoscaler, Window
+from shoal.launch.experiments.distributed.autoscale import Autoscaler, Window
 
 
 class CpuRoom:

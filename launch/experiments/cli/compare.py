@@ -14,7 +14,7 @@ is an env id. Per group and task the table gives, over the group's runs:
 Returns are normalized per task from the lowest evaluation return any compared run had on it
 (0) to the target (1; the highest return seen where the task has no target), so one table row
 per group also aggregates over tasks: the IQM and optimality gap of all its normalized scores,
-the bootstrap stratified by task (``shoal.core.aggregates``).
+the bootstrap stratified by task (``shoal.launch.experiments.cli.aggregates``).
 
 Plots (one PNG and one SVG per task): mean eval return per group against env steps and against
 wall seconds, with the range (min to max) of its runs shaded; a run that stopped (solved) keeps
@@ -43,10 +43,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from shoal.core import aggregates
+from shoal.launch.experiments.cli import aggregates
 from shoal.core.files import check_output, json_text, write_output
-from shoal.launch.experiments.run_files import _check, _fail
-from shoal.launch.experiments.rundir import read_json
+from shoal.launch.experiments.run_directory.schemas import _check, _fail
+from shoal.launch.experiments.run_directory.directory import read_json
 
 COLUMNS = ("env_steps", "wall_s", "eval_return")  # (eval.csv's, as the evaluator writes them)
 MAX_VALUE = float(np.finfo(np.float32).max)  # (3.4e38: no reward, so no return Shoal records, is beyond it)

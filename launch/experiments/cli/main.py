@@ -1,5 +1,5 @@
 """The ``shoal`` command line: running a command, exit codes, and a prompt exit (its arguments
-are parsed by ``shoal.launch.experiments.arguments``).
+are parsed by ``shoal.launch.experiments.cli.arguments``).
 
     shoal train --agent dqn --env CartPole-v1 --seed 0       # one process (see commands.train)
     shoal train ... --launcher processes --num-actors 4       # a distributed program
@@ -25,7 +25,7 @@ import traceback
 from typing import Any, NoReturn, Sequence
 
 from shoal.core.files import json_text
-from shoal.launch.experiments.arguments import build_parser, given_flags
+from shoal.launch.experiments.cli.arguments import build_parser, given_flags
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
 
 
 def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
-    from shoal.launch.experiments import commands
+    from shoal.launch.experiments.cli import commands
     from shoal.launch.experiments.interrupts import EXIT_CODES
 
     started = time.time()

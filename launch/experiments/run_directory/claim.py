@@ -27,12 +27,12 @@ from typing import Any
 
 from shoal.core.files import check_run_directory
 from shoal.core.specs import EnvironmentSpec
-from shoal.launch.experiments.checkpointing import check_resumable, read_run
-from shoal.launch.experiments.replay_checkpoints import keep_only_replay_checkpoint, recover_committed_replay
+from shoal.launch.experiments.run_directory.checkpoints import check_resumable, read_run
+from shoal.launch.experiments.run_directory.replay_checkpoints import keep_only_replay_checkpoint, recover_committed_replay
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
-from shoal.launch.experiments.launch_settings import LaunchSettings
-from shoal.launch.experiments.run_files import check_config
-from shoal.launch.experiments.rundir import RunDirectory, read_json
+from shoal.launch.experiments.distributed.settings import LaunchSettings
+from shoal.launch.experiments.run_directory.schemas import check_config
+from shoal.launch.experiments.run_directory.directory import RunDirectory, read_json
 
 # What ``resume_experiment`` may change of a saved run (the rest is the run's own).
 RESUMABLE_CHANGES = ("max_env_steps", "checkpoint_every_s", "progress", "progress_every_s", "track", "callbacks")

@@ -1,10 +1,10 @@
 """The Ray launcher: every node a Ray actor, placed by its group's ``Resources``.
 
-* The driver joins a cluster or starts a local Ray (``shoal.launch.programs.ray_cluster``);
+* The driver joins a cluster or starts a local Ray (``shoal.launch.programs.ray.cluster``);
   each launch gets its own namespace; actors are named by node label.
 * Placement: by each group's ``Resources``; nodes of a group the program colocates with a node
   (``Program.colocate``) run on that node's machine. A node that cannot be placed is *pending*
-  and warned about (``shoal.launch.programs.ray_worker``).
+  and warned about (``shoal.launch.programs.ray.worker``).
 * Addresses live in a named actor (``RayAddressBook``) on the driver's machine: no shared
   filesystem. Servers bind every interface on a port of ``ports`` (default ``DEFAULT_PORTS``,
   so that a firewall between the hosts can allow one range), advertise their node's IP, and
@@ -43,8 +43,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from shoal.launch.programs.addressing import AddressBook
 from shoal.launch.programs.nodes import NodeContext, set_context
 from shoal.launch.programs.program import Node, Program
-from shoal.launch.programs.ray_cluster import connect, started_local
-from shoal.launch.programs.ray_worker import RayWorker
+from shoal.launch.programs.ray.cluster import connect, started_local
+from shoal.launch.programs.ray.worker import RayWorker
 from shoal.launch.programs.resources import Resources
 from shoal.launch.programs.shared_memory import process_alive, sweep_segments
 from shoal.launch.programs.supervision import ProgramRun
@@ -57,7 +57,7 @@ RAY_EXIT_GRACE_S = 2.0  # how long a local Ray's processes have to end after ray
 
 def peer_timeout_s() -> float:
     """Seconds a node may go unheard before it counts as lost (``SHOAL_PEER_TIMEOUT_S``, default 60)."""
-    from shoal.launch.programs.environment import value
+    from shoal.launch.programs.variables import value
 
     return value("SHOAL_PEER_TIMEOUT_S")
 

@@ -22,7 +22,7 @@ import numbers
 import typing
 from typing import Any
 
-from shoal.launch.experiments.autoscale import AUTO  # (its bounds are checked with the other settings)
+from shoal.launch.experiments.distributed.autoscale import AUTO  # (its bounds are checked with the other settings)
 
 LAUNCH_FIELDS = {"launcher": str, "num_actors": int | str, "ray_address": str | None, "resources": list[str],
                  "ports": str | None, "params_via": str}

@@ -19,12 +19,12 @@ from typing import Any, Mapping
 
 from shoal.core.timing import process_seconds
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.driver import ProgramDriver
+from shoal.launch.experiments.distributed.driver import ProgramDriver
 from shoal.launch.experiments.interrupts import run_begins
-from shoal.launch.experiments.launch_settings import LaunchSettings
-from shoal.launch.experiments.preflight import prepare
-from shoal.launch.experiments.program import CPU_ENV
-from shoal.launch.experiments.runs import claim_run_directory
+from shoal.launch.experiments.distributed.settings import LaunchSettings
+from shoal.launch.experiments.distributed.preflight import prepare
+from shoal.launch.experiments.distributed.program import CPU_ENV
+from shoal.launch.experiments.run_directory.claim import claim_run_directory
 from shoal.launch.experiments.tracking import start_tracking
 from shoal.launch.programs import Resources, launch
 
@@ -40,7 +40,7 @@ def run_distributed_experiment(config: ExperimentConfig, num_actors: int | str =
 
     ``num_actors``: a count, or ``"auto"`` / ``"auto:MIN-MAX"``: the driver adds an actor while
     the learner waits for samples and the machine has room, and removes one while the actors
-    are blocked on inserts (``shoal.launch.experiments.autoscale``); the result's
+    are blocked on inserts (``shoal.launch.experiments.distributed.autoscale``); the result's
     ``actor_counts`` records each change and why.
     ``launcher``: ``"processes"``, ``"inprocess"`` or ``"ray"`` (``ray_address``: the cluster
     to join; default a local Ray). ``resources``: per group, what each node asks of Ray.
@@ -97,7 +97,7 @@ def _autoscale(settings: LaunchSettings, num_actors: int, launched_at: float):
     bounds = settings.actor_bounds()
     if bounds is None:
         return None
-    from shoal.launch.experiments.autoscale_loop import AutoscaleLoop, CpuRoom, RayRoom
+    from shoal.launch.experiments.distributed.autoscale_loop import AutoscaleLoop, CpuRoom, RayRoom
 
     room = RayRoom() if settings.launcher == "ray" else CpuRoom()
     return AutoscaleLoop(bounds, num_actors, room, started_at=launched_at)
@@ -107,8 +107,8 @@ def _join_ray(ray_address: str | None, run_dir: str | None) -> None:
     """Connects to Ray (errors as one ``ValueError``) and, on a cluster, checks that every host
     sees ``run_dir``: both before anything is written."""
     try:
-        from shoal.launch.programs.ray_cluster import check_shared_directory, connect
-        from shoal.launch.programs.ray_launcher import peer_timeout_s
+        from shoal.launch.programs.ray.cluster import check_shared_directory, connect
+        from shoal.launch.programs.ray.launcher import peer_timeout_s
     except ImportError:
         raise ValueError("the Ray launcher needs the 'ray' extra, which is not installed; run "
                          "pip install -e '.[ray]' (from the Shoal repository)") from None

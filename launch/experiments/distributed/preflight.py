@@ -14,7 +14,7 @@ from typing import Any, Mapping, NamedTuple
 
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.launch_settings import LaunchSettings, max_actors
+from shoal.launch.experiments.distributed.settings import LaunchSettings, max_actors
 from shoal.launch.programs.program import Program
 
 
@@ -40,8 +40,8 @@ def prepare(config: ExperimentConfig, settings: LaunchSettings, launched_at: flo
     learner's memory) and builds its program. Reads the run's checkpoint when resuming; writes nothing. The learner's memory is
     checked against this machine's unless it runs on a Ray cluster (``ray_address``: its host
     is the cluster's choice); the cluster itself is not joined here."""
-    from shoal.launch.experiments.checkpointing import read_run
-    from shoal.launch.experiments.program import program_graph
+    from shoal.launch.experiments.run_directory.checkpoints import read_run
+    from shoal.launch.experiments.distributed.program import program_graph
     from shoal.launch.programs.launching import check_ports
 
     settings.check(actors_flag)
@@ -79,7 +79,7 @@ def prepare_distributed(config: ExperimentConfig, num_actors: int = 4, launcher:
 
 def _check_params_fit_rpc(config: ExperimentConfig, spec: EnvironmentSpec) -> None:
     """Actors that read the learner's parameters over RPC need them within one message."""
-    from shoal.agents.memory import learner_bytes
+    from shoal.agents.learner_memory import learner_bytes
     from shoal.launch.programs.rpc.server import MAX_MESSAGE_ENV, max_message_bytes
 
     sizes = learner_bytes(config.builder, config.make_networks(spec))

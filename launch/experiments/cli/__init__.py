@@ -1,0 +1,1 @@
+"""The ``shoal`` command line: its parser, its commands, ``compare`` and ``status``."""

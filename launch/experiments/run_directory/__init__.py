@@ -1,0 +1,1 @@
+"""A run's directory: owning it, its files' schemas, its checkpoints."""
