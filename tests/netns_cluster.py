@@ -109,7 +109,7 @@ def start_netns_cluster(temp_dir: str) -> NetnsCluster:
                 '--resources={"learner_host": 1}', "--include-dashboard=false", *common]
         # The worker host mounts a tmpfs over `private` in its own mount namespace (`ip netns
         # exec` gives each command one): what the head writes there, it does not see.
-        worker = ["sh", "-c", f'mount -t tmpfs shoal-private "$0" && exec "$@"', cluster.private,
+        worker = ["sh", "-c", 'mount -t tmpfs shoal-private "$0" && exec "$@"', cluster.private,
                   RAY, "start", f"--address={cluster.address}", f"--node-ip-address={cluster.ips[1]}",
                   '--resources={"actor_host": 4}', *common]
         for host, argv in ((0, head), (1, worker)):

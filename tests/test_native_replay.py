@@ -343,7 +343,7 @@ def test_an_adders_bounded_flushes_lose_no_item_over_rpc():
     one is in flight; a full ``flush()`` then leaves every item in the table, in order."""
     import numpy as np
 
-    from shoal.replay import RateLimit, TableSpec
+    from shoal.replay import RateLimit
 
     table = _queue().replace(max_size=1000, rate_limit=RateLimit(1.0, 1, 0.0, 1000.0))
     replay, rpc, client = _served([table])

@@ -14,7 +14,6 @@ import time
 
 import pytest
 
-from tests.netns_cluster import unavailable as netns_unavailable
 from tests.ray_cluster import start_cluster
 from tests.test_autoscale import check_grows_from_one_actor
 from tests.test_elastic import check_grows_and_shrinks
