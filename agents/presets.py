@@ -1,7 +1,7 @@
 """Presets: tuned settings of an agent for a family of tasks, chosen by the environment id.
 
-Each agent package declares its presets in ``presets.py`` (``PRESETS``; a plug-in agent in its
-builder's ``presets`` attribute), each naming the
+An agent declares its presets in its builder class's ``presets`` attribute (the built-in ones
+list theirs in their package's ``presets.py``; a plug-in as it likes), each naming the
 published settings it comes from. A preset sets agent config fields (``settings``) and may set
 the experiment's too (``experiment``: envs per actor, evaluation interval and size, a budget).
 The family of a gymnasium id is read off its registered entry point:
@@ -20,7 +20,6 @@ The family of a gymnasium id is read off its registered entry point:
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Mapping
 
 from shoal.agents.registry import builder_class, builtin_agents
@@ -66,10 +65,7 @@ def presets(agent: str | None = None) -> list[Preset]:
     found = []
     for name in agents:
         builder = builder_class(name)  # an unknown agent: one line naming the known ones
-        if name in builtin_agents():
-            found += importlib.import_module(f"shoal.agents.{name}.presets").PRESETS
-        else:  # a plug-in's own (its Preset.agent is its own name for itself)
-            found += list(getattr(builder, "presets", ()))
+        found += list(getattr(builder, "presets", ()))  # (built-in or plug-in alike)
     return found
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import importlib.metadata
 import typing
 from typing import Any
@@ -26,13 +25,15 @@ from typing import Any
 from shoal.agents.builders import AgentBuilder, BuilderError, raised
 from shoal.core.importing import import_attribute
 
-# name -> (package, builder class, config class)
+# The built-in agents, named as a plug-in names itself in its entry point (``module:Class``) and
+# loaded the same way: the builder class declares its config (the ``config`` annotation) and its
+# presets (the ``presets`` attribute).
 _AGENTS = {
-    "dqn": ("shoal.agents.dqn", "DQNBuilder", "DQNConfig"),
-    "ppo": ("shoal.agents.ppo", "PPOBuilder", "PPOConfig"),
-    "impala": ("shoal.agents.impala", "IMPALABuilder", "IMPALAConfig"),
-    "sac": ("shoal.agents.sac", "SACBuilder", "SACConfig"),
-    "r2d2": ("shoal.agents.r2d2", "R2D2Builder", "R2D2Config"),
+    "dqn": "shoal.agents.dqn:DQNBuilder",
+    "ppo": "shoal.agents.ppo:PPOBuilder",
+    "impala": "shoal.agents.impala:IMPALABuilder",
+    "sac": "shoal.agents.sac:SACBuilder",
+    "r2d2": "shoal.agents.r2d2:R2D2Builder",
 }
 ENTRY_POINT_GROUP = "shoal.agents"
 
@@ -64,8 +65,8 @@ def _import_builder(path: str, agent: str) -> type:
     return target
 
 
-def plugin_config_class(builder_cls: Any, agent: str) -> type:
-    """The config dataclass of plug-in builder class ``builder_cls`` (its ``config_class``, or
+def declared_config_class(builder_cls: Any, agent: str) -> type:
+    """The config dataclass builder class ``builder_cls`` declares (its ``config_class``, or
     its ``config`` annotation); ``ValueError`` naming what is wrong if it breaks the contract."""
     if not (isinstance(builder_cls, type) and issubclass(builder_cls, AgentBuilder)):
         raise ValueError(f"agent {agent!r} is {builder_cls!r}, not a subclass of shoal.agents.AgentBuilder")
@@ -88,16 +89,12 @@ def plugin_config_class(builder_cls: Any, agent: str) -> type:
 @functools.lru_cache(maxsize=None)
 def _load(name: str) -> tuple[type, type]:
     """``(builder class, config class)`` of agent ``name`` (a built-in, a plug-in, ``module:Class``)."""
-    if name in _AGENTS:
-        package, builder, config = _AGENTS[name]
-        module = importlib.import_module(package)
-        return getattr(module, builder), getattr(module, config)
-    path = _plugins().get(name, name)
+    path = _AGENTS.get(name) or _plugins().get(name, name)
     if ":" not in path:
         raise ValueError(f"unknown agent {name!r}; available: {', '.join(registered_agents())}, or "
                          "module:BuilderClass for a builder of your own")
     builder_cls = _import_builder(path, name)
-    return builder_cls, plugin_config_class(builder_cls, name)
+    return builder_cls, declared_config_class(builder_cls, name)
 
 
 def builder_class(name: str) -> type:
@@ -117,8 +114,9 @@ def agent_name(builder: AgentBuilder) -> str:
     if given:
         return given
     cls = type(builder)
-    for name, (package, builder_attr, _) in _AGENTS.items():
-        if cls.__module__.startswith(package + ".") and cls.__name__ == builder_attr:
+    for name, path in _AGENTS.items():
+        package, _, attribute = path.partition(":")
+        if cls.__module__.startswith(package + ".") and cls.__name__ == attribute:
             return name
     path = f"{cls.__module__}:{cls.__qualname__}"
     return next((name for name, value in _plugins().items() if value == path), path)

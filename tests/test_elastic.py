@@ -62,5 +62,7 @@ def check_grows_and_shrinks(tmp_path, *launcher_args):
         assert any(line.split()[:3] == [label, "actor", "removed"] for line in err.splitlines()), err[-2000:]
 
 
+@pytest.mark.slow  # (CI time, ~90 s: `shoal scale` is tested in CI by tests/faults/test_counts.py, the
+# scaling beneath it by the autoscaler's tests; -m slow runs this under processes and Ray)
 def test_processes_program_grows_and_shrinks(tmp_path):
     check_grows_and_shrinks(tmp_path, "--launcher", "processes")

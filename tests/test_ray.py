@@ -100,6 +100,11 @@ def test_killing_the_learner_stops_the_program_at_once(cluster, tmp_path):
     errors = [line for line in err.splitlines() if line.startswith("shoal: error:")]
     assert len(errors) == 1 and "program 'dqn' failed: learner failed: " in errors[0], err[-2000:]
     assert "Actor" in errors[0].split("learner failed: ")[1]  # Ray's cause (its actor died), not a bare code
+    # The nodes' output is in the run directory, as under the processes launcher (the cluster's
+    # hosts share this machine's filesystem), not on the driver's terminal
+    logs = tmp_path / "run" / "logs"
+    assert "[actor_0] started (pid" in (logs / "actor_0.log").read_text()
+    assert "[actor_0] started" not in err, err[-2000:]
     # The killed learner could not remove its shared-memory segment: the launcher did.
     assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"shoal-params-{learner}-")]
     assert_no_actor_left(cluster)
@@ -175,7 +180,8 @@ def test_a_node_that_cannot_be_placed_is_pending_and_named(cluster, tmp_path):
             table = status()
             return table if len(re.findall(r"actor_\d +actor +running", table)) == 2 else None
 
-        table = wait_for(placed, 120, "two actors placed and running")
+        # (each a Ray worker process that imports Shoal and its stack: minutes on a loaded machine)
+        table = wait_for(placed, 300, "two actors placed and running")
         assert len(re.findall(r"actor_\d +actor +pending", table)) == 1, table
         # the two placed actors, on the node that has the custom resource they asked for
         placed_on = [a.node_id for a in cluster.actors() if (a.name or "").startswith("actor_")]

@@ -6,6 +6,7 @@ import numpy as np
 
 from shoal.agents.dqn import learning
 from shoal.agents.dqn.config import DQNConfig
+from shoal.agents.dqn.presets import PRESETS
 from shoal.agents.dqn.networks import DQNNetworks, make_networks
 from shoal.agents.blocks.torsos import check_torso
 from shoal.agents.transition_replay import TABLE, TransitionReplayBuilder
@@ -18,6 +19,7 @@ class DQNBuilder(TransitionReplayBuilder):
     """Double DQN on batched n-step transitions from a rate-limited (optionally prioritized) table."""
 
     name = "dqn"
+    presets = PRESETS  # (as a plug-in declares its own)
 
     config: DQNConfig
 
@@ -40,6 +42,12 @@ class DQNBuilder(TransitionReplayBuilder):
     def make_policy(self, networks: DQNNetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks.q_network, networks.num_actions, self.config, evaluation)
 
+    def loss(self, network, params, target_params, batch) -> learning.LossOutput:
+        """The loss of one device's batch, per transition (``learning.LossOutput``): DQN's is
+        ``learning.double_q_loss``. A DQN variant overrides this (and ``make_networks`` if its
+        network differs); the optimizer, target network, importance weights and priorities stay."""
+        return learning.double_q_loss(network, params, target_params, batch, self.config.huber_delta)
+
     def init_state(self, key, networks: DQNNetworks) -> learning.TrainingState:
         return learning.init_state(key, networks.q_network, networks.observation_shape, self.config)
 
@@ -60,6 +68,6 @@ class DQNBuilder(TransitionReplayBuilder):
                 priorities = item_priorities(td.T, items_per_batch, dataset.num_envs)
                 update_item_priorities(replay_client, TABLE, sample.keys, priorities)
 
-        return ReplicatedLearner(state, learning.make_update(networks.q_network, c), dataset,
+        return ReplicatedLearner(state, learning.make_update(networks.q_network, c, self.loss), dataset,
                                  after_update=after_update, counter=counter, logger=logger,
                                  stopwatch=stopwatch)

@@ -12,6 +12,12 @@ prioritized replay. Gradients are averaged over devices (``pmean``), clipped, an
 Adam; every ``target_update_period`` steps the target params are set to the online ones. One
 learner update is ``sgd_steps_per_update`` such steps in one ``lax.scan``.
 
+The loss is a seam (as Acme's ``loss_fn``): ``make_update(network, config, loss)`` takes any
+``Loss`` -- per-transition losses, ``|TD|`` for the priorities and ``Q(s, a)`` for the metrics --
+and keeps the rest (importance weights, the optimizer, the target network, the scan). A DQN
+variant (QR-DQN in ``examples/qrdqn_agent.py``) is a builder whose ``loss`` method returns
+another one.
+
 With action masks (``shoal.agents.blocks.dict_observations``: the ``action_mask`` stored with ``s'``), the
 argmax is over the actions allowed in ``s'``; the policy's greedy and random actions are
 allowed ones too (a random action is uniform over the allowed set).
@@ -19,7 +25,7 @@ allowed ones too (a random action is uniform over the allowed set).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -60,32 +66,55 @@ def double_q_bootstrap(q_t_online: jax.Array, q_t_target: jax.Array, mask: jax.A
     return jnp.take_along_axis(q_t_target, best_next[:, None], axis=-1)[:, 0]
 
 
-def make_update(network: QNetwork, config: DQNConfig) -> UpdateFn:
-    """The learner's update: ``sgd_steps_per_update`` scanned SGD steps on ``[batch, k, ...]``;
-    ``aux`` is ``|TD|`` per transition (for priority updates)."""
+class LossOutput(NamedTuple):
+    """A DQN loss's output, per transition of one device's batch ``[batch]``."""
+
+    losses: jax.Array  # the loss of each transition (``make_update`` applies importance weights)
+    td_abs: jax.Array  # |TD| of each transition: its new priority under prioritized replay
+    q: jax.Array  # Q(s, a) of the taken actions (the ``q_mean`` metric)
+
+
+# ``loss(network, params, target_params, batch) -> LossOutput``; ``batch`` holds ``observation``,
+# ``action``, ``reward`` (n-step), ``discount`` (bootstrap) and ``next_observation``.
+Loss = Callable[[Any, optax.Params, optax.Params, dict], LossOutput]
+
+
+def double_q_loss(network: QNetwork, params, target_params, batch, huber_delta: float) -> LossOutput:
+    """DQN's loss (module docstring): ``huber(Q(s, a; online) - y)`` with the double-Q target."""
+    batch_size = batch["reward"].shape[0]
+    # One pass of the online net over s and s' together (half the dispatches of two).
+    both = jax.tree_util.tree_map(lambda s, s_next: jnp.concatenate([s, s_next]),
+                                  batch["observation"], batch["next_observation"])
+    q_online = network.apply(params, both)
+    q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
+    q_t_target = network.apply(target_params, batch["next_observation"])
+    bootstrap = double_q_bootstrap(q_t_online, q_t_target, action_mask(batch["next_observation"]))
+    target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * bootstrap)
+    q_taken = jnp.take_along_axis(q_tm1, batch["action"][:, None].astype(jnp.int32), axis=-1)[:, 0]
+    td = q_taken - target
+    return LossOutput(optax.huber_loss(td, delta=huber_delta), jnp.abs(td), q_taken)
+
+
+def make_update(network: QNetwork, config: DQNConfig, loss: Loss | None = None) -> UpdateFn:
+    """The learner's update: ``sgd_steps_per_update`` scanned SGD steps on ``[batch, k, ...]``
+    of ``loss`` (``double_q_loss`` if ``None``); ``aux`` is ``|TD|`` per transition (for
+    priority updates)."""
     optimizer = make_optimizer(config)
+    if loss is None:
+        def loss(network, params, target_params, batch):
+            return double_q_loss(network, params, target_params, batch, config.huber_delta)
 
     def loss_fn(params, target_params, batch):
-        batch_size = batch["reward"].shape[0]
-        # One pass of the online net over s and s' together (half the dispatches of two).
-        both = jax.tree_util.tree_map(lambda s, s_next: jnp.concatenate([s, s_next]),
-                                      batch["observation"], batch["next_observation"])
-        q_online = network.apply(params, both)
-        q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
-        q_t_target = network.apply(target_params, batch["next_observation"])
-        bootstrap = double_q_bootstrap(q_t_online, q_t_target, action_mask(batch["next_observation"]))
-        target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * bootstrap)
-        q_taken = jnp.take_along_axis(q_tm1, batch["action"][:, None].astype(jnp.int32), axis=-1)[:, 0]
-        td = q_taken - target
-        losses = optax.huber_loss(td, delta=config.huber_delta)
+        out = loss(network, params, target_params, batch)
+        losses = out.losses
         if config.prioritized_replay:
             weights = (batch["table_size"] * batch["probability"]) ** -config.importance_sampling_exponent
             weights = weights / jax.lax.pmax(jnp.max(weights), AXIS_NAME)
             losses = losses * weights
-        return jnp.mean(losses), (td, q_taken)
+        return jnp.mean(losses), (out.td_abs, out.q)
 
     def sgd_step(state: TrainingState, batch):
-        (loss, (td, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (mean_loss, (td_abs, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.target_params, batch)
         grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -93,11 +122,11 @@ def make_update(network: QNetwork, config: DQNConfig) -> UpdateFn:
         steps = state.steps + 1
         target_params = optax.periodic_update(params, state.target_params, steps,
                                               config.target_update_period)
-        metrics = {"loss": jax.lax.pmean(loss, AXIS_NAME),
+        metrics = {"loss": jax.lax.pmean(mean_loss, AXIS_NAME),
                    "q_mean": jax.lax.pmean(jnp.mean(q), AXIS_NAME)}
-        return TrainingState(params, target_params, opt_state, steps), metrics, jnp.abs(td)
+        return TrainingState(params, target_params, opt_state, steps), metrics, td_abs
 
-    return scan_sgd_steps(sgd_step, unroll=network.has_convolutions)  # (convolutions: see _loop)
+    return scan_sgd_steps(sgd_step, unroll=getattr(network, "has_convolutions", False))  # (convolutions: see _loop)
 
 
 def epsilon_at(env_step, config: DQNConfig):

@@ -6,6 +6,7 @@ from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
 from shoal.agents.blocks.torsos import check_torso
 from shoal.agents.impala import learning
 from shoal.agents.impala.config import IMPALAConfig
+from shoal.agents.impala.presets import PRESETS
 from shoal.agents.impala.networks import IMPALANetworks, make_networks
 from shoal.agents.blocks.policy_lag import PolicyLag
 from shoal.core.interfaces import ReplayClient
@@ -20,6 +21,7 @@ class IMPALABuilder(AgentBuilder):
     """Actors never wait for the learner; each sequence is trained on at most once."""
 
     name = "impala"
+    presets = PRESETS  # (as a plug-in declares its own)
 
     config: IMPALAConfig
 

@@ -10,6 +10,7 @@ from shoal.agents.blocks.normalization import DiscountedReturns
 from shoal.agents.blocks.policy_lag import PolicyLag
 from shoal.agents.ppo import acting, learning
 from shoal.agents.ppo.config import PPOConfig, check_schedules
+from shoal.agents.ppo.presets import PRESETS
 from shoal.agents.ppo.networks import PPONetworks, make_networks
 from shoal.core.interfaces import ReplayClient
 from shoal.core.specs import EnvironmentSpec
@@ -23,6 +24,7 @@ class PPOBuilder(AgentBuilder):
     """On-policy PPO: each rollout is trained on once (for ``num_epochs`` passes), in order."""
 
     name = "ppo"
+    presets = PRESETS  # (as a plug-in declares its own)
     on_policy = True
 
     config: PPOConfig

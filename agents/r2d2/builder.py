@@ -8,6 +8,7 @@ import numpy as np
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
 from shoal.agents.r2d2 import learning
 from shoal.agents.r2d2.config import R2D2Config
+from shoal.agents.r2d2.presets import PRESETS
 from shoal.agents.r2d2.networks import R2D2Networks, make_networks
 from shoal.agents.blocks.torsos import check_torso
 from shoal.core.interfaces import ReplayClient
@@ -22,6 +23,7 @@ class R2D2Builder(AgentBuilder):
     """R2D2: recurrent replay distributed DQN (Kapturowski et al., 2019)."""
 
     name = "r2d2"
+    presets = PRESETS  # (as a plug-in declares its own)
 
     config: R2D2Config
 

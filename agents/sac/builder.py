@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from shoal.agents.sac import learning
 from shoal.agents.sac.config import SACConfig
+from shoal.agents.sac.presets import PRESETS
 from shoal.agents.sac.networks import SACNetworks, check_action_space, make_networks
 from shoal.agents.transition_replay import TransitionReplayBuilder
 from shoal.core.specs import EnvironmentSpec
@@ -15,6 +16,7 @@ class SACBuilder(TransitionReplayBuilder):
     """Soft actor-critic for continuous (Box) actions."""
 
     name = "sac"
+    presets = PRESETS  # (as a plug-in declares its own)
 
     config: SACConfig
 

@@ -32,7 +32,9 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     Args:
       launcher: ``"processes"``, ``"inprocess"`` (``group_env`` cannot apply there) or ``"ray"``.
       run_dir: holds ``logs/`` and ``addresses/`` of a local launch (default: a new
-        temp dir); the Ray launcher writes nothing there (logs stream to this process).
+        temp dir). Under Ray, given, its ``logs/`` holds the output of each node that runs where
+        that folder is (this machine, or a filesystem the hosts share); the output of the others
+        streams to this process.
       token: the shared secret every RPC between nodes must carry. Default: ``SHOAL_TOKEN``
         from the environment, else a new random one for each launch. Nodes get it from the
         launcher (environment, thread context, Ray actor argument), never on a command line.
@@ -64,8 +66,12 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     if launcher == "ray":
         from shoal.launch.programs.ray.launcher import DEFAULT_PORTS, launch_ray
 
+        log_dir = None
+        if run_dir is not None:
+            log_dir = os.path.join(run_dir, "logs")
+            make_dirs(log_dir)
         return launch_ray(program, token=token, group_env=group_env, ray_address=ray_address,
-                          ports=ports or DEFAULT_PORTS, **options)
+                          ports=ports or DEFAULT_PORTS, log_dir=log_dir, **options)
     advertise = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # (all nodes are on this machine)
     run_dir = run_dir or tempfile.mkdtemp(prefix=f"shoal-{program.name}-")
     for sub in ("logs", "addresses"):

@@ -114,8 +114,12 @@ class ProgramRun(ElasticGroups, ProgramEnding):
             return self.states.get(label) == NodeState.RUNNING and self.workers[label].poll() is None
 
     def serving(self, label: str) -> bool:
-        """Whether node ``label`` published its address in this launch (it serves, or did)."""
-        return self._context.address_book.get(label) is not None
+        """Whether node ``label`` published its address in this launch (it serves, or did);
+        ``False`` once the address book is gone (the program ended and closed under the caller)."""
+        try:
+            return self._context.address_book.get(label) is not None
+        except Exception:  # noqa: BLE001 -- (Ray's address book actor, killed by the program's close)
+            return False
 
     def pids(self) -> dict[str, int]:
         """``{label: pid}`` of the nodes that run as processes of this machine."""

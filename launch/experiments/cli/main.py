@@ -52,6 +52,10 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
     file descriptor 2 to filter native log lines)."""
     from shoal.launch.experiments import interrupts
 
+    if own_process and "" not in sys.path and os.getcwd() not in sys.path:
+        # (``--agent my_module:MyBuilder`` or ``--env-factory my_envs:make`` from the directory the
+        # user stands in, as ``python -m shoal`` finds it; last on the path: it shadows nothing)
+        sys.path.append(os.getcwd())
     stop = interrupts.install() if own_process else None
     try:
         return _main(argv, own_process, stop)

@@ -107,8 +107,9 @@ class RayAddressBook(AddressBook):
 @ray.remote(max_concurrency=4)  # run() occupies one thread; stop() and where() must get through
 class _NodeActor:
     def __init__(self, node: Node, addresses: Any, token: str, ports: tuple[int, int] | None,
-                 peer_timeout: float) -> None:
+                 peer_timeout: float, log_dir: str | None = None) -> None:
         self._node, self._addresses = node, addresses
+        self._log = _output_to(log_dir, node.label)
         self._where = (ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address())
         start = ray.get(addresses.started.remote(node.label, self._where[0], os.getpid()))
         self._ctx = NodeContext(node.label, node.group, RayAddressBook(addresses), token, bind_host="0.0.0.0",
@@ -134,9 +135,10 @@ class _NodeActor:
                     os._exit(1)
             time.sleep(WATCHDOG_EVERY_S)
 
-    def where(self) -> tuple[str, str]:
-        """(Ray node id, IP) of this node's machine; answering is also its sign of life."""
-        return self._where
+    def where(self) -> tuple[str, str, str | None]:
+        """(Ray node id, IP) of this node's machine, and the log file its output goes to (``None``:
+        Ray streams it to the driver); answering is also its sign of life."""
+        return (*self._where, self._log)
 
     def run(self) -> Any:
         return self._node.run(self._ctx)
@@ -146,6 +148,31 @@ class _NodeActor:
 
     def __repr__(self) -> str:  # Ray prefixes the streamed log lines with this
         return self._node.label
+
+
+def _output_to(log_dir: str | None, label: str) -> str | None:
+    """Sends this process's stdout and stderr (file descriptors 1 and 2: native libraries' lines
+    too) to ``log_dir/<label>.log``, appended, as the processes launcher keeps a node's output,
+    if ``log_dir`` is a folder on this machine; returns the file, or ``None`` (Ray's log
+    forwarding then streams the output to the driver, as before)."""
+    if not log_dir or not os.path.isdir(log_dir):
+        return None
+    from shoal.core.files import open_append
+
+    path = os.path.join(log_dir, f"{label}.log")
+    try:
+        log = open_append(path)  # (never through a link planted in logs/)
+    except OSError:
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    # (Python's streams too, whatever Ray made of them: line-buffered onto the new descriptors)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 -- the process's own, never closed
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    return path
 
 
 @ray.remote(num_cpus=0)
@@ -188,7 +215,8 @@ def _actor_options(resources: Resources | None, restartable: bool, max_restarts:
 
 def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[str, str]],
                ray_address: str | None, max_restarts: int, grace_s: float,
-               ports: tuple[int, int] | None = DEFAULT_PORTS, before_stop=None) -> ProgramRun:
+               ports: tuple[int, int] | None = DEFAULT_PORTS, before_stop=None,
+               log_dir: str | None = None) -> ProgramRun:
     peer_timeout = peer_timeout_s()
     started_ray = connect(ray_address, namespace=f"shoal-{program.name}")
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -205,7 +233,8 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
             options.setdefault("num_cpus", 0)
 
         def make_actor(opts: dict[str, Any]) -> Any:
-            return _NodeActor.options(name=node.label, **opts).remote(node, addresses, token, ports, peer_timeout)
+            return _NodeActor.options(name=node.label, **opts).remote(node, addresses, token, ports, peer_timeout,
+                                                                     log_dir)
 
         workers[node.label] = RayWorker(node, make_actor, options,
                                         (lambda: workers.get(anchor)) if anchor else None,

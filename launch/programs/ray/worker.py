@@ -148,7 +148,9 @@ class RayWorker:
             if where is not None:
                 if self._silent_warned:
                     _say(f"{self.node.label} on {where[1]} answers again after {now - self._ping_sent:.0f}s")
-                self.where, self._silent_warned = tuple(where), False
+                self.where, self._silent_warned = tuple(where[:2]), False
+                if where[2]:  # (its output goes to the run directory's logs/)
+                    self.log_path = where[2]
             self._ping = None  # (the next one when PING_EVERY_S have passed since this one was sent)
             return
         silent = now - self._ping_sent
