@@ -100,6 +100,7 @@ def test_without_the_atari_extra_one_line_names_it(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # (CI time, ~45 s: a whole game of Pong evaluated; -m slow runs it)
 def test_an_atari_run_reports_its_protocol(tmp_path):
     # Pong's games end within a few thousand frames whatever the policy (Breakout's can last
     # 108k frames for a policy that never serves): a whole-game evaluation stays short.

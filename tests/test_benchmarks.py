@@ -32,6 +32,7 @@ def test_throughput_prints_every_figure():
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # (CI time, ~50 s: a two-seed sweep of benchmarks/solve.py; -m slow runs it)
 def test_solve_writes_table_and_curves_and_resumes(tmp_path):
     args = ["benchmarks/solve.py", "--agents", "dqn", "--envs", "CartPole-v1", "--seeds", "0", "1",
             "--max-env-steps", "1600", "--out", str(tmp_path), "--", "--set", "min_replay_size=256",
