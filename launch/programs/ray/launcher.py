@@ -170,8 +170,8 @@ def _output_to(log_dir: str | None, label: str) -> str | None:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     # (Python's streams too, whatever Ray made of them: line-buffered onto the new descriptors)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 -- the process's own, never closed
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # (the process's own, never closed)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
     return path
 
 
