@@ -143,6 +143,12 @@ class Adder(abc.ABC):
     def flush(self) -> None:
         """Blocks until everything written so far reached the replay service."""
 
+    def send_pending(self) -> None:
+        """Sends, without waiting, what the adder holds back for a later call (a native writer
+        gathers items behind the call in flight until the next step): an actor that stops
+        stepping for a while (paced, or at its step budget) calls it, so that a learner waiting
+        on those items is not left waiting for a step that does not come. Nothing by default."""
+
     def close(self, timeout_s: float | None = None) -> bool:
         """Flushes and releases the connection to replay. ``timeout_s`` (an actor that stops):
         wait at most this long for replay to take what is pending (a table's rate limiter holds

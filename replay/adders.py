@@ -89,6 +89,9 @@ class _WriterAdder(Adder):
         """Waits until at most ``block_until_num_items`` written items are unconfirmed."""
         self._writer.flush(block_until_num_items)
 
+    def send_pending(self) -> None:
+        self._writer.send_pending()
+
     def close(self, timeout_s: float | None = None) -> bool:
         return self._writer.close(timeout_s)
 

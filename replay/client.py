@@ -178,6 +178,9 @@ class ReverbWriter:
     def commit(self) -> None:
         pass
 
+    def send_pending(self) -> None:
+        pass  # (nothing is held back: items stream as they are made)
+
     def flush(self, block_until_num_items: int = 0) -> None:
         """Waits until at most ``block_until_num_items`` written items are unconfirmed."""
         try:

@@ -20,6 +20,7 @@ import pytest
 
 from shoal.launch import run_experiment
 from shoal.launch.experiments.config import experiment_config
+from tests.waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -336,6 +337,38 @@ def test_a_server_maps_only_this_users_segments_of_the_size_said_and_reads_only_
         attached.close()
     finally:
         segment.close()
+
+
+def test_items_gathered_behind_a_call_go_in_once_a_writer_that_stopped_sends_what_is_pending():
+    """Over RPC, items committed while a call is in flight gather for the next commit. A writer
+    that stops committing (an actor paced until the learner's first update) sends them with
+    ``send_pending`` once that call is answered; without it they would wait for a step that does
+    not come while the learner waits on them (a distributed run that hung under load)."""
+    import numpy as np
+
+    from shoal.core.specs import ArraySpec
+    from shoal.replay import make_queue_table
+    from shoal.replay.native.client import RPC_BATCH
+
+    replay, rpc, client = _served([make_queue_table("q", {"x": ArraySpec((2,), np.float32)}, capacity=RPC_BATCH // 2)])
+    inserted = lambda: client.server_info()["q"].rate_limiter_info.insert_stats.completed  # noqa: E731
+    try:
+        writer = client.writer(1, timeout_s=30)
+        for t in range(2 * RPC_BATCH):  # the first batch's call is held by the full queue; the second gathers
+            writer.append([np.full(2, t, np.float32)])
+            writer.create_item("q", 1.0, 1)
+            writer.commit()
+        writer.send_pending()  # (the call in flight is not answered: nothing is sent)
+        taken = [int(s.data[0][0]) for s in client.sample("q", num_samples=RPC_BATCH)]  # (the first call's)
+        assert taken == list(range(RPC_BATCH)) and inserted() == RPC_BATCH
+        wait_for(lambda: writer.send_pending() or inserted() >= RPC_BATCH + RPC_BATCH // 2, 30,
+                 "the gathered items in the table (as many as the queue holds)")
+        taken = [int(s.data[0][0]) for s in client.sample("q", num_samples=RPC_BATCH)]
+        assert taken == list(range(RPC_BATCH, 2 * RPC_BATCH))
+        writer.close()
+    finally:
+        rpc.stop()
+        replay.stop()
 
 
 def test_an_adders_bounded_flushes_lose_no_item_over_rpc():

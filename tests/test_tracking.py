@@ -30,7 +30,8 @@ def wandb_records(run_dir) -> list[tuple[str, str, dict]]:
     """``(run id, kind, fields)`` of every config, history and summary record of the offline
     runs under ``run_dir/wandb``, oldest run first (W&B's own record reader). Each run's file is
     read once W&B has written all of it: its last record is the run's ``exit``
-    (``run.finish()`` may return while W&B's service still holds the file's last blocks)."""
+    (``run.finish()`` may return while W&B's service still holds the file's last blocks, and a
+    read may meet a record cut short: both are read again)."""
     return [record for path in sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb")))
             for record in wait_for(lambda: _finished_run_records(path), 60, f"W&B's exit record in {path}")]
 
@@ -41,17 +42,23 @@ def _finished_run_records(path) -> list[tuple[str, str, dict]] | None:
 
     records, kind = [], None
     store = datastore.DataStore()
-    store.open_for_scan(path)
-    while (data := store.scan_data()) is not None:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            run_id = record.run.run_id
-            records.append((run_id, "config", {i.key: json.loads(i.value_json) for i in record.run.config.update}))
-        elif kind in ("history", "summary"):
-            items = record.history.item if kind == "history" else record.summary.update
-            records.append((run_id, kind, {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}))
+    try:
+        store.open_for_scan(path)
+        while (data := store.scan_data()) is not None:
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                run_id = record.run.run_id
+                records.append((run_id, "config", {i.key: json.loads(i.value_json) for i in record.run.config.update}))
+            elif kind in ("history", "summary"):
+                items = record.history.item if kind == "history" else record.summary.update
+                records.append((run_id, kind, {i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                                               for i in items}))
+    except AssertionError:  # (a record W&B's service is still writing: its header or its data cut short)
+        return None
+    finally:
+        store.close()
     return records if kind == "exit" else None
 
 

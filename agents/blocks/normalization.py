@@ -87,5 +87,8 @@ class DiscountedReturns(Adder):
     def flush(self) -> None:
         self._adder.flush()
 
+    def send_pending(self) -> None:
+        self._adder.send_pending()
+
     def close(self, timeout_s: float | None = None) -> bool:
         return self._adder.close(timeout_s)

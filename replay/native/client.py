@@ -296,6 +296,14 @@ class NativeWriter:
             return
         self._send()
 
+    def send_pending(self) -> None:
+        """Sends the pending items now unless the call in flight is still unanswered (then they
+        wait for it, as in ``commit``), without waiting for the answer: what a writer that stops
+        writing for a while calls, since no next ``commit`` would send the items gathered behind
+        the call in flight (a learner could wait on them forever)."""
+        if self._items and (self._in_flight is None or self._in_flight[0].done()):
+            self._send()
+
     def _gathering(self) -> bool:
         """Whether pending items wait for the next call: one is in flight, and they are fewer
         than ``RPC_MAX_ITEMS`` with new steps under ``RPC_MAX_BYTES``."""

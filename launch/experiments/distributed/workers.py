@@ -133,6 +133,7 @@ class ActorWorker:
             if grants.left == 0:
                 reported = self._report(reported, ask=True)
                 if grants.left == 0:  # the budget is spent (for now): the evaluator ends the run
+                    send_pending(self._adder)  # (or the learner waits, for its first batch, on items gathered here)
                     time.sleep(0.05)
                     continue
             with self._lock:
@@ -166,6 +167,14 @@ class ActorWorker:
         the next grant, or ``release`` what is left); returns the steps reported."""
         self._grants.report(self._loop.env_steps - reported, ask, release)
         return self._loop.env_steps
+
+
+def send_pending(adder: Adder) -> None:
+    """``adder.send_pending()`` (``Adder.send_pending``), if the adder has it (a plug-in adder
+    that does not derive from ``Adder`` may not)."""
+    send = getattr(adder, "send_pending", None)
+    if send is not None:
+        send()
 
 
 def close_adder(adder: Adder, timeout_s: float) -> bool:
