@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import weakref
@@ -214,6 +215,17 @@ class _EvaluationSteps:
                 f"{self._bound_s:g}); a stuck environment: its process ends")
 
 
+_WARNED_CUT: list[bool] = []  # (the cut episodes' warning: once per process)
+
+
+def _warn_cut(running: np.ndarray, max_length: int, env: gym.vector.VectorEnv) -> None:
+    if not _WARNED_CUT:
+        _WARNED_CUT.append(True)
+        print(f"shoal: warning: evaluation episodes of {_env_name(env)} still running after {max_length:,} steps "
+              f"(envs {running.nonzero()[0].tolist()}): cut there, their returns so far counted (does the env set "
+              "no time limit? SHOAL_EVAL_MAX_EPISODE_STEPS sets the bound)", file=sys.stderr, flush=True)
+
+
 def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
              should_stop: Callable[[], bool] | None = None, lengths: np.ndarray | None = None,
              on_stall: Callable[[str], None] | None = None) -> np.ndarray | None:
@@ -226,7 +238,10 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
     The actor should hold an evaluation (e.g. greedy) policy and no adder. Envs whose episode
     already ended keep stepping (vector envs step together) but are no longer counted. A reward
     that is not finite, or a return that stops being finite, raises ``RuntimeError`` (one line):
-    an evaluation never reports a NaN or infinite return.
+    an evaluation never reports a NaN or infinite return. Episodes still running after
+    ``SHOAL_EVAL_MAX_EPISODE_STEPS`` steps (default 100,000: an env with no time limit, played
+    well, may never end one) are cut there, their returns so far counted, with one warning line
+    per process.
     """
     from shoal.launch.programs.variables import value
 
@@ -240,7 +255,11 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
     running = np.ones(env.num_envs, bool)
     clip = action_clipper(env)
     steps = 0  # (env steps of this evaluation, for the mask check's message)
+    max_length = int(value("SHOAL_EVAL_MAX_EPISODE_STEPS"))
     while running.any():
+        if steps >= max_length * env.num_envs:
+            _warn_cut(running, max_length, env)
+            break
         if should_stop is not None and should_stop():
             return None
         action, _ = actor.select_action(obs)

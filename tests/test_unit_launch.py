@@ -22,6 +22,7 @@ VARIABLES = [
     ("SHOAL_RPC_MAX_MESSAGE_MB", "512", 512.0, "2048"),
     ("SHOAL_PEER_TIMEOUT_S", "1.5", 1.5, "0.5"),
     ("SHOAL_STEP_TIMEOUT_S", "90", 90.0, "0"),
+    ("SHOAL_EVAL_MAX_EPISODE_STEPS", "27000", 27000, "0"),
     ("SHOAL_COMPILATION_CACHE", "off", "off", "{file}"),
     ("SHOAL_PARAMS_VIA", "rpc", "rpc", "shm"),
     ("SHOAL_REPLAY_VIA", "rpc", "rpc", "grpc"),

@@ -94,6 +94,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
              "a number of seconds in [1, 86400] a Ray node may go unheard (default 60)"),
     Variable("SHOAL_STEP_TIMEOUT_S", 60.0, _number(1, 86400),
              "a number of seconds in [1, 86400] an env's step() or render() may take (default 60)"),
+    Variable("SHOAL_EVAL_MAX_EPISODE_STEPS", 100_000, _count,
+             "an integer in [1, 1000000000], the steps an evaluation episode may last (default 100000)"),
     Variable("SHOAL_COMPILATION_CACHE", None, _cache_directory,
              "a directory (not a file) for JAX's compilation cache, or off"),
     Variable("SHOAL_PARAMS_VIA", "auto", _choice("auto", "rpc"), "auto or rpc"),

@@ -127,6 +127,24 @@ class WiderCartPole(CartPoleEnv):
         return np.append(obs, 0.0).astype(np.float32), reward, terminated, truncated, info
 
 
+class Endless(gym.Env):
+    """An env whose episodes never end (registered with no time limit): reward 1 a step."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+if "Endless-v0" not in gym.registry:
+    gym.register("Endless-v0", entry_point=Endless)
+
+
 def cartpole_per_process(**kwargs):
     """An env factory that builds another env in a node's process (``SHOAL_NODE_START`` is set
     there) than in the driver's: a wider observation."""

@@ -1,7 +1,8 @@
 """What an env gives, read as it means or refused before anything is written (issue 36): an
 action mask is non-zero where allowed whatever its dtype (item 12); a Dict observation whose keys
 are not strings is one line before the run directory is made (item 11); frames a video cannot
-take are one warning and no file (item 15)."""
+take are one warning and no file (item 15); an evaluation episode that never ends (an env with no
+time limit) is cut, with one warning."""
 
 import re
 
@@ -108,3 +109,20 @@ def test_frames_a_video_cannot_take_are_one_warning_and_no_file(tmp_path, capfd,
     assert re.search(says, warnings[0]), warnings[0]
     assert not list(run_dir.glob("videos/*")), list(run_dir.glob("videos/*"))
     assert "Traceback" not in text and "rawvideo" not in capfd.readouterr().err  # (ffmpeg never started)
+
+
+def test_evaluation_episodes_that_never_end_are_cut_at_the_bound_with_one_warning(monkeypatch, capsys):
+    from shoal.actors import loops
+
+    monkeypatch.setenv("SHOAL_EVAL_MAX_EPISODE_STEPS", "50")
+    monkeypatch.setattr(loops, "_WARNED_CUT", [])
+    env = make_vector_env("tests.faults.faulty_envs:Endless-v0", 2, seed=0)
+    lengths = np.zeros(2, np.int64)
+    for _ in range(2):
+        assert loops.evaluate(env, _Recorder(), lengths=lengths).tolist() == [50.0, 50.0]
+    env.close()
+    assert lengths.tolist() == [100, 100]
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("shoal: warning:")]
+    assert warnings == ["shoal: warning: evaluation episodes of Endless-v0 still running after 50 steps (envs [0, 1]): "
+                        "cut there, their returns so far counted (does the env set no time limit? "
+                        "SHOAL_EVAL_MAX_EPISODE_STEPS sets the bound)"], warnings
