@@ -108,7 +108,7 @@ def _non_finite(value: Any, at: str = "") -> str | None:
 def open_append(path: str, mode: int = 0o644, text: bool = True) -> IO:
     """``path`` opened for appending (created if missing); a symbolic link there is refused."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, mode)
-    return os.fdopen(fd, "a" if text else "ab", **({"newline": ""} if text else {}))
+    return os.fdopen(fd, "a", newline="") if text else os.fdopen(fd, "ab")
 
 
 def make_dirs(path: str) -> None:

@@ -50,6 +50,8 @@ def import_file(path: str) -> ModuleType:
     if not os.path.isfile(full):
         raise FileNotFoundError(f"no file {path!r} (from {os.getcwd()})")
     spec = importlib.util.spec_from_file_location(name, full)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path!r} cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # (before it runs: dataclasses look their module up)
     try:

@@ -23,6 +23,7 @@ from typing import Mapping, Union
 
 import gymnasium as gym
 import numpy as np
+from numpy.typing import DTypeLike
 
 ACTION_MASK = "action_mask"
 
@@ -32,7 +33,7 @@ class ArraySpec:
     """The shape and dtype of one array (for one env: no batch dimension)."""
 
     shape: tuple[int, ...]
-    dtype: np.dtype
+    dtype: DTypeLike  # (any dtype-like, e.g. np.float32: kept as np.dtype(dtype))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
@@ -90,7 +91,7 @@ class EnvironmentSpec:
     @property
     def action_mask(self) -> ArraySpec | None:
         """The spec of the observation's ``action_mask`` key, or ``None``: no masks."""
-        return self.observation.get(ACTION_MASK) if self.dict_observations else None
+        return self.observation.get(ACTION_MASK) if isinstance(self.observation, Mapping) else None
 
 
 def _array_spec(space: gym.Space, where: str) -> ArraySpec:

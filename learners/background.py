@@ -89,7 +89,9 @@ class HostHook:
     path. At most ``depth`` updates wait for it; a failure is raised at the next ``put``."""
 
     def __init__(self, hook: Callable[[Any, Any], None], depth: int = 4) -> None:
-        self._hook, self._queue, self._error = hook, queue.Queue(maxsize=depth), None
+        self._hook = hook
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="learner-host-hook", daemon=True)
         self._thread.start()
 

@@ -104,7 +104,7 @@ class ReplicatedLearner(Learner):
             finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(m)) for m in jax.tree_util.tree_leaves(out.metrics)]))
             return (*_split(new_state), out._replace(sgd_steps=jnp.asarray(out.sgd_steps, jnp.int32)), finite)
 
-        specs = (P(), P(), UpdateOutput(P(), P(), P(AXIS_NAME)), P())
+        specs = (P(), P(), UpdateOutput(P(), P(), P(AXIS_NAME)), P())  # type: ignore[arg-type]  # (a tree of specs)
         # The params are not donated: the version before stays readable (by get_variables, from
         # another thread) while the next one is computed.
         place = self._place

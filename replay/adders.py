@@ -155,11 +155,12 @@ class NStepTransitionAdder(_WriterAdder):
         self._spec, self._discount = spec, discount
         self._max_in_flight = max_in_flight_items
         self._steps: collections.deque[Step] = collections.deque(maxlen=n_step)
+        self._n_step = n_step
         self._items = 0
 
     def add(self, step: Step) -> None:
         self._steps.append(_cast_step(step, self._spec))
-        if len(self._steps) < self._steps.maxlen:
+        if len(self._steps) < self._n_step:
             return
         self._append(n_step_transition(self._steps, self._discount))
         self._create_item(1)
@@ -225,6 +226,7 @@ class EnvSequenceAdder(_WriterAdder):
         self._spec, self._period = spec, period
         self._max_in_flight = max(max_in_flight_items, spec.num_envs)
         self._steps: collections.deque = collections.deque(maxlen=length)  # fields, or each env's step refs
+        self._length = length
         self._added = self._items = 0
 
     def add(self, step: Step) -> None:
@@ -238,7 +240,7 @@ class EnvSequenceAdder(_WriterAdder):
         else:
             self._steps.append(fields)
         self._added += 1
-        length = self._steps.maxlen
+        length = self._length
         if self._added < length or (self._added - length) % self._period:
             return
         if self._shares:

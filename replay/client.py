@@ -48,6 +48,13 @@ def _full_modules() -> tuple[Any, Any, Any]:
     return reverb.pybind, reverb.trajectory_writer, reverb.errors
 
 
+def _package_dir(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"no package {name!r} is installed")
+    return os.path.dirname(spec.origin)
+
+
 def _load_without_tensorflow() -> tuple[Any, Any, Any]:
     """Loads ``reverb/libpybind.so`` as ``reverb.libpybind`` (what ``reverb/pybind.py`` imports
     after ``import tensorflow``, which it does only to load TensorFlow's framework library: that
@@ -56,8 +63,7 @@ def _load_without_tensorflow() -> tuple[Any, Any, Any]:
     named ``reverb`` enters ``sys.modules`` but ``reverb.libpybind``, under its import lock: a
     later (or concurrent) ``import reverb`` is the real one and reuses that extension."""
     importlib.import_module("numpy")  # (first: the extension's init imports numpy's C API, and crashes otherwise)
-    reverb_dir = os.path.dirname(importlib.util.find_spec("reverb").origin)
-    tensorflow_dir = os.path.dirname(importlib.util.find_spec("tensorflow").origin)
+    reverb_dir, tensorflow_dir = _package_dir("reverb"), _package_dir("tensorflow")
     ctypes.CDLL(os.path.join(tensorflow_dir, "libtensorflow_framework.so.2"), mode=ctypes.RTLD_GLOBAL)
     with _import_lock("reverb.libpybind"):
         pybind = sys.modules.get("reverb.libpybind")
@@ -85,7 +91,7 @@ def _exec_module(name: str, path: str, reverb_names: dict[str, Any]) -> types.Mo
                 return stand_in
             return builtins.__import__(name, globals, locals, fromlist, level)
 
-        module.__builtins__ = {**vars(builtins), "__import__": import_}
+        module.__builtins__ = {**vars(builtins), "__import__": import_}  # type: ignore[attr-defined]
     spec.loader.exec_module(module)
     return module
 

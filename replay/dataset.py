@@ -95,7 +95,7 @@ class ReplayIterator(Dataset):
         self._ahead = dict(max_in_flight_samples_per_worker=1, num_workers_per_iterator=1) if each_item_once \
             else dict(max_in_flight_samples_per_worker=2 * items_per_update)
         self._dataset = None  # (opened by the first next(): TensorFlow is imported then, not before)
-        self._source = None
+        self._source: Any = None  # (an iterator of the open stream)
         self._served: list = []  # items served but not yet in a batch
         self._closed = False
         self._signature = None  # (native: the table's, read at the first sample)

@@ -125,7 +125,7 @@ def _internal_table(table: Any, pybind: Any) -> Any:
 
     def selector(kind: str) -> Any:
         if kind == "prioritized":
-            return pybind.PrioritizedSelector(float(table.priority_exponent))
+            return pybind.PrioritizedSelector(float(table.priority_exponent))  # type: ignore[arg-type]  # (TableSpec checks it is set)
         return {"uniform": pybind.UniformSelector, "fifo": pybind.FifoSelector, "lifo": pybind.LifoSelector}[kind]()
 
     limit = table.rate_limit

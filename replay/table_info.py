@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from types import SimpleNamespace
-from typing import Iterator
+from typing import Any, Iterator
 
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 
@@ -30,9 +30,10 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
             return value, at
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, int | float | bytes]]:
+def _fields(data: bytes) -> Iterator[tuple[int, Any]]:
     """``(field number, value)`` of each field of a message: ints, doubles or bytes."""
     at = 0
+    value: Any
     while at < len(data):
         key, at = _varint(data, at)
         number, wire = key >> 3, key & 7

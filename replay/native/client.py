@@ -336,7 +336,7 @@ class NativeWriter:
         size = sum(-(-c.nbytes // ALIGN) * ALIGN for _, columns in steps for c in columns)
         segment = self._segment_for(size) if size >= SHARED_MIN_BYTES else None
         places = segment.put([c for _, columns in steps for c in columns]) if segment is not None else None
-        if places is None:
+        if segment is None or places is None:
             return self._client._call_later("insert", self._id, steps, items, release, self.timeout_s)
         at = iter(places)
         shared = [[i, [next(at) for _ in columns]] for i, columns in steps]

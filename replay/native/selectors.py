@@ -151,5 +151,7 @@ class PrioritizedSelector:
 def make_selector(kind: str, exponent: float | None = None):
     """The selector named ``kind`` (``shoal.replay.tables.SELECTORS``)."""
     if kind == "prioritized":
+        if exponent is None:
+            raise ValueError("a prioritized selector needs a priority exponent")
         return PrioritizedSelector(exponent)
     return {"uniform": UniformSelector, "fifo": FifoSelector, "lifo": LifoSelector}[kind]()

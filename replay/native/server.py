@@ -280,6 +280,7 @@ class NativeReplayServer:
             self._store.release([s for _, items in states.values() for _, item in items for s in item.steps])
 
     def _write_checkpoint(self, states: dict[str, tuple[dict[str, Any], list[tuple[int, Item]]]]) -> str:
+        assert self._checkpoint_dir is not None  # (checkpoint() refuses a server without one)
         step_ids = list(dict.fromkeys(s for _, items in states.values() for _, item in items for s in item.steps))
         columns = self._store.get(step_ids)
         layouts: dict[tuple, list[int]] = {}  # (shapes, dtypes) -> positions in step_ids
