@@ -5,12 +5,15 @@ straight to file descriptor 2, beyond the reach of Python's ``logging``; TensorF
 writes ``2026-01-01 12:00:00.000000: W external/...`` lines the same way. ``drop_native_log_lines``
 points fd 2 at a pipe and forwards every line except those to the real stderr, from a thread;
 at exit it puts the real stderr back and forwards what is left, so no line of Shoal's own (its
-final error line included) is lost or reordered.
+final error line included) is lost or reordered. ``shoal train`` filters unless ``--verbose``
+(``keep_native_log_lines``); a run made from Python with ``run_experiment`` on Reverb (whose
+server and samplers live in the calling process) filters while it runs (``native_log_lines_dropped``).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import sys
@@ -21,7 +24,10 @@ NATIVE_LOG_LINE = re.compile(rb"^(\[reverb/cc/|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\
 
 def drop_native_log_lines() -> None:
     """From now on, fd 2 of this process (and of processes it starts) drops native info/warning
-    log lines; Python's ``sys.stderr`` and everything else pass through unchanged."""
+    log lines; Python's ``sys.stderr`` and everything else pass through unchanged. Once: a
+    second call while the filter is in place does nothing."""
+    if _restores:
+        return
     sys.stderr.flush()
     real_stderr = os.dup(2)
     read_end, write_end = os.pipe()
@@ -53,6 +59,26 @@ def drop_native_log_lines() -> None:
 
 
 _restores: list = []
+_kept: list[bool] = []  # (keep_native_log_lines was called)
+
+
+def keep_native_log_lines() -> None:
+    """From now on ``native_log_lines_dropped`` filters nothing (``shoal train --verbose``)."""
+    _kept.append(True)
+
+
+@contextlib.contextmanager
+def native_log_lines_dropped():
+    """``drop_native_log_lines`` for the block, the real stderr back at its end (with every line
+    forwarded); nothing if a filter is already in place or ``keep_native_log_lines`` was called."""
+    if _restores or _kept:
+        yield
+        return
+    drop_native_log_lines()
+    try:
+        yield
+    finally:
+        restore_stderr()
 
 
 def restore_stderr() -> None:

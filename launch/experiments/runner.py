@@ -33,6 +33,7 @@ from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.pacing import LearningActor
+from shoal.launch.experiments.quiet import native_log_lines_dropped
 from shoal.launch.experiments.run_directory.claim import claim_run_directory
 from shoal.launch.experiments.tracking import start_tracking
 
@@ -49,6 +50,8 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
     if config.resume and not config.run_dir:
         raise ValueError("resume needs a run directory")
     with contextlib.ExitStack() as stack:  # closes everything, newest first, however the run ends
+        if config.replay_backend() == "reverb":  # (Reverb's C++ log lines, off the terminal as in shoal train)
+            stack.enter_context(native_log_lines_dropped())
         env = config.make_env(config.num_envs, config.seed)  # (the run's one training env: its spec too)
         _closing(stack, "the environment", env.close)
         spec = make_environment_spec(env)

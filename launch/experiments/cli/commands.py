@@ -60,9 +60,11 @@ def train(args: argparse.Namespace, given: list[str], started: float,
         print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
         return None
     enable_compilation_cache()
-    if filter_stderr and (launch is None or launch.launcher != "ray"):  # (Ray's own processes would hold the pipe)
-        from shoal.launch.experiments.quiet import drop_native_log_lines
+    from shoal.launch.experiments.quiet import drop_native_log_lines, keep_native_log_lines
 
+    if not filter_stderr:  # (--verbose, or main() called in a process of the caller's: fd 2 is left alone)
+        keep_native_log_lines()
+    elif launch is None or launch.launcher != "ray":  # (Ray's own processes would hold the pipe)
         drop_native_log_lines()
     previous = None
     if stop is None:
