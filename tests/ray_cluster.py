@@ -51,8 +51,8 @@ class Cluster:
 
 def start_cluster(temp_dir: str, attempts: int = 2) -> Cluster:
     """The cluster, started afresh (new ports, a new session directory) if Ray's own start
-    failed (``ray start`` exits non-zero, e.g. its dashboard's modules did not come up), which
-    says nothing about Shoal. ``temp_dir`` must be short: Ray's sockets live under it, and a
+    failed (``ray start`` exits non-zero, e.g. its dashboard's modules did not come up, or does
+    not return), which says nothing about Shoal. ``temp_dir`` must be short: Ray's sockets live under it, and a
     Unix socket's path may not pass 107 bytes."""
     for attempt in range(1, attempts + 1):
         try:
@@ -83,7 +83,11 @@ def _start_cluster(temp_dir: str) -> Cluster:
             proc = subprocess.Popen([RAY, "start", *args, *common], start_new_session=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             cluster.groups.append(proc.pid)  # the daemons stay in this process group
-            out, _ = proc.communicate(timeout=120)
+            try:
+                out, _ = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired as e:  # (once in a rehearsal, under a load of ~6: the head's
+                # start stopped after "Local node IP"; its process group is killed below, and tried again)
+                raise RayStartFailed(f"ray start did not return within 120 s: {(e.output or '')[-2000:]}") from None
             if proc.returncode != 0:
                 raise RayStartFailed(out[-2000:])
         from ray.util.state import list_nodes
