@@ -2,10 +2,10 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+
+from tests.shoal_cli import run_shoal
 
 pytestmark = pytest.mark.e2e  # every agent trained by `shoal train` under every launcher
 
@@ -35,7 +35,7 @@ def test_agent_runs_under_launcher(agent, launcher, tmp_path, request):
         pytest.skip("tests/test_autoscale.py runs PPO's program under processes (CI time): this one with -m 'slow or not slow'")
     env_id, settings = AGENTS[agent]
     num_actors = 1 if agent in ONE_ACTOR else 2
-    args = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env_id,
+    args = ["train", "--agent", agent, "--env", env_id,
             "--launcher", launcher, "--num-actors", str(num_actors), "--num-envs", "8", "--seed", "0",
             "--max-env-steps", str(BUDGET), "--eval-every", str(BUDGET), "--eval-episodes", "2",
             "--target-return", "1e9", "--quiet", "--run-dir", str(tmp_path / "run")]
@@ -44,8 +44,7 @@ def test_agent_runs_under_launcher(agent, launcher, tmp_path, request):
     ports = agent == "dqn" and launcher == "processes"  # (one run checks --ports and --params-via)
     if ports:
         args += ["--ports", "47300-47399", "--params-via", "rpc"]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = run_shoal(*args, timeout=300, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["agent"] == agent and result["launcher"] == launcher

@@ -4,8 +4,6 @@ and one clear line without the atari extra."""
 
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -16,6 +14,7 @@ from shoal.core.specs import make_environment_spec
 from shoal.launch import ExperimentConfig, run_experiment
 from shoal.launch.experiments.config import experiment_config
 from shoal.replay import make_replay_server, without_insert_blocking
+from tests.shoal_cli import run_shoal
 
 pytest.importorskip("ale_py")
 
@@ -90,8 +89,8 @@ def test_without_the_atari_extra_one_line_names_it(tmp_path):
     (fake / "ale_py").mkdir(parents=True)
     (fake / "ale_py" / "__init__.py").write_text("raise ImportError('no ale_py here')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", "ALE/Breakout-v5",
-                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120, env=env)
+    proc = run_shoal("train", "--agent", "ppo", "--env", "ALE/Breakout-v5",
+                     "--run-dir", str(tmp_path / "run"), timeout=120, env=env)
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("shoal: error:")]
     assert errors == ["shoal: error: ALE/Breakout-v5 needs the 'atari' extra, which is not installed; run "
@@ -104,9 +103,9 @@ def test_without_the_atari_extra_one_line_names_it(tmp_path):
 def test_an_atari_run_reports_its_protocol(tmp_path):
     # Pong's games end within a few thousand frames whatever the policy (Breakout's can last
     # 108k frames for a policy that never serves): a whole-game evaluation stays short.
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", "ALE/Pong-v5",
-                           "--max-env-steps", "512", "--eval-episodes", "1", "--set", "min_replay_size=256",
-                           "--quiet", "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
+    proc = run_shoal("train", "--agent", "dqn", "--env", "ALE/Pong-v5",
+                     "--max-env-steps", "512", "--eval-episodes", "1", "--set", "min_replay_size=256",
+                     "--quiet", "--run-dir", str(tmp_path / "run"), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["protocol"]["sticky_actions"] == 0.25 and "unclipped" in result["protocol"]["evaluation"]

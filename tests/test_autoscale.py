@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from shoal.launch.experiments.distributed.autoscale import Autoscaler, Window, parse_auto
 from shoal.launch.experiments.distributed.autoscale_loop import _window
 from shoal.launch.experiments.distributed.settings import LaunchSettings
+from tests.shoal_cli import run_shoal, start_shoal
 from tests.waiting import csv_rows, wait_for
 
 
@@ -99,11 +99,11 @@ def check_grows_from_one_actor(tmp_path, *launcher_args) -> dict:
     driver adds the second actor (and says why), and the result records the count over time.
     Returns the run's result."""
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", "tests.user_envs:SlowCartPole-v0",
-           *launcher_args, "--num-actors", "auto:1-2", "--max-env-steps", "1000000",
-           "--eval-every", str(10**8), "--run-dir", str(run_dir), "--seed", "0"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = start_shoal("train", "--agent", "ppo", "--env", "tests.user_envs:SlowCartPole-v0",
+                       *launcher_args, "--num-actors", "auto:1-2", "--max-env-steps", "1000000",
+                       "--eval-every", str(10**8), "--run-dir", str(run_dir), "--seed", "0",
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     lines = []
     try:
         deadline = time.monotonic() + 240
@@ -114,8 +114,7 @@ def check_grows_from_one_actor(tmp_path, *launcher_args) -> dict:
             assert time.monotonic() < deadline, "".join(lines[-30:])
         else:
             pytest.fail("the run ended without growing:\n" + "".join(lines[-30:]))
-        status = subprocess.run([sys.executable, "-m", "shoal", "status", str(run_dir)], capture_output=True,
-                                text=True, timeout=60)
+        status = run_shoal("status", str(run_dir), timeout=60)
         # (target 2 with the growth's reason; or, were the machine slow enough that the window
         # after it ended first, target 1 with the reason it went back)
         assert re.search(r"actors: auto:1-2, target (2: learner waits|1: actor 2 did not raise)", status.stdout), \

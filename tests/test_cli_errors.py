@@ -3,20 +3,17 @@
 import contextlib
 import io
 import os
-import subprocess
-import sys
 
 import pytest
 
 from shoal.launch.experiments.cli.main import main
+from tests.shoal_cli import run_shoal
 
 
 def run_cli(args, tmp_path, extra_env=None):
     run_dir = tmp_path / "run"
     env = dict(os.environ, **(extra_env or {}))
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", *args,
-                           "--run-dir", str(run_dir)], capture_output=True, text=True,
-                          timeout=120, env=env)
+    proc = run_shoal("train", *args, "--run-dir", str(run_dir), timeout=120, env=env)
     return proc, run_dir
 
 

@@ -4,10 +4,10 @@
 import json
 import signal
 import subprocess
-import sys
 
 import pytest
 
+from tests.shoal_cli import run_shoal, start_shoal
 from tests.waiting import csv_rows, wait_for
 
 pytestmark = pytest.mark.e2e  # a distributed program grown and shrunk while it trains
@@ -18,7 +18,7 @@ RUN = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0
 
 
 def shoal(*args):
-    proc = subprocess.run([sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=60)
+    proc = run_shoal(*args, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = proc.stdout.split("\n\n")[0]  # (status: the run's summary follows a blank line)
     return {line.split()[0]: line.split()[2] for line in table.splitlines()[1:]}  # label -> state
@@ -31,8 +31,8 @@ def learner_steps(run_dir):
 
 def check_grows_and_shrinks(tmp_path, *launcher_args):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "shoal", "train", *RUN, *launcher_args, "--run-dir",
-                             str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_shoal("train", *RUN, *launcher_args, "--run-dir",
+                       str(run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (run_dir / "control.json").exists(), 180, "the program to start")
         steps = wait_for(lambda: learner_steps(run_dir), 180, "the learner's first updates")

@@ -16,13 +16,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 
 import pytest
 
 from tests.netns_cluster import start_netns_cluster, unavailable
+from tests.shoal_cli import shoal_command
 from tests.waiting import wait_for
 
 # (not imported here: Ray reads its auth token once, and tests/ray_cluster.py sets one later)
@@ -49,8 +49,8 @@ class Driver:
     """``shoal train`` in the head's namespace, its output read as it comes."""
 
     def __init__(self, cluster, run_dir, *args, env=None):
-        self.proc = cluster.popen(0, [sys.executable, "-m", "shoal", "train", *SMALL, "--ray-address", cluster.address,
-                                      "--run-dir", str(run_dir), *args], env=env or cluster.env(),
+        self.proc = cluster.popen(0, shoal_command("train", *SMALL, "--ray-address", cluster.address,
+                                                   "--run-dir", str(run_dir), *args), env=env or cluster.env(),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.out, self.err = [], []
         self._threads = [threading.Thread(target=self._read, args=(s, b), daemon=True)

@@ -11,8 +11,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 
@@ -20,6 +18,7 @@ import pytest
 
 from shoal.launch import run_experiment
 from shoal.launch.experiments.config import experiment_config
+from tests.shoal_cli import run_shoal
 from tests.waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,12 +77,12 @@ def test_a_native_run_never_imports_tensorflow_or_reverb(launcher, tmp_path):
     marker = tmp_path / "imported.txt"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), ROOT, os.environ.get("PYTHONPATH", "")]),
            "SHOAL_TEST_FORBIDDEN": str(marker)}
-    command = [sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", "CartPole-v1", "--replay", "native",
-               "--max-env-steps", "3000", "--eval-every", "1500", "--target-return", "1e9", "--quiet",
-               "--run-dir", str(tmp_path / "run")]
+    args = ["train", "--agent", "dqn", "--env", "CartPole-v1", "--replay", "native",
+            "--max-env-steps", "3000", "--eval-every", "1500", "--target-return", "1e9", "--quiet",
+            "--run-dir", str(tmp_path / "run")]
     if launcher:
-        command += ["--launcher", launcher, "--num-actors", "2"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        args += ["--launcher", launcher, "--num-actors", "2"]
+    done = run_shoal(*args, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["learner_steps"] > 0
     assert not marker.exists(), marker.read_text()[:3000]

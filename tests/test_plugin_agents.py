@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from shoal.launch.experiments.cli.main import main
+from tests.shoal_cli import run_shoal
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 AGENT = "qrdqn_agent:QRDQNBuilder"
@@ -34,8 +35,7 @@ def shoal_train(*args, pythonpath=EXAMPLES):
     """``shoal train ARGS`` in a subprocess: (exit status, its JSON line or None, stderr)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(p for p in [pythonpath, os.environ.get("PYTHONPATH")] if p))
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", *args], capture_output=True, text=True,
-                          timeout=300, env=env)
+    proc = run_shoal("train", *args, timeout=300, env=env)
     lines = proc.stdout.strip().splitlines()
     return proc.returncode, json.loads(lines[-1]) if proc.returncode == 0 else None, proc.stderr
 
@@ -262,18 +262,17 @@ def test_a_plugin_named_by_its_file_trains_as_a_program_of_processes(tmp_path):
     agent = "agents/json.py:QRDQNBuilder"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     budget = 1_024
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", "CartPole-v1",
-                           "--launcher", "processes", "--num-actors", "1", "--num-envs", "8", "--seed", "0",
-                           "--max-env-steps", str(budget), "--eval-every", str(budget), "--eval-episodes", "1",
-                           "--target-return", "1e9", "--set", "min_replay_size=256", "--set", "num_quantiles=8",
-                           "--quiet", "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    proc = run_shoal("train", "--agent", agent, "--env", "CartPole-v1",
+                     "--launcher", "processes", "--num-actors", "1", "--num-envs", "8", "--seed", "0",
+                     "--max-env-steps", str(budget), "--eval-every", str(budget), "--eval-episodes", "1",
+                     "--target-return", "1e9", "--set", "min_replay_size=256", "--set", "num_quantiles=8",
+                     "--quiet", "--run-dir", str(tmp_path / "run"), timeout=300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["agent"] == "qrdqn" and result["learner_steps"] > 0, result
     assert json.loads((tmp_path / "run" / "config.json").read_text())["agent"] == agent
-    missing = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "agents/nothing.py:X", "--env",
-                              "CartPole-v1", "--dry-run"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    missing = run_shoal("train", "--agent", "agents/nothing.py:X", "--env",
+                        "CartPole-v1", "--dry-run", timeout=120, cwd=tmp_path)
     assert missing.returncode == 2 and "no file 'agents/nothing.py'" in missing.stderr, missing.stderr
 
 

@@ -15,6 +15,7 @@ from shoal.agents.ppo import PPOBuilder, PPOConfig
 from shoal.launch import ExperimentConfig, run_experiment
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import experiment_config
+from tests.shoal_cli import run_shoal
 
 
 def test_a_preset_resolves_to_what_it_names_and_flags_and_set_come_after_it():
@@ -78,12 +79,9 @@ def test_normalization_statistics_survive_a_resume_bit_for_bit(tmp_path):
                                                  marks=pytest.mark.slow)])  # (~30 s: -m slow)
 @pytest.mark.e2e
 def test_ppo_trains_a_gaussian_policy_on_mujoco(tmp_path, launch):
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", "HalfCheetah-v5",
-                           "--eval-every", "100000", "--eval-episodes", "2", "--quiet",
-                           "--run-dir", str(tmp_path / "run"), *launch], capture_output=True, text=True, timeout=300)
+    proc = run_shoal("train", "--agent", "ppo", "--env", "HalfCheetah-v5",
+                     "--eval-every", "100000", "--eval-episodes", "2", "--quiet",
+                     "--run-dir", str(tmp_path / "run"), *launch, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["env_steps"] >= 4096 and result["learner_steps"] > 0 and result["final_eval_return"] is not None

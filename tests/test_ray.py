@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tests.ray_cluster import start_cluster
+from tests.shoal_cli import run_shoal, start_shoal
 from tests.test_autoscale import check_grows_from_one_actor
 from tests.test_elastic import check_grows_and_shrinks
 from tests.test_examples import EXAMPLES
@@ -50,9 +51,9 @@ def cluster():
 
 
 def train(cluster, tmp_path, *args):
-    return subprocess.Popen([sys.executable, "-m", "shoal", "train", *SMALL, "--launcher", "ray",
-                             "--ray-address", cluster.address, "--run-dir", str(tmp_path / "run"), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_shoal("train", *SMALL, "--launcher", "ray", "--ray-address", cluster.address,
+                       "--run-dir", str(tmp_path / "run"), *args,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def assert_no_actor_left(cluster):
@@ -160,19 +161,18 @@ def test_a_node_that_cannot_be_placed_is_pending_and_named(cluster, tmp_path):
     # (learner_host), and replay, counter and evaluator beside it (reserving no CPU there).
     log = tmp_path / "stderr.log"
     with open(log, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "shoal", "train", *SMALL, "--launcher", "ray", "--ray-address",
-                                 cluster.address, "--run-dir", str(tmp_path / "run"), "--num-actors", "3",
-                                 "--max-env-steps", str(10**7), "--eval-every", str(10**7), "--resources",
-                                 "actor:actor_host=1", "--resources", "learner:learner_host=1"],
-                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+        proc = start_shoal("train", *SMALL, "--launcher", "ray", "--ray-address",
+                           cluster.address, "--run-dir", str(tmp_path / "run"), "--num-actors", "3",
+                           "--max-env-steps", str(10**7), "--eval-every", str(10**7), "--resources",
+                           "actor:actor_host=1", "--resources", "learner:learner_host=1",
+                           stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
         warning = wait_for(lambda: next((line for line in log.read_text().splitlines() if "cannot be placed" in line),
                                         None), 120, "the warning that an actor cannot be placed")
         assert re.match(r"shoal: warning: actor_\d cannot be placed on any node: it asks for CPU=1, actor_host=1",
                         warning), warning
         def status() -> str:
-            return subprocess.run([sys.executable, "-m", "shoal", "status", str(tmp_path / "run")],
-                                  capture_output=True, text=True).stdout
+            return run_shoal("status", str(tmp_path / "run"), timeout=60).stdout
 
         # (Ray reserves the two CPUs at once but may take a while to start their processes:
         # until then those actors are pending too)
@@ -207,9 +207,9 @@ def test_a_node_that_cannot_be_placed_is_pending_and_named(cluster, tmp_path):
 
 def test_a_cluster_that_refuses_the_driver_is_one_line_before_anything_is_written(cluster, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")}
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", *SMALL, "--launcher", "ray", "--ray-address",
-                           cluster.address, "--run-dir", str(tmp_path / "run"), "--max-env-steps", "3000"],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = run_shoal("train", *SMALL, "--launcher", "ray", "--ray-address",
+                     cluster.address, "--run-dir", str(tmp_path / "run"), "--max-env-steps", "3000",
+                     timeout=120, env=env)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("shoal: error:")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
     assert "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN" in errors[0] and cluster.address in errors[0]

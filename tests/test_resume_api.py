@@ -5,13 +5,12 @@ actor's schedule position and RNG key)."""
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
 from shoal.agents import get_builder
 from shoal.launch import ExperimentConfig, run_distributed_experiment, run_experiment
+from tests.shoal_cli import run_shoal
 
 pytestmark = pytest.mark.e2e  # real runs, resumed by `shoal train --resume`
 
@@ -23,8 +22,7 @@ def config(run_dir, max_env_steps, **changes):
 
 
 def resume(run_dir, *args):
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--resume", str(run_dir), *args],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_shoal("train", "--resume", str(run_dir), *args, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc
 

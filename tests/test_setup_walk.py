@@ -16,12 +16,12 @@ import collections
 import json
 import os
 import pathlib
-import subprocess
-import sys
 import threading
 
 import gymnasium as gym
 import pytest
+
+from tests.shoal_cli import run_shoal
 
 ENV_ID = "ShoalSetupCounting-v0"
 COUNT_FILE_VAR = "SETUP_TEST_COUNT_FILE"  # (not a SHOAL_* variable: those are checked)
@@ -140,9 +140,9 @@ def test_a_run_of_processes_from_the_cli_builds_the_env_once_per_process_that_st
     count_file = tmp_path / "built.txt"
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
         [str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH", "")]), **{COUNT_FILE_VAR: str(count_file)})
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--env", f"{__name__}:{ENV_ID}", *ARGS,
-                           "--launcher", "processes", "--num-actors", "1", "--run-dir", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = run_shoal("train", "--env", f"{__name__}:{ENV_ID}", *ARGS,
+                     "--launcher", "processes", "--num-actors", "1", "--run-dir", str(tmp_path / "run"),
+                     timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["env_steps"] >= BUDGET
     per_node = collections.Counter(count_file.read_text().split())

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from shoal.launch.programs.shared_memory import SharedValuePublisher, SharedValueReader, host_id
+from tests.shoal_cli import run_shoal
 
 
 def _reader(location, size, seconds, ready, out):
@@ -77,15 +78,13 @@ def test_a_closed_segment_and_another_host_are_refused():
 @pytest.mark.e2e
 def test_actors_of_a_local_program_read_parameters_from_shared_memory(tmp_path):
     import json
-    import subprocess
-    import sys
 
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", "CartPole-v1",
-                           "--launcher", "processes", "--num-actors", "1", "--num-envs", "8", "--seed", "0",
-                           "--set", "min_replay_size=256", "--max-env-steps", "3000", "--eval-every", "3000",
-                           "--eval-episodes", "2", "--target-return", "1e9", "--quiet", "--run-dir", str(run_dir)],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_shoal("train", "--agent", "dqn", "--env", "CartPole-v1",
+                     "--launcher", "processes", "--num-actors", "1", "--num-envs", "8", "--seed", "0",
+                     "--set", "min_replay_size=256", "--max-env-steps", "3000", "--eval-every", "3000",
+                     "--eval-episodes", "2", "--target-return", "1e9", "--quiet", "--run-dir", str(run_dir),
+                     timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["learner_steps"] > 0
     assert "[actor_0] reads parameters from shared memory" in (run_dir / "logs" / "actor_0.log").read_text()

@@ -7,7 +7,6 @@ import glob
 import json
 import os
 import struct
-import subprocess
 import sys
 
 import pytest
@@ -16,6 +15,7 @@ from shoal.core.loggers import CSVLogger
 from shoal.launch import resume_experiment, run_distributed_experiment, run_experiment
 from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.tracking import CsvTail
+from tests.shoal_cli import run_shoal
 from tests.waiting import csv_rows, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -133,10 +133,10 @@ def test_mlflow_from_the_cli_tracks_to_a_local_store_in_the_working_directory(tm
     from mlflow import MlflowClient
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    done = subprocess.run([sys.executable, "-m", "shoal", "train", "--max-env-steps", "2000",
-                           "--eval-every", "1000", "--eval-episodes", "2", "--num-envs", "8", "--run-dir", "run",
-                           "--video-every", "1", "--track", "mlflow", "--quiet"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = run_shoal("train", "--max-env-steps", "2000",
+                     "--eval-every", "1000", "--eval-episodes", "2", "--num-envs", "8", "--run-dir", "run",
+                     "--video-every", "1", "--track", "mlflow", "--quiet",
+                     cwd=tmp_path, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     run_id = json.loads((tmp_path / "run" / "tracking.json").read_text())["run_id"]

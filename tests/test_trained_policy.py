@@ -13,6 +13,7 @@ from shoal.launch import run_experiment
 from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.evaluation import EVAL_SEED_OFFSET
 from shoal.launch.experiments.trained import checkpoints
+from tests.shoal_cli import run_shoal
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
@@ -71,14 +72,13 @@ def test_the_last_checkpoint_reproduces_the_runs_last_evaluation(ppo_run):
 
 def test_shoal_evaluate_prints_one_json_line_and_refuses_a_checkpoint_it_lacks(ppo_run):
     run_dir, _ = ppo_run
-    done = subprocess.run([sys.executable, "-m", "shoal", "evaluate", run_dir, "--episodes", "3", "--seed", "5",
-                           "--env-arg", "max_episode_steps=50"], capture_output=True, text=True, timeout=300)
+    done = run_shoal("evaluate", run_dir, "--episodes", "3", "--seed", "5",
+                     "--env-arg", "max_episode_steps=50", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["episodes"] == 3 and result["seed"] == 5 and result["agent"] == "ppo"
     assert result["length"]["max"] <= 50  # (the changed env argument holds)
-    bad = subprocess.run([sys.executable, "-m", "shoal", "evaluate", run_dir, "--checkpoint", "12345"],
-                         capture_output=True, text=True, timeout=300)
+    bad = run_shoal("evaluate", run_dir, "--checkpoint", "12345", timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         f"shoal: error: {run_dir} holds no learner checkpoint 12345; it holds {checkpoints(run_dir)[-1]}"], bad.stderr
 
@@ -103,8 +103,7 @@ def test_an_exported_policy_acts_as_the_loaded_one_in_a_program_without_shoal(pp
 
     run_dir, _ = ppo_run
     out = str(tmp_path / "policy.jax")
-    done = subprocess.run([sys.executable, "-m", "shoal", "export", run_dir, "--out", out],
-                          capture_output=True, text=True, timeout=300)
+    done = run_shoal("export", run_dir, "--out", out, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     about = json.loads(done.stdout.strip().splitlines()[-1])
     with open(out + ".json") as f:
@@ -151,8 +150,7 @@ def test_shoal_status_says_where_an_ended_or_stopped_one_process_run_stands(ppo_
     import shutil
 
     run_dir, rows = ppo_run
-    done = subprocess.run([sys.executable, "-m", "shoal", "status", run_dir], capture_output=True, text=True,
-                          timeout=120)
+    done = run_shoal("status", run_dir, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     assert lines[0] == "run: ppo on CartPole-v1, seed 0 (one process; native replay)" or \
@@ -165,7 +163,6 @@ def test_shoal_status_says_where_an_ended_or_stopped_one_process_run_stands(ppo_
     stopped = tmp_path / "stopped"  # (as a killed run leaves it: no result.json)
     shutil.copytree(run_dir, stopped)
     os.unlink(stopped / "result.json")
-    done = subprocess.run([sys.executable, "-m", "shoal", "status", str(stopped)], capture_output=True, text=True,
-                          timeout=120)
+    done = run_shoal("status", str(stopped), timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "shoal train --resume continues it from its last checkpoint" in done.stdout.splitlines()[1]

@@ -6,9 +6,10 @@ import io
 import os
 import signal
 import subprocess
-import sys
 
 import psutil
+
+from tests.shoal_cli import start_shoal
 
 # ``[sys.executable, *DEFAULT_SIGINT, ARGS...]`` runs ``python ARGS...`` with SIGINT's default
 # action, as a terminal gives it (a test runner started in the background ignores SIGINT, and its
@@ -24,9 +25,9 @@ SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", 
 def start(run_dir, *args, launcher="processes", num_actors=2, default_sigint=False, **popen):
     """``shoal train`` of a small DQN program (``args`` added last), as a subprocess
     (``default_sigint``: with SIGINT's default action, ``DEFAULT_SIGINT``)."""
-    cmd = [sys.executable, *(DEFAULT_SIGINT if default_sigint else []), "-m", "shoal", "train", *SMALL,
-           "--launcher", launcher, "--num-actors", str(num_actors), "--run-dir", str(run_dir), *args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return start_shoal("train", *SMALL, "--launcher", launcher, "--num-actors", str(num_actors),
+                       "--run-dir", str(run_dir), *args, python_args=DEFAULT_SIGINT if default_sigint else (),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
 def node_pids(launcher_pid):

@@ -5,8 +5,6 @@ resumed run's ``train_s`` and ``eval_s`` are of its own launch."""
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 
 import jax
@@ -16,6 +14,7 @@ from shoal.agents import get_builder
 from shoal.launch import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator
 from tests.faults.harness import running, shoal_main, start
+from tests.shoal_cli import run_shoal
 from tests.waiting import csv_rows, wait_for
 
 
@@ -68,8 +67,8 @@ def test_the_result_run_json_and_program_csv_agree_after_scale_a_double_ctrl_c_a
     assert [c["reason"] for c in result["actor_counts"]] == ["start", "shoal scale"]
 
     budget = saved["env_steps"] + 2000  # (the resumed run ends by its budget)
-    resumed = subprocess.run([sys.executable, "-m", "shoal", "train", "--resume", str(run_dir), "--max-env-steps",
-                              str(budget), "--quiet"], capture_output=True, text=True, timeout=500)
+    resumed = run_shoal("train", "--resume", str(run_dir), "--max-env-steps",
+                        str(budget), "--quiet", timeout=500)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     again = json.loads(resumed.stdout.strip().splitlines()[-1])
     saved = _run_json(run_dir)

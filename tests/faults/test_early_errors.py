@@ -7,8 +7,6 @@ memory and environment cases is below what DQN needs to learn, so that code with
 refuses quickly with another line instead of training (or allocating)."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -20,6 +18,7 @@ from shoal.launch.programs.launching import check_ports, servers
 from shoal.launch.programs.rpc.server import max_message_bytes
 
 from tests.faults.harness import shoal_main as shoal
+from tests.shoal_cli import run_shoal
 
 GIB = 2**30
 TOO_SMALL_BUDGET = ["--max-env-steps", "200"]  # (below DQN's first update: refused later, either way)
@@ -124,9 +123,9 @@ def test_variables_are_parsed_in_one_place(monkeypatch):
 @pytest.mark.e2e
 def test_the_cli_exits_2_in_one_line(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--launcher", "processes", "--num-actors", "1",
-                           "--run-dir", str(run_dir), *TOO_SMALL_BUDGET], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, SHOAL_RPC_MAX_MESSAGE_MB="abc"))
+    proc = run_shoal("train", "--launcher", "processes", "--num-actors", "1",
+                     "--run-dir", str(run_dir), *TOO_SMALL_BUDGET,
+                     timeout=120, env=dict(os.environ, SHOAL_RPC_MAX_MESSAGE_MB="abc"))
     errors = [line for line in proc.stderr.splitlines() if line.startswith("shoal: error:")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-2000:]
     assert "SHOAL_RPC_MAX_MESSAGE_MB='abc'" in errors[0] and "Traceback" not in proc.stderr

@@ -2,7 +2,6 @@
 
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -15,6 +14,7 @@ from shoal.launch.experiments import trackers
 from shoal.launch.experiments.interrupts import StopRequest
 from shoal.launch.experiments.tracking import RunTracker
 from tests.faults.harness import SMALL, errors, shoal_main, start
+from tests.shoal_cli import run_shoal
 
 
 class _Hangs(trackers.Backend):
@@ -143,10 +143,9 @@ STUCK = ("the environment's step() (HangsInStep-v0) has not returned in 1 s, aft
 
 @pytest.mark.e2e
 def test_a_step_that_hangs_stops_a_one_process_run_in_one_line(tmp_path):
-    cmd = [sys.executable, "-m", "shoal", "train", *SMALL, "--env", "tests.faults.hanging_envs:HangsInStep-v0",
-           "--run-dir", str(tmp_path / "run")]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "SHOAL_STEP_TIMEOUT_S": "1"})
+    done = run_shoal("train", *SMALL, "--env", "tests.faults.hanging_envs:HangsInStep-v0",
+                     "--run-dir", str(tmp_path / "run"), timeout=300,
+                     env={**os.environ, "SHOAL_STEP_TIMEOUT_S": "1"})
     assert done.returncode == 1, done.stderr
     # (8 envs; the 50th step of each hangs: after 49 vector steps)
     assert errors(done.stderr) == ["shoal: error: the actor: " + STUCK.format(steps="392")], done.stderr

@@ -15,6 +15,7 @@ from shoal.launch.experiments.run_directory.directory import RunDirectory
 from shoal.launch.experiments.tracking import RunTracker
 from shoal.launch.programs.control import serve_control
 from tests.faults.harness import errors, shoal_main as shoal
+from tests.shoal_cli import run_shoal
 
 
 def _run_dir(path, evals="env_steps,wall_s,eval_return\n10,1,5\n"):
@@ -102,10 +103,10 @@ def test_scale_and_status_against_an_ended_run_say_so_at_once(tmp_path):
 @pytest.mark.timeout(600)
 def test_a_distributed_nan_loss_puts_the_update_and_its_batch_in_the_drivers_line(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env",
-                           "tests.faults.faulty_envs:HugeRewards-v0", "--env-arg", "reward=3e38", "--num-envs", "8",
-                           "--set", "min_replay_size=256", "--launcher", "processes", "--num-actors", "1",
-                           "--run-dir", str(run_dir), "--quiet"], capture_output=True, text=True, timeout=500)
+    proc = run_shoal("train", "--agent", "dqn", "--env",
+                     "tests.faults.faulty_envs:HugeRewards-v0", "--env-arg", "reward=3e38", "--num-envs", "8",
+                     "--set", "min_replay_size=256", "--launcher", "processes", "--num-actors", "1",
+                     "--run-dir", str(run_dir), "--quiet", timeout=500)
     assert proc.returncode == 1, proc.stderr[-3000:]
     [line] = errors(proc.stderr)
     assert line.startswith("shoal: error: program 'dqn' failed: learner failed: FloatingPointError: learner update ")
@@ -117,10 +118,10 @@ def test_a_distributed_nan_loss_puts_the_update_and_its_batch_in_the_drivers_lin
 @pytest.mark.timeout(600)
 def test_an_actor_whose_env_is_not_the_runs_fails_once_in_one_line_naming_both_specs(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", "cartpole",
-                           "--env-factory", "tests.faults.faulty_envs:cartpole_per_process", "--num-envs", "4",
-                           "--launcher", "processes", "--num-actors", "1", "--run-dir", str(run_dir), "--quiet"],
-                          capture_output=True, text=True, timeout=500)
+    proc = run_shoal("train", "--agent", "dqn", "--env", "cartpole",
+                     "--env-factory", "tests.faults.faulty_envs:cartpole_per_process", "--num-envs", "4",
+                     "--launcher", "processes", "--num-actors", "1", "--run-dir", str(run_dir), "--quiet",
+                     timeout=500)
     assert proc.returncode == 1, proc.stderr[-3000:]
     [line] = errors(proc.stderr)
     assert line == ("shoal: error: program 'dqn' failed: actor_0 failed: SpecMismatch: actor_0's env has observations "

@@ -2,13 +2,12 @@
 are paced until its first update (``StepGrants``), and the progress line says what it waits for."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from shoal.core.counting import Counter
 from shoal.launch.experiments.distributed.step_grants import LEARNING, StepGrants
+from tests.shoal_cli import run_shoal
 
 
 def test_actors_take_only_their_head_start_until_the_learner_updates_then_the_rest_of_the_budget():
@@ -40,10 +39,10 @@ def test_impala_actors_wait_for_the_learner_and_the_progress_line_says_so(tmp_pa
     """The README's IMPALA example, smaller: before the learner's first update (it compiles,
     then its dataset opens) the actors took at most their head starts, not the budget."""
     run_dir, budget, num_envs, num_actors = tmp_path / "run", 30_000, 16, 2
-    proc = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "impala", "--env", "CartPole-v1",
-                           "--launcher", "processes", "--num-actors", str(num_actors), "--num-envs", str(num_envs),
-                           "--max-env-steps", str(budget), "--target-return", "1e9", "--eval-episodes", "2",
-                           "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=500)
+    proc = run_shoal("train", "--agent", "impala", "--env", "CartPole-v1",
+                     "--launcher", "processes", "--num-actors", str(num_actors), "--num-envs", str(num_envs),
+                     "--max-env-steps", str(budget), "--target-return", "1e9", "--eval-episodes", "2",
+                     "--run-dir", str(run_dir), timeout=500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((run_dir / "result.json").read_text())
     head_start = 2 * 16 * 16  # (twice IMPALA's env_steps_before_learning: rollout_length * sequences_per_update)

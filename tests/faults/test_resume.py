@@ -4,27 +4,26 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
 from tests.faults.harness import SMALL, errors, node_pids, running, start
+from tests.shoal_cli import run_shoal, start_shoal
 from tests.waiting import csv_rows, wait_for
 
 pytestmark = pytest.mark.e2e  # real runs stopped, killed and resumed
 
 
 def resume(run_dir, *args):
-    return subprocess.run([sys.executable, "-m", "shoal", "train", "--resume", str(run_dir), "--quiet", *args],
-                          capture_output=True, text=True, timeout=300)
+    return run_shoal("train", "--resume", str(run_dir), "--quiet", *args, timeout=300)
 
 
 @pytest.mark.timeout(600)
 def test_one_process_stops_on_sigterm_and_resumes_where_it_stopped(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "shoal", "train", *SMALL, "--max-env-steps", str(10**8),
-                             "--eval-every", "2000", "--run-dir", str(run_dir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_shoal("train", *SMALL, "--max-env-steps", str(10**8),
+                       "--eval-every", "2000", "--run-dir", str(run_dir),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: any(int(r["env_steps"]) >= 6000 for r in csv_rows(run_dir / "train.csv")), 240,
                  "6000 env steps")
@@ -97,13 +96,11 @@ def test_a_fresh_run_refuses_a_directory_with_checkpoints_and_resume_needs_one(t
     out = resume(empty)
     assert out.returncode == 2 and errors(out.stderr) == [
         "shoal: error: not the config of a Shoal run (no agent_config, env_id in it)"], out.stderr[-2000:]
-    fresh = subprocess.run([sys.executable, "-m", "shoal", "train", *SMALL, "--max-env-steps", "300",
-                            "--set", "min_replay_size=100", "--run-dir", str(tmp_path / "run")],
-                           capture_output=True, text=True, timeout=120)
+    fresh = run_shoal("train", *SMALL, "--max-env-steps", "300",
+                      "--set", "min_replay_size=100", "--run-dir", str(tmp_path / "run"), timeout=120)
     assert fresh.returncode == 0, fresh.stderr[-2000:]  # ends with a checkpoint ...
-    again = subprocess.run([sys.executable, "-m", "shoal", "train", *SMALL, "--max-env-steps", "300",
-                            "--set", "min_replay_size=100", "--run-dir", str(tmp_path / "run")],
-                           capture_output=True, text=True, timeout=120)
+    again = run_shoal("train", *SMALL, "--max-env-steps", "300",
+                      "--set", "min_replay_size=100", "--run-dir", str(tmp_path / "run"), timeout=120)
     assert again.returncode == 2 and "holds the checkpoints of an earlier run" in errors(again.stderr)[0]
     out = resume(tmp_path / "nowhere")
     assert out.returncode == 2 and errors(out.stderr) == [

@@ -7,8 +7,6 @@ import os
 import pickle
 import signal
 import stat
-import subprocess
-import sys
 
 import psutil
 import pytest
@@ -17,13 +15,14 @@ from shoal.core.files import open_append, write_atomic
 from shoal.core.loggers import CSVLogger
 from shoal.launch.experiments.run_directory.directory import RunDirectory
 from tests.faults.harness import SMALL, errors, node_pids, running, start
+from tests.shoal_cli import run_shoal
 from tests.waiting import wait_for
 
 
 def train(run_dir, *args):
-    return subprocess.run([sys.executable, "-m", "shoal", "train", *SMALL, "--launcher", "processes",
-                           "--num-actors", "1", "--max-env-steps", "2000", "--run-dir", str(run_dir), *args],
-                          capture_output=True, text=True, timeout=300)
+    return run_shoal("train", *SMALL, "--launcher", "processes",
+                     "--num-actors", "1", "--max-env-steps", "2000", "--run-dir", str(run_dir), *args,
+                     timeout=300)
 
 
 def test_writes_replace_a_planted_link_and_never_write_through_it(tmp_path):

@@ -5,14 +5,13 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from shoal.core.counting import Counter
 from shoal.launch.experiments.cli.main import main
 from tests.faults.harness import SMALL, errors, start
+from tests.shoal_cli import run_shoal
 
 BUDGET_ARGS = ["--max-env-steps", "300", "--set", "min_replay_size=100"]
 
@@ -21,8 +20,7 @@ BUDGET_ARGS = ["--max-env-steps", "300", "--set", "min_replay_size=100"]
 def finished_run(tmp_path_factory):
     """A small single-process run that ended with a checkpoint (copied by each test)."""
     run_dir = tmp_path_factory.mktemp("finished") / "run"
-    done = subprocess.run([sys.executable, "-m", "shoal", "train", *SMALL, *BUDGET_ARGS, "--run-dir", str(run_dir)],
-                          capture_output=True, text=True, timeout=180)
+    done = run_shoal("train", *SMALL, *BUDGET_ARGS, "--run-dir", str(run_dir), timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     return run_dir
 

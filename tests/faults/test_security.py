@@ -4,7 +4,6 @@ with one clear line, the run itself unharmed."""
 import os
 import signal
 import subprocess
-import sys
 
 import grpc
 import psutil
@@ -12,6 +11,7 @@ import pytest
 
 from shoal.launch.programs.rpc.client import RemoteError, RpcClient
 from tests.faults.harness import SMALL, errors, node_pids, running, start
+from tests.shoal_cli import run_shoal, start_shoal
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e  # live runs probed from outside
@@ -20,8 +20,7 @@ TOKEN = "test-token-0123456789"
 
 
 def train(*args, wrapper=(), **popen):
-    return subprocess.run([sys.executable, *wrapper, "-m", "shoal", "train", *SMALL, *args], capture_output=True,
-                          text=True, timeout=300, **popen)
+    return run_shoal("train", *SMALL, *args, python_args=wrapper, timeout=300, **popen)
 
 
 @pytest.mark.timeout(400)
@@ -62,9 +61,9 @@ def test_single_process_run_directory_is_locked_and_a_stale_lock_is_taken_over(t
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / ".lock").write_text("999999")  # left by a run that died: not held by anyone
-    first = subprocess.Popen([sys.executable, "-m", "shoal", "train", *SMALL, "--max-env-steps", str(10**8),
-                              "--run-dir", "run"],  # (a relative one: its checkpoint at SIGTERM too)
-                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = start_shoal("train", *SMALL, "--max-env-steps", str(10**8),
+                        "--run-dir", "run",  # (a relative one: its checkpoint at SIGTERM too)
+                        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (run_dir / "train.csv").exists(), 180, "the first run to log")
         second = train("--max-env-steps", "1000", "--run-dir", str(run_dir))

@@ -14,6 +14,7 @@ import pytest
 
 from shoal.launch.experiments.run_directory.directory import RunDirectory
 from tests.faults.harness import DEFAULT_SIGINT, SMALL, alive, handles_sigterm, node_pids, running, shm_segments, start
+from tests.shoal_cli import start_shoal
 from tests.waiting import csv_rows, wait_for
 
 pytestmark = pytest.mark.e2e  # real runs stopped by signals
@@ -124,9 +125,8 @@ def test_a_second_ctrl_c_kills_every_node_and_leaves_nothing_behind(tmp_path):
 @pytest.mark.parametrize("sig, moment", [(signal.SIGTERM, "config.json"), (signal.SIGINT, "train.csv")])
 def test_a_one_process_run_leaves_at_once_while_setting_up_and_stops_with_its_result_once_training(tmp_path, sig, moment):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, *DEFAULT_SIGINT, "-m", "shoal", "train", *SMALL, "--max-env-steps",
-                             str(10**8), "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start_shoal("train", *SMALL, "--max-env-steps", str(10**8), "--run-dir", str(run_dir),
+                       python_args=DEFAULT_SIGINT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # config.json: the run claimed its directory and is setting up (Reverb, networks, compiling);
         # train.csv with a row: it trains

@@ -7,8 +7,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import psutil
@@ -18,6 +16,7 @@ from shoal.replay import default_backend
 
 from shoal.launch.experiments.run_directory.directory import RunDirectory
 from tests.faults.harness import alive, errors, node_pids, running, start
+from tests.shoal_cli import run_shoal
 from tests.waiting import csv_rows, wait_for
 
 pytestmark = pytest.mark.e2e  # distributed runs whose nodes are killed
@@ -118,10 +117,8 @@ def test_a_frozen_actor_does_not_stop_the_run_and_is_killed_at_its_end(tmp_path)
 def test_a_failing_environment_ends_in_one_line(tmp_path, env, message):
     env_id = f"tests.faults.faulty_envs:{env}"
     # one process: the first failure is the run's error
-    single = subprocess.run(
-        [sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", env_id,
-         "--num-envs", "8", "--run-dir", str(tmp_path / "single"), "--quiet"],
-        capture_output=True, text=True, timeout=240)
+    single = run_shoal("train", "--agent", "dqn", "--env", env_id,
+                       "--num-envs", "8", "--run-dir", str(tmp_path / "single"), "--quiet", timeout=240)
     assert single.returncode == 1 and len(errors(single.stderr)) == 1, single.stderr[-2000:]
     assert message in errors(single.stderr)[0] and "Traceback" not in single.stderr
     if env != "RaisesInStep-v0":  # (the distributed path is the same for every failure: run it once)
