@@ -26,7 +26,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from shoal.launch.programs.program import Node
 
-PING_EVERY_S, SILENT_WARN_S, PENDING_WARN_S, PENDING_CONFIRM_S = 2.0, 5.0, 10.0, 5.0
+# (PENDING_CONFIRM_S: a node whose worker process takes longer to start than this, Ray's
+# reservation for it held meanwhile, is reported as unplaceable: 5 s was too short once, under a
+# load of 14 on 2 cores, for a learner that then started)
+PING_EVERY_S, SILENT_WARN_S, PENDING_WARN_S, PENDING_CONFIRM_S = 2.0, 5.0, 10.0, 20.0
 
 
 def _say(text: str) -> None:
