@@ -21,7 +21,7 @@ from tests.test_elastic import check_grows_and_shrinks
 from tests.test_examples import EXAMPLES
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.e2e  # a real Ray cluster
+pytestmark = [pytest.mark.e2e, pytest.mark.ray]  # a real Ray cluster
 
 SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0",
          "--set", "min_replay_size=256", "--target-return", "1e9", "--eval-episodes", "2", "--quiet"]

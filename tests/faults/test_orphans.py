@@ -60,6 +60,7 @@ def test_sigkill_of_the_driver_leaves_no_segment(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.ray
 @pytest.mark.timeout(600)
 def test_a_local_ray_stopped_by_a_signal_leaves_no_process(tmp_path):
     """A run that started its own Ray (no ``--ray-address``) takes all of it down when it ends:
