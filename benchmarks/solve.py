@@ -228,7 +228,7 @@ def plot(runs: list[dict], path: str, title: str, target: float | None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shoal.launch.experiments.cli.compare import label_axes
+    from shoal.launch.experiments.cli.compare_plots import label_axes
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     for r in runs:

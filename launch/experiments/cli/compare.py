@@ -16,9 +16,9 @@ Returns are normalized per task from the lowest evaluation return any compared r
 per group also aggregates over tasks: the IQM and optimality gap of all its normalized scores,
 the bootstrap stratified by task (``shoal.launch.experiments.cli.aggregates``).
 
-Plots (one PNG and one SVG per task): mean eval return per group against env steps and against
-wall seconds, with the range (min to max) of its runs shaded; a run that stopped (solved) keeps
-its last return after its end.
+Plots (one PNG and one SVG per task, ``compare_plots``): mean eval return per group against env
+steps and against wall seconds, with the range (min to max) of its runs shaded; a run that
+stopped (solved) keeps its last return after its end.
 
 **Input.** A run directory's files are checked as they are read (``load_run``): ``config.json``
 an object whose ``env_id`` is a string, ``seed`` an integer, ``resolved_target_return`` a
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import csv
-import io
 import math
 import os
 import re
@@ -44,6 +43,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from shoal.launch.experiments.cli import aggregates
+from shoal.launch.experiments.cli.compare_plots import plot_task
 from shoal.core.files import check_output, json_text, write_output
 from shoal.launch.experiments.run_directory.schemas import _check, _fail
 from shoal.launch.experiments.run_directory.directory import read_json
@@ -247,54 +247,6 @@ def markdown_table(summary: dict) -> str:
         lines.append(f"| {group} | all tasks ({a['tasks']}, normalized) | {a['runs']} | {_ci(a['normalized_iqm'], '.3f')} | "
                      f"| {_ci(a['optimality_gap'], '.3f')} | | | |")
     return "\n".join(lines) + "\n"
-
-
-def curve(runs: list[dict], column: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(x, mean, low, high)`` of eval return against ``column`` (0: env steps, 1: wall s) over
-    ``runs``, each interpolated on the union of their x values (its last return kept after its end)."""
-    x = np.unique(np.concatenate([r["evals"][:, column] for r in runs]))
-    ys = np.array([np.interp(x, r["evals"][:, column], r["evals"][:, 2]) for r in runs])
-    return x, ys.mean(axis=0), ys.min(axis=0), ys.max(axis=0)
-
-
-def plot_task(runs: list[dict], task: str, path: str) -> None:
-    """``path``.png and ``path``.svg: each group's mean eval return (its range shaded) against
-    env steps and against wall seconds; the target dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    for group in sorted({r["group"] for r in runs}):
-        members = [r for r in runs if r["group"] == group]
-        for ax, column in zip(axes, (0, 1)):
-            x, mean, low, high = curve(members, column)
-            line, = ax.plot(x, mean, label=f"{group} ({len(members)} runs)")
-            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-    target = next((r["target"] for r in runs if r["target"] is not None), None)
-    label_axes(axes, target, "eval return (mean, range)", "wall seconds")
-    fig.suptitle(task)
-    fig.tight_layout()
-    try:
-        for suffix, options in ((".png", {"dpi": 80}), (".svg", {})):
-            image = io.BytesIO()
-            fig.savefig(image, format=suffix[1:], **options)
-            write_output(path + suffix, image.getvalue())
-    finally:
-        plt.close(fig)
-
-
-def label_axes(axes: Sequence[Any], target: float | None, ylabel: str, wall_label: str) -> None:
-    """The two panels of a learning-curve figure (against env steps, and against wall seconds):
-    axis labels, a grid, the target dashed, the legend on the first."""
-    for ax, xlabel in zip(axes, ("env steps", wall_label)):
-        if target is not None:
-            ax.axhline(target, color="grey", linestyle="--", linewidth=1, label="target")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
 
 
 def _slug(task: str) -> str:
