@@ -31,8 +31,6 @@ def test_agent_runs_under_launcher(agent, launcher, tmp_path, request):
     if agent == "r2d2" and "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("R2D2's program is DQN's with another table (CI time): every launcher with -m 'slow or not slow'; "
                     "tests/test_r2d2.py trains it in one process")
-    if agent == "ppo" and launcher == "processes" and "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("tests/test_autoscale.py runs PPO's program under processes (CI time): this one with -m 'slow or not slow'")
     env_id, settings = AGENTS[agent]
     num_actors = 1 if agent in ONE_ACTOR else 2
     args = ["train", "--agent", agent, "--env", env_id,

@@ -144,6 +144,9 @@ def check_grows_from_one_actor(tmp_path, *launcher_args) -> dict:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # the driver grows only while cores sit idle (CpuRoom), which a machine busy with other
+# work may not give within the test's 240 s (CI's two workers did not, once in three rehearsals); the
+# decisions themselves are tested above, on measured windows
 def test_a_processes_run_grows_from_one_actor_while_its_learner_waits(tmp_path):
     result = check_grows_from_one_actor(tmp_path, "--launcher", "processes")
     assert "cores" in result["actor_counts"][1]["reason"]  # (the room it saw: idle cores)
