@@ -217,3 +217,21 @@ def test_a_cluster_that_refuses_the_driver_is_one_line_before_anything_is_writte
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
     assert "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN" in errors[0] and cluster.address in errors[0]
     assert "Traceback" not in proc.stderr and not os.path.exists(tmp_path / "run")
+
+
+def test_an_actor_whose_env_is_not_the_runs_fails_once_in_one_line_naming_both_specs(cluster, tmp_path):
+    proc = train(cluster, tmp_path, "--num-actors", "1", "--max-env-steps", "100000",
+                 "--env-factory", "tests.faults.faulty_envs:cartpole_beyond_the_first_process",
+                 "--env-arg", f"marker={str(tmp_path / 'first-pid')!r}")
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("shoal: error:")]
+    assert errors == ["shoal: error: program 'dqn' failed: actor_0 failed: SpecMismatch: actor_0's env has observations "
+                      "float32[5], 2 actions, 8 envs; the run's (read by the driver) has observations float32[4], "
+                      "2 actions, 8 envs: the env (or its factory) must build the same env in every process "
+                      f"(see {tmp_path / 'run' / 'logs' / 'actor_0.log'})"], err[-3000:]
+    assert "ScopeParamShapeError" not in (tmp_path / "run" / "logs" / "actor_0.log").read_text()
+    assert_no_actor_left(cluster)

@@ -20,7 +20,9 @@ A publisher removes its segment when it closes; one killed first cannot, so each
 keeper (``_keep``): a ``sh`` of its own session that holds the read end of a pipe only the
 publisher's process writes, and removes the segment when that pipe closes, i.e. when the
 publisher's process is gone however it ended (SIGKILL of it, or of a launcher whose nodes die
-with it). ``sweep_segments`` removes the segments of this user whose writer process is gone,
+with it). The keeper is not the publisher's child but its grandchild (its ``sh`` starts it and
+exits): Ray kills a worker's children when the worker ends, and the keeper of a Ray node's
+segment must outlive its node. ``sweep_segments`` removes the segments of this user whose writer process is gone,
 for what a keeper could not see to (a keeper killed too, e.g. by ``kill -9 -1``): a launcher
 sweeps its dead nodes' segments when its program ends, and every new publisher sweeps those of
 any dead writer.
@@ -144,9 +146,8 @@ class SharedValuePublisher:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
-        if self._keeper is not None:
-            self._keeper.stdin.close()  # (its pipe closes: it ends, removing nothing more)
-            self._keeper.wait()
+        if self._keeper is not None and self._keeper.stdin is not None:
+            self._keeper.stdin.close()  # (its pipe closes: the keeper ends, removing nothing more)
         self._header.release()
         self._map.close()
 
@@ -158,11 +159,16 @@ def _keep(path: str) -> "subprocess.Popen | None":
     try:
         with warnings.catch_warnings():  # (JAX warns of any fork; this one is a fork and exec)
             warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
-            return subprocess.Popen(["sh", "-c", 'read -r _; rm -f -- "$1"', "shoal-segment-keeper", path],
-                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    start_new_session=True)  # (its own session: not a terminal's Ctrl-C)
+            # The pipe moves to fd 3 (a background list's stdin is /dev/null), the keeper runs in
+            # the background, and its parent exits at once: the keeper's parent is then init (or a subreaper).
+            starter = subprocess.Popen(["sh", "-c", 'exec 3<&0 </dev/null; (read -r _ <&3; rm -f -- "$1") &',
+                                        "shoal-segment-keeper", path],
+                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       start_new_session=True)  # (its own session: not a terminal's Ctrl-C)
     except OSError:
         return None
+    starter.wait()
+    return starter
 
 
 class SharedValueReader:

@@ -151,3 +151,21 @@ def cartpole_per_process(**kwargs):
     import os
 
     return WiderCartPole(**kwargs) if os.environ.get("SHOAL_NODE_START") else CartPoleEnv(**kwargs)
+
+
+def cartpole_beyond_the_first_process(marker: str, **kwargs):
+    """An env factory that builds CartPole in the first process that calls it (the driver, which
+    reads the run's spec; its pid goes into the file ``marker``) and a wider observation in
+    every other process (a node's, under any launcher)."""
+    import os
+
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+    with open(marker) as f:
+        first = f.read()
+    return CartPoleEnv(**kwargs) if first == str(os.getpid()) else WiderCartPole(**kwargs)

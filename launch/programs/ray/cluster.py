@@ -4,7 +4,14 @@
   local Ray instance with this machine's CPUs; a cluster that refuses the driver (token
   authentication: ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN``) or cannot be reached is one
   ``ValueError`` naming what to set. ``started_local()``: whether this process started the
-  local Ray it is connected to (its launcher shuts it down when its program ends).
+  local Ray it is connected to; ``shutdown_local()`` shuts it down, and kills what of it is still
+  there ``RAY_EXIT_GRACE_S`` later (Ray's dashboard and runtime-env agents and idle workers
+  outlived a run by 60-90 s, with parent 1).
+* A local Ray is also taken down when this process dies without a word (SIGKILL): a *reaper*, a
+  ``sh`` of its own session started beside it, holds a pipe only this process writes, on which
+  it is sent the pids of Ray's processes; when the pipe closes without ``done`` (this process
+  is gone) it kills those that are still Ray's. (Ray's GCS and raylet end with their driver;
+  its agents waited ~60 s on the dead GCS first.)
 * ``check_shared_directory(path)``: every alive machine of the cluster sees ``path`` as this
   process does (a run directory must be on shared storage), else a ``ValueError`` naming those
   that do not.
@@ -15,12 +22,21 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import subprocess
 import threading
 import uuid
 import warnings
 
+import psutil
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+RAY_EXIT_GRACE_S = 2.0  # how long a local Ray's processes have to end after ray.shutdown()
+# The reaper: reads pids until ``done`` (a clean shutdown: it exits) or the end of its pipe (its
+# driver is gone: it kills each pid whose command line is still Ray's, not a reused pid's).
+REAPER = ('pids=; while read -r pid; do [ "$pid" = done ] && exit 0; pids="$pids $pid"; done; '
+          'for pid in $pids; do case "$(tr "\\000" " " < /proc/$pid/cmdline 2>/dev/null)" in '
+          '*ray*) kill -9 "$pid" 2>/dev/null;; esac; done')
 
 
 def _signal_handlers() -> dict:
@@ -31,6 +47,7 @@ def _signal_handlers() -> dict:
 
 
 _started_local = False  # (this process started the local Ray it is connected to)
+_reaper: subprocess.Popen | None = None  # (its reaper, see the module)
 
 
 def started_local() -> bool:
@@ -63,7 +80,62 @@ def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
         for sig, handler in handlers.items():  # (ray.init installs its own: SIGTERM would exit at once)
             signal.signal(sig, handler)
     _started_local = not ray_address
+    if _started_local:
+        _start_reaper()
     return True
+
+
+def _ray_processes() -> list[psutil.Process]:
+    """The processes of the local Ray this process started: its children that are Ray's (GCS,
+    raylet, dashboard, log monitor: ``ray`` in their command line) and all of theirs (agents,
+    workers), not its other children (a tracker's service)."""
+    found = []
+    for child in psutil.Process().children():
+        try:
+            command = " ".join(child.cmdline())
+            if "/ray/" in command or command.startswith("ray::"):
+                found += [child, *child.children(recursive=True)]
+        except psutil.Error:
+            pass
+    return found
+
+
+def _start_reaper() -> None:
+    """Starts the reaper of the local Ray just started (see the module) and sends it the pids
+    of Ray's processes (its agents are among them once ``ray.init`` returns)."""
+    global _reaper
+    try:
+        with warnings.catch_warnings():  # (JAX warns of any fork; this one is a fork and exec)
+            warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+            _reaper = subprocess.Popen(["sh", "-c", REAPER, "shoal-ray-reaper"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+                                       start_new_session=True)  # (its own session: not a terminal's Ctrl-C)
+        assert _reaper.stdin is not None
+        _reaper.stdin.write("".join(f"{process.pid}\n" for process in _ray_processes()))
+        _reaper.stdin.flush()
+    except OSError:  # (no reaper: a clean shutdown still takes Ray down)
+        _reaper = None
+
+
+def shutdown_local() -> None:
+    """Shuts down the local Ray this process started, and kills what of it is still there
+    ``RAY_EXIT_GRACE_S`` later; its reaper is told it is done."""
+    global _reaper, _started_local
+    ours = _ray_processes()
+    ray.shutdown()
+    for process in psutil.wait_procs(ours, timeout=RAY_EXIT_GRACE_S)[1]:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    if _reaper is not None and _reaper.stdin is not None:
+        try:
+            _reaper.stdin.write("done\n")
+            _reaper.stdin.close()
+            _reaper.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            _reaper.kill()
+    _reaper, _started_local = None, False
 
 
 def _connect_error(ray_address: str | None, e: Exception) -> str:

@@ -17,10 +17,9 @@
   address book for as long exits by itself (removing its shared-memory segments): no orphan is
   left on a host cut off from the program. Stopping asks every node to stop, then kills every
   actor the launch made and removes the shared-memory segments of killed nodes. A local Ray this
-  launch started is shut down with it, and what of it is still there ``RAY_EXIT_GRACE_S`` later
-  (Ray's dashboard and runtime-env agents, an idle worker: they outlived a run by 60-90 s, with
-  parent 1) is killed: nothing it started outlives the run. Node output streams to this process
-  (prefixed with the node's label).
+  launch started is shut down with it (``shoal.launch.programs.ray.cluster.shutdown_local``; if
+  this process is killed, its reaper takes that Ray down): nothing it started outlives the run.
+  Node output streams to this process (prefixed with the node's label).
 * Environment: ``group_env`` plus this process's ``SHOAL_*``, ``JAX_*``, ``XLA_*`` and
   ``TF_CPP_*`` variables are set in the actors' processes (Ray's ``runtime_env``).
 
@@ -36,14 +35,13 @@ import threading
 import time
 from typing import Any, Mapping
 
-import psutil
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from shoal.launch.programs.addressing import AddressBook
 from shoal.launch.programs.nodes import NodeContext, set_context
 from shoal.launch.programs.program import Node, Program
-from shoal.launch.programs.ray.cluster import connect, started_local
+from shoal.launch.programs.ray.cluster import connect, shutdown_local, started_local
 from shoal.launch.programs.ray.worker import RayWorker
 from shoal.launch.programs.resources import Resources
 from shoal.launch.programs.shared_memory import process_alive, sweep_segments
@@ -52,7 +50,6 @@ from shoal.launch.programs.supervision import ProgramRun
 FORWARDED_ENV = ("SHOAL_", "JAX_", "XLA_", "TF_CPP_")
 DEFAULT_PORTS = (47000, 47099)
 WATCHDOG_EVERY_S = 2.0
-RAY_EXIT_GRACE_S = 2.0  # how long a local Ray's processes have to end after ray.shutdown()
 
 
 def peer_timeout_s() -> float:
@@ -184,21 +181,6 @@ def _sweep(pids: list[int], wait_s: float) -> int:
     return len(sweep_segments(pids))
 
 
-def _ray_processes() -> list[psutil.Process]:
-    """The processes of the local Ray this process started: its children that are Ray's (GCS,
-    raylet, dashboard, log monitor: ``ray`` in their command line) and all of theirs (agents,
-    workers), not its other children (a tracker's service)."""
-    found = []
-    for child in psutil.Process().children():
-        try:
-            command = " ".join(child.cmdline())
-            if "/ray/" in command or command.startswith("ray::"):
-                found += [child, *child.children(recursive=True)]
-        except psutil.Error:
-            pass
-    return found
-
-
 def _actor_options(resources: Resources | None, restartable: bool, max_restarts: int,
                    env: Mapping[str, str]) -> dict[str, Any]:
     options: dict[str, Any] = {"max_restarts": max_restarts if restartable else 0,
@@ -256,13 +238,7 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
         ray.wait(sweeps, num_returns=len(sweeps), timeout=6)  # (a host cut off: its nodes sweep themselves)
         ray.kill(addresses, no_restart=True)
         if started_ray or started_local():  # (a local Ray this process started, here or before the launch)
-            ours = _ray_processes()
-            ray.shutdown()
-            for process in psutil.wait_procs(ours, timeout=RAY_EXIT_GRACE_S)[1]:
-                try:
-                    process.kill()
-                except psutil.Error:
-                    pass
+            shutdown_local()
 
     return ProgramRun(program, make_worker, launcher="ray", address_book=RayAddressBook(addresses),
                       token=token, max_restarts=max_restarts, grace_s=grace_s, on_close=close,
