@@ -2,6 +2,7 @@
 lines) stay off the terminal of a run made from Python, as ``shoal train`` keeps them off its own;
 every other line passes, in order, and the real stderr is back when the run returns."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -48,3 +49,29 @@ def test_a_python_api_run_on_reverb_prints_none_of_reverbs_lines(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "[reverb/cc/" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.splitlines()[-1] == "env steps 1504", done.stderr[-3000:]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(600)
+def test_a_run_under_a_local_ray_shows_shoals_lines_only(tmp_path):
+    """Ray's note that its local instance uses token authentication, its driver's ``core_worker.cc``
+    note per restartable node, and a second local Ray that a progress tick started once the
+    program had shut the first down (``Started a local Ray instance``, after the run) stay off
+    the terminal; ``shoal status`` and ``shoal evaluate`` read the finished run."""
+    pytest.importorskip("ray")
+    from tests.faults.harness import SMALL
+    from tests.shoal_cli import run_shoal
+
+    proc = run_shoal("train", *SMALL, "--launcher", "ray", "--num-actors", "1", "--max-env-steps", "3000",
+                     "--run-dir", str(tmp_path / "run"), timeout=500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for line in proc.stderr.splitlines():
+        assert not any(text in line for text in ("Token authentication", "core_worker.cc", "Started a local Ray",
+                                                 "os.fork()")), proc.stderr[-3000:]
+    # (issue 39: status and evaluate on a finished Ray run)
+    status = run_shoal("status", str(tmp_path / "run"), timeout=120)
+    assert status.returncode == 0 and "(ray launcher, 1 actors" in status.stdout and "state: ended" in status.stdout, \
+        status.stdout + status.stderr
+    evaluated = run_shoal("evaluate", str(tmp_path / "run"), "--episodes", "2", timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert json.loads(evaluated.stdout.splitlines()[-1])["episodes"] == 2

@@ -2,7 +2,8 @@
 
 Reverb's C++ code writes its informational lines (``[reverb/cc/...] Started replay server ...``)
 straight to file descriptor 2, beyond the reach of Python's ``logging``; TensorFlow's C++ code
-writes ``2026-01-01 12:00:00.000000: W external/...`` lines the same way. ``drop_native_log_lines``
+writes ``2026-01-01 12:00:00.000000: W external/...`` lines the same way, and Ray's driver one
+``core_worker.cc`` note per restartable node (``RAY_NOTICE``). ``drop_native_log_lines``
 points fd 2 at a pipe and forwards every line except those to the real stderr, from a thread;
 at exit it puts the real stderr back and forwards what is left, so no line of Shoal's own (its
 final error line included) is lost or reordered. ``shoal train`` filters unless ``--verbose``
@@ -19,7 +20,12 @@ import re
 import sys
 import threading
 
-NATIVE_LOG_LINE = re.compile(rb"^(\[reverb/cc/|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] )")
+# Ray's driver notes of every restartable node that its constructor's arguments are in the object
+# store (they are: a node is over 100 KB pickled); they stay there while the driver lives, which
+# is the run's life (Ray's issue 53727).
+RAY_NOTICE = (rb"\[[\d\- :,]+ E \d+ \d+\] core_worker\.cc:\d+: Actor \S+ with class name: '_NodeActor' and ID: "
+              rb"'\w+' has constructor arguments in the object store and max_restarts > 0")
+NATIVE_LOG_LINE = re.compile(rb"^(\[reverb/cc/|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] |" + RAY_NOTICE + rb")")
 
 
 def drop_native_log_lines() -> None:

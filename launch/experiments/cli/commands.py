@@ -64,7 +64,7 @@ def train(args: argparse.Namespace, given: list[str], started: float,
 
     if not filter_stderr:  # (--verbose, or main() called in a process of the caller's: fd 2 is left alone)
         keep_native_log_lines()
-    elif launch is None or launch.launcher != "ray":  # (Ray's own processes would hold the pipe)
+    else:  # (a local Ray's processes write to log files of its own: none holds the pipe)
         drop_native_log_lines()
     previous = None
     if stop is None:

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import signal
@@ -44,6 +45,11 @@ def _signal_handlers() -> dict:
     if threading.current_thread() is not threading.main_thread():
         return {}
     return {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _token_notice(record: logging.LogRecord) -> bool:
+    """A logging filter: drops Ray's note that a local instance uses token authentication (its default)."""
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 _started_local = False  # (this process started the local Ray it is connected to)
@@ -72,6 +78,8 @@ def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
     try:
         with warnings.catch_warnings():  # Ray fork+execs its processes; JAX warns of any fork
             warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
+            if not ray_address:  # (Ray's default, token authentication, needs no line on the terminal)
+                logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_token_notice)
             ray.init(address=ray_address, namespace=f"{namespace}-{uuid.uuid4().hex[:8]}",
                      log_to_driver=True, logging_level="warning", **local)
     except Exception as e:  # noqa: BLE001 -- turned into one line

@@ -89,16 +89,23 @@ class _Addresses:
 
 
 class RayAddressBook(AddressBook):
-    """Addresses in the launch's named ``_Addresses`` actor."""
+    """Addresses in the launch's named ``_Addresses`` actor. Once this process's Ray is shut
+    down (the program closed), each call raises ``ConnectionError``: a Ray call then would
+    start a new local Ray of its own."""
 
     def __init__(self, actor: Any) -> None:
         self._actor = actor
 
     def publish(self, label: str, address: str) -> None:
-        ray.get(self._actor.publish.remote(label, address), timeout=60)
+        ray.get(self._connected().publish.remote(label, address), timeout=60)
 
     def get(self, label: str) -> str | None:
-        return ray.get(self._actor.get.remote(label), timeout=60)
+        return ray.get(self._connected().get.remote(label), timeout=60)
+
+    def _connected(self) -> Any:
+        if not ray.is_initialized():
+            raise ConnectionError("the launch's Ray is shut down (its program ended)")
+        return self._actor
 
 
 @ray.remote(max_concurrency=4)  # run() occupies one thread; stop() and where() must get through
