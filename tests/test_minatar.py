@@ -96,6 +96,27 @@ def test_an_unknown_minatar_game_is_one_line_naming_close_ids():
         environment_spec("MinAtar/Breakout-v9", 1)
 
 
+def test_ppos_mlp_torso_reads_the_planes_flat_with_two_mlps_and_refuses_what_it_cannot_read():
+    from shoal.agents.ppo.builder import PPOBuilder
+    from shoal.agents.ppo.config import PPOConfig
+
+    spec = environment_spec(BREAKOUT, 4)
+    builder = PPOBuilder(PPOConfig(torso="mlp", hidden_sizes=(32, 16)))
+    builder.validate(spec, 1)
+    networks = builder.make_networks(spec)
+    frames = jnp.asarray(np.random.default_rng(0).integers(0, 2, (3, 4, 10, 10)), jnp.uint8)
+    params = networks.network.init(jax.random.PRNGKey(0), frames)
+    shapes = jax.tree_util.tree_map(lambda x: x.shape, params["params"])
+    assert shapes["policy"]["Dense_0"]["kernel"] == (400, 32) and shapes["value"]["Dense_0"]["kernel"] == (400, 32)
+    assert "conv" not in str(shapes)
+    logits, value = networks.network.apply(params, frames)
+    assert logits.shape == (3, 3) and value.shape == (3,)
+    with pytest.raises(ValueError, match="torso=mlp reads frames with a categorical, feed-forward policy"):
+        PPOBuilder(PPOConfig(torso="mlp", lstm_size=8)).validate(spec, 1)
+    with pytest.raises(ValueError, match="torso must be one of auto, nature, impala, minatar, got 'mlp'"):
+        choose_torso("mlp", spec.observation.shape)  # (the other agents' torsos: PPO's alone reads frames flat)
+
+
 @pytest.mark.e2e
 def test_dqn_trains_on_minatar_in_one_process(tmp_path):
     """The preset's network and settings (its replay warm-up cut short), as ``shoal train`` sets them."""

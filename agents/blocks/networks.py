@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.agents.blocks.dict_observations import DictTorso, ObservationKeys, observation_keys
-from shoal.agents.blocks.torsos import Torso, choose_torso, is_image, make_torso
+from shoal.agents.blocks.torsos import Torso, choose_torso, frame_scale, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 
 
@@ -31,21 +31,27 @@ class MLP(nn.Module):
 
 
 class ActorCritic(nn.Module):
-    """``observation -> (logits [batch, num_actions], value [batch])``, two separate MLPs."""
+    """``observation -> (logits [batch, num_actions], value [batch])``, two separate MLPs (the
+    observation flattened and multiplied by ``scale`` first: frames read without a torso)."""
 
     hidden_sizes: Sequence[int]
     num_actions: int
+    scale: float = 1.0
 
     def setup(self) -> None:
         self.policy = MLP(self.hidden_sizes, self.num_actions, 0.01)
         self.value = MLP(self.hidden_sizes, 1, 1.0)
 
     def __call__(self, observation: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        observation = self._scaled(observation)
         return self.policy(observation), self.value(observation)[:, 0]
 
     def logits(self, observation: jnp.ndarray) -> jnp.ndarray:
         """The policy head alone (what an actor needs)."""
-        return self.policy(observation)
+        return self.policy(self._scaled(observation))
+
+    def _scaled(self, observation: jnp.ndarray) -> jnp.ndarray:
+        return observation if self.scale == 1.0 else observation.astype(jnp.float32) * self.scale
 
 
 class GaussianActorCritic(nn.Module):
@@ -162,7 +168,8 @@ def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int
                                torso: str = "auto", lstm_size: int = 0) -> ActorCriticNetworks:
     """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
     space, Gaussian for a 1-d Box one where ``continuous`` is allowed; a convolutional ``torso``
-    for image observations, MLPs of ``hidden_sizes`` for flat ones, a torso per key for Dict ones.
+    for image observations (``mlp``: none, the frames flattened into the MLPs, for a categorical
+    policy), MLPs of ``hidden_sizes`` for flat ones, a torso per key for Dict ones.
     With ``lstm_size``, the torso feeds an LSTM that both heads read (``shoal.agents.blocks.recurrent``)."""
     check_actor_critic_actions(spec, agent, continuous)
     size = spec.action.shape[0] if spec.num_actions is None else 0
@@ -178,6 +185,10 @@ def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int
         keys = observation_keys(spec.observation, torso, spec.observation_space)
         network = DictActorCritic(keys, tuple(hidden_sizes), spec.num_actions, size, initial_log_std)
         return ActorCriticNetworks(network, spec.observation_shape, spec.num_actions, size, spec.observation)
+    if is_image(spec) and torso == "mlp":
+        return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions,
+                                               frame_scale(spec.observation_space)),
+                                   spec.observation_shape, spec.num_actions)
     if is_image(spec):
         chosen = choose_torso(torso, spec.observation.shape, spec.observation_space)
         return ActorCriticNetworks(PixelActorCritic(chosen, spec.num_actions), spec.observation_shape,

@@ -13,7 +13,9 @@ uint8 observations get one of these, flat ones an MLP.
   3x3 stride 2, two residual blocks of two 3x3 convs) with 16, 32, 32 channels, then dense 256;
 * ``minatar`` -- the MinAtar network (Young & Tian, 2019): conv 16 3x3 stride 1, dense 128,
   ReLUs (for small images, e.g. MinAtar's 10x10);
-* ``auto`` (the agents' default) -- ``nature`` for frames of at least 36x36, else ``minatar``.
+* ``auto`` (the agents' default) -- ``nature`` for frames of at least 36x36, else ``minatar``;
+* ``mlp`` (PPO only) -- no convolution: the frames, scaled and flattened, go into the policy's
+  and the value's MLPs of ``hidden_sizes`` (gymnax-blines' MinAtar network).
 """
 
 from __future__ import annotations
@@ -62,8 +64,13 @@ def choose_torso(kind: str, shape: tuple[int, ...], space: gym.Space | None = No
     elif kind == "nature" and small:
         raise ValueError(f"torso 'nature' takes frames of at least {NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}, "
                          f"got {shape[1]}x{shape[2]}; use torso=minatar (or auto) for small images")
+    return Torso(kind, frame_scale(space))
+
+
+def frame_scale(space: gym.Space | None) -> float:
+    """The factor that brings frames of ``space`` (a Box; 255 without one) to [0, 1]."""
     high = float(np.max(space.high)) if isinstance(space, gym.spaces.Box) else 255.0
-    return Torso(kind, 1.0 / high if high > 0 else 1.0)
+    return 1.0 / high if high > 0 else 1.0
 
 
 def _frames(observation: jnp.ndarray, scale: float) -> jnp.ndarray:
@@ -161,9 +168,10 @@ class MinAtarCNN(nn.Module):
         return nn.relu(nn.Dense(128, kernel_init=_orthogonal())(x.reshape(x.shape[0], -1)))
 
 
-def check_torso(kind: str) -> None:
-    if kind not in TORSOS:
-        raise ValueError(f"torso must be one of {', '.join(TORSOS)}, got {kind!r}")
+def check_torso(kind: str, also: tuple[str, ...] = ()) -> None:
+    """Raises ``ValueError`` unless ``kind`` is one of ``TORSOS`` or of ``also`` (an agent's own)."""
+    if kind not in TORSOS + also:
+        raise ValueError(f"torso must be one of {', '.join(TORSOS + also)}, got {kind!r}")
 
 
 def make_torso(torso: Torso, name: str | None = None) -> nn.Module:

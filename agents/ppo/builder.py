@@ -34,7 +34,10 @@ class PPOBuilder(AgentBuilder):
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         c = self.config
-        check_torso(c.torso)
+        check_torso(c.torso, also=("mlp",))
+        if c.torso == "mlp" and (spec.num_actions is None or c.lstm_size or spec.dict_observations):
+            raise ValueError("torso=mlp reads frames with a categorical, feed-forward policy: not with continuous "
+                             "actions, lstm_size or a Dict observation (use torso=auto there)")
         check_actor_critic_actions(spec, "PPO", continuous=True)
         super().validate(spec, num_devices)
         check_schedules(c)  # (after the ranges: schedule_env_steps is a whole number >= 0)
