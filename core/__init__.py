@@ -6,10 +6,20 @@ The names load on first use, so that a module of this package that needs neither
 
 import importlib
 
-_LAZY = {"Counter": "counting", "Actor": "interfaces", "Adder": "interfaces", "Learner": "interfaces",
-         "Saveable": "interfaces", "VariableSource": "interfaces", "ArraySpec": "specs",
-         "EnvironmentSpec": "specs", "make_environment_spec": "specs", "ActorInfo": "types",
-         "Policy": "types", "Step": "types"}
+_LAZY = {
+    "Counter": "counting",
+    "Actor": "interfaces",
+    "Adder": "interfaces",
+    "Learner": "interfaces",
+    "Saveable": "interfaces",
+    "VariableSource": "interfaces",
+    "ArraySpec": "specs",
+    "EnvironmentSpec": "specs",
+    "make_environment_spec": "specs",
+    "ActorInfo": "types",
+    "Policy": "types",
+    "Step": "types",
+}
 
 __all__ = sorted(_LAZY)
 

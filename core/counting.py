@@ -54,8 +54,10 @@ class Counter(Saveable):
             totals = {name: self._counts.get(name, 0) + delta for name, delta in checked.items()}
             for name, total in totals.items():
                 if total >= LIMIT:
-                    raise ValueError(f"counter {name} would reach {total:,}, not below 2**53; "
-                                     f"got {name}={deltas[name]!r:.60} (no count was changed)")
+                    raise ValueError(
+                        f"counter {name} would reach {total:,}, not below 2**53; "
+                        f"got {name}={deltas[name]!r:.60} (no count was changed)"
+                    )
             self._counts.update(totals)
             return dict(self._counts)
 

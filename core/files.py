@@ -75,8 +75,9 @@ def check_output(path: str) -> None:
     """Refuses (``ValueError``, one line) a symbolic link at ``path``, where Shoal is to write an
     output (``write_output``; a command checks all of its outputs before it writes the first)."""
     if os.path.islink(path):
-        raise ValueError(f"{path} is a symbolic link; Shoal does not write through links (remove it, "
-                         "or write elsewhere)")
+        raise ValueError(
+            f"{path} is a symbolic link; Shoal does not write through links (remove it, or write elsewhere)"
+        )
 
 
 def json_text(value: Any, what: str = "the JSON", indent: int | None = None) -> str:
@@ -89,8 +90,7 @@ def json_text(value: Any, what: str = "the JSON", indent: int | None = None) -> 
         where = _non_finite(value)
         if where is None:
             raise
-        raise ValueError(f"{what} would hold {where}, which JSON cannot hold (a number must be "
-                         "finite)") from None
+        raise ValueError(f"{what} would hold {where}, which JSON cannot hold (a number must be finite)") from None
 
 
 def _non_finite(value: Any, at: str = "") -> str | None:
@@ -115,8 +115,9 @@ def make_dirs(path: str) -> None:
     """``os.makedirs(path, exist_ok=True)``, refusing a path that exists as a link."""
     os.makedirs(path, exist_ok=True)
     if os.path.islink(path):
-        raise ValueError(f"{path} is a symbolic link; Shoal does not write through links in a run "
-                         "directory (remove it)")
+        raise ValueError(
+            f"{path} is a symbolic link; Shoal does not write through links in a run directory (remove it)"
+        )
 
 
 def _who(uid: int) -> str:
@@ -147,18 +148,27 @@ def check_run_directory(path: str, max_entries: int | None = None, resume: bool 
     if not stat.S_ISDIR(top.st_mode):
         raise ValueError(f"run directory {path!r} exists and is not a directory (choose another --run-dir)")
     if top.st_uid != me:
-        raise ValueError(f"run directory {path!r} belongs to {_who(top.st_uid)}, not to you ({_who(me)}): "
-                         "another user could change what the run reads and writes (choose a directory of yours)")
+        raise ValueError(
+            f"run directory {path!r} belongs to {_who(top.st_uid)}, not to you ({_who(me)}): "
+            "another user could change what the run reads and writes (choose a directory of yours)"
+        )
     if top.st_mode & stat.S_IWOTH:
-        raise ValueError(f"run directory {path!r} may be written by anyone (mode {stat.S_IMODE(top.st_mode):o}): "
-                         f"another user could plant files in it; run chmod o-w {path} or choose another --run-dir")
+        raise ValueError(
+            f"run directory {path!r} may be written by anyone (mode {stat.S_IMODE(top.st_mode):o}): "
+            f"another user could plant files in it; run chmod o-w {path} or choose another --run-dir"
+        )
     if top.st_mode & stat.S_IWGRP and resume:
-        raise ValueError(f"run directory {path!r} may be written by its group (mode {stat.S_IMODE(top.st_mode):o}): "
-                         f"a resume runs what its config.json names; run chmod -R g-w {path} to resume it")
+        raise ValueError(
+            f"run directory {path!r} may be written by its group (mode {stat.S_IMODE(top.st_mode):o}): "
+            f"a resume runs what its config.json names; run chmod -R g-w {path} to resume it"
+        )
     if top.st_mode & stat.S_IWGRP:
-        print(f"shoal: warning: run directory {path} may be written by its group (mode "
-              f"{stat.S_IMODE(top.st_mode):o}); everyone in that group can change what the run reads",
-              file=sys.stderr, flush=True)
+        print(
+            f"shoal: warning: run directory {path} may be written by its group (mode "
+            f"{stat.S_IMODE(top.st_mode):o}); everyone in that group can change what the run reads",
+            file=sys.stderr,
+            flush=True,
+        )
     seen = 0
     for root, dirs, files in os.walk(path):  # (os.walk does not descend into links)
         if root == path and "wandb" in dirs:  # (W&B's own files, links among them: Shoal reads none)
@@ -167,21 +177,31 @@ def check_run_directory(path: str, max_entries: int | None = None, resume: bool 
         for name in dirs + files:
             seen += 1
             if seen > limit:
-                raise ValueError(f"run directory {path!r} holds more than {limit:,} entries, more than Shoal "
-                                 "checks before it uses one (for links and others' files); remove what is "
-                                 "not the run's, or choose another --run-dir")
+                raise ValueError(
+                    f"run directory {path!r} holds more than {limit:,} entries, more than Shoal "
+                    "checks before it uses one (for links and others' files); remove what is "
+                    "not the run's, or choose another --run-dir"
+                )
             entry = os.path.join(root, name)
             info = os.lstat(entry)
             if stat.S_ISLNK(info.st_mode):
-                raise ValueError(f"{entry} is a symbolic link; Shoal does not read or write through links "
-                                 "in a run directory (remove it, or choose another --run-dir)")
+                raise ValueError(
+                    f"{entry} is a symbolic link; Shoal does not read or write through links "
+                    "in a run directory (remove it, or choose another --run-dir)"
+                )
             if info.st_uid != me:
-                raise ValueError(f"{entry} belongs to {_who(info.st_uid)}, not to you ({_who(me)}); "
-                                 "remove it, or choose another --run-dir")
+                raise ValueError(
+                    f"{entry} belongs to {_who(info.st_uid)}, not to you ({_who(me)}); "
+                    "remove it, or choose another --run-dir"
+                )
             if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH:
-                raise ValueError(f"{entry} may be written by anyone (mode {stat.S_IMODE(info.st_mode):o}); "
-                                 f"run chmod o-w {entry} or choose another --run-dir")
+                raise ValueError(
+                    f"{entry} may be written by anyone (mode {stat.S_IMODE(info.st_mode):o}); "
+                    f"run chmod o-w {entry} or choose another --run-dir"
+                )
             if resume and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                raise ValueError(f"{entry} may be written by {'anyone' if info.st_mode & stat.S_IWOTH else 'its group'} "
-                                 f"(mode {stat.S_IMODE(info.st_mode):o}): a resume restores what its run "
-                                 f"directory holds; run chmod -R go-w {path} to resume it")
+                raise ValueError(
+                    f"{entry} may be written by {'anyone' if info.st_mode & stat.S_IWOTH else 'its group'} "
+                    f"(mode {stat.S_IMODE(info.st_mode):o}): a resume restores what its run "
+                    f"directory holds; run chmod -R go-w {path} to resume it"
+                )

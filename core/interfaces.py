@@ -96,8 +96,9 @@ class ReplayClient(Protocol):
 
     def trajectory_writer(self, num_keep_alive_refs: int, **kwargs: Any) -> Any: ...
 
-    def mutate_priorities(self, table: str, updates: Mapping[Any, float] | None = None,
-                          deletes: Any = None) -> None: ...
+    def mutate_priorities(
+        self, table: str, updates: Mapping[Any, float] | None = None, deletes: Any = None
+    ) -> None: ...
 
 
 class Learner(VariableSource, Saveable):

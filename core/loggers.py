@@ -125,7 +125,7 @@ class TensorBoardLogger(Logger):
             step = int(step)  # (exact: no detour through a float)
         elif self._scalar(step) is not None:
             step = int(step)
-        if not isinstance(step, int) or isinstance(step, bool) or not -2**63 <= step < 2**63:
+        if not isinstance(step, int) or isinstance(step, bool) or not -(2**63) <= step < 2**63:
             return
         for key, value in values.items():
             scalar = self._scalar(value)
@@ -176,9 +176,12 @@ class Dispatcher(Logger):
                     self._warned.add(index)
                     where = getattr(logger, "path", None)
                     name = type(logger).__name__ + (f" ({where})" if where else "")
-                    print(f"shoal: warning: {name} could not write a row: {type(e).__name__}: {e!s:.200}; "
-                          "the other logs go on (further failures of this logger are not reported)",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"shoal: warning: {name} could not write a row: {type(e).__name__}: {e!s:.200}; "
+                        "the other logs go on (further failures of this logger are not reported)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
 
     def close(self) -> None:
         """Closes every logger, even when one fails (the first failure is raised after)."""
@@ -197,8 +200,9 @@ class NoOpLogger(Logger):
         pass
 
 
-def make_logger(label: str, run_dir: str | None = None, terminal: bool = True,
-                time_delta: float = 1.0, step_key: str = "env_steps") -> Logger:
+def make_logger(
+    label: str, run_dir: str | None = None, terminal: bool = True, time_delta: float = 1.0, step_key: str = "env_steps"
+) -> Logger:
     """The standard logger of a Shoal node: terminal line + CSV + TensorBoard (if ``run_dir``)."""
     loggers: list[Logger] = []
     if terminal:

@@ -13,13 +13,16 @@ import threading
 import time
 from typing import Iterator, TextIO
 
-COMPILE_HINT = ("; an agent's first run compiles its update (minutes for a convolutional network on a CPU), "
-                "later runs load it from the compilation cache")
+COMPILE_HINT = (
+    "; an agent's first run compiles its update (minutes for a convolutional network on a CPU), "
+    "later runs load it from the compilation cache"
+)
 
 
 @contextlib.contextmanager
-def while_slow(what: str, stream: TextIO, label: str = "train", after_s: float = 5.0,
-               every_s: float = 15.0, hint: str = "") -> Iterator[None]:
+def while_slow(
+    what: str, stream: TextIO, label: str = "train", after_s: float = 5.0, every_s: float = 15.0, hint: str = ""
+) -> Iterator[None]:
     """Prints ``[label] still <what> (N s)<hint>`` while the block runs past ``after_s``."""
     started, done, said = time.monotonic(), threading.Event(), threading.Event()
 

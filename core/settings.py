@@ -41,8 +41,15 @@ class Range:
         return self.high is None or not (x > self.high or (self.high_open and x == self.high))
 
 
-def setting(default: Any, *, low: float | None = None, high: float | None = None,
-            low_open: bool = False, high_open: bool = False, items: bool = False) -> Any:
+def setting(
+    default: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    items: bool = False,
+) -> Any:
     """A dataclass field with ``default`` whose values must lie in the given range."""
     metadata = {"range": Range(low, high, low_open, high_open, items)}
     if isinstance(default, (list, dict, set)):
@@ -98,8 +105,11 @@ def check_settings(config: Any, prefix: str = "") -> None:
             raise ValueError(f"{name} must be a non-empty list of numbers in {accepted.describe()}, got {value!r}")
         for x in values:
             number_kind = int if accepted.items else kind
-            ok_type = (isinstance(x, numbers.Integral) and not isinstance(x, bool)) if number_kind is int \
+            ok_type = (
+                (isinstance(x, numbers.Integral) and not isinstance(x, bool))
+                if number_kind is int
                 else isinstance(x, numbers.Real) and not isinstance(x, bool)
+            )
             if not ok_type or not math.isfinite(x) or not accepted.contains(x):
                 what = "an integer" if number_kind is int else "a finite number"
                 raise ValueError(f"{name} must be {what} in {accepted.describe()}, got {value!r}")

@@ -101,14 +101,20 @@ def _array_spec(space: gym.Space, where: str) -> ArraySpec:
     if isinstance(space, gym.spaces.MultiBinary):
         return ArraySpec(space.shape, np.int8)
     if isinstance(space, gym.spaces.Discrete):
-        raise ValueError(f"observation space {where}{space} is Discrete; Shoal takes it one-hot encoded "
-                         "(shoal.actors.make_vector_env does it; or wrap the env with "
-                         "shoal.actors.observations.OneHotObservation)")
+        raise ValueError(
+            f"observation space {where}{space} is Discrete; Shoal takes it one-hot encoded "
+            "(shoal.actors.make_vector_env does it; or wrap the env with "
+            "shoal.actors.observations.OneHotObservation)"
+        )
     if isinstance(space, gym.spaces.Dict):
-        raise ValueError(f"observation space {where}is a nested Dict; Shoal takes a flat Dict of Box spaces "
-                         "(flatten the inner one, e.g. with gymnasium.wrappers.FlattenObservation)")
-    raise ValueError(f"observation space {where}{space} is not supported; Shoal agents take Box observations "
-                     "or a Dict of them (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)")
+        raise ValueError(
+            f"observation space {where}is a nested Dict; Shoal takes a flat Dict of Box spaces "
+            "(flatten the inner one, e.g. with gymnasium.wrappers.FlattenObservation)"
+        )
+    raise ValueError(
+        f"observation space {where}{space} is not supported; Shoal agents take Box observations "
+        "or a Dict of them (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
+    )
 
 
 def observation_spec(space: gym.Space) -> ObservationSpec:
@@ -119,8 +125,10 @@ def observation_spec(space: gym.Space) -> ObservationSpec:
             raise ValueError("observation space is an empty Dict")
         for key in space.spaces:
             if not isinstance(key, str):
-                raise ValueError(f"observation space key {key!r} ({type(key).__name__}) is not a string; Shoal "
-                                 "takes a Dict observation whose keys are strings (rename them in the env)")
+                raise ValueError(
+                    f"observation space key {key!r} ({type(key).__name__}) is not a string; Shoal "
+                    "takes a Dict observation whose keys are strings (rename them in the env)"
+                )
         return {key: _array_spec(sub, f"key {key!r}: ") for key, sub in space.spaces.items()}
     return _array_spec(space, "")
 
@@ -132,11 +140,14 @@ def check_action_mask(observation: ObservationSpec, num_actions: int | None) -> 
         return
     mask = observation[ACTION_MASK]
     if num_actions is None:
-        raise ValueError("the observation has an action_mask key, but the action space is not Discrete "
-                         "(action masks are for discrete actions)")
+        raise ValueError(
+            "the observation has an action_mask key, but the action space is not Discrete "
+            "(action masks are for discrete actions)"
+        )
     if mask.shape != (num_actions,):
-        raise ValueError(f"the observation's action_mask has shape {mask.shape}; it must have one entry per "
-                         f"action, ({num_actions},)")
+        raise ValueError(
+            f"the observation's action_mask has shape {mask.shape}; it must have one entry per action, ({num_actions},)"
+        )
     if len(observation) == 1:
         raise ValueError("the observation has nothing but an action_mask; agents need something to observe")
 
@@ -153,9 +164,13 @@ def make_environment_spec(env: gym.Env | gym.vector.VectorEnv, num_envs: int | N
     elif isinstance(act_space, gym.spaces.Box):
         num_actions, action = None, ArraySpec(act_space.shape, np.float32)
     else:
-        raise ValueError(f"action space {act_space} is not supported; Shoal agents take Discrete "
-                         "or Box actions")
+        raise ValueError(f"action space {act_space} is not supported; Shoal agents take Discrete or Box actions")
     check_action_mask(observation, num_actions)
     return EnvironmentSpec(
-        observation_space=obs_space, action_space=act_space, observation=observation, action=action,
-        num_actions=num_actions, num_envs=int(num_envs if num_envs is not None else getattr(env, "num_envs", 1)))
+        observation_space=obs_space,
+        action_space=act_space,
+        observation=observation,
+        action=action,
+        num_actions=num_actions,
+        num_envs=int(num_envs if num_envs is not None else getattr(env, "num_envs", 1)),
+    )

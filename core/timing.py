@@ -31,8 +31,17 @@ from typing import Mapping
 
 _IMPORTED = time.monotonic()
 
-COMPONENTS = ("env_step", "policy", "replay_insert", "param_fetch", "sample_wait", "replay_open", "sgd_update",
-              "evaluation", "video")
+COMPONENTS = (
+    "env_step",
+    "policy",
+    "replay_insert",
+    "param_fetch",
+    "sample_wait",
+    "replay_open",
+    "sgd_update",
+    "evaluation",
+    "video",
+)
 
 
 class Stopwatch:

@@ -22,8 +22,9 @@ class DevicePrefetcher:
     ``dataset`` on a background thread and placed there (``place``), ``buffer_size`` ahead. (A
     plain iterator of samples is taken as an ``IteratorDataset``: ``as_dataset``.)"""
 
-    def __init__(self, dataset: Dataset, place: Callable[[Any], Any], buffer_size: int = 2,
-                 timeout_s: float = 120.0) -> None:
+    def __init__(
+        self, dataset: Dataset, place: Callable[[Any], Any], buffer_size: int = 2, timeout_s: float = 120.0
+    ) -> None:
         self._dataset, self._place, self._timeout_s = as_dataset(dataset), place, timeout_s
         self._what = f"replay table '{self._dataset.table}'"
         self._queue: queue.Queue = queue.Queue(maxsize=buffer_size)
@@ -72,7 +73,8 @@ class DevicePrefetcher:
         except queue.Empty:
             raise TimeoutError(
                 f"waited {self._timeout_s}s for a batch from {self._what} (is anything inserting? "
-                "the table's rate limiter holds sampling back until enough items arrived)") from None
+                "the table's rate limiter holds sampling back until enough items arrived)"
+            ) from None
         if isinstance(item, BaseException):
             raise RuntimeError(f"sampling from {self._what} failed: {item!r}") from item
         return item

@@ -86,12 +86,21 @@ class ReplicatedLearner(Learner):
         placing from a Python thread, which competes for the interpreter lock).
     """
 
-    def __init__(self, state: Any, update: UpdateFn, dataset: Dataset, *,
-                 devices: Sequence[jax.Device] | None = None,
-                 after_update: Callable[[Any, Any], None] | None = None,
-                 keep_batch: Callable[[Any, int], bool] | None = None, counter: Counter | None = None,
-                 logger: Logger | None = None, stopwatch: Stopwatch | None = None, prefetch: int = 2,
-                 place_ahead: bool = False) -> None:
+    def __init__(
+        self,
+        state: Any,
+        update: UpdateFn,
+        dataset: Dataset,
+        *,
+        devices: Sequence[jax.Device] | None = None,
+        after_update: Callable[[Any, Any], None] | None = None,
+        keep_batch: Callable[[Any, int], bool] | None = None,
+        counter: Counter | None = None,
+        logger: Logger | None = None,
+        stopwatch: Stopwatch | None = None,
+        prefetch: int = 2,
+        place_ahead: bool = False,
+    ) -> None:
         self._place = Placement(devices or jax.local_devices())
         params, rest = _split(state)
         self._params, self._rest = self._place.replicate(owned(params)), self._place.replicate(owned(rest))
@@ -108,8 +117,11 @@ class ReplicatedLearner(Learner):
         # The params are not donated: the version before stays readable (by get_variables, from
         # another thread) while the next one is computed.
         place = self._place
-        self._update = jax.jit(shard_map(step_fn, place.mesh, (P(), P(), P(AXIS_NAME)), specs),
-                               in_shardings=(place.replicated, place.replicated, place.split), donate_argnums=(1,))
+        self._update = jax.jit(
+            shard_map(step_fn, place.mesh, (P(), P(), P(AXIS_NAME)), specs),
+            in_shardings=(place.replicated, place.replicated, place.split),
+            donate_argnums=(1,),
+        )
         self._prepare = place.shard if place_ahead else place.check  # what the update is given, as a batch
         self._batches = DevicePrefetcher(dataset, self._prepare, buffer_size=prefetch)
         self._hook = HostHook(after_update) if after_update is not None else None
@@ -168,8 +180,14 @@ class ReplicatedLearner(Learner):
         now = time.monotonic()
         row = {**counts, **{k: float(v) for k, v in jax.device_get(dict(metrics)).items()}}
         seconds = self.stopwatch.snapshot()
-        row.update({f"time_{k}": v for k, v in breakdown(
-            {k: v - self._logged_seconds.get(k, 0.0) for k, v in seconds.items()}, now - self._logged_at).items()})
+        row.update(
+            {
+                f"time_{k}": v
+                for k, v in breakdown(
+                    {k: v - self._logged_seconds.get(k, 0.0) for k, v in seconds.items()}, now - self._logged_at
+                ).items()
+            }
+        )
         self._logged_seconds, self._logged_at, self._last_log = seconds, now, now
         row.update(getattr(self._keep_batch, "metrics", dict)())
         self._logger.write(row)

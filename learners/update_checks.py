@@ -30,8 +30,9 @@ class InFlightUpdates:
     def __len__(self) -> int:
         return len(self._updates)
 
-    def add(self, version: int, sgd_steps: float, finite: jax.Array, metrics: Mapping[str, jax.Array],
-            sample: Sample) -> None:
+    def add(
+        self, version: int, sgd_steps: float, finite: jax.Array, metrics: Mapping[str, jax.Array], sample: Sample
+    ) -> None:
         """An update just dispatched: ``finite`` is its flag, ``sample`` the batch it was given."""
         self._updates.append((version, sgd_steps, finite, metrics, sample))
 
@@ -55,7 +56,8 @@ class InFlightUpdates:
                 bad = {k: v for k, v in values.items() if not np.isfinite(v)}
                 raise FloatingPointError(
                     f"learner update {version} (after {sgd_steps:.0f} SGD steps) produced non-finite "
-                    f"{bad}; its batch: {batch_statistics(sample.data)}")
+                    f"{bad}; its batch: {batch_statistics(sample.data)}"
+                )
 
 
 def check_metric_shapes(metrics: Mapping[str, jax.Array]) -> None:
@@ -65,7 +67,8 @@ def check_metric_shapes(metrics: Mapping[str, jax.Array]) -> None:
             raise ValueError(
                 f"update metric {name!r} has shape {value.shape}; metrics must be scalars "
                 "(reduce them, and average over devices with lax.pmean; return per-example "
-                "values as UpdateOutput.aux)")
+                "values as UpdateOutput.aux)"
+            )
 
 
 def batch_statistics(data: Any) -> str:

@@ -72,16 +72,25 @@ def scan_sgd_steps(sgd_step: SGDStep, unroll: bool = False) -> UpdateFn:
     def update(state, batch):
         steps = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), batch)  # [k, batch, ...]
         num_steps = jax.tree_util.tree_leaves(steps)[0].shape[0]
-        state, (metrics, aux) = _loop(lambda s, b: (lambda out: (out[0], out[1:]))(sgd_step(s, b)), state,
-                                      steps, num_steps, unroll)
+        state, (metrics, aux) = _loop(
+            lambda s, b: (lambda out: (out[0], out[1:]))(sgd_step(s, b)), state, steps, num_steps, unroll
+        )
         aux = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), aux)  # [batch, k, ...]
         return state, UpdateOutput(_mean_over_steps(metrics), num_steps, aux)
 
     return update
 
 
-def minibatch_epochs(sgd_step: SGDStep, state: Any, data: Any, key: jax.Array, *,
-                     num_epochs: int, num_minibatches: int, unroll: bool = False) -> tuple[Any, UpdateOutput]:
+def minibatch_epochs(
+    sgd_step: SGDStep,
+    state: Any,
+    data: Any,
+    key: jax.Array,
+    *,
+    num_epochs: int,
+    num_minibatches: int,
+    unroll: bool = False,
+) -> tuple[Any, UpdateOutput]:
     """``num_epochs`` passes of ``num_minibatches`` SGD steps over ``data`` ``[rows, T, ...]``.
 
     Each pass splits every row's ``T`` steps at random into ``num_minibatches`` disjoint parts;
@@ -115,8 +124,16 @@ def minibatch_epochs(sgd_step: SGDStep, state: Any, data: Any, key: jax.Array, *
     return state, UpdateOutput(metrics, num_epochs * num_minibatches)
 
 
-def sequence_minibatch_epochs(sgd_step: SGDStep, state: Any, data: Any, key: jax.Array, *,
-                              num_epochs: int, num_minibatches: int, unroll: bool = False) -> tuple[Any, UpdateOutput]:
+def sequence_minibatch_epochs(
+    sgd_step: SGDStep,
+    state: Any,
+    data: Any,
+    key: jax.Array,
+    *,
+    num_epochs: int,
+    num_minibatches: int,
+    unroll: bool = False,
+) -> tuple[Any, UpdateOutput]:
     """``num_epochs`` passes of ``num_minibatches`` SGD steps over ``data`` ``[rows, ...]``, each
     minibatch a set of whole rows (recurrent PPO's update shape: a row is an env sequence that
     is unrolled from its start, so its steps stay together).

@@ -53,10 +53,15 @@ def _cast_observation(observation, spec: ObservationSpec):
 
 def _cast_step(step: Step, spec: EnvironmentSpec) -> Step:
     """The step with the dtypes of the table signature (e.g. float64 observations -> float32)."""
-    return Step(_cast_observation(step.observation, spec.observation), np.asarray(step.action, spec.action.dtype),
-                np.asarray(step.reward, np.float32), np.asarray(step.terminated, bool),
-                np.asarray(step.truncated, bool), _cast_observation(step.next_observation, spec.observation),
-                dict(step.extras))
+    return Step(
+        _cast_observation(step.observation, spec.observation),
+        np.asarray(step.action, spec.action.dtype),
+        np.asarray(step.reward, np.float32),
+        np.asarray(step.terminated, bool),
+        np.asarray(step.truncated, bool),
+        _cast_observation(step.next_observation, spec.observation),
+        dict(step.extras),
+    )
 
 
 class _WriterAdder(Adder):
@@ -67,8 +72,9 @@ class _WriterAdder(Adder):
     writes (the native backend sends them in one call; Reverb streams them as they come).
     """
 
-    def __init__(self, client: ReplayClient, table: str, num_keep_alive_refs: int,
-                 flush_timeout_s: float, priority: float = 1.0) -> None:
+    def __init__(
+        self, client: ReplayClient, table: str, num_keep_alive_refs: int, flush_timeout_s: float, priority: float = 1.0
+    ) -> None:
         self._writer = open_writer(client, num_keep_alive_refs, flush_timeout_s)
         self._table = table
         self._priority = priority
@@ -103,8 +109,9 @@ def open_writer(client: ReplayClient, num_keep_alive_refs: int, timeout_s: float
         return client.writer(num_keep_alive_refs, timeout_s)
     from shoal.replay.client import ReverbWriter
 
-    return ReverbWriter(client.trajectory_writer(num_keep_alive_refs=num_keep_alive_refs), num_keep_alive_refs,
-                        timeout_s)
+    return ReverbWriter(
+        client.trajectory_writer(num_keep_alive_refs=num_keep_alive_refs), num_keep_alive_refs, timeout_s
+    )
 
 
 def n_step_transition(steps: Sequence[Step], discount: float) -> dict[str, np.ndarray]:
@@ -129,9 +136,13 @@ def n_step_transition(steps: Sequence[Step], discount: float) -> dict[str, np.nd
             next_obs = np.array([step.next_observation for step in steps])[last, envs]
         else:
             next_obs = tree.map_structure(lambda *xs: np.array(xs)[last, envs], *[s.next_observation for s in steps])
-    transition = {"observation": first.observation, "action": first.action,
-                  "reward": ret.astype(np.float32), "discount": disc.astype(np.float32),
-                  "next_observation": next_obs}
+    transition = {
+        "observation": first.observation,
+        "action": first.action,
+        "reward": ret.astype(np.float32),
+        "discount": disc.astype(np.float32),
+        "next_observation": next_obs,
+    }
     if first.extras:
         transition["extras"] = dict(first.extras)
     return transition
@@ -146,9 +157,17 @@ def _powers(discount: float, n: int) -> np.ndarray:
 class NStepTransitionAdder(_WriterAdder):
     """Writes batched n-step transitions to ``table`` (see the module docstring)."""
 
-    def __init__(self, client: ReplayClient, table: str, spec: EnvironmentSpec, n_step: int,
-                 discount: float, priority: float = 1.0, max_in_flight_items: int = 8,
-                 flush_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        client: ReplayClient,
+        table: str,
+        spec: EnvironmentSpec,
+        n_step: int,
+        discount: float,
+        priority: float = 1.0,
+        max_in_flight_items: int = 8,
+        flush_timeout_s: float = 120.0,
+    ) -> None:
         if n_step < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step}")
         super().__init__(client, table, 1, flush_timeout_s, priority)
@@ -178,13 +197,21 @@ class SequenceAdder(_WriterAdder):
     same thread can sample it at once, and an actor feeding a full queue waits here.
     """
 
-    def __init__(self, client: ReplayClient, table: str, spec: EnvironmentSpec, length: int,
-                 period: int | None = None, priority: float = 1.0,
-                 flush_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        client: ReplayClient,
+        table: str,
+        spec: EnvironmentSpec,
+        length: int,
+        period: int | None = None,
+        priority: float = 1.0,
+        flush_timeout_s: float = 120.0,
+    ) -> None:
         period = length if period is None else period
         if length < 1 or not 1 <= period <= length:
-            raise ValueError(f"sequence length must be >= 1 and 1 <= period <= length, got "
-                             f"length={length}, period={period}")
+            raise ValueError(
+                f"sequence length must be >= 1 and 1 <= period <= length, got length={length}, period={period}"
+            )
         super().__init__(client, table, length, flush_timeout_s, priority)
         self._spec, self._length, self._period = spec, length, period
         self._steps = 0
@@ -212,11 +239,21 @@ class EnvSequenceAdder(_WriterAdder):
     one step of its own (Reverb's chunks hold consecutive steps: an item strided over a vector
     env's rows would span a chunk per step)."""
 
-    def __init__(self, client: ReplayClient, table: str, spec: EnvironmentSpec, length: int, period: int,
-                 priority: float = 1.0, max_in_flight_items: int = 64, flush_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        client: ReplayClient,
+        table: str,
+        spec: EnvironmentSpec,
+        length: int,
+        period: int,
+        priority: float = 1.0,
+        max_in_flight_items: int = 64,
+        flush_timeout_s: float = 120.0,
+    ) -> None:
         if length < 1 or not 1 <= period <= length:
-            raise ValueError(f"sequence length must be >= 1 and 1 <= period <= length, got "
-                             f"length={length}, period={period}")
+            raise ValueError(
+                f"sequence length must be >= 1 and 1 <= period <= length, got length={length}, period={period}"
+            )
         writer = open_writer(client, 1, flush_timeout_s)
         self._shares = getattr(writer, "shares_steps", False)
         if self._shares:  # (room for every env's steps of one window)

@@ -37,14 +37,23 @@ def check_backend(name: str | None) -> str:
         raise ValueError(f"replay backend {name!r} is not one of {', '.join(BACKENDS)}")
     if name == "reverb" and not reverb_installed():
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        raise ValueError(f"replay backend 'reverb' is not installed on this Python ({version}): dm-reverb 0.14, "
-                         "its last release, has wheels for Python 3.11 only; use --replay native (the default "
-                         "here), or a Python 3.11 venv with `pip install -e '.[dev]'`")
+        raise ValueError(
+            f"replay backend 'reverb' is not installed on this Python ({version}): dm-reverb 0.14, "
+            "its last release, has wheels for Python 3.11 only; use --replay native (the default "
+            "here), or a Python 3.11 venv with `pip install -e '.[dev]'`"
+        )
     return name
 
 
-def make_replay_server(tables: Sequence[Any], backend: str | None = None, *, port: int | None = None,
-                       checkpoint_dir: str | None = None, seed: int = 0, gated: bool = False) -> Any:
+def make_replay_server(
+    tables: Sequence[Any],
+    backend: str | None = None,
+    *,
+    port: int | None = None,
+    checkpoint_dir: str | None = None,
+    seed: int = 0,
+    gated: bool = False,
+) -> Any:
     """A replay server of ``tables`` on ``backend``, with its ``client``: Reverb's on ``port``
     (``None``: a free one), or a native server in this process (``gated``: it samples only
     what the runner grants, so a seeded run is reproducible; Reverb ignores it)."""

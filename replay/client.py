@@ -71,9 +71,11 @@ def _load_without_tensorflow() -> tuple[Any, Any, Any]:
             pybind = _exec_module("reverb.libpybind", os.path.join(reverb_dir, "libpybind.so"), {})
             sys.modules["reverb.libpybind"] = pybind
     errors = _exec_module(f"{__name__}._reverb_errors", os.path.join(reverb_dir, "errors.py"), {})
-    trajectory_writer = _exec_module(f"{__name__}._reverb_trajectory_writer",
-                                     os.path.join(reverb_dir, "trajectory_writer.py"),
-                                     {"pybind": pybind, "errors": errors})
+    trajectory_writer = _exec_module(
+        f"{__name__}._reverb_trajectory_writer",
+        os.path.join(reverb_dir, "trajectory_writer.py"),
+        {"pybind": pybind, "errors": errors},
+    )
     return pybind, trajectory_writer, errors
 
 
@@ -132,8 +134,7 @@ class ReverbClient:
     def server_info(self, timeout: int | None = None) -> Mapping[str, Any]:
         return self._full().server_info(timeout)
 
-    def mutate_priorities(self, table: str, updates: Mapping[Any, float] | None = None,
-                          deletes: Any = None) -> None:
+    def mutate_priorities(self, table: str, updates: Mapping[Any, float] | None = None, deletes: Any = None) -> None:
         self._full().mutate_priorities(table, updates=updates, deletes=deletes)
 
     def checkpoint(self) -> str:
@@ -195,7 +196,8 @@ class ReverbWriter:
             raise TimeoutError(
                 f"replay table '{self._last_table}' did not confirm pending items within "
                 f"{self.timeout_s}s (inserts wait while the learner lags behind the table's "
-                "rate limiter or while a queue is full)") from e
+                "rate limiter or while a queue is full)"
+            ) from e
 
     def close(self, timeout_s: float | None = None) -> bool:
         """Closes the writer; with ``timeout_s``, after waiting at most that long for the

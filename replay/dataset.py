@@ -84,16 +84,27 @@ class ReplayIterator(Dataset):
     (it returns those it could take: none is lost, and ``close()`` takes effect within ``poll_s``);
     no TensorFlow is involved."""
 
-    def __init__(self, server: Any, table: str, items_per_update: int, num_envs: int,
-                 layout: Callable[[Any, Any], Sample], timeout_s: float = 120.0,
-                 poll_s: float = 0.5, each_item_once: bool = False) -> None:
+    def __init__(
+        self,
+        server: Any,
+        table: str,
+        items_per_update: int,
+        num_envs: int,
+        layout: Callable[[Any, Any], Sample],
+        timeout_s: float = 120.0,
+        poll_s: float = 0.5,
+        each_item_once: bool = False,
+    ) -> None:
         self.table, self.items_per_update, self.num_envs = table, items_per_update, num_envs
         self._layout = layout
         self._native = _native_client(server)
         server_address = server if isinstance(server, str) else server.server_address
         self._address, self._timeout_s, self._poll_s = server_address, timeout_s, poll_s
-        self._ahead = dict(max_in_flight_samples_per_worker=1, num_workers_per_iterator=1) if each_item_once \
+        self._ahead = (
+            dict(max_in_flight_samples_per_worker=1, num_workers_per_iterator=1)
+            if each_item_once
             else dict(max_in_flight_samples_per_worker=2 * items_per_update)
+        )
         self._dataset = None  # (opened by the first next(): TensorFlow is imported then, not before)
         self._source: Any = None  # (an iterator of the open stream)
         self._served: list = []  # items served but not yet in a batch
@@ -143,14 +154,16 @@ class ReplayIterator(Dataset):
         if served is not None and self._segment is None:
             self._segment = self._shared_segment(served["columns"], len(served["key"]))
         if self._prefetch:
-            self._next_part = self._native.sample_batch_later(self.table, self.items_per_update, self._poll_s,
-                                                              self._segment or None)
+            self._next_part = self._native.sample_batch_later(
+                self.table, self.items_per_update, self._poll_s, self._segment or None
+            )
         if served is None:
             return None
         if self._signature is None:
             self._signature = self._native.signature(self.table)
-        info = _SampleInfo(served["key"], served["probability"], served["table_size"], served["priority"],
-                           served["times_sampled"])
+        info = _SampleInfo(
+            served["key"], served["probability"], served["table_size"], served["priority"], served["times_sampled"]
+        )
         return _Served(tree.unflatten_as(self._signature, list(served["columns"])), info)
 
     def _shared_segment(self, columns: list, num_items: int) -> Any:
@@ -172,7 +185,10 @@ class ReplayIterator(Dataset):
         import tensorflow as tf
 
         dataset = reverb.TrajectoryDataset.from_table_signature(
-            self._address, self.table, **self._ahead, get_signature_timeout_secs=int(self._timeout_s),
+            self._address,
+            self.table,
+            **self._ahead,
+            get_signature_timeout_secs=int(self._timeout_s),
             rate_limiter_timeout_ms=int(self._poll_s * 1000),
         ).batch(self.items_per_update, drop_remainder=False)
         # No tf.data autotuning: nothing here to tune, and its model thread sleeps for growing
@@ -193,8 +209,9 @@ class ReplayIterator(Dataset):
         if self._native is not None:
             signature = self._native.signature(self.table)
             data = tree.map_structure(lambda spec: np.zeros((n, *spec.shape), spec.dtype), signature)
-            info = _SampleInfo(np.zeros(n, np.uint64), np.ones(n), np.ones(n, np.int64), np.ones(n),
-                               np.ones(n, np.int32))
+            info = _SampleInfo(
+                np.zeros(n, np.uint64), np.ones(n), np.ones(n, np.int64), np.ones(n), np.ones(n, np.int32)
+            )
             return self._layout(data, info)
         import reverb
 
@@ -202,8 +219,12 @@ class ReplayIterator(Dataset):
         n = self.items_per_update
         data = tree.map_structure(lambda spec: np.zeros((n, *spec.shape), spec.dtype.as_numpy_dtype), signature)
         info = reverb.replay_sample.SampleInfo(
-            key=np.zeros(n, np.uint64), probability=np.ones(n), table_size=np.ones(n, np.int64),
-            priority=np.ones(n), times_sampled=np.ones(n, np.int32))
+            key=np.zeros(n, np.uint64),
+            probability=np.ones(n),
+            table_size=np.ones(n, np.int64),
+            priority=np.ones(n),
+            times_sampled=np.ones(n, np.int32),
+        )
         return self._layout(data, info)
 
 
@@ -211,8 +232,7 @@ def _concatenate(parts: list) -> tuple[Any, Any]:
     if len(parts) == 1:
         return parts[0].data, parts[0].info
     join = lambda *xs: np.concatenate(xs)  # noqa: E731
-    return (tree.map_structure(join, *[p.data for p in parts]),
-            tree.map_structure(join, *[p.info for p in parts]))
+    return (tree.map_structure(join, *[p.data for p in parts]), tree.map_structure(join, *[p.info for p in parts]))
 
 
 def _slice(data: Any, info: Any, start: int, stop: int):
@@ -220,8 +240,9 @@ def _slice(data: Any, info: Any, start: int, stop: int):
     return tree.map_structure(cut, data), tree.map_structure(cut, info)
 
 
-def transition_batches(server: Any, table: str, *, num_envs: int, batch_size: int,
-                       num_steps: int = 1) -> ReplayIterator:
+def transition_batches(
+    server: Any, table: str, *, num_envs: int, batch_size: int, num_steps: int = 1
+) -> ReplayIterator:
     """Batches of ``[batch_size, num_steps, ...]`` transitions (see the module docstring)."""
     items_per_batch = transition_items_per_batch(batch_size, num_envs)
 
@@ -234,8 +255,7 @@ def transition_batches(server: Any, table: str, *, num_envs: int, batch_size: in
         fields = dict(data)
         for name in ("probability", "table_size"):
             fields[name] = np.repeat(getattr(info, name).astype(np.float32)[:, None], num_envs, axis=1)
-        return Sample(tree.map_structure(per_transition, fields),
-                      info.key.reshape(num_steps, items_per_batch))
+        return Sample(tree.map_structure(per_transition, fields), info.key.reshape(num_steps, items_per_batch))
 
     return ReplayIterator(server, table, num_steps * items_per_batch, num_envs, layout)
 

@@ -36,30 +36,54 @@ def _with_extras(fields: dict, extras_spec: Mapping[str, ArraySpec], leading: tu
     return fields
 
 
-def transition_example(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], batch_size: int,
-                       num_steps: int) -> Sample:
+def transition_example(
+    spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], batch_size: int, num_steps: int
+) -> Sample:
     """A transition batch of zeros, ``[batch_size, num_steps, ...]``."""
     lead = (batch_size, num_steps)
     scalar = np.zeros(lead, np.float32)
-    return Sample(_with_extras({
-        "observation": _observation(spec.observation, lead), "action": _zeros(spec.action, lead),
-        "reward": scalar, "discount": scalar.copy(), "next_observation": _observation(spec.observation, lead),
-        "probability": scalar.copy(), "table_size": scalar.copy()}, extras_spec, lead),
-        np.zeros((num_steps, 1), np.uint64))
+    return Sample(
+        _with_extras(
+            {
+                "observation": _observation(spec.observation, lead),
+                "action": _zeros(spec.action, lead),
+                "reward": scalar,
+                "discount": scalar.copy(),
+                "next_observation": _observation(spec.observation, lead),
+                "probability": scalar.copy(),
+                "table_size": scalar.copy(),
+            },
+            extras_spec,
+            lead,
+        ),
+        np.zeros((num_steps, 1), np.uint64),
+    )
 
 
 def sequence_example(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], rows: int, length: int) -> Sample:
     """A sequence batch of zeros, ``[rows, length, ...]``."""
     lead = (rows, length)
     flag = np.zeros(lead, bool)
-    return Sample(_with_extras({
-        "observation": _observation(spec.observation, lead), "action": _zeros(spec.action, lead),
-        "reward": np.zeros(lead, np.float32), "terminated": flag, "truncated": flag.copy(),
-        "next_observation": _observation(spec.observation, lead)}, extras_spec, lead), np.zeros(1, np.uint64))
+    return Sample(
+        _with_extras(
+            {
+                "observation": _observation(spec.observation, lead),
+                "action": _zeros(spec.action, lead),
+                "reward": np.zeros(lead, np.float32),
+                "terminated": flag,
+                "truncated": flag.copy(),
+                "next_observation": _observation(spec.observation, lead),
+            },
+            extras_spec,
+            lead,
+        ),
+        np.zeros(1, np.uint64),
+    )
 
 
-def env_sequence_example(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], batch_size: int,
-                         length: int) -> Sample:
+def env_sequence_example(
+    spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], batch_size: int, length: int
+) -> Sample:
     """An env-sequence batch of zeros, ``[batch_size, length, ...]`` and ``probability`` ``[batch_size]``."""
     sequences = sequence_example(spec, extras_spec, batch_size, length).data
     return Sample({**sequences, "probability": np.ones(batch_size, np.float32)}, np.zeros(batch_size, np.uint64))

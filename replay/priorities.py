@@ -7,8 +7,7 @@ import numpy as np
 from shoal.core.interfaces import ReplayClient
 
 
-def item_priorities(td_abs: np.ndarray, items_per_batch: int, num_envs: int,
-                    epsilon: float = 1e-6) -> np.ndarray:
+def item_priorities(td_abs: np.ndarray, items_per_batch: int, num_envs: int, epsilon: float = 1e-6) -> np.ndarray:
     """Per-item priorities ``[steps, items]`` from per-transition ``|TD|`` ``[steps, batch]``.
 
     Transition ``b`` of step ``s`` came from item ``b // num_envs`` of that step (the layout of
@@ -21,8 +20,7 @@ def item_priorities(td_abs: np.ndarray, items_per_batch: int, num_envs: int,
     return padded.reshape(steps, items_per_batch, num_envs).max(axis=-1) + epsilon
 
 
-def update_item_priorities(client: ReplayClient, table: str, keys: np.ndarray,
-                           priorities: np.ndarray) -> None:
+def update_item_priorities(client: ReplayClient, table: str, keys: np.ndarray, priorities: np.ndarray) -> None:
     """Sets ``priorities[i]`` for item ``keys[i]`` (same shapes); a key sampled twice keeps the last."""
     updates = dict(zip(keys.reshape(-1).tolist(), priorities.reshape(-1).astype(float).tolist()))
     client.mutate_priorities(table, updates=updates)

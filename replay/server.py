@@ -33,8 +33,7 @@ class ReplayServer:
     table's info.
     """
 
-    def __init__(self, tables: Sequence[Any], port: int | None = None,
-                 checkpoint_dir: str | None = None) -> None:
+    def __init__(self, tables: Sequence[Any], port: int | None = None, checkpoint_dir: str | None = None) -> None:
         if not tables:
             raise ValueError("a replay server needs at least one table")
         names = [table.name for table in tables]
@@ -57,8 +56,11 @@ class ReplayServer:
         self.address = f"localhost:{self.port}"
         self.client = ReverbClient(self.address)
         self._info_client = pybind.Client(self.address) if self.restored_from else None
-        self._sampled_at_start = ({name: self._info(name).rate_limiter_info.sample_stats.completed
-                                   for name in self._tables} if self.restored_from else {})
+        self._sampled_at_start = (
+            {name: self._info(name).rate_limiter_info.sample_stats.completed for name in self._tables}
+            if self.restored_from
+            else {}
+        )
         # (a restored table's counts go on)
 
     def can_sample(self, table: str, num_items: int) -> bool:
@@ -130,11 +132,18 @@ def _internal_table(table: Any, pybind: Any) -> Any:
 
     limit = table.rate_limit
     signature = None if table.signature is None else encode_structure(table.signature, _leaf)
-    return pybind.Table(name=table.name, sampler=selector(table.sampler), remover=selector(table.remover),
-                        max_size=int(table.max_size), max_times_sampled=int(table.max_times_sampled),
-                        rate_limiter=pybind.RateLimiter(float(limit.samples_per_insert), int(limit.min_size_to_sample),
-                                                        float(limit.min_diff), float(limit.max_diff)),
-                        extensions=[], signature=signature)
+    return pybind.Table(
+        name=table.name,
+        sampler=selector(table.sampler),
+        remover=selector(table.remover),
+        max_size=int(table.max_size),
+        max_times_sampled=int(table.max_times_sampled),
+        rate_limiter=pybind.RateLimiter(
+            float(limit.samples_per_insert), int(limit.min_size_to_sample), float(limit.min_diff), float(limit.max_diff)
+        ),
+        extensions=[],
+        signature=signature,
+    )
 
 
 def _leaf(spec: Any) -> tuple[str, list, np.dtype]:

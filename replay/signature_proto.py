@@ -23,9 +23,20 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 # tensorflow/core/framework/types.proto
-DATA_TYPES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2, np.dtype(np.int32): 3, np.dtype(np.uint8): 4,
-              np.dtype(np.int16): 5, np.dtype(np.int8): 6, np.dtype(np.int64): 9, np.dtype(bool): 10,
-              np.dtype(np.uint16): 17, np.dtype(np.float16): 19, np.dtype(np.uint32): 22, np.dtype(np.uint64): 23}
+DATA_TYPES = {
+    np.dtype(np.float32): 1,
+    np.dtype(np.float64): 2,
+    np.dtype(np.int32): 3,
+    np.dtype(np.uint8): 4,
+    np.dtype(np.int16): 5,
+    np.dtype(np.int8): 6,
+    np.dtype(np.int64): 9,
+    np.dtype(bool): 10,
+    np.dtype(np.uint16): 17,
+    np.dtype(np.float16): 19,
+    np.dtype(np.uint32): 22,
+    np.dtype(np.uint64): 23,
+}
 _VARINT, _LENGTH_DELIMITED = 0, 2
 
 
@@ -51,8 +62,9 @@ def tensor_spec(name: str, shape: Sequence[int | None], dtype: Any) -> bytes:
     """A ``TensorSpecProto``: ``shape`` with ``None`` for a dimension of unknown size."""
     dtype = np.dtype(dtype)
     if dtype not in DATA_TYPES:
-        raise ValueError(f"dtype {dtype} has no TensorFlow DataType here; accepted: "
-                         f"{', '.join(sorted(str(d) for d in DATA_TYPES))}")
+        raise ValueError(
+            f"dtype {dtype} has no TensorFlow DataType here; accepted: {', '.join(sorted(str(d) for d in DATA_TYPES))}"
+        )
     dims = b"".join(_field(2, _int_field(1, -1 if size is None else int(size))) for size in shape)
     return _field(1, name.encode()) + _field(2, dims) + _int_field(3, DATA_TYPES[dtype])
 
@@ -61,8 +73,10 @@ def encode_structure(nest: Any, leaf: Any = None) -> bytes:
     """The ``StructuredValue`` of ``nest`` (dicts, tuples, lists); ``leaf(x)`` gives a leaf's
     ``(name, shape, dtype)`` (default: the leaf's ``name``, ``shape`` and ``dtype`` attributes)."""
     if isinstance(nest, Mapping):
-        entries = b"".join(_field(1, _field(1, str(key).encode()) + _field(2, encode_structure(nest[key], leaf)))
-                           for key in sorted(nest))
+        entries = b"".join(
+            _field(1, _field(1, str(key).encode()) + _field(2, encode_structure(nest[key], leaf)))
+            for key in sorted(nest)
+        )
         return _field(53, entries)
     if isinstance(nest, (tuple, list)):
         values = b"".join(_field(1, encode_structure(value, leaf)) for value in nest)

@@ -44,26 +44,38 @@ def transition_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArrayS
     """One batched n-step transition: ``[num_envs, ...]`` per field."""
     e = (spec.num_envs,)
     scalar = ArraySpec((), np.float32)
-    return _with_extras({
-        "observation": _observation(spec.observation, e), "action": _tensor(spec.action, e),
-        "reward": _tensor(scalar, e), "discount": _tensor(scalar, e),
-        "next_observation": _observation(spec.observation, e),
-    }, extras_spec, e)
+    return _with_extras(
+        {
+            "observation": _observation(spec.observation, e),
+            "action": _tensor(spec.action, e),
+            "reward": _tensor(scalar, e),
+            "discount": _tensor(scalar, e),
+            "next_observation": _observation(spec.observation, e),
+        },
+        extras_spec,
+        e,
+    )
 
 
-def step_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec],
-                   leading: tuple[int, ...] = ()) -> dict:
+def step_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], leading: tuple[int, ...] = ()) -> dict:
     """The fields of one ``Step`` (``[*leading, num_envs, ...]``)."""
     return _step_fields(spec, extras_spec, (*leading, spec.num_envs))
 
 
 def _step_fields(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], e: tuple[int, ...]) -> dict:
     flag = ArraySpec((), np.bool_)
-    return _with_extras({
-        "observation": _observation(spec.observation, e), "action": _tensor(spec.action, e),
-        "reward": _tensor(ArraySpec((), np.float32), e), "terminated": _tensor(flag, e),
-        "truncated": _tensor(flag, e), "next_observation": _observation(spec.observation, e),
-    }, extras_spec, e)
+    return _with_extras(
+        {
+            "observation": _observation(spec.observation, e),
+            "action": _tensor(spec.action, e),
+            "reward": _tensor(ArraySpec((), np.float32), e),
+            "terminated": _tensor(flag, e),
+            "truncated": _tensor(flag, e),
+            "next_observation": _observation(spec.observation, e),
+        },
+        extras_spec,
+        e,
+    )
 
 
 def sequence_signature(spec: EnvironmentSpec, extras_spec: Mapping[str, ArraySpec], length: int) -> dict:

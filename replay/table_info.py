@@ -43,9 +43,9 @@ def _fields(data: bytes) -> Iterator[tuple[int, Any]]:
             value, at = struct.unpack_from("<d", data, at)[0], at + 8
         elif wire == _LENGTH_DELIMITED:
             size, at = _varint(data, at)
-            value, at = data[at:at + size], at + size
+            value, at = data[at : at + size], at + size
         elif wire == _FIXED32:
-            value, at = data[at:at + 4], at + 4
+            value, at = data[at : at + 4], at + 4
         else:
             raise ValueError(f"TableInfo: wire type {wire} of field {number} is not protobuf's")
         yield number, value
@@ -64,8 +64,14 @@ def table_info(data: bytes) -> SimpleNamespace:
     ``min_diff``, ``max_diff``, ``min_size_to_sample``, ``insert_stats.completed`` and
     ``sample_stats.completed``) of a serialized ``TableInfo``, as Reverb's proto names them."""
     info = SimpleNamespace(name="", current_size=0)
-    limiter = SimpleNamespace(samples_per_insert=0.0, min_diff=0.0, max_diff=0.0, min_size_to_sample=0,
-                              insert_stats=SimpleNamespace(completed=0), sample_stats=SimpleNamespace(completed=0))
+    limiter = SimpleNamespace(
+        samples_per_insert=0.0,
+        min_diff=0.0,
+        max_diff=0.0,
+        min_size_to_sample=0,
+        insert_stats=SimpleNamespace(completed=0),
+        sample_stats=SimpleNamespace(completed=0),
+    )
     for number, value in _fields(data):
         if number == 8:
             info.name = value.decode()

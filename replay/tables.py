@@ -32,8 +32,9 @@ class RateLimit:
     max_diff: float
 
     @classmethod
-    def sample_to_insert_ratio(cls, samples_per_insert: float, min_size_to_sample: int,
-                               error_buffer: float) -> RateLimit:
+    def sample_to_insert_ratio(
+        cls, samples_per_insert: float, min_size_to_sample: int, error_buffer: float
+    ) -> RateLimit:
         """Reverb's ``SampleToInsertRatio``: ``samples_per_insert`` samples per insert once
         ``min_size_to_sample`` items are in, give or take ``error_buffer`` (the range is centred on
         ``samples_per_insert * min_size_to_sample``, what the first items allow)."""
@@ -42,8 +43,10 @@ class RateLimit:
         if min_size_to_sample < 1:
             raise ValueError(f"min_size_to_sample ({min_size_to_sample}) must be a positive integer")
         if error_buffer < max(1.0, samples_per_insert):
-            raise ValueError(f"error_buffer ({error_buffer}) must be >= max(1.0, samples_per_insert="
-                             f"{samples_per_insert}): a smaller one could block every sample or insert")
+            raise ValueError(
+                f"error_buffer ({error_buffer}) must be >= max(1.0, samples_per_insert="
+                f"{samples_per_insert}): a smaller one could block every sample or insert"
+            )
         offset = samples_per_insert * min_size_to_sample
         return cls(samples_per_insert, min_size_to_sample, offset - error_buffer, offset + error_buffer)
 
@@ -82,10 +85,19 @@ def transition_items_per_batch(batch_size: int, num_envs: int) -> int:
     return math.ceil(batch_size / num_envs)
 
 
-def make_transition_table(name: str, signature: dict, *, num_envs: int, batch_size: int,
-                          sgd_steps_per_update: int, samples_per_insert: float,
-                          samples_per_insert_tolerance: float, min_replay_size: int,
-                          max_replay_size: int, priority_exponent: float | None = None) -> TableSpec:
+def make_transition_table(
+    name: str,
+    signature: dict,
+    *,
+    num_envs: int,
+    batch_size: int,
+    sgd_steps_per_update: int,
+    samples_per_insert: float,
+    samples_per_insert_tolerance: float,
+    min_replay_size: int,
+    max_replay_size: int,
+    priority_exponent: float | None = None,
+) -> TableSpec:
     """A replay table of batched transitions (sizes and ratio in transitions).
 
     Sampling is uniform (``priority_exponent=None``), or prioritized with ``P(i) ∝ priority_i **
@@ -100,44 +112,75 @@ def make_transition_table(name: str, signature: dict, *, num_envs: int, batch_si
     item_ratio = samples_per_insert * items_per_batch * num_envs / batch_size
     min_items = max(1, math.ceil(min_replay_size / num_envs))
     one_update = items_per_batch * sgd_steps_per_update
-    error_buffer = max(2 * one_update + 2 * item_ratio,
-                       samples_per_insert_tolerance * item_ratio * min_items)
+    error_buffer = max(2 * one_update + 2 * item_ratio, samples_per_insert_tolerance * item_ratio * min_items)
     return TableSpec(
-        name, sampler="uniform" if priority_exponent is None else "prioritized", remover="fifo",
+        name,
+        sampler="uniform" if priority_exponent is None else "prioritized",
+        remover="fifo",
         max_size=max(min_items, math.ceil(max_replay_size / num_envs)),
         rate_limit=RateLimit.sample_to_insert_ratio(item_ratio, min_items, error_buffer),
-        priority_exponent=priority_exponent, signature=signature)
+        priority_exponent=priority_exponent,
+        signature=signature,
+    )
 
 
-def make_sequence_table(name: str, signature: dict, *, batch_size: int, samples_per_insert: float,
-                        samples_per_insert_tolerance: float, min_replay_size: int, max_replay_size: int,
-                        priority_exponent: float) -> TableSpec:
+def make_sequence_table(
+    name: str,
+    signature: dict,
+    *,
+    batch_size: int,
+    samples_per_insert: float,
+    samples_per_insert_tolerance: float,
+    min_replay_size: int,
+    max_replay_size: int,
+    priority_exponent: float,
+) -> TableSpec:
     """A prioritized replay table of env sequences (``EnvSequenceAdder``; sizes and ratio in
     sequences): ``P(i) ∝ priority_i ** priority_exponent``, the oldest removed first, and a
     ``SampleToInsertRatio`` rate limiter of ``samples_per_insert`` sequences sampled per
     sequence inserted once ``min_replay_size`` are in (the error buffer as
     ``make_transition_table``'s: at least two batches)."""
-    error_buffer = max(2 * batch_size + 2 * samples_per_insert,
-                       samples_per_insert_tolerance * samples_per_insert * min_replay_size)
+    error_buffer = max(
+        2 * batch_size + 2 * samples_per_insert, samples_per_insert_tolerance * samples_per_insert * min_replay_size
+    )
     return TableSpec(
-        name, sampler="prioritized", remover="fifo", max_size=max(min_replay_size, max_replay_size),
+        name,
+        sampler="prioritized",
+        remover="fifo",
+        max_size=max(min_replay_size, max_replay_size),
         rate_limit=RateLimit.sample_to_insert_ratio(samples_per_insert, min_replay_size, error_buffer),
-        priority_exponent=priority_exponent, signature=signature)
+        priority_exponent=priority_exponent,
+        signature=signature,
+    )
 
 
 def make_queue_table(name: str, signature: dict, capacity: int) -> TableSpec:
     """A FIFO queue (Reverb's ``Table.queue``): every item is sampled exactly once; inserts wait
     while it holds ``capacity`` items (actors wait for the learner: on-policy data, e.g. PPO)."""
-    return TableSpec(name, sampler="fifo", remover="fifo", max_size=capacity, max_times_sampled=1,
-                     rate_limit=RateLimit(1.0, 1, 0.0, float(capacity)), signature=signature)
+    return TableSpec(
+        name,
+        sampler="fifo",
+        remover="fifo",
+        max_size=capacity,
+        max_times_sampled=1,
+        rate_limit=RateLimit(1.0, 1, 0.0, float(capacity)),
+        signature=signature,
+    )
 
 
 def make_dropping_fifo_table(name: str, signature: dict, capacity: int) -> TableSpec:
     """A FIFO that never makes inserts wait: items are sampled oldest first, at most once
     (samples-per-insert <= 1), and when ``capacity`` unsampled items are waiting the oldest is
     dropped (actors never wait for the learner, e.g. IMPALA). Sampling waits for an item."""
-    return TableSpec(name, sampler="fifo", remover="fifo", max_size=capacity, max_times_sampled=1,
-                     rate_limit=RateLimit(1.0, 1, 0.0, sys.float_info.max), signature=signature)
+    return TableSpec(
+        name,
+        sampler="fifo",
+        remover="fifo",
+        max_size=capacity,
+        max_times_sampled=1,
+        rate_limit=RateLimit(1.0, 1, 0.0, sys.float_info.max),
+        signature=signature,
+    )
 
 
 def without_insert_blocking(tables: Sequence[Any]) -> list[Any]:
@@ -155,7 +198,14 @@ def without_insert_blocking(tables: Sequence[Any]) -> list[Any]:
         import reverb  # (a reverb.Table: the user's process has Reverb's full import already)
 
         info = table.info.rate_limiter_info
-        out.append(table.replace(rate_limiter=reverb.rate_limiters.RateLimiter(
-            samples_per_insert=info.samples_per_insert, min_size_to_sample=info.min_size_to_sample,
-            min_diff=info.min_diff, max_diff=sys.float_info.max)))
+        out.append(
+            table.replace(
+                rate_limiter=reverb.rate_limiters.RateLimiter(
+                    samples_per_insert=info.samples_per_insert,
+                    min_size_to_sample=info.min_size_to_sample,
+                    min_diff=info.min_diff,
+                    max_diff=sys.float_info.max,
+                )
+            )
+        )
     return out

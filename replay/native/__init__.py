@@ -6,5 +6,11 @@ between processes); see each module's docstring."""
 from shoal.replay.native.client import NativeReplayClient, NativeWriter, ReplayServerGone
 from shoal.replay.native.server import SERVICE_METHODS, NativeReplayServer, ReplayClosed
 
-__all__ = ["NativeReplayClient", "NativeReplayServer", "NativeWriter", "ReplayClosed", "ReplayServerGone",
-           "SERVICE_METHODS"]
+__all__ = [
+    "NativeReplayClient",
+    "NativeReplayServer",
+    "NativeWriter",
+    "ReplayClosed",
+    "ReplayServerGone",
+    "SERVICE_METHODS",
+]

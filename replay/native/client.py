@@ -51,8 +51,10 @@ def client_for(address: str) -> "NativeReplayClient":
     """The client whose ``server_address`` is ``address`` (``native://...``), made in this process."""
     client = _CLIENTS.get(address)
     if client is None:
-        raise ValueError(f"no native replay client for {address!r} in this process: pass the replay "
-                         "client itself to the dataset (builder.make_dataset_iterator's replay_client)")
+        raise ValueError(
+            f"no native replay client for {address!r} in this process: pass the replay "
+            "client itself to the dataset (builder.make_dataset_iterator's replay_client)"
+        )
     return client
 
 
@@ -70,12 +72,20 @@ def _spec(record: Any) -> Any:
 def _info(record: Mapping[str, Any]) -> SimpleNamespace:
     """A table's info with the fields of Reverb's ``TableInfo`` that Shoal reads."""
     limiter = SimpleNamespace(
-        samples_per_insert=record["samples_per_insert"], min_diff=record["min_diff"],
-        max_diff=record["max_diff"], min_size_to_sample=record["min_size_to_sample"],
+        samples_per_insert=record["samples_per_insert"],
+        min_diff=record["min_diff"],
+        max_diff=record["max_diff"],
+        min_size_to_sample=record["min_size_to_sample"],
         insert_stats=SimpleNamespace(completed=record["inserts"]),
-        sample_stats=SimpleNamespace(completed=record["samples"]))
-    return SimpleNamespace(name=record["name"], current_size=record["current_size"], max_size=record["max_size"],
-                           num_deleted_episodes=record["deletes"], rate_limiter_info=limiter)
+        sample_stats=SimpleNamespace(completed=record["samples"]),
+    )
+    return SimpleNamespace(
+        name=record["name"],
+        current_size=record["current_size"],
+        max_size=record["max_size"],
+        num_deleted_episodes=record["deletes"],
+        rate_limiter_info=limiter,
+    )
 
 
 class _Pending:
@@ -119,11 +129,14 @@ class NativeReplayClient:
         except Exception as e:  # noqa: BLE001 -- an RPC failure: say which server, in one line
             code = getattr(getattr(e, "code", None), "name", None)
             if code in ("UNAVAILABLE", "CANCELLED"):
-                raise ReplayServerGone(f"the replay server at {self.server_address} went away during "
-                                       f"{method} ({code}): is the replay node running?") from None
+                raise ReplayServerGone(
+                    f"the replay server at {self.server_address} went away during "
+                    f"{method} ({code}): is the replay node running?"
+                ) from None
             if f"raised {ReplayClosed.__module__}.{ReplayClosed.__name__}:" in str(getattr(e, "details", "")):
-                raise ReplayClosed(f"the replay server at {self.server_address} closed its tables during "
-                                   f"{method} (it is stopping)") from None
+                raise ReplayClosed(
+                    f"the replay server at {self.server_address} closed its tables during {method} (it is stopping)"
+                ) from None
             raise
 
     def writer(self, num_keep_alive_refs: int, timeout_s: float = 120.0) -> "NativeWriter":
@@ -154,18 +167,21 @@ class NativeReplayClient:
         if self._signatures is None:
             self._signatures = {name: _spec(r) for name, r in self._call("table_signatures").items()}
         if table not in self._signatures:
-            raise KeyError(f"replay table {table!r} is not served at {self.server_address}; "
-                           f"tables: {', '.join(self._signatures)}")
+            raise KeyError(
+                f"replay table {table!r} is not served at {self.server_address}; tables: {', '.join(self._signatures)}"
+            )
         return self._signatures[table]
 
-    def sample_batch(self, table: str, num_items: int, timeout_s: float,
-                     segment: Segment | None = None) -> dict[str, Any] | None:
+    def sample_batch(
+        self, table: str, num_items: int, timeout_s: float, segment: Segment | None = None
+    ) -> dict[str, Any] | None:
         """Up to ``num_items`` items (``NativeReplayServer.sample``), ``None`` if none came in
         ``timeout_s``; their columns through ``segment`` (``shared_segment``) if given."""
         return self.sample_batch_later(table, num_items, timeout_s, segment)()
 
-    def sample_batch_later(self, table: str, num_items: int, timeout_s: float,
-                           segment: Segment | None = None) -> _Pending:
+    def sample_batch_later(
+        self, table: str, num_items: int, timeout_s: float, segment: Segment | None = None
+    ) -> _Pending:
         """``sample_batch`` started now (over RPC: while the caller goes on), its result later."""
         if segment is None:
             return self._call_later("sample", table, int(num_items), float(timeout_s))
@@ -205,8 +221,15 @@ class NativeReplayClient:
             pass
         segment.close()
 
-    def sample(self, table: str, num_samples: int = 1, *, emit_timesteps: bool = False,
-               unpack_as_table_signature: bool = False, timeout_s: float = 60.0) -> Iterator[SimpleNamespace]:
+    def sample(
+        self,
+        table: str,
+        num_samples: int = 1,
+        *,
+        emit_timesteps: bool = False,
+        unpack_as_table_signature: bool = False,
+        timeout_s: float = 60.0,
+    ) -> Iterator[SimpleNamespace]:
         """``num_samples`` items of ``table``, one by one, for a look at what it holds (as
         ``reverb.Client.sample(..., emit_timesteps=False)``): each with ``info`` (``key``,
         ``probability``, ``table_size``, ``priority``, ``times_sampled``) and ``data`` (the item's
@@ -221,8 +244,9 @@ class NativeReplayClient:
                 data = [column[i] for column in served["columns"]]
                 if unpack_as_table_signature:
                     data = tree.unflatten_as(self.signature(table), data)
-                info = SimpleNamespace(**{k: served[k][i] for k in ("key", "probability", "table_size", "priority",
-                                                                    "times_sampled")})
+                info = SimpleNamespace(
+                    **{k: served[k][i] for k in ("key", "probability", "table_size", "priority", "times_sampled")}
+                )
                 yield SimpleNamespace(info=info, data=data)
             left -= len(served["key"])
 
@@ -279,10 +303,15 @@ class NativeWriter:
             if not 1 <= steps <= len(self._window):
                 raise ValueError(f"an item of {steps} steps, but the writer keeps the last {len(self._window)}")
             steps = list(self._window)[-steps:]
-        elif not steps or steps[0] < self._window[0] or any(i not in self._columns and i not in self._sent
-                                                             for i in steps):
-            raise ValueError(f"an item of steps the writer no longer keeps ({steps[:3]}...; it keeps "
-                             f"{self._window[0]}..{self._window[-1]})")
+        elif (
+            not steps
+            or steps[0] < self._window[0]
+            or any(i not in self._columns and i not in self._sent for i in steps)
+        ):
+            raise ValueError(
+                f"an item of steps the writer no longer keeps ({steps[:3]}...; it keeps "
+                f"{self._window[0]}..{self._window[-1]})"
+            )
         self._items.append([table, float(priority), list(steps)])
         self._uses.update(steps)
 
@@ -307,8 +336,12 @@ class NativeWriter:
     def _gathering(self) -> bool:
         """Whether pending items wait for the next call: one is in flight, and they are fewer
         than ``RPC_MAX_ITEMS`` with new steps under ``RPC_MAX_BYTES``."""
-        return (self._in_flight is not None and not self._in_flight[0].done() and len(self._items) < RPC_MAX_ITEMS
-                and self._unsent_bytes < RPC_MAX_BYTES)
+        return (
+            self._in_flight is not None
+            and not self._in_flight[0].done()
+            and len(self._items) < RPC_MAX_ITEMS
+            and self._unsent_bytes < RPC_MAX_BYTES
+        )
 
     def _send(self) -> None:
         """Sends the new steps and items in one call (see the module docstring), after the call
@@ -340,8 +373,7 @@ class NativeWriter:
             return self._client._call_later("insert", self._id, steps, items, release, self.timeout_s)
         at = iter(places)
         shared = [[i, [next(at) for _ in columns]] for i, columns in steps]
-        return self._client._call_later("insert_shared", self._id, segment.name, shared, items, release,
-                                        self.timeout_s)
+        return self._client._call_later("insert_shared", self._id, segment.name, shared, items, release, self.timeout_s)
 
     def _segment_for(self, size: int) -> Segment | None:
         """This writer's segment, made (or made larger) to hold ``size`` bytes, if it may have one."""
@@ -375,9 +407,11 @@ class NativeWriter:
             self._leaving |= leaving
             self._sent |= leaving
             self._release = [i for i in release if i not in leaving] + self._release
-            raise TimeoutError(f"replay table '{items[done][0]}' did not take an item within {self.timeout_s}s "
-                               "(inserts wait while the learner lags behind the table's rate limiter or while "
-                               "a queue is full)")
+            raise TimeoutError(
+                f"replay table '{items[done][0]}' did not take an item within {self.timeout_s}s "
+                "(inserts wait while the learner lags behind the table's rate limiter or while "
+                "a queue is full)"
+            )
 
     def flush(self, block_until_num_items: int = 0) -> None:
         """``flush()``: sends what is pending and waits until the server confirmed every item.

@@ -105,7 +105,7 @@ class PrioritizedSelector:
     def _grow(self) -> None:
         old, capacity = self._capacity, self._capacity * 2
         tree = np.zeros(2 * capacity, np.float64)
-        tree[capacity:capacity + old] = self._tree[old:2 * old]
+        tree[capacity : capacity + old] = self._tree[old : 2 * old]
         for node in range(capacity - 1, 0, -1):
             tree[node] = tree[2 * node] + tree[2 * node + 1]
         self._capacity, self._tree = capacity, tree

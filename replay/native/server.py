@@ -41,8 +41,18 @@ from shoal.replay.native.shared import Attached
 from shoal.replay.native.table import Item, ReplayClosed, Table
 from shoal.replay.tables import TableSpec
 
-SERVICE_METHODS = ("insert", "sample", "mutate_priorities", "server_info", "checkpoint", "table_signatures",
-                   "attach_shared", "detach_shared", "insert_shared", "sample_shared")
+SERVICE_METHODS = (
+    "insert",
+    "sample",
+    "mutate_priorities",
+    "server_info",
+    "checkpoint",
+    "table_signatures",
+    "attach_shared",
+    "detach_shared",
+    "insert_shared",
+    "sample_shared",
+)
 MAX_SEGMENTS = 256  # client segments mapped at once (those of exited clients go first)
 
 
@@ -108,20 +118,25 @@ class NativeReplayServer:
 
     backend = "native"
 
-    def __init__(self, tables: Sequence[TableSpec], checkpoint_dir: str | None = None, seed: int = 0,
-                 gated: bool = False) -> None:
+    def __init__(
+        self, tables: Sequence[TableSpec], checkpoint_dir: str | None = None, seed: int = 0, gated: bool = False
+    ) -> None:
         if not tables:
             raise ValueError("a replay server needs at least one table")
         for table in tables:
             if not isinstance(table, TableSpec):
-                raise TypeError(f"native replay builds tables from shoal.replay.TableSpec, not "
-                                f"{type(table).__module__}.{type(table).__name__} (a reverb.Table needs --replay reverb)")
+                raise TypeError(
+                    f"native replay builds tables from shoal.replay.TableSpec, not "
+                    f"{type(table).__module__}.{type(table).__name__} (a reverb.Table needs --replay reverb)"
+                )
         names = [table.name for table in tables]
         if len(set(names)) < len(names):
             raise ValueError(f"replay table names must be unique; got {', '.join(names)}")
         self._store = StepStore()
-        self._tables = {spec.name: Table(spec, self._store, np.random.default_rng([int(seed), i]), gated)
-                        for i, spec in enumerate(tables)}
+        self._tables = {
+            spec.name: Table(spec, self._store, np.random.default_rng([int(seed), i]), gated)
+            for i, spec in enumerate(tables)
+        }
         self._keys = iter(range(1, 1 << 62))
         self._key_lock = threading.Lock()
         self._checkpoint_dir = checkpoint_dir
@@ -176,12 +191,14 @@ class NativeReplayServer:
         taken = self._table(table).sample(int(num_items), time.monotonic() + float(timeout_s))
         if not taken:
             return None
-        return {"columns": _stack([data for *_, data in taken]),
-                "key": np.array([t[0] for t in taken], np.uint64),
-                "probability": np.array([t[2] for t in taken], np.float64),
-                "table_size": np.array([t[3] for t in taken], np.int64),
-                "priority": np.array([t[1].priority for t in taken], np.float64),
-                "times_sampled": np.array([t[1].times_sampled for t in taken], np.int32)}
+        return {
+            "columns": _stack([data for *_, data in taken]),
+            "key": np.array([t[0] for t in taken], np.uint64),
+            "probability": np.array([t[2] for t in taken], np.float64),
+            "table_size": np.array([t[3] for t in taken], np.int64),
+            "priority": np.array([t[1].priority for t in taken], np.float64),
+            "times_sampled": np.array([t[1].times_sampled for t in taken], np.int32),
+        }
 
     def mutate_priorities(self, table: str, updates: dict | None = None, deletes: list | None = None) -> None:
         """Sets the priorities of the items ``updates`` names (``{key: priority}``) and deletes
@@ -211,7 +228,7 @@ class NativeReplayServer:
         with self._segments_lock:
             self._segments[segment] = attached
             gone = [name for name, a in self._segments.items() if not _process_alive(a.pid)]
-            gone += list(self._segments)[:max(0, len(self._segments) - len(gone) - MAX_SEGMENTS)]
+            gone += list(self._segments)[: max(0, len(self._segments) - len(gone) - MAX_SEGMENTS)]
             dropped = [self._segments.pop(name) for name in dict.fromkeys(gone) if name != segment]
         for mapping in dropped:
             _close_quietly(mapping)
@@ -224,15 +241,17 @@ class NativeReplayServer:
         if mapping is not None:
             _close_quietly(mapping)
 
-    def insert_shared(self, writer: str, segment: str, steps: list, items: list, release: list,
-                      timeout_s: float) -> int:
+    def insert_shared(
+        self, writer: str, segment: str, steps: list, items: list, release: list, timeout_s: float
+    ) -> int:
         """``insert``, the steps' arrays read from ``segment`` (``steps``: ``[index, places]``
         pairs); -1 if that segment is not mapped here (the writer sends them over RPC)."""
         mapping = self._segments.get(segment)
         if mapping is None:
             return -1
-        return self.insert(writer, [[index, mapping.copies(places)] for index, places in steps], items, release,
-                           timeout_s)
+        return self.insert(
+            writer, [[index, mapping.copies(places)] for index, places in steps], items, release, timeout_s
+        )
 
     def sample_shared(self, table: str, num_items: int, timeout_s: float, segment: str) -> dict[str, Any] | None:
         """``sample``, its columns laid in ``segment`` (``"places"`` says where; ``"columns"`` is
@@ -293,11 +312,19 @@ class NativeReplayServer:
                 where[step_ids[position]] = [number, row]
             for c in range(len(columns[positions[0]])):
                 arrays[f"l{number}_c{c}"] = np.concatenate([columns[p][c] for p in positions])
-        record = {"format": 1, "tables": {
-            name: {"counts": counts, "items": [[key, item.priority, item.times_sampled,
-                                               [where[s] for s in item.steps]] for key, item in items]}
-            for name, (counts, items) in states.items()},
-            "layouts": [len(columns[positions[0]]) for positions in layouts.values()]}
+        record = {
+            "format": 1,
+            "tables": {
+                name: {
+                    "counts": counts,
+                    "items": [
+                        [key, item.priority, item.times_sampled, [where[s] for s in item.steps]] for key, item in items
+                    ],
+                }
+                for name, (counts, items) in states.items()
+            },
+            "layouts": [len(columns[positions[0]]) for positions in layouts.values()],
+        }
         os.makedirs(self._checkpoint_dir, exist_ok=True)
         name = f"{time.time_ns():020d}"
         final = os.path.join(self._checkpoint_dir, name)
@@ -320,14 +347,18 @@ class NativeReplayServer:
         with open(os.path.join(path, "tables.json")) as f:
             record = json.load(f)
         if not isinstance(record, dict) or record.get("format") != 1:
-            raise ValueError(f"{path}/tables.json is not a native replay checkpoint (format 1); "
-                             "a Reverb checkpoint needs --replay reverb")
+            raise ValueError(
+                f"{path}/tables.json is not a native replay checkpoint (format 1); "
+                "a Reverb checkpoint needs --replay reverb"
+            )
         with np.load(os.path.join(path, "steps.npz"), allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
         unknown = set(record["tables"]) - set(self._tables)
         if unknown:
-            raise ValueError(f"{path}: the checkpoint holds tables {sorted(unknown)} this run does not have "
-                             f"({', '.join(self._tables)})")
+            raise ValueError(
+                f"{path}: the checkpoint holds tables {sorted(unknown)} this run does not have "
+                f"({', '.join(self._tables)})"
+            )
         top = 0
         for name, saved in record["tables"].items():
             items = []
@@ -336,8 +367,10 @@ class NativeReplayServer:
                 for number, row in steps:
                     step_id = ("checkpoint", int(number), int(row))
                     if step_id not in self._store:
-                        self._store.add(step_id, [arrays[f"l{number}_c{c}"][row:row + 1]
-                                                  for c in range(record["layouts"][number])])
+                        self._store.add(
+                            step_id,
+                            [arrays[f"l{number}_c{c}"][row : row + 1] for c in range(record["layouts"][number])],
+                        )
                     ids.append(step_id)
                 items.append((int(key), Item(self._store.hold(ids), float(priority), int(times_sampled))))
                 top = max(top, int(key))
@@ -372,8 +405,10 @@ def _stack(items: list[list[list[np.ndarray]]]) -> list[np.ndarray]:
         raise ValueError("items of one sample differ in length; a table's items must all have one length")
     if length == 1:
         return [np.concatenate(column) for column in zip(*(item[0] for item in items))]
-    return [np.concatenate(column).reshape(len(items), length, *column[0].shape[1:])
-            for column in zip(*(step for item in items for step in item))]
+    return [
+        np.concatenate(column).reshape(len(items), length, *column[0].shape[1:])
+        for column in zip(*(step for item in items for step in item))
+    ]
 
 
 __all__ = ["NativeReplayServer", "ReplayClosed", "SERVICE_METHODS", "StepStore"]

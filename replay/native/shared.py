@@ -59,8 +59,9 @@ def _views(buffer: Any, size: int, places: Sequence[Sequence[Any]]) -> list[np.n
             raise ValueError(f"an array of dtype {dtype} and shape {shape} cannot travel in shared memory")
         count = int(np.prod(shape, dtype=np.int64))
         if offset < 0 or offset % ALIGN or offset + count * dtype.itemsize > size:
-            raise ValueError(f"an array at offset {offset} of {count * dtype.itemsize} bytes lies outside "
-                             f"the {size}-byte segment")
+            raise ValueError(
+                f"an array at offset {offset} of {count * dtype.itemsize} bytes lies outside the {size}-byte segment"
+            )
         out.append(np.frombuffer(buffer, dtype, count, offset).reshape(shape))
     return out
 

@@ -137,8 +137,7 @@ class Table:
                 key, probability = self._sampler.select(self._rng)
                 item = self.items[key]
                 item.times_sampled += 1
-                out.append((key, dataclasses.replace(item), probability, len(self.items),
-                            self._store.get(item.steps)))
+                out.append((key, dataclasses.replace(item), probability, len(self.items), self._store.get(item.steps)))
                 self.samples += 1
                 if self.gated:
                     self._granted -= 1
@@ -198,18 +197,30 @@ class Table:
     def info(self) -> dict[str, Any]:
         with self._lock:
             limit = self.spec.rate_limit
-            return {"name": self.spec.name, "current_size": len(self.items), "max_size": self.spec.max_size,
-                    "inserts": self.inserts, "samples": self.samples, "deletes": self.deletes,
-                    "samples_per_insert": limit.samples_per_insert, "min_size_to_sample": limit.min_size_to_sample,
-                    "min_diff": limit.min_diff, "max_diff": limit.max_diff}
+            return {
+                "name": self.spec.name,
+                "current_size": len(self.items),
+                "max_size": self.spec.max_size,
+                "inserts": self.inserts,
+                "samples": self.samples,
+                "deletes": self.deletes,
+                "samples_per_insert": limit.samples_per_insert,
+                "min_size_to_sample": limit.min_size_to_sample,
+                "min_diff": limit.min_diff,
+                "max_diff": limit.max_diff,
+            }
 
     def state(self) -> tuple[dict[str, Any], list[tuple[int, Item]]]:
         """The counts and the items, oldest inserted first (under the lock: a consistent copy).
         The store holds the items' steps once more for the caller, who releases them (``Item.steps``
         of each) when done: an item removed meanwhile must not take its steps with it."""
         with self._lock:
-            counts = {"inserts": self.inserts, "samples": self.samples, "deletes": self.deletes,
-                      "rng": self._rng.bit_generator.state}
+            counts = {
+                "inserts": self.inserts,
+                "samples": self.samples,
+                "deletes": self.deletes,
+                "rng": self._rng.bit_generator.state,
+            }
             items = [(key, dataclasses.replace(item)) for key, item in self.items.items()]
             for _, item in items:
                 self._store.hold(item.steps)
