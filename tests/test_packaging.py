@@ -38,13 +38,13 @@ def test_the_tree_check_finds_the_agents():  # (the walk itself: a check that fi
     assert {"shoal.agents.dqn", "shoal.agents.r2d2", "shoal.replay.native", "shoal.launch.programs.rpc"} <= tree_packages()
 
 
-def test_no_package_holds_more_than_16_modules():
+def test_no_package_holds_more_than_15_modules():
     # (rooms a newcomer can read from the tree: a folder that grows past this splits into rooms)
     crowded = {}
     for package in tree_packages():
         folder = os.path.join(ROOT, *package.split(".")[1:])
         modules = [f for f in os.listdir(folder) if f.endswith(".py")]
-        if len(modules) > 16:
+        if len(modules) > 15:
             crowded[package] = len(modules)
-    assert not crowded, f"packages with more than 16 modules (__init__.py counted): {crowded}"
+    assert not crowded, f"packages with more than 15 modules (__init__.py counted): {crowded}"
     assert len(tree_packages()) > 10  # (the walk found the tree)

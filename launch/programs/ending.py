@@ -4,7 +4,7 @@ workers, states, lock and events), and ``ProgramFailed``.
 When the program ends (completed, failed, or ``stop()``), a ``before_stop(run)`` hook runs while
 every node that still runs is up (after a failure too: ``run.failed`` says so, and the hook
 checks what it needs, e.g. a final checkpoint of the nodes still alive); then nodes are asked to
-stop in dependency order (``shoal.launch.programs.shutdown``) and what is left is killed.
+stop in dependency order (``stop_in_order``) and what is left is killed.
 ``hurry()`` (e.g. a second Ctrl-C) cuts that short: the hook is no longer waited for, and every
 node is killed at once; the states, the closers (shared-memory sweeps) and the summary are as
 after any other end. ``wait()`` returns the results of the nodes that end the program;
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Mapping
 
-from shoal.launch.programs.shutdown import stop_in_order
 from shoal.launch.programs.states import NodeState
 
 
@@ -107,3 +106,33 @@ class ProgramEnding:
         except Exception as e:  # noqa: BLE001 -- raised from wait(), once the program stopped
             if not self._hurry.is_set():  # (a hook cut short by hurry() fails as its nodes die)
                 self.stop_error = e
+
+
+def stop_in_order(workers: Mapping[str, "Worker"], grace_s: float,  # noqa: F821
+                  hurry: threading.Event | None = None) -> None:
+    """Stops a program's nodes (``workers``) in dependency order.
+
+    A node is asked to stop only once every node that uses it has ended (or its turn timed out):
+    users before the services they use, so that a node stopping can still call them, and nobody
+    is left blocked on a server that already stopped. Each turn waits up to ``grace_s``, all turns
+    together up to twice that; what is still running then is the caller's to kill. A ``hurry``
+    event, once set, ends the waiting at once (a second Ctrl-C: kill now).
+    """
+    users: dict[str, set[str]] = {label: set() for label in workers}
+    for label, worker in workers.items():
+        for dep in worker.node.dependencies():
+            users.setdefault(dep.label, set()).add(label)
+    pending = {label for label, w in workers.items() if w.poll() is None}
+    ended: set[str] = set(workers) - pending
+    deadline = time.monotonic() + 2 * grace_s
+    hurry = hurry or threading.Event()
+    while pending and time.monotonic() < deadline and not hurry.is_set():
+        turn = {label for label in pending if users[label] <= ended} or set(pending)  # (a cycle: all)
+        for label in turn:
+            workers[label].terminate()
+        until = min(deadline, time.monotonic() + grace_s)
+        while any(workers[label].poll() is None for label in turn) and time.monotonic() < until:
+            if hurry.wait(0.02):
+                return
+        ended |= turn
+        pending -= turn
