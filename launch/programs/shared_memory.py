@@ -22,10 +22,10 @@ publisher's process writes, and removes the segment when that pipe closes, i.e. 
 publisher's process is gone however it ended (SIGKILL of it, or of a launcher whose nodes die
 with it). The keeper is not the publisher's child but its grandchild (its ``sh`` starts it and
 exits): Ray kills a worker's children when the worker ends, and the keeper of a Ray node's
-segment must outlive its node. ``sweep_segments`` removes the segments of this user whose writer process is gone,
-for what a keeper could not see to (a keeper killed too, e.g. by ``kill -9 -1``): a launcher
-sweeps its dead nodes' segments when its program ends, and every new publisher sweeps those of
-any dead writer.
+segment must outlive its node. ``sweep_segments`` removes the segments of this user whose
+writer process is gone, for what a keeper could not see to (a keeper killed too, e.g. by
+``kill -9 -1``): a launcher sweeps its dead nodes' segments when its program ends, and every
+new publisher sweeps those of any dead writer.
 """
 
 from __future__ import annotations
@@ -160,7 +160,8 @@ def _keep(path: str) -> "subprocess.Popen | None":
         with warnings.catch_warnings():  # (JAX warns of any fork; this one is a fork and exec)
             warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
             # The pipe moves to fd 3 (a background list's stdin is /dev/null), the keeper runs in
-            # the background, and its parent exits at once: the keeper's parent is then init (or a subreaper).
+            # the background, and its parent exits at once: the keeper's parent is then init (or
+            # a subreaper).
             starter = subprocess.Popen(["sh", "-c", 'exec 3<&0 </dev/null; (read -r _ <&3; rm -f -- "$1") &',
                                         "shoal-segment-keeper", path],
                                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
