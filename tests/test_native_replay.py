@@ -393,3 +393,31 @@ def test_an_adders_bounded_flushes_lose_no_item_over_rpc():
     finally:
         rpc.stop()
         replay.stop()
+
+
+def test_the_step_store_gathers_a_writers_consecutive_steps_as_slices_and_lets_go_of_its_chunks():
+    import numpy as np
+
+    from shoal.replay.native import server as native
+
+    store = native.StepStore()
+    size = 8 + 4 * 64  # (one step: an int64 and 64 float32s)
+    rows = min(native.MAX_CHUNK_ROWS, native.CHUNK_BYTES // size)  # steps per chunk
+    for i in range(3 * rows):
+        store.add(("w", i), [np.full((1,), i, np.int64), np.full((1, 64), i, np.float32)])
+    store.add(("checkpoint-0", 0), [np.zeros((1,), np.int64), np.zeros((1, 64), np.float32)])
+    within = store.gather([("w", i) for i in range(10, 90)])  # (one chunk: slices of it)
+    across = store.gather([("w", i) for i in range(rows - 5, rows + 75)])  # (two chunks)
+    scattered = store.gather([("w", i) for i in range(0, 160, 2)])  # (every other step)
+    for steps, (ints, floats) in ((range(10, 90), within), (range(rows - 5, rows + 75), across),
+                                  (range(0, 160, 2), scattered)):
+        assert ints.shape == (80,) and floats.shape == (80, 64)
+        np.testing.assert_array_equal(ints, list(steps))
+        np.testing.assert_array_equal(floats[:, 0], list(steps))
+    assert np.shares_memory(within[0], store.get([("w", 10)])[0][0])  # (a view: no copy per step)
+    batch = native._stack([within, across])
+    assert batch[0].shape == (2, 80) and batch[1].shape == (2, 80, 64)
+    one_step = native._stack([store.gather([("w", 3)]), store.gather([("w", 4)])])
+    np.testing.assert_array_equal(one_step[0], [3, 4])
+    store.release([("w", i) for i in range(3 * rows)] + [("checkpoint-0", 0)])
+    assert len(store) == 0 and not store._chunks  # (every chunk let go of with its last step)

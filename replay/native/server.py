@@ -56,18 +56,75 @@ SERVICE_METHODS = (
 MAX_SEGMENTS = 256  # client segments mapped at once (those of exited clients go first)
 
 
+CHUNK_BYTES = 256 * 1024  # a writer's steps are laid in chunks of about this many bytes
+MAX_CHUNK_ROWS = 256  # and at most this many steps
+
+
+class _Chunk:
+    """Rows of one writer's consecutive steps: an array per column, ``[rows, ...]``; ``live``
+    counts the steps of it the store holds (at 0 the store lets go of it)."""
+
+    __slots__ = ("columns", "live")
+
+    def __init__(self, columns: list[np.ndarray]) -> None:
+        self.columns, self.live = columns, 0
+
+
+def _consecutive(step_ids: Sequence[Any]) -> bool:
+    """Whether ``step_ids`` are one writer's steps ``(writer, i), (writer, i + 1), ...``."""
+    writer, start = step_ids[0]
+    return all(s[0] == writer and s[1] == start + k for k, s in enumerate(step_ids))
+
+
 class StepStore:
     """Steps by id, each with a reference count (the items that use it, plus one while its
-    writer holds it). Thread-safe. A step's columns are kept with a leading axis of 1, so a
-    sample's column is one ``np.concatenate`` (``np.stack`` of many small arrays cost 5x more)."""
+    writer holds it). Thread-safe. A step's columns are kept with a leading axis of 1.
+
+    A writer's steps (ids ``(writer, index)``) are laid row by row into the column arrays of a
+    chunk (``_Chunk``: ``index // rows``, rows chosen from the step's size, ``CHUNK_BYTES`` and
+    ``MAX_CHUNK_ROWS``), each step's columns views of its row. An item of a writer's
+    consecutive steps is then gathered (``gather``) as one slice per column and chunk it spans,
+    not one array per step: R2D2's 80-step items cost one ``np.concatenate`` of 2,560 arrays per
+    column a batch of 32 before. Other ids (a restored checkpoint's) keep their own arrays."""
 
     def __init__(self) -> None:
-        self._steps: dict[Any, list] = {}  # id -> [columns, references]
+        self._steps: dict[Any, list] = {}  # id -> [columns, references, chunk or None, row, chunk key]
+        self._chunks: dict[tuple, _Chunk] = {}
         self._lock = threading.Lock()
 
     def add(self, step_id: Any, columns: list) -> None:
         with self._lock:
-            self._steps[step_id] = [columns, 1]
+            if step_id in self._steps:
+                self._forget(step_id)
+            self._steps[step_id] = self._place(step_id, columns)
+
+    def _place(self, step_id: Any, columns: list) -> list:
+        """(Under the lock) the entry of a new step: laid into its writer's chunk when it has one."""
+        if not (isinstance(step_id, tuple) and len(step_id) == 2 and isinstance(step_id[1], int) and columns):
+            return [columns, 1, None, 0, None]
+        size = sum(c.nbytes for c in columns)
+        rows = max(1, min(MAX_CHUNK_ROWS, CHUNK_BYTES // max(1, size)))
+        key = (step_id[0], rows, step_id[1] // rows)
+        chunk = self._chunks.get(key)
+        if chunk is None:
+            chunk = self._chunks[key] = _Chunk([np.empty((rows, *c.shape[1:]), c.dtype) for c in columns])
+        elif len(chunk.columns) != len(columns) or any(
+            a.shape[1:] != c.shape[1:] or a.dtype != c.dtype for a, c in zip(chunk.columns, columns)
+        ):
+            return [columns, 1, None, 0, None]  # (a step unlike its writer's others keeps its arrays)
+        row = step_id[1] % rows
+        for array, column in zip(chunk.columns, columns):
+            array[row] = column[0]
+        chunk.live += 1
+        return [[array[row : row + 1] for array in chunk.columns], 1, chunk, row, key]
+
+    def _forget(self, step_id: Any) -> None:
+        """(Under the lock) drops a step, and its chunk once no step of it is held."""
+        _, _, chunk, _, key = self._steps.pop(step_id)
+        if chunk is not None:
+            chunk.live -= 1
+            if chunk.live <= 0 and self._chunks.get(key) is chunk:
+                del self._chunks[key]
 
     def hold(self, step_ids: Sequence[Any]) -> tuple:
         with self._lock:
@@ -85,11 +142,39 @@ class StepStore:
                 if entry is not None:
                     entry[1] -= 1
                     if entry[1] <= 0:
-                        del self._steps[s]
+                        self._forget(s)
 
     def get(self, step_ids: Sequence[Any]) -> list[list]:
+        """Each step's columns (leading axis 1)."""
         with self._lock:
             return [self._steps[s][0] for s in step_ids]
+
+    def gather(self, step_ids: Sequence[Any]) -> list[np.ndarray]:
+        """The steps' columns, one array per column with the steps on the leading axis: slices
+        of the chunks where the steps are consecutive rows (one per chunk spanned), else one
+        ``np.concatenate`` of the steps' arrays."""
+        n = len(step_ids)
+        with self._lock:
+            first, last = self._steps[step_ids[0]], self._steps[step_ids[-1]]
+            chunk, row = first[2], first[3]
+            if chunk is not None and last[2] is chunk and last[3] - row == n - 1 and _consecutive(step_ids):
+                return [array[row : row + n] for array in chunk.columns]  # (the common case: one slice)
+            entries = [self._steps[s] for s in step_ids]
+        runs: list[tuple[_Chunk, int, int]] = []  # (chunk, first row, rows)
+        for columns, _, chunk, row, _ in entries:
+            if chunk is None:
+                runs = []
+                break
+            if runs and runs[-1][0] is chunk and runs[-1][1] + runs[-1][2] == row:
+                runs[-1] = (chunk, runs[-1][1], runs[-1][2] + 1)
+            else:
+                runs.append((chunk, row, 1))
+        if runs and len(runs) <= 4:
+            return [
+                np.concatenate([chunk.columns[c][first_row : first_row + rows] for chunk, first_row, rows in runs])
+                for c in range(len(runs[0][0].columns))
+            ]
+        return [np.concatenate(column) for column in zip(*(entry[0] for entry in entries))]
 
     def __len__(self) -> int:
         return len(self._steps)
@@ -365,7 +450,7 @@ class NativeReplayServer:
             for key, priority, times_sampled, steps in saved["items"]:
                 ids = []
                 for number, row in steps:
-                    step_id = ("checkpoint", int(number), int(row))
+                    step_id = (f"checkpoint-{int(number)}", int(row))  # (a layout's rows, chunked as a writer's)
                     if step_id not in self._store:
                         self._store.add(
                             step_id,
@@ -397,18 +482,16 @@ def _close_quietly(mapping: Attached) -> None:
         pass
 
 
-def _stack(items: list[list[list[np.ndarray]]]) -> list[np.ndarray]:
-    """Items (each a list of steps, each a list of columns) -> one array per column with the
-    items on the leading axis; length-1 items squeezed, else ``[items, length, ...]``."""
-    length = len(items[0])
-    if any(len(item) != length for item in items):
+def _stack(items: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """Items (each a list of columns, its steps on their leading axis: ``StepStore.gather``) ->
+    one array per column with the items on the leading axis; length-1 items squeezed, else
+    ``[items, length, ...]``."""
+    length = len(items[0][0])
+    if any(len(item[0]) != length for item in items):
         raise ValueError("items of one sample differ in length; a table's items must all have one length")
     if length == 1:
-        return [np.concatenate(column) for column in zip(*(item[0] for item in items))]
-    return [
-        np.concatenate(column).reshape(len(items), length, *column[0].shape[1:])
-        for column in zip(*(step for item in items for step in item))
-    ]
+        return [np.concatenate(column) for column in zip(*items)]
+    return [np.stack(column) for column in zip(*items)]
 
 
 __all__ = ["NativeReplayServer", "ReplayClosed", "SERVICE_METHODS", "StepStore"]

@@ -137,7 +137,9 @@ class Table:
                 key, probability = self._sampler.select(self._rng)
                 item = self.items[key]
                 item.times_sampled += 1
-                out.append((key, dataclasses.replace(item), probability, len(self.items), self._store.get(item.steps)))
+                out.append(
+                    (key, dataclasses.replace(item), probability, len(self.items), self._store.gather(item.steps))
+                )
                 self.samples += 1
                 if self.gated:
                     self._granted -= 1
