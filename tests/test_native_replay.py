@@ -421,3 +421,23 @@ def test_the_step_store_gathers_a_writers_consecutive_steps_as_slices_and_lets_g
     np.testing.assert_array_equal(one_step[0], [3, 4])
     store.release([("w", i) for i in range(3 * rows)] + [("checkpoint-0", 0)])
     assert len(store) == 0 and not store._chunks  # (every chunk let go of with its last step)
+
+
+def test_a_chunk_mostly_let_go_of_gives_its_last_steps_arrays_of_their_own():
+    """(A remover that is not FIFO keeps a few steps of many chunks: they must not hold every
+    chunk whole.)"""
+    import numpy as np
+
+    from shoal.replay.native import server as native
+
+    store = native.StepStore()
+    rows = native.MAX_CHUNK_ROWS  # (small steps: a chunk holds the most rows)
+    for i in range(rows + 1):  # (a full chunk, and one step of the next)
+        store.add(("w", i), [np.full((1, 2), i, np.float32)])
+    kept = [("w", i) for i in range(0, rows, 5)]  # (a fifth of the chunk)
+    chunk = store._steps[kept[0]][2]
+    store.release([("w", i) for i in range(rows) if ("w", i) not in kept])
+    assert chunk not in store._chunks.values() and len(store._chunks) == 1  # (the next one stays)
+    for step_id, (column,) in zip(kept, store.get(kept)):
+        assert column.tolist() == [[step_id[1]] * 2] and not np.shares_memory(column, chunk.columns[0])
+    np.testing.assert_array_equal(store.gather(kept[:3])[0][:, 0], [0, 5, 10])

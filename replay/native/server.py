@@ -61,13 +61,14 @@ MAX_CHUNK_ROWS = 256  # and at most this many steps
 
 
 class _Chunk:
-    """Rows of one writer's consecutive steps: an array per column, ``[rows, ...]``; ``live``
-    counts the steps of it the store holds (at 0 the store lets go of it)."""
+    """Rows of one writer's consecutive steps: an array per column, ``[rows, ...]``; ``ids``
+    the steps of it the store holds (none: the store lets go of it), ``written`` how many rows
+    were filled."""
 
-    __slots__ = ("columns", "live")
+    __slots__ = ("columns", "ids", "written")
 
     def __init__(self, columns: list[np.ndarray]) -> None:
-        self.columns, self.live = columns, 0
+        self.columns, self.ids, self.written = columns, set(), 0
 
 
 def _consecutive(step_ids: Sequence[Any]) -> bool:
@@ -115,16 +116,28 @@ class StepStore:
         row = step_id[1] % rows
         for array, column in zip(chunk.columns, columns):
             array[row] = column[0]
-        chunk.live += 1
+        chunk.ids.add(step_id)
+        chunk.written += 1
         return [[array[row : row + 1] for array in chunk.columns], 1, chunk, row, key]
 
     def _forget(self, step_id: Any) -> None:
-        """(Under the lock) drops a step, and its chunk once no step of it is held."""
+        """(Under the lock) drops a step, and its chunk once no step of it is held. A full
+        chunk of which a quarter or less is held gives its steps arrays of their own and is let
+        go of: the steps an item keeps long (a remover that is not FIFO) hold no more than
+        four times their size."""
         _, _, chunk, _, key = self._steps.pop(step_id)
-        if chunk is not None:
-            chunk.live -= 1
-            if chunk.live <= 0 and self._chunks.get(key) is chunk:
-                del self._chunks[key]
+        if chunk is None:
+            return
+        chunk.ids.discard(step_id)
+        rows = len(chunk.columns[0])
+        if chunk.ids and not (chunk.written == rows and 4 * len(chunk.ids) <= rows):
+            return
+        for kept in chunk.ids:
+            entry = self._steps[kept]
+            entry[0], entry[2], entry[4] = [np.array(view) for view in entry[0]], None, None
+        chunk.ids = set()
+        if self._chunks.get(key) is chunk:
+            del self._chunks[key]
 
     def hold(self, step_ids: Sequence[Any]) -> tuple:
         with self._lock:
