@@ -398,7 +398,7 @@ def test_an_adders_bounded_flushes_lose_no_item_over_rpc():
 def test_the_step_store_gathers_a_writers_consecutive_steps_as_slices_and_lets_go_of_its_chunks():
     import numpy as np
 
-    from shoal.replay.native import server as native
+    from shoal.replay.native import server, steps as native
 
     store = native.StepStore()
     size = 8 + 4 * 64  # (one step: an int64 and 64 float32s)
@@ -415,9 +415,9 @@ def test_the_step_store_gathers_a_writers_consecutive_steps_as_slices_and_lets_g
         np.testing.assert_array_equal(ints, list(steps))
         np.testing.assert_array_equal(floats[:, 0], list(steps))
     assert np.shares_memory(within[0], store.get([("w", 10)])[0][0])  # (a view: no copy per step)
-    batch = native._stack([within, across])
+    batch = server._stack([within, across])
     assert batch[0].shape == (2, 80) and batch[1].shape == (2, 80, 64)
-    one_step = native._stack([store.gather([("w", 3)]), store.gather([("w", 4)])])
+    one_step = server._stack([store.gather([("w", 3)]), store.gather([("w", 4)])])
     np.testing.assert_array_equal(one_step[0], [3, 4])
     store.release([("w", i) for i in range(3 * rows)] + [("checkpoint-0", 0)])
     assert len(store) == 0 and not store._chunks  # (every chunk let go of with its last step)
@@ -428,7 +428,7 @@ def test_a_chunk_mostly_let_go_of_gives_its_last_steps_arrays_of_their_own():
     chunk whole.)"""
     import numpy as np
 
-    from shoal.replay.native import server as native
+    from shoal.replay.native import steps as native
 
     store = native.StepStore()
     rows = native.MAX_CHUNK_ROWS  # (small steps: a chunk holds the most rows)
