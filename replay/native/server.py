@@ -1,7 +1,7 @@
 """``NativeReplayServer``: Shoal's own replay service (any Python, no TensorFlow).
 
 It holds tables built from ``TableSpec``s (``shoal.replay.native.table``) and one step store
-shared by their items (``shoal.replay.native.steps``). Its public methods are the whole service: called directly in one
+shared by their items. Its public methods are the whole service: called directly in one
 process (``server.client``: no socket), or served by Shoal's RPC layer to other processes (the
 launcher's replay node serves exactly ``SERVICE_METHODS``; every argument and result is plain
 data and numpy arrays, nothing is unpickled).
@@ -38,7 +38,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from shoal.replay.native.shared import Attached
-from shoal.replay.native.steps import StepStore
 from shoal.replay.native.table import Item, ReplayClosed, Table
 from shoal.replay.tables import TableSpec
 
@@ -55,6 +54,48 @@ SERVICE_METHODS = (
     "sample_shared",
 )
 MAX_SEGMENTS = 256  # client segments mapped at once (those of exited clients go first)
+
+
+class StepStore:
+    """Steps by id, each with a reference count (the items that use it, plus one while its
+    writer holds it). Thread-safe. A step's columns are kept with a leading axis of 1, so a
+    sample's column is one ``np.concatenate`` (``np.stack`` of many small arrays cost 5x more)."""
+
+    def __init__(self) -> None:
+        self._steps: dict[Any, list] = {}  # id -> [columns, references]
+        self._lock = threading.Lock()
+
+    def add(self, step_id: Any, columns: list) -> None:
+        with self._lock:
+            self._steps[step_id] = [columns, 1]
+
+    def hold(self, step_ids: Sequence[Any]) -> tuple:
+        with self._lock:
+            missing = [s for s in step_ids if s not in self._steps]
+            if missing:
+                raise KeyError(f"an item references steps the server does not hold: {missing[:3]}")
+            for s in step_ids:
+                self._steps[s][1] += 1
+        return tuple(step_ids)
+
+    def release(self, step_ids: Sequence[Any]) -> None:
+        with self._lock:
+            for s in step_ids:
+                entry = self._steps.get(s)
+                if entry is not None:
+                    entry[1] -= 1
+                    if entry[1] <= 0:
+                        del self._steps[s]
+
+    def get(self, step_ids: Sequence[Any]) -> list[list]:
+        with self._lock:
+            return [self._steps[s][0] for s in step_ids]
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def __contains__(self, step_id: Any) -> bool:
+        return step_id in self._steps
 
 
 def _spec_record(signature: Any) -> Any:
@@ -324,7 +365,7 @@ class NativeReplayServer:
             for key, priority, times_sampled, steps in saved["items"]:
                 ids = []
                 for number, row in steps:
-                    step_id = (f"checkpoint-{int(number)}", int(row))  # (a layout's rows, chunked as a writer's)
+                    step_id = ("checkpoint", int(number), int(row))
                     if step_id not in self._store:
                         self._store.add(
                             step_id,
@@ -356,16 +397,18 @@ def _close_quietly(mapping: Attached) -> None:
         pass
 
 
-def _stack(items: list[list[np.ndarray]]) -> list[np.ndarray]:
-    """Items (each a list of columns, its steps on their leading axis: ``StepStore.gather``) ->
-    one array per column with the items on the leading axis; length-1 items squeezed, else
-    ``[items, length, ...]``."""
-    length = len(items[0][0])
-    if any(len(item[0]) != length for item in items):
+def _stack(items: list[list[list[np.ndarray]]]) -> list[np.ndarray]:
+    """Items (each a list of steps, each a list of columns) -> one array per column with the
+    items on the leading axis; length-1 items squeezed, else ``[items, length, ...]``."""
+    length = len(items[0])
+    if any(len(item) != length for item in items):
         raise ValueError("items of one sample differ in length; a table's items must all have one length")
     if length == 1:
-        return [np.concatenate(column) for column in zip(*items)]
-    return [np.stack(column) for column in zip(*items)]
+        return [np.concatenate(column) for column in zip(*(item[0] for item in items))]
+    return [
+        np.concatenate(column).reshape(len(items), length, *column[0].shape[1:])
+        for column in zip(*(step for item in items for step in item))
+    ]
 
 
 __all__ = ["NativeReplayServer", "ReplayClosed", "SERVICE_METHODS", "StepStore"]

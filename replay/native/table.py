@@ -137,9 +137,7 @@ class Table:
                 key, probability = self._sampler.select(self._rng)
                 item = self.items[key]
                 item.times_sampled += 1
-                out.append(
-                    (key, dataclasses.replace(item), probability, len(self.items), self._store.gather(item.steps))
-                )
+                out.append((key, dataclasses.replace(item), probability, len(self.items), self._store.get(item.steps)))
                 self.samples += 1
                 if self.gated:
                     self._granted -= 1
