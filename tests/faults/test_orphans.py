@@ -140,7 +140,7 @@ def test_sigkill_of_a_driver_that_started_its_own_ray_leaves_no_process_and_no_s
         wait_for(lambda: shm_segments(seen), 60, "the learner's segment")
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate()
-        wait_for(lambda: not still_running(seen.values()), 15, "every process of the run's Ray to end")
+        wait_for(lambda: not still_running(seen.values()), 30, "every process of the run's Ray to end")
         wait_for(lambda: not shm_segments(seen), 10, "the learner's segment to be removed")
     finally:
         proc.kill()
