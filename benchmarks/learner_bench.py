@@ -251,8 +251,13 @@ REPLAY_AGENTS = {"dqn": {"num_envs": 16, "overrides": {}},
                                                        "min_replay_size": 50}}}
 
 
+ROUNDS = 3  # windows of each kind per feed ratio, taken in turns
+
+
 def replay_feed_ratio(name: str, seconds: float) -> dict:
-    """Updates/s of ``name``'s learner fed from a filled Reverb table, against in memory."""
+    """Updates/s of ``name``'s learner fed from a filled table (Reverb, or native with
+    ``SHOAL_BENCH_REPLAY=native``), against in memory: ``ROUNDS`` windows of each in turns,
+    ``seconds`` of each in all."""
     from shoal.actors import EnvironmentLoop
     from shoal.core.counting import Counter
     from actor_bench import replay_backend
@@ -292,10 +297,15 @@ def replay_feed_ratio(name: str, seconds: float) -> dict:
         def in_memory_step():
             state["params"], state["rest"], _, _ = learner._update(state["params"], state["rest"], data)
 
-        in_memory = _rate(in_memory_step, seconds, lambda: jax.block_until_ready(state["params"]))
-        if name == "ppo":  # a queue: every update takes its own rollout
-            fill(max(5, math.ceil(in_memory * seconds)) + 4)
-        fed = _rate(learner.step, seconds, learner.check_finite)
+        # (windows in turns, ROUNDS of each: the same update in memory drifts with the machine's
+        # load as much as the feed does, and the ratio takes both from the same minutes)
+        in_memory = fed = 0.0
+        for _ in range(ROUNDS):
+            rate = _rate(in_memory_step, seconds / ROUNDS, lambda: jax.block_until_ready(state["params"]))
+            in_memory += rate / ROUNDS
+            if name == "ppo":  # a queue: every update takes its own rollout
+                fill(max(5, math.ceil(rate * seconds / ROUNDS)) + 4)
+            fed += _rate(learner.step, seconds / ROUNDS, learner.check_finite) / ROUNDS
     finally:
         adder.close()
         learner.close()

@@ -280,6 +280,97 @@ def test_large_steps_and_batches_cross_shared_memory_on_one_host_intact(shared_m
         replay.stop()
 
 
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "rpc"])
+def test_steps_of_two_layouts_and_overlapping_items_in_one_call_arrive_intact(shared_memory):
+    """A call's steps travel stacked, a column per run of steps of one layout: one writer whose
+    steps alternate between two tables' layouts (and dtypes), with overlapping 3-step items for
+    one and 1-step items for the other, all gathered into large calls, leaves every item with
+    exactly the data written."""
+    import numpy as np
+
+    from shoal.core.specs import ArraySpec
+    from shoal.replay import RateLimit, TableSpec
+
+    limit = RateLimit(1.0, 1, -1e9, 1e9)
+    wide = TableSpec("wide", sampler="fifo", remover="fifo", max_size=1000, rate_limit=limit, max_times_sampled=1,
+                     signature={"x": ArraySpec((3, 64, 64), np.float32), "t": ArraySpec((3,), np.int64)})
+    small = TableSpec("small", sampler="fifo", remover="fifo", max_size=1000, rate_limit=limit, max_times_sampled=1,
+                      signature={"x": ArraySpec((2,), np.uint8), "t": ArraySpec((), np.int32)})
+    replay, rpc, client = _served_shared([wide, small], shared_memory)
+    try:
+        writer = client.writer(8)
+        wides, smalls = [], []  # (steps in runs of 4 of each layout: a call stacks runs of several)
+        for t in range(160):
+            if t // 4 % 2 == 0:
+                writer.append([np.full((64, 64), t, np.float32), np.int64(t)])
+                wides.append(t)
+                if len(wides) >= 3:  # (the last three wide steps: each overlaps the item before by two)
+                    writer.create_item("wide", 1.0, wides[-3:])
+            else:
+                writer.append([np.full(2, t, np.uint8), np.int32(t)])
+                smalls.append(t)
+                writer.create_item("small", 1.0, 1)
+            writer.commit()
+            if t % 16 == 15:
+                writer.flush(block_until_num_items=8)
+        writer.flush()
+        assert (writer._segment is not None) == shared_memory
+        taken = list(client.sample("wide", num_samples=len(wides) - 2))
+        assert [s.data[1].tolist() for s in taken] == [wides[i - 2 : i + 1] for i in range(2, len(wides))]
+        for s in taken:
+            np.testing.assert_array_equal(s.data[0], np.broadcast_to(s.data[1][:, None, None], (3, 64, 64)))
+        taken = list(client.sample("small", num_samples=len(smalls)))
+        assert [int(s.data[1]) for s in taken] == smalls
+        assert all(s.data[0].tolist() == [int(s.data[1])] * 2 and s.data[0].dtype == np.uint8 for s in taken)
+        writer.close()
+    finally:
+        rpc.stop()
+        replay.stop()
+
+
+@pytest.mark.parametrize("where", ["in-process", "rpc"])
+def test_items_of_one_envs_steps_interleaved_with_other_envs_are_gathered_intact(where):
+    """A sequence adder appends each env's step in turn and makes an item of one env's last
+    steps (rows ``num_envs`` apart in what a call stored); an item may also skip steps: each
+    item samples as exactly its steps."""
+    import numpy as np
+
+    from shoal.core.specs import ArraySpec
+    from shoal.replay import RateLimit, TableSpec
+    from shoal.replay.native import NativeReplayServer
+
+    table = TableSpec("s", sampler="fifo", remover="fifo", max_size=1000, rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
+                      max_times_sampled=1, signature={"x": ArraySpec((4, 2), np.float32)})
+    if where == "in-process":
+        replay = NativeReplayServer([table])
+        client, rpc = replay.client, None
+    else:
+        replay, rpc, client = _served([table])
+    try:
+        writer = client.writer(3 * 6)
+        refs: list[list[int]] = [[], [], []]
+        expected = []
+        for t in range(40):
+            for env in range(3):
+                refs[env].append(writer.append([np.full(2, 100 * env + t, np.float32)]))
+            if t >= 5 and t % 2 == 1:  # (every other step, an item of each env's last 4 steps ...
+                for env in range(3):
+                    writer.create_item("s", 1.0, refs[env][-4:])
+                    expected.append([100 * env + u for u in range(t - 3, t + 1)])
+                # (... and one of unevenly spaced steps)
+                writer.create_item("s", 1.0, [refs[1][-6], refs[1][-5], refs[1][-3], refs[1][-1]])
+                expected.append([100 + t - 5, 100 + t - 4, 100 + t - 2, 100 + t])
+            writer.commit()
+        writer.flush()
+        got = [s.data[0][:, 0].tolist() for s in client.sample("s", num_samples=len(expected))]
+        assert got == expected
+        writer.close()
+    finally:
+        if rpc is not None:
+            rpc.stop()
+        replay.stop()
+
+
 def test_a_server_that_lost_a_writers_segment_takes_its_steps_over_rpc():
     """A replay node started again maps no segment of the writer's: the writer sends the same
     steps over RPC, and from then on."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import os
 import threading
 import time
@@ -364,16 +365,29 @@ class NativeWriter:
             self._confirm()
 
     def _insert_later(self, steps: list, items: list, release: list) -> _Pending:
-        """The ``insert`` call; its steps' arrays through this writer's segment when it has one
-        (the server on this host) and they hold ``SHARED_MIN_BYTES`` or more."""
-        size = sum(-(-c.nbytes // ALIGN) * ALIGN for _, columns in steps for c in columns)
+        """The ``insert`` call (``NativeReplayServer.insert``'s stacked payload); its steps'
+        columns through this writer's segment when it has one (the server on this host) and
+        they hold ``SHARED_MIN_BYTES`` or more."""
+        groups, payload = _groups(steps), _item_payload(items)
+        size = sum(
+            -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
+            for _, group in groups
+            for dtype, shape in _layouts(group)
+        )
         segment = self._segment_for(size) if size >= SHARED_MIN_BYTES else None
-        places = segment.put([c for _, columns in steps for c in columns]) if segment is not None else None
-        if segment is None or places is None:
-            return self._client._call_later("insert", self._id, steps, items, release, self.timeout_s)
-        at = iter(places)
-        shared = [[i, [next(at) for _ in columns]] for i, columns in steps]
-        return self._client._call_later("insert_shared", self._id, segment.name, shared, items, release, self.timeout_s)
+        laid = segment.reserve([layout for _, group in groups for layout in _layouts(group)]) if segment else None
+        if segment is None or laid is None:
+            stacked = [[indices, _stacked(group)] for indices, group in groups]
+            return self._client._call_later("insert", self._id, stacked, payload, _indices(release), self.timeout_s)
+        places, views = iter(laid[0]), iter(laid[1])
+        shared = []
+        for indices, group in groups:
+            shared.append([indices, [next(places) for _ in group[0]]])
+            for j in range(len(group[0])):
+                np.stack([columns[j] for columns in group], out=next(views))
+        return self._client._call_later(
+            "insert_shared", self._id, segment.name, shared, payload, _indices(release), self.timeout_s
+        )
 
     def _segment_for(self, size: int) -> Segment | None:
         """This writer's segment, made (or made larger) to hold ``size`` bytes, if it may have one."""
@@ -396,7 +410,14 @@ class NativeWriter:
         done = result()
         if done == -1:  # (the server maps no segment of this writer's: a new server) over RPC from now on
             self._no_segment = True
-            done = self._client._call("insert", self._id, steps, items, release, self.timeout_s)
+            done = self._client._call(
+                "insert",
+                self._id,
+                [[i, _stacked(g)] for i, g in _groups(steps)],
+                _item_payload(items),
+                _indices(release),
+                self.timeout_s,
+            )
         if done < len(items):
             self._items = items[done:] + self._items
             for _, _, steps in items[done:]:
@@ -466,10 +487,52 @@ class NativeWriter:
             self._uses.clear()
             if release and not abandoned:
                 try:
-                    self._client._call("insert", self._id, [], [], release, self.timeout_s)
+                    self._client._call("insert", self._id, [], _item_payload([]), _indices(release), self.timeout_s)
                 except (ReplayServerGone, ReplayClosed):
                     pass  # (a server that is gone holds nothing of this writer's any more)
             if self._segment is not None:
                 self._client.release_segment(self._segment)
                 self._segment = None
         return confirmed
+
+
+def _indices(values: list[int]) -> np.ndarray:
+    return np.array(values, np.int64)
+
+
+def _item_payload(items: list[list]) -> list:
+    """Items ``[table, priority, step indices]`` as ``NativeReplayServer.insert`` takes them:
+    ``[tables, priorities, lengths, indices]``."""
+    return [
+        [table for table, _, _ in items],
+        np.array([priority for _, priority, _ in items], np.float64),
+        np.array([len(steps) for _, _, steps in items], np.int64),
+        np.array([i for _, _, steps in items for i in steps], np.int64),
+    ]
+
+
+def _groups(steps: list[list]) -> list[tuple[np.ndarray, list[list[np.ndarray]]]]:
+    """``[index, columns]`` steps -> ``(indices, [columns, ...])`` runs of steps whose columns
+    have one layout (dtypes and shapes: they stack), in order."""
+    groups: list[tuple[list[int], list]] = []
+    layout = None
+    for index, columns in steps:
+        this = [(c.dtype, c.shape) for c in columns]
+        if this != layout:
+            groups.append(([], []))
+            layout = this
+        groups[-1][0].append(index)
+        groups[-1][1].append(columns)
+    return [(np.array(indices, np.int64), group) for indices, group in groups]
+
+
+def _layouts(group: list[list[np.ndarray]]) -> list[tuple[np.dtype, tuple]]:
+    """Each stacked column's ``(dtype, shape)`` for a group of steps."""
+    return [(c.dtype, (len(group), *c.shape)) for c in group[0]]
+
+
+def _stacked(group: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """A group's columns, its steps on the leading axis."""
+    if len(group) == 1:
+        return [np.asarray(c)[np.newaxis] for c in group[0]]
+    return [np.stack(column) for column in zip(*group)]

@@ -9,7 +9,11 @@ data and numpy arrays, nothing is unpickled).
 **Writes.** A writer (``NativeWriter``) sends each step once, with the items that reference it,
 in one ``insert`` call per vector step or chunk. The server keeps a step while the writer still
 holds it (it may be part of a later item: R2D2's overlapping sequences) or an item references
-it, and frees it after that (a reference count; no step is copied for a second item).
+it, and frees it after that (a reference count; no step is copied for a second item). A call's
+steps travel stacked (a column per run of steps of one layout) and its items as four arrays, so
+that the codec handles a few arrays per call, not a few objects per step; the steps stay rows of
+those stacked columns, and an item of evenly spaced rows of one call (one env's steps among
+several envs') is sampled as one strided slice per column instead of a step at a time.
 
 **Same host.** A client on the server's host may send a call's step arrays, and take a sample's
 columns, through a shared-memory segment of its own (``attach_shared``, ``insert_shared``,
@@ -59,15 +63,25 @@ MAX_SEGMENTS = 256  # client segments mapped at once (those of exited clients go
 class StepStore:
     """Steps by id, each with a reference count (the items that use it, plus one while its
     writer holds it). Thread-safe. A step's columns are kept with a leading axis of 1, so a
-    sample's column is one ``np.concatenate`` (``np.stack`` of many small arrays cost 5x more)."""
+    sample's column is one ``np.concatenate`` (``np.stack`` of many small arrays cost 5x more).
+    Steps that arrived together are rows of one *block* (an array per column) and are kept as
+    views of it, so that an item of consecutive rows of one block is gathered as one slice per
+    column (``pieces``); a block's memory goes with the last of its steps."""
 
     def __init__(self) -> None:
-        self._steps: dict[Any, list] = {}  # id -> [columns, references]
+        self._steps: dict[Any, list] = {}  # id -> [columns, references, block, row]
         self._lock = threading.Lock()
 
     def add(self, step_id: Any, columns: list) -> None:
         with self._lock:
-            self._steps[step_id] = [columns, 1]
+            self._steps[step_id] = [columns, 1, None, 0]
+
+    def add_rows(self, step_ids: Sequence[Any], block: list, rows: Sequence[int] | None = None) -> None:
+        """Steps ``step_ids`` are rows ``rows`` (default ``0, 1, ...``) of ``block`` (one array
+        per column)."""
+        with self._lock:
+            for step_id, row in zip(step_ids, range(len(step_ids)) if rows is None else rows):
+                self._steps[step_id] = [[c[row : row + 1] for c in block], 1, block, row]
 
     def hold(self, step_ids: Sequence[Any]) -> tuple:
         with self._lock:
@@ -90,6 +104,26 @@ class StepStore:
     def get(self, step_ids: Sequence[Any]) -> list[list]:
         with self._lock:
             return [self._steps[s][0] for s in step_ids]
+
+    def pieces(self, step_ids: Sequence[Any]) -> list[tuple[list | None, list, slice, int]]:
+        """The steps as runs, in order: ``(block, columns, rows, count)``, ``count`` steps that
+        are the rows ``rows`` (a slice, evenly spaced: a writer that appends each env's step in
+        turn lays one env's steps ``num_envs`` rows apart) of ``block``, or (``block`` None) one
+        step's ``columns``."""
+        runs: list[list] = []  # [block, columns, start, last, stride, count]
+        with self._lock:
+            for s in step_ids:
+                columns, _, block, row = self._steps[s]
+                run = runs[-1] if runs else None
+                if block is not None and run is not None and run[0] is block and row > run[3]:
+                    if run[5] == 1 or row - run[3] == run[4]:
+                        run[3], run[4], run[5] = row, row - run[3], run[5] + 1
+                        continue
+                runs.append([block, columns, row, row, 1, 1])
+        return [
+            (block, columns, slice(start, last + 1, stride), count)
+            for block, columns, start, last, stride, count in runs
+        ]
 
     def __len__(self) -> int:
         return len(self._steps)
@@ -166,23 +200,51 @@ class NativeReplayServer:
             return next(self._keys)
 
     # -- the service -----------------------------------------------------------------------------
-    def insert(self, writer: str, steps: list, items: list, release: list, timeout_s: float) -> int:
-        """Stores ``steps`` (``[index, columns]`` pairs of writer ``writer``, held for it) and
-        inserts ``items`` (``[table, priority, step indices]``) in order, each waiting for the
-        rate limiter until ``timeout_s`` passed; then lets go of the steps in ``release``.
-        Returns how many items it inserted: fewer than given when the limiter held one back
-        (``release`` is then not applied: the writer sends it again with the rest)."""
-        for index, columns in steps:
-            self._store.add((writer, int(index)), [np.expand_dims(c, 0) for c in columns])
+    def insert(self, writer: str, steps: list, items: list, release: Any, timeout_s: float) -> int:
+        """Stores writer ``writer``'s ``steps`` (held for it) and inserts ``items`` in order, each
+        waiting for the rate limiter until ``timeout_s`` passed; then lets go of the step indices
+        in ``release``. Returns how many items it inserted: fewer than given when the limiter
+        held one back (``release`` is then not applied: the writer sends it again with the rest).
+
+        ``steps``: groups ``[indices, columns]``, each column an array of the group's steps on its
+        leading axis (step ``indices[k]``'s columns are ``column[k]``). ``items``: ``[tables,
+        priorities, lengths, indices]``, item ``j`` of table ``tables[j]`` and priority
+        ``priorities[j]`` made of the next ``lengths[j]`` step indices of ``indices`` (a flat
+        array). Columns travel stacked and items as four arrays, so that a call of many small
+        steps and items costs the codec a few arrays, not a few objects per step."""
+        for indices, columns in steps:
+            self._store.add_rows([(writer, i) for i in np.asarray(indices, np.int64).tolist()], list(columns))
+        tables, priorities, lengths, flat = items
+        priorities, flat = np.asarray(priorities, np.float64).tolist(), np.asarray(flat, np.int64).tolist()
+        ends = np.cumsum(np.asarray(lengths, np.int64)).tolist()
+        if not (len(tables) == len(priorities) == len(ends)) or (ends and ends[-1] != len(flat)):
+            raise ValueError(
+                f"an insert of {len(tables)} tables, {len(priorities)} priorities, "
+                f"{len(ends)} lengths and {len(flat)} step indices does not add up"
+            )
         deadline = time.monotonic() + float(timeout_s)
-        for done, (table_name, priority, indices) in enumerate(items):
-            table = self._table(table_name)
-            held = self._store.hold([(writer, int(i)) for i in indices])
-            if not table.insert(self._next_key(), held, float(priority), deadline):
+        done = 0
+        while done < len(tables):  # (a run of items for one table goes in under one hold of its lock)
+            end = done + 1
+            while end < len(tables) and tables[end] == tables[done]:
+                end += 1
+            table = self._table(tables[done])
+            run = [
+                (
+                    self._next_key(),
+                    self._store.hold([(writer, i) for i in flat[ends[j - 1] if j else 0 : ends[j]]]),
+                    priorities[j],
+                )
+                for j in range(done, end)
+            ]
+            taken = table.insert_many(run, deadline)
+            for _, held, _ in run[taken:]:
                 self._store.release(held)
+            done += taken
+            if taken < len(run):
                 return done
-        self._store.release([(writer, int(i)) for i in release])
-        return len(items)
+        self._store.release([(writer, i) for i in np.asarray(release, np.int64).tolist()])
+        return len(tables)
 
     def sample(self, table: str, num_items: int, timeout_s: float) -> dict[str, Any] | None:
         """Up to ``num_items`` items of ``table``, as the rate limiter lets them through before
@@ -194,10 +256,10 @@ class NativeReplayServer:
         return {
             "columns": _stack([data for *_, data in taken]),
             "key": np.array([t[0] for t in taken], np.uint64),
-            "probability": np.array([t[2] for t in taken], np.float64),
-            "table_size": np.array([t[3] for t in taken], np.int64),
-            "priority": np.array([t[1].priority for t in taken], np.float64),
-            "times_sampled": np.array([t[1].times_sampled for t in taken], np.int32),
+            "probability": np.array([t[3] for t in taken], np.float64),
+            "table_size": np.array([t[4] for t in taken], np.int64),
+            "priority": np.array([t[1] for t in taken], np.float64),
+            "times_sampled": np.array([t[2] for t in taken], np.int32),
         }
 
     def mutate_priorities(self, table: str, updates: dict | None = None, deletes: list | None = None) -> None:
@@ -241,17 +303,19 @@ class NativeReplayServer:
         if mapping is not None:
             _close_quietly(mapping)
 
-    def insert_shared(
-        self, writer: str, segment: str, steps: list, items: list, release: list, timeout_s: float
-    ) -> int:
-        """``insert``, the steps' arrays read from ``segment`` (``steps``: ``[index, places]``
-        pairs); -1 if that segment is not mapped here (the writer sends them over RPC)."""
+    def insert_shared(self, writer: str, segment: str, steps: list, items: list, release: Any, timeout_s: float) -> int:
+        """``insert``, the steps' stacked columns read from ``segment`` (``steps``: ``[indices,
+        places]`` groups); -1 if that segment is not mapped here (the writer sends them over RPC)."""
         mapping = self._segments.get(segment)
         if mapping is None:
             return -1
-        return self.insert(
-            writer, [[index, mapping.copies(places)] for index, places in steps], items, release, timeout_s
-        )
+        # (each step copied out on its own: the segment is the writer's again once this call
+        # returns, and a step's memory goes with it, whichever order the remover takes them in)
+        for indices, places in steps:
+            views = mapping.views(places)
+            for k, index in enumerate(np.asarray(indices, np.int64).tolist()):
+                self._store.add((writer, index), [np.array(c[k : k + 1]) for c in views])
+        return self.insert(writer, [], items, release, timeout_s)
 
     def sample_shared(self, table: str, num_items: int, timeout_s: float, segment: str) -> dict[str, Any] | None:
         """``sample``, its columns laid in ``segment`` (``"places"`` says where; ``"columns"`` is
@@ -353,6 +417,7 @@ class NativeReplayServer:
             )
         with np.load(os.path.join(path, "steps.npz"), allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
+        blocks = [[arrays[f"l{n}_c{c}"] for c in range(int(count))] for n, count in enumerate(record["layouts"])]
         unknown = set(record["tables"]) - set(self._tables)
         if unknown:
             raise ValueError(
@@ -367,10 +432,7 @@ class NativeReplayServer:
                 for number, row in steps:
                     step_id = ("checkpoint", int(number), int(row))
                     if step_id not in self._store:
-                        self._store.add(
-                            step_id,
-                            [arrays[f"l{number}_c{c}"][row : row + 1] for c in range(record["layouts"][number])],
-                        )
+                        self._store.add_rows([step_id], blocks[int(number)], [int(row)])
                     ids.append(step_id)
                 items.append((int(key), Item(self._store.hold(ids), float(priority), int(times_sampled))))
                 top = max(top, int(key))
@@ -397,18 +459,21 @@ def _close_quietly(mapping: Attached) -> None:
         pass
 
 
-def _stack(items: list[list[list[np.ndarray]]]) -> list[np.ndarray]:
-    """Items (each a list of steps, each a list of columns) -> one array per column with the
-    items on the leading axis; length-1 items squeezed, else ``[items, length, ...]``."""
-    length = len(items[0])
-    if any(len(item) != length for item in items):
+def _stack(items: list[list[tuple[list | None, list, slice, int]]]) -> list[np.ndarray]:
+    """Items (each its steps as ``StepStore.pieces``) -> one array per column with the items on
+    the leading axis; length-1 items squeezed, else ``[items, length, ...]``."""
+    lengths = {sum(count for *_, count in item) for item in items}
+    if len(lengths) > 1:
         raise ValueError("items of one sample differ in length; a table's items must all have one length")
-    if length == 1:
-        return [np.concatenate(column) for column in zip(*(item[0] for item in items))]
-    return [
-        np.concatenate(column).reshape(len(items), length, *column[0].shape[1:])
-        for column in zip(*(step for item in items for step in item))
+    length = lengths.pop()
+    runs = [run for item in items for run in item]
+    columns = [
+        np.concatenate([c[j] if block is None or count == 1 else block[j][rows] for block, c, rows, count in runs])
+        for j in range(len(runs[0][1]))
     ]
+    if length == 1:
+        return columns
+    return [column.reshape(len(items), length, *column.shape[1:]) for column in columns]
 
 
 __all__ = ["NativeReplayServer", "ReplayClosed", "SERVICE_METHODS", "StepStore"]

@@ -21,7 +21,9 @@ and the client keeps to RPC.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 import mmap
 import os
 import re
@@ -38,15 +40,16 @@ KINDS = "biuf"  # bool, signed, unsigned, float
 _counter = itertools.count()
 
 
-def _places(arrays: Sequence[np.ndarray], capacity: int) -> list[list] | None:
-    """Each array's ``[dtype, shape, offset]`` when laid one after another (aligned) from 0, or
-    ``None`` if one cannot travel here (its dtype) or they do not fit in ``capacity`` bytes."""
+def _places(layouts: Sequence[tuple[np.dtype, tuple]], capacity: int) -> list[list] | None:
+    """Each ``(dtype, shape)`` array's ``[dtype, shape, offset]`` when laid one after another
+    (aligned) from 0, or ``None`` if one cannot travel here (its dtype) or they do not fit in
+    ``capacity`` bytes."""
     places, offset = [], 0
-    for array in arrays:
-        if array.dtype.kind not in KINDS or array.dtype.hasobject:
+    for dtype, shape in layouts:
+        if dtype.kind not in KINDS or dtype.hasobject:
             return None
-        places.append([array.dtype.str, list(array.shape), offset])
-        offset += -(-array.nbytes // ALIGN) * ALIGN
+        places.append([dtype.str, list(shape), offset])
+        offset += -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
     return places if offset <= capacity else None
 
 
@@ -54,16 +57,25 @@ def _views(buffer: Any, size: int, places: Sequence[Sequence[Any]]) -> list[np.n
     """The arrays ``places`` names in ``buffer`` (views), each checked to lie inside ``size``."""
     out = []
     for dtype, shape, offset in places:
-        dtype, shape, offset = np.dtype(str(dtype)), tuple(int(d) for d in shape), int(offset)
-        if dtype.kind not in KINDS or dtype.hasobject or any(d < 0 for d in shape):
+        dtype, shape, offset = _dtype(dtype), tuple(int(d) for d in shape), int(offset)
+        if any(d < 0 for d in shape):
             raise ValueError(f"an array of dtype {dtype} and shape {shape} cannot travel in shared memory")
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         if offset < 0 or offset % ALIGN or offset + count * dtype.itemsize > size:
             raise ValueError(
                 f"an array at offset {offset} of {count * dtype.itemsize} bytes lies outside the {size}-byte segment"
             )
         out.append(np.frombuffer(buffer, dtype, count, offset).reshape(shape))
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype(name: Any) -> np.dtype:
+    """The dtype ``name`` names, if it may travel in shared memory (``KINDS``)."""
+    dtype = np.dtype(str(name))
+    if dtype.kind not in KINDS or dtype.hasobject:
+        raise ValueError(f"an array of dtype {dtype} cannot travel in shared memory")
+    return dtype
 
 
 class _Mapped:
@@ -75,15 +87,27 @@ class _Mapped:
     def put(self, arrays: Sequence[np.ndarray]) -> list[list] | None:
         """Lays ``arrays`` in the segment; their places, or ``None`` (nothing written) if they
         cannot travel here."""
-        places = _places(arrays, self.size)
-        if places is not None:
-            for array, view in zip(arrays, _views(self._map, self.size, places)):
-                np.copyto(view, array, casting="no")
+        laid = self.reserve([(array.dtype, array.shape) for array in arrays])
+        if laid is None:
+            return None
+        places, views = laid
+        for array, view in zip(arrays, views):
+            np.copyto(view, array, casting="no")
         return places
+
+    def reserve(self, layouts: Sequence[tuple[np.dtype, tuple]]) -> tuple[list[list], list[np.ndarray]] | None:
+        """Places for arrays of these ``(dtype, shape)`` laid one after another, and the views to
+        write them through; ``None`` if they cannot travel here."""
+        places = _places(layouts, self.size)
+        return None if places is None else (places, _views(self._map, self.size, places))
 
     def copies(self, places: Sequence[Sequence[Any]]) -> list[np.ndarray]:
         """Copies of the arrays at ``places``."""
-        return [view.copy() for view in _views(self._map, self.size, places)]
+        return [view.copy() for view in self.views(places)]
+
+    def views(self, places: Sequence[Sequence[Any]]) -> list[np.ndarray]:
+        """The arrays at ``places`` (views of the segment: valid while it is mapped and unchanged)."""
+        return _views(self._map, self.size, places)
 
     def close(self) -> None:
         self._map.close()

@@ -93,6 +93,7 @@ class Table:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
+            self._changed.notify_all()  # (what this call changed so far may release another)
             self._changed.wait(left)
         if self._closed:
             raise ReplayClosed(f"replay table '{self.spec.name}' was closed")
@@ -102,17 +103,25 @@ class Table:
     def insert(self, key: int, steps: tuple, priority: float, deadline: float) -> bool:
         """Inserts the item (its steps already referenced in the store for it); False when the
         rate limiter held it back until ``deadline`` (nothing was inserted)."""
+        return self.insert_many([(key, steps, priority)], deadline) == 1
+
+    def insert_many(self, items: list[tuple[int, tuple, float]], deadline: float) -> int:
+        """Inserts ``(key, steps, priority)`` items in order (their steps already referenced in
+        the store for them), each as the rate limiter lets it through before ``deadline``, under
+        one hold of the lock; returns how many went in (the rest were held back)."""
         with self._lock:
-            if not self._wait(self._can_insert, deadline):
-                return False
-            if len(self.items) >= self.spec.max_size:
-                self._delete(self._remover.select(self._rng)[0])
-            self.items[key] = Item(tuple(steps), float(priority))
-            self._sampler.insert(key, priority)
-            self._remover.insert(key, priority)
-            self.inserts += 1
+            for done, (key, steps, priority) in enumerate(items):
+                if not self._wait(self._can_insert, deadline):
+                    self._changed.notify_all()
+                    return done
+                if len(self.items) >= self.spec.max_size:
+                    self._delete(self._remover.select(self._rng)[0])
+                self.items[key] = Item(tuple(steps), float(priority))
+                self._sampler.insert(key, priority)
+                self._remover.insert(key, priority)
+                self.inserts += 1
             self._changed.notify_all()
-            return True
+            return len(items)
 
     def _delete(self, key: int) -> None:
         item = self.items.pop(key)
@@ -121,9 +130,10 @@ class Table:
         self.deletes += 1
         self._store.release(item.steps)
 
-    def sample(self, num_items: int, deadline: float) -> list[tuple[int, Item, float, int, list]]:
-        """Up to ``num_items`` items, each taken when the limiter allows it: ``(key, item,
-        probability, table_size, step data)`` per item. Fewer when ``deadline`` passed first."""
+    def sample(self, num_items: int, deadline: float) -> list[tuple[int, float, int, float, int, list]]:
+        """Up to ``num_items`` items, each taken when the limiter allows it: ``(key, priority,
+        times_sampled, probability, table_size, steps)`` per item (as sampled; ``steps`` as
+        ``StepStore.pieces``). Fewer when ``deadline`` passed first."""
         out = []
         with self._lock:
             for _ in range(num_items):
@@ -137,13 +147,22 @@ class Table:
                 key, probability = self._sampler.select(self._rng)
                 item = self.items[key]
                 item.times_sampled += 1
-                out.append((key, dataclasses.replace(item), probability, len(self.items), self._store.get(item.steps)))
+                out.append(
+                    (
+                        key,
+                        item.priority,
+                        item.times_sampled,
+                        probability,
+                        len(self.items),
+                        self._store.pieces(item.steps),
+                    )
+                )
                 self.samples += 1
                 if self.gated:
                     self._granted -= 1
                 if self.spec.max_times_sampled and item.times_sampled >= self.spec.max_times_sampled:
                     self._delete(key)
-                self._changed.notify_all()  # (an insert the limiter held may go now)
+            self._changed.notify_all()  # (an insert the limiter held may go now)
         return out
 
     def _await_mutations(self, deadline: float) -> bool:

@@ -100,15 +100,22 @@ def encode(obj: Any) -> bytes:
 
 
 def _check_depth(value: Any, depth: int) -> None:
-    if depth > MAX_DEPTH:
+    """Raises if anything in ``value`` (a container at ``depth``) lies deeper than ``MAX_DEPTH``."""
+    if depth > MAX_DEPTH or (depth == MAX_DEPTH and len(value)):
         raise CodecError(f"nesting deeper than {MAX_DEPTH} levels")
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            _check_depth(item, depth + 1)
-    elif isinstance(value, dict):
+    if isinstance(value, dict):
         for key, item in value.items():
-            _check_depth(key, depth + 1)
-            _check_depth(item, depth + 1)
+            if type(key) is tuple:
+                _check_depth(key, depth + 1)
+            if type(item) in _CONTAINERS:
+                _check_depth(item, depth + 1)
+    else:
+        for item in value:  # (only containers go deeper: leaves are not walked)
+            if type(item) in _CONTAINERS:
+                _check_depth(item, depth + 1)
+
+
+_CONTAINERS = (list, tuple, dict)
 
 
 def decode(frame: bytes) -> Any:
@@ -179,7 +186,10 @@ def decode(frame: bytes) -> Any:
                 raise
             raise CodecError(f"a container of more than {MAX_ITEMS:,} items ({e}); "
                              "send bulk data as numpy arrays") from None
-        _check_depth(value, depth)
+        if type(value) in _CONTAINERS:
+            _check_depth(value, depth)
+        elif depth > MAX_DEPTH:
+            raise CodecError(f"nesting deeper than {MAX_DEPTH} levels")
         return value
 
     try:
