@@ -368,6 +368,8 @@ class NativeWriter:
         """The ``insert`` call (``NativeReplayServer.insert``'s stacked payload); its steps'
         columns through this writer's segment when it has one (the server on this host) and
         they hold ``SHARED_MIN_BYTES`` or more."""
+        if self._client.in_process:  # (direct calls: the writer's own lists, nothing to encode)
+            return self._client._call_later("insert_local", self._id, steps, items, release, self.timeout_s)
         groups, payload = _groups(steps), _item_payload(items)
         size = sum(
             -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
@@ -413,7 +415,7 @@ class NativeWriter:
             done = self._client._call(
                 "insert",
                 self._id,
-                [[i, _stacked(g)] for i, g in _groups(steps)],
+                stacked_groups(steps),
                 _item_payload(items),
                 _indices(release),
                 self.timeout_s,
@@ -529,6 +531,11 @@ def _groups(steps: list[list]) -> list[tuple[np.ndarray, list[list[np.ndarray]]]
 def _layouts(group: list[list[np.ndarray]]) -> list[tuple[np.dtype, tuple]]:
     """Each stacked column's ``(dtype, shape)`` for a group of steps."""
     return [(c.dtype, (len(group), *c.shape)) for c in group[0]]
+
+
+def stacked_groups(steps: list[list]) -> list[list]:
+    """``[index, columns]`` steps -> ``[indices, stacked columns]`` per run of one layout."""
+    return [[indices, _stacked(group)] for indices, group in _groups(steps)]
 
 
 def _stacked(group: list[list[np.ndarray]]) -> list[np.ndarray]:

@@ -222,6 +222,30 @@ class NativeReplayServer:
                 f"an insert of {len(tables)} tables, {len(priorities)} priorities, "
                 f"{len(ends)} lengths and {len(flat)} step indices does not add up"
             )
+        step_lists = [flat[ends[j - 1] if j else 0 : ends[j]] for j in range(len(ends))]
+        return self._insert(writer, tables, priorities, step_lists, np.asarray(release, np.int64).tolist(), timeout_s)
+
+    def insert_local(self, writer: str, steps: list, items: list, release: list, timeout_s: float) -> int:
+        """``insert`` in one process (``NativeWriter``'s own lists, no payload to build):
+        ``steps`` ``[index, columns]`` pairs (several stacked into one block, so that an item of
+        them is gathered by slices), ``items`` ``[table, priority, step indices]``."""
+        if len(steps) == 1:
+            index, columns = steps[0]
+            self._store.add((writer, index), [c[np.newaxis] for c in columns])
+        elif steps:
+            from shoal.replay.native.client import stacked_groups
+
+            for indices, columns in stacked_groups(steps):
+                self._store.add_rows([(writer, i) for i in indices.tolist()], columns)
+        return self._insert(
+            writer, [t for t, _, _ in items], [p for _, p, _ in items], [s for _, _, s in items], release, timeout_s
+        )
+
+    def _insert(
+        self, writer: str, tables: list, priorities: list, step_lists: list, release: list, timeout_s: float
+    ) -> int:
+        """Inserts item ``j`` (of table ``tables[j]``, ``priorities[j]``, writer ``writer``'s steps
+        ``step_lists[j]``) in order, then releases ``release`` (``insert``)."""
         deadline = time.monotonic() + float(timeout_s)
         done = 0
         while done < len(tables):  # (a run of items for one table goes in under one hold of its lock)
@@ -230,11 +254,7 @@ class NativeReplayServer:
                 end += 1
             table = self._table(tables[done])
             run = [
-                (
-                    self._next_key(),
-                    self._store.hold([(writer, i) for i in flat[ends[j - 1] if j else 0 : ends[j]]]),
-                    priorities[j],
-                )
+                (self._next_key(), self._store.hold([(writer, i) for i in step_lists[j]]), float(priorities[j]))
                 for j in range(done, end)
             ]
             taken = table.insert_many(run, deadline)
@@ -243,7 +263,7 @@ class NativeReplayServer:
             done += taken
             if taken < len(run):
                 return done
-        self._store.release([(writer, i) for i in np.asarray(release, np.int64).tolist()])
+        self._store.release([(writer, i) for i in release])
         return len(tables)
 
     def sample(self, table: str, num_items: int, timeout_s: float) -> dict[str, Any] | None:
