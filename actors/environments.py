@@ -22,6 +22,7 @@ import numpy as np
 from shoal.actors import memory_tasks
 from shoal.actors.env_sources import EnvFactory, make_single_env
 from shoal.actors.observations import adapt_env
+from shoal.actors.multiagent import AgentRows, agent_rows, env_maker, is_pettingzoo
 from shoal.core.importing import import_module_for
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 
@@ -31,6 +32,9 @@ def resolve_env_id(env_id: str) -> str:
     registers itself) and gives ``EnvId``. Raises a ``ValueError`` naming close matches if the
     id is not registered, or one line naming the accepted forms if it is neither ``EnvId`` nor
     ``module:EnvId`` (an empty part, a relative module, a second colon)."""
+    if is_pettingzoo(env_id):
+        env_maker(env_id)  # (imports it, or one line)
+        return env_id
     if ":" in env_id:
         module, _, name = env_id.partition(":")
         if not module or not name or ":" in name or module.startswith(".") or "" in module.split("."):
@@ -44,6 +48,9 @@ def resolve_env_id(env_id: str) -> str:
 
 def check_env_id(env_id: str) -> None:
     """Raises a ``ValueError`` naming close matches if ``env_id`` is not registered."""
+    if is_pettingzoo(env_id):
+        env_maker(env_id)
+        return
     if ":" in env_id:
         resolve_env_id(env_id)
         return
@@ -187,7 +194,10 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    if env_factory is not None or (env_args and not is_atari(env_id)):
+    if is_pettingzoo(env_id) and env_factory is None:
+        env = agent_rows(env_id, num_envs, seed, env_args)
+        env.action_space.seed(seed)
+    elif env_factory is not None or (env_args and not is_atari(env_id)):
         make = functools.partial(_adapted_env, resolve_env_id(env_id) if env_factory is None else env_id,
                                  env_args, env_factory, action_masks)
         env = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
@@ -226,6 +236,13 @@ def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | N
     is read instead: they may change the frames)."""
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if is_pettingzoo(env_id) and env_factory is None:  # (rows: num_envs copies of every agent)
+        rows = AgentRows(env_maker(env_id, env_args), 1, 0, name=env_id)
+        try:
+            spaces = _Spaces(rows.single_observation_space, rows.single_action_space)
+            return make_environment_spec(spaces, num_envs * rows.num_envs)
+        finally:
+            rows.close()
     if env_factory is not None or (env_args and not is_atari(env_id)):
         env = _adapted_env(resolve_env_id(env_id) if env_factory is None else env_id, env_args, env_factory,
                            action_masks)

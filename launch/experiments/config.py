@@ -13,6 +13,7 @@ import jax
 from shoal.actors import check_env_id, environment_spec, make_vector_env
 from shoal.actors.env_sources import check_env_args, factory_path, load_env_factory
 from shoal.actors.environments import STICKY_ACTIONS, is_atari, resolve_env_id
+from shoal.actors.multiagent import env_maker, is_pettingzoo
 from shoal.agents.builders import AgentBuilder
 from shoal.agents.learner_memory import check_learner_fits
 from shoal.agents.registry import agent_name
@@ -108,7 +109,7 @@ class ExperimentConfig:
     def resolved_target_return(self) -> float | None:
         if self.target_return is not None:
             return self.target_return
-        if self.env_factory is not None:
+        if self.env_factory is not None or is_pettingzoo(self.env_id):
             return None
         return gym.spec(resolve_env_id(self.env_id)).reward_threshold
 
@@ -125,7 +126,8 @@ class ExperimentConfig:
         registered episode limit) but ``--env-arg max_episode_steps`` cuts episodes shorter:
         the run may never reach it and spend its whole budget."""
         limit = self.env_args.get("max_episode_steps") if isinstance(self.env_args, Mapping) else None
-        if self.target_return is not None or self.env_factory is not None or not isinstance(limit, int):
+        if (self.target_return is not None or self.env_factory is not None or not isinstance(limit, int)
+                or is_pettingzoo(self.env_id)):
             return
         registered = gym.spec(resolve_env_id(self.env_id))
         if registered.reward_threshold is not None and registered.max_episode_steps and limit < registered.max_episode_steps:
@@ -142,6 +144,8 @@ class ExperimentConfig:
         check_callbacks(self.callbacks)
         if self.env_factory is not None:
             load_env_factory(self.env_factory)
+        elif is_pettingzoo(self.env_id):
+            env_maker(self.env_id, self.env_args if isinstance(self.env_args, Mapping) else None)  # (args checked)
         else:
             check_env_id(self.env_id)
             if self.env_args and not is_atari(self.env_id):
@@ -152,6 +156,9 @@ class ExperimentConfig:
         self._warn_of_a_target_out_of_reach()
         if self.video_every:
             from shoal.actors.video import check_video_extra
+
+            if is_pettingzoo(self.env_id):
+                raise ValueError(f"--video-every records single-agent envs; {self.env_id} is a PettingZoo env")
 
             check_video_extra()
         if self.track is not None:
