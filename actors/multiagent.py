@@ -21,10 +21,14 @@ agent (parameters shared). Each row is one agent's view:
   copy resets in the same step (gymnasium's ``SAME_STEP`` autoreset: ``info["final_obs"]``
   holds each row's final observation).
 
-Every agent must have the same observation and action spaces (one policy acts for all), and
-every agent must play each episode from its start to its end: an agent that leaves while others
-play on, or joins late, stops the run with one line (rows for agents that come and go need an
-active mask in the learner, which Shoal does not have yet).
+**Agents that leave early** (dead agents) or join late: an agent that is done while others play
+on ends its row there (its termination or truncation, its last observation in ``final_obs``);
+until it plays again (its copy's next episode) its row is *absent*: a zero observation with its
+identity, reward 0, never ending, and where actions are masked only action 0 allowed. Its
+actions are never sent to the env. (The learner trains on absent steps as on any other: their
+value is learnt as 0; with a mask their one allowed action carries no policy gradient.)
+
+Every agent must have the same observation and action spaces: one policy acts for all.
 """
 
 from __future__ import annotations
@@ -208,20 +212,35 @@ class AgentRows(gym.vector.VectorEnv):
             fields[AGENT_ID] = _one_hot(index, n)
         return fields
 
-    def _rows(self, observations: Mapping[str, Any], infos: Mapping[str, Any]) -> list[Any]:
-        return [self._row(i, observations[a], infos.get(a) or {}) for i, a in enumerate(self.agents)]
+    def _absent(self, index: int) -> Any:
+        """The row of an agent not playing now: its observation zeros (its identity kept), and
+        where actions are masked, only action 0 allowed (whatever it picks is never sent)."""
+        space = self.single_observation_space
+        if isinstance(space, gym.spaces.Box):
+            row = np.zeros(space.shape, space.dtype)
+            if self._ids:
+                row[-len(self.agents):] = _one_hot(index, len(self.agents))
+            return row
+        row = {k: np.zeros(s.shape, s.dtype) for k, s in space.spaces.items()}
+        if ACTION_MASK in row:
+            row[ACTION_MASK][0] = 1
+        if self._ids:
+            row[AGENT_ID] = _one_hot(index, len(self.agents))
+        return row
+
+    def _rows(self, playing: Any, observations: Mapping[str, Any], infos: Mapping[str, Any]) -> list[Any]:
+        """Each agent's row: its observation if it is among ``playing``, else ``_absent``."""
+        unknown = set(playing) - set(self.agents)
+        if unknown:
+            raise RuntimeError(f"{self.name}: agents {', '.join(sorted(map(str, unknown)))} play but are not "
+                               "among its possible_agents")
+        return [self._row(i, observations[a], infos.get(a) or {}) if a in playing and a in observations
+                else self._absent(i) for i, a in enumerate(self.agents)]
 
     def _batch(self, rows: list[Any]) -> Any:
         if isinstance(self.single_observation_space, gym.spaces.Dict):
             return {k: np.stack([row[k] for row in rows]) for k in self.single_observation_space.spaces}
         return np.stack(rows)
-
-    def _check_agents(self, env: Any, copy: int, when: str) -> None:
-        if sorted(env.agents) != sorted(self.agents):
-            missing = sorted(set(self.agents) - set(env.agents))
-            raise RuntimeError(f"{self.name}: agents {', '.join(missing)} of copy {copy} are not playing {when}; "
-                               "every agent must play each episode from its start to its end (agents that "
-                               "leave or join mid-episode are not supported yet)")
 
     # -- the vector env --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -229,8 +248,7 @@ class AgentRows(gym.vector.VectorEnv):
         self._obs = []
         for i, env in enumerate(self.envs):
             observations, infos = env.reset(seed=None if seed is None else seed + i, options=options)
-            self._check_agents(env, i, "after a reset")
-            self._obs.extend(self._rows(observations, infos))
+            self._obs.extend(self._rows(set(env.agents), observations, infos))
         return self._batch(self._obs), {}
 
     def step(self, actions):
@@ -241,24 +259,21 @@ class AgentRows(gym.vector.VectorEnv):
         final: list[Any] = [None] * self.num_envs
         for c, env in enumerate(self.envs):
             base = c * n
+            playing = set(env.agents)  # (only their actions go to the env)
             observations, reward, terms, truncs, infos = env.step(
-                {a: actions[base + i] for i, a in enumerate(self.agents)})
-            done = [bool(terms.get(a, False)) or bool(truncs.get(a, False)) for a in self.agents]
+                {a: actions[base + i] for i, a in enumerate(self.agents) if a in playing})
+            last = self._rows(playing, observations, infos)  # (what each agent that played saw last)
             for i, a in enumerate(self.agents):
+                if a not in playing:
+                    continue  # (an absent row: reward 0, never ending; it sees the absent observation)
                 rewards[base + i] = float(reward.get(a, 0.0))
                 terminated[base + i] = bool(terms.get(a, False))
                 truncated[base + i] = bool(truncs.get(a, False)) and not terminated[base + i]
-            if all(done):
-                final[base:base + n] = self._rows(observations, infos)
+                if terminated[base + i] or truncated[base + i]:
+                    final[base + i] = last[i]
+            if not env.agents:  # (every agent is done: the copy starts its next episode now)
                 observations, infos = env.reset()
-                self._check_agents(env, c, "after a reset")
-            elif any(done):
-                gone = [a for a, d in zip(self.agents, done) if d]
-                raise RuntimeError(f"{self.name}: agent(s) {', '.join(gone)} of copy {c} ended their episode while "
-                                   "others play on; agents that leave mid-episode are not supported yet")
-            else:
-                self._check_agents(env, c, "during an episode")
-            self._obs[base:base + n] = self._rows(observations, infos)
+            self._obs[base:base + n] = self._rows(set(env.agents), observations, infos)
         info: dict[str, Any] = {}
         ended = terminated | truncated
         if ended.any():

@@ -7,6 +7,8 @@ scaled) and each picks 0 or 1; both are rewarded 1 when their picks differ, else
 earn 1 (one agent always 0, the other always 1): the best joint policy needs coordination.
 
 ``leaving_env()``: agent ``b`` terminates halfway while ``a`` plays on (an agent that leaves).
+``masked_leaving_env()``: the same, with ``info["action_mask"]``: ``b`` may pick only 1, and an
+action a mask forbids, or one sent for an agent that has left, raises.
 ``mixed_spaces_env()``: two agents with different observation spaces.
 """
 
@@ -22,9 +24,10 @@ from pettingzoo import ParallelEnv
 class PickDifferent(ParallelEnv):
     metadata = {"name": "pick_different_v0"}
 
-    def __init__(self, length: int = 10, leave_at: int | None = None, mixed: bool = False) -> None:
+    def __init__(self, length: int = 10, leave_at: int | None = None, mixed: bool = False,
+                 masked: bool = False) -> None:
         self.possible_agents = ["a", "b"]
-        self.length, self.leave_at, self.mixed = length, leave_at, mixed
+        self.length, self.leave_at, self.mixed, self.masked = length, leave_at, mixed, masked
         self.agents: list[str] = []
 
     @functools.lru_cache(maxsize=None)
@@ -39,20 +42,31 @@ class PickDifferent(ParallelEnv):
         left = np.float32((self.length - self.t) / self.length)
         return {a: np.full(self.observation_space(a).shape, left, np.float32) for a in self.agents}
 
+    MASKS = {"a": np.array([1, 1], np.int8), "b": np.array([0, 1], np.int8)}
+
+    def _infos(self):
+        return {a: {"action_mask": self.MASKS[a]} if self.masked else {} for a in self.agents}
+
     def reset(self, seed=None, options=None):
         self.agents, self.t = list(self.possible_agents), 0
-        return self._observe(), {a: {} for a in self.agents}
+        return self._observe(), self._infos()
 
     def step(self, actions):
+        if set(actions) != set(self.agents):
+            raise RuntimeError(f"actions for {sorted(actions)}, but {self.agents} play")
+        for agent, action in actions.items():
+            if self.masked and not self.MASKS[agent][int(action)]:
+                raise RuntimeError(f"agent {agent} took action {action}, which its mask forbids")
         self.t += 1
-        reward = 1.0 if int(actions["a"]) != int(actions["b"]) else 0.0
+        picks = [int(actions[a]) for a in ("a", "b") if a in actions]
+        reward = 1.0 if len(set(picks)) == 2 else 0.0
         rewards = {a: reward for a in self.agents}
         end = self.t >= self.length
         terminations = {a: end or (a == "b" and self.leave_at is not None and self.t >= self.leave_at)
                         for a in self.agents}
         truncations = {a: False for a in self.agents}
         observations = self._observe()
-        infos = {a: {} for a in self.agents}
+        infos = self._infos()
         self.agents = [a for a in self.agents if not terminations[a]]
         return observations, rewards, terminations, truncations, infos
 
@@ -63,6 +77,10 @@ def parallel_env(length: int = 10) -> PickDifferent:
 
 def leaving_env() -> PickDifferent:
     return PickDifferent(10, leave_at=5)
+
+
+def masked_leaving_env() -> PickDifferent:
+    return PickDifferent(10, leave_at=5, masked=True)
 
 
 def mixed_spaces_env() -> PickDifferent:

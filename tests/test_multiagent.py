@@ -78,13 +78,38 @@ def test_bad_multiagent_envs_are_one_line_and_exit_2_before_anything_starts(tmp_
     assert not (tmp_path / "run").exists()
 
 
-def test_an_agent_that_leaves_mid_episode_stops_the_run_in_one_line():
+def test_an_agent_that_leaves_mid_episode_ends_its_row_and_is_absent_until_its_copy_resets():
     env = make_vector_env(f"{TOY}:leaving_env", 1, seed=0)
-    env.reset(seed=0)
-    with pytest.raises(RuntimeError, match="agent\\(s\\) b of copy 0 ended their episode while others play on"):
-        for _ in range(10):
-            env.step(np.array([0, 1]))
+    obs, _ = env.reset(seed=0)
+    for t in range(1, 11):
+        obs, reward, terminated, truncated, info = env.step(np.array([0, 1]))
+        if t < 5:
+            assert reward.tolist() == [1, 1] and not terminated.any()
+        elif t == 5:  # (b leaves: its row ends, with its last observation)
+            assert terminated.tolist() == [False, True] and float(info["final_obs"][1][0]) == 0.5
+            np.testing.assert_array_equal(obs[1], [0, 0, 1])  # (absent: zeros, its identity kept)
+        elif t < 10:  # (a plays on alone; b's row: reward 0, never ending, absent)
+            assert reward.tolist() == [0, 0] and not terminated.any()
+            np.testing.assert_array_equal(obs[1], [0, 0, 1])
+    assert terminated.tolist() == [True, False]  # (a's episode ends; the copy resets: b plays again)
+    np.testing.assert_array_equal(obs, [[1, 1, 0], [1, 0, 1]])
     env.close()
+
+
+@pytest.mark.e2e
+def test_ppo_with_an_agent_that_leaves_and_masks_never_sends_a_forbidden_action_nor_loses_to_nan(tmp_path):
+    """The env raises on an action its mask forbids or one for an agent that left; an absent
+    row's mask allows action 0 alone (never sent). The run ends and every loss is finite."""
+    import csv
+
+    config = experiment_config("ppo", f"{TOY}:masked_leaving_env", preset=None, agent_settings={}, seed=0,
+                               max_env_steps=6000, num_envs=4, eval_every=3000, eval_episodes=2,
+                               target_return=1e9, run_dir=str(tmp_path / "run"), progress=False, replay="native")
+    result = run_experiment(config)
+    assert result["learner_steps"] > 0
+    with open(tmp_path / "run" / "learner.csv") as f:
+        losses = [float(row["loss"]) for row in csv.DictReader(f)]
+    assert losses and all(np.isfinite(losses))
 
 
 def test_an_aec_env_whose_agents_act_in_turns_is_refused_in_one_line():
