@@ -286,6 +286,16 @@ class AgentRows(gym.vector.VectorEnv):
             env.close()
 
 
+def agent_returns(returns: np.ndarray, agents: list[str]) -> dict[str, float]:
+    """An evaluation's returns by agent (rows copy by copy, agents in order): each agent's mean
+    over the copies (``eval_return_<agent>``) and the team's, the agents' sum per copy averaged
+    (``eval_team_return``)."""
+    per_copy = np.asarray(returns, np.float64).reshape(-1, len(agents))
+    out = {f"eval_return_{agent}": float(per_copy[:, i].mean()) for i, agent in enumerate(agents)}
+    out["eval_team_return"] = float(per_copy.sum(axis=1).mean())
+    return out
+
+
 def agent_rows(env_id: str, num_copies: int, seed: int | None, env_args: Mapping[str, Any] | None = None,
                agent_ids: bool = True) -> AgentRows:
     """``AgentRows`` of ``num_copies`` copies of ``env_id`` (``pettingzoo:...``)."""
@@ -303,4 +313,4 @@ def num_agents(env_id: str, env_args: Mapping[str, Any] | None = None) -> int:
         env.close()
 
 
-__all__ = ["AGENT_ID", "AgentRows", "agent_rows", "env_maker", "is_pettingzoo", "num_agents"]
+__all__ = ["AGENT_ID", "AgentRows", "agent_returns", "agent_rows", "env_maker", "is_pettingzoo", "num_agents"]

@@ -49,9 +49,15 @@ def trained(tmp_path, name: str, agent_ids: bool = True) -> dict:
 @pytest.mark.e2e
 def test_a_policy_shared_by_both_agents_learns_to_coordinate_in_one_process(tmp_path):
     """Random picks earn 5 of 10; the shared policy, told which agent it acts for, earns 10."""
+    import csv
+
     result = trained(tmp_path, "shared")
     assert result["solved"], result
     assert result["final_eval_return"] >= 9.5
+    with open(tmp_path / "shared" / "eval.csv") as f:
+        last = list(csv.DictReader(f))[-1]  # (each agent's return, and the team's: their sum)
+    assert float(last["eval_return_a"]) >= 9.5 and float(last["eval_return_b"]) >= 9.5
+    assert float(last["eval_team_return"]) == float(last["eval_return_a"]) + float(last["eval_return_b"])
 
 
 def test_without_the_agents_identity_one_policy_cannot_tell_the_agents_apart():

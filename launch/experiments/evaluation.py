@@ -12,6 +12,7 @@ import numpy as np
 
 from shoal.actors import evaluate
 from shoal.actors.environments import env_protocol
+from shoal.actors.multiagent import agent_returns
 from shoal.core.interfaces import VariableSource
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
@@ -79,10 +80,12 @@ class Evaluator:
         self.num_evals += 1
         self.eval_s += time.monotonic() - t0
         self.last_return, self.last_at = float(np.mean(returns)), env_steps
-        self._logger.write({"env_steps": env_steps, "eval_return": self.last_return,
-                            "eval_return_min": float(np.min(returns)),
-                            "eval_return_max": float(np.max(returns)),
-                            "params_version": self._actor.params_version,
+        row = {"env_steps": env_steps, "eval_return": self.last_return,
+               "eval_return_min": float(np.min(returns)), "eval_return_max": float(np.max(returns))}
+        agents = getattr(self._env, "agents", None)  # (a PettingZoo env's rows: shoal.actors.multiagent)
+        if agents:
+            row.update(agent_returns(returns, agents))
+        self._logger.write({**row, "params_version": self._actor.params_version,
                             "wall_s": time.monotonic() - self._start})
         every = self._config.video_every
         if every and self._videos_on and self._config.run_dir and (self.num_evals - 1) % every == 0:
