@@ -60,6 +60,7 @@ class _Handler:
     def __init__(self) -> None:
         self.stop = StopRequest()
         self.running = False
+        self.taken: str | None = None  # (the signal that ended the set-up, once one did)
 
     def __call__(self, signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
@@ -68,6 +69,7 @@ class _Handler:
             # callback of JAX's -- would be lost: if the process is still here after the grace,
             # it leaves anyway)
             threading.Thread(target=_leave_after, args=(name, LEAVE_AFTER_S), daemon=True).start()
+            self.taken = name
             raise Interrupted(name)
         if self.stop.is_set():
             self.stop.hurry.set()
@@ -101,6 +103,14 @@ def install() -> StopRequest:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (started with Ctrl-C ignored, e.g. nohup: kept so)
             signal.signal(sig, _installed)
     return _installed.stop
+
+
+def taken_while_setting_up() -> str | None:
+    """The signal that ended the set-up (``SIGINT``/``SIGTERM``), if one did. Where it arrived
+    inside a native module's import, the import fails with another exception (a pybind11
+    module's ``ImportError: initialization failed``) instead of ``Interrupted``: ``main``
+    reads the signal here and leaves as ``Interrupted`` would."""
+    return _installed.taken if _installed is not None else None
 
 
 def run_begins() -> None:

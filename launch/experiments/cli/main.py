@@ -62,6 +62,12 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
     except interrupts.Interrupted as e:  # while setting up: nothing was written
         print(f"shoal: {'interrupted' if e.name == 'SIGINT' else 'terminated'}", file=sys.stderr)
         return e.exit_code
+    except Exception:
+        taken = interrupts.taken_while_setting_up()  # (the signal broke an import: the same leave)
+        if taken is None:
+            raise
+        print(f"shoal: {'interrupted' if taken == 'SIGINT' else 'terminated'}", file=sys.stderr)
+        return interrupts.EXIT_CODES[taken]
 
 
 def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
