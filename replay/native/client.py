@@ -31,6 +31,12 @@ import numpy as np
 import tree
 
 from shoal.core.specs import ArraySpec
+from shoal.replay.native.payload import groups as _groups
+from shoal.replay.native.payload import indices as _indices
+from shoal.replay.native.payload import item_payload as _item_payload
+from shoal.replay.native.payload import layouts as _layouts
+from shoal.replay.native.payload import stacked as _stacked
+from shoal.replay.native.payload import stacked_groups
 from shoal.replay.native.shared import ALIGN, Segment
 from shoal.replay.native.table import ReplayClosed
 
@@ -496,50 +502,3 @@ class NativeWriter:
                 self._client.release_segment(self._segment)
                 self._segment = None
         return confirmed
-
-
-def _indices(values: list[int]) -> np.ndarray:
-    return np.array(values, np.int64)
-
-
-def _item_payload(items: list[list]) -> list:
-    """Items ``[table, priority, step indices]`` as ``NativeReplayServer.insert`` takes them:
-    ``[tables, priorities, lengths, indices]``."""
-    return [
-        [table for table, _, _ in items],
-        np.array([priority for _, priority, _ in items], np.float64),
-        np.array([len(steps) for _, _, steps in items], np.int64),
-        np.array([i for _, _, steps in items for i in steps], np.int64),
-    ]
-
-
-def _groups(steps: list[list]) -> list[tuple[np.ndarray, list[list[np.ndarray]]]]:
-    """``[index, columns]`` steps -> ``(indices, [columns, ...])`` runs of steps whose columns
-    have one layout (dtypes and shapes: they stack), in order."""
-    groups: list[tuple[list[int], list]] = []
-    layout = None
-    for index, columns in steps:
-        this = [(c.dtype, c.shape) for c in columns]
-        if this != layout:
-            groups.append(([], []))
-            layout = this
-        groups[-1][0].append(index)
-        groups[-1][1].append(columns)
-    return [(np.array(indices, np.int64), group) for indices, group in groups]
-
-
-def _layouts(group: list[list[np.ndarray]]) -> list[tuple[np.dtype, tuple]]:
-    """Each stacked column's ``(dtype, shape)`` for a group of steps."""
-    return [(c.dtype, (len(group), *c.shape)) for c in group[0]]
-
-
-def stacked_groups(steps: list[list]) -> list[list]:
-    """``[index, columns]`` steps -> ``[indices, stacked columns]`` per run of one layout."""
-    return [[indices, _stacked(group)] for indices, group in _groups(steps)]
-
-
-def _stacked(group: list[list[np.ndarray]]) -> list[np.ndarray]:
-    """A group's columns, its steps on the leading axis."""
-    if len(group) == 1:
-        return [np.asarray(c)[np.newaxis] for c in group[0]]
-    return [np.stack(column) for column in zip(*group)]

@@ -41,6 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from shoal.replay.native.payload import stacked_groups
 from shoal.replay.native.shared import Attached
 from shoal.replay.native.table import Item, ReplayClosed, Table
 from shoal.replay.tables import TableSpec
@@ -233,8 +234,6 @@ class NativeReplayServer:
             index, columns = steps[0]
             self._store.add((writer, index), [c[np.newaxis] for c in columns])
         elif steps:
-            from shoal.replay.native.client import stacked_groups
-
             for indices, columns in stacked_groups(steps):
                 self._store.add_rows([(writer, i) for i in indices.tolist()], columns)
         return self._insert(
