@@ -53,8 +53,8 @@ def is_pettingzoo(env_id: Any) -> bool:
     return isinstance(env_id, str) and env_id.startswith(PREFIX)
 
 
-def _constructor(env_id: str) -> tuple[Callable[..., Any], bool]:
-    """``(constructor, is_parallel)`` of a ``pettingzoo:`` id; one-line ``ValueError`` if bad."""
+def _constructor(env_id: str) -> Callable[..., Any]:
+    """The constructor a ``pettingzoo:`` id names; one-line ``ValueError`` if bad."""
     target = env_id[len(PREFIX):]
     module_name, _, function = target.partition(":")
     if not module_name or ":" in function or module_name.startswith("."):
@@ -69,11 +69,11 @@ def _constructor(env_id: str) -> tuple[Callable[..., Any], bool]:
         make = getattr(module, function, None)
         if not callable(make):
             raise ValueError(f"environment {env_id!r}: {module_name} has no function {function!r}")
-        return make, False  # (the function's env says which API it has)
+        return make  # (the env it makes says which API it has)
     if callable(getattr(module, "parallel_env", None)):
-        return module.parallel_env, True
+        return module.parallel_env
     if callable(getattr(module, "env", None)):
-        return module.env, False
+        return module.env
     raise ValueError(f"environment {env_id!r}: {module_name} has neither parallel_env() nor env() "
                      "(PettingZoo's parallel and AEC constructors)")
 
@@ -102,7 +102,7 @@ def _as_parallel(env: Any, env_id: str) -> Any:
 def env_maker(env_id: str, env_args: Mapping[str, Any] | None = None) -> Callable[[], Any]:
     """A function that makes one parallel env of ``env_id`` with ``env_args`` (checked now:
     unknown keyword arguments are refused in one line)."""
-    make, _ = _constructor(env_id)
+    make = _constructor(env_id)
     env_args = dict(env_args or {})
     try:
         parameters = inspect.signature(make).parameters
@@ -151,7 +151,6 @@ class AgentRows(gym.vector.VectorEnv):
                                  "agent, so their spaces must be the same")
         self._ids = agent_ids and len(self.agents) > 1
         self._inner = obs_spaces[self.agents[0]]
-        self._info_mask = False
         observations, infos = first.reset(seed=seed)
         self._info_mask = any(ACTION_MASK in (infos.get(a) or {}) for a in self.agents) and not (
             isinstance(self._inner, gym.spaces.Dict) and ACTION_MASK in self._inner.spaces)
@@ -304,13 +303,4 @@ def agent_rows(env_id: str, num_copies: int, seed: int | None, env_args: Mapping
     return env
 
 
-def num_agents(env_id: str, env_args: Mapping[str, Any] | None = None) -> int:
-    """How many agents (rows per copy) ``env_id`` has (one env made and closed)."""
-    env = env_maker(env_id, env_args)()
-    try:
-        return len(env.possible_agents)
-    finally:
-        env.close()
-
-
-__all__ = ["AGENT_ID", "AgentRows", "agent_returns", "agent_rows", "env_maker", "is_pettingzoo", "num_agents"]
+__all__ = ["AGENT_ID", "AgentRows", "agent_returns", "agent_rows", "env_maker", "is_pettingzoo"]

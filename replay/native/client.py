@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import math
 import os
 import threading
 import time
@@ -37,7 +36,7 @@ from shoal.replay.native.payload import item_payload as _item_payload
 from shoal.replay.native.payload import layouts as _layouts
 from shoal.replay.native.payload import stacked as _stacked
 from shoal.replay.native.payload import stacked_groups
-from shoal.replay.native.shared import ALIGN, Segment
+from shoal.replay.native.shared import Segment, footprint
 from shoal.replay.native.table import ReplayClosed
 
 SCHEME = "native://"
@@ -377,13 +376,10 @@ class NativeWriter:
         if self._client.in_process:  # (direct calls: the writer's own lists, nothing to encode)
             return self._client._call_later("insert_local", self._id, steps, items, release, self.timeout_s)
         groups, payload = _groups(steps), _item_payload(items)
-        size = sum(
-            -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
-            for _, group in groups
-            for dtype, shape in _layouts(group)
-        )
+        laid_out = [layout for _, group in groups for layout in _layouts(group)]
+        size = footprint(laid_out)
         segment = self._segment_for(size) if size >= SHARED_MIN_BYTES else None
-        laid = segment.reserve([layout for _, group in groups for layout in _layouts(group)]) if segment else None
+        laid = segment.reserve(laid_out) if segment else None
         if segment is None or laid is None:
             stacked = [[indices, _stacked(group)] for indices, group in groups]
             return self._client._call_later("insert", self._id, stacked, payload, _indices(release), self.timeout_s)

@@ -40,6 +40,11 @@ KINDS = "biuf"  # bool, signed, unsigned, float
 _counter = itertools.count()
 
 
+def footprint(layouts: Sequence[tuple[np.dtype, tuple]]) -> int:
+    """The bytes ``(dtype, shape)`` arrays take laid one after another in a segment (aligned)."""
+    return sum(-(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN for dtype, shape in layouts)
+
+
 def _places(layouts: Sequence[tuple[np.dtype, tuple]], capacity: int) -> list[list] | None:
     """Each ``(dtype, shape)`` array's ``[dtype, shape, offset]`` when laid one after another
     (aligned) from 0, or ``None`` if one cannot travel here (its dtype) or they do not fit in
@@ -49,7 +54,7 @@ def _places(layouts: Sequence[tuple[np.dtype, tuple]], capacity: int) -> list[li
         if dtype.kind not in KINDS or dtype.hasobject:
             return None
         places.append([dtype.str, list(shape), offset])
-        offset += -(-math.prod(shape) * dtype.itemsize // ALIGN) * ALIGN
+        offset += footprint([(dtype, shape)])
     return places if offset <= capacity else None
 
 
@@ -172,4 +177,4 @@ class Attached(_Mapped):
         return int(self.name.split("-")[2])
 
 
-__all__ = ["Attached", "Segment"]
+__all__ = ["Attached", "Segment", "footprint"]
