@@ -28,15 +28,20 @@ identity, reward 0, never ending, and where actions are masked only action 0 all
 actions are never sent to the env. (The learner trains on absent steps as on any other: their
 value is learnt as 0; with a mask their one allowed action carries no policy gradient.)
 
-Every agent must have the same observation and action spaces: one policy acts for all.
+**Agents of different spaces** share one row layout: 1-d Box observations padded with zeros to
+the longest; Discrete actions padded to the largest set, each row's action mask allowing its
+agent's own (with the env's mask, if any); 1-d Box actions padded to the most dimensions, each
+row's action cut to its agent's size and clipped to its bounds before it is sent. Agents of one
+policy must have the same spaces (``policy_groups``: a policy per group, ``shoal.agents.blocks.groups``).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import importlib
 import inspect
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -121,6 +126,45 @@ def _make(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) ->
     return _as_parallel(make(**env_args), env_id)
 
 
+def _sizes(spaces: Mapping[str, gym.Space], what: str, name: str) -> list[int] | None:
+    """Each agent's size where agents' ``what`` spaces differ (``None`` where they are the same):
+    rank-1 Boxes of one dtype, or Discrete spaces starting at 0; anything else one line."""
+    first, *rest = spaces.values()
+    if all(space == first for space in rest):
+        return None
+    agents = list(spaces)
+    other = next(a for a in agents if spaces[a] != first)
+    flat_boxes = all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 and s.dtype == first.dtype
+                     for s in spaces.values())
+    discrete = all(isinstance(s, gym.spaces.Discrete) and int(s.start) == 0 for s in spaces.values())
+    if not ((flat_boxes and (what == "observation" or np.issubdtype(first.dtype, np.floating)))
+            or (discrete and what == "action")):
+        raise ValueError(f"{name}: agents {agents[0]} and {other} have different {what} spaces ({first} and "
+                         f"{spaces[other]}); agents of different spaces are padded to one row layout only for "
+                         f"{'1-d Box observations' if what == 'observation' else 'Discrete or 1-d Box actions'}")
+    return [int(s.n) if discrete else int(s.shape[0]) for s in spaces.values()]
+
+
+def _padded(spaces: Mapping[str, gym.Space]) -> gym.Space:
+    """The one space every agent's fits in: the largest Discrete, or a Box as long as the longest
+    (each entry's bounds those of every agent that has it; padding entries 0)."""
+    first = next(iter(spaces.values()))
+    if isinstance(first, gym.spaces.Discrete):
+        return gym.spaces.Discrete(max(int(s.n) for s in spaces.values()))
+    size = max(s.shape[0] for s in spaces.values())
+    low, high = np.full(size, np.inf), np.full(size, -np.inf)
+    for s in spaces.values():
+        n = s.shape[0]
+        low, high = np.minimum(low, _pad(s.low, size)), np.maximum(high, _pad(s.high, size))
+        low[n:], high[n:] = np.minimum(low[n:], 0.0), np.maximum(high[n:], 0.0)
+    return gym.spaces.Box(low.astype(first.dtype), high.astype(first.dtype), dtype=first.dtype)
+
+
+def _pad(values: Any, size: int) -> np.ndarray:
+    values = np.asarray(values).reshape(-1)
+    return np.concatenate([values, np.zeros(size - len(values), values.dtype)]) if len(values) < size else values
+
+
 def _one_hot(index: int, size: int) -> np.ndarray:
     out = np.zeros(size, np.float32)
     out[index] = 1.0
@@ -143,19 +187,19 @@ class AgentRows(gym.vector.VectorEnv):
             raise ValueError(f"{name} has no agents (possible_agents is empty)")
         obs_spaces = {a: first.observation_space(a) for a in self.agents}
         act_spaces = {a: first.action_space(a) for a in self.agents}
-        for spaces, what in ((obs_spaces, "observation"), (act_spaces, "action")):
-            other = next((a for a in self.agents if spaces[a] != spaces[self.agents[0]]), None)
-            if other is not None:
-                raise ValueError(f"{name}: agents {self.agents[0]} and {other} have different {what} spaces "
-                                 f"({spaces[self.agents[0]]} and {spaces[other]}); one policy acts for every "
-                                 "agent, so their spaces must be the same")
         self._ids = agent_ids and len(self.agents) > 1
-        self._inner = obs_spaces[self.agents[0]]
+        # Agents of different spaces: observations padded with zeros, actions to the largest set
+        # (the rows' masks allow each agent its own actions; continuous ones are cut to its size).
+        self._obs_sizes = _sizes(obs_spaces, "observation", name)
+        self._action_sizes = _sizes(act_spaces, "action", name)
+        self._inner = _padded(obs_spaces) if self._obs_sizes else obs_spaces[self.agents[0]]
+        self.single_action_space = _padded(act_spaces) if self._action_sizes else act_spaces[self.agents[0]]
+        self._own_actions = act_spaces
         observations, infos = first.reset(seed=seed)
         self._info_mask = any(ACTION_MASK in (infos.get(a) or {}) for a in self.agents) and not (
             isinstance(self._inner, gym.spaces.Dict) and ACTION_MASK in self._inner.spaces)
+        self._size_mask = self._action_sizes is not None and isinstance(self.single_action_space, gym.spaces.Discrete)
         self.single_observation_space = self._space()
-        self.single_action_space = act_spaces[self.agents[0]]
         self.num_envs = num_copies * len(self.agents)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
@@ -168,10 +212,10 @@ class AgentRows(gym.vector.VectorEnv):
     def _space(self) -> gym.Space:
         inner, n = self._inner, len(self.agents)
         mask_space = None
-        if self._info_mask:
-            if not isinstance(self.envs[0].action_space(self.agents[0]), gym.spaces.Discrete):
+        if self._info_mask or self._size_mask:
+            if not isinstance(self.single_action_space, gym.spaces.Discrete):
                 raise ValueError(f"{self.name} gives info['action_mask'] for actions that are not Discrete")
-            mask_space = gym.spaces.Box(0, 1, (int(self.envs[0].action_space(self.agents[0]).n),), np.int8)
+            mask_space = gym.spaces.Box(0, 1, (int(self.single_action_space.n),), np.int8)
         if isinstance(inner, gym.spaces.Dict):
             spaces = dict(inner.spaces)
             if ACTION_MASK in spaces:
@@ -196,6 +240,8 @@ class AgentRows(gym.vector.VectorEnv):
     def _row(self, index: int, observation: Any, info: Mapping[str, Any]) -> Any:
         """One agent's observation as its row has it."""
         n = len(self.agents)
+        if self._obs_sizes:
+            observation = _pad(observation, self._inner.shape[0])
         if isinstance(self.single_observation_space, gym.spaces.Box):
             if self._ids:
                 return np.concatenate([np.asarray(observation, np.float32).reshape(-1), _one_hot(index, n)])
@@ -207,6 +253,9 @@ class AgentRows(gym.vector.VectorEnv):
             if ACTION_MASK not in info:
                 raise ValueError(f"{self.name} gave info['action_mask'] at its first reset but not since")
             fields[ACTION_MASK] = allowed_actions(info[ACTION_MASK])
+        if self._size_mask:  # (the agent's own actions: the first n of the padded set)
+            own = _pad(np.ones(self._action_sizes[index], np.int8), int(self.single_action_space.n))
+            fields[ACTION_MASK] = own if ACTION_MASK not in fields else own & _pad(fields[ACTION_MASK], len(own))
         if self._ids:
             fields[AGENT_ID] = _one_hot(index, n)
         return fields
@@ -260,7 +309,7 @@ class AgentRows(gym.vector.VectorEnv):
             base = c * n
             playing = set(env.agents)  # (only their actions go to the env)
             observations, reward, terms, truncs, infos = env.step(
-                {a: actions[base + i] for i, a in enumerate(self.agents) if a in playing})
+                {a: self._own_action(i, actions[base + i]) for i, a in enumerate(self.agents) if a in playing})
             last = self._rows(playing, observations, infos)  # (what each agent that played saw last)
             for i, a in enumerate(self.agents):
                 if a not in playing:
@@ -280,9 +329,76 @@ class AgentRows(gym.vector.VectorEnv):
             info["_final_obs"] = ended
         return self._batch(self._obs), rewards, terminated, truncated, info
 
+    def _own_action(self, index: int, action: Any) -> Any:
+        """A row's action as its agent takes it: a continuous one cut to the agent's own size and
+        bounds where agents' action spaces differ (a discrete one is already among its own)."""
+        space = self._own_actions[self.agents[index]]
+        if self._action_sizes and isinstance(space, gym.spaces.Box):
+            return np.clip(np.asarray(action)[:space.shape[0]], space.low, space.high).astype(space.dtype)
+        return action
+
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
             env.close()
+
+
+def policy_groups(env_id: str, env_args: Mapping[str, Any] | None = None,
+                  mapping: Mapping[str, str] | None = None) -> tuple[list[str], list[int]]:
+    """The policies of ``env_id``'s agents (read off one env made and closed): with ``mapping``,
+    its groups (``resolve_groups``); without, one policy for all. A one-line ``ValueError``
+    where two agents of one policy have different observation or action spaces (agents of
+    different groups may: ``AgentRows`` pads them to one row layout)."""
+    env = env_maker(env_id, env_args)()
+    try:
+        agents = list(env.possible_agents)
+        names, indices = (resolve_groups([str(a) for a in agents], mapping, env_id) if mapping
+                          else (["shared"], [0] * len(agents)))
+        for what in ("observation", "action"):
+            first: dict[int, Any] = {}
+            for agent, group in zip(agents, indices):
+                space = getattr(env, f"{what}_space")(agent)
+                if group not in first:
+                    first[group] = (agent, space)
+                elif space != first[group][1]:
+                    other, seen = first[group]
+                    raise ValueError(
+                        f"{env_id}: agents {other} and {agent} have different {what} spaces ({seen} and {space}); "
+                        + (f"group {names[group]!r} shares one policy, so its agents' spaces must be the same"
+                           if mapping else f"one policy acts for every agent: give agents of different spaces "
+                           f"their own groups (--agent-group {other}=GROUP --agent-group {agent}=OTHER)"))
+        return names, indices
+    finally:
+        env.close()
+
+
+def resolve_groups(agents: Sequence[str], mapping: Mapping[str, str], name: str = "the env") -> tuple[list[str], list[int]]:
+    """The groups of a policy per group (``--agent-group PATTERN=GROUP``): ``mapping`` from a
+    pattern of agent names (``fnmatch``: ``adversary_*``; or a name) to a group's name. Returns
+    the groups' names (in the order their first agent comes) and each agent's group index.
+    A one-line ``ValueError`` for a pattern that names no agent, an agent no pattern names, or an
+    agent two patterns put in different groups."""
+    if not isinstance(mapping, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                   for k, v in mapping.items()):
+        raise ValueError(f"agent groups must map agent-name patterns to group names (strings), got {mapping!r}")
+    for pattern in mapping:
+        if not fnmatch.filter(agents, pattern):
+            raise ValueError(f"agent group pattern {pattern!r} (-> {mapping[pattern]!r}) names no agent of {name}; "
+                             f"its agents: {', '.join(agents)}")
+    names: list[str] = []
+    indices: list[int] = []
+    for agent in agents:
+        chosen = {group for pattern, group in mapping.items() if fnmatch.fnmatchcase(agent, pattern)}
+        if not chosen:
+            raise ValueError(f"agent {agent!r} of {name} is in no group (give it one: --agent-group "
+                             f"{agent}=GROUP; groups so far: {', '.join(sorted(set(mapping.values())))})")
+        if len(chosen) > 1:
+            raise ValueError(f"agent {agent!r} of {name} is put in groups {', '.join(sorted(chosen))} by "
+                             "different patterns; each agent belongs to one group")
+        group = chosen.pop()
+        if group not in names:
+            names.append(group)
+        indices.append(names.index(group))
+    return names, indices
 
 
 def agent_returns(returns: np.ndarray, agents: list[str]) -> dict[str, float]:
@@ -303,4 +419,5 @@ def agent_rows(env_id: str, num_copies: int, seed: int | None, env_args: Mapping
     return env
 
 
-__all__ = ["AGENT_ID", "AgentRows", "agent_returns", "agent_rows", "env_maker", "is_pettingzoo"]
+__all__ = ["AGENT_ID", "AgentRows", "agent_returns", "agent_rows", "env_maker", "is_pettingzoo", "policy_groups",
+           "resolve_groups"]

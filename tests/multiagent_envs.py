@@ -10,6 +10,8 @@ earn 1 (one agent always 0, the other always 1): the best joint policy needs coo
 ``masked_leaving_env()``: the same, with ``info["action_mask"]``: ``b`` may pick only 1, and an
 action a mask forbids, or one sent for an agent that has left, raises.
 ``mixed_spaces_env()``: two agents with different observation spaces.
+``mixed_actions_env()``: different observation spaces, and ``b`` picks among 0, 1 and 2; an action
+outside the agent's own space raises.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ class PickDifferent(ParallelEnv):
     metadata = {"name": "pick_different_v0"}
 
     def __init__(self, length: int = 10, leave_at: int | None = None, mixed: bool = False,
-                 masked: bool = False) -> None:
+                 masked: bool = False, wide_b: bool = False) -> None:
         self.possible_agents = ["a", "b"]
-        self.length, self.leave_at, self.mixed, self.masked = length, leave_at, mixed, masked
+        self.length, self.leave_at, self.mixed, self.masked, self.wide_b = length, leave_at, mixed, masked, wide_b
         self.agents: list[str] = []
 
     @functools.lru_cache(maxsize=None)
@@ -36,7 +38,7 @@ class PickDifferent(ParallelEnv):
 
     @functools.lru_cache(maxsize=None)
     def action_space(self, agent):
-        return spaces.Discrete(2)
+        return spaces.Discrete(3 if self.wide_b and agent == "b" else 2)
 
     def _observe(self):
         left = np.float32((self.length - self.t) / self.length)
@@ -55,6 +57,8 @@ class PickDifferent(ParallelEnv):
         if set(actions) != set(self.agents):
             raise RuntimeError(f"actions for {sorted(actions)}, but {self.agents} play")
         for agent, action in actions.items():
+            if not self.action_space(agent).contains(int(action)):
+                raise RuntimeError(f"agent {agent} took action {action}, outside its {self.action_space(agent)}")
             if self.masked and not self.MASKS[agent][int(action)]:
                 raise RuntimeError(f"agent {agent} took action {action}, which its mask forbids")
         self.t += 1
@@ -85,3 +89,7 @@ def masked_leaving_env() -> PickDifferent:
 
 def mixed_spaces_env() -> PickDifferent:
     return PickDifferent(10, mixed=True)
+
+
+def mixed_actions_env() -> PickDifferent:
+    return PickDifferent(10, mixed=True, wide_b=True)

@@ -75,9 +75,13 @@ def test_without_the_agents_identity_one_policy_cannot_tell_the_agents_apart():
     ("pettingzoo:no_such_module_here", "cannot import no_such_module_here"),
     (f"{TOY}:no_such_function", "has no function 'no_such_function'"),
     ("pettingzoo:tests.shoal_cli", "has neither parallel_env"),
+    (f"{TOY} --agent-group a=x --agent-group c=y", "agent group pattern 'c' (-> 'y') names no agent"),
+    (f"{TOY}:mixed_actions_env --agent-group *=x", "group 'x' shares one policy, so its agents' spaces"),
 ])
 def test_bad_multiagent_envs_are_one_line_and_exit_2_before_anything_starts(tmp_path, env_id, message):
-    proc = run_shoal("train", "--agent", "ppo", "--env", env_id, "--run-dir", str(tmp_path / "run"), timeout=120)
+    env_id, *groups = env_id.split()
+    proc = run_shoal("train", "--agent", "ppo", "--env", env_id, *groups, "--run-dir", str(tmp_path / "run"),
+                     timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("shoal: error:")]
     assert len(lines) == 1 and message in lines[0], proc.stderr
@@ -127,8 +131,9 @@ def test_an_aec_env_whose_agents_act_in_turns_is_refused_in_one_line():
 @pytest.mark.e2e
 @pytest.mark.parametrize("agent, launcher", [("dqn", None), ("ppo", "processes")])
 def test_other_agents_and_launchers_step_the_rows_as_any_vector_env(tmp_path, agent, launcher):
-    """DQN in one process, PPO over actor processes (each actor and the evaluator build their
-    own rows; the driver reads the spec off one copy): the run ends, its learner updated, and
+    """DQN in one process, PPO over actor processes with a policy per agent (each actor and the
+    evaluator build their own rows; the driver reads the spec off one copy; the groups'
+    parameters travel to the actors as one set): the run ends, its learner updated, and
     its env steps count rows (2 agents a copy)."""
     budget = 3000 if agent == "dqn" else 20_000  # (PPO's rollouts: 128 steps of 16 rows an actor)
     args = ["train", "--agent", agent, "--env", TOY, "--env-arg", "length=8", "--max-env-steps", str(budget),
@@ -136,7 +141,7 @@ def test_other_agents_and_launchers_step_the_rows_as_any_vector_env(tmp_path, ag
     if agent == "dqn":
         args += ["--set", "min_replay_size=500"]
     if launcher:
-        args += ["--launcher", launcher, "--num-actors", "2"]
+        args += ["--launcher", launcher, "--num-actors", "2", "--agent-group", "a=x", "--agent-group", "b=y"]
     done = run_shoal(*args, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -150,3 +155,84 @@ def test_videos_of_a_multiagent_env_are_refused_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "--video-every records single-agent envs" in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+# -- a policy per group of agents -----------------------------------------------------------------
+
+def test_a_grouped_network_answers_each_row_with_its_groups_parameters_and_learns_from_its_rows_only():
+    """Three agents in two groups (a: 0; b, c: 1), two rows each. Row by row, the output is the
+    module's on the row's group's parameters (a Gaussian policy's shared log-std too, with as
+    many rows as action dimensions); a loss of group 0's rows moves group 0's parameters only."""
+    import jax
+    import jax.numpy as jnp
+
+    from shoal.agents.blocks.groups import GroupedNetwork
+    from shoal.agents.blocks.networks import ActorCritic, GaussianActorCritic
+
+    agents = np.tile(np.eye(3, dtype=np.float32), (2, 1))  # (rows: a, b, c, a, b, c)
+    obs = np.concatenate([np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32), agents], axis=1)
+    group_of_row = [0, 1, 1, 0, 1, 1]
+    for inner, rows in ((ActorCritic((8,), 3), obs), (GaussianActorCritic((8,), 2), obs[:2])):
+        grouped = GroupedNetwork(inner, [0, 1, 1], 2, "tail")
+        params = grouped.init(jax.random.PRNGKey(0), rows[:1])
+        out = grouped.apply(params, rows)
+        for r, g in enumerate(group_of_row[:len(rows)]):
+            own = inner.apply(jax.tree_util.tree_map(lambda p, g=g: p[g], params), rows[r:r + 1])
+            for got, want in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(own)):
+                np.testing.assert_allclose(got[r], want[0] if want.ndim == got.ndim else want, rtol=1e-5, atol=1e-6)
+    grouped = GroupedNetwork(ActorCritic((8,), 3), [0, 1, 1], 2, "tail")
+    params = grouped.init(jax.random.PRNGKey(1), obs[:1])
+    in_group_0 = jnp.asarray(group_of_row) == 0
+    grads = jax.grad(lambda p: jnp.sum(jnp.where(in_group_0, grouped.apply(p, obs)[1], 0.0)))(params)
+    for leaf in jax.tree_util.tree_leaves(grads):
+        assert not np.any(np.asarray(leaf[1])), "group 1's parameters got a gradient from group 0's rows"
+    assert any(np.any(np.asarray(leaf[0])) for leaf in jax.tree_util.tree_leaves(grads))
+
+
+@pytest.mark.e2e
+def test_a_policy_per_group_learns_agents_of_different_spaces_each_group_with_its_own_parameters(tmp_path):
+    """*Pick different* with ``b`` seeing 2 numbers and picking among 3 (``a``: 1 and 2; the env
+    raises on an action outside the agent's space): agents of different spaces in their own
+    groups, rows padded to one layout, ``a``'s padded action masked. Solved; the run's saved
+    parameters are one set per group (a leading axis of 2), and the groups' differ."""
+    import jax
+
+    from shoal.launch.experiments.trained import load_policy
+
+    config = experiment_config("ppo", f"{TOY}:mixed_actions_env", preset=None, agent_settings={}, seed=0,
+                               max_env_steps=12_000, num_envs=8, eval_every=4000, eval_episodes=4,
+                               target_return=9.5, run_dir=str(tmp_path / "run"), progress=False, replay="native",
+                               agent_groups={"a": "first", "b": "second"})
+    result = run_experiment(config)
+    assert result["solved"] and result["final_eval_return"] >= 9.5, result
+    policy = load_policy(str(tmp_path / "run"), env_id=f"{TOY}:mixed_actions_env")  # (named again: it imports)
+    assert policy.config.agent_groups == {"a": "first", "b": "second"}  # (config.json keeps the mapping)
+    leaves = jax.tree_util.tree_leaves(policy.params["network"])
+    assert leaves and all(leaf.shape[0] == 2 for leaf in leaves)
+    assert any(not np.allclose(leaf[0], leaf[1]) for leaf in leaves)
+    env = make_vector_env(f"{TOY}:mixed_actions_env", 4, seed=1)
+    obs, _ = env.reset(seed=1)
+    for _ in range(10):  # (greedy: a and b pick differently in every copy; a never picks 2)
+        actions = policy(obs)
+        assert np.all(actions[0::2] != actions[1::2]) and np.all(actions[0::2] < 2)
+        obs, *_ = env.step(actions)
+    env.close()
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"agent_groups": {"a": "x"}}, "agent 'b' of pettingzoo:tests.multiagent_envs is in no group"),
+    ({"agent_groups": {"?": "x", "b": "y"}}, "agent 'b' of pettingzoo:tests.multiagent_envs is put in groups x, y"),
+    ({"agent_groups": {"*": "x"}, "agent_ids": False}, "drop --no-agent-ids"),
+    ({"agent_groups": {"*": "x"}, "env_id": "CartPole-v1"}, "apply to a PettingZoo env"),
+])
+def test_bad_agent_groups_are_one_line_errors_before_anything_starts(changes, message):
+    config = experiment_config("ppo", changes.pop("env_id", TOY), preset=None, agent_settings={}, **changes)
+    with pytest.raises(ValueError, match=message):
+        config.validate_settings()
+
+
+def test_a_policy_per_group_refuses_a_recurrent_network_in_one_line():
+    config = experiment_config("ppo", TOY, preset=None, agent_settings={"lstm_size": 16},
+                               agent_groups={"a": "x", "b": "y"})
+    with pytest.raises(ValueError, match="a policy per group takes feed-forward networks"):
+        config.make_networks(config.environment_spec())

@@ -131,6 +131,7 @@ class DictActorCritic(nn.Module):
 
 def has_convolutions(network: nn.Module) -> bool:
     """Whether an actor-critic runs convolutions (its SGD steps are then unrolled, ``shoal.learners.updates``)."""
+    network = getattr(network, "inner", network)  # (a policy per group: shoal.agents.blocks.groups)
     keys = getattr(network, "keys", None)
     return (isinstance(network, PixelActorCritic) or getattr(network, "torso", None) is not None
             or (keys is not None and bool(keys.images)))

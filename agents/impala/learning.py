@@ -117,7 +117,7 @@ def make_policy(network: nn.Module, num_actions: int, evaluation: bool, eval_sam
     for evaluation its most likely action, or a sample (``eval_sample``)."""
 
     def policy(params, key, observation, info: ActorInfo):
-        logits = network.apply(params, observation, method=type(network).logits)
+        logits = network.apply(params, observation, method="logits")
         logits = mask_logits(logits, action_mask(observation))
         if evaluation and not eval_sample:
             return jnp.argmax(logits, axis=-1).astype(jnp.int32), {}, key

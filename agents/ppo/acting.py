@@ -49,7 +49,7 @@ def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bo
         return action, {"log_prob": dist.log_prob(out, action), "policy_version": version, **extras}, key
 
     def feed_forward(params, key, observation, info: ActorInfo):
-        out = network.apply(params["network"], observe(params, observation, config), method=type(network).logits)
+        out = network.apply(params["network"], observe(params, observation, config), method="logits")
         return act(params, key, observation, info, out, {})
 
     def with_memory(params, key, observation, info: ActorInfo, state):

@@ -13,7 +13,8 @@ import jax
 from shoal.actors import check_env_id, environment_spec, make_vector_env
 from shoal.actors.env_sources import check_env_args, factory_path, load_env_factory
 from shoal.actors.environments import STICKY_ACTIONS, is_atari, resolve_env_id
-from shoal.actors.multiagent import env_maker, is_pettingzoo
+from shoal.actors.multiagent import env_maker, is_pettingzoo, policy_groups
+from shoal.agents.blocks.groups import group_networks
 from shoal.agents.builders import AgentBuilder
 from shoal.agents.learner_memory import check_learner_fits
 from shoal.agents.registry import agent_name
@@ -69,6 +70,12 @@ class ExperimentConfig:
       replay: the replay backend, ``"reverb"`` or ``"native"`` (``shoal.replay.backends``);
         ``None``: Reverb where it is installed (Python 3.11), native elsewhere. ``config.json``
         records the backend the run used, and a resume keeps it.
+      agent_ids: a PettingZoo env: each agent's row carries its identity (a one-hot), so that a
+        shared policy can act differently per agent (``shoal.actors.multiagent``).
+      agent_groups: a PettingZoo env: a policy per group of agents instead of one shared, from
+        agent-name patterns to group names (``{"adversary_*": "red", "agent_*": "blue"}``; each
+        agent in exactly one group): each group its own parameters and optimizer state
+        (``shoal.agents.blocks.groups``). Empty (the default): one policy for every agent.
       callbacks: objects whose ``on_evaluation(evaluation)`` (after each evaluation; ``True``
         ends the run) and ``on_end(result)`` the run calls, in the process that evaluates
         (``shoal.launch.experiments.callbacks``). Not recorded in ``config.json``.
@@ -97,6 +104,8 @@ class ExperimentConfig:
     video_every: int = setting(0, low=0, high=10**9)
     track: str | None = None
     replay: str | None = None
+    agent_ids: bool = True
+    agent_groups: dict[str, str] = dataclasses.field(default_factory=dict)
     callbacks: list[Any] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -153,6 +162,7 @@ class ExperimentConfig:
         if not isinstance(self.env_args, Mapping) or not all(isinstance(k, str) for k in self.env_args):
             raise ValueError(f"env_args must be a dict of keyword arguments, got {self.env_args!r}")
         check_settings(self)
+        self.agent_group_indices()
         self._warn_of_a_target_out_of_reach()
         if self.video_every:
             from shoal.actors.video import check_video_extra
@@ -195,17 +205,38 @@ class ExperimentConfig:
         return make_vector_env(self.env_id, num_envs, seed, sticky_actions=self.sticky_actions,
                                evaluation=evaluation, clip_rewards=self.clip_rewards,
                                env_args=self.env_args, env_factory=self.env_factory,
-                               action_masks=self.action_masks)
+                               action_masks=self.action_masks, agent_ids=self.agent_ids)
 
     def environment_spec(self) -> EnvironmentSpec:
         """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``), read
         off one single env built and closed, never reset (``actors.environment_spec``: no
         vector env): a driver that steps no env calls this once and hands the spec (a small
         picklable dataclass) to the nodes."""
-        return environment_spec(self.env_id, self.num_envs, self.env_args, self.env_factory, self.action_masks)
+        return environment_spec(self.env_id, self.num_envs, self.env_args, self.env_factory, self.action_masks,
+                                self.agent_ids)
+
+    def agent_group_indices(self) -> tuple[list[str], list[int]] | None:
+        """``agent_groups`` resolved against the env's agents: the groups' names and each agent's
+        group (``shoal.actors.multiagent.resolve_groups``), or ``None`` (one shared policy)."""
+        if not is_pettingzoo(self.env_id) or self.env_factory is not None:
+            if self.agent_groups:
+                raise ValueError(f"agent groups (--agent-group) apply to a PettingZoo env (pettingzoo:<module>), "
+                                 f"not {self.env_id}")
+            return None
+        if self.agent_groups and not self.agent_ids:
+            raise ValueError("agent groups (--agent-group) read each row's agent from its identity: drop "
+                             "--no-agent-ids")
+        groups = policy_groups(self.env_id, self.env_args, self.agent_groups)  # (spaces checked: one line)
+        return groups if self.agent_groups else None
 
     def make_networks(self, spec: EnvironmentSpec) -> Any:
-        return (self.network_factory or self.builder.make_networks)(spec)
+        """The agent's networks (``network_factory``'s or the builder's), one copy per group of
+        agents with ``agent_groups`` (``shoal.agents.blocks.groups``)."""
+        networks = (self.network_factory or self.builder.make_networks)(spec)
+        groups = self.agent_group_indices()
+        if groups is None:
+            return networks
+        return group_networks(networks, groups[1], len(groups[0]), "key" if spec.dict_observations else "tail")
 
     def to_dict(self) -> dict[str, Any]:
         return {

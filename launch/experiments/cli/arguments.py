@@ -39,6 +39,14 @@ def _parse_env_arg(text: str) -> tuple[str, Any]:
     return key.strip(), parse_env_value(value.strip())
 
 
+def _parse_agent_group(text: str) -> tuple[str, str]:
+    """``PATTERN=GROUP`` -> ``(pattern, group)``."""
+    pattern, sep, group = text.partition("=")
+    if not sep or not pattern.strip() or not group.strip():
+        raise argparse.ArgumentTypeError(f"--agent-group takes PATTERN=GROUP (e.g. 'adversary_*=red'), got {text!r}")
+    return pattern.strip(), group.strip()
+
+
 def _parse_num_actors(text: str) -> int | str:
     """``N``, ``auto`` or ``auto:MIN-MAX`` (the bounds are checked with the other settings)."""
     if text.strip().startswith("auto"):
@@ -131,6 +139,13 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--no-action-masks", dest="action_masks", action="store_false", default=default(True),
         help="ignore the env's action masks (info['action_mask'] or an action_mask observation key): "
         "the agent may take every action (default: masked actions are never taken)")
+    add("--agent-group", dest="agent_groups", action="append", type=_parse_agent_group, default=default([]),
+        metavar="PATTERN=GROUP", help="a PettingZoo env: a policy per group of agents, each with its own "
+        "parameters; the agents whose names match PATTERN (e.g. 'adversary_*') play in GROUP (repeatable; "
+        "every agent in one group). Default: one policy shared by every agent")
+    add("--no-agent-ids", dest="agent_ids", action="store_false", default=default(True),
+        help="a PettingZoo env: leave each agent's identity (a one-hot) out of its observation "
+        "(default: in, so that a shared policy can act differently per agent)")
     add("--seed", type=int, default=default(0), help="random seed (default: 0)")
     add("--max-env-steps", type=int, default=default(100_000), help="step budget over all envs (default: 100000, or the preset's)")
     add("--target-return", type=float, default=default(None), help="stop when the mean evaluation return "
