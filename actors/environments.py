@@ -178,7 +178,8 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
                     evaluation: bool = False, clip_rewards: bool | None = None,
                     env_args: Mapping[str, Any] | None = None,
                     env_factory: str | EnvFactory | None = None,
-                    action_masks: bool = True, agent_ids: bool = True) -> gym.vector.VectorEnv:
+                    action_masks: bool = True, agent_ids: bool = True,
+                    global_state: bool = False) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` copies, reset with seeds ``seed, seed+1, ...``.
 
     Autoreset is ``SAME_STEP``: when an env's episode ends, ``step`` already returns the first
@@ -192,12 +193,12 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     (``shoal.actors.observations.adapt_env``): Discrete observations one-hot, action masks into
     the observation (or dropped, without ``action_masks``). A PettingZoo env (``pettingzoo:...``)
     is ``num_envs`` copies of it, a row per agent (``shoal.actors.multiagent.AgentRows``; each
-    row's identity in its observation where ``agent_ids``).
+    row's identity in its observation where ``agent_ids``, the env's global state where ``global_state``).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if is_pettingzoo(env_id) and env_factory is None:
-        env = agent_rows(env_id, num_envs, seed, env_args, agent_ids)
+        env = agent_rows(env_id, num_envs, seed, env_args, agent_ids, global_state)
         env.action_space.seed(seed)
     elif env_factory is not None or (env_args and not is_atari(env_id)):
         make = functools.partial(_adapted_env, resolve_env_id(env_id) if env_factory is None else env_id,
@@ -229,7 +230,7 @@ def _adapted_env(env_id: str, env_args: Mapping[str, Any] | None, env_factory: s
 
 def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | None = None,
                      env_factory: str | EnvFactory | None = None, action_masks: bool = True,
-                     agent_ids: bool = True) -> EnvironmentSpec:
+                     agent_ids: bool = True, global_state: bool = False) -> EnvironmentSpec:
     """The spec of ``make_vector_env(env_id, num_envs, ...)``, read off one single env that is
     built and closed, never stepped (no vector env, no Atari threads; reset once by ``adapt_env``,
     to see whether its info holds an action mask): what a process
@@ -240,7 +241,7 @@ def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | N
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if is_pettingzoo(env_id) and env_factory is None:  # (rows: num_envs copies of every agent)
-        rows = AgentRows(env_maker(env_id, env_args), 1, 0, agent_ids, name=env_id)
+        rows = AgentRows(env_maker(env_id, env_args), 1, 0, agent_ids, name=env_id, global_state=global_state)
         try:
             spaces = _Spaces(rows.single_observation_space, rows.single_action_space)
             return make_environment_spec(spaces, num_envs * rows.num_envs)

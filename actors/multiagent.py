@@ -51,6 +51,7 @@ from shoal.core.specs import ACTION_MASK
 
 PREFIX = "pettingzoo:"
 AGENT_ID = "agent_id"
+GLOBAL_STATE = "global_state"
 
 
 def is_pettingzoo(env_id: Any) -> bool:
@@ -126,6 +127,15 @@ def _make(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) ->
     return _as_parallel(make(**env_args), env_id)
 
 
+def _state_space(env: Any, name: str) -> gym.spaces.Box:
+    """The space of ``env``'s global state, flat (``state_space`` and ``state()``: PettingZoo's)."""
+    space = getattr(env, "state_space", None)
+    if not callable(getattr(env, "state", None)) or not isinstance(space, gym.spaces.Box):
+        raise ValueError(f"{name} gives no global state (PettingZoo's state() and a Box state_space); "
+                         "--global-state needs one")
+    return gym.spaces.Box(-np.inf, np.inf, (int(np.prod(space.shape)),), np.float32)
+
+
 def _sizes(spaces: Mapping[str, gym.Space], what: str, name: str) -> list[int] | None:
     """Each agent's size where agents' ``what`` spaces differ (``None`` where they are the same):
     rank-1 Boxes of one dtype, or Discrete spaces starting at 0; anything else one line."""
@@ -176,7 +186,7 @@ class AgentRows(gym.vector.VectorEnv):
     agent) pair; see the module docstring. ``seed``: copy ``i`` resets with ``seed + i``."""
 
     def __init__(self, make: Callable[[], Any], num_copies: int, seed: int | None = None,
-                 agent_ids: bool = True, name: str = "the PettingZoo env") -> None:
+                 agent_ids: bool = True, name: str = "the PettingZoo env", global_state: bool = False) -> None:
         if num_copies < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_copies}")
         self.name = name
@@ -188,6 +198,7 @@ class AgentRows(gym.vector.VectorEnv):
         obs_spaces = {a: first.observation_space(a) for a in self.agents}
         act_spaces = {a: first.action_space(a) for a in self.agents}
         self._ids = agent_ids and len(self.agents) > 1
+        self._state = _state_space(first, name) if global_state else None
         # Agents of different spaces: observations padded with zeros, actions to the largest set
         # (the rows' masks allow each agent its own actions; continuous ones are cut to its size).
         self._obs_sizes = _sizes(obs_spaces, "observation", name)
@@ -221,7 +232,7 @@ class AgentRows(gym.vector.VectorEnv):
             if ACTION_MASK in spaces:
                 spaces[ACTION_MASK] = gym.spaces.Box(0, 1, spaces[ACTION_MASK].shape, np.int8)
         elif isinstance(inner, gym.spaces.Box):
-            if self._ids and len(inner.shape) == 1 and mask_space is None:
+            if self._ids and len(inner.shape) == 1 and mask_space is None and self._state is None:
                 low = np.concatenate([inner.low.astype(np.float32), np.zeros(n, np.float32)])
                 high = np.concatenate([inner.high.astype(np.float32), np.ones(n, np.float32)])
                 return gym.spaces.Box(low, high, dtype=np.float32)
@@ -233,6 +244,8 @@ class AgentRows(gym.vector.VectorEnv):
             spaces[ACTION_MASK] = mask_space
         if self._ids:
             spaces[AGENT_ID] = gym.spaces.Box(0, 1, (n,), np.float32)
+        if self._state is not None:
+            spaces[GLOBAL_STATE] = self._state
         if list(spaces) == ["observation"]:
             return inner
         return gym.spaces.Dict(spaces)
@@ -276,14 +289,22 @@ class AgentRows(gym.vector.VectorEnv):
             row[AGENT_ID] = _one_hot(index, len(self.agents))
         return row
 
-    def _rows(self, playing: Any, observations: Mapping[str, Any], infos: Mapping[str, Any]) -> list[Any]:
-        """Each agent's row: its observation if it is among ``playing``, else ``_absent``."""
+    def _rows(self, env: Any, observations: Mapping[str, Any], infos: Mapping[str, Any],
+              playing: Any = None) -> list[Any]:
+        """Each agent's row: its observation if it is among ``playing`` (default: ``env.agents``),
+        else ``_absent``; with the env's global state, each row has it."""
+        playing = set(env.agents) if playing is None else playing
         unknown = set(playing) - set(self.agents)
         if unknown:
             raise RuntimeError(f"{self.name}: agents {', '.join(sorted(map(str, unknown)))} play but are not "
                                "among its possible_agents")
-        return [self._row(i, observations[a], infos.get(a) or {}) if a in playing and a in observations
+        rows = [self._row(i, observations[a], infos.get(a) or {}) if a in playing and a in observations
                 else self._absent(i) for i, a in enumerate(self.agents)]
+        if self._state is not None:
+            state = np.asarray(env.state(), np.float32).reshape(-1)
+            for row in rows:
+                row[GLOBAL_STATE] = state
+        return rows
 
     def _batch(self, rows: list[Any]) -> Any:
         if isinstance(self.single_observation_space, gym.spaces.Dict):
@@ -296,7 +317,7 @@ class AgentRows(gym.vector.VectorEnv):
         self._obs = []
         for i, env in enumerate(self.envs):
             observations, infos = env.reset(seed=None if seed is None else seed + i, options=options)
-            self._obs.extend(self._rows(set(env.agents), observations, infos))
+            self._obs.extend(self._rows(env, observations, infos))
         return self._batch(self._obs), {}
 
     def step(self, actions):
@@ -310,7 +331,7 @@ class AgentRows(gym.vector.VectorEnv):
             playing = set(env.agents)  # (only their actions go to the env)
             observations, reward, terms, truncs, infos = env.step(
                 {a: self._own_action(i, actions[base + i]) for i, a in enumerate(self.agents) if a in playing})
-            last = self._rows(playing, observations, infos)  # (what each agent that played saw last)
+            last = self._rows(env, observations, infos, playing)  # (what each agent that played saw last)
             for i, a in enumerate(self.agents):
                 if a not in playing:
                     continue  # (an absent row: reward 0, never ending; it sees the absent observation)
@@ -321,7 +342,7 @@ class AgentRows(gym.vector.VectorEnv):
                     final[base + i] = last[i]
             if not env.agents:  # (every agent is done: the copy starts its next episode now)
                 observations, infos = env.reset()
-            self._obs[base:base + n] = self._rows(set(env.agents), observations, infos)
+            self._obs[base:base + n] = self._rows(env, observations, infos)
         info: dict[str, Any] = {}
         ended = terminated | truncated
         if ended.any():
@@ -412,12 +433,12 @@ def agent_returns(returns: np.ndarray, agents: list[str]) -> dict[str, float]:
 
 
 def agent_rows(env_id: str, num_copies: int, seed: int | None, env_args: Mapping[str, Any] | None = None,
-               agent_ids: bool = True) -> AgentRows:
+               agent_ids: bool = True, global_state: bool = False) -> AgentRows:
     """``AgentRows`` of ``num_copies`` copies of ``env_id`` (``pettingzoo:...``)."""
-    env = AgentRows(env_maker(env_id, env_args), num_copies, seed, agent_ids, name=env_id)
+    env = AgentRows(env_maker(env_id, env_args), num_copies, seed, agent_ids, name=env_id, global_state=global_state)
     env.reset(seed=seed)
     return env
 
 
-__all__ = ["AGENT_ID", "AgentRows", "agent_returns", "agent_rows", "env_maker", "is_pettingzoo", "policy_groups",
+__all__ = ["AGENT_ID", "GLOBAL_STATE", "AgentRows", "agent_returns", "agent_rows", "env_maker", "is_pettingzoo", "policy_groups",
            "resolve_groups"]

@@ -5,8 +5,9 @@
     python benchmarks/solve.py ... -- --launcher processes --num-actors 2   # more `shoal train` flags
     python benchmarks/solve.py --agents ppo "ppo lstm_size=0" --envs shoal/CartPoleNoVelocity-v1
 
-An agent may carry settings after its name (``"ppo lstm_size=0"``: each a ``--set`` of its runs);
-the table and plots name it so, beside the plain agent.
+An agent may carry settings after its name (``"ppo lstm_size=0"``: each a ``--set`` of its runs)
+and `shoal train` flags (``"ppo --global-state"``); the table and plots name it so, beside the
+plain agent.
 
 Each run is a fresh `shoal train` process, as a user runs it, with the preset of its env's
 family (its budget too, unless --max-env-steps is given; its JSON line is the record). Into
@@ -32,6 +33,10 @@ Suites (target return; tasks without one run their budget and report their final
               lstm_size=0), and R2D2, on shoal/CartPoleNoVelocity-v1 (475) and three popgym tasks
               (RepeatPreviousEasy, CountRecallEasy, PositionOnlyCartPoleEasy; the popgym extra)
   full     -- cartpole, Acrobot-v1 (-100), Pendulum-v1 for SAC (-200), box2d and mujoco
+  multiagent -- PettingZoo's MPE (the pettingzoo extra): simple_spread (3 agents) with PPO's policy
+              shared and its critic each agent's own (IPPO) or centralised (--global-state:
+              MAPPO); simple_adversary (agents of different spaces) with a policy per group.
+              Env steps count rows (one per agent); give a budget (default 100k)
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import time
 
 from shoal.core.files import json_text, open_append, write_output
 
+SPREAD = "pettingzoo:mpe2.simple_spread_v3"
 POPGYM = ("popgym-RepeatPreviousEasy-v0", "popgym-CountRecallEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0")
 TARGETS = {"CartPole-v1": 475.0, "shoal/CartPoleNoVelocity-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0}
 SUITES = {"cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
@@ -57,7 +63,9 @@ SUITES = {"cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
           "mujoco": [(a, e) for a in ("sac", "ppo") for e in ("HalfCheetah-v5", "Hopper-v5")],
           "atari": [(a, e) for a in ("ppo", "dqn", "impala") for e in ("ALE/Pong-v5", "ALE/Breakout-v5")],
           "minatar": [(a, e) for a in ("dqn", "ppo") for e in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")],
-          "memory": [(a, e) for e in ("shoal/CartPoleNoVelocity-v1", *POPGYM) for a in ("ppo", "ppo lstm_size=0", "r2d2")]}
+          "memory": [(a, e) for e in ("shoal/CartPoleNoVelocity-v1", *POPGYM) for a in ("ppo", "ppo lstm_size=0", "r2d2")],
+          "multiagent": [(a, SPREAD) for a in ("ppo", "ppo --global-state")]
+          + [("ppo --agent-group adversary_*=red --agent-group agent_*=blue", "pettingzoo:mpe2.simple_adversary_v3")]}
 SUITES["full"] = (SUITES["cartpole"] + [(a, "Acrobot-v1") for a in ("dqn", "ppo", "impala")]
                   + [("sac", "Pendulum-v1")] + SUITES["box2d"] + SUITES["mujoco"])
 
@@ -65,13 +73,16 @@ SUITES["full"] = (SUITES["cartpole"] + [(a, "Acrobot-v1") for a in ("dqn", "ppo"
 def run_one(label: str, env: str, seed: int, root: str, max_env_steps: int | None, extra: list[str]) -> dict:
     """One ``shoal train`` run of ``label`` (an agent, then any settings: ``"ppo lstm_size=0"``)."""
     agent, *settings = label.split()
-    run_dir = os.path.join(root, "runs", f"{'-'.join([agent, *settings])}-{env.replace('/', '_')}-s{seed}")
+    flags = [s for s in settings if s.startswith("--")]  # (a `shoal train` flag: "ppo --global-state")
+    settings = [s for s in settings if not s.startswith("--")]
+    name = "-".join([agent, *(f.lstrip("-").replace("*", "").replace("=", "_") for f in flags), *settings])
+    run_dir = os.path.join(root, "runs", f"{name}-{env.replace('/', '_').replace(':', '_')}-s{seed}")
     shutil.rmtree(run_dir, ignore_errors=True)  # a run the last sweep did not finish starts over
     target = TARGETS.get(env)
     budget = ["--max-env-steps", str(max_env_steps)] if max_env_steps else []
     cmd = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env, "--seed", str(seed), *budget,
            "--run-dir", run_dir, "--quiet", "--target-return", str(target if target is not None else 1e12), *extra,
-           *[arg for setting in settings for arg in ("--set", setting)]]
+           *flags, *[arg for setting in settings for arg in ("--set", setting)]]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{agent} {env} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -114,7 +125,7 @@ def main() -> None:
     write_output(os.path.join(args.out, "table.md"), table)
     for agent, env in groups(runs):
         plot([r for r in runs if r["agent"] == agent and r["env"] == env],
-             os.path.join(args.out, f"{agent.replace(' ', '-')}-{env.replace('/', '_')}.png"), f"{agent} on {env}",
+             os.path.join(args.out, f"{_file_name(agent)}-{_file_name(env)}.png"), f"{agent} on {env}",
              TARGETS.get(env))
     evaluated = {r["run_dir"]: r["agent"] for r in runs if not math.isnan(best_eval_return(r["run_dir"]))}
     if evaluated:  # (shoal compare: IQM and optimality gap with bootstrap intervals, mean curves per agent)
@@ -125,6 +136,10 @@ def main() -> None:
     print(table, file=sys.stderr)
     for key, group in groups(runs).items():
         print(json_text(summary(key, group)), flush=True)
+
+
+def _file_name(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label.replace(" --", "-").replace(" ", "-"))
 
 
 def read_runs(path: str) -> list[dict]:

@@ -12,6 +12,7 @@ action a mask forbids, or one sent for an agent that has left, raises.
 ``mixed_spaces_env()``: two agents with different observation spaces.
 ``mixed_actions_env()``: different observation spaces, and ``b`` picks among 0, 1 and 2; an action
 outside the agent's own space raises.
+``state_env()``: the game with a global state (``state()``: the steps left and the steps taken, scaled).
 """
 
 from __future__ import annotations
@@ -93,3 +94,14 @@ def mixed_spaces_env() -> PickDifferent:
 
 def mixed_actions_env() -> PickDifferent:
     return PickDifferent(10, mixed=True, wide_b=True)
+
+
+class StatePickDifferent(PickDifferent):
+    state_space = spaces.Box(0.0, 1.0, (2,), np.float32)
+
+    def state(self):
+        return np.array([(self.length - self.t) / self.length, self.t / self.length], np.float32)
+
+
+def state_env() -> StatePickDifferent:
+    return StatePickDifferent(10)

@@ -77,6 +77,8 @@ def test_without_the_agents_identity_one_policy_cannot_tell_the_agents_apart():
     ("pettingzoo:tests.shoal_cli", "has neither parallel_env"),
     (f"{TOY} --agent-group a=x --agent-group c=y", "agent group pattern 'c' (-> 'y') names no agent"),
     (f"{TOY}:mixed_actions_env --agent-group *=x", "group 'x' shares one policy, so its agents' spaces"),
+    (f"{TOY} --global-state", "gives no global state (PettingZoo's state() and a Box state_space)"),
+    (f"{TOY}:state_env --global-state --set lstm_size=8", "--global-state feeds a centralised critic; ppo's"),
 ])
 def test_bad_multiagent_envs_are_one_line_and_exit_2_before_anything_starts(tmp_path, env_id, message):
     env_id, *groups = env_id.split()
@@ -235,4 +237,46 @@ def test_a_policy_per_group_refuses_a_recurrent_network_in_one_line():
     config = experiment_config("ppo", TOY, preset=None, agent_settings={"lstm_size": 16},
                                agent_groups={"a": "x", "b": "y"})
     with pytest.raises(ValueError, match="a policy per group takes feed-forward networks"):
+        config.make_networks(config.environment_spec())
+
+
+# -- a centralised critic (MAPPO) -----------------------------------------------------------------
+
+def test_a_centralised_critic_reads_the_global_state_and_the_policy_does_not():
+    """``--global-state``: each row carries its copy's ``state()``; the actor-critic's value head
+    reads it, its policy head (what the actors act with) does not."""
+    import jax
+
+    from shoal.actors.multiagent import GLOBAL_STATE
+    from shoal.agents.blocks.dict_observations import observation_keys
+    from shoal.agents.blocks.networks import DictActorCritic
+
+    spec = environment_spec(f"{TOY}:state_env", 2, global_state=True)
+    assert spec.observation[GLOBAL_STATE].shape == (2,)
+    env = make_vector_env(f"{TOY}:state_env", 2, seed=0, global_state=True)
+    obs, _ = env.reset(seed=0)
+    obs, *_ = env.step(np.array([0, 1, 0, 1]))
+    np.testing.assert_allclose(obs[GLOBAL_STATE], [[0.9, 0.1]] * 4)  # (every row of a copy: its state)
+    env.close()
+    network = DictActorCritic(observation_keys(spec.observation), (16,), 2)
+    params = network.init(jax.random.PRNGKey(0), {k: v[:1] for k, v in obs.items()})
+    other = {**obs, GLOBAL_STATE: obs[GLOBAL_STATE] + 1.0}
+    (logits, value), (other_logits, other_value) = network.apply(params, obs), network.apply(params, other)
+    np.testing.assert_array_equal(logits, other_logits)
+    assert not np.allclose(value, other_value)
+
+
+@pytest.mark.e2e
+def test_ppo_with_a_centralised_critic_learns_the_coordination_game(tmp_path):
+    config = experiment_config("ppo", f"{TOY}:state_env", preset=None, agent_settings={}, seed=0,
+                               max_env_steps=12_000, num_envs=8, eval_every=4000, eval_episodes=4,
+                               target_return=9.5, run_dir=str(tmp_path / "run"), progress=False, replay="native",
+                               global_state=True)
+    result = run_experiment(config)
+    assert result["solved"] and result["final_eval_return"] >= 9.5, result
+
+
+def test_agents_without_a_centralised_critic_refuse_the_global_state_in_one_line():
+    config = experiment_config("dqn", f"{TOY}:state_env", preset=None, agent_settings={}, global_state=True)
+    with pytest.raises(ValueError, match="dqn's networks \\(QNetwork\\) have none"):
         config.make_networks(config.environment_spec())

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from shoal.actors.multiagent import GLOBAL_STATE
 from shoal.agents.blocks.dict_observations import DictTorso, ObservationKeys, observation_keys
 from shoal.agents.blocks.torsos import Torso, choose_torso, frame_scale, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
+
+
+CRITIC_ONLY = (GLOBAL_STATE,)  # (observation keys only a value function reads)
 
 
 class MLP(nn.Module):
@@ -102,7 +106,9 @@ class DictActorCritic(nn.Module):
     per key (``shoal.agents.blocks.dict_observations.DictTorso``, tanh MLPs), then a categorical head
     (``num_actions``) or a Gaussian one (``action_size`` means and a state-independent log-std),
     and a value head. With image keys one torso is shared by both heads (as
-    ``PixelActorCritic``), otherwise each head has its own (as ``ActorCritic``)."""
+    ``PixelActorCritic``), otherwise each head has its own (as ``ActorCritic``). Keys in
+    ``CRITIC_ONLY`` (a multi-agent env's global state) are read by the value head alone: a
+    centralised critic, the policy acting on the agent's own observation."""
 
     keys: ObservationKeys
     hidden_sizes: Sequence[int]
@@ -111,9 +117,10 @@ class DictActorCritic(nn.Module):
     initial_log_std: float = 0.0
 
     def setup(self) -> None:
-        make = lambda: DictTorso(self.keys, tuple(self.hidden_sizes), "tanh")  # noqa: E731
-        self.features = make()
-        self.value_features = None if self.keys.images else make()
+        make = lambda keys: DictTorso(keys, tuple(self.hidden_sizes), "tanh")  # noqa: E731
+        policy_keys = self.keys._replace(vectors=tuple(k for k in self.keys.vectors if k not in CRITIC_ONLY))
+        self.features = make(policy_keys)
+        self.value_features = None if self.keys.images and policy_keys == self.keys else make(self.keys)
         self.policy = nn.Dense(self.num_actions or self.action_size, kernel_init=nn.initializers.orthogonal(0.01))
         self.value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))
         if self.num_actions is None:
@@ -127,6 +134,17 @@ class DictActorCritic(nn.Module):
         """The policy head alone: logits, or ``(mean, log_std)``."""
         out = self.policy(self.features(observation))
         return out if self.num_actions is not None else (out, self.log_std)
+
+
+def check_critic_only(networks: Any, key: str, agent: str) -> None:
+    """Raises a one-line ``ValueError`` unless every module of ``networks`` reads observation
+    ``key`` in its value function only (``DictActorCritic``'s ``CRITIC_ONLY``)."""
+    modules = [m for m in getattr(networks, "_asdict", lambda: {})().values() if isinstance(m, nn.Module)]
+    if not modules or not all(isinstance(m, DictActorCritic) and key in CRITIC_ONLY for m in modules):
+        kinds = ", ".join(type(m).__name__ for m in modules) or type(networks).__name__
+        raise ValueError(f"--global-state feeds a centralised critic; {agent}'s networks ({kinds}) have none, and "
+                         "their policy would act on the global state. It takes a feed-forward actor-critic: ppo (MAPPO), "
+                         "impala")
 
 
 def has_convolutions(network: nn.Module) -> bool:

@@ -13,8 +13,9 @@ import jax
 from shoal.actors import check_env_id, environment_spec, make_vector_env
 from shoal.actors.env_sources import check_env_args, factory_path, load_env_factory
 from shoal.actors.environments import STICKY_ACTIONS, is_atari, resolve_env_id
-from shoal.actors.multiagent import env_maker, is_pettingzoo, policy_groups
+from shoal.actors.multiagent import GLOBAL_STATE, env_maker, is_pettingzoo, policy_groups
 from shoal.agents.blocks.groups import group_networks
+from shoal.agents.blocks.networks import check_critic_only
 from shoal.agents.builders import AgentBuilder
 from shoal.agents.learner_memory import check_learner_fits
 from shoal.agents.registry import agent_name
@@ -76,6 +77,9 @@ class ExperimentConfig:
         agent-name patterns to group names (``{"adversary_*": "red", "agent_*": "blue"}``; each
         agent in exactly one group): each group its own parameters and optimizer state
         (``shoal.agents.blocks.groups``). Empty (the default): one policy for every agent.
+      global_state: a PettingZoo env: each row also carries the env's global state (its
+        ``state()``), which an actor-critic's value function reads and its policy does not: a
+        centralised critic (PPO: MAPPO).
       callbacks: objects whose ``on_evaluation(evaluation)`` (after each evaluation; ``True``
         ends the run) and ``on_end(result)`` the run calls, in the process that evaluates
         (``shoal.launch.experiments.callbacks``). Not recorded in ``config.json``.
@@ -106,6 +110,7 @@ class ExperimentConfig:
     replay: str | None = None
     agent_ids: bool = True
     agent_groups: dict[str, str] = dataclasses.field(default_factory=dict)
+    global_state: bool = False
     callbacks: list[Any] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -205,7 +210,8 @@ class ExperimentConfig:
         return make_vector_env(self.env_id, num_envs, seed, sticky_actions=self.sticky_actions,
                                evaluation=evaluation, clip_rewards=self.clip_rewards,
                                env_args=self.env_args, env_factory=self.env_factory,
-                               action_masks=self.action_masks, agent_ids=self.agent_ids)
+                               action_masks=self.action_masks, agent_ids=self.agent_ids,
+                               global_state=self.global_state)
 
     def environment_spec(self) -> EnvironmentSpec:
         """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``), read
@@ -213,15 +219,15 @@ class ExperimentConfig:
         vector env): a driver that steps no env calls this once and hands the spec (a small
         picklable dataclass) to the nodes."""
         return environment_spec(self.env_id, self.num_envs, self.env_args, self.env_factory, self.action_masks,
-                                self.agent_ids)
+                                self.agent_ids, self.global_state)
 
     def agent_group_indices(self) -> tuple[list[str], list[int]] | None:
         """``agent_groups`` resolved against the env's agents: the groups' names and each agent's
         group (``shoal.actors.multiagent.resolve_groups``), or ``None`` (one shared policy)."""
         if not is_pettingzoo(self.env_id) or self.env_factory is not None:
-            if self.agent_groups:
-                raise ValueError(f"agent groups (--agent-group) apply to a PettingZoo env (pettingzoo:<module>), "
-                                 f"not {self.env_id}")
+            if self.agent_groups or self.global_state:
+                flag = "agent groups (--agent-group)" if self.agent_groups else "--global-state"
+                raise ValueError(f"{flag} apply to a PettingZoo env (pettingzoo:<module>), not {self.env_id}")
             return None
         if self.agent_groups and not self.agent_ids:
             raise ValueError("agent groups (--agent-group) read each row's agent from its identity: drop "
@@ -233,6 +239,8 @@ class ExperimentConfig:
         """The agent's networks (``network_factory``'s or the builder's), one copy per group of
         agents with ``agent_groups`` (``shoal.agents.blocks.groups``)."""
         networks = (self.network_factory or self.builder.make_networks)(spec)
+        if self.global_state:
+            check_critic_only(networks, GLOBAL_STATE, self.builder.name)
         groups = self.agent_group_indices()
         if groups is None:
             return networks

@@ -146,6 +146,9 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--no-agent-ids", dest="agent_ids", action="store_false", default=default(True),
         help="a PettingZoo env: leave each agent's identity (a one-hot) out of its observation "
         "(default: in, so that a shared policy can act differently per agent)")
+    add("--global-state", action="store_true", default=default(False),
+        help="a PettingZoo env: each agent's row also carries the env's global state (its state()), "
+        "read by the value function only: a centralised critic (PPO: MAPPO)")
     add("--seed", type=int, default=default(0), help="random seed (default: 0)")
     add("--max-env-steps", type=int, default=default(100_000), help="step budget over all envs (default: 100000, or the preset's)")
     add("--target-return", type=float, default=default(None), help="stop when the mean evaluation return "
