@@ -6,7 +6,8 @@
     python benchmarks/solve.py --agents ppo "ppo lstm_size=0" --envs shoal/CartPoleNoVelocity-v1
 
 An agent may carry settings after its name (``"ppo lstm_size=0"``: each a ``--set`` of its runs)
-and `shoal train` flags (``"ppo --global-state"``); the table and plots name it so, beside the
+and `shoal train` flags (``"ppo --global-state"``, ``"ppo --agent-group=a*=red"``: a flag's
+value after ``=``); the table and plots name it so, beside the
 plain agent.
 
 Each run is a fresh `shoal train` process, as a user runs it, with the preset of its env's
@@ -65,7 +66,7 @@ SUITES = {"cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
           "minatar": [(a, e) for a in ("dqn", "ppo") for e in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")],
           "memory": [(a, e) for e in ("shoal/CartPoleNoVelocity-v1", *POPGYM) for a in ("ppo", "ppo lstm_size=0", "r2d2")],
           "multiagent": [(a, SPREAD) for a in ("ppo", "ppo --global-state")]
-          + [("ppo --agent-group adversary_*=red --agent-group agent_*=blue", "pettingzoo:mpe2.simple_adversary_v3")]}
+          + [("ppo --agent-group=adversary_*=red --agent-group=agent_*=blue", "pettingzoo:mpe2.simple_adversary_v3")]}
 SUITES["full"] = (SUITES["cartpole"] + [(a, "Acrobot-v1") for a in ("dqn", "ppo", "impala")]
                   + [("sac", "Pendulum-v1")] + SUITES["box2d"] + SUITES["mujoco"])
 

@@ -280,3 +280,36 @@ def test_agents_without_a_centralised_critic_refuse_the_global_state_in_one_line
     config = experiment_config("dqn", f"{TOY}:state_env", preset=None, agent_settings={}, global_state=True)
     with pytest.raises(ValueError, match="dqn's networks \\(QNetwork\\) have none"):
         config.make_networks(config.environment_spec())
+
+
+@pytest.mark.e2e
+def test_a_run_with_groups_resumes_with_its_groups_and_shoal_compare_reads_multiagent_runs(tmp_path):
+    """A run with a policy per agent stops at its budget; ``--resume`` with a larger one goes on
+    from its checkpoint with the same groups (``config.json``; the parameters still one set per
+    group). ``shoal compare`` takes multi-agent runs as any others (two seeds here)."""
+    import jax
+
+    from shoal.launch.experiments.trained import load_policy
+
+    def train(run: str, seed: int, budget: int, *more: str) -> dict:
+        done = run_shoal("train", "--agent", "ppo", "--env", TOY, "--seed", str(seed), "--max-env-steps",
+                         str(budget), "--eval-every", "2000", "--target-return", "1e9", "--quiet", "--run-dir",
+                         str(tmp_path / run), "--replay", "native", *more, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    groups = ("--agent-group", "a=x", "--agent-group", "b=y")
+    first = train("r0", 0, 4000, *groups)
+    resumed = run_shoal("train", "--resume", str(tmp_path / "r0"), "--env", TOY, "--max-env-steps", "8000", "--quiet",
+                        timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    second = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert second["env_steps"] >= 8000 and second["learner_steps"] > first["learner_steps"]
+    policy = load_policy(str(tmp_path / "r0"), env_id=TOY)
+    assert policy.config.agent_groups == {"a": "x", "b": "y"}
+    assert all(leaf.shape[0] == 2 for leaf in jax.tree_util.tree_leaves(policy.params["network"]))
+    train("r1", 1, 4000, *groups)
+    compared = run_shoal("compare", str(tmp_path / "r0"), str(tmp_path / "r1"), "--out", str(tmp_path / "cmp"),
+                         "--bootstrap-samples", "200", timeout=300)
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    assert "ppo" in compared.stdout and (tmp_path / "cmp" / "summary.json").exists()
