@@ -358,6 +358,10 @@ class AgentRows(gym.vector.VectorEnv):
             return np.clip(np.asarray(action)[:space.shape[0]], space.low, space.high).astype(space.dtype)
         return action
 
+    def render(self) -> Any:
+        """The first copy's frame (its ``render()``; made with ``render_mode``, an env argument)."""
+        return self.envs[0].render()
+
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
             env.close()

@@ -60,16 +60,20 @@ def record_episode(env: gym.vector.VectorEnv, actor: Actor, seed: int,
     """Frames (``[H, W, 3]`` uint8) of one episode of ``actor`` in the 1-env ``env`` from its
     reset with ``seed`` (the first frame, then one after each step but the last: autoreset
     has already started the next episode by then), and the episode's return. A frame a video
-    cannot take stops it with a ``ValueError`` (``check_frame``), before anything is encoded."""
+    cannot take stops it with a ``ValueError`` (``check_frame``), before anything is encoded.
+    A PettingZoo env's rows (one copy, a row per agent): the episode ends when every agent's
+    has, and its return is the agents' summed."""
     obs, _ = env.reset(seed=seed)
-    actor.end_episodes(np.ones(1, bool))
+    actor.end_episodes(np.ones(env.num_envs, bool))
     first = check_frame(render(), 0)
     frames, total = [first], 0.0
+    ended = np.zeros(env.num_envs, bool)  # (a multi-agent env's rows: the episode ends when every agent's has)
     while len(frames) < max_frames:
         action, _ = actor.select_action(obs)
         obs, reward, terminated, truncated, _ = env.step(np.asarray(action))
-        total += float(reward[0])
-        if terminated[0] or truncated[0]:
+        total += float(np.sum(reward[~ended]))
+        ended |= np.asarray(terminated) | np.asarray(truncated)
+        if ended.all():
             break
         frames.append(check_frame(render(), len(frames), first))
     return frames, total
@@ -181,6 +185,7 @@ def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[]
     """A 1-env evaluation env of ``config`` (an ``ExperimentConfig``) that renders, and the
     function that returns its current RGB frame (see the module docstring)."""
     from shoal.actors.environments import _atari_game, is_atari, make_vector_env
+    from shoal.actors.multiagent import AgentRows
 
     if is_atari(config.env_id) and config.env_factory is None:
         game = _atari_game(config.env_id)
@@ -190,8 +195,9 @@ def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[]
         return env, lambda: env.envs[0].render()
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # (pygame draws off screen, and says nothing of it)
     env = make_vector_env(config.env_id, 1, seed, evaluation=True, env_args={**config.env_args, "render_mode": "rgb_array"},
-                          env_factory=config.env_factory, action_masks=config.action_masks)
-    return env, lambda: env.call("render")[0]
+                          env_factory=config.env_factory, action_masks=config.action_masks,
+                          agent_ids=config.agent_ids, global_state=config.global_state)
+    return env, (env.render if isinstance(env, AgentRows) else lambda: env.call("render")[0])
 
 
 def _area_weights(size: int, out: int) -> np.ndarray:

@@ -151,14 +151,6 @@ def test_other_agents_and_launchers_step_the_rows_as_any_vector_env(tmp_path, ag
     assert 0.0 <= result["final_eval_return"] <= 8.0
 
 
-def test_videos_of_a_multiagent_env_are_refused_in_one_line(tmp_path):
-    proc = run_shoal("train", "--agent", "ppo", "--env", TOY, "--video-every", "1",
-                     "--run-dir", str(tmp_path / "run"), timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    assert "--video-every records single-agent envs" in proc.stderr
-    assert not (tmp_path / "run").exists()
-
-
 # -- a policy per group of agents -----------------------------------------------------------------
 
 def test_a_grouped_network_answers_each_row_with_its_groups_parameters_and_learns_from_its_rows_only():

@@ -46,6 +46,20 @@ def test_a_cartpole_episode_becomes_a_video_of_its_length(tmp_path):
     assert count == len(frames) and tuple(meta["size"]) == (600, 400) and meta["fps"] == 30
 
 
+def test_a_pettingzoo_episode_is_one_copy_of_every_agent_until_every_agent_is_done():
+    """An MPE task's 25-step episode (3 agents: 3 rows of one copy): the first frame and one
+    after each step but the last; its return the agents' summed."""
+    pytest.importorskip("mpe2")
+    config = ExperimentConfig(builder=PPOBuilder(PPOConfig()), env_id="pettingzoo:mpe2.simple_spread_v3", seed=0)
+    env, render = video_env(config, seed=3)
+    assert env.num_envs == 3
+    actor = BatchedActor(always(0), jax.random.PRNGKey(0), VariableClient(NoParams(), asynchronous=False), num_envs=3)
+    frames, episode_return = record_episode(env, actor, 3, render)
+    env.close()
+    assert len(frames) == 25 and frames[0].shape == (700, 700, 3) and frames[0].dtype == np.uint8
+    assert episode_return < 0  # (MPE's rewards: minus the distances to the landmarks)
+
+
 def test_a_long_episode_is_cut():
     config = ExperimentConfig(builder=PPOBuilder(PPOConfig()), env_id="CartPole-v1", seed=0)
     env, render = video_env(config, seed=0)

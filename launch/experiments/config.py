@@ -172,9 +172,6 @@ class ExperimentConfig:
         if self.video_every:
             from shoal.actors.video import check_video_extra
 
-            if is_pettingzoo(self.env_id):
-                raise ValueError(f"--video-every records single-agent envs; {self.env_id} is a PettingZoo env")
-
             check_video_extra()
         if self.track is not None:
             from shoal.launch.experiments.trackers import check_backend
