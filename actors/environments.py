@@ -23,6 +23,7 @@ from shoal.actors import memory_tasks
 from shoal.actors.env_sources import EnvFactory, make_single_env
 from shoal.actors.observations import adapt_env
 from shoal.actors.multiagent import AgentRows, agent_rows, env_maker, is_pettingzoo
+from shoal.actors.selfplay import SelfPlayRows
 from shoal.core.importing import import_module_for
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 
@@ -179,7 +180,7 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
                     env_args: Mapping[str, Any] | None = None,
                     env_factory: str | EnvFactory | None = None,
                     action_masks: bool = True, agent_ids: bool = True,
-                    global_state: bool = False) -> gym.vector.VectorEnv:
+                    global_state: bool = False, self_play: bool = False) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` copies, reset with seeds ``seed, seed+1, ...``.
 
     Autoreset is ``SAME_STEP``: when an env's episode ends, ``step`` already returns the first
@@ -193,11 +194,18 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     (``shoal.actors.observations.adapt_env``): Discrete observations one-hot, action masks into
     the observation (or dropped, without ``action_masks``). A PettingZoo env (``pettingzoo:...``)
     is ``num_envs`` copies of it, a row per agent (``shoal.actors.multiagent.AgentRows``; each
-    row's identity in its observation where ``agent_ids``, the env's global state where ``global_state``).
+    row's identity in its observation where ``agent_ids``, the env's global state where ``global_state``);
+    with ``self_play``, a two-player turn-based game's copies, a row per copy: the learner's seat,
+    against the snapshot pool, or for ``evaluation`` a lookahead player (``shoal.actors.selfplay``).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    if is_pettingzoo(env_id) and env_factory is None:
+    if is_pettingzoo(env_id) and env_factory is None and self_play:
+        env = SelfPlayRows(env_maker(env_id, env_args, turns=True), num_envs, seed,
+                           "lookahead" if evaluation else "pool", env_id)
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+    elif is_pettingzoo(env_id) and env_factory is None:
         env = agent_rows(env_id, num_envs, seed, env_args, agent_ids, global_state)
         env.action_space.seed(seed)
     elif env_factory is not None or (env_args and not is_atari(env_id)):
@@ -230,7 +238,7 @@ def _adapted_env(env_id: str, env_args: Mapping[str, Any] | None, env_factory: s
 
 def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | None = None,
                      env_factory: str | EnvFactory | None = None, action_masks: bool = True,
-                     agent_ids: bool = True, global_state: bool = False) -> EnvironmentSpec:
+                     agent_ids: bool = True, global_state: bool = False, self_play: bool = False) -> EnvironmentSpec:
     """The spec of ``make_vector_env(env_id, num_envs, ...)``, read off one single env that is
     built and closed, never stepped (no vector env, no Atari threads; reset once by ``adapt_env``,
     to see whether its info holds an action mask): what a process
@@ -240,6 +248,12 @@ def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | N
     is read instead: they may change the frames)."""
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if is_pettingzoo(env_id) and env_factory is None and self_play:  # (a row per copy: the learner's seat)
+        game = SelfPlayRows(env_maker(env_id, env_args, turns=True), 1, 0, name=env_id)
+        try:
+            return make_environment_spec(_Spaces(game.single_observation_space, game.single_action_space), num_envs)
+        finally:
+            game.close()
     if is_pettingzoo(env_id) and env_factory is None:  # (rows: num_envs copies of every agent)
         rows = AgentRows(env_maker(env_id, env_args), 1, 0, agent_ids, name=env_id, global_state=global_state)
         try:

@@ -100,14 +100,15 @@ def _as_parallel(env: Any, env_id: str) -> Any:
             env.close()
             reason = " ".join(str(e).split())
             raise ValueError(f"environment {env_id!r} is an AEC env that cannot be converted to the parallel "
-                             f"API ({reason[:160]}); turn-based games are not supported yet") from None
+                             f"API ({reason[:160]}); a turn-based game trains by self-play: --self-play") from None
     raise ValueError(f"environment {env_id!r} made a {type(env).__name__}, not a PettingZoo env "
                      "(pettingzoo.ParallelEnv or AECEnv)")
 
 
-def env_maker(env_id: str, env_args: Mapping[str, Any] | None = None) -> Callable[[], Any]:
+def env_maker(env_id: str, env_args: Mapping[str, Any] | None = None, turns: bool = False) -> Callable[[], Any]:
     """A function that makes one parallel env of ``env_id`` with ``env_args`` (checked now:
-    unknown keyword arguments are refused in one line)."""
+    unknown keyword arguments are refused in one line); ``turns``: one AEC env, as it is (a
+    turn-based game, for ``shoal.actors.selfplay``)."""
     make = _constructor(env_id)
     env_args = dict(env_args or {})
     try:
@@ -120,11 +121,22 @@ def env_maker(env_id: str, env_args: Mapping[str, Any] | None = None) -> Callabl
             raise ValueError(f"environment {env_id!r} takes no argument(s) {', '.join(unknown)}; it takes: "
                              f"{', '.join(parameters) or 'none'}")
 
-    return functools.partial(_make, make, env_id, env_args)
+    return functools.partial(_make_turns if turns else _make, make, env_id, env_args)
 
 
 def _make(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) -> Any:
     return _as_parallel(make(**env_args), env_id)
+
+
+def _make_turns(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) -> Any:
+    from pettingzoo.utils.env import AECEnv
+
+    env = make(**env_args)
+    if not isinstance(env, AECEnv):
+        env.close()
+        raise ValueError(f"--self-play takes a turn-based game (a PettingZoo AEC env, e.g. "
+                         f"pettingzoo.classic.connect_four_v3); {env_id} made {type(env).__name__}, a parallel env")
+    return env
 
 
 def _state_space(env: Any, name: str) -> gym.spaces.Box:

@@ -217,7 +217,7 @@ def test_a_policy_per_group_learns_agents_of_different_spaces_each_group_with_it
     ({"agent_groups": {"a": "x"}}, "agent 'b' of pettingzoo:tests.multiagent_envs is in no group"),
     ({"agent_groups": {"?": "x", "b": "y"}}, "agent 'b' of pettingzoo:tests.multiagent_envs is put in groups x, y"),
     ({"agent_groups": {"*": "x"}, "agent_ids": False}, "drop --no-agent-ids"),
-    ({"agent_groups": {"*": "x"}, "env_id": "CartPole-v1"}, "apply to a PettingZoo env"),
+    ({"agent_groups": {"*": "x"}, "env_id": "CartPole-v1"}, "for a PettingZoo env \\(pettingzoo:<module>\\) only"),
 ])
 def test_bad_agent_groups_are_one_line_errors_before_anything_starts(changes, message):
     config = experiment_config("ppo", changes.pop("env_id", TOY), preset=None, agent_settings={}, **changes)

@@ -80,6 +80,11 @@ class ExperimentConfig:
       global_state: a PettingZoo env: each row also carries the env's global state (its
         ``state()``), which an actor-critic's value function reads and its policy does not: a
         centralised critic (PPO: MAPPO).
+      self_play: a two-player turn-based PettingZoo game (an AEC env): the learner plays one
+        seat of each copy against frozen snapshots of itself (``shoal.actors.selfplay``): one
+        every ``self_play_every`` learner updates, the latest ``self_play_pool`` kept. The
+        evaluation plays a one-step lookahead player and reports win rates against it, a random
+        player and the pool. One process only, for now.
       callbacks: objects whose ``on_evaluation(evaluation)`` (after each evaluation; ``True``
         ends the run) and ``on_end(result)`` the run calls, in the process that evaluates
         (``shoal.launch.experiments.callbacks``). Not recorded in ``config.json``.
@@ -111,6 +116,9 @@ class ExperimentConfig:
     agent_ids: bool = True
     agent_groups: dict[str, str] = dataclasses.field(default_factory=dict)
     global_state: bool = False
+    self_play: bool = False
+    self_play_pool: int = setting(8, low=1, high=10_000)
+    self_play_every: int = setting(20, low=1, high=10**9)
     callbacks: list[Any] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -187,6 +195,9 @@ class ExperimentConfig:
         machine) whether its learner fits in memory (estimated from shapes, nothing allocated:
         ``shoal.agents.learner_memory``)."""
         self.builder.validate(spec, jax.local_device_count())
+        if self.self_play and self.builder.make_policy(self.make_networks(spec), spec, False).initial_state is not None:
+            raise ValueError(f"--self-play takes a feed-forward policy (its snapshots act without a recurrent "
+                             f"state); {self.builder.name}'s is recurrent")
         if check_memory:
             check_learner_fits(self.builder, spec, self.make_networks(spec), jax.local_device_count())
         needed = self.builder.env_steps_before_learning(spec)
@@ -208,7 +219,7 @@ class ExperimentConfig:
                                evaluation=evaluation, clip_rewards=self.clip_rewards,
                                env_args=self.env_args, env_factory=self.env_factory,
                                action_masks=self.action_masks, agent_ids=self.agent_ids,
-                               global_state=self.global_state)
+                               global_state=self.global_state, self_play=self.self_play)
 
     def environment_spec(self) -> EnvironmentSpec:
         """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``), read
@@ -216,15 +227,22 @@ class ExperimentConfig:
         vector env): a driver that steps no env calls this once and hands the spec (a small
         picklable dataclass) to the nodes."""
         return environment_spec(self.env_id, self.num_envs, self.env_args, self.env_factory, self.action_masks,
-                                self.agent_ids, self.global_state)
+                                self.agent_ids, self.global_state, self.self_play)
 
     def agent_group_indices(self) -> tuple[list[str], list[int]] | None:
         """``agent_groups`` resolved against the env's agents: the groups' names and each agent's
         group (``shoal.actors.multiagent.resolve_groups``), or ``None`` (one shared policy)."""
         if not is_pettingzoo(self.env_id) or self.env_factory is not None:
+            if self.agent_groups or self.global_state or self.self_play:
+                flag = ("agent groups (--agent-group)" if self.agent_groups else
+                        "--global-state" if self.global_state else "--self-play")
+                raise ValueError(f"{flag}: for a PettingZoo env (pettingzoo:<module>) only, not {self.env_id}")
+            return None
+        if self.self_play:
             if self.agent_groups or self.global_state:
-                flag = "agent groups (--agent-group)" if self.agent_groups else "--global-state"
-                raise ValueError(f"{flag} apply to a PettingZoo env (pettingzoo:<module>), not {self.env_id}")
+                raise ValueError("--self-play plays one policy against its own snapshots: drop "
+                                 + ("--agent-group" if self.agent_groups else "--global-state"))
+            env_maker(self.env_id, self.env_args, turns=True)().close()  # (a turn-based game, or one line)
             return None
         if self.agent_groups and not self.agent_ids:
             raise ValueError("agent groups (--agent-group) read each row's agent from its identity: drop "

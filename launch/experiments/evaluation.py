@@ -85,6 +85,8 @@ class Evaluator:
         agents = getattr(self._env, "agents", None)  # (a PettingZoo env's rows: shoal.actors.multiagent)
         if agents:
             row.update(agent_returns(returns, agents))
+        if getattr(self._env, "pool", None) is not None:  # (self-play: win rates against each opponent)
+            row.update(self._win_rates(returns))
         self._logger.write({**row, "params_version": self._actor.params_version,
                             "wall_s": time.monotonic() - self._start})
         every = self._config.video_every
@@ -98,6 +100,30 @@ class Evaluator:
                 params_version=self._actor.params_version, run_dir=self._config.run_dir)):
             return True
         return self.solved
+
+    def play_against(self, pool: Any, policy: Any) -> None:
+        """A self-play run: the evaluation env's snapshot opponents play ``pool`` with ``policy``."""
+        self._env.play_against(pool, policy)
+
+    def _win_rates(self, returns: np.ndarray) -> dict[str, float]:
+        """The share of games won (return > 0) against each opponent of ``shoal.actors.selfplay``:
+        the evaluation's own (a lookahead player: ``returns``), then a random player and the pool."""
+        from shoal.actors.selfplay import OPPONENTS
+
+        rates, default = {}, self._env.opponent
+        try:
+            for opponent in OPPONENTS:
+                games = returns
+                if opponent != default:
+                    self._env.opponent = opponent
+                    games = evaluate(self._env, self._actor, should_stop=self._should_stop,
+                                     seed=self._config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
+                    if games is None:  # (a stopping run)
+                        break
+                rates[f"eval_win_rate_{opponent}"] = float(np.mean(np.asarray(games) > 0))
+        finally:
+            self._env.opponent = default
+        return rates
 
     def _record_video(self, env_steps: int) -> None:
         """One episode of the evaluation policy, to ``<run_dir>/videos/eval-<env steps>.mp4``

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import os
 import sys
 import threading
 import time
@@ -97,7 +98,8 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     actor = builder.make_actor(actor_key, policy, spec, learner, adder, asynchronous_updates=False)
     evaluator = Evaluator(config, learner, eval_key, start, stopwatch, stop.is_set if stop is not None else None)
     _closing(stack, "the evaluator", evaluator.close)
-    resumed = _resume(config, learner, counter, actor, evaluator, server) if config.resume else None
+    pool = _self_play(config, env, evaluator, builder.make_policy(networks, spec, evaluation=False), learner)
+    resumed = _resume(config, learner, counter, actor, evaluator, server, pool) if config.resume else None
     compiling = (functools.partial(while_slow, "compiling the learner's update", sys.stderr, hint=COMPILE_HINT)
                  if config.progress else contextlib.nullcontext)
     loop = EnvironmentLoop(env, LearningActor(actor, learner, server, dataset.table, dataset.items_per_update,
@@ -108,6 +110,8 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     due = Periodic(config.checkpoint_every_s)
 
     def checkpoint() -> None:
+        if pool is not None:
+            pool.save(_pool_path(config.run_dir))
         written = checkpointer.save(loop.env_steps, learner, server.client)
         commit(config.run_dir, written, loop.env_steps, agent=builder.name, spec=spec_record(spec),
                counter=counter.save(), evaluator=evaluator.save(), actors={"actor": actor.save()})
@@ -118,6 +122,8 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     first_step_s = None
     while loop.env_steps < config.max_env_steps and not (stop is not None and stop.is_set()):
         loop.step()
+        if pool is not None:
+            pool.maybe_add(learner)
         if first_step_s is None:
             first_step_s = process_seconds()  # (the start a user waits through: command to first step)
         if evaluator.due(loop.env_steps) and evaluator.run(loop.env_steps):
@@ -145,12 +151,32 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
         result["first_step_s"] = round(first_step_s, 3)
     if resumed is not None:
         result["resumed_from"] = resumed
+    if pool is not None:
+        result["self_play_pool"] = pool.versions
     if terminated:  # (the signal that stopped it: an interrupts.StopRequest names it)
         result["terminated"] = getattr(stop, "reason", "SIGTERM")
     return result
 
 
-def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server) -> dict[str, Any]:
+def _self_play(config: ExperimentConfig, env, evaluator, policy, learner) -> Any:
+    """A self-play run's snapshot pool (``shoal.actors.selfplay``), its first snapshot taken, that
+    the training env's and the evaluator's opponents play; ``None`` for other runs."""
+    if not config.self_play:
+        return None
+    from shoal.actors.selfplay import SnapshotPool
+
+    pool = SnapshotPool(config.self_play_pool, config.self_play_every)
+    pool.maybe_add(learner)
+    env.play_against(pool, policy)
+    evaluator.play_against(pool, policy)
+    return pool
+
+
+def _pool_path(run_dir: str) -> str:
+    return os.path.join(run_dir, "checkpoints", "self_play_pool.npz")
+
+
+def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server, pool=None) -> dict[str, Any]:
     """Restores the run's checkpoint (replay restored itself when its server started)."""
     saved = read_run(config.run_dir)
     if "actor" not in saved["actors"]:
@@ -162,6 +188,8 @@ def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server
     actor.update(wait=True)  # (its first step acts with the restored params, not the initial ones)
     if saved["evaluator"] is not None:  # (None: a checkpoint of an earlier version without one; afresh)
         evaluator.restore(saved["evaluator"])
+    if pool is not None and os.path.exists(_pool_path(config.run_dir)):
+        pool.restore(_pool_path(config.run_dir), learner.get_variables()[1])
     replay_items = {name: int(info.current_size) for name, info in server.client.server_info().items()}
     info = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
             "learner_digest": restored_digest, "replay_items": replay_items,

@@ -149,6 +149,10 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--global-state", action="store_true", default=default(False),
         help="a PettingZoo env: each agent's row also carries the env's global state (its state()), "
         "read by the value function only: a centralised critic (PPO: MAPPO)")
+    add("--self-play", action="store_true", default=default(False),
+        help="a two-player turn-based PettingZoo game (e.g. pettingzoo:pettingzoo.classic.connect_four_v3): "
+        "the agent plays against frozen snapshots of itself; evaluations play a one-step lookahead player "
+        "and report win rates against it, a random player and the snapshots (one process)")
     add("--seed", type=int, default=default(0), help="random seed (default: 0)")
     add("--max-env-steps", type=int, default=default(100_000), help="step budget over all envs (default: 100000, or the preset's)")
     add("--target-return", type=float, default=default(None), help="stop when the mean evaluation return "

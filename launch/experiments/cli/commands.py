@@ -107,7 +107,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         run_dir=args.run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet,
         env_args=dict(args.env_args), env_factory=args.env_factory, action_masks=args.action_masks,
         agent_ids=args.agent_ids, agent_groups=dict(args.agent_groups), global_state=args.global_state,
-        track=args.track, **chosen)
+        self_play=args.self_play, track=args.track, **chosen)
     if args.run_dir is None:  # (named as the result names the agent: a plug-in's own name, not its class)
         name = getattr(config.builder, "name", None) or args.agent.rpartition(":")[2]
         config.run_dir = os.path.join("runs", f"{name}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
