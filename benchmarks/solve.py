@@ -36,8 +36,10 @@ Suites (target return; tasks without one run their budget and report their final
   full     -- cartpole, Acrobot-v1 (-100), Pendulum-v1 for SAC (-200), box2d and mujoco
   multiagent -- PettingZoo's MPE (the pettingzoo extra): simple_spread (3 agents) with PPO's policy
               shared and its critic each agent's own (IPPO) or centralised (--global-state:
-              MAPPO); simple_adversary (agents of different spaces) with a policy per group.
-              Env steps count rows (one per agent); give a budget (default 100k)
+              MAPPO); simple_adversary (agents of different spaces) with a policy per group;
+              connect four by self-play (win rates against a random and a lookahead player in
+              eval.csv). Env steps count rows (one per agent; the learner's moves in self-play);
+              give a budget (default 100k)
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ SUITES = {"cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
           "minatar": [(a, e) for a in ("dqn", "ppo") for e in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")],
           "memory": [(a, e) for e in ("shoal/CartPoleNoVelocity-v1", *POPGYM) for a in ("ppo", "ppo lstm_size=0", "r2d2")],
           "multiagent": [(a, SPREAD) for a in ("ppo", "ppo --global-state")]
-          + [("ppo --agent-group=adversary_*=red --agent-group=agent_*=blue", "pettingzoo:mpe2.simple_adversary_v3")]}
+          + [("ppo --agent-group=adversary_*=red --agent-group=agent_*=blue", "pettingzoo:mpe2.simple_adversary_v3"),
+             ("ppo --self-play", "pettingzoo:pettingzoo.classic.connect_four_v3")]}
 SUITES["full"] = (SUITES["cartpole"] + [(a, "Acrobot-v1") for a in ("dqn", "ppo", "impala")]
                   + [("sac", "Pendulum-v1")] + SUITES["box2d"] + SUITES["mujoco"])
 
