@@ -37,7 +37,8 @@ class IMPALABuilder(AgentBuilder):
         super().validate(spec, num_devices)
         if c.sequences_per_update % spec.num_envs:
             raise ValueError(f"sequences_per_update={c.sequences_per_update} must be a multiple of "
-                             f"num_envs={spec.num_envs} (a replay item holds one sequence per env)")
+                             f"num_envs={spec.num_envs} (a replay item holds one sequence per env; a "
+                             "PettingZoo env's envs are its rows, --num-envs copies x agents)")
         if c.sequences_per_update % num_devices:
             raise ValueError(f"sequences_per_update={c.sequences_per_update} must be a multiple of "
                              f"the number of local devices ({num_devices})")
