@@ -30,8 +30,8 @@ value is learnt as 0; with a mask their one allowed action carries no policy gra
 
 **Agents of different spaces** share one row layout: 1-d Box observations padded with zeros to
 the longest; Discrete actions padded to the largest set, each row's action mask allowing its
-agent's own (with the env's mask, if any); 1-d Box actions padded to the most dimensions, each
-row's action cut to its agent's size and clipped to its bounds before it is sent. Agents of one
+agent's own (with the env's mask, if any). Continuous actions of different sizes are refused (a
+padded dimension would still count in a Gaussian policy's log-probability and entropy). Agents of one
 policy must have the same spaces (``policy_groups``: a policy per group, ``shoal.agents.blocks.groups``).
 """
 
@@ -159,11 +159,10 @@ def _sizes(spaces: Mapping[str, gym.Space], what: str, name: str) -> list[int] |
     flat_boxes = all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 and s.dtype == first.dtype
                      for s in spaces.values())
     discrete = all(isinstance(s, gym.spaces.Discrete) and int(s.start) == 0 for s in spaces.values())
-    if not ((flat_boxes and (what == "observation" or np.issubdtype(first.dtype, np.floating)))
-            or (discrete and what == "action")):
+    if not ((flat_boxes and what == "observation") or (discrete and what == "action")):
         raise ValueError(f"{name}: agents {agents[0]} and {other} have different {what} spaces ({first} and "
                          f"{spaces[other]}); agents of different spaces are padded to one row layout only for "
-                         f"{'1-d Box observations' if what == 'observation' else 'Discrete or 1-d Box actions'}")
+                         f"{'1-d Box observations' if what == 'observation' else 'Discrete actions'}")
     return [int(s.n) if discrete else int(s.shape[0]) for s in spaces.values()]
 
 
@@ -212,12 +211,11 @@ class AgentRows(gym.vector.VectorEnv):
         self._ids = agent_ids and len(self.agents) > 1
         self._state = _state_space(first, name) if global_state else None
         # Agents of different spaces: observations padded with zeros, actions to the largest set
-        # (the rows' masks allow each agent its own actions; continuous ones are cut to its size).
+        # (the rows' masks allow each agent its own actions).
         self._obs_sizes = _sizes(obs_spaces, "observation", name)
         self._action_sizes = _sizes(act_spaces, "action", name)
         self._inner = _padded(obs_spaces) if self._obs_sizes else obs_spaces[self.agents[0]]
         self.single_action_space = _padded(act_spaces) if self._action_sizes else act_spaces[self.agents[0]]
-        self._own_actions = act_spaces
         observations, infos = first.reset(seed=seed)
         self._info_mask = any(ACTION_MASK in (infos.get(a) or {}) for a in self.agents) and not (
             isinstance(self._inner, gym.spaces.Dict) and ACTION_MASK in self._inner.spaces)
@@ -342,7 +340,7 @@ class AgentRows(gym.vector.VectorEnv):
             base = c * n
             playing = set(env.agents)  # (only their actions go to the env)
             observations, reward, terms, truncs, infos = env.step(
-                {a: self._own_action(i, actions[base + i]) for i, a in enumerate(self.agents) if a in playing})
+                {a: actions[base + i] for i, a in enumerate(self.agents) if a in playing})
             last = self._rows(env, observations, infos, playing)  # (what each agent that played saw last)
             for i, a in enumerate(self.agents):
                 if a not in playing:
@@ -361,14 +359,6 @@ class AgentRows(gym.vector.VectorEnv):
             info["final_obs"] = np.array(final + [None], dtype=object)[:-1]
             info["_final_obs"] = ended
         return self._batch(self._obs), rewards, terminated, truncated, info
-
-    def _own_action(self, index: int, action: Any) -> Any:
-        """A row's action as its agent takes it: a continuous one cut to the agent's own size and
-        bounds where agents' action spaces differ (a discrete one is already among its own)."""
-        space = self._own_actions[self.agents[index]]
-        if self._action_sizes and isinstance(space, gym.spaces.Box):
-            return np.clip(np.asarray(action)[:space.shape[0]], space.low, space.high).astype(space.dtype)
-        return action
 
     def render(self) -> Any:
         """The first copy's frame (its ``render()``; made with ``render_mode``, an env argument)."""
@@ -417,6 +407,8 @@ def resolve_groups(agents: Sequence[str], mapping: Mapping[str, str], name: str 
     if not isinstance(mapping, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and k and v
                                                    for k, v in mapping.items()):
         raise ValueError(f"agent groups must map agent-name patterns to group names (strings), got {mapping!r}")
+    if len(agents) < 2:
+        raise ValueError(f"agent groups (--agent-group) need two agents or more; {name} has {', '.join(agents)}")
     for pattern in mapping:
         if not fnmatch.filter(agents, pattern):
             raise ValueError(f"agent group pattern {pattern!r} (-> {mapping[pattern]!r}) names no agent of {name}; "

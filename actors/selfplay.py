@@ -24,7 +24,8 @@ Opponents (``opponent``):
   win rate against each opponent (``eval_win_rate_<opponent>``).
 
 The pool (``SnapshotPool``) takes a snapshot every ``every`` learner updates and keeps the
-latest ``size``; a checkpoint saves it (``save``: arrays only) and a resume restores it.
+latest ``size``; each checkpoint saves it (``save``: arrays only, a file its ``run.json`` names)
+and a resume restores it.
 """
 
 from __future__ import annotations
@@ -94,9 +95,14 @@ class SnapshotPool:
         """Reads what ``save`` wrote; ``like``: parameters of the same structure (the learner's)."""
         treedef = jax.tree_util.tree_structure(like)
         with np.load(path, allow_pickle=False) as saved:
-            versions = saved["versions"].tolist()
+            versions = saved["versions"].tolist()[-self.size:]
+            skipped = len(saved["versions"]) - len(versions)
+            if any(f"s{skipped + i}_{treedef.num_leaves - 1}" not in saved for i in range(len(versions))):
+                raise ValueError(f"{path} holds snapshots of other parameters than this run's "
+                                 f"({treedef.num_leaves} arrays each)")
             self.snapshots = [(int(v), jax.tree_util.tree_unflatten(
-                treedef, [saved[f"s{i}_{j}"] for j in range(treedef.num_leaves)])) for i, v in enumerate(versions)]
+                treedef, [saved[f"s{skipped + i}_{j}"] for j in range(treedef.num_leaves)]))
+                for i, v in enumerate(versions)]
 
 
 class SelfPlayRows(gym.vector.VectorEnv):
@@ -231,8 +237,10 @@ class SelfPlayRows(gym.vector.VectorEnv):
     # -- the vector env --------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         seed = self._seed if seed is None else seed
-        if seed is not None:
+        if seed is not None:  # (a seeded reset starts over: the same seats, opponents and draws)
             self._rng = np.random.default_rng(seed)
+            self._key = jax.random.PRNGKey(seed)
+            self._episodes = [0] * self.num_envs
         self._carry[:] = 0.0
         for c in range(self.num_envs):
             self._reset_copy(c, None if seed is None else seed + c)

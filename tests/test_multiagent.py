@@ -169,11 +169,15 @@ def test_a_grouped_network_answers_each_row_with_its_groups_parameters_and_learn
     for inner, rows in ((ActorCritic((8,), 3), obs), (GaussianActorCritic((8,), 2), obs[:2])):
         grouped = GroupedNetwork(inner, [0, 1, 1], 2, "tail")
         params = grouped.init(jax.random.PRNGKey(0), rows[:1])
+        if "log_std" in params["params"]:  # (each group's own: 0 and 1, for as many rows as dimensions)
+            params["params"]["log_std"] = params["params"]["log_std"] + jnp.arange(2.0)[:, None]
         out = grouped.apply(params, rows)
         for r, g in enumerate(group_of_row[:len(rows)]):
             own = inner.apply(jax.tree_util.tree_map(lambda p, g=g: p[g], params), rows[r:r + 1])
             for got, want in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(own)):
-                np.testing.assert_allclose(got[r], want[0] if want.ndim == got.ndim else want, rtol=1e-5, atol=1e-6)
+                want = want[0] if want.shape[:1] == (1,) else want  # (a row's output, or one for all rows)
+                assert got.shape == (len(rows), *want.shape)
+                np.testing.assert_allclose(got[r], want, rtol=1e-5, atol=1e-6)
     grouped = GroupedNetwork(ActorCritic((8,), 3), [0, 1, 1], 2, "tail")
     params = grouped.init(jax.random.PRNGKey(1), obs[:1])
     in_group_0 = jnp.asarray(group_of_row) == 0

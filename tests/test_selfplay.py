@@ -40,9 +40,19 @@ def play_randomly(opponent: str, copies: int = 40) -> np.ndarray:
 
 def test_the_learner_plays_first_and_second_in_turn_and_the_lookahead_player_beats_a_random_one():
     env = make_vector_env(TICTACTOE, 2, seed=0, self_play=True)
-    obs, _ = env.reset(seed=0)
-    # copy 0: the learner moves first (an empty board); copy 1: second (the opponent's mark is down)
-    assert obs["observation"][0].sum() == 0 and obs["observation"][1][..., 1].sum() == 1
+    for _ in range(2):  # (a seeded reset starts the same way: copy 0 first, copy 1 second)
+        obs, _ = env.reset(seed=0)
+        # copy 0: the learner moves first (an empty board); copy 1: second (the opponent's mark is down)
+        assert obs["observation"][0].sum() == 0 and obs["observation"][1][..., 1].sum() == 1
+        ended = np.zeros(2, bool)
+        while not ended.all():  # (each copy's first game, played from the lowest legal cell)
+            obs, reward, terminated, truncated, info = env.step(np.argmax(obs["action_mask"], axis=1))
+            for c in np.flatnonzero(terminated & ~ended):  # (its last position, then the next game's)
+                final = info["final_obs"][c]
+                assert final["observation"].sum() >= 5 and reward[c] in (-1.0, 0.0, 1.0)
+                # its second game: seats swapped (copy 0 now second: one mark down; copy 1 first: none)
+                assert obs["observation"][c].sum() == (1 if c == 0 else 0)
+            ended |= terminated
     env.close()
     against_random, against_lookahead = play_randomly("random"), play_randomly("lookahead")
     assert 0.3 < np.mean(against_random > 0) < 0.8  # (random against random: about even, first seat ahead)
@@ -90,13 +100,16 @@ def test_ppo_self_play_logs_win_rates_and_a_resume_restores_its_snapshot_pool(tm
     assert done.returncode == 0, done.stderr[-3000:]
     first = json.loads(done.stdout.strip().splitlines()[-1])
     assert first["self_play_pool"] == [0, 20] and first["learner_steps"] > 0
-    shutil.copy(run / "checkpoints" / "self_play_pool.npz", tmp_path / "saved.npz")
+    saved_name = json.loads((run / "checkpoints" / "run.json").read_text())["self_play_pool"]
+    shutil.copy(run / "checkpoints" / saved_name, tmp_path / "saved.npz")
     resumed = run_shoal("train", "--resume", str(run), "--env", TICTACTOE, "--max-env-steps", "40000", "--quiet",
                         timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     second = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert second["self_play_pool"][:2] == [0, 20] and len(second["self_play_pool"]) > 2
-    with np.load(tmp_path / "saved.npz") as saved, np.load(run / "checkpoints" / "self_play_pool.npz") as now:
+    now_name = json.loads((run / "checkpoints" / "run.json").read_text())["self_play_pool"]
+    assert now_name != saved_name and not (run / "checkpoints" / saved_name).exists()  # (one pool: the last)
+    with np.load(tmp_path / "saved.npz") as saved, np.load(run / "checkpoints" / now_name) as now:
         kept = [key for key in saved.files if key.startswith(("s0_", "s1_"))]
         assert kept and all(np.array_equal(saved[key], now[key]) for key in kept)
     with open(run / "eval.csv") as f:

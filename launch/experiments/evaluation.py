@@ -74,7 +74,9 @@ class Evaluator:
             self._actor.update(wait=True)
             returns = evaluate(self._env, self._actor, should_stop=self._should_stop,
                                seed=self._config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
-        if returns is None:  # interrupted: nothing recorded, still due
+            # (self-play: win rates against each opponent, in the evaluation's time)
+            rates = self._win_rates(returns) if returns is not None and getattr(self._env, "pool", None) else {}
+        if returns is None or rates is None:  # interrupted: nothing recorded, still due
             self._next = due_at
             return False
         self.num_evals += 1
@@ -85,8 +87,7 @@ class Evaluator:
         agents = getattr(self._env, "agents", None)  # (a PettingZoo env's rows: shoal.actors.multiagent)
         if agents:
             row.update(agent_returns(returns, agents))
-        if getattr(self._env, "pool", None) is not None:  # (self-play: win rates against each opponent)
-            row.update(self._win_rates(returns))
+        row.update(rates)
         self._logger.write({**row, "params_version": self._actor.params_version,
                             "wall_s": time.monotonic() - self._start})
         every = self._config.video_every
@@ -105,9 +106,10 @@ class Evaluator:
         """A self-play run: the evaluation env's snapshot opponents play ``pool`` with ``policy``."""
         self._env.play_against(pool, policy)
 
-    def _win_rates(self, returns: np.ndarray) -> dict[str, float]:
+    def _win_rates(self, returns: np.ndarray) -> dict[str, float] | None:
         """The share of games won (return > 0) against each opponent of ``shoal.actors.selfplay``:
-        the evaluation's own (a lookahead player: ``returns``), then a random player and the pool."""
+        the evaluation's own (a lookahead player: ``returns``), a random player and the pool
+        (``None``: a stopping run interrupted them)."""
         from shoal.actors.selfplay import OPPONENTS
 
         rates, default = {}, self._env.opponent
@@ -119,7 +121,7 @@ class Evaluator:
                     games = evaluate(self._env, self._actor, should_stop=self._should_stop,
                                      seed=self._config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
                     if games is None:  # (a stopping run)
-                        break
+                        return None
                 rates[f"eval_win_rate_{opponent}"] = float(np.mean(np.asarray(games) > 0))
         finally:
             self._env.opponent = default

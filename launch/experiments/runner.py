@@ -110,11 +110,13 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     due = Periodic(config.checkpoint_every_s)
 
     def checkpoint() -> None:
-        if pool is not None:
-            pool.save(_pool_path(config.run_dir))
         written = checkpointer.save(loop.env_steps, learner, server.client)
+        if pool is not None:  # (its own file per checkpoint, named in run.json: committed with the rest)
+            written["self_play_pool"] = _save_pool(pool, config.run_dir, loop.env_steps)
         commit(config.run_dir, written, loop.env_steps, agent=builder.name, spec=spec_record(spec),
                counter=counter.save(), evaluator=evaluator.save(), actors={"actor": actor.save()})
+        if pool is not None:
+            _keep_only_pool(config.run_dir, written["self_play_pool"])
         due.reset()
 
     last_log = time.monotonic()
@@ -172,8 +174,19 @@ def _self_play(config: ExperimentConfig, env, evaluator, policy, learner) -> Any
     return pool
 
 
-def _pool_path(run_dir: str) -> str:
-    return os.path.join(run_dir, "checkpoints", "self_play_pool.npz")
+def _save_pool(pool, run_dir: str, env_steps: int) -> str:
+    """Writes a self-play run's snapshot pool beside its checkpoint; returns the file's name."""
+    name = f"self_play_pool-{env_steps:012d}.npz"
+    pool.save(os.path.join(run_dir, "checkpoints", name))
+    return name
+
+
+def _keep_only_pool(run_dir: str, name: str) -> None:
+    """Removes the pools of earlier checkpoints (``run.json`` names ``name`` now)."""
+    directory = os.path.join(run_dir, "checkpoints")
+    for other in os.listdir(directory):
+        if other.startswith("self_play_pool-") and other.endswith(".npz") and other != name:
+            os.remove(os.path.join(directory, other))
 
 
 def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server, pool=None) -> dict[str, Any]:
@@ -188,8 +201,9 @@ def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server
     actor.update(wait=True)  # (its first step acts with the restored params, not the initial ones)
     if saved["evaluator"] is not None:  # (None: a checkpoint of an earlier version without one; afresh)
         evaluator.restore(saved["evaluator"])
-    if pool is not None and os.path.exists(_pool_path(config.run_dir)):
-        pool.restore(_pool_path(config.run_dir), learner.get_variables()[1])
+    if pool is not None and saved.get("self_play_pool"):  # (the pool its checkpoint saved)
+        pool.restore(os.path.join(config.run_dir, "checkpoints", os.path.basename(saved["self_play_pool"])),
+                     learner.get_variables()[1])
     replay_items = {name: int(info.current_size) for name, info in server.client.server_info().items()}
     info = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
             "learner_digest": restored_digest, "replay_items": replay_items,

@@ -101,12 +101,16 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
     if args.trust_run_dir:
         raise ValueError("--trust-run-dir applies to --resume (a new run names its own code)")
     settings = {key: parse_setting(config_class(args.agent), key, value) for key, value in args.overrides}
+    groups: dict[str, str] = {}
+    for pattern, group in args.agent_groups:
+        if groups.setdefault(pattern, group) != group:
+            raise ValueError(f"--agent-group {pattern}={group}: {pattern} is already in group {groups[pattern]}")
     chosen = {field: getattr(args, field) for flag, field in EXPERIMENT_FLAGS.items() if flag in given}
     config = experiment_config(
         args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
         run_dir=args.run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet,
         env_args=dict(args.env_args), env_factory=args.env_factory, action_masks=args.action_masks,
-        agent_ids=args.agent_ids, agent_groups=dict(args.agent_groups), global_state=args.global_state,
+        agent_ids=args.agent_ids, agent_groups=groups, global_state=args.global_state,
         self_play=args.self_play, track=args.track, **chosen)
     if args.run_dir is None:  # (named as the result names the agent: a plug-in's own name, not its class)
         name = getattr(config.builder, "name", None) or args.agent.rpartition(":")[2]
