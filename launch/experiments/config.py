@@ -13,15 +13,14 @@ import jax
 from shoal.actors import check_env_id, environment_spec, make_vector_env
 from shoal.actors.env_sources import check_env_args, factory_path, load_env_factory
 from shoal.actors.environments import STICKY_ACTIONS, is_atari, resolve_env_id
-from shoal.actors.multiagent import GLOBAL_STATE, env_maker, is_pettingzoo, policy_groups
-from shoal.agents.blocks.groups import group_networks
-from shoal.agents.blocks.networks import check_critic_only
+from shoal.actors.multiagent import env_maker, is_pettingzoo
 from shoal.agents.builders import AgentBuilder
 from shoal.agents.learner_memory import check_learner_fits
 from shoal.agents.registry import agent_name
 from shoal.core.settings import check_settings, setting
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.callbacks import check_callbacks
+from shoal.launch.experiments.many_agents import agent_groups, multiagent_networks
 from shoal.launch.programs.variables import check_environment
 
 
@@ -232,36 +231,15 @@ class ExperimentConfig:
                                 self.agent_ids, self.global_state, self.self_play)
 
     def agent_group_indices(self) -> tuple[list[str], list[int]] | None:
-        """``agent_groups`` resolved against the env's agents: the groups' names and each agent's
-        group (``shoal.actors.multiagent.resolve_groups``), or ``None`` (one shared policy)."""
-        if not is_pettingzoo(self.env_id) or self.env_factory is not None:
-            if self.agent_groups or self.global_state or self.self_play:
-                flag = ("agent groups (--agent-group)" if self.agent_groups else
-                        "--global-state" if self.global_state else "--self-play")
-                raise ValueError(f"{flag}: for a PettingZoo env (pettingzoo:<module>) only, not {self.env_id}")
-            return None
-        if self.self_play:
-            if self.agent_groups or self.global_state:
-                raise ValueError("--self-play plays one policy against its own snapshots: drop "
-                                 + ("--agent-group" if self.agent_groups else "--global-state"))
-            env_maker(self.env_id, self.env_args, turns=True)().close()  # (a turn-based game, or one line)
-            return None
-        if self.agent_groups and not self.agent_ids:
-            raise ValueError("agent groups (--agent-group) read each row's agent from its identity: drop "
-                             "--no-agent-ids")
-        groups = policy_groups(self.env_id, self.env_args, self.agent_groups)  # (spaces checked: one line)
-        return groups if self.agent_groups else None
+        """``agent_groups`` resolved against the env's agents, or ``None`` (one shared policy);
+        a one-line ``ValueError`` for multi-agent settings the env rules out
+        (``shoal.launch.experiments.many_agents``)."""
+        return agent_groups(self)
 
     def make_networks(self, spec: EnvironmentSpec) -> Any:
         """The agent's networks (``network_factory``'s or the builder's), one copy per group of
         agents with ``agent_groups`` (``shoal.agents.blocks.groups``)."""
-        networks = (self.network_factory or self.builder.make_networks)(spec)
-        if self.global_state:
-            check_critic_only(networks, GLOBAL_STATE, self.builder.name)
-        groups = self.agent_group_indices()
-        if groups is None:
-            return networks
-        return group_networks(networks, groups[1], len(groups[0]), "key" if spec.dict_observations else "tail")
+        return multiagent_networks(self, (self.network_factory or self.builder.make_networks)(spec), spec)
 
     def to_dict(self) -> dict[str, Any]:
         return {
