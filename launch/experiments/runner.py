@@ -98,7 +98,7 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     actor = builder.make_actor(actor_key, policy, spec, learner, adder, asynchronous_updates=False)
     evaluator = Evaluator(config, learner, eval_key, start, stopwatch, stop.is_set if stop is not None else None)
     _closing(stack, "the evaluator", evaluator.close)
-    pool = _self_play(config, env, evaluator, builder.make_policy(networks, spec, evaluation=False), learner)
+    pool = _self_play(config, env, evaluator, policy, learner)
     resumed = _resume(config, learner, counter, actor, evaluator, server, pool) if config.resume else None
     compiling = (functools.partial(while_slow, "compiling the learner's update", sys.stderr, hint=COMPILE_HINT)
                  if config.progress else contextlib.nullcontext)
