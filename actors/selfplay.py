@@ -196,11 +196,10 @@ class SelfPlayRows(gym.vector.VectorEnv):
                 moves[c] = self._lookahead_move(c)
             else:
                 snapshots.setdefault(player[0], (player[1], []))[1].append(c)
-        for version, (params, rows) in snapshots.items():  # (each snapshot once, on every copy: one shape)
+        if snapshots:  # (each snapshot acts once, on every copy's position: one shape to compile)
+            obs = _stack([self._observe(c, self.envs[c].agent_selection) for c in range(self.num_envs)])
+        for version, (params, rows) in snapshots.items():
             apply, _ = self._policy
-            batch = [self._observe(c, self.envs[c].agent_selection) for c in range(self.num_envs)]
-            obs = ({k: np.stack([b[k] for b in batch]) for k in batch[0]} if isinstance(batch[0], Mapping)
-                   else np.stack(batch))
             self._key, key = jax.random.split(self._key)
             actions, _, _ = apply(params, key, obs, ActorInfo(SCHEDULES_DONE, version))
             actions = np.asarray(actions)
@@ -272,14 +271,18 @@ class SelfPlayRows(gym.vector.VectorEnv):
         return self._batch(), rewards, terminated, truncated, info
 
     def _batch(self) -> Any:
-        rows = [self._observe(c, self._seat(c)) for c in range(self.num_envs)]
-        if isinstance(rows[0], Mapping):
-            return {k: np.stack([row[k] for row in rows]) for k in rows[0]}
-        return np.stack(rows)
+        return _stack([self._observe(c, self._seat(c)) for c in range(self.num_envs)])
 
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
             env.close()
+
+
+def _stack(rows: list[Any]) -> Any:
+    """Rows of observations (arrays, or dicts of them) as one batch."""
+    if isinstance(rows[0], Mapping):
+        return {k: np.stack([row[k] for row in rows]) for k in rows[0]}
+    return np.stack(rows)
 
 
 def _clone(env: Any) -> Any:
