@@ -23,15 +23,16 @@ Opponents (``opponent``):
   legal move; ties drawn at random. The evaluation plays it, and the evaluator also reports the
   win rate against each opponent (``eval_win_rate_<opponent>``).
 
-The pool (``SnapshotPool``) takes a snapshot every ``every`` learner updates and keeps the
-latest ``size``; each checkpoint saves it (``save``: arrays only, a file its ``run.json`` names)
-and a resume restores it.
+The pool (``SnapshotPool``, ``shoal.actors.snapshot_pool``) takes a snapshot every ``every``
+learner updates and keeps the latest ``size``; each checkpoint saves it (``save``: arrays only, a
+file its ``run.json`` names) and a resume restores it. It lives beside the learner; in a
+distributed run the learner node serves it and each actor and the evaluator play a
+``PoolMirror`` of it, synced twice a second (the evaluator's before each evaluation).
 """
 
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any, Callable, Mapping
 
 import gymnasium as gym
@@ -39,70 +40,12 @@ import jax
 import numpy as np
 
 from shoal.actors.observations import allowed_actions
+from shoal.actors.snapshot_pool import PoolMirror, SnapshotPool
 from shoal.core.specs import ACTION_MASK
 from shoal.core.types import ActorInfo
 
 OPPONENTS = ("random", "lookahead", "pool")
 SCHEDULES_DONE = 2**30  # (the env steps a snapshot acts at: its exploration schedule at its end, e.g. DQN's epsilon)
-
-
-class SnapshotPool:
-    """Frozen copies of the learner's parameters: one every ``every`` learner updates (and the
-    first, version 0's), the latest ``size`` kept."""
-
-    def __init__(self, size: int = 8, every: int = 20) -> None:
-        if size < 1 or every < 1:
-            raise ValueError(f"a snapshot pool needs size >= 1 and every >= 1, got size={size}, every={every}")
-        self.size, self.every = size, every
-        self.snapshots: list[tuple[int, Any]] = []
-
-    @property
-    def versions(self) -> list[int]:
-        return [version for version, _ in self.snapshots]
-
-    def add(self, version: int, params: Any) -> None:
-        self.snapshots.append((int(version), params))
-        del self.snapshots[:-self.size]
-
-    def maybe_add(self, source: Any) -> bool:
-        """Takes a snapshot of ``source`` (a learner: ``version``, ``get_variables``) if ``every``
-        updates passed since the last one (or there is none); returns whether it did."""
-        version = int(source.version)
-        if self.snapshots and version < self.snapshots[-1][0] + self.every:
-            return False
-        version, params = source.get_variables()
-        self.add(version, jax.tree_util.tree_map(np.asarray, params))
-        return True
-
-    def sample(self, rng: np.random.Generator) -> tuple[int, Any]:
-        """The latest snapshot with probability 1/2, else one drawn uniformly."""
-        if rng.random() < 0.5:
-            return self.snapshots[-1]
-        return self.snapshots[int(rng.integers(len(self.snapshots)))]
-
-    def save(self, path: str) -> None:
-        """Writes every snapshot's arrays (``.npz``, no pickles) to ``path``, atomically."""
-        arrays: dict[str, np.ndarray] = {"versions": np.asarray(self.versions, np.int64)}
-        for i, (_, params) in enumerate(self.snapshots):
-            for j, leaf in enumerate(jax.tree_util.tree_leaves(params)):
-                arrays[f"s{i}_{j}"] = np.asarray(leaf)
-        tmp = f"{path}.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-
-    def restore(self, path: str, like: Any) -> None:
-        """Reads what ``save`` wrote; ``like``: parameters of the same structure (the learner's)."""
-        treedef = jax.tree_util.tree_structure(like)
-        with np.load(path, allow_pickle=False) as saved:
-            versions = saved["versions"].tolist()[-self.size:]
-            skipped = len(saved["versions"]) - len(versions)
-            if any(f"s{skipped + i}_{treedef.num_leaves - 1}" not in saved for i in range(len(versions))):
-                raise ValueError(f"{path} holds snapshots of other parameters than this run's "
-                                 f"({treedef.num_leaves} arrays each)")
-            self.snapshots = [(int(v), jax.tree_util.tree_unflatten(
-                treedef, [saved[f"s{skipped + i}_{j}"] for j in range(treedef.num_leaves)]))
-                for i, v in enumerate(versions)]
 
 
 class SelfPlayRows(gym.vector.VectorEnv):
@@ -307,4 +250,4 @@ def _wins(env: Any, mover: str, action: int) -> bool:
     return after.rewards.get(mover, 0) > 0
 
 
-__all__ = ["OPPONENTS", "SelfPlayRows", "SnapshotPool"]
+__all__ = ["OPPONENTS", "PoolMirror", "SelfPlayRows", "SnapshotPool"]

@@ -134,11 +134,45 @@ def test_bad_self_play_settings_are_one_line_errors(env_id, changes, message):
         config.validate_settings()
 
 
-def test_self_play_refuses_a_recurrent_policy_and_other_launchers_before_anything_starts(tmp_path):
+def test_self_play_refuses_a_recurrent_policy_before_anything_starts():
     config = experiment_config("r2d2", TICTACTOE, preset=None, agent_settings={}, self_play=True)
     with pytest.raises(ValueError, match="--self-play takes a feed-forward policy"):
         config.validate_agent(config.environment_spec(), check_memory=False)
-    proc = run_shoal("train", "--agent", "ppo", "--env", TICTACTOE, "--self-play", "--launcher", "processes",
-                     "--run-dir", str(tmp_path / "run"), timeout=120)
-    assert proc.returncode == 2 and "--self-play runs in one process for now" in proc.stderr, proc.stderr
-    assert not (tmp_path / "run").exists()
+
+
+def saved_pool_versions(run) -> list[int]:
+    name = json.loads((run / "checkpoints" / "run.json").read_text())["self_play_pool"]
+    with np.load(run / "checkpoints" / name) as saved:
+        return saved["versions"].tolist()
+
+
+@pytest.mark.e2e
+def test_self_play_over_actor_processes_plays_the_learner_nodes_pool_and_a_resume_restores_it(tmp_path):
+    """PPO on tic-tac-toe over two actor processes: the learner node takes the snapshots, and the
+    actors and the evaluator play copies of its pool (win rates against it in ``eval.csv``); the
+    checkpoint saves the pool, and a resume over processes starts from it."""
+    run = tmp_path / "run"
+    done = run_shoal("train", "--agent", "ppo", "--env", TICTACTOE, "--self-play", "--launcher", "processes",
+                     "--num-actors", "2", "--eval-every", "10000", "--eval-episodes", "10", "--target-return", "1e9",
+                     "--max-env-steps", "20000", "--quiet", "--run-dir", str(run), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = json.loads(done.stdout.strip().splitlines()[-1])
+    assert first["launcher"] == "processes" and first["learner_steps"] > 20
+    assert first["self_play_pool"][0] == 0 and len(first["self_play_pool"]) >= 2
+    saved = saved_pool_versions(run)
+    assert saved[0] == 0 and len(saved) >= 2
+    with open(run / "eval.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= 2 and all(0.0 <= float(row["eval_win_rate_pool"]) <= 1.0 for row in rows)
+    assert int(rows[-1]["self_play_snapshots"]) >= 2  # (the evaluator's copy of the pool)
+    for actor in ("actor_0", "actor_1"):  # (each actor's copy, as it logged it)
+        with open(run / f"{actor}.csv") as f:
+            assert max(int(row["self_play_snapshots"]) for row in csv.DictReader(f)) >= 2
+    resumed = run_shoal("train", "--resume", str(run), "--env", TICTACTOE, "--max-env-steps", "30000", "--quiet",
+                        timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    second = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert second["launcher"] == "processes"
+    kept = [v for v in saved if v in second["self_play_pool"]]
+    assert kept == saved[len(saved) - len(kept):] and kept  # (the saved pool's latest, still held)
+    assert max(second["self_play_pool"]) > max(saved)  # (and snapshots taken after the resume)

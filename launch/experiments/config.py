@@ -83,7 +83,8 @@ class ExperimentConfig:
         seat of each copy against frozen snapshots of itself (``shoal.actors.selfplay``): one
         every ``self_play_every`` learner updates, the latest ``self_play_pool`` kept. The
         evaluation plays a one-step lookahead player and reports win rates against it, a random
-        player and the pool. One process only, for now.
+        player and the pool. Distributed, the learner node keeps the pool and serves it to the
+        actors and the evaluator.
       callbacks: objects whose ``on_evaluation(evaluation)`` (after each evaluation; ``True``
         ends the run) and ``on_end(result)`` the run calls, in the process that evaluates
         (``shoal.launch.experiments.callbacks``). Not recorded in ``config.json``.

@@ -102,8 +102,12 @@ class Evaluator:
             return True
         return self.solved
 
-    def play_against(self, pool: Any, policy: Any) -> None:
-        """A self-play run: the evaluation env's snapshot opponents play ``pool`` with ``policy``."""
+    def play_against(self, pool: Any, policy: Any = None) -> None:
+        """A self-play run: the evaluation env's snapshot opponents play ``pool`` with ``policy``
+        (default: the agent's acting policy, made here)."""
+        if policy is None:
+            spec = make_environment_spec(self._env)
+            policy = self._config.builder.make_policy(self._config.make_networks(spec), spec, False)
         self._env.play_against(pool, policy)
 
     def _win_rates(self, returns: np.ndarray) -> dict[str, float] | None:
@@ -123,6 +127,7 @@ class Evaluator:
                     if games is None:  # (a stopping run)
                         return None
                 rates[f"eval_win_rate_{opponent}"] = float(np.mean(np.asarray(games) > 0))
+            rates["self_play_snapshots"] = len(self._env.pool.snapshots)  # (the pool's opponents: how many)
         finally:
             self._env.opponent = default
         return rates

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import os
 import sys
 import threading
 import time
@@ -36,6 +35,7 @@ from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.pacing import LearningActor
 from shoal.launch.experiments.quiet import native_log_lines_dropped
 from shoal.launch.experiments.run_directory.claim import claim_run_directory
+from shoal.launch.experiments.run_directory.self_play_pools import restore_pool, save_pool
 from shoal.launch.experiments.tracking import start_tracking
 
 
@@ -112,11 +112,9 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     def checkpoint() -> None:
         written = checkpointer.save(loop.env_steps, learner, server.client)
         if pool is not None:  # (its own file per checkpoint, named in run.json: committed with the rest)
-            written["self_play_pool"] = _save_pool(pool, config.run_dir, loop.env_steps)
+            written["self_play_pool"] = save_pool(pool, config.run_dir, loop.env_steps)
         commit(config.run_dir, written, loop.env_steps, agent=builder.name, spec=spec_record(spec),
                counter=counter.save(), evaluator=evaluator.save(), actors={"actor": actor.save()})
-        if pool is not None:
-            _keep_only_pool(config.run_dir, written["self_play_pool"])
         due.reset()
 
     last_log = time.monotonic()
@@ -174,21 +172,6 @@ def _self_play(config: ExperimentConfig, env, evaluator, policy, learner) -> Any
     return pool
 
 
-def _save_pool(pool, run_dir: str, env_steps: int) -> str:
-    """Writes a self-play run's snapshot pool beside its checkpoint; returns the file's name."""
-    name = f"self_play_pool-{env_steps:012d}.npz"
-    pool.save(os.path.join(run_dir, "checkpoints", name))
-    return name
-
-
-def _keep_only_pool(run_dir: str, name: str) -> None:
-    """Removes the pools of earlier checkpoints (``run.json`` names ``name`` now)."""
-    directory = os.path.join(run_dir, "checkpoints")
-    for other in os.listdir(directory):
-        if other.startswith("self_play_pool-") and other.endswith(".npz") and other != name:
-            os.remove(os.path.join(directory, other))
-
-
 def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server, pool=None) -> dict[str, Any]:
     """Restores the run's checkpoint (replay restored itself when its server started)."""
     saved = read_run(config.run_dir)
@@ -201,9 +184,8 @@ def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server
     actor.update(wait=True)  # (its first step acts with the restored params, not the initial ones)
     if saved["evaluator"] is not None:  # (None: a checkpoint of an earlier version without one; afresh)
         evaluator.restore(saved["evaluator"])
-    if pool is not None and saved.get("self_play_pool"):  # (the pool its checkpoint saved)
-        pool.restore(os.path.join(config.run_dir, "checkpoints", os.path.basename(saved["self_play_pool"])),
-                     learner.get_variables()[1])
+    if pool is not None:  # (the pool its checkpoint saved)
+        restore_pool(pool, config.run_dir, saved, learner.get_variables()[1])
     replay_items = {name: int(info.current_size) for name, info in server.client.server_info().items()}
     info = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
             "learner_digest": restored_digest, "replay_items": replay_items,

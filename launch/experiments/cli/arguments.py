@@ -152,7 +152,7 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--self-play", action="store_true", default=default(False),
         help="a two-player turn-based PettingZoo game (e.g. pettingzoo:pettingzoo.classic.connect_four_v3): "
         "the agent plays against frozen snapshots of itself; evaluations play a one-step lookahead player "
-        "and report win rates against it, a random player and the snapshots (one process)")
+        "and report win rates against it, a random player and the snapshots")
     add("--seed", type=int, default=default(0), help="random seed (default: 0)")
     add("--max-env-steps", type=int, default=default(100_000), help="step budget over all envs (default: 100000, or the preset's)")
     add("--target-return", type=float, default=default(None), help="stop when the mean evaluation return "

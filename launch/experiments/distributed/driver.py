@@ -261,6 +261,8 @@ class ProgramDriver:
             result.update(env_steps=self._checkpointed["env_steps"], learner_steps=self._checkpointed["learner_steps"])
         elif "learner_steps" in counts:  # no checkpoint: the learner's own count at its end, not its last report
             result["learner_steps"] = int(counts["learner_steps"])
+        if "self_play_pool" in learner:  # (self-play: the versions of the learner node's pool at its end)
+            result["self_play_pool"] = learner["self_play_pool"]
         if "stale_batches_dropped" in counts:  # on-policy agents: batches older than max_policy_lag
             result["stale_batches_dropped"] = int(counts["stale_batches_dropped"])
         if learner.get("first_update_at"):

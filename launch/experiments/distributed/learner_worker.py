@@ -21,6 +21,7 @@ from shoal.core.notices import COMPILE_HINT, while_slow
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.run_directory.checkpoints import Checkpointer, restore_learner
+from shoal.launch.experiments.run_directory.self_play_pools import restore_pool, save_pool
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.shared_params import ParamsPublisher
 from shoal.launch.experiments.distributed.step_grants import LEARNING
@@ -64,6 +65,13 @@ class LearnerWorker:
         self._first_update_env_steps: int | None = None  # (the run's env steps then)
         self._started: float | None = None
         self._params = ParamsPublisher(self._learner)  # for nodes on this host: no RPC copy per fetch
+        self._run_dir, self._pool = config.run_dir, None
+        if config.self_play:  # (its snapshot pool: taken here, served to the actors and the evaluator)
+            from shoal.actors.snapshot_pool import SnapshotPool
+
+            self._pool = SnapshotPool(config.self_play_pool, config.self_play_every)
+            if resume is None or not restore_pool(self._pool, config.run_dir, resume, self._learner.get_variables()[1]):
+                self._pool.maybe_add(self._learner)
 
     def get_variables(self, known_version: int = -1):
         return self._learner.get_variables(known_version)
@@ -74,6 +82,14 @@ class LearnerWorker:
 
     def version(self) -> int:
         return self._learner.version
+
+    def snapshot_versions(self) -> list[int]:
+        """A self-play run's snapshot pool: the versions it holds (``shoal.actors.snapshot_pool``)."""
+        return self._pool.versions if self._pool is not None else []
+
+    def snapshot(self, version: int) -> Any:
+        """The pool's snapshot of ``version`` (``None``: no longer held)."""
+        return self._pool.get(version) if self._pool is not None else None
 
     def timing(self) -> dict[str, Any]:
         """Seconds per component so far and the wall seconds they are of (the autoscaler's)."""
@@ -99,6 +115,8 @@ class LearnerWorker:
             env_steps, done = self._requests.get()
             try:
                 written = self._checkpointer.save(env_steps, self._learner, self._replay)
+                if self._pool is not None:  # (its own file per checkpoint, named in run.json)
+                    written["self_play_pool"] = save_pool(self._pool, self._run_dir, env_steps)
                 done.set_result({**written, "learner_steps": int(self._local.get_counts().get("learner_steps", 0))})
             except BaseException as e:  # noqa: BLE001 -- the caller gets it
                 done.set_exception(e)
@@ -116,6 +134,8 @@ class LearnerWorker:
                         time.sleep(0.001)
                     continue
                 self._learner.step()
+                if self._pool is not None:
+                    self._pool.maybe_add(self._learner)
                 if self._first_update_at is None:  # (reported at once: actors are paced until then)
                     self._first_update_at = time.time()
                     reported, last = self._report(reported, first=True), time.monotonic()
@@ -130,9 +150,10 @@ class LearnerWorker:
                 self._params.close()
                 self._learner.close()
         self._report(reported)
+        pool = {"self_play_pool": self._pool.versions} if self._pool is not None else {}
         return summary(self.stopwatch, time.monotonic() - started, first_update_at=self._first_update_at,
                        first_update_env_steps=self._first_update_env_steps,
-                       counts=self._local.get_counts(), resumed=self._resumed)
+                       counts=self._local.get_counts(), resumed=self._resumed, **pool)
 
     def _report(self, reported: dict[str, float], first: bool = False) -> dict[str, float]:
         """Adds the learner's counts since ``reported`` to the run's counter; ``first``: its first

@@ -45,9 +45,6 @@ def prepare(config: ExperimentConfig, settings: LaunchSettings, launched_at: flo
     from shoal.launch.programs.launching import check_ports
 
     settings.check(actors_flag)
-    if config.self_play:
-        raise ValueError("--self-play runs in one process for now (its snapshot pool lives beside the learner): "
-                         "drop --launcher")
     config.validate_settings()
     saved = read_run(config.run_dir) if config.resume and config.run_dir else None
     bounds = settings.actor_bounds()  # (autoscaled: starts from MIN, or a resumed run's count within bounds)

@@ -6,7 +6,8 @@ N actors and an evaluator (the node bodies are in ``shoal.launch.experiments.dis
   ``env_steps_actor_i``), the learner ``learner_steps`` (and ``stale_batches_dropped``, for an
   on-policy agent whose batches lag too far).
 * ``learner`` -- trains as fast as the table's rate limiter allows and serves ``get_variables``
-  (its cached host copy, with a version) over RPC and shared memory.
+  (its cached host copy, with a version) over RPC and shared memory; in a self-play run, also
+  its snapshot pool (``snapshot_versions``, ``snapshot``).
 * ``actor_i`` -- (group ``actor``: restartable, scalable while running) steps its own vector env,
   writes to replay, pulls parameters asynchronously every ``variable_update_period`` steps.
 * ``evaluator`` -- evaluates every ``eval_every`` env steps (counted over all actors) and ends
@@ -72,7 +73,8 @@ def program_graph(config: ExperimentConfig, spec: EnvironmentSpec, num_actors: i
     counter = program.add_node(ServiceNode(Counter, resume.get("counter"), methods=("increment", "get_counts")),
                                label="counter")
     learner = program.add_node(ServiceNode(LearnerWorker, config, spec, replay, counter, resume or None,
-                                           methods=("get_variables", "shared_params", "version", "checkpoint", "timing")),
+                                           methods=("get_variables", "shared_params", "version", "checkpoint", "timing",
+                                                    "snapshot_versions", "snapshot")),
                                label="learner")
     actors = resume.get("actors") or {}
     program.add_group("actor", functools.partial(_actor_node, config, spec, replay, learner, counter, actors),

@@ -100,6 +100,9 @@ class ActorWorker:
         print(f"[{self._label}] reads parameters {'from shared memory' if source.local else 'over RPC'}", flush=True)
         self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, source, self._adder,
                                          env_steps_offset=done)
+        self._pool = self_play_pool(config, learner)  # (self-play: the learner node's snapshots, mirrored)
+        if self._pool is not None:
+            self._env.play_against(self._pool, policy)
         if resume:
             self._actor.restore(resume)
         self._logger = make_logger(self._label, config.run_dir, terminal=False)
@@ -141,6 +144,8 @@ class ActorWorker:
             grants.took()
             if time.monotonic() - last > 0.5:
                 reported = self._report(reported)
+                if self._pool is not None:
+                    self._pool.sync()
                 self._snapshot = self._actor.save()
                 self._log_staleness(loop)
                 last = time.monotonic()
@@ -158,15 +163,28 @@ class ActorWorker:
 
     def _log_staleness(self, loop: EnvironmentLoop) -> None:
         """A row of ``actor_<i>.csv`` with the staleness: learner updates the params this actor
-        acts with are behind by."""
+        acts with are behind by (self-play: and how many snapshots its opponents draw from)."""
         version = self._actor.params_version
-        loop.log(params_version=version, staleness=self._learner.version() - version)
+        pool = {"self_play_snapshots": len(self._pool.snapshots)} if self._pool is not None else {}
+        loop.log(params_version=version, staleness=self._learner.version() - version, **pool)
 
     def _report(self, reported: int, ask: bool = False, release: bool = False) -> int:
         """Reports the env steps taken since ``reported`` (``StepGrants.report``: ``ask`` for
         the next grant, or ``release`` what is left); returns the steps reported."""
         self._grants.report(self._loop.env_steps - reported, ask, release)
         return self._loop.env_steps
+
+
+def self_play_pool(config: ExperimentConfig, learner) -> Any:
+    """A self-play run's mirror of the learner node's snapshot pool (synced once; ``None`` for
+    other runs): the opponents of this node's games (``shoal.actors.snapshot_pool``)."""
+    if not config.self_play:
+        return None
+    from shoal.actors.snapshot_pool import PoolMirror
+
+    pool = PoolMirror(learner)
+    pool.sync()
+    return pool
 
 
 def send_pending(adder: Adder) -> None:
@@ -204,6 +222,9 @@ class EvaluatorWorker:
                                     self._start, should_stop=should_stop)
         if resume:
             self._evaluator.restore(resume)
+        self._pool = self_play_pool(config, learner)
+        if self._pool is not None:
+            self._evaluator.play_against(self._pool)
 
     def save(self) -> dict[str, Any]:
         """The evaluation schedule (where the next evaluation falls, what the last found)."""
@@ -227,6 +248,8 @@ class EvaluatorWorker:
                 print(f"[evaluator] the budget is all granted, but no step was reported for {STALL_S:g} s: "
                       f"ends at {env_steps:,} env steps; stuck actors hold {held:,}", flush=True)
             if evaluator.due(env_steps) or out_of_budget:
+                if self._pool is not None:  # (the win rates against the pool: its latest snapshots)
+                    self._pool.sync()
                 if evaluator.run(env_steps) or out_of_budget:
                     break
             time.sleep(0.05)

@@ -33,6 +33,7 @@ import jax
 import numpy as np
 
 from shoal.core.specs import EnvironmentSpec, map_observation
+from shoal.launch.experiments.run_directory.self_play_pools import keep_only_pool
 from shoal.launch.experiments.run_directory.replay_checkpoints import KEPT, keep_committed_replay, keep_only_replay_checkpoint
 from shoal.launch.experiments.run_directory.schemas import check_run
 from shoal.launch.experiments.run_directory.directory import read_json, write_json
@@ -92,13 +93,16 @@ class Checkpointer:
 
 def commit(run_dir: str, written: dict[str, Any], env_steps: int, **state: Any) -> dict[str, Any]:
     """Writes ``run.json`` (what ``Checkpointer.save`` ``written`` plus ``state``: JSON values),
-    the last step of a checkpoint, and removes replay checkpoints it no longer names."""
+    the last step of a checkpoint, and removes replay checkpoints and self-play pools it no
+    longer names."""
     directory = os.path.join(run_dir, "checkpoints")
     run = {**state, **written, "env_steps": int(env_steps), "saved_at": time.time()}
     write_json(os.path.join(directory, "run.json"), run)
     if written.get("replay_checkpoint"):
         keep_only_replay_checkpoint(directory, written["replay_checkpoint"])
         shutil.rmtree(os.path.join(directory, KEPT), ignore_errors=True)  # (the new one is committed)
+    if written.get("self_play_pool"):
+        keep_only_pool(run_dir, written["self_play_pool"])
     return run
 
 
