@@ -30,8 +30,9 @@ value is learnt as 0; with a mask their one allowed action carries no policy gra
 
 **Agents of different spaces** share one row layout: 1-d Box observations padded with zeros to
 the longest; Discrete actions padded to the largest set, each row's action mask allowing its
-agent's own (with the env's mask, if any). Continuous actions of different sizes are refused (a
-padded dimension would still count in a Gaussian policy's log-probability and entropy). Agents of one
+agent's own (with the env's mask, if any); 1-d Box actions padded to the longest, each row's
+action mask naming its agent's entries (PPO's Gaussian draws the others from a fixed N(0, 1): no
+parameter learns from them) and the env given the agent's own entries only. Agents of one
 policy must have the same spaces (``policy_groups``: a policy per group, ``shoal.agents.blocks.groups``).
 """
 
@@ -159,10 +160,10 @@ def _sizes(spaces: Mapping[str, gym.Space], what: str, name: str) -> list[int] |
     flat_boxes = all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 and s.dtype == first.dtype
                      for s in spaces.values())
     discrete = all(isinstance(s, gym.spaces.Discrete) and int(s.start) == 0 for s in spaces.values())
-    if not ((flat_boxes and what == "observation") or (discrete and what == "action")):
+    if not (flat_boxes or (discrete and what == "action")):
         raise ValueError(f"{name}: agents {agents[0]} and {other} have different {what} spaces ({first} and "
                          f"{spaces[other]}); agents of different spaces are padded to one row layout only for "
-                         f"{'1-d Box observations' if what == 'observation' else 'Discrete actions'}")
+                         f"1-d Box {what}s{' and Discrete actions' if what == 'action' else ''}")
     return [int(s.n) if discrete else int(s.shape[0]) for s in spaces.values()]
 
 
@@ -179,6 +180,11 @@ def _padded(spaces: Mapping[str, gym.Space]) -> gym.Space:
         low, high = np.minimum(low, _pad(s.low, size)), np.maximum(high, _pad(s.high, size))
         low[n:], high[n:] = np.minimum(low[n:], 0.0), np.maximum(high[n:], 0.0)
     return gym.spaces.Box(low.astype(first.dtype), high.astype(first.dtype), dtype=first.dtype)
+
+
+def _action_size(space: gym.Space) -> int:
+    """How many actions (Discrete) or action entries (a 1-d Box) a row's mask has."""
+    return int(space.n) if isinstance(space, gym.spaces.Discrete) else int(space.shape[0])
 
 
 def _pad(values: Any, size: int) -> np.ndarray:
@@ -219,7 +225,7 @@ class AgentRows(gym.vector.VectorEnv):
         observations, infos = first.reset(seed=seed)
         self._info_mask = any(ACTION_MASK in (infos.get(a) or {}) for a in self.agents) and not (
             isinstance(self._inner, gym.spaces.Dict) and ACTION_MASK in self._inner.spaces)
-        self._size_mask = self._action_sizes is not None and isinstance(self.single_action_space, gym.spaces.Discrete)
+        self._size_mask = self._action_sizes is not None  # (each row's own actions, or action entries)
         self.single_observation_space = self._space()
         self.num_envs = num_copies * len(self.agents)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
@@ -233,10 +239,10 @@ class AgentRows(gym.vector.VectorEnv):
     def _space(self) -> gym.Space:
         inner, n = self._inner, len(self.agents)
         mask_space = None
+        if self._info_mask and not isinstance(self.single_action_space, gym.spaces.Discrete):
+            raise ValueError(f"{self.name} gives info['action_mask'] for actions that are not Discrete")
         if self._info_mask or self._size_mask:
-            if not isinstance(self.single_action_space, gym.spaces.Discrete):
-                raise ValueError(f"{self.name} gives info['action_mask'] for actions that are not Discrete")
-            mask_space = gym.spaces.Box(0, 1, (int(self.single_action_space.n),), np.int8)
+            mask_space = gym.spaces.Box(0, 1, (_action_size(self.single_action_space),), np.int8)
         if isinstance(inner, gym.spaces.Dict):
             spaces = dict(inner.spaces)
             if ACTION_MASK in spaces:
@@ -276,8 +282,8 @@ class AgentRows(gym.vector.VectorEnv):
             if ACTION_MASK not in info:
                 raise ValueError(f"{self.name} gave info['action_mask'] at its first reset but not since")
             fields[ACTION_MASK] = allowed_actions(info[ACTION_MASK])
-        if self._size_mask:  # (the agent's own actions: the first n of the padded set)
-            own = _pad(np.ones(self._action_sizes[index], np.int8), int(self.single_action_space.n))
+        if self._size_mask:  # (the agent's own actions, or action entries: the first n of the padded set)
+            own = _pad(np.ones(self._action_sizes[index], np.int8), _action_size(self.single_action_space))
             fields[ACTION_MASK] = own if ACTION_MASK not in fields else own & _pad(fields[ACTION_MASK], len(own))
         if self._ids:
             fields[AGENT_ID] = _one_hot(index, n)
@@ -340,7 +346,7 @@ class AgentRows(gym.vector.VectorEnv):
             base = c * n
             playing = set(env.agents)  # (only their actions go to the env)
             observations, reward, terms, truncs, infos = env.step(
-                {a: actions[base + i] for i, a in enumerate(self.agents) if a in playing})
+                {a: self._own(i, actions[base + i]) for i, a in enumerate(self.agents) if a in playing})
             last = self._rows(env, observations, infos, playing)  # (what each agent that played saw last)
             for i, a in enumerate(self.agents):
                 if a not in playing:
@@ -359,6 +365,12 @@ class AgentRows(gym.vector.VectorEnv):
             info["final_obs"] = np.array(final + [None], dtype=object)[:-1]
             info["_final_obs"] = ended
         return self._batch(self._obs), rewards, terminated, truncated, info
+
+    def _own(self, index: int, action: Any) -> Any:
+        """Agent ``index``'s action as its env takes it: a padded Box action cut to its own size."""
+        if self._action_sizes is None or isinstance(self.single_action_space, gym.spaces.Discrete):
+            return action
+        return np.asarray(action)[:self._action_sizes[index]]
 
     def render(self) -> Any:
         """The first copy's frame (its ``render()``; made with ``render_mode``, an env argument)."""

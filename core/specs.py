@@ -13,7 +13,10 @@ not taken here: ``shoal.actors.make_vector_env`` turns them into one-hot float32
 
 An ``action_mask`` key (``ACTION_MASK``) of a Dict observation is the set of allowed actions
 (non-zero: allowed; one entry per discrete action), as PettingZoo and SB3-contrib have it:
-networks do not read it, policies never choose a masked action.
+networks do not read it, policies never choose a masked action. With a 1-d ``Box`` action it is
+the set of the action's entries in use (one per entry; e.g. agents of different action sizes in
+one padded layout, ``shoal.actors.multiagent``): a Gaussian policy draws an entry not in use
+from a fixed N(0, 1), which no parameter shapes and the env never sees.
 """
 
 from __future__ import annotations
@@ -133,18 +136,21 @@ def observation_spec(space: gym.Space) -> ObservationSpec:
     return _array_spec(space, "")
 
 
-def check_action_mask(observation: ObservationSpec, num_actions: int | None) -> None:
+def check_action_mask(observation: ObservationSpec, num_actions: int | None, action: ArraySpec | None = None) -> None:
     """Raises ``ValueError`` (one line) for an ``action_mask`` key that is not one entry per
-    discrete action, or that is all there is to observe."""
+    discrete action (or, for a 1-d continuous ``action``, per entry of it), or that is all there
+    is to observe."""
     if not isinstance(observation, Mapping) or ACTION_MASK not in observation:
         return
     mask = observation[ACTION_MASK]
     if num_actions is None:
-        raise ValueError(
-            "the observation has an action_mask key, but the action space is not Discrete "
-            "(action masks are for discrete actions)"
-        )
-    if mask.shape != (num_actions,):
+        if action is None or len(action.shape) != 1 or mask.shape != action.shape:
+            raise ValueError(
+                f"the observation's action_mask has shape {mask.shape}, but the actions are continuous"
+                f"{f' of shape {action.shape}' if action is not None else ''}: a mask of continuous actions "
+                "must have one entry per entry of a 1-d action (the entries in use)"
+            )
+    elif mask.shape != (num_actions,):
         raise ValueError(
             f"the observation's action_mask has shape {mask.shape}; it must have one entry per action, ({num_actions},)"
         )
@@ -165,7 +171,7 @@ def make_environment_spec(env: gym.Env | gym.vector.VectorEnv, num_envs: int | N
         num_actions, action = None, ArraySpec(act_space.shape, np.float32)
     else:
         raise ValueError(f"action space {act_space} is not supported; Shoal agents take Discrete or Box actions")
-    check_action_mask(observation, num_actions)
+    check_action_mask(observation, num_actions, action)
     return EnvironmentSpec(
         observation_space=obs_space,
         action_space=act_space,

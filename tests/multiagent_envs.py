@@ -13,6 +13,7 @@ action a mask forbids, or one sent for an agent that has left, raises.
 ``mixed_actions_env()``: different observation spaces, and ``b`` picks among 0, 1 and 2; an action
 outside the agent's own space raises.
 ``state_env()``: the game with a global state (``state()``: the steps left and the steps taken, scaled).
+``reach_env()``: *reach targets*, two agents of different continuous action sizes (1 and 2).
 """
 
 from __future__ import annotations
@@ -105,3 +106,51 @@ class StatePickDifferent(PickDifferent):
 
 def state_env() -> StatePickDifferent:
     return StatePickDifferent(10)
+
+
+class ReachTargets(ParallelEnv):
+    """Two agents of different continuous action sizes: ``a`` moves 1 number, ``b`` 2, in
+    [-3, 3] (wide: a policy of std 1 around a target is rarely clipped); each is rewarded
+    ``-|action - target|^2`` (targets 0.5 and (-0.5, 0.5)) for 10 steps. The env raises on an
+    action of the wrong shape or outside its bounds."""
+
+    metadata = {"name": "reach_targets_v0"}
+    TARGETS = {"a": np.array([0.5], np.float32), "b": np.array([-0.5, 0.5], np.float32)}
+
+    def __init__(self) -> None:
+        self.possible_agents = ["a", "b"]
+        self.agents: list[str] = []
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 1.0, (1,), np.float32)
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        return spaces.Box(-3.0, 3.0, self.TARGETS[agent].shape, np.float32)
+
+    def _observe(self):
+        return {a: np.array([self.t / 10], np.float32) for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = list(self.possible_agents), 0
+        return self._observe(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        rewards = {}
+        for agent, action in actions.items():
+            action = np.asarray(action, np.float32)
+            if action.shape != self.TARGETS[agent].shape or np.any(np.abs(action) > 3.0):
+                raise RuntimeError(f"agent {agent} took action {action}, outside its {self.action_space(agent)}")
+            rewards[agent] = -float(np.sum(np.square(action - self.TARGETS[agent])))
+        self.t += 1
+        end = self.t >= 10
+        terminations = {a: end for a in self.agents}
+        truncations = {a: False for a in self.agents}
+        observations, infos = self._observe(), {a: {} for a in self.agents}
+        self.agents = [] if end else self.agents
+        return observations, rewards, terminations, truncations, infos
+
+
+def reach_env() -> ReachTargets:
+    return ReachTargets()

@@ -117,16 +117,19 @@ def test_a_state_with_no_allowed_action_stops_the_run_in_one_line():
         run_experiment(config)
 
 
-def test_a_mask_key_with_continuous_actions_is_one_line():
-    import tests.dict_env  # noqa: F401
+def test_a_mask_of_continuous_actions_has_an_entry_per_action_entry_else_it_is_one_line():
+    import gymnasium as gym
 
-    class Spaces:
-        observation_space = __import__("gymnasium").spaces.Dict({
-            "x": __import__("gymnasium").spaces.Box(-1, 1, (2,)), "action_mask": __import__("gymnasium").spaces.MultiBinary(2)})
-        action_space = __import__("gymnasium").spaces.Box(-1, 1, (2,))
+    def spec(mask_size: int):
+        class Spaces:
+            observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1, 1, (2,)),
+                                                 "action_mask": gym.spaces.MultiBinary(mask_size)})
+            action_space = gym.spaces.Box(-1, 1, (2,))
+        return make_environment_spec(Spaces())
 
-    with pytest.raises(ValueError, match="action_mask key, but the action space is not Discrete"):
-        make_environment_spec(Spaces())
+    assert spec(2).action_mask.shape == (2,)  # (the entries in use)
+    with pytest.raises(ValueError, match=r"action_mask has shape \(3,\), but the actions are continuous of shape \(2,\)"):
+        spec(3)
 
 
 @pytest.mark.e2e

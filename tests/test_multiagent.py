@@ -217,6 +217,58 @@ def test_a_policy_per_group_learns_agents_of_different_spaces_each_group_with_it
     env.close()
 
 
+def test_a_padded_gaussian_entry_cancels_in_the_ratio_and_gets_no_gradient():
+    """PPO's ``masked`` on a Gaussian: an action entry not in use adds the same log-probability
+    under any parameters (so the ratio is the entries' in use alone) and no gradient."""
+    import jax
+    import jax.numpy as jnp
+
+    from shoal.agents.blocks import distributions
+    from shoal.agents.ppo.learning import masked
+
+    mask, action = jnp.array([[True, False]]), jnp.array([[0.2, 0.9]])
+
+    def log_prob(mean, log_std):
+        return distributions.gaussian_log_prob(*masked((mean, log_std), mask), action)[0]
+
+    old, new = (jnp.array([[0.0, 0.0]]), jnp.array([0.0, 0.0])), (jnp.array([[0.3, -0.8]]), jnp.array([0.1, 0.5]))
+    in_use = distributions.gaussian_log_prob(new[0][:, :1], new[1][:1], action[:, :1])[0] - \
+        distributions.gaussian_log_prob(old[0][:, :1], old[1][:1], action[:, :1])[0]
+    np.testing.assert_allclose(log_prob(*new) - log_prob(*old), in_use, rtol=1e-5)
+    grads = jax.grad(lambda p: log_prob(*p) + distributions.gaussian_entropy(*masked(p, mask))[0])(new)
+    assert grads[0][0, 1] == 0 and grads[1][1] == 0 and grads[0][0, 0] != 0
+
+
+@pytest.mark.e2e
+def test_ppo_learns_agents_of_different_continuous_action_sizes_each_given_its_own_entries(tmp_path):
+    """*Reach targets* (``a``: 1 action entry, ``b``: 2; the env raises on an action of another
+    shape): one group per agent, actions padded to 2 entries with a mask of each row's own.
+    PPO's greedy policy comes near both targets: ``b`` with both its entries (with one left at
+    0 its return could not pass -2.5; a policy at 0 scores -2.5 for ``a``, -5 for ``b``)."""
+    import csv
+
+    config = experiment_config("ppo", f"{TOY}:reach_env", preset=None, agent_settings={}, seed=0,
+                               max_env_steps=10_000, num_envs=8, eval_every=5_000, eval_episodes=4,
+                               target_return=1e9, progress=False, replay="native", run_dir=str(tmp_path / "run"),
+                               agent_groups={"a": "one", "b": "two"})
+    env = config.make_env(2, 0)
+    assert env.single_action_space.shape == (2,)
+    obs, _ = env.reset(seed=0)
+    assert obs["action_mask"].tolist() == [[1, 0], [1, 1], [1, 0], [1, 1]]
+    env.close()
+    result = run_experiment(config)
+    with open(tmp_path / "run" / "eval.csv") as f:
+        last = list(csv.DictReader(f))[-1]
+    assert float(last["eval_return_a"]) > -0.5 and float(last["eval_return_b"]) > -1.0, (last, result)
+
+
+def test_sac_refuses_agents_of_different_continuous_action_sizes_in_one_line():
+    config = experiment_config("sac", f"{TOY}:reach_env", preset=None, agent_settings={},
+                               agent_groups={"a": "one", "b": "two"})
+    with pytest.raises(ValueError, match="sac does not read an action_mask of continuous actions"):
+        config.validate_agent(config.environment_spec(), check_memory=False)
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"agent_groups": {"a": "x"}}, "agent 'b' of pettingzoo:tests.multiagent_envs is in no group"),
     ({"agent_groups": {"?": "x", "b": "y"}}, "agent 'b' of pettingzoo:tests.multiagent_envs is put in groups x, y"),

@@ -48,6 +48,9 @@ log-std over Box actions (``shoal.agents.blocks.distributions``; the env clips t
 With action masks (an ``action_mask`` stored with each observation), the categorical is over
 the allowed actions (``shoal.agents.blocks.dict_observations.mask_logits``): actions are sampled among them,
 and ``pi(a|s)``, ``mu(a|s)`` and the entropy of step 5 are those of the renormalised allowed set.
+With Box actions the mask names the action's entries in use (agents of different action sizes
+in one layout): an entry not in use is drawn from a fixed N(0, 1) (``masked``), which cancels
+in the ratio and carries no gradient.
 For a Dict observation, normalization (step 1, 6) applies to its float vector keys, one set of
 statistics per key; image keys and the mask are left as they are.
 
@@ -215,9 +218,16 @@ def value_loss(value, old_value, target, epsilon, clip: bool) -> jax.Array:
 
 
 def masked(policy_out, mask):
-    """The policy output restricted to the allowed actions (categorical logits; a Gaussian's
-    output is never masked)."""
-    return policy_out if mask is None or isinstance(policy_out, tuple) else mask_logits(policy_out, mask)
+    """The policy output restricted to the allowed actions: categorical logits masked; for a
+    Gaussian (mean, log-std), each action entry not in use drawn from a fixed N(0, 1), so that
+    it adds the same log-probability when acting and learning (the ratio does not see it) and
+    no parameter gets a gradient from it or from its entropy."""
+    if mask is None:
+        return policy_out
+    if isinstance(policy_out, tuple):
+        mean, log_std = policy_out
+        return jnp.where(mask, mean, 0.0), jnp.where(mask, log_std, 0.0)
+    return mask_logits(policy_out, mask)
 
 
 def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:

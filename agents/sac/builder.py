@@ -25,6 +25,9 @@ class SACBuilder(TransitionReplayBuilder):
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         check_action_space(spec)  # discrete or unbounded action spaces
+        if spec.action_mask is not None:
+            raise ValueError("sac does not read an action_mask of continuous actions (their entries in use: "
+                             "agents of different action sizes); ppo does")
         super().validate(spec, num_devices)
         if self.config.log_std_min >= self.config.log_std_max:
             raise ValueError(f"log_std_min={self.config.log_std_min} must be below "
