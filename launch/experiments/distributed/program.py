@@ -28,7 +28,8 @@ from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.replay_node import ReplayNode
 from shoal.launch.experiments.distributed.learner_worker import LearnerWorker
-from shoal.launch.experiments.distributed.workers import ActorWorker, EvaluatorWorker
+from shoal.launch.experiments.distributed.evaluator_worker import EvaluatorWorker
+from shoal.launch.experiments.distributed.workers import ActorWorker
 from shoal.launch.programs.nodes import ServiceNode
 from shoal.launch.programs.program import Program
 

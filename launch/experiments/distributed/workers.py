@@ -1,6 +1,6 @@
-"""What the actor and evaluator nodes of a distributed run do (the learner's is in
-``learner_worker``; ``make_distributed_program`` builds the graph; ``run_distributed_experiment``
-drives it).
+"""What the actor nodes of a distributed run do (the learner's is in ``learner_worker``, the
+evaluator's in ``evaluator_worker``; ``make_distributed_program`` builds the graph;
+``run_distributed_experiment`` drives it), and what the nodes share.
 
 Each node's ``run()`` returns its summary -- where its time went (seconds per component and its
 wall time), and its own figures -- which the launcher collects for the run's result; each logs
@@ -24,9 +24,8 @@ from shoal.core.interfaces import Adder, ReplayClient
 from shoal.core.specs import EnvironmentSpec, make_environment_spec, map_observation
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
-from shoal.launch.experiments.distributed.step_grants import STALL_S, StepGrants, committed_env_steps
+from shoal.launch.experiments.distributed.step_grants import StepGrants
 from shoal.launch.programs.nodes import current_context, should_stop
 
 STOP_FLUSH_S = 1.0  # how long a stopping actor waits for replay to take its last items
@@ -203,63 +202,3 @@ def close_adder(adder: Adder, timeout_s: float) -> bool:
         adder.close()
         return True
     return adder.close(timeout_s=timeout_s) is not False
-
-
-class EvaluatorWorker:
-    """Evaluates on schedule and ends the program when the target return is reached, the step
-    budget is spent, or the program is asked to stop; returns the run's result.
-
-    The budget is spent once the counter's ``env_steps`` reaches ``max_env_steps`` -- or once it
-    is all granted (``StepGrants``) and no step was reported for ``STALL_S``: actors that stopped
-    (frozen) hold the rest, and the run ends short of its budget by what they hold (the
-    result's ``env_steps_held``) rather than waiting for them forever."""
-
-    def __init__(self, config: ExperimentConfig, learner, counter, launched_at: float | None = None,
-                 resume: dict[str, Any] | None = None) -> None:
-        self._config, self._counter, self._learner = config, counter, learner
-        self._start, self._launched_at = time.monotonic(), launched_at or time.time()
-        self._evaluator = Evaluator(config, LocalFirstSource(learner), jax.random.PRNGKey(config.seed + 1),
-                                    self._start, should_stop=should_stop)
-        if resume:
-            self._evaluator.restore(resume)
-        self._pool = self_play_pool(config, learner)
-        if self._pool is not None:
-            self._evaluator.play_against(self._pool)
-
-    def save(self) -> dict[str, Any]:
-        """The evaluation schedule (where the next evaluation falls, what the last found)."""
-        return self._evaluator.save()
-
-    def progress(self) -> dict[str, Any]:
-        last = self._evaluator.last_return
-        return {"eval_return": last, "num_evals": self._evaluator.num_evals, "last_at": self._evaluator.last_at}
-
-    def run(self) -> dict[str, Any]:
-        evaluator, counts, budget = self._evaluator, {}, self._config.max_env_steps
-        last_steps, changed_at, held = -1, time.monotonic(), 0
-        while not should_stop():
-            counts = self._counter.get_counts()
-            env_steps = int(counts.get("env_steps", 0))
-            if env_steps != last_steps:
-                last_steps, changed_at = env_steps, time.monotonic()
-            out_of_budget = env_steps >= budget
-            if not out_of_budget and committed_env_steps(counts) >= budget and time.monotonic() - changed_at > STALL_S:
-                out_of_budget, held = True, committed_env_steps(counts) - env_steps
-                print(f"[evaluator] the budget is all granted, but no step was reported for {STALL_S:g} s: "
-                      f"ends at {env_steps:,} env steps; stuck actors hold {held:,}", flush=True)
-            if evaluator.due(env_steps) or out_of_budget:
-                if self._pool is not None:  # (the win rates against the pool: its latest snapshots)
-                    self._pool.sync()
-                if evaluator.run(env_steps) or out_of_budget:
-                    break
-            time.sleep(0.05)
-        counts = self._counter.get_counts()
-        result = evaluator.result(counts.get("env_steps", 0), counts.get("learner_steps", 0),
-                                  time.time() - self._launched_at)
-        if should_stop():
-            result["stopped"] = True
-        if held:
-            result["env_steps_held"] = held
-        evaluator.close()
-        return {**summary(evaluator.stopwatch, time.monotonic() - self._start), "result": result,
-                "schedule": evaluator.save()}
