@@ -13,6 +13,8 @@ import argparse
 import sys
 from typing import Any, NoReturn, Sequence
 
+from shoal.launch.experiments.cli import flag_values
+
 
 class _Parser(argparse.ArgumentParser):
     """Usage errors in the one-line form every other error takes."""
@@ -20,77 +22,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"shoal: error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
-
-
-def _parse_override(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set takes KEY=VALUE, got {text!r}")
-    key, value = text.split("=", 1)
-    return key.strip(), value.strip()
-
-
-def _parse_env_arg(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` -> ``(key, value)``, the value a Python literal where it reads as one."""
-    from shoal.actors.env_sources import parse_env_value
-
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip().isidentifier():
-        raise argparse.ArgumentTypeError(f"--env-arg takes KEY=VALUE with KEY an argument name, got {text!r}")
-    return key.strip(), parse_env_value(value.strip())
-
-
-def _parse_agent_group(text: str) -> tuple[str, str]:
-    """``PATTERN=GROUP`` -> ``(pattern, group)``."""
-    pattern, sep, group = text.partition("=")
-    if not sep or not pattern.strip() or not group.strip():
-        raise argparse.ArgumentTypeError(f"--agent-group takes PATTERN=GROUP (e.g. 'adversary_*=red'), got {text!r}")
-    return pattern.strip(), group.strip()
-
-
-def _parse_num_actors(text: str) -> int | str:
-    """``N``, ``auto`` or ``auto:MIN-MAX`` (the bounds are checked with the other settings)."""
-    if text.strip().startswith("auto"):
-        return text.strip()
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--num-actors takes an integer, auto or auto:MIN-MAX (e.g. "
-                                         f"auto:1-8), got {text!r}") from None
-
-
-def _parse_track(text: str) -> str | None:
-    """A tracking backend's name, or ``none`` -> ``None``."""
-    from shoal.launch.experiments.trackers import BACKENDS
-
-    if text == "none":
-        return None
-    if text not in BACKENDS:
-        raise argparse.ArgumentTypeError(f"--track takes {', '.join(BACKENDS)} or none, got {text!r}")
-    return text
-
-
-def _parse_resources(text: str) -> tuple[str, Any]:
-    """``GROUP:NAME=VALUE[,NAME=VALUE...]`` -> ``(group, Resources)``."""
-    from shoal.launch.programs import Resources
-
-    group, _, spec = text.partition(":")
-    try:
-        if not group:
-            raise ValueError("no group")
-        return group, Resources.parse(spec)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"--resources takes GROUP:NAME=VALUE[,NAME=VALUE...] with finite "
-                                         f"amounts >= 0, got {text!r} ({e})") from None
-
-
-def _parse_ports(text: str) -> tuple[int, int] | None:
-    """``FIRST-LAST`` -> ``(first, last)``."""
-    from shoal.launch.programs.variables import parse_ports
-
-    try:
-        return parse_ports(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"--ports: {e}") from None
 
 
 def _presets_text() -> str:
@@ -133,13 +64,13 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--env-factory", default=default(None), metavar="MODULE:FUNCTION", help="make each env with this "
         "function of yours (called with the --env-arg arguments, returning a gymnasium.Env) instead of "
         "--env's registration; --env then only names the env")
-    add("--env-arg", dest="env_args", action="append", type=_parse_env_arg, default=default([]),
+    add("--env-arg", dest="env_args", action="append", type=flag_values.parse_env_arg, default=default([]),
         metavar="KEY=VALUE", help="an argument of the env's constructor, e.g. --env-arg continuous=true "
         "for LunarLander-v3 (repeatable; values read as Python literals: 3, 0.5, true, 'text')")
     add("--no-action-masks", dest="action_masks", action="store_false", default=default(True),
         help="ignore the env's action masks (info['action_mask'] or an action_mask observation key): "
         "the agent may take every action (default: masked actions are never taken)")
-    add("--agent-group", dest="agent_groups", action="append", type=_parse_agent_group, default=default([]),
+    add("--agent-group", dest="agent_groups", action="append", type=flag_values.parse_agent_group, default=default([]),
         metavar="PATTERN=GROUP", help="a PettingZoo env: a policy per group of agents, each with its own "
         "parameters; the agents whose names match PATTERN (e.g. 'adversary_*') play in GROUP (repeatable; "
         "every agent in one group). Default: one policy shared by every agent")
@@ -161,7 +92,7 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     add("--eval-episodes", type=int, default=default(10), help="greedy episodes per evaluation (default: 10, or the preset's)")
     add("--video-every", type=int, default=default(0), metavar="N", help="every N evaluations (from the "
         "first), record one evaluation episode to RUN_DIR/videos/ as an MP4 (the 'video' extra; default: 0, none)")
-    add("--track", type=_parse_track, default=default(None), metavar="{wandb,mlflow,none}", help="also send the "
+    add("--track", type=flag_values.parse_track, default=default(None), metavar="{wandb,mlflow,none}", help="also send the "
         "run's config, logs, videos and result to Weights & Biases (the 'wandb' extra; WANDB_* variables "
         "apply, e.g. WANDB_MODE=offline) or MLflow (the 'mlflow' extra; MLFLOW_TRACKING_URI, default "
         "sqlite:///mlflow.db here); with --resume, the same tracking run goes on (default: none)")
@@ -176,23 +107,23 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         "(agent and experiment settings; the --max-env-steps, --num-envs, --eval-every and "
         "--eval-episodes you give override them): auto (default: the family of --env), none (the "
         f"agent's plain defaults), or one of {_presets_text()}")
-    add("--set", dest="overrides", action="append", type=_parse_override, default=default([]),
+    add("--set", dest="overrides", action="append", type=flag_values.parse_override, default=default([]),
         metavar="KEY=VALUE", help="override an agent setting, after the preset, e.g. --set "
         "learning_rate=3e-4 (repeatable; see the agent's config dataclass)")
     add("--launcher", choices=["processes", "inprocess", "ray"], default=default(None),
         help="run as a distributed program: one process per node, one thread per node (for "
         "debugging), or one Ray actor per node. Default: the single-process runner")
-    add("--num-actors", type=_parse_num_actors, default=default(4), help="actor nodes of a distributed "
+    add("--num-actors", type=flag_values.parse_num_actors, default=default(4), help="actor nodes of a distributed "
         "program (default: 4; change it while the program runs with `shoal scale RUN_DIR --actors N`), or "
         "auto / auto:MIN-MAX: add an actor while the learner waits for samples and the machine has room, "
         "remove one while actors are blocked on inserts (auto: from 1 to the machine's cores)")
     add("--ray-address", default=default(None), help="the Ray cluster to join (auto, or HOST:PORT); "
         "default: start a local Ray instance with this machine's CPUs")
-    add("--resources", action="append", type=_parse_resources, default=default([]),
+    add("--resources", action="append", type=flag_values.parse_resources, default=default([]),
         metavar="GROUP:NAME=VALUE,...", help="what each node of a group asks of the Ray cluster: "
         "num_cpus, num_gpus, memory (bytes) or a custom resource, e.g. --resources learner:num_gpus=1 "
         "--resources actor:actor_host=1 (repeatable)")
-    add("--ports", type=_parse_ports, default=default(None), metavar="FIRST-LAST",
+    add("--ports", type=flag_values.parse_ports, default=default(None), metavar="FIRST-LAST",
         help="the ports the nodes' servers (RPC, Reverb) listen on, each the first free one of the "
         "range on its host, so the range holds at least one port per server (4 + the actors; checked); "
         "allow this range between the hosts of a cluster (default: any free port; with --launcher ray "
@@ -235,7 +166,7 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
                           help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)")
     evaluate.add_argument("--seed", type=int, default=None, help="the episodes' seed (default: a fresh one, printed)")
     evaluate.add_argument("--sample", action="store_true", help="act as in training (sampled), not greedily")
-    evaluate.add_argument("--env-arg", dest="env_args", action="append", type=_parse_env_arg, default=[],
+    evaluate.add_argument("--env-arg", dest="env_args", action="append", type=flag_values.parse_env_arg, default=[],
                           metavar="KEY=VALUE", help="change an argument of the run's env (repeatable)")
     _code_flags(evaluate)
     text = "export a run's trained policy as a file that JAX alone runs (jax.export), with FILE.json beside it"
