@@ -56,7 +56,8 @@ class EnvironmentLoop:
         self._num_envs = env.num_envs
         self._clip = action_clipper(env)
         self._obs, _ = env.reset()
-        check_action_mask(self._obs, 0)
+        self._actions = getattr(env, "single_action_space", None)  # (a mask of Box actions may name none)
+        check_action_mask(self._obs, 0, self._actions)
         self._float_keys = _float_keys(self._obs)  # (decided once: the per-step check reads only these)
         self._returns = np.zeros(self._num_envs)
         self._lengths = np.zeros(self._num_envs, np.int64)
@@ -100,7 +101,7 @@ class EnvironmentLoop:
         with np.errstate(over="ignore", invalid="ignore"):  # (an overflow is the check's to report)
             returns = self._returns + info.get("game_reward", reward)  # (the game's own score, where training clips it)
         _check_rewards(reward, returns, self.env_steps)  # (before the actor, and replay, sees the step)
-        check_action_mask(next_obs, self.env_steps + self._num_envs)
+        check_action_mask(next_obs, self.env_steps + self._num_envs, self._actions)
         step = Step(obs, action, reward, terminated, truncated,
                     final_observations(next_obs, terminated, truncated, info), extras)
         with stopwatch.time("replay_insert"):
@@ -246,7 +247,7 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
     from shoal.launch.programs.variables import value
 
     obs, _ = env.reset(seed=seed)
-    check_action_mask(obs, 0)
+    check_action_mask(obs, 0, getattr(env, "single_action_space", None))
     actor.end_episodes(np.ones(env.num_envs, bool))  # (every env starts an episode: fresh states)
     watched = _EvaluationSteps(env, float(value("SHOAL_STEP_TIMEOUT_S")))
     threading.Thread(target=_watch, args=(weakref.ref(watched), watched._bound_s, on_stall or _stalled),
@@ -270,7 +271,7 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
             watched._stepping_since = None
         steps += env.num_envs
         watched.env_steps = steps
-        check_action_mask(obs, steps)
+        check_action_mask(obs, steps, getattr(env, "single_action_space", None))
         counted = np.where(running, reward, 0.0)
         with np.errstate(over="ignore", invalid="ignore"):  # (an overflow is the check's to report)
             returns += counted

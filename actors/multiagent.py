@@ -24,7 +24,8 @@ agent (parameters shared). Each row is one agent's view:
 **Agents that leave early** (dead agents) or join late: an agent that is done while others play
 on ends its row there (its termination or truncation, its last observation in ``final_obs``);
 until it plays again (its copy's next episode) its row is *absent*: a zero observation with its
-identity, reward 0, never ending, and where actions are masked only action 0 allowed. Its
+identity, reward 0, never ending, and where actions are masked only action 0 allowed (continuous
+actions: no entry in use). Its
 actions are never sent to the env. (The learner trains on absent steps as on any other: their
 value is learnt as 0; with a mask their one allowed action carries no policy gradient.)
 
@@ -32,7 +33,9 @@ value is learnt as 0; with a mask their one allowed action carries no policy gra
 the longest; Discrete actions padded to the largest set, each row's action mask allowing its
 agent's own (with the env's mask, if any); 1-d Box actions padded to the longest, each row's
 action mask naming its agent's entries (PPO's Gaussian draws the others from a fixed N(0, 1): no
-parameter learns from them) and the env given the agent's own entries only. Agents of one
+parameter learns from them; an absent row's mask names none) and the env given the agent's own
+entries only, clipped to its own bounds (Box actions of one size but different bounds: no mask,
+each clipped to its own). Agents of one
 policy must have the same spaces (``policy_groups``: a policy per group, ``shoal.agents.blocks.groups``).
 """
 
@@ -225,7 +228,9 @@ class AgentRows(gym.vector.VectorEnv):
         observations, infos = first.reset(seed=seed)
         self._info_mask = any(ACTION_MASK in (infos.get(a) or {}) for a in self.agents) and not (
             isinstance(self._inner, gym.spaces.Dict) and ACTION_MASK in self._inner.spaces)
-        self._size_mask = self._action_sizes is not None  # (each row's own actions, or action entries)
+        # (each row's own actions, or action entries, where agents have different numbers of them)
+        self._size_mask = self._action_sizes is not None and len(set(self._action_sizes)) > 1
+        self._action_spaces = [act_spaces[a] for a in self.agents]  # (an agent's action: within its own bounds)
         self.single_observation_space = self._space()
         self.num_envs = num_copies * len(self.agents)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
@@ -291,7 +296,8 @@ class AgentRows(gym.vector.VectorEnv):
 
     def _absent(self, index: int) -> Any:
         """The row of an agent not playing now: its observation zeros (its identity kept), and
-        where actions are masked, only action 0 allowed (whatever it picks is never sent)."""
+        where actions are masked, only action 0 allowed, or for continuous actions no entry in
+        use (whatever it picks is never sent)."""
         space = self.single_observation_space
         if isinstance(space, gym.spaces.Box):
             row = np.zeros(space.shape, space.dtype)
@@ -299,8 +305,8 @@ class AgentRows(gym.vector.VectorEnv):
                 row[-len(self.agents):] = _one_hot(index, len(self.agents))
             return row
         row = {k: np.zeros(s.shape, s.dtype) for k, s in space.spaces.items()}
-        if ACTION_MASK in row:
-            row[ACTION_MASK][0] = 1
+        if ACTION_MASK in row and isinstance(self.single_action_space, gym.spaces.Discrete):
+            row[ACTION_MASK][0] = 1  # (continuous actions: no entry in use, no gradient)
         if self._ids:
             row[AGENT_ID] = _one_hot(index, len(self.agents))
         return row
@@ -367,10 +373,12 @@ class AgentRows(gym.vector.VectorEnv):
         return self._batch(self._obs), rewards, terminated, truncated, info
 
     def _own(self, index: int, action: Any) -> Any:
-        """Agent ``index``'s action as its env takes it: a padded Box action cut to its own size."""
+        """Agent ``index``'s action as its env takes it: a padded Box action cut to its own size
+        and clipped to its own bounds (the padded space's are the widest of any agent's)."""
         if self._action_sizes is None or isinstance(self.single_action_space, gym.spaces.Discrete):
             return action
-        return np.asarray(action)[:self._action_sizes[index]]
+        space = self._action_spaces[index]
+        return np.clip(np.asarray(action)[:self._action_sizes[index]], space.low, space.high).astype(space.dtype)
 
     def render(self) -> Any:
         """The first copy's frame (its ``render()``; made with ``render_mode``, an env argument)."""

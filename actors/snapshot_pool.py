@@ -32,8 +32,8 @@ class SnapshotPool:
         return [version for version, _ in self.snapshots]
 
     def add(self, version: int, params: Any) -> None:
-        self.snapshots.append((int(version), params))
-        del self.snapshots[:-self.size]
+        # (a new list, not an append: a thread that reads the pool meanwhile sees the old one whole)
+        self.snapshots = [*self.snapshots, (int(version), params)][-self.size:]
 
     def maybe_add(self, source: Any) -> bool:
         """Takes a snapshot of ``source`` (a learner: ``version``, ``get_variables``) if ``every``

@@ -15,8 +15,8 @@ An ``action_mask`` key (``ACTION_MASK``) of a Dict observation is the set of all
 (non-zero: allowed; one entry per discrete action), as PettingZoo and SB3-contrib have it:
 networks do not read it, policies never choose a masked action. With a 1-d ``Box`` action it is
 the set of the action's entries in use (one per entry; e.g. agents of different action sizes in
-one padded layout, ``shoal.actors.multiagent``): a Gaussian policy draws an entry not in use
-from a fixed N(0, 1), which no parameter shapes and the env never sees.
+one padded layout, ``shoal.actors.multiagent``, which cuts them off): PPO's Gaussian policy
+gives an entry not in use a fixed N(0, 1), which no parameter shapes, and acts 0 there.
 """
 
 from __future__ import annotations

@@ -110,16 +110,19 @@ def state_env() -> StatePickDifferent:
 
 class ReachTargets(ParallelEnv):
     """Two agents of different continuous action sizes: ``a`` moves 1 number, ``b`` 2, in
-    [-3, 3] (wide: a policy of std 1 around a target is rarely clipped); each is rewarded
-    ``-|action - target|^2`` (targets 0.5 and (-0.5, 0.5)) for 10 steps. The env raises on an
-    action of the wrong shape or outside its bounds."""
+    [-3, 3] (wide: a policy of std 1 around a target is rarely clipped; ``a_bound``: ``a``'s
+    bound; ``b_size=1``: ``b`` moves 1 number too); each is rewarded ``-|action - target|^2``
+    (targets 0.5 and (-0.5, 0.5)) for 10 steps. The env raises on an action of the wrong shape or
+    outside its bounds, and keeps the last actions (``last_actions``)."""
 
     metadata = {"name": "reach_targets_v0"}
     TARGETS = {"a": np.array([0.5], np.float32), "b": np.array([-0.5, 0.5], np.float32)}
 
-    def __init__(self) -> None:
+    def __init__(self, a_bound: float = 3.0, b_size: int = 2) -> None:
         self.possible_agents = ["a", "b"]
         self.agents: list[str] = []
+        self.bounds = {"a": a_bound, "b": 3.0}
+        self.targets = {"a": self.TARGETS["a"], "b": self.TARGETS["b"][:b_size]}
 
     @functools.lru_cache(maxsize=None)
     def observation_space(self, agent):
@@ -127,7 +130,7 @@ class ReachTargets(ParallelEnv):
 
     @functools.lru_cache(maxsize=None)
     def action_space(self, agent):
-        return spaces.Box(-3.0, 3.0, self.TARGETS[agent].shape, np.float32)
+        return spaces.Box(-self.bounds[agent], self.bounds[agent], self.targets[agent].shape, np.float32)
 
     def _observe(self):
         return {a: np.array([self.t / 10], np.float32) for a in self.agents}
@@ -140,9 +143,10 @@ class ReachTargets(ParallelEnv):
         rewards = {}
         for agent, action in actions.items():
             action = np.asarray(action, np.float32)
-            if action.shape != self.TARGETS[agent].shape or np.any(np.abs(action) > 3.0):
+            if not self.action_space(agent).contains(action):
                 raise RuntimeError(f"agent {agent} took action {action}, outside its {self.action_space(agent)}")
-            rewards[agent] = -float(np.sum(np.square(action - self.TARGETS[agent])))
+            self.last_actions = {**getattr(self, "last_actions", {}), agent: action}
+            rewards[agent] = -float(np.sum(np.square(action - self.targets[agent])))
         self.t += 1
         end = self.t >= 10
         terminations = {a: end for a in self.agents}
@@ -152,5 +156,5 @@ class ReachTargets(ParallelEnv):
         return observations, rewards, terminations, truncations, infos
 
 
-def reach_env() -> ReachTargets:
-    return ReachTargets()
+def reach_env(a_bound: float = 3.0, b_size: int = 2) -> ReachTargets:
+    return ReachTargets(a_bound, b_size)

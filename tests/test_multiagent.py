@@ -262,6 +262,47 @@ def test_ppo_learns_agents_of_different_continuous_action_sizes_each_given_its_o
     assert float(last["eval_return_a"]) > -0.5 and float(last["eval_return_b"]) > -1.0, (last, result)
 
 
+def test_padded_continuous_actions_reach_each_agent_cut_and_clipped_to_its_own_space():
+    """``a`` moves 1 number in [-1, 1], ``b`` 2 in [-3, 3]: the rows' layout is 2 numbers in
+    [-3, 3]; ``a`` gets its first entry clipped to its own bounds, an absent row's mask names no
+    entry; and with equal sizes but different bounds there is no mask, each agent clipped to its own."""
+    env = AgentRows(env_maker(f"{TOY}:reach_env", {"a_bound": 1.0}), 1, seed=0)
+    assert env.single_action_space == __import__("gymnasium").spaces.Box(-3.0, 3.0, (2,), np.float32)
+    obs, _ = env.reset(seed=0)
+    assert obs["action_mask"].tolist() == [[1, 0], [1, 1]]
+    env.step(np.array([[2.5, -2.0], [2.5, -2.0]], np.float32))
+    sent = env.envs[0].last_actions
+    assert sent["a"].tolist() == [1.0] and sent["b"].tolist() == [2.5, -2.0]
+    assert env._absent(0)["action_mask"].tolist() == [0, 0]
+    same_size = AgentRows(env_maker(f"{TOY}:reach_env", {"a_bound": 1.0, "b_size": 1}), 1, seed=0)
+    obs, _ = same_size.reset(seed=0)
+    assert "action_mask" not in obs
+    same_size.step(np.array([[2.5], [2.5]], np.float32))
+    assert same_size.envs[0].last_actions["a"].tolist() == [1.0] and same_size.envs[0].last_actions["b"].tolist() == [2.5]
+
+
+def test_ppo_acts_0_in_an_action_entry_not_in_use():
+    """PPO's sampling policy on *reach targets*: ``a``'s padded entry is 0 in every sample (the
+    env would see it where it is not cut off), ``b``'s entries are drawn."""
+    import jax
+
+    from shoal.core.specs import make_environment_spec
+    from shoal.core.types import ActorInfo
+
+    config = experiment_config("ppo", f"{TOY}:reach_env", preset=None, agent_settings={},
+                               agent_groups={"a": "one", "b": "two"})
+    env = config.make_env(4, 0)
+    spec = make_environment_spec(env)
+    networks = config.make_networks(spec)
+    policy = config.builder.make_policy(networks, spec, evaluation=False)
+    params = config.builder.init_state(jax.random.PRNGKey(0), networks).params
+    obs, _ = env.reset(seed=0)
+    actions, extras, _ = policy.apply(params, jax.random.PRNGKey(1), obs, ActorInfo(0, 0))
+    actions = np.asarray(actions)
+    assert np.all(actions[0::2, 1] == 0) and np.all(actions[1::2] != 0) and np.all(np.isfinite(extras["log_prob"]))
+    env.close()
+
+
 def test_sac_refuses_agents_of_different_continuous_action_sizes_in_one_line():
     config = experiment_config("sac", f"{TOY}:reach_env", preset=None, agent_settings={},
                                agent_groups={"a": "one", "b": "two"})

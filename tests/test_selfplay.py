@@ -118,6 +118,11 @@ def test_ppo_self_play_logs_win_rates_and_a_resume_restores_its_snapshot_pool(tm
     for row in rows:
         rates = [float(row[f"eval_win_rate_{o}"]) for o in ("random", "lookahead", "pool")]
         assert all(0.0 <= r <= 1.0 for r in rates)
+    (run / "checkpoints" / now_name).unlink()  # (a checkpoint without its pool: refused before anything starts)
+    refused = run_shoal("train", "--resume", str(run), "--env", TICTACTOE, "--max-env-steps", "60000", "--quiet",
+                        timeout=300)
+    assert refused.returncode == 2 and f"names self-play pool '{now_name}', which is not in" in refused.stderr, \
+        refused.stderr[-2000:]
 
 
 @pytest.mark.parametrize("env_id, changes, message", [

@@ -29,6 +29,13 @@ def extras_spec(config: PPOConfig) -> dict[str, ArraySpec]:
     return spec
 
 
+def unused_zero(action, out, mask):
+    """A Gaussian's sampled action with each entry not in use (its mask's) set to 0, the value
+    the env sees there (the fixed N(0, 1) of ``masked`` gives it the same log-probability when
+    acting and learning); a categorical's action as it is."""
+    return jnp.where(mask, action, 0.0) if mask is not None and isinstance(out, tuple) else action
+
+
 def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bool) -> Policy:
     """Sampling from the policy (recording its log-probability, the params version and, for
     recurrent PPO, the state it acted from), or for evaluation its most likely action (the
@@ -38,11 +45,12 @@ def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bo
     rnn = recurrent.is_recurrent(network)
 
     def act(params, key, observation, info: ActorInfo, out, extras):
-        out = masked(out, action_mask(observation))
+        mask = action_mask(observation)
+        out = masked(out, mask)
         if evaluation and not config.eval_sample:
             return dist.mode(out), {}, key
         key, sample_key = jax.random.split(key)
-        action = dist.sample(sample_key, out)
+        action = unused_zero(dist.sample(sample_key, out), out, mask)
         if evaluation:
             return action, {}, key
         version = jnp.full(action.shape[:1], info.params_version, jnp.int32)

@@ -112,7 +112,7 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     def checkpoint() -> None:
         written = checkpointer.save(loop.env_steps, learner, server.client)
         if pool is not None:  # (its own file per checkpoint, named in run.json: committed with the rest)
-            written["self_play_pool"] = save_pool(pool, config.run_dir, loop.env_steps)
+            written["self_play_pool"] = save_pool(pool, config.run_dir, written)
         commit(config.run_dir, written, loop.env_steps, agent=builder.name, spec=spec_record(spec),
                counter=counter.save(), evaluator=evaluator.save(), actors={"actor": actor.save()})
         due.reset()

@@ -54,6 +54,13 @@ class LearnerWorker:
                              "checkpoint_replay_items": resume.get("replay_items"),
                              "checkpoint_replay_items_range": resume.get("replay_items_range")}
             print(f"[learner] resumed at env step {resume['env_steps']:,}: {self._resumed}", flush=True)
+        self._run_dir, self._pool = config.run_dir, None
+        if config.self_play:  # (its snapshot pool: taken here, served to the actors and the evaluator)
+            from shoal.actors.snapshot_pool import SnapshotPool
+
+            self._pool = SnapshotPool(config.self_play_pool, config.self_play_every)
+            if resume is None or not restore_pool(self._pool, config.run_dir, resume, self._learner.get_variables()[1]):
+                self._pool.maybe_add(self._learner)
         # Compile before this node serves (actors and the evaluator wait for it), so the first
         # batches are trained on at once rather than after the compiler (seconds on a CPU). The
         # agent's example batch needs no TensorFlow: the dataset imports it at its first batch.
@@ -65,13 +72,6 @@ class LearnerWorker:
         self._first_update_env_steps: int | None = None  # (the run's env steps then)
         self._started: float | None = None
         self._params = ParamsPublisher(self._learner)  # for nodes on this host: no RPC copy per fetch
-        self._run_dir, self._pool = config.run_dir, None
-        if config.self_play:  # (its snapshot pool: taken here, served to the actors and the evaluator)
-            from shoal.actors.snapshot_pool import SnapshotPool
-
-            self._pool = SnapshotPool(config.self_play_pool, config.self_play_every)
-            if resume is None or not restore_pool(self._pool, config.run_dir, resume, self._learner.get_variables()[1]):
-                self._pool.maybe_add(self._learner)
 
     def get_variables(self, known_version: int = -1):
         return self._learner.get_variables(known_version)
@@ -116,7 +116,7 @@ class LearnerWorker:
             try:
                 written = self._checkpointer.save(env_steps, self._learner, self._replay)
                 if self._pool is not None:  # (its own file per checkpoint, named in run.json)
-                    written["self_play_pool"] = save_pool(self._pool, self._run_dir, env_steps)
+                    written["self_play_pool"] = save_pool(self._pool, self._run_dir, written)
                 done.set_result({**written, "learner_steps": int(self._local.get_counts().get("learner_steps", 0))})
             except BaseException as e:  # noqa: BLE001 -- the caller gets it
                 done.set_exception(e)

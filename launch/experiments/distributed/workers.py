@@ -143,8 +143,9 @@ class ActorWorker:
             grants.took()
             if time.monotonic() - last > 0.5:
                 reported = self._report(reported)
-                if self._pool is not None:
-                    self._pool.sync()
+                if self._pool is not None:  # (new snapshots: fetched like parameters)
+                    with loop.stopwatch.time("param_fetch"):
+                        self._pool.sync()
                 self._snapshot = self._actor.save()
                 self._log_staleness(loop)
                 last = time.monotonic()

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from shoal.core.specs import EnvironmentSpec, map_observation
-from shoal.launch.experiments.run_directory.self_play_pools import keep_only_pool
+from shoal.launch.experiments.run_directory.self_play_pools import keep_only_pool, pool_path
 from shoal.launch.experiments.run_directory.replay_checkpoints import KEPT, keep_committed_replay, keep_only_replay_checkpoint
 from shoal.launch.experiments.run_directory.schemas import check_run
 from shoal.launch.experiments.run_directory.directory import read_json, write_json
@@ -175,6 +175,10 @@ def check_resumable(run_dir: str, run: dict[str, Any], agent: str, spec: Environ
         raise ValueError(f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names learner checkpoint step "
                          f"{run.get('learner_step')}, which is not in {os.path.dirname(learner)}; the "
                          "checkpoint is incomplete and cannot be resumed")
+    pool = pool_path(run_dir, run)
+    if pool and not os.path.isfile(pool):
+        raise ValueError(f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names self-play pool {os.path.basename(pool)!r}, "
+                         f"which is not in {os.path.dirname(pool)}; the checkpoint is incomplete and cannot be resumed")
     replay = run.get("replay_checkpoint")
     if replay and not os.path.isdir(os.path.join(run_dir, "checkpoints", "replay", replay)):
         raise ValueError(f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names replay checkpoint {replay!r}, "

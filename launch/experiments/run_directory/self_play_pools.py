@@ -1,7 +1,9 @@
-"""A self-play run's snapshot pool in its run directory: ``checkpoints/self_play_pool-<env
-steps>.npz`` (arrays only; ``SnapshotPool.save``), written with each checkpoint by whichever
-process holds the pool (one process's runner, a distributed run's learner node), named in
-``run.json`` (``self_play_pool``), and the only one kept once that ``run.json`` is committed."""
+"""A self-play run's snapshot pool in its run directory: ``checkpoints/self_play_pool-<learner
+checkpoint step>.npz`` (arrays only; ``SnapshotPool.save``), written with each checkpoint by
+whichever process holds the pool (one process's runner, a distributed run's learner node), named
+in ``run.json`` (``self_play_pool``), and the only one kept once that ``run.json`` is committed.
+(Named by the learner checkpoint's step, which increases from checkpoint to checkpoint where the
+env steps may not: a pool never overwrites the one the committed ``run.json`` names.)"""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from typing import Any
 PREFIX, SUFFIX = "self_play_pool-", ".npz"
 
 
-def save_pool(pool: Any, run_dir: str, env_steps: int) -> str:
-    """Writes ``pool`` beside the checkpoint of ``env_steps``; returns the file's name."""
-    name = f"{PREFIX}{int(env_steps):012d}{SUFFIX}"
+def save_pool(pool: Any, run_dir: str, written: dict[str, Any]) -> str:
+    """Writes ``pool`` beside the checkpoint ``Checkpointer.save`` just ``written``; returns the
+    file's name."""
+    name = f"{PREFIX}{int(written['learner_step']):012d}{SUFFIX}"
     pool.save(os.path.join(run_dir, "checkpoints", name))
     return name
 
@@ -26,12 +29,18 @@ def keep_only_pool(run_dir: str, name: str) -> None:
             os.remove(os.path.join(directory, other))
 
 
+def pool_path(run_dir: str, saved: dict[str, Any]) -> str | None:
+    """The pool file ``saved`` (a ``run.json``) names, or ``None``."""
+    name = saved.get("self_play_pool")
+    return os.path.join(run_dir, "checkpoints", os.path.basename(name)) if name else None
+
+
 def restore_pool(pool: Any, run_dir: str, saved: dict[str, Any], like: Any) -> bool:
     """Restores the pool ``saved`` (a ``run.json``) names into ``pool`` (``like``: parameters of
     the run's structure); returns whether it named one (a checkpoint of a run without self-play
     names none)."""
-    name = saved.get("self_play_pool")
-    if not name:
+    path = pool_path(run_dir, saved)
+    if path is None:
         return False
-    pool.restore(os.path.join(run_dir, "checkpoints", os.path.basename(name)), like)
+    pool.restore(path, like)
     return True
