@@ -216,6 +216,11 @@ class SelfPlayRows(gym.vector.VectorEnv):
     def _batch(self) -> Any:
         return _stack([self._observe(c, self._seat(c)) for c in range(self.num_envs)])
 
+    def render(self) -> Any:
+        """The first copy's board (its ``render()``; made with ``render_mode``, an env argument):
+        after each of the learner's moves, the opponent's reply made."""
+        return self.envs[0].render()
+
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
             env.close()

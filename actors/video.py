@@ -186,6 +186,7 @@ def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[]
     function that returns its current RGB frame (see the module docstring)."""
     from shoal.actors.environments import _atari_game, is_atari, make_vector_env
     from shoal.actors.multiagent import AgentRows
+    from shoal.actors.selfplay import SelfPlayRows
 
     if is_atari(config.env_id) and config.env_factory is None:
         game = _atari_game(config.env_id)
@@ -196,8 +197,8 @@ def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[]
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # (pygame draws off screen, and says nothing of it)
     env = make_vector_env(config.env_id, 1, seed, evaluation=True, env_args={**config.env_args, "render_mode": "rgb_array"},
                           env_factory=config.env_factory, action_masks=config.action_masks,
-                          agent_ids=config.agent_ids, global_state=config.global_state)
-    return env, (env.render if isinstance(env, AgentRows) else lambda: env.call("render")[0])
+                          agent_ids=config.agent_ids, global_state=config.global_state, self_play=config.self_play)
+    return env, (env.render if isinstance(env, (AgentRows, SelfPlayRows)) else lambda: env.call("render")[0])
 
 
 def _area_weights(size: int, out: int) -> np.ndarray:

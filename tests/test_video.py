@@ -26,6 +26,12 @@ def always(action: int) -> Policy:
     return Policy(lambda params, key, observation, info: (jnp.full(observation.shape[0], action, jnp.int32), {}, key))
 
 
+def first_allowed() -> Policy:
+    """The first move its observation's action mask allows."""
+    return Policy(lambda params, key, observation, info: (
+        jnp.argmax(observation["action_mask"], axis=-1).astype(jnp.int32), {}, key))
+
+
 def decoded(path: str) -> tuple[dict, int]:
     frames = imageio_ffmpeg.read_frames(path)
     meta = next(frames)
@@ -58,6 +64,23 @@ def test_a_pettingzoo_episode_is_one_copy_of_every_agent_until_every_agent_is_do
     env.close()
     assert len(frames) == 25 and frames[0].shape == (700, 700, 3) and frames[0].dtype == np.uint8
     assert episode_return < 0  # (MPE's rewards: minus the distances to the landmarks)
+
+
+def test_a_self_play_episode_is_one_game_against_the_lookahead_player():
+    """Tic-tac-toe by self-play: the video env is the evaluation's (a lookahead opponent, its
+    replies made within each step); one game, a frame of the board after each of the learner's
+    moves but the last, its return the learner's (-1, 0 or 1)."""
+    pytest.importorskip("pettingzoo.classic")
+    config = ExperimentConfig(builder=PPOBuilder(PPOConfig()), env_id="pettingzoo:pettingzoo.classic.tictactoe_v3",
+                              seed=0, self_play=True)
+    env, render = video_env(config, seed=3)
+    assert env.num_envs == 1 and env.opponent == "lookahead"
+    actor = BatchedActor(first_allowed(), jax.random.PRNGKey(0), VariableClient(NoParams(), asynchronous=False),
+                         num_envs=1)
+    frames, episode_return = record_episode(env, actor, 3, render)
+    env.close()
+    assert 2 <= len(frames) <= 5 and frames[0].ndim == 3 and frames[0].dtype == np.uint8
+    assert episode_return in (-1.0, 0.0, 1.0)
 
 
 def test_a_long_episode_is_cut():

@@ -180,8 +180,6 @@ class ExperimentConfig:
         if self.video_every:
             from shoal.actors.video import check_video_extra
 
-            if self.self_play:
-                raise ValueError("--video-every does not record self-play games yet: drop it or --self-play")
             check_video_extra()
         if self.track is not None:
             from shoal.launch.experiments.trackers import check_backend
