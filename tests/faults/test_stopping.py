@@ -129,9 +129,12 @@ def test_a_one_process_run_leaves_at_once_while_setting_up_and_stops_with_its_re
                        python_args=DEFAULT_SIGINT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # config.json: the run claimed its directory and is setting up (Reverb, networks, compiling);
-        # train.csv with a row: it trains
+        # train.csv and learner.csv with a row: it trains, its learner's update compiled (a signal
+        # during that first compile waits for it: XLA does not give the thread back to Python, and
+        # on a loaded CI machine it took 19.7 s once -- the compile, not the stop)
         wait_for(lambda: proc.poll() is not None or (run_dir / moment).exists()
-                 and (moment != "train.csv" or csv_rows(run_dir / moment)), 180, moment)
+                 and (moment != "train.csv" or csv_rows(run_dir / moment) and csv_rows(run_dir / "learner.csv")),
+                 180, moment)
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         signalled = time.monotonic()
         proc.send_signal(sig)
