@@ -79,10 +79,15 @@ class DevicePrefetcher:
             raise RuntimeError(f"sampling from {self._what} failed: {item!r}") from item
         return item
 
-    def close(self) -> None:
-        """Stops the thread (the dataset is closed, so a blocked ``next`` ends)."""
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stops the thread and waits for it to end, at most ``timeout_s`` (the dataset is closed,
+        so a blocked ``next`` ends: within its poll while replay still serves). A thread left
+        blocked in a replay stream whose server is then stopped would never end, and its stream
+        would keep retrying in the background: so a learner closes before its replay server."""
         self._stop.set()
         self._dataset.close()
+        if self._thread.ident is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
 
 
 class HostHook:

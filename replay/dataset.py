@@ -122,6 +122,7 @@ class ReplayIterator(Dataset):
         have = sum(len(part.info.key) for part in self._served)
         while have < self.items_per_update:
             if self._closed:
+                self._source = self._dataset = None  # (Reverb's stream and its threads: released here, by their user)
                 if self._segment:
                     segment, self._segment = self._segment, False
                     self._native.release_segment(segment)
