@@ -2,6 +2,7 @@
 
 import csv
 import json
+import threading
 
 import pytest
 
@@ -23,8 +24,16 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
+def _prefetch_threads():
+    return {t for t in threading.enumerate() if t.name == "device-prefetch"}
+
+
 def test_short_run_return_clearly_rises(tmp_path):
+    before = _prefetch_threads()
     result, run_dir = run(tmp_path, seed=0, max_env_steps=8_000, eval_every=800)
+    # The run closed its learner's replay thread (one left blocked in a Reverb stream whose
+    # server stopped keeps retrying in the background: CI once spent most of its CPU on them).
+    assert not _prefetch_threads() - before
     evals = [float(row["eval_return"]) for row in read_csv(run_dir / "eval.csv")]
     # The first evaluation (800 env steps) comes before learning starts (min_replay_size = 1000):
     # the untrained greedy policy (9-140 on seed 0, by JAX version: its random bits changed).
