@@ -88,10 +88,12 @@ def test_impala_short_run_return_clearly_rises(tmp_path):
 
 
 def test_sac_short_run_return_clearly_rises(tmp_path):
-    # (native replay: its sampling is seeded, so this run is the same run every time on a
-    # machine; Reverb's is not, and 1 of ~10 runs on it stayed near -970 at 5,000 env steps)
-    result, evals = evals_of("sac", "Pendulum-v1", tmp_path, seed=0, max_env_steps=5_000, eval_every=1_000,
+    # (native replay: its sampling is seeded, so this run is the same run every time on one
+    # machine and stack -- not across JAX releases: with JAX 0.12 it had -845 at best by 5,000 env
+    # steps, where earlier releases passed -800. By 8,000, seeds 0-2 on 3.11 and on 3.12 with
+    # JAX 0.12 all reached -469 or better.)
+    result, evals = evals_of("sac", "Pendulum-v1", tmp_path, seed=0, max_env_steps=8_000, eval_every=1_000,
                              replay="native")
     # Pendulum returns are negative: about -1400 for a policy that has not learned to swing up
     # (the first evaluation comes before learning starts).
-    assert evals[0] < -1000 and max(evals) > -800, evals
+    assert evals[0] < -1000 and max(evals) > -700, evals
