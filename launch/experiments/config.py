@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 import typing
 from typing import Any, Callable, Mapping
 
 import gymnasium as gym
 import jax
 
-from shoal.actors import check_env_id, environment_spec, make_vector_env
-from shoal.actors.env_sources import check_env_args, factory_path, load_env_factory
-from shoal.actors.environments import STICKY_ACTIONS, is_atari, resolve_env_id
-from shoal.actors.multiagent import env_maker, is_pettingzoo
+from shoal.actors import environment_spec, make_vector_env
+from shoal.actors.env_sources import factory_path
+from shoal.actors.environments import STICKY_ACTIONS, resolve_env_id
+from shoal.actors.multiagent import is_pettingzoo
 from shoal.agents.builders import AgentBuilder
-from shoal.agents.learner_memory import check_learner_fits
 from shoal.agents.registry import agent_name
-from shoal.core.settings import check_settings, setting
+from shoal.core.settings import setting
 from shoal.core.specs import EnvironmentSpec
-from shoal.launch.experiments.callbacks import check_callbacks
-from shoal.launch.experiments.many_agents import agent_groups, multiagent_networks
-from shoal.launch.programs.variables import check_environment
-
+from shoal.launch.experiments.checks import (agent_groups, check_experiment_agent, check_experiment_settings,
+                                             multiagent_networks)
 
 @dataclasses.dataclass
 class ExperimentConfig:
@@ -143,68 +139,18 @@ class ExperimentConfig:
         if spec is not None:
             self.validate_agent(spec, check_memory)
 
-    def _warn_of_a_target_out_of_reach(self) -> None:
-        """One warning line when the target is the env's ``reward_threshold`` (set for its
-        registered episode limit) but ``--env-arg max_episode_steps`` cuts episodes shorter:
-        the run may never reach it and spend its whole budget."""
-        limit = self.env_args.get("max_episode_steps") if isinstance(self.env_args, Mapping) else None
-        if (self.target_return is not None or self.env_factory is not None or not isinstance(limit, int)
-                or is_pettingzoo(self.env_id)):
-            return
-        registered = gym.spec(resolve_env_id(self.env_id))
-        if registered.reward_threshold is not None and registered.max_episode_steps and limit < registered.max_episode_steps:
-            print(f"shoal: warning: the target return {registered.reward_threshold:g} is {self.env_id}'s "
-                  f"reward_threshold for episodes of up to {registered.max_episode_steps} steps; with "
-                  f"max_episode_steps={limit} it may be out of reach (set --target-return)",
-                  file=sys.stderr, flush=True)
-
     def validate_settings(self) -> None:
         """What needs no environment: the ``SHOAL_*`` environment variables, the env id, and
-        every field against its range (so that building the env is safe)."""
-        check_environment()
-        self.replay_backend()
-        check_callbacks(self.callbacks)
-        if self.env_factory is not None:
-            load_env_factory(self.env_factory)
-        elif is_pettingzoo(self.env_id):
-            env_maker(self.env_id, self.env_args if isinstance(self.env_args, Mapping) else None)  # (args checked)
-        else:
-            check_env_id(self.env_id)
-            if self.env_args and not is_atari(self.env_id):
-                check_env_args(resolve_env_id(self.env_id), self.env_args)
-        if not isinstance(self.env_args, Mapping) or not all(isinstance(k, str) for k in self.env_args):
-            raise ValueError(f"env_args must be a dict of keyword arguments, got {self.env_args!r}")
-        check_settings(self)
-        self.agent_group_indices()
-        self._warn_of_a_target_out_of_reach()
-        if self.video_every:
-            from shoal.actors.video import check_video_extra
-
-            check_video_extra()
-        if self.track is not None:
-            from shoal.launch.experiments.trackers import check_backend
-
-            check_backend(self.track)
-            if not self.run_dir:
-                raise ValueError(f"track={self.track!r} needs a run directory (the tracker sends the logs "
-                                 "its nodes write there); give run_dir")
+        every field against its range (so that building the env is safe;
+        ``shoal.launch.experiments.checks``)."""
+        check_experiment_settings(self)
 
     def validate_agent(self, spec: EnvironmentSpec, check_memory: bool = True) -> None:
         """The agent against the env (``spec``): its settings (the builder's ``validate``),
         whether the step budget lets it learn, and (``check_memory``: the learner runs on this
         machine) whether its learner fits in memory (estimated from shapes, nothing allocated:
         ``shoal.agents.learner_memory``)."""
-        self.builder.validate(spec, jax.local_device_count())
-        if self.self_play and self.builder.make_policy(self.make_networks(spec), spec, False).initial_state is not None:
-            raise ValueError(f"--self-play takes a feed-forward policy (its snapshots act without a recurrent "
-                             f"state); {self.builder.name}'s is recurrent")
-        if check_memory:
-            check_learner_fits(self.builder, spec, self.make_networks(spec), jax.local_device_count())
-        needed = self.builder.env_steps_before_learning(spec)
-        if self.max_env_steps < needed:
-            raise ValueError(f"max_env_steps={self.max_env_steps} is below the {needed} env steps "
-                             f"{self.builder.name} takes before its first update (see its replay or "
-                             "rollout settings): the run could not learn")
+        check_experiment_agent(self, spec, check_memory)
 
     def replay_backend(self) -> str:
         """The replay backend this run uses (``replay``, or this Python's default); a one-line
@@ -232,7 +178,7 @@ class ExperimentConfig:
     def agent_group_indices(self) -> tuple[list[str], list[int]] | None:
         """``agent_groups`` resolved against the env's agents, or ``None`` (one shared policy);
         a one-line ``ValueError`` for multi-agent settings the env rules out
-        (``shoal.launch.experiments.many_agents``)."""
+        (``shoal.launch.experiments.checks``)."""
         return agent_groups(self)
 
     def make_networks(self, spec: EnvironmentSpec) -> Any:

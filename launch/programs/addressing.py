@@ -4,7 +4,7 @@ A server node publishes the address it *advertises* (reachable by the other node
 one machine, the node's IP on a cluster), which may differ from the interface it *binds*
 (``127.0.0.1``, or ``0.0.0.0`` to accept connections from other machines). Local launchers use a
 ``FileAddressBook`` in the run directory; the Ray launcher a named Ray actor
-(``shoal.launch.programs.ray.launcher.RayAddressBook``), which needs no shared filesystem.
+(``shoal.launch.programs.ray.addresses.RayAddressBook``), which needs no shared filesystem.
 """
 
 from __future__ import annotations

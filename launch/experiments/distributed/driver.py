@@ -13,10 +13,10 @@ import time
 from typing import Any
 
 from shoal.core.loggers import TerminalLogger, make_logger
-from shoal.core.timing import breakdown
 from shoal.launch.experiments.run_directory.checkpoints import Periodic, commit, spec_record
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import next_evaluation
+from shoal.launch.experiments.distributed.results import program_result
 from shoal.launch.experiments.distributed.settings import max_actors
 from shoal.launch.experiments.distributed.step_grants import LEARNING
 from shoal.launch.programs.control import serve_control
@@ -100,7 +100,10 @@ class ProgramDriver:
         evaluator = results.get("evaluator")
         if terminated and evaluator is None:  # stopped before the evaluator served: no evaluation
             evaluator = {"result": self._unevaluated()}
-        return self._result(evaluator, run.results(), reason() if terminated else None)
+        return program_result(evaluator, run.results(), terminated=reason() if terminated else None,
+                              checkpointed=self._checkpointed, saved=self._saved, launched_at=self._launched_at,
+                              actor_counts=self._actor_counts,
+                              autoscale_mode=self._autoscale.status()["mode"] if self._autoscale is not None else None)
 
     def _tick_autoscale(self, run) -> None:
         """One autoscale poll once the counter and learner serve; a failure turns autoscaling off
@@ -237,46 +240,3 @@ class ProgramDriver:
             print(f"shoal: the program failed ({run.reason}); a last checkpoint of what still runs",
                   file=sys.stderr, flush=True)
         self._checkpoint(run, evaluator)
-
-    def _result(self, evaluator: dict[str, Any] | None, summaries: dict[str, Any],
-                terminated: str | None) -> dict[str, Any]:
-        """The evaluator's result with every node's summary. ``env_steps`` is the counter's, as
-        the run's last checkpoint recorded it (``run.json``'s), where it took one: the run's steps
-        as a resume continues them (the evaluator's own count, read when it ended, may miss the
-        last reports of actors stepping on after a solved evaluation); so is ``learner_steps``
-        (the learner's, as of the state that checkpoint holds: a resume never counts fewer).
-        ``actor_counts``: ``program.csv``'s rows of this launch, each with its reason (``start``,
-        the autoscaler's, or ``shoal scale``)."""
-        if evaluator is None:
-            raise RuntimeError("the program ended before its evaluator returned a result")
-        result = dict(evaluator["result"])
-        summaries = {label: s for label, s in sorted(summaries.items()) if isinstance(s, dict) and "time_s" in s}
-        actors = {label: s for label, s in summaries.items() if label.startswith("actor_")}
-        learner = summaries.get("learner") or {}
-        result.update(time_breakdown={label: breakdown(s["time_s"], s["wall_s"]) for label, s in summaries.items()},
-                      num_actors=len(actors), actor_steps_per_s=round(sum(s["steps_per_s"] for s in actors.values()), 1),
-                      actor_steps_per_s_each={label: round(s["steps_per_s"], 1) for label, s in actors.items()})
-        counts = learner.get("counts") or {}
-        if self._checkpointed is not None:  # (run.json's counts)
-            result.update(env_steps=self._checkpointed["env_steps"], learner_steps=self._checkpointed["learner_steps"])
-        elif "learner_steps" in counts:  # no checkpoint: the learner's own count at its end, not its last report
-            result["learner_steps"] = int(counts["learner_steps"])
-        if "self_play_pool" in learner:  # (self-play: the versions of the learner node's pool at its end)
-            result["self_play_pool"] = learner["self_play_pool"]
-        if "stale_batches_dropped" in counts:  # on-policy agents: batches older than max_policy_lag
-            result["stale_batches_dropped"] = int(counts["stale_batches_dropped"])
-        if learner.get("first_update_at"):
-            result["first_update_s"] = round(learner["first_update_at"] - self._launched_at, 3)
-        if learner.get("first_update_env_steps") is not None:  # (the run's env steps at that moment)
-            result["first_update_env_steps"] = learner["first_update_env_steps"]
-        if self._saved is not None:
-            result["resumed_from"] = {**(learner.get("resumed") or {}),
-                                      "actors": {k: v.get("env_steps") for k, v in (self._saved.get("actors") or {}).items()},
-                                      "next_eval_at": (self._saved.get("evaluator") or {}).get("next")}
-        if self._actor_counts:  # each change of the actor count: when, to what, why
-            result["actor_counts"] = self._actor_counts
-        if self._autoscale is not None:
-            result["num_actors_mode"] = self._autoscale.status()["mode"]
-        if terminated:  # (the signal that stopped the run: "SIGTERM", "SIGINT")
-            result["terminated"] = terminated
-        return result

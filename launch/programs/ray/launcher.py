@@ -5,7 +5,7 @@
 * Placement: by each group's ``Resources``; nodes of a group the program colocates with a node
   (``Program.colocate``) run on that node's machine. A node that cannot be placed is *pending*
   and warned about (``shoal.launch.programs.ray.worker``).
-* Addresses live in a named actor (``RayAddressBook``) on the driver's machine: no shared
+* Addresses live in a named actor (``shoal.launch.programs.ray.addresses``) on the driver's machine: no shared
   filesystem. Servers bind every interface on a port of ``ports`` (default ``DEFAULT_PORTS``,
   so that a firewall between the hosts can allow one range), advertise their node's IP, and
   require the launch's token, which reaches the nodes as an actor constructor argument (never a
@@ -38,8 +38,8 @@ from typing import Any, Mapping
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from shoal.launch.programs.addressing import AddressBook
 from shoal.launch.programs.nodes import NodeContext, set_context
+from shoal.launch.programs.ray.addresses import Addresses, RayAddressBook
 from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.ray.cluster import connect, shutdown_local, started_local
 from shoal.launch.programs.ray.worker import RayWorker
@@ -57,55 +57,6 @@ def peer_timeout_s() -> float:
     from shoal.launch.programs.variables import value
 
     return value("SHOAL_PEER_TIMEOUT_S")
-
-
-@ray.remote(num_cpus=0)
-class _Addresses:
-    def __init__(self) -> None:
-        self._addresses: dict[str, str] = {}
-        self._starts: dict[str, int] = {}
-        self._pids: dict[str, tuple[str, int]] = {}
-
-    def publish(self, label: str, address: str) -> None:
-        self._addresses[label] = address
-
-    def get(self, label: str) -> str | None:
-        return self._addresses.get(label)
-
-    def started(self, label: str, node_id: str, pid: int) -> int:
-        self._starts[label] = self._starts.get(label, 0) + 1
-        self._pids[label] = (node_id, pid)
-        return self._starts[label]
-
-    def starts(self) -> dict[str, int]:
-        return dict(self._starts)
-
-    def pids(self) -> dict[str, tuple[str, int]]:
-        """``{label: (Ray node id, pid)}`` of every node's latest process."""
-        return dict(self._pids)
-
-    def alive(self) -> bool:
-        return True
-
-
-class RayAddressBook(AddressBook):
-    """Addresses in the launch's named ``_Addresses`` actor. Once this process's Ray is shut
-    down (the program closed), each call raises ``ConnectionError``: a Ray call then would
-    start a new local Ray of its own."""
-
-    def __init__(self, actor: Any) -> None:
-        self._actor = actor
-
-    def publish(self, label: str, address: str) -> None:
-        ray.get(self._connected().publish.remote(label, address), timeout=60)
-
-    def get(self, label: str) -> str | None:
-        return ray.get(self._connected().get.remote(label), timeout=60)
-
-    def _connected(self) -> Any:
-        if not ray.is_initialized():
-            raise ConnectionError("the launch's Ray is shut down (its program ended)")
-        return self._actor
 
 
 @ray.remote(max_concurrency=4)  # run() occupies one thread; stop() and where() must get through
@@ -209,7 +160,7 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
     peer_timeout = peer_timeout_s()
     started_ray = connect(ray_address, namespace=f"shoal-{program.name}")
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    addresses = _Addresses.options(name="addresses", scheduling_strategy=here).remote()
+    addresses = Addresses.options(name="addresses", scheduling_strategy=here).remote()
     forwarded = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
     workers: dict[str, RayWorker] = {}
 
