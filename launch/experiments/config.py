@@ -20,6 +20,7 @@ from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.checks import (agent_groups, check_experiment_agent, check_experiment_settings,
                                              multiagent_networks)
 
+
 @dataclasses.dataclass
 class ExperimentConfig:
     """Everything a run needs; the single input of both runners.
