@@ -5,11 +5,11 @@
 * Placement: by each group's ``Resources``; nodes of a group the program colocates with a node
   (``Program.colocate``) run on that node's machine. A node that cannot be placed is *pending*
   and warned about (``shoal.launch.programs.ray.worker``).
-* Addresses live in a named actor (``shoal.launch.programs.ray.addresses``) on the driver's machine: no shared
-  filesystem. Servers bind every interface on a port of ``ports`` (default ``DEFAULT_PORTS``,
-  so that a firewall between the hosts can allow one range), advertise their node's IP, and
-  require the launch's token, which reaches the nodes as an actor constructor argument (never a
-  command line).
+* Addresses live in a named actor on the driver's machine
+  (``shoal.launch.programs.ray.addresses``): no shared filesystem. Servers bind every interface
+  on a port of ``ports`` (default ``DEFAULT_PORTS``, so that a firewall between the hosts can
+  allow one range), advertise their node's IP, and require the launch's token, which reaches the
+  nodes as an actor constructor argument (never a command line).
 * Supervision uses Ray's own restart machinery: a node of a restartable group (``Program.group``)
   gets ``max_restarts`` and its ``run`` is retried after a restart; any other node's death ends
   the program, with its cause. The launcher pings every node; one silent for ``peer_timeout_s``
