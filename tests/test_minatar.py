@@ -117,6 +117,29 @@ def test_ppos_mlp_torso_reads_the_planes_flat_with_two_mlps_and_refuses_what_it_
         choose_torso("mlp", spec.observation.shape)  # (the other agents' torsos: PPO's alone reads frames flat)
 
 
+def test_ppos_activation_sets_its_mlps_hidden_layers_and_is_refused_where_there_are_none():
+    from shoal.agents.ppo.builder import PPOBuilder
+    from shoal.agents.ppo.config import PPOConfig
+
+    spec = environment_spec(BREAKOUT, 4)
+    frames = jnp.asarray(np.random.default_rng(0).integers(0, 2, (3, 4, 10, 10)), jnp.uint8)
+    builders = {act: PPOBuilder(PPOConfig(torso="mlp", hidden_sizes=(8,), activation=act)) for act in ("tanh", "relu")}
+    networks = {act: b.make_networks(spec).network for act, b in builders.items()}
+    params = networks["tanh"].init(jax.random.PRNGKey(0), frames)  # (the same parameters fit both)
+    p = params["params"]["policy"]
+    flat = frames.reshape(3, -1).astype(jnp.float32)
+    for act, f in (("tanh", jnp.tanh), ("relu", jax.nn.relu)):
+        builders[act].validate(spec, 1)
+        hidden = f(flat @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"])
+        expected = hidden @ p["Dense_1"]["kernel"] + p["Dense_1"]["bias"]
+        logits, _ = networks[act].apply(params, frames)
+        np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="activation must be one of tanh, relu, got 'gelu'"):
+        PPOBuilder(PPOConfig(torso="mlp", activation="gelu")).validate(spec, 1)
+    with pytest.raises(ValueError, match="activation=relu sets the hidden layers of the feed-forward MLPs"):
+        PPOBuilder(PPOConfig(activation="relu")).validate(spec, 1)  # (the MinAtar torso: no MLPs)
+
+
 @pytest.mark.e2e
 def test_dqn_trains_on_minatar_in_one_process(tmp_path):
     """The preset's network and settings (its replay warm-up cut short), as ``shoal train`` sets them."""

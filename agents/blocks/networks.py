@@ -17,20 +17,31 @@ from shoal.core.specs import EnvironmentSpec, ObservationSpec
 CRITIC_ONLY = (GLOBAL_STATE,)  # (observation keys only a value function reads)
 
 
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
+
+def check_activation(activation: str) -> None:
+    """Raises a one-line ``ValueError`` for an ``activation`` not in ``ACTIVATIONS``."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+
+
 class MLP(nn.Module):
-    """``[batch, ...] -> [batch, output_size]``: tanh hidden layers, orthogonal init with gain
-    ``sqrt(2)``, and the output layer's gain ``output_scale`` (small for a policy head, so the
-    initial policy is near uniform)."""
+    """``[batch, ...] -> [batch, output_size]``: hidden layers of ``activation`` (``tanh``, or
+    ``relu``), orthogonal init with gain ``sqrt(2)``, and the output layer's gain
+    ``output_scale`` (small for a policy head, so the initial policy is near uniform)."""
 
     hidden_sizes: Sequence[int]
     output_size: int
     output_scale: float = 1.0
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         x = x.reshape(x.shape[0], -1).astype(jnp.float32)
+        act = ACTIVATIONS[self.activation]
         for size in self.hidden_sizes:
-            x = nn.tanh(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            x = act(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
         return nn.Dense(self.output_size, kernel_init=nn.initializers.orthogonal(self.output_scale))(x)
 
 
@@ -41,10 +52,11 @@ class ActorCritic(nn.Module):
     hidden_sizes: Sequence[int]
     num_actions: int
     scale: float = 1.0
+    activation: str = "tanh"
 
     def setup(self) -> None:
-        self.policy = MLP(self.hidden_sizes, self.num_actions, 0.01)
-        self.value = MLP(self.hidden_sizes, 1, 1.0)
+        self.policy = MLP(self.hidden_sizes, self.num_actions, 0.01, self.activation)
+        self.value = MLP(self.hidden_sizes, 1, 1.0, self.activation)
 
     def __call__(self, observation: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
         observation = self._scaled(observation)
@@ -66,10 +78,11 @@ class GaussianActorCritic(nn.Module):
     hidden_sizes: Sequence[int]
     action_size: int
     initial_log_std: float = 0.0
+    activation: str = "tanh"
 
     def setup(self) -> None:
-        self.policy = MLP(self.hidden_sizes, self.action_size, 0.01)
-        self.value = MLP(self.hidden_sizes, 1, 1.0)
+        self.policy = MLP(self.hidden_sizes, self.action_size, 0.01, self.activation)
+        self.value = MLP(self.hidden_sizes, 1, 1.0, self.activation)
         self.log_std = self.param("log_std", nn.initializers.constant(self.initial_log_std), (self.action_size,))
 
     def __call__(self, observation: jnp.ndarray) -> tuple[tuple[jnp.ndarray, jnp.ndarray], jnp.ndarray]:
@@ -184,11 +197,13 @@ def check_actor_critic_actions(spec: EnvironmentSpec, agent: str, continuous: bo
 
 def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int], agent: str,
                                continuous: bool = False, initial_log_std: float = 0.0,
-                               torso: str = "auto", lstm_size: int = 0) -> ActorCriticNetworks:
+                               torso: str = "auto", lstm_size: int = 0,
+                               activation: str = "tanh") -> ActorCriticNetworks:
     """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
     space, Gaussian for a 1-d Box one where ``continuous`` is allowed; a convolutional ``torso``
     for image observations (``mlp``: none, the frames flattened into the MLPs, for a categorical
-    policy), MLPs of ``hidden_sizes`` for flat ones, a torso per key for Dict ones.
+    policy), MLPs of ``hidden_sizes`` for flat ones (their hidden layers ``activation``), a
+    torso per key for Dict ones.
     With ``lstm_size``, the torso feeds an LSTM that both heads read (``shoal.agents.blocks.recurrent``)."""
     check_actor_critic_actions(spec, agent, continuous)
     size = spec.action.shape[0] if spec.num_actions is None else 0
@@ -206,14 +221,14 @@ def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int
         return ActorCriticNetworks(network, spec.observation_shape, spec.num_actions, size, spec.observation)
     if is_image(spec) and torso == "mlp":
         return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions,
-                                               frame_scale(spec.observation_space)),
+                                               frame_scale(spec.observation_space), activation),
                                    spec.observation_shape, spec.num_actions)
     if is_image(spec):
         chosen = choose_torso(torso, spec.observation.shape, spec.observation_space)
         return ActorCriticNetworks(PixelActorCritic(chosen, spec.num_actions), spec.observation_shape,
                                    spec.num_actions)
     if spec.num_actions is not None:
-        return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions),
+        return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions, activation=activation),
                                    spec.observation_shape, spec.num_actions)
-    return ActorCriticNetworks(GaussianActorCritic(tuple(hidden_sizes), size, initial_log_std),
+    return ActorCriticNetworks(GaussianActorCritic(tuple(hidden_sizes), size, initial_log_std, activation),
                                spec.observation_shape, None, size)

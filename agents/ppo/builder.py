@@ -4,8 +4,8 @@ or continuous (Box) actions."""
 from __future__ import annotations
 
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
-from shoal.agents.blocks.networks import check_actor_critic_actions
-from shoal.agents.blocks.torsos import check_torso
+from shoal.agents.blocks.networks import check_activation, check_actor_critic_actions
+from shoal.agents.blocks.torsos import check_torso, is_image
 from shoal.agents.blocks.normalization import DiscountedReturns
 from shoal.agents.blocks.policy_lag import PolicyLag
 from shoal.agents.ppo import acting, learning
@@ -38,6 +38,12 @@ class PPOBuilder(AgentBuilder):
         if c.torso == "mlp" and (spec.num_actions is None or c.lstm_size or spec.dict_observations):
             raise ValueError("torso=mlp reads frames with a categorical, feed-forward policy: not with continuous "
                              "actions, lstm_size or a Dict observation (use torso=auto there)")
+        check_activation(c.activation)
+        mlps = not (c.lstm_size or spec.dict_observations or (is_image(spec) and c.torso != "mlp"))
+        if c.activation != "tanh" and not mlps:
+            raise ValueError(f"activation={c.activation} sets the hidden layers of the feed-forward MLPs (hidden_sizes); "
+                             "this network has none: lstm_size, a Dict observation or a convolutional torso "
+                             "(for frames, torso=mlp reads them with the MLPs)")
         check_actor_critic_actions(spec, "PPO", continuous=True)
         super().validate(spec, num_devices)
         check_schedules(c)  # (after the ranges: schedule_env_steps is a whole number >= 0)
@@ -61,7 +67,7 @@ class PPOBuilder(AgentBuilder):
 
     def make_networks(self, spec: EnvironmentSpec) -> PPONetworks:
         c = self.config
-        return make_networks(spec, c.hidden_sizes, c.initial_log_std, c.torso, c.lstm_size)
+        return make_networks(spec, c.hidden_sizes, c.initial_log_std, c.torso, c.lstm_size, c.activation)
 
     def make_policy(self, networks: PPONetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return acting.make_policy(networks, self.config, evaluation)

@@ -42,12 +42,16 @@ class PPOConfig:
       max_gradient_norm: global gradient-norm clip.
       normalize_advantages: standardize advantages per minibatch (over all devices).
       hidden_sizes: widths of the policy's and the value function's hidden layers (two MLPs).
+      activation: the nonlinearity of those MLPs' hidden layers: ``tanh`` (CleanRL's and SB3's
+        PPO) or ``relu`` (gymnax-blines'); a feed-forward network's MLPs only (not with
+        ``lstm_size``, a Dict observation or a convolutional ``torso``).
       torso: for image observations (rank-3 uint8 frames): the convolutional torso, ``nature``
         (the Nature DQN network), ``impala`` (the IMPALA ResNet), ``minatar`` (MinAtar's one
         convolution and dense 128) or ``auto`` (``nature`` for frames of 36x36 or more, else
         ``minatar``); ``hidden_sizes`` then do not apply. Or ``mlp``: no convolution, the frames
-        scaled to [0, 1] and flattened into the two MLPs of ``hidden_sizes`` (gymnax-blines'
-        network for MinAtar; a categorical, feed-forward policy, not a Dict observation).
+        scaled to [0, 1] and flattened into the two MLPs of ``hidden_sizes`` (with
+        ``activation=relu``, gymnax-blines' network for MinAtar; a categorical, feed-forward
+        policy, not a Dict observation).
       lstm_size: 0 for a feed-forward PPO; otherwise recurrent PPO: the torso (``hidden_sizes``,
         or the convolutional ``torso``) feeds an LSTM of this many units that the policy and the
         value read (``shoal.agents.ppo.recurrent``). Its minibatches are whole env sequences, so
@@ -85,6 +89,7 @@ class PPOConfig:
     max_gradient_norm: float = setting(0.5, low=0.0, low_open=True)
     normalize_advantages: bool = True
     hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
+    activation: str = "tanh"
     torso: str = "auto"
     lstm_size: int = setting(0, low=0, high=65_536)
     initial_log_std: float = setting(0.0, low=-20.0, high=5.0)
