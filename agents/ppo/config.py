@@ -50,8 +50,8 @@ class PPOConfig:
         convolution and dense 128) or ``auto`` (``nature`` for frames of 36x36 or more, else
         ``minatar``); ``hidden_sizes`` then do not apply. Or ``mlp``: no convolution, the frames
         scaled to [0, 1] and flattened into the two MLPs of ``hidden_sizes`` (with
-        ``activation=relu``, gymnax-blines' network for MinAtar; a categorical, feed-forward
-        policy, not a Dict observation).
+        ``hidden_sizes=(256, 256)`` and ``activation=relu``, gymnax-blines' network for MinAtar
+        but for its init; a categorical, feed-forward policy, not a Dict observation).
       lstm_size: 0 for a feed-forward PPO; otherwise recurrent PPO: the torso (``hidden_sizes``,
         or the convolutional ``torso``) feeds an LSTM of this many units that the policy and the
         value read (``shoal.agents.ppo.recurrent``). Its minibatches are whole env sequences, so
