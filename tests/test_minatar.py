@@ -136,8 +136,31 @@ def test_ppos_activation_sets_its_mlps_hidden_layers_and_is_refused_where_there_
         np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="activation must be one of tanh, relu, got 'gelu'"):
         PPOBuilder(PPOConfig(torso="mlp", activation="gelu")).validate(spec, 1)
-    with pytest.raises(ValueError, match="activation=relu sets the hidden layers of the feed-forward MLPs"):
+    with pytest.raises(ValueError, match="activation=relu set the feed-forward MLPs .hidden_sizes.; this network has none"):
         PPOBuilder(PPOConfig(activation="relu")).validate(spec, 1)  # (the MinAtar torso: no MLPs)
+    with pytest.raises(ValueError, match="^orthogonal_init=false set the feed-forward MLPs"):
+        PPOBuilder(PPOConfig(orthogonal_init=False, lstm_size=8)).validate(spec, 1)
+
+
+def test_ppos_orthogonal_init_is_cleanrls_and_without_it_flaxs_default():
+    from shoal.agents.ppo.builder import PPOBuilder
+    from shoal.agents.ppo.config import PPOConfig
+
+    spec = environment_spec(BREAKOUT, 4)
+    frames = jnp.zeros((1, 4, 10, 10), jnp.uint8)
+    kernels = {}
+    for orthogonal in (True, False):
+        builder = PPOBuilder(PPOConfig(torso="mlp", hidden_sizes=(64,), orthogonal_init=orthogonal))
+        builder.validate(spec, 1)
+        params = builder.make_networks(spec).network.init(jax.random.PRNGKey(0), frames)["params"]
+        kernels[orthogonal] = params["policy"]["Dense_0"]["kernel"], params["policy"]["Dense_1"]["kernel"]
+    hidden, head = kernels[True]
+    np.testing.assert_allclose(hidden.T @ hidden, 2.0 * np.eye(64), atol=1e-4)  # (gain sqrt 2: 400 > 64 rows)
+    np.testing.assert_allclose(head.T @ head, 1e-4 * np.eye(3), atol=1e-8)  # (the policy head's gain 0.01)
+    hidden, head = kernels[False]  # LeCun normal: variance 1 / fan_in, no orthogonality
+    assert abs(float(hidden.std()) - 1 / np.sqrt(400)) < 0.1 / np.sqrt(400)
+    assert abs(float(head.std()) - 1 / np.sqrt(64)) < 0.3 / np.sqrt(64)
+    assert np.abs(hidden.T @ hidden - np.diag(np.diag(hidden.T @ hidden))).max() > 1e-3
 
 
 @pytest.mark.e2e

@@ -28,21 +28,26 @@ def check_activation(activation: str) -> None:
 
 class MLP(nn.Module):
     """``[batch, ...] -> [batch, output_size]``: hidden layers of ``activation`` (``tanh``, or
-    ``relu``), orthogonal init with gain ``sqrt(2)``, and the output layer's gain
-    ``output_scale`` (small for a policy head, so the initial policy is near uniform)."""
+    ``relu``). With ``orthogonal_init`` (SB3's ``ortho_init``, CleanRL's ``layer_init``), orthogonal
+    kernels with gain ``sqrt(2)`` and the output layer's gain ``output_scale`` (small for a policy
+    head, so the initial policy is near uniform); without, flax's default (LeCun normal kernels)
+    for every layer. Biases start at 0."""
 
     hidden_sizes: Sequence[int]
     output_size: int
     output_scale: float = 1.0
     activation: str = "tanh"
+    orthogonal_init: bool = True
 
     @nn.compact
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         x = x.reshape(x.shape[0], -1).astype(jnp.float32)
         act = ACTIVATIONS[self.activation]
+        init = (lambda gain: {"kernel_init": nn.initializers.orthogonal(gain)}) if self.orthogonal_init else (
+            lambda gain: {})
         for size in self.hidden_sizes:
-            x = act(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
-        return nn.Dense(self.output_size, kernel_init=nn.initializers.orthogonal(self.output_scale))(x)
+            x = act(nn.Dense(size, **init(np.sqrt(2)))(x))
+        return nn.Dense(self.output_size, **init(self.output_scale))(x)
 
 
 class ActorCritic(nn.Module):
@@ -53,10 +58,11 @@ class ActorCritic(nn.Module):
     num_actions: int
     scale: float = 1.0
     activation: str = "tanh"
+    orthogonal_init: bool = True
 
     def setup(self) -> None:
-        self.policy = MLP(self.hidden_sizes, self.num_actions, 0.01, self.activation)
-        self.value = MLP(self.hidden_sizes, 1, 1.0, self.activation)
+        self.policy = MLP(self.hidden_sizes, self.num_actions, 0.01, self.activation, self.orthogonal_init)
+        self.value = MLP(self.hidden_sizes, 1, 1.0, self.activation, self.orthogonal_init)
 
     def __call__(self, observation: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
         observation = self._scaled(observation)
@@ -79,10 +85,11 @@ class GaussianActorCritic(nn.Module):
     action_size: int
     initial_log_std: float = 0.0
     activation: str = "tanh"
+    orthogonal_init: bool = True
 
     def setup(self) -> None:
-        self.policy = MLP(self.hidden_sizes, self.action_size, 0.01, self.activation)
-        self.value = MLP(self.hidden_sizes, 1, 1.0, self.activation)
+        self.policy = MLP(self.hidden_sizes, self.action_size, 0.01, self.activation, self.orthogonal_init)
+        self.value = MLP(self.hidden_sizes, 1, 1.0, self.activation, self.orthogonal_init)
         self.log_std = self.param("log_std", nn.initializers.constant(self.initial_log_std), (self.action_size,))
 
     def __call__(self, observation: jnp.ndarray) -> tuple[tuple[jnp.ndarray, jnp.ndarray], jnp.ndarray]:
@@ -198,12 +205,12 @@ def check_actor_critic_actions(spec: EnvironmentSpec, agent: str, continuous: bo
 def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int], agent: str,
                                continuous: bool = False, initial_log_std: float = 0.0,
                                torso: str = "auto", lstm_size: int = 0,
-                               activation: str = "tanh") -> ActorCriticNetworks:
+                               activation: str = "tanh", orthogonal_init: bool = True) -> ActorCriticNetworks:
     """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
     space, Gaussian for a 1-d Box one where ``continuous`` is allowed; a convolutional ``torso``
     for image observations (``mlp``: none, the frames flattened into the MLPs, for a categorical
-    policy), MLPs of ``hidden_sizes`` for flat ones (their hidden layers ``activation``), a
-    torso per key for Dict ones.
+    policy), MLPs of ``hidden_sizes`` for flat ones (their hidden layers ``activation``, their
+    init orthogonal or flax's default: ``orthogonal_init``), a torso per key for Dict ones.
     With ``lstm_size``, the torso feeds an LSTM that both heads read (``shoal.agents.blocks.recurrent``)."""
     check_actor_critic_actions(spec, agent, continuous)
     size = spec.action.shape[0] if spec.num_actions is None else 0
@@ -221,14 +228,16 @@ def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int
         return ActorCriticNetworks(network, spec.observation_shape, spec.num_actions, size, spec.observation)
     if is_image(spec) and torso == "mlp":
         return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions,
-                                               frame_scale(spec.observation_space), activation),
+                                               frame_scale(spec.observation_space), activation, orthogonal_init),
                                    spec.observation_shape, spec.num_actions)
     if is_image(spec):
         chosen = choose_torso(torso, spec.observation.shape, spec.observation_space)
         return ActorCriticNetworks(PixelActorCritic(chosen, spec.num_actions), spec.observation_shape,
                                    spec.num_actions)
     if spec.num_actions is not None:
-        return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions, activation=activation),
+        return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions, activation=activation,
+                                               orthogonal_init=orthogonal_init),
                                    spec.observation_shape, spec.num_actions)
-    return ActorCriticNetworks(GaussianActorCritic(tuple(hidden_sizes), size, initial_log_std, activation),
+    return ActorCriticNetworks(GaussianActorCritic(tuple(hidden_sizes), size, initial_log_std, activation,
+                                                   orthogonal_init),
                                spec.observation_shape, None, size)

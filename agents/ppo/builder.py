@@ -40,10 +40,12 @@ class PPOBuilder(AgentBuilder):
                              "actions, lstm_size or a Dict observation (use torso=auto there)")
         check_activation(c.activation)
         mlps = not (c.lstm_size or spec.dict_observations or (is_image(spec) and c.torso != "mlp"))
-        if c.activation != "tanh" and not mlps:
-            raise ValueError(f"activation={c.activation} sets the hidden layers of the feed-forward MLPs (hidden_sizes); "
-                             "this network has none: lstm_size, a Dict observation or a convolutional torso "
-                             "(for frames, torso=mlp reads them with the MLPs)")
+        changed = [f"activation={c.activation}"] * (c.activation != "tanh") + ["orthogonal_init=false"] * (
+            not c.orthogonal_init)
+        if changed and not mlps:
+            raise ValueError(f"{' and '.join(changed)} set the feed-forward MLPs (hidden_sizes); this network has "
+                             "none: lstm_size, a Dict observation or a convolutional torso (for frames, torso=mlp "
+                             "reads them with the MLPs)")
         check_actor_critic_actions(spec, "PPO", continuous=True)
         super().validate(spec, num_devices)
         check_schedules(c)  # (after the ranges: schedule_env_steps is a whole number >= 0)
@@ -67,7 +69,8 @@ class PPOBuilder(AgentBuilder):
 
     def make_networks(self, spec: EnvironmentSpec) -> PPONetworks:
         c = self.config
-        return make_networks(spec, c.hidden_sizes, c.initial_log_std, c.torso, c.lstm_size, c.activation)
+        return make_networks(spec, c.hidden_sizes, c.initial_log_std, c.torso, c.lstm_size, c.activation,
+                             c.orthogonal_init)
 
     def make_policy(self, networks: PPONetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return acting.make_policy(networks, self.config, evaluation)

@@ -45,13 +45,18 @@ class PPOConfig:
       activation: the nonlinearity of those MLPs' hidden layers: ``tanh`` (CleanRL's and SB3's
         PPO) or ``relu`` (gymnax-blines'); a feed-forward network's MLPs only (not with
         ``lstm_size``, a Dict observation or a convolutional ``torso``).
+      orthogonal_init: those MLPs' kernels start orthogonal, gain ``sqrt(2)`` in the hidden
+        layers, 0.01 in the policy's output and 1 in the value's (CleanRL's ``layer_init``,
+        SB3's ``ortho_init``); ``false``: flax's default, LeCun normal (gymnax-blines', but for
+        its biases). Where ``activation`` applies only.
       torso: for image observations (rank-3 uint8 frames): the convolutional torso, ``nature``
         (the Nature DQN network), ``impala`` (the IMPALA ResNet), ``minatar`` (MinAtar's one
         convolution and dense 128) or ``auto`` (``nature`` for frames of 36x36 or more, else
         ``minatar``); ``hidden_sizes`` then do not apply. Or ``mlp``: no convolution, the frames
         scaled to [0, 1] and flattened into the two MLPs of ``hidden_sizes`` (with
-        ``hidden_sizes=(256, 256)`` and ``activation=relu``, gymnax-blines' network for MinAtar
-        but for its init; a categorical, feed-forward policy, not a Dict observation).
+        ``hidden_sizes=(256, 256)``, ``activation=relu`` and ``orthogonal_init=false``,
+        gymnax-blines' network for MinAtar; a categorical, feed-forward policy, not a Dict
+        observation).
       lstm_size: 0 for a feed-forward PPO; otherwise recurrent PPO: the torso (``hidden_sizes``,
         or the convolutional ``torso``) feeds an LSTM of this many units that the policy and the
         value read (``shoal.agents.ppo.recurrent``). Its minibatches are whole env sequences, so
@@ -90,6 +95,7 @@ class PPOConfig:
     normalize_advantages: bool = True
     hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
     activation: str = "tanh"
+    orthogonal_init: bool = True
     torso: str = "auto"
     lstm_size: int = setting(0, low=0, high=65_536)
     initial_log_std: float = setting(0.0, low=-20.0, high=5.0)
