@@ -28,8 +28,14 @@
   learning rate 5e-4 (constant), gamma 0.999, GAE lambda 0.95, clip 0.2, entropy 0.01, value
   0.5, gradient norm 0.5. A 10M-step budget, evaluations of 10 episodes every 200k env steps.
   Where Shoal differs: the MinAtar network (conv 16 3x3, dense 128, shared by both heads) where
-  gymnax-blines reads the planes flattened by 256x256 MLPs, and MinAtar's own envs (sticky
-  actions 0.1, no episode cap) where gymnax's have neither.
+  gymnax-blines reads the planes flattened by 256x256 ReLU MLPs, and MinAtar's own envs (sticky
+  actions 0.1, no episode cap) where gymnax's have neither. Measured here (1.28M env steps;
+  ``benchmarks/results/published.md``, MinAtar Breakout's controlled runs), gymnax-blines'
+  network (``benchmarks/gymnax_blines.py``) leaves the 6-7 plateau the MinAtar network holds on
+  Breakout (15.3, 12.3, 7.0 on seeds 0-2) and scores higher on SpaceInvaders (71.1 [55.4-101.3]
+  against 49.2), but lower on Freeway (35.5 against 45.7) and Asterix (2.3 against 4.0; seed 0
+  each), so the preset keeps the MinAtar network. ``--set torso=mlp --set hidden_sizes=256,256
+  --set activation=relu --set orthogonal_init=false`` gives gymnax-blines' network.
 * ``memory`` -- recurrent PPO for tasks that need memory, after RL-Zoo's ``ppo_lstm`` for
   ``CartPoleNoVel-v1`` (rl-baselines3-zoo ``hyperparams/ppo_lstm.yml``): 8 envs x 32 steps, one
   minibatch of all 256 steps, 20 epochs, learning rate 1e-3 and clip 0.2 both annealed linearly
