@@ -11,6 +11,8 @@ Two pieces, each usable alone through Shoal's doors for your own env and agent:
   (``--agent gymnax_blines:BlinesPPO --set hidden_sizes=256,256``): the planes flattened into two
   separate ReLU MLPs, flax's default kernel init and biases uniform in ``[0, 0.05)``. Shoal's own
   ``torso=mlp activation=relu orthogonal_init=false`` is the same network with biases at 0.
+  gymnax-blines' loss also clips the value loss (its ``clip_eps``, 0.2, as for the ratio): add
+  ``--set clip_value_loss=true`` for its PPO as its code has it.
 
 gymnax is not a Shoal dependency. Its wheel asks for a newer JAX than the Python 3.11 stack's,
 and the env runs on that stack's JAX, so install it without its dependencies (it needs flax,
