@@ -15,8 +15,8 @@
   The published settings learned no better at this budget and took five times as long, so the
   preset keeps the defaults; ``--set hidden_sizes=256,256 --set min_replay_size=10000 --set
   learning_rate=3e-4`` gives the published ones. At 300k env steps the network counts: with
-  256x256 networks (the defaults otherwise; seed 0, 3,025 s) HalfCheetah reaches 8,517 against
-  the defaults' 6,316 [6,197-6,853] (934 s) and Tianshou's 9,059 ± 1,051
+  256x256 networks (the defaults otherwise; seeds 0-1; 3,025 s alone) HalfCheetah reaches 8,517
+  and 9,828 against the defaults' 6,316 [6,197-6,853] (934 s) and Tianshou's 9,059 ± 1,051
   (``benchmarks/results/published.md``).
 """
 
