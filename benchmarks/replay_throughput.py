@@ -1,6 +1,7 @@
 """Replay insert and sample throughput, Reverb beside native: prints one JSON object.
 
     python benchmarks/replay_throughput.py [--quick] [--backends reverb,native] [--out FILE]
+    python benchmarks/replay_throughput.py --in-process [--quick] [--backends ...] [--out FILE]
 
 For each backend this Python has (Reverb: Python 3.11), a server in this process (Reverb's
 gRPC server; native: ``NativeReplayServer`` behind Shoal's RPC layer on loopback with a token,
@@ -17,6 +18,15 @@ as a distributed run serves it) and writer / sampler *processes* (as actors and 
 Items come in two sizes: ``cartpole`` (one vector step of 16 CartPole envs as an n-step
 transition: ~700 B) and ``atari`` (8 envs of 4x84x84 uint8 frames, observation and next
 observation: ~450 KB). The table never blocks (no rate limiting) and holds 2,000 items.
+
+``--in-process``: the server, writer and sampler in this one process (what a one-process run
+does; no socket, no second process), on CartPole transitions written as the n-step adder writes
+them (one item per vector step of 16 envs, ``[16, ...]`` per field). Its JSON has, per backend,
+``in_process.insert.steps_per_s`` (env transitions per second, 16 per ``append``/``create_item``/
+``commit``) and ``in_process.sample.{uniform,prioritized}.items_per_s`` (transitions per second in
+batches of 256 -- 16 vector-step items -- from a full table of 500,000 transitions; the
+prioritized table takes one priority update of the batch's items after each batch, as DQN's
+learner sends them).
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ import os
 import secrets
 import sys
 import time
+
+import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -167,11 +179,86 @@ def measure(backend: str, size: str, writers: int, window_s: float) -> dict:
         stop_server()
 
 
+IN_PROCESS_ENVS, IN_PROCESS_TRANSITIONS, IN_PROCESS_BATCH = 16, 500_000, 256
+
+
+def _in_process_server(backend: str, sampler: str, max_items: int):
+    """(client, stop()) of a server in this process with one table ``t`` of ``max_items`` items."""
+    from shoal.replay import RateLimit, TableSpec
+
+    spec = TableSpec("t", sampler=sampler, remover="fifo", max_size=max_items, priority_exponent=0.6,
+                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature=_signature("cartpole"))
+    if backend == "native":
+        from shoal.replay.native import NativeReplayServer
+
+        server = NativeReplayServer([spec], seed=0)
+        return server.client, server.stop
+    from shoal.replay import ReplayServer, make_replay_client
+
+    server = ReplayServer([spec])
+    return make_replay_client(server.address), server.stop
+
+
+def _fill(writer, columns: list, items: int, window_s: float | None = None) -> tuple[int, float]:
+    """Writes ``items`` vector-step items (or as many as fit in ``window_s``): (items, seconds)."""
+    begin, n = time.perf_counter(), 0
+    while n < items:
+        writer.append(columns)
+        writer.create_item("t", 1.0, 1)
+        writer.commit()
+        n += 1
+        if window_s is not None and n % 256 == 0 and time.perf_counter() - begin > window_s:
+            break
+    writer.flush()
+    return n, time.perf_counter() - begin
+
+
+def measure_in_process(backend: str, window_s: float) -> dict:
+    """``in_process`` figures of ``backend`` (module docstring)."""
+    from shoal.replay import transition_batches
+
+    columns = _item("cartpole", 0)
+    max_items = IN_PROCESS_TRANSITIONS // IN_PROCESS_ENVS
+    out: dict = {"transitions_per_item": IN_PROCESS_ENVS, "table_transitions": max_items * IN_PROCESS_ENVS,
+                 "batch_transitions": IN_PROCESS_BATCH, "sample": {}}
+    for sampler in ("uniform", "prioritized"):
+        client, stop = _in_process_server(backend, sampler, max_items)
+        try:
+            writer = client.writer(1, timeout_s=120)
+            if sampler == "uniform":  # the insert rate: into the empty table, for the window
+                n, seconds = _fill(writer, columns, max_items, window_s)
+                out["insert"] = {"steps_per_s": round(n * IN_PROCESS_ENVS / seconds), "items_per_s": round(n / seconds)}
+                _fill(writer, columns, max_items - n)
+            else:
+                _fill(writer, columns, max_items)
+            dataset = transition_batches(client if backend == "native" else client.server_address, "t",
+                                         num_envs=IN_PROCESS_ENVS, batch_size=IN_PROCESS_BATCH)
+            batch = next(dataset)  # (opens the dataset: TensorFlow's import on Reverb)
+            keys = np.asarray(batch.keys).reshape(-1)
+            begin, batches = time.perf_counter(), 0
+            while time.perf_counter() - begin < window_s:
+                batch = next(dataset)
+                if sampler == "prioritized":
+                    keys = np.asarray(batch.keys).reshape(-1)
+                    client.mutate_priorities("t", {int(k): 0.5 + (i % 7) for i, k in enumerate(keys.tolist())})
+                batches += 1
+            seconds = time.perf_counter() - begin
+            dataset.close()
+            writer.close()
+            out["sample"][sampler] = {"items_per_s": round(batches * IN_PROCESS_BATCH / seconds),
+                                      "batches_per_s": round(batches / seconds, 1)}
+        finally:
+            stop()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 s windows instead of 5 s")
     parser.add_argument("--backends", default=None, help="comma-separated (default: every installed one)")
     parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--in-process", action="store_true",
+                        help="server, writer and sampler in this process, batches of 256 from 500,000 transitions")
     args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from shoal.replay import reverb_installed
@@ -179,7 +266,10 @@ def main() -> None:
     backends = args.backends.split(",") if args.backends else ["native"] + (["reverb"] if reverb_installed() else [])
     window = 2.0 if args.quick else 5.0
     result = {"python": sys.version.split()[0], "window_s": window}
-    for backend in backends:
+    for backend in backends if args.in_process else ():
+        result[backend] = {"in_process": measure_in_process(backend, window)}
+        print(json.dumps({backend: result[backend]}), file=sys.stderr, flush=True)
+    for backend in () if args.in_process else backends:
         for size in SIZES:
             for writers in (1, 4, 16):
                 result[f"{backend}/{size}/{writers}_writers"] = measure(backend, size, writers, window)

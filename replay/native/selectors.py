@@ -1,6 +1,9 @@
 """Item selectors of the native replay backend: which item a table samples or removes next.
 
-Each selector holds the keys of a table's items and answers ``select(rng) -> (key, probability)``:
+Each selector holds the keys of a table's items and answers ``select(rng) -> (key, probability)``,
+and the samplers (uniform, prioritized) ``select_many(rng, count) -> (keys, probabilities)`` for a
+whole batch in array operations: ``count`` draws with replacement, the very draws (same keys,
+same generator state after) that ``count`` calls of ``select`` would make:
 
 * ``UniformSelector``: every item with probability ``1 / size``;
 * ``PrioritizedSelector(exponent)``: item ``i`` with probability ``p_i ** exponent / sum_j
@@ -20,27 +23,42 @@ import numpy as np
 
 
 class UniformSelector:
+    """Every item with probability ``1 / size``: the keys in an array (a deleted key's place
+    takes the last key), one draw of ``count`` positions per batch."""
+
     def __init__(self) -> None:
-        self._keys: list[int] = []
+        self._keys = np.zeros(16, np.int64)
+        self._size = 0
         self._index: dict[int, int] = {}
 
     def insert(self, key: int, priority: float) -> None:
-        self._index[key] = len(self._keys)
-        self._keys.append(key)
+        if self._size == len(self._keys):
+            self._keys = np.concatenate([self._keys, np.zeros(len(self._keys), np.int64)])
+        self._index[key] = self._size
+        self._keys[self._size] = key
+        self._size += 1
 
     def update(self, key: int, priority: float) -> None:
         pass
 
+    def update_many(self, keys: list[int], priorities: list[float]) -> None:
+        pass
+
     def delete(self, key: int) -> None:
         at = self._index.pop(key)
-        last = self._keys.pop()
+        self._size -= 1
+        last = int(self._keys[self._size])
         if last != key:  # (swap the last key into the hole: O(1))
             self._keys[at] = last
             self._index[last] = at
 
     def select(self, rng: np.random.Generator) -> tuple[int, float]:
-        n = len(self._keys)
-        return self._keys[int(rng.integers(n))], 1.0 / n
+        n = self._size
+        return int(self._keys[int(rng.integers(n))]), 1.0 / n
+
+    def select_many(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+        n = self._size
+        return self._keys[rng.integers(n, size=count)], np.full(count, 1.0 / n)
 
 
 class _OrderedSelector:
@@ -53,6 +71,9 @@ class _OrderedSelector:
         self._keys[key] = None
 
     def update(self, key: int, priority: float) -> None:
+        pass
+
+    def update_many(self, keys: list[int], priorities: list[float]) -> None:
         pass
 
     def delete(self, key: int) -> None:
@@ -86,7 +107,7 @@ class PrioritizedSelector:
         self._capacity = 1
         self._tree = np.zeros(2, np.float64)
         self._slot: dict[int, int] = {}
-        self._key_at: list[int | None] = [None]
+        self._key_at = np.full(1, -1, np.int64)  # slot -> key (-1: free)
         self._free: list[int] = [0]
 
     def _weight(self, priority: float) -> float:
@@ -109,7 +130,7 @@ class PrioritizedSelector:
         for node in range(capacity - 1, 0, -1):
             tree[node] = tree[2 * node] + tree[2 * node + 1]
         self._capacity, self._tree = capacity, tree
-        self._key_at.extend([None] * old)
+        self._key_at = np.concatenate([self._key_at, np.full(old, -1, np.int64)])
         self._free.extend(range(capacity - 1, old - 1, -1))
 
     def insert(self, key: int, priority: float) -> None:
@@ -123,9 +144,22 @@ class PrioritizedSelector:
     def update(self, key: int, priority: float) -> None:
         self._set(self._slot[key], self._weight(priority))
 
+    def update_many(self, keys: list[int], priorities: list[float]) -> None:
+        """``update`` of each ``(key, priority)`` (keys distinct), the sums redone level by level
+        for the changed leaves only (the same tree as one ``update`` at a time)."""
+        if not keys:
+            return
+        weights = [self._weight(p) for p in priorities]
+        nodes = np.array([self._slot[k] for k in keys], np.int64) + self._capacity
+        self._tree[nodes] = weights
+        nodes = np.unique(nodes // 2)
+        while nodes[0] > 0:
+            self._tree[nodes] = self._tree[2 * nodes] + self._tree[2 * nodes + 1]
+            nodes = np.unique(nodes // 2)
+
     def delete(self, key: int) -> None:
         slot = self._slot.pop(key)
-        self._key_at[slot] = None
+        self._key_at[slot] = -1
         self._free.append(slot)
         self._set(slot, 0.0)
 
@@ -142,10 +176,33 @@ class PrioritizedSelector:
             else:
                 target -= left
                 node = 2 * node + 1
-        key = self._key_at[node - self._capacity]
-        if key is None:  # (rounding put the target on an empty leaf: take the heaviest item's path)
-            key = max(self._slot, key=lambda k: self._tree[self._capacity + self._slot[k]])
+        key = int(self._key_at[node - self._capacity])
+        if key < 0:  # (rounding put the target on an empty leaf: take the heaviest item's path)
+            key = self._heaviest()
         return key, float(self._tree[self._capacity + self._slot[key]] / total)
+
+    def _heaviest(self) -> int:
+        return max(self._slot, key=lambda k: self._tree[self._capacity + self._slot[k]])
+
+    def select_many(self, rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` draws at once: ``count`` uniform targets descended level by level together."""
+        tree, total = self._tree, self._tree[1]
+        if not total > 0:  # every weight is 0: uniform over the items
+            keys = np.fromiter(self._slot, np.int64, len(self._slot))
+            return keys[rng.integers(len(keys), size=count)], np.full(count, 1.0 / len(keys))
+        target = rng.random(count) * total
+        node = np.ones(count, np.int64)
+        while node[0] < self._capacity:  # (every leaf is at one depth)
+            left = tree[2 * node]
+            go_left = (target < left) | (tree[2 * node + 1] <= 0)
+            target = np.where(go_left, target, target - left)
+            node = 2 * node + ~go_left
+        keys = self._key_at[node - self._capacity]
+        empty = keys < 0
+        if empty.any():  # (rounding put a target on an empty leaf: the heaviest item's path)
+            keys[empty] = self._heaviest()
+        slots = np.array([self._slot[k] for k in keys.tolist()], np.int64)
+        return keys, tree[self._capacity + slots] / total
 
 
 def make_selector(kind: str, exponent: float | None = None):

@@ -7,13 +7,14 @@ launcher's replay node serves exactly ``SERVICE_METHODS``; every argument and re
 data and numpy arrays, nothing is unpickled).
 
 **Writes.** A writer (``NativeWriter``) sends each step once, with the items that reference it,
-in one ``insert`` call per vector step or chunk. The server keeps a step while the writer still
-holds it (it may be part of a later item: R2D2's overlapping sequences) or an item references
-it, and frees it after that (a reference count; no step is copied for a second item). A call's
-steps travel stacked (a column per run of steps of one layout) and its items as four arrays, so
-that the codec handles a few arrays per call, not a few objects per step; the steps stay rows of
-those stacked columns, and an item of evenly spaced rows of one call (one env's steps among
-several envs') is sampled as one strided slice per column instead of a step at a time.
+in one ``insert`` call per vector step or chunk. Steps are copied into the rows of preallocated
+per-field columns (``shoal.replay.native.columns.ColumnStore``, sized up front from each table's
+``max_size`` and item length); an item is the rows of its steps. A row stays while the writer
+still holds its step (it may be part of a later item: R2D2's overlapping sequences) or an item
+references it, and goes back to the free list after that (a reference count; no step is copied
+for a second item). A call's steps travel stacked (a column per run of steps of one layout) and
+its items as four arrays, so that the codec handles a few arrays per call, not a few objects per
+step.
 
 **Same host.** A client on the server's host may send a call's step arrays, and take a sample's
 columns, through a shared-memory segment of its own (``attach_shared``, ``insert_shared``,
@@ -21,7 +22,10 @@ columns, through a shared-memory segment of its own (``attach_shared``, ``insert
 where the arrays lie.
 
 **Samples** come back as one column per signature leaf with the items on the leading axis
-(length-1 items squeezed, longer ones ``[num_items, length, ...]``), with the items' keys,
+(length-1 items squeezed, longer ones ``[num_items, length, ...]``), gathered with one indexing
+per column; the items the rate limiter lets through at once are drawn as one batch
+(``select_many``: the very draws one at a time would make, so seeded runs are unchanged). With
+them come the items' keys,
 sampling probabilities, table sizes, priorities and times sampled.
 
 **Checkpoints** go to ``checkpoint_dir/<name>/``: ``tables.json`` (counts, sampler states,
@@ -40,7 +44,9 @@ import time
 from typing import Any, Sequence
 
 import numpy as np
+import tree
 
+from shoal.replay.native.columns import ColumnStore
 from shoal.replay.native.payload import stacked_groups
 from shoal.replay.native.shared import Attached
 from shoal.replay.native.table import Item, ReplayClosed, Table
@@ -61,76 +67,19 @@ SERVICE_METHODS = (
 MAX_SEGMENTS = 256  # client segments mapped at once (those of exited clients go first)
 
 
-class StepStore:
-    """Steps by id, each with a reference count (the items that use it, plus one while its
-    writer holds it). Thread-safe. A step's columns are kept with a leading axis of 1, so a
-    sample's column is one ``np.concatenate`` (``np.stack`` of many small arrays cost 5x more).
-    Steps that arrived together are rows of one *block* (an array per column) and are kept as
-    views of it, so that an item of consecutive rows of one block is gathered as one slice per
-    column (``pieces``); a block's memory goes with the last of its steps."""
-
-    def __init__(self) -> None:
-        self._steps: dict[Any, list] = {}  # id -> [columns, references, block, row]
-        self._lock = threading.Lock()
-
-    def add(self, step_id: Any, columns: list) -> None:
-        with self._lock:
-            self._steps[step_id] = [columns, 1, None, 0]
-
-    def add_rows(self, step_ids: Sequence[Any], block: list, rows: Sequence[int] | None = None) -> None:
-        """Steps ``step_ids`` are rows ``rows`` (default ``0, 1, ...``) of ``block`` (one array
-        per column)."""
-        with self._lock:
-            for step_id, row in zip(step_ids, range(len(step_ids)) if rows is None else rows):
-                self._steps[step_id] = [[c[row : row + 1] for c in block], 1, block, row]
-
-    def hold(self, step_ids: Sequence[Any]) -> tuple:
-        with self._lock:
-            missing = [s for s in step_ids if s not in self._steps]
-            if missing:
-                raise KeyError(f"an item references steps the server does not hold: {missing[:3]}")
-            for s in step_ids:
-                self._steps[s][1] += 1
-        return tuple(step_ids)
-
-    def release(self, step_ids: Sequence[Any]) -> None:
-        with self._lock:
-            for s in step_ids:
-                entry = self._steps.get(s)
-                if entry is not None:
-                    entry[1] -= 1
-                    if entry[1] <= 0:
-                        del self._steps[s]
-
-    def get(self, step_ids: Sequence[Any]) -> list[list]:
-        with self._lock:
-            return [self._steps[s][0] for s in step_ids]
-
-    def pieces(self, step_ids: Sequence[Any]) -> list[tuple[list | None, list, slice, int]]:
-        """The steps as runs, in order: ``(block, columns, rows, count)``, ``count`` steps that
-        are the rows ``rows`` (a slice, evenly spaced: a writer that appends each env's step in
-        turn lays one env's steps ``num_envs`` rows apart) of ``block``, or (``block`` None) one
-        step's ``columns``."""
-        runs: list[list] = []  # [block, columns, start, last, stride, count]
-        with self._lock:
-            for s in step_ids:
-                columns, _, block, row = self._steps[s]
-                run = runs[-1] if runs else None
-                if block is not None and run is not None and run[0] is block and row > run[3]:
-                    if run[5] == 1 or row - run[3] == run[4]:
-                        run[3], run[4], run[5] = row, row - run[3], run[5] + 1
-                        continue
-                runs.append([block, columns, row, row, 1, 1])
-        return [
-            (block, columns, slice(start, last + 1, stride), count)
-            for block, columns, start, last, stride, count in runs
-        ]
-
-    def __len__(self) -> int:
-        return len(self._steps)
-
-    def __contains__(self, step_id: Any) -> bool:
-        return step_id in self._steps
+def _reserve_rows(store: ColumnStore, spec: TableSpec) -> None:
+    """Sizes the store's lane for ``spec``'s steps up front (``max_size`` items of their length),
+    so that a table filled to ``max_size`` never grows its columns: for one-step items the
+    signature's leaves are a step's columns; for items of ``L`` steps, the leaves less their
+    leading ``L`` axis (only the layout that steps arrive in is ever allocated)."""
+    if spec.signature is None:
+        return
+    leaves = tree.flatten(spec.signature)
+    store.reserve(tuple((np.dtype(s.dtype).str, tuple(s.shape)) for s in leaves), spec.max_size)
+    lengths = {tuple(s.shape)[:1] for s in leaves}
+    if len(lengths) == 1 and lengths != {()}:
+        (length,) = lengths.pop()
+        store.reserve(tuple((np.dtype(s.dtype).str, tuple(s.shape)[1:]) for s in leaves), spec.max_size * int(length))
 
 
 def _spec_record(signature: Any) -> Any:
@@ -167,7 +116,9 @@ class NativeReplayServer:
         names = [table.name for table in tables]
         if len(set(names)) < len(names):
             raise ValueError(f"replay table names must be unique; got {', '.join(names)}")
-        self._store = StepStore()
+        self._store = ColumnStore()
+        for spec in tables:
+            _reserve_rows(self._store, spec)
         self._tables = {
             spec.name: Table(spec, self._store, np.random.default_rng([int(seed), i]), gated)
             for i, spec in enumerate(tables)
@@ -269,11 +220,11 @@ class NativeReplayServer:
         """Up to ``num_items`` items of ``table``, as the rate limiter lets them through before
         ``timeout_s``: ``{"columns": [...], "key", "probability", "table_size", "priority",
         "times_sampled"}`` (arrays, items on the leading axis), or ``None`` if none came."""
-        taken = self._table(table).sample(int(num_items), time.monotonic() + float(timeout_s))
+        taken, columns = self._table(table).sample(int(num_items), time.monotonic() + float(timeout_s))
         if not taken:
             return None
         return {
-            "columns": _stack([data for *_, data in taken]),
+            "columns": columns,
             "key": np.array([t[0] for t in taken], np.uint64),
             "probability": np.array([t[3] for t in taken], np.float64),
             "table_size": np.array([t[4] for t in taken], np.int64),
@@ -328,12 +279,11 @@ class NativeReplayServer:
         mapping = self._segments.get(segment)
         if mapping is None:
             return -1
-        # (each step copied out on its own: the segment is the writer's again once this call
-        # returns, and a step's memory goes with it, whichever order the remover takes them in)
+        # (the steps are copied into the store's rows: the segment is the writer's again once
+        # this call returns)
         for indices, places in steps:
             views = mapping.views(places)
-            for k, index in enumerate(np.asarray(indices, np.int64).tolist()):
-                self._store.add((writer, index), [np.array(c[k : k + 1]) for c in views])
+            self._store.add_rows([(writer, i) for i in np.asarray(indices, np.int64).tolist()], list(views))
         return self.insert(writer, [], items, release, timeout_s)
 
     def sample_shared(self, table: str, num_items: int, timeout_s: float, segment: str) -> dict[str, Any] | None:
@@ -379,34 +329,34 @@ class NativeReplayServer:
         try:
             return self._write_checkpoint(states)
         finally:  # (state() held the items' steps for this checkpoint)
-            self._store.release([s for _, items in states.values() for _, item in items for s in item.steps])
+            for _, items in states.values():
+                for _, item in items:
+                    self._store.release(item.steps)
 
     def _write_checkpoint(self, states: dict[str, tuple[dict[str, Any], list[tuple[int, Item]]]]) -> str:
         assert self._checkpoint_dir is not None  # (checkpoint() refuses a server without one)
-        step_ids = list(dict.fromkeys(s for _, items in states.values() for _, item in items for s in item.steps))
-        columns = self._store.get(step_ids)
-        layouts: dict[tuple, list[int]] = {}  # (shapes, dtypes) -> positions in step_ids
-        for position, step in enumerate(columns):
-            layouts.setdefault(tuple((c.shape, c.dtype.str) for c in step), []).append(position)
-        where: dict[Any, list[int]] = {}
+        lanes = self._store.rows_by_lane([item.steps for _, items in states.values() for _, item in items])
         arrays: dict[str, np.ndarray] = {}
-        for number, positions in enumerate(layouts.values()):
-            for row, position in enumerate(positions):
-                where[step_ids[position]] = [number, row]
-            for c in range(len(columns[positions[0]])):
-                arrays[f"l{number}_c{c}"] = np.concatenate([columns[p][c] for p in positions])
+        numbers: dict[int, tuple[int, np.ndarray]] = {}  # lane -> (its number here, its rows)
+        for number, (lane, (rows, columns)) in enumerate(sorted(lanes.items())):
+            numbers[lane] = (number, rows)
+            for c, column in enumerate(columns):
+                arrays[f"l{number}_c{c}"] = column
+
+        def where(steps: Any) -> list[list[int]]:  # an item's steps as [layout number, row] pairs
+            number, rows = numbers[steps.lane]
+            return [[number, row] for row in np.searchsorted(rows, steps.index).tolist()]
+
         record = {
             "format": 1,
             "tables": {
                 name: {
                     "counts": counts,
-                    "items": [
-                        [key, item.priority, item.times_sampled, [where[s] for s in item.steps]] for key, item in items
-                    ],
+                    "items": [[key, item.priority, item.times_sampled, where(item.steps)] for key, item in items],
                 }
                 for name, (counts, items) in states.items()
             },
-            "layouts": [len(columns[positions[0]]) for positions in layouts.values()],
+            "layouts": [len(columns) for _, (_, columns) in sorted(lanes.items())],
         }
         os.makedirs(self._checkpoint_dir, exist_ok=True)
         name = f"{time.time_ns():020d}"
@@ -443,21 +393,20 @@ class NativeReplayServer:
                 f"{path}: the checkpoint holds tables {sorted(unknown)} this run does not have "
                 f"({', '.join(self._tables)})"
             )
+        ids = []  # (each layout's steps go into the store at once, held until the items hold them)
+        for number, block in enumerate(blocks):
+            ids.append([("checkpoint", number, row) for row in range(len(block[0]) if block else 0)])
+            self._store.add_rows(ids[-1], block)
         top = 0
         for name, saved in record["tables"].items():
             items = []
             for key, priority, times_sampled, steps in saved["items"]:
-                ids = []
-                for number, row in steps:
-                    step_id = ("checkpoint", int(number), int(row))
-                    if step_id not in self._store:
-                        self._store.add_rows([step_id], blocks[int(number)], [int(row)])
-                    ids.append(step_id)
-                items.append((int(key), Item(self._store.hold(ids), float(priority), int(times_sampled))))
+                held = self._store.hold([ids[int(number)][int(row)] for number, row in steps])
+                items.append((int(key), Item(held, float(priority), int(times_sampled))))
                 top = max(top, int(key))
             self._tables[name].restore(saved["counts"], items)
-        # (each step was added with one reference for a writer; no writer holds them now)
-        self._store.release(list({s for t in self._tables.values() for item in t.items.values() for s in item.steps}))
+        for layout_ids in ids:  # (no writer holds them: the items' references keep them)
+            self._store.release(layout_ids)
         self._keys = iter(range(top + 1, 1 << 62))
 
 
@@ -478,21 +427,4 @@ def _close_quietly(mapping: Attached) -> None:
         pass
 
 
-def _stack(items: list[list[tuple[list | None, list, slice, int]]]) -> list[np.ndarray]:
-    """Items (each its steps as ``StepStore.pieces``) -> one array per column with the items on
-    the leading axis; length-1 items squeezed, else ``[items, length, ...]``."""
-    lengths = {sum(count for *_, count in item) for item in items}
-    if len(lengths) > 1:
-        raise ValueError("items of one sample differ in length; a table's items must all have one length")
-    length = lengths.pop()
-    runs = [run for item in items for run in item]
-    columns = [
-        np.concatenate([c[j] if block is None or count == 1 else block[j][rows] for block, c, rows, count in runs])
-        for j in range(len(runs[0][1]))
-    ]
-    if length == 1:
-        return columns
-    return [column.reshape(len(items), length, *column.shape[1:]) for column in columns]
-
-
-__all__ = ["NativeReplayServer", "ReplayClosed", "SERVICE_METHODS", "StepStore"]
+__all__ = ["NativeReplayServer", "ReplayClosed", "SERVICE_METHODS"]

@@ -1,6 +1,7 @@
 """A native replay table: items, their selectors, and Reverb's rate limiter.
 
-An item is a reference to ``length`` steps of the server's step store (``StepStore``) plus its
+An item is a reference to ``length`` steps of the server's step store (``ColumnStore``: rows of
+its columns) plus its
 priority and how often it was sampled; items that overlap share their steps (no copies). The
 table has Reverb's semantics (``reverb/cc/table.cc``, ``rate_limiter.cc``) as Shoal uses them:
 
@@ -44,7 +45,7 @@ class ReplayClosed(RuntimeError):
 
 @dataclasses.dataclass
 class Item:
-    steps: tuple  # step ids in the store, oldest first
+    steps: Any  # its rows in the store (``ColumnStore.hold``), oldest first
     priority: float
     times_sampled: int = 0
 
@@ -116,54 +117,97 @@ class Table:
                     return done
                 if len(self.items) >= self.spec.max_size:
                     self._delete(self._remover.select(self._rng)[0])
-                self.items[key] = Item(tuple(steps), float(priority))
+                self.items[key] = Item(steps, float(priority))
                 self._sampler.insert(key, priority)
                 self._remover.insert(key, priority)
                 self.inserts += 1
             self._changed.notify_all()
             return len(items)
 
-    def _delete(self, key: int) -> None:
+    def _delete(self, key: int, release: list | None = None) -> None:
+        """Removes item ``key``; its steps are let go of now, or appended to ``release``."""
         item = self.items.pop(key)
         self._sampler.delete(key)
         self._remover.delete(key)
         self.deletes += 1
-        self._store.release(item.steps)
+        if release is None:
+            self._store.release(item.steps)
+        else:
+            release.append(item.steps)
 
-    def sample(self, num_items: int, deadline: float) -> list[tuple[int, float, int, float, int, list]]:
+    def _ready_now(self, wanted: int) -> int:
+        """(Under the lock) how many of ``wanted`` items the limiter (and, gated, the grant) lets
+        be sampled one after another right now: the items the per-item rule would take without
+        waiting, as long as none is deleted on the way (``max_times_sampled`` 0)."""
+        limit = self.spec.rate_limit
+        if self.inserts - self.deletes < limit.min_size_to_sample:
+            return 0
+        if self.gated:
+            if self._granted <= 0 or self.mutations < self._mutations_wanted:
+                return 0
+            wanted = min(wanted, self._granted)
+        room = self.inserts * limit.samples_per_insert - self.samples - 1 - limit.min_diff
+        if not room >= 0:
+            return 0
+        count = int(min(wanted, room + 1))
+        # (exactly the per-item test, item `count - 1` passes and item `count` fails, in floats)
+        while (
+            count > 0 and not self.inserts * limit.samples_per_insert - (self.samples + count - 1) - 1 >= limit.min_diff
+        ):
+            count -= 1
+        while count < wanted and self.inserts * limit.samples_per_insert - (self.samples + count) - 1 >= limit.min_diff:
+            count += 1
+        return count
+
+    def sample(self, num_items: int, deadline: float) -> tuple[list[tuple[int, float, int, float, int]], list | None]:
         """Up to ``num_items`` items, each taken when the limiter allows it: ``(key, priority,
-        times_sampled, probability, table_size, steps)`` per item (as sampled; ``steps`` as
-        ``StepStore.pieces``). Fewer when ``deadline`` passed first."""
-        out = []
+        times_sampled, probability, table_size)`` per item (as sampled) and the items' columns
+        (``ColumnStore.gather``; ``None`` when no item came). Fewer when ``deadline`` passed
+        first. Items the limiter lets through at once are drawn as one batch (``select_many``:
+        the same draws as one at a time); the rest one by one as the limiter admits them."""
+        meta: list[tuple[int, float, int, float, int]] = []
+        steps: list = []
+        release: list = []
+        batched = self.spec.sampler in ("uniform", "prioritized") and not self.spec.max_times_sampled
         with self._lock:
-            for _ in range(num_items):
-                if self.gated:
-                    if not self._wait(lambda: self._can_sample() and self._granted > 0, deadline):
+            try:
+                while len(meta) < num_items:
+                    ready = self._ready_now(num_items - len(meta)) if batched else 0
+                    if ready > 1:
+                        keys, probabilities = self._sampler.select_many(self._rng, ready)
+                        size = len(self.items)
+                        for key, probability in zip(keys.tolist(), probabilities.tolist()):
+                            item = self.items[key]
+                            item.times_sampled += 1
+                            meta.append((key, item.priority, item.times_sampled, probability, size))
+                            steps.append(item.steps)
+                        self.samples += ready
+                        if self.gated:
+                            self._granted -= ready
+                        continue
+                    if self.gated:
+                        if not self._wait(lambda: self._can_sample() and self._granted > 0, deadline):
+                            break
+                        if not self._await_mutations(deadline):
+                            break
+                    elif not self._wait(self._can_sample, deadline):
                         break
-                    if not self._await_mutations(deadline):
-                        break
-                elif not self._wait(self._can_sample, deadline):
-                    break
-                key, probability = self._sampler.select(self._rng)
-                item = self.items[key]
-                item.times_sampled += 1
-                out.append(
-                    (
-                        key,
-                        item.priority,
-                        item.times_sampled,
-                        probability,
-                        len(self.items),
-                        self._store.pieces(item.steps),
-                    )
-                )
-                self.samples += 1
-                if self.gated:
-                    self._granted -= 1
-                if self.spec.max_times_sampled and item.times_sampled >= self.spec.max_times_sampled:
-                    self._delete(key)
+                    key, probability = self._sampler.select(self._rng)
+                    item = self.items[key]
+                    item.times_sampled += 1
+                    meta.append((key, item.priority, item.times_sampled, probability, len(self.items)))
+                    steps.append(item.steps)
+                    self.samples += 1
+                    if self.gated:
+                        self._granted -= 1
+                    if self.spec.max_times_sampled and item.times_sampled >= self.spec.max_times_sampled:
+                        self._delete(key, release)
+                columns = self._store.gather(steps) if steps else None
+            finally:
+                for rows in release:  # (after the gather: a deleted item's rows are reused after it)
+                    self._store.release(rows)
             self._changed.notify_all()  # (an insert the limiter held may go now)
-        return out
+        return meta, columns
 
     def _await_mutations(self, deadline: float) -> bool:
         """(Gated, under the lock) waits for the priority updates a grant asked for; False when
@@ -195,12 +239,15 @@ class Table:
 
     def mutate(self, updates: dict[int, float], deletes: list[int]) -> None:
         with self._lock:
+            keys, priorities = [], []
             for key, priority in updates.items():
                 item = self.items.get(key)
                 if item is not None:
                     item.priority = float(priority)
-                    self._sampler.update(key, priority)
-                    self._remover.update(key, priority)
+                    keys.append(key)
+                    priorities.append(priority)
+            self._sampler.update_many(keys, priorities)
+            self._remover.update_many(keys, priorities)
             for key in deletes:
                 if key in self.items:
                     self._delete(key)

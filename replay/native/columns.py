@@ -1,0 +1,323 @@
+"""``ColumnStore``: the native replay's steps in preallocated per-field arrays.
+
+Steps of one *layout* (their columns' dtypes and per-step shapes) live in one ``Lane``: an array
+per column, ``[capacity, *step_shape]``, whose rows are handed out and taken back by a free list.
+A step is a row; an item is the rows of its steps (``Rows``: a lane and an index array), so items
+that overlap (R2D2's sequences with ``sequence_period < length``, consecutive n-step
+transitions) share rows, never copies. Each row has a reference count: the items that use it,
+plus one while its writer holds it; a row whose count reaches 0 goes back to the free list.
+
+Sampling gathers a batch of items with one fancy-index per column (``gather``): ``[B, ...]`` for
+one-step items, ``[B, length, ...]`` for longer ones. A lane grows (by half) when its rows run
+out; ``reserve`` sizes it up front from the tables that will use it (``max_size`` times the item
+length), so that a table filled to ``max_size`` costs its raw bytes plus the writers' windows.
+
+Writers name steps by ids (``(writer, index)``); the store maps the ids of steps a writer may
+still use in an item to rows (``hold``), and forgets an id when its row is freed. Thread-safe:
+one lock guards the lanes (writes into rows, growth, gathers are all short copies).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Hashable, Sequence
+
+import numpy as np
+
+Layout = tuple  # ((dtype str, step shape), ...) per column
+MIN_ROWS = 1024
+SMALL = 8  # index arrays up to this long are counted with plain indexing
+
+
+def _add(refs: np.ndarray, rows: np.ndarray | list[int], value: int) -> None:
+    """``refs[rows] += value``, each occurrence of a row counted."""
+    if len(rows) <= SMALL:
+        for row in rows if isinstance(rows, list) else rows.tolist():
+            refs[row] += value
+    else:
+        np.add.at(refs, np.asarray(rows, np.int64), value)
+
+
+def layout_of(columns: Sequence[np.ndarray], leading: int = 1) -> Layout:
+    """The layout of steps whose columns are ``columns`` (each with ``leading`` leading axes of
+    steps before the step's own shape)."""
+    return tuple([(c.dtype.str, c.shape[leading:]) for c in columns])
+
+
+class Rows:
+    """An item's steps: rows ``index`` (oldest first) of lane ``lane``."""
+
+    __slots__ = ("lane", "index")
+
+    def __init__(self, lane: int, index: np.ndarray) -> None:
+        self.lane, self.index = lane, index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+class Lane:
+    """The rows of one layout: an array per column, reference counts, the ids of held rows."""
+
+    def __init__(self, layout: Layout, capacity: int) -> None:
+        self.layout = layout
+        self.columns = [np.empty((capacity, *shape), np.dtype(dtype)) for dtype, shape in layout]
+        self.refs = np.zeros(capacity, np.int64)
+        self.ids: list[Hashable | None] = [None] * capacity
+        self.free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack: free[:top]
+        self.top = capacity
+
+    @property
+    def capacity(self) -> int:
+        return len(self.refs)
+
+    @property
+    def row_bytes(self) -> int:
+        return sum(c.strides[0] for c in self.columns)
+
+    def grow(self, capacity: int) -> None:
+        old = self.capacity
+        if capacity <= old:
+            return
+        columns = []
+        for column in self.columns:
+            grown = np.empty((capacity, *column.shape[1:]), column.dtype)
+            grown[:old] = column
+            columns.append(grown)
+        self.columns = columns
+        self.refs = np.concatenate([self.refs, np.zeros(capacity - old, np.int64)])
+        self.ids.extend([None] * (capacity - old))
+        added = np.arange(capacity - 1, old - 1, -1, dtype=np.int64)
+        self.free = np.concatenate([added, self.free[: self.top]])
+        self.top = len(self.free)
+
+    def take(self, count: int) -> np.ndarray:
+        """``count`` free rows (growing the lane if it has fewer)."""
+        if count > self.top:
+            self.grow(max(self.capacity + count, self.capacity * 3 // 2, MIN_ROWS))
+        self.top -= count
+        return self.free[self.top : self.top + count][::-1].copy()
+
+    def take_one(self) -> int:
+        if not self.top:
+            self.grow(max(self.capacity + 1, self.capacity * 3 // 2, MIN_ROWS))
+        self.top -= 1
+        return int(self.free[self.top])
+
+    def give_back(self, rows: np.ndarray) -> None:
+        end = self.top + len(rows)
+        if end > len(self.free):
+            self.free = np.concatenate([self.free, np.empty(end - len(self.free), np.int64)])
+        self.free[self.top : end] = rows[::-1]
+        self.top = end
+
+
+class ColumnStore:
+    """Steps in lanes of preallocated columns (module docstring)."""
+
+    def __init__(self) -> None:
+        self._lanes: list[Lane] = []
+        self._lane_of: dict[Layout, int] = {}
+        self._where: dict[Hashable, tuple[int, int]] = {}  # step id -> (lane, row)
+        self._reserved: dict[Layout, int] = {}
+        self._lock = threading.Lock()
+
+    # -- writes ------------------------------------------------------------------------------------
+    def reserve(self, layout: Layout, rows: int) -> None:
+        """Makes room for ``rows`` more rows of ``layout`` once its lane is made (or now)."""
+        with self._lock:
+            self._reserved[layout] = self._reserved.get(layout, 0) + int(rows)
+            lane = self._lane_of.get(layout)
+            if lane is not None:
+                reserved = self._reserved[layout]
+                self._lanes[lane].grow(reserved + max(64, reserved // 32))
+
+    def _lane(self, layout: Layout) -> int:
+        lane = self._lane_of.get(layout)
+        if lane is None:
+            lane = self._lane_of[layout] = len(self._lanes)
+            reserved = self._reserved.get(layout, 0)  # (and a little room for the writers' windows)
+            self._lanes.append(Lane(layout, max(MIN_ROWS, reserved + max(64, reserved // 32))))
+        return lane
+
+    def add(self, step_id: Hashable, columns: list) -> None:
+        """One step whose columns have a leading axis of 1."""
+        self.add_rows([step_id], columns)
+
+    def add_rows(self, step_ids: Sequence[Hashable], block: list, rows: Sequence[int] | None = None) -> None:
+        """Steps ``step_ids`` are rows ``rows`` (default ``0, 1, ...``) of ``block`` (one array per
+        column, the steps on the leading axis); each is copied into a row held for its writer."""
+        count = len(step_ids)
+        if not count:
+            return
+        with self._lock:
+            lane_number = self._lane(layout_of(block))
+            lane = self._lanes[lane_number]
+            if count == 1:  # (one step: plain indexing, no index arrays)
+                row = lane.take_one()
+                k = 0 if rows is None else int(rows[0])
+                for column, source in zip(lane.columns, block):
+                    column[row] = source[k]
+                lane.refs[row] = 1
+                step_id = step_ids[0]
+                old = self._where.get(step_id)
+                if old is not None:
+                    self._release_rows(old[0], [old[1]])
+                self._where[step_id] = (lane_number, row)
+                lane.ids[row] = step_id
+                return
+            taken = lane.take(count)
+            if rows is None and len(block[0]) == count:
+                for column, source in zip(lane.columns, block):
+                    column[taken] = source
+            else:
+                picked = np.arange(count) if rows is None else np.asarray(rows, np.int64)
+                for column, source in zip(lane.columns, block):
+                    column[taken] = source[picked]
+            lane.refs[taken] = 1
+            where, ids = self._where, lane.ids
+            for step_id, row in zip(step_ids, taken.tolist()):
+                old = where.get(step_id)
+                if old is not None:  # (a step id sent again: its old row loses the writer's hold)
+                    self._release_rows(old[0], [old[1]])
+                where[step_id] = (lane_number, row)
+                ids[row] = step_id
+
+    # -- references --------------------------------------------------------------------------------
+    def hold(self, steps: Sequence[Hashable] | Rows) -> Rows:
+        """One more reference to ``steps`` (step ids, or an item's ``Rows``): their ``Rows``."""
+        with self._lock:
+            if isinstance(steps, Rows):
+                _add(self._lanes[steps.lane].refs, steps.index, 1)
+                return steps
+            if len(steps) == 1:
+                place = self._where.get(steps[0])
+                if place is not None:
+                    self._lanes[place[0]].refs[place[1]] += 1
+                    return Rows(place[0], np.array([place[1]], np.int64))
+            places = [self._where.get(s) for s in steps]
+            if any(p is None for p in places):
+                missing = [s for s, p in zip(steps, places) if p is None]
+                raise KeyError(f"an item references steps the server does not hold: {missing[:3]}")
+            lanes = {lane for lane, _ in places}  # type: ignore[misc]
+            if len(lanes) > 1:
+                raise ValueError("an item's steps must all have one layout (dtypes and shapes)")
+            rows = [row for _, row in places]  # type: ignore[misc]
+            lane = lanes.pop()
+            _add(self._lanes[lane].refs, rows, 1)
+            return Rows(lane, np.array(rows, np.int64))
+
+    def release(self, steps: Sequence[Hashable] | Rows) -> None:
+        """One reference less to ``steps`` (step ids, or ``Rows``); ids not held are ignored."""
+        with self._lock:
+            if isinstance(steps, Rows):
+                self._release_rows(steps.lane, steps.index)
+                return
+            by_lane: dict[int, list[int]] = {}
+            for s in steps:
+                place = self._where.get(s)
+                if place is not None:
+                    by_lane.setdefault(place[0], []).append(place[1])
+            for lane, rows in by_lane.items():
+                self._release_rows(lane, rows)
+
+    def _release_rows(self, lane_number: int, rows: np.ndarray | list[int]) -> None:
+        lane = self._lanes[lane_number]
+        refs = lane.refs
+        if len(rows) <= SMALL:  # (a few rows: plain indexing beats ufunc.at and unique)
+            freed_rows = []
+            for row in rows if isinstance(rows, list) else rows.tolist():
+                refs[row] -= 1
+                if refs[row] <= 0 and row not in freed_rows:
+                    freed_rows.append(row)
+            if not freed_rows:
+                return
+            if len(freed_rows) == 1:
+                row = freed_rows[0]
+                refs[row] = 0
+                step_id = lane.ids[row]
+                if step_id is not None:
+                    if self._where.get(step_id) == (lane_number, row):
+                        del self._where[step_id]
+                    lane.ids[row] = None
+                if lane.top == len(lane.free):
+                    lane.free = np.concatenate([lane.free, np.empty(max(16, len(lane.free) // 2), np.int64)])
+                lane.free[lane.top] = row
+                lane.top += 1
+                return
+            freed = np.array(freed_rows, np.int64)
+        else:
+            rows = np.asarray(rows, np.int64)
+            np.subtract.at(refs, rows, 1)
+            freed = np.unique(rows[refs[rows] <= 0])
+        if len(freed):
+            lane.refs[freed] = 0
+            where, ids = self._where, lane.ids
+            for row in freed.tolist():
+                step_id = ids[row]
+                if step_id is not None:
+                    if where.get(step_id) == (lane_number, row):
+                        del where[step_id]
+                    ids[row] = None
+            lane.give_back(freed)
+
+    # -- reads -------------------------------------------------------------------------------------
+    def gather(self, items: Sequence[Rows]) -> list[np.ndarray]:
+        """The items' columns: one gather per column, ``[len(items), ...]`` for one-step items,
+        ``[len(items), length, ...]`` for longer ones (items of one sample have one length)."""
+        lengths = {len(item) for item in items}
+        if len(lengths) > 1:
+            raise ValueError("items of one sample differ in length; a table's items must all have one length")
+        length = lengths.pop()
+        with self._lock:
+            lanes = {item.lane for item in items}
+            if len(lanes) == 1:
+                lane = self._lanes[lanes.pop()]
+                index = np.concatenate([item.index for item in items]) if len(items) > 1 else items[0].index
+                out = [column[index] for column in lane.columns]
+            else:  # (items of several layouts in one table: stacked item by item)
+                out = [
+                    np.concatenate(parts)
+                    for parts in zip(*[[c[item.index] for c in self._lanes[item.lane].columns] for item in items])
+                ]
+        if length == 1:
+            return out
+        return [column.reshape(len(items), length, *column.shape[1:]) for column in out]
+
+    def columns_of(self, steps: Sequence[Hashable]) -> list[list[np.ndarray]]:
+        """Each step's columns (copies, a leading axis of 1)."""
+        with self._lock:
+            out = []
+            for s in steps:
+                lane, row = self._where[s]
+                out.append([c[row : row + 1].copy() for c in self._lanes[lane].columns])
+            return out
+
+    def rows_by_lane(self, items: Sequence[Rows]) -> dict[int, tuple[np.ndarray, list[np.ndarray]]]:
+        """For a checkpoint: per lane, the distinct rows ``items`` use (sorted) and their columns."""
+        with self._lock:
+            used: dict[int, list[np.ndarray]] = {}
+            for item in items:
+                used.setdefault(item.lane, []).append(item.index)
+            out = {}
+            for lane, parts in used.items():
+                rows = np.unique(np.concatenate(parts))
+                out[lane] = (rows, [c[rows] for c in self._lanes[lane].columns])
+            return out
+
+    # -- accounting --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(lane.capacity - lane.top for lane in self._lanes)
+
+    def __contains__(self, step_id: Any) -> bool:
+        with self._lock:
+            return step_id in self._where
+
+    def nbytes(self) -> int:
+        """Bytes the lanes' columns hold (allocated, used or not)."""
+        with self._lock:
+            return sum(c.nbytes for lane in self._lanes for c in lane.columns)
+
+
+__all__ = ["ColumnStore", "Lane", "Rows", "layout_of"]

@@ -1,0 +1,263 @@
+"""Native replay's columnar store and its batch selectors (``replay/native/columns.py``,
+``replay/native/selectors.py``): the same semantics as one item at a time, in array operations.
+
+* ``select_many(rng, B)`` makes the very draws ``B`` calls of ``select`` make (same keys, same
+  probabilities, same generator state after): a seeded run samples the same items either way.
+* Batches follow the selector's distribution (chi-square at a fixed seed), and each check fails
+  on a deliberately broken selector (``BROKEN``), so that a check that cannot fail is caught here.
+* ``ColumnStore`` keeps a step once however many items use it, gathers a batch with one
+  indexing per column, and gives a row back when its last user goes.
+* A property test (hypothesis) drives random interleavings of inserts, samples, priority
+  updates, deletions and checkpoint/restore against a plain-Python model of a table and finds
+  no difference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from shoal.core.specs import ArraySpec
+from shoal.replay import RateLimit, TableSpec
+from shoal.replay.native import NativeReplayServer
+from shoal.replay.native.columns import ColumnStore
+from shoal.replay.native.selectors import PrioritizedSelector, UniformSelector
+
+P_FLOOR = 1e-4  # (seeded: the statistic is the same every run; a correct selector passes far above it)
+
+
+def _filled(selector, priorities: list[float]):
+    for key, priority in enumerate(priorities, start=10):
+        selector.insert(key, priority)
+    return selector
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_select_many_makes_the_draws_of_select_one_at_a_time(kind):
+    rng = np.random.default_rng(7)
+    priorities = (rng.random(300) * 5).tolist()
+    priorities[::17] = [0.0] * len(priorities[::17])
+
+    def make():
+        selector = UniformSelector() if kind == "uniform" else PrioritizedSelector(0.6)
+        _filled(selector, priorities)
+        for key in range(10, 310, 7):  # (deleted keys: holes in the sum tree, swaps in the array)
+            selector.delete(key)
+        return selector
+
+    one, many = make(), make()
+    rng_one, rng_many = np.random.default_rng(3), np.random.default_rng(3)
+    singles = [one.select(rng_one) for _ in range(1000)]
+    keys, probabilities = many.select_many(rng_many, 1000)
+    assert keys.tolist() == [k for k, _ in singles]
+    np.testing.assert_array_equal(probabilities, [p for _, p in singles])
+    assert rng_one.bit_generator.state == rng_many.bit_generator.state
+
+
+def test_select_many_with_every_weight_zero_is_uniform_as_select_is():
+    one, many = _filled(PrioritizedSelector(1.0), [0.0] * 20), _filled(PrioritizedSelector(1.0), [0.0] * 20)
+    rng_one, rng_many = np.random.default_rng(1), np.random.default_rng(1)
+    keys, probabilities = many.select_many(rng_many, 50)
+    assert keys.tolist() == [one.select(rng_one)[0] for _ in range(50)]
+    assert np.all(probabilities == 1 / 20)
+
+
+def test_update_many_builds_the_tree_that_updates_one_at_a_time_build():
+    rng = np.random.default_rng(0)
+    priorities = rng.random(100).tolist()
+    one, many = _filled(PrioritizedSelector(0.7), priorities), _filled(PrioritizedSelector(0.7), priorities)
+    keys = rng.choice(np.arange(10, 110), 40, replace=False).tolist()
+    new = (rng.random(40) * 3).tolist()
+    for key, priority in zip(keys, new):
+        one.update(key, priority)
+    many.update_many(keys, new)
+    np.testing.assert_array_equal(one._tree, many._tree)
+
+
+def test_update_many_refuses_a_nan_or_negative_priority():
+    selector = _filled(PrioritizedSelector(1.0), [1.0, 2.0])
+    for bad in (float("nan"), -1.0):
+        with pytest.raises(ValueError, match="priority must be a number >= 0"):
+            selector.update_many([10], [bad])
+
+
+# -- distributions of whole batches -----------------------------------------------------------------
+class BrokenPrioritized(PrioritizedSelector):
+    """Ignores the exponent (samples by raw priority): what a check of ``p ** alpha`` must catch."""
+
+    def _weight(self, priority: float) -> float:
+        return float(priority)
+
+
+class BrokenUniform(UniformSelector):
+    """Never draws the last key (an off-by-one): what a uniformity check must catch."""
+
+    def select_many(self, rng, count):
+        keys, probabilities = super().select_many(rng, count)
+        return np.where(keys == self._keys[self._size - 1], self._keys[0], keys), probabilities
+
+
+def _batch_p_value(selector, expected: dict[int, float], batches: int = 100, batch: int = 256) -> float:
+    rng = np.random.default_rng(11)
+    drawn = np.concatenate([selector.select_many(rng, batch)[0] for _ in range(batches)])
+    keys = sorted(expected)
+    counts = np.array([(drawn == k).sum() for k in keys])
+    probabilities = np.array([expected[k] for k in keys])
+    return float(stats.chisquare(counts, probabilities / probabilities.sum() * counts.sum()).pvalue)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_batches_of_a_prioritized_selector_follow_priority_to_the_alpha(broken):
+    priorities = [0.5, 1.0, 2.0, 4.0, 8.0, 0.0, 3.0]
+    selector = _filled((BrokenPrioritized if broken else PrioritizedSelector)(0.6), priorities)
+    expected = {k: p**0.6 for k, p in enumerate(priorities, start=10) if p > 0}
+    p_value = _batch_p_value(selector, expected)
+    assert (p_value < P_FLOOR) == broken, p_value
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_batches_of_a_uniform_selector_are_uniform(broken):
+    selector = _filled(BrokenUniform() if broken else UniformSelector(), [1.0] * 20)
+    for key in (12, 15):  # (deleted keys must not be drawn: the swapped-in keys must)
+        selector.delete(key)
+    p_value = _batch_p_value(selector, {k: 1.0 for k in range(10, 30) if k not in (12, 15)})
+    assert (p_value < P_FLOOR) == broken, p_value
+
+
+# -- the column store -------------------------------------------------------------------------------
+def test_column_store_keeps_shared_steps_once_and_frees_them_with_their_last_item():
+    store = ColumnStore()
+    block = [np.arange(6, dtype=np.float32).reshape(3, 2), np.arange(3, dtype=np.int32)]
+    store.add_rows([("w", 0), ("w", 1), ("w", 2)], block)
+    first, second = store.hold([("w", 0), ("w", 1)]), store.hold([("w", 1), ("w", 2)])  # (overlapping)
+    store.release([("w", 0), ("w", 1), ("w", 2)])  # (the writer lets go)
+    assert len(store) == 3  # (one row per step, the shared one once)
+    columns = store.gather([first, second, first])
+    np.testing.assert_array_equal(columns[0], [[[0, 1], [2, 3]], [[2, 3], [4, 5]], [[0, 1], [2, 3]]])
+    np.testing.assert_array_equal(columns[1], [[0, 1], [1, 2], [0, 1]])
+    store.release(first)
+    assert len(store) == 2 and ("w", 0) not in store
+    store.release(second)
+    assert len(store) == 0
+    store.add_rows([("v", 0)], [np.ones((1, 2), np.float32), np.zeros(1, np.int32)])  # (a freed row reused)
+    assert len(store) == 1 and store.nbytes() == store._lanes[0].capacity * (8 + 4)
+
+
+def test_a_full_table_of_cartpole_transitions_costs_at_most_one_and_a_half_times_their_bytes():
+    envs, items = 16, 2000
+    signature = {"observation": ArraySpec((envs, 4), np.float32), "action": ArraySpec((envs,), np.int32),
+                 "reward": ArraySpec((envs,), np.float32), "discount": ArraySpec((envs,), np.float32),
+                 "next_observation": ArraySpec((envs, 4), np.float32)}
+    spec = TableSpec("t", sampler="uniform", remover="fifo", max_size=items,
+                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature=signature)
+    server = NativeReplayServer([spec], seed=0)
+    writer = server.client.writer(1, timeout_s=10)
+    columns = [np.zeros(s.shape, s.dtype) for s in (signature[k] for k in sorted(signature))]
+    for _ in range(3 * items):  # (three times over: the remover's rows are reused, nothing grows)
+        writer.append(columns)
+        writer.create_item("t", 1.0, 1)
+        writer.commit()
+    writer.flush()
+    raw = items * envs * (4 * 4 + 4 + 4 + 4 + 4 * 4)
+    assert server.server_info()["t"]["current_size"] == items
+    assert server._store.nbytes() <= 1.5 * raw, (server._store.nbytes(), raw)
+    server.stop()
+
+
+# -- random interleavings against a model -----------------------------------------------------------
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("insert"), st.integers(1, 5), st.floats(0.0, 4.0)),
+        st.tuples(st.just("sample"), st.integers(1, 40)),
+        st.tuples(st.just("update"), st.integers(0, 60), st.floats(0.0, 4.0)),
+        st.tuples(st.just("delete"), st.integers(0, 60)),
+        st.just(("checkpoint",)),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, sampler=st.sampled_from(["uniform", "prioritized"]), max_size=st.integers(3, 12))
+def test_random_interleavings_match_a_model_of_the_table(tmp_path_factory, ops, sampler, max_size):
+    """The model: a dict key -> (value, priority) in insertion order, FIFO removal at
+    ``max_size``; a sample's items are held items with their values and the selector's
+    probabilities; a checkpoint restored into a new server holds the same items and counts."""
+    alpha = 0.5
+    spec = TableSpec("t", sampler=sampler, remover="fifo", max_size=max_size, priority_exponent=alpha,
+                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+                     signature={"v": ArraySpec((2,), np.float32)})
+    directory = str(tmp_path_factory.mktemp("ckpt"))
+    server = NativeReplayServer([spec], checkpoint_dir=directory, seed=5)
+    writer = server.client.writer(3, timeout_s=10)
+    model: dict[int, tuple[float, float]] = {}
+    keys_by_value: dict[float, int] = {}
+    value = 0.0
+    inserts = samples = 0
+    try:
+        for op in ops:
+            if op[0] == "insert":
+                for _ in range(op[1]):
+                    value += 1.0
+                    writer.append([np.array([value, -value], np.float32)])
+                    writer.create_item("t", op[2], 1)
+                    writer.commit()
+                    writer.flush()
+                    if len(model) >= max_size:
+                        del model[next(iter(model))]
+                    model[-int(value)] = (value, op[2])  # (the key is learnt at the first sample)
+                    inserts += 1
+            elif op[0] == "sample" and model:
+                served = server.sample("t", op[1], timeout_s=5)
+                samples += op[1]
+                assert served is not None and len(served["key"]) == op[1]
+                weights = {k: (1.0 if sampler == "uniform" else (p**alpha if p > 0 else 0.0))
+                           for k, (_, p) in model.items()}
+                total = sum(weights.values())
+                for key, row, probability, size in zip(served["key"].tolist(), served["columns"][0],
+                                                       served["probability"], served["table_size"]):
+                    v = float(row[0])
+                    assert row[1] == -v and size == len(model)
+                    keys_by_value[v] = key
+                    model_key = key if key in model else -int(v)
+                    assert model_key in model and model[model_key][0] == v
+                    if model_key != key:  # (learn the server's key)
+                        model[key] = model.pop(model_key)
+                        model = dict(sorted(model.items(), key=lambda kv: kv[1][0]))
+                        weights[key] = weights.pop(model_key)
+                    expected = 1 / len(model) if total == 0 else weights[key] / total
+                    assert probability == pytest.approx(expected, rel=1e-9)
+            elif op[0] in ("update", "delete") and model:
+                known = [k for k in model if k > 0]
+                if not known:
+                    continue
+                key = known[op[1] % len(known)]
+                if op[0] == "update":
+                    server.mutate_priorities("t", updates={key: op[2]})
+                    model[key] = (model[key][0], op[2])
+                else:
+                    server.mutate_priorities("t", deletes=[key])
+                    del model[key]
+            elif op[0] == "checkpoint":
+                writer.flush()
+                path = server.checkpoint()
+                restored = NativeReplayServer([spec], checkpoint_dir=directory, seed=5)
+                try:
+                    assert restored.restored_from == path
+                    info = restored.server_info()["t"]
+                    assert info["current_size"] == len(model)
+                    assert info["inserts"] == inserts and info["samples"] == samples
+                    if model:
+                        served = restored.sample("t", 64, timeout_s=5)
+                        assert {float(r[0]) for r in served["columns"][0]} <= {v for v, _ in model.values()}
+                finally:
+                    restored.stop()
+            info = server.server_info()["t"]
+            assert info["current_size"] == len(model)
+        writer.close()
+    finally:
+        server.stop()
