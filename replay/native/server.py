@@ -364,10 +364,10 @@ class NativeReplayServer:
         partial = os.path.join(self._checkpoint_dir, f".{name}.partial")
         os.mkdir(partial)
         try:
-            with open(os.path.join(partial, "steps.npz"), "wb") as f:
-                np.savez(f, **arrays)
-            with open(os.path.join(partial, "tables.json"), "w") as f:
-                json.dump(record, f, allow_nan=False)
+            with open(os.path.join(partial, "steps.npz"), "wb") as steps_file:
+                np.savez(steps_file, **arrays)
+            with open(os.path.join(partial, "tables.json"), "w") as tables_file:
+                json.dump(record, tables_file, allow_nan=False)
             os.rename(partial, final)
             with open(os.path.join(final, "DONE"), "w"):
                 pass

@@ -101,12 +101,12 @@ class Table:
         return True
 
     # -- insert / sample / mutate ----------------------------------------------------------------
-    def insert(self, key: int, steps: tuple, priority: float, deadline: float) -> bool:
+    def insert(self, key: int, steps: Any, priority: float, deadline: float) -> bool:
         """Inserts the item (its steps already referenced in the store for it); False when the
         rate limiter held it back until ``deadline`` (nothing was inserted)."""
         return self.insert_many([(key, steps, priority)], deadline) == 1
 
-    def insert_many(self, items: list[tuple[int, tuple, float]], deadline: float) -> int:
+    def insert_many(self, items: list[tuple[int, Any, float]], deadline: float) -> int:
         """Inserts ``(key, steps, priority)`` items in order (their steps already referenced in
         the store for them), each as the rate limiter lets it through before ``deadline``, under
         one hold of the lock; returns how many went in (the rest were held back)."""
