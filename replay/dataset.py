@@ -144,7 +144,10 @@ class ReplayIterator(Dataset):
             have += len(part.info.key)
         data, info = _concatenate(self._served)
         n = self.items_per_update
-        self._served = [] if have == n else [_Served(*_slice(data, info, n, have))]
+        if have == n:  # (the usual case: one batch served whole, nothing to cut)
+            self._served = []
+            return self._layout(data, info)
+        self._served = [_Served(*_slice(data, info, n, have))]
         return self._layout(*_slice(data, info, 0, n))
 
     def _native_part(self, num_items: int) -> _Served | None:

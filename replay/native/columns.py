@@ -265,15 +265,15 @@ class ColumnStore:
     def gather(self, items: Sequence[Rows]) -> list[np.ndarray]:
         """The items' columns: one gather per column, ``[len(items), ...]`` for one-step items,
         ``[len(items), length, ...]`` for longer ones (items of one sample have one length)."""
-        lengths = {len(item) for item in items}
-        if len(lengths) > 1:
+        indices = [item.index for item in items]
+        index = np.concatenate(indices) if len(items) > 1 else indices[0]
+        length = len(indices[0])
+        if len(index) != length * len(items) or any(len(i) != length for i in indices):
             raise ValueError("items of one sample differ in length; a table's items must all have one length")
-        length = lengths.pop()
         with self._lock:
             lanes = {item.lane for item in items}
             if len(lanes) == 1:
                 lane = self._lanes[lanes.pop()]
-                index = np.concatenate([item.index for item in items]) if len(items) > 1 else items[0].index
                 out = [column[index] for column in lane.columns]
             else:  # (items of several layouts in one table: stacked item by item)
                 out = [

@@ -150,12 +150,14 @@ class PrioritizedSelector:
         if not keys:
             return
         weights = [self._weight(p) for p in priorities]
+        tree = self._tree
         nodes = np.array([self._slot[k] for k in keys], np.int64) + self._capacity
-        self._tree[nodes] = weights
-        nodes = np.unique(nodes // 2)
-        while nodes[0] > 0:
-            self._tree[nodes] = self._tree[2 * nodes] + self._tree[2 * nodes + 1]
-            nodes = np.unique(nodes // 2)
+        tree[nodes] = weights
+        nodes //= 2
+        while nodes[0] > 0:  # (every leaf is at one depth; a parent named twice gets one sum twice)
+            left = 2 * nodes
+            tree[nodes] = tree[left] + tree[left + 1]
+            nodes //= 2
 
     def delete(self, key: int) -> None:
         slot = self._slot.pop(key)
@@ -193,10 +195,11 @@ class PrioritizedSelector:
         target = rng.random(count) * total
         node = np.ones(count, np.int64)
         while node[0] < self._capacity:  # (every leaf is at one depth)
-            left = tree[2 * node]
-            go_left = (target < left) | (tree[2 * node + 1] <= 0)
-            target = np.where(go_left, target, target - left)
-            node = 2 * node + ~go_left
+            node *= 2
+            left = tree[node]
+            go_right = (target >= left) & (tree[node + 1] > 0)
+            target -= left * go_right  # (exactly ``target - left`` where it goes right)
+            node += go_right
         keys = self._key_at[node - self._capacity]
         empty = keys < 0
         if empty.any():  # (rounding put a target on an empty leaf: the heaviest item's path)
