@@ -19,6 +19,7 @@ one lock guards the lanes (writes into rows, growth, gathers are all short copie
 
 from __future__ import annotations
 
+import mmap
 import threading
 from typing import Any, Hashable, Sequence
 
@@ -27,6 +28,18 @@ import numpy as np
 Layout = tuple  # ((dtype str, step shape), ...) per column
 MIN_ROWS = 1024
 SMALL = 8  # index arrays up to this long are counted with plain indexing
+
+
+def _allocate(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array; a large one in an anonymous mapping of its own, whose pages the
+    kernel supplies as rows are first written (numpy's allocator asks large arrays for
+    transparent huge pages, whose first touch can cost milliseconds per row while the kernel
+    compacts memory: measured 2.1 ms against 0.34 ms per 450 KB row here)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < 1 << 20:
+        return np.empty(shape, dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype).reshape(shape)
 
 
 def _add(refs: np.ndarray, rows: np.ndarray | list[int], value: int) -> None:
@@ -61,7 +74,7 @@ class Lane:
 
     def __init__(self, layout: Layout, capacity: int) -> None:
         self.layout = layout
-        self.columns = [np.empty((capacity, *shape), np.dtype(dtype)) for dtype, shape in layout]
+        self.columns = [_allocate((capacity, *shape), np.dtype(dtype)) for dtype, shape in layout]
         self.refs = np.zeros(capacity, np.int64)
         self.ids: list[Hashable | None] = [None] * capacity
         self.free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack: free[:top]
@@ -81,7 +94,7 @@ class Lane:
             return
         columns = []
         for column in self.columns:
-            grown = np.empty((capacity, *column.shape[1:]), column.dtype)
+            grown = _allocate((capacity, *column.shape[1:]), column.dtype)
             grown[:old] = column
             columns.append(grown)
         self.columns = columns
