@@ -1,0 +1,40 @@
+"""What a run and the commands around it leave behind: node logs that start with the node's own
+lines (no interpreter warning), default run directory names a filesystem and a shell take as
+they are, ``shoal compare``'s default output under the git-ignored ``runs/``, examples that
+clean up after themselves, and docs commands that end by themselves (a step budget or a target)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from shoal.launch import FunctionNode, Program, launch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.e2e  # (a process per node)
+@pytest.mark.timeout(120)
+def test_a_node_log_starts_with_no_runpy_warning(tmp_path):
+    """``python -m shoal.launch.programs.worker`` ran a module its package had already imported
+    (through ``local.py``), and runpy warned about it at the top of every node's log."""
+    program = Program("quiet")
+    program.add_node(FunctionNode(sum, [1, 2]), label="adder")
+    result = launch(program, "processes", run_dir=str(tmp_path)).wait(timeout_s=90)
+    assert result["adder"] == 3
+    with open(tmp_path / "logs" / "adder.log", encoding="utf-8") as f:
+        log = f.read()
+    assert "RuntimeWarning" not in log and "runpy" not in log, log
+
+
+def test_the_worker_module_is_not_imported_by_its_package():
+    """The cause, in a fresh interpreter: importing the program layer leaves the worker module
+    unimported, so ``-m`` runs it once (warnings made errors: runpy's would fail the start)."""
+    code = ("import sys, shoal.launch, shoal.launch.programs.local; "
+            "assert 'shoal.launch.programs.worker' not in sys.modules, 'imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "shoal.launch.programs.worker"],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert "RuntimeWarning" not in proc.stderr, proc.stderr[-2000:]
