@@ -3,13 +3,18 @@ lines (no interpreter warning), default run directory names a filesystem and a s
 they are, ``shoal compare``'s default output under the git-ignored ``runs/``, examples that
 clean up after themselves, and docs commands that end by themselves (a step budget or a target)."""
 
+import contextlib
+import io
+import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 from shoal.launch import FunctionNode, Program, launch
+from shoal.launch.experiments.cli.main import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,3 +43,23 @@ def test_the_worker_module_is_not_imported_by_its_package():
     proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "shoal.launch.programs.worker"],
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert "RuntimeWarning" not in proc.stderr, proc.stderr[-2000:]
+
+
+def train_dry_run(*args: str) -> dict:
+    """``shoal train ARGS --dry-run`` in this process: its first stdout line (the resolved config)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["train", *args, "--dry-run"])
+    assert rc == 0, err.getvalue()
+    return json.loads(out.getvalue().splitlines()[0])
+
+
+@pytest.mark.parametrize("env", ["tests.user_envs:SlowCartPole-v0", "shoal/CartPoleNoVelocity-v1"])
+def test_the_default_run_directory_is_one_plain_folder_name(env):
+    """(``--env module:EnvId`` gave ``runs/dqn-module:EnvId-s0-...``, a ``:`` that Windows, rsync
+    and ``scp`` take for something else; ``shoal/...`` made a folder ``runs/dqn-shoal/``.)"""
+    run_dir = train_dry_run("--agent", "dqn", "--env", env)["run_dir"]
+    parent, name = os.path.split(run_dir)
+    assert parent == "runs", run_dir
+    assert re.fullmatch(r"dqn-[A-Za-z0-9._-]+-s0-\d{8}-\d{6}", name), run_dir
+    assert "CartPole" in name, run_dir

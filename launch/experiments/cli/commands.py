@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
 import signal
 import sys
 import threading
@@ -92,6 +93,14 @@ EXPERIMENT_FLAGS = {"--max-env-steps": "max_env_steps", "--num-envs": "num_envs"
                     "--video-every": "video_every", "--replay": "replay"}
 
 
+def default_run_dir(agent: str, env: str, seed: int) -> str:
+    """``runs/<agent>-<env>-s<seed>-<time>``: one folder, its name only letters, digits, ``.``,
+    ``_`` and ``-`` (``module:EnvId``'s ``:`` and ``ALE/Game``'s ``/`` become ``-``), so a shell,
+    ``scp``, rsync and every filesystem take it as it is."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{agent}-{env}").strip("-.")
+    return os.path.join("runs", f"{stem}-s{seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+
+
 def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, LaunchSettings | None]:
     """The config and launch settings (``None``: one process) of a new run from ``args``."""
     from shoal.agents import config_class
@@ -114,7 +123,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         self_play=args.self_play, track=args.track, **chosen)
     if args.run_dir is None:  # (named as the result names the agent: a plug-in's own name, not its class)
         name = getattr(config.builder, "name", None) or args.agent.rpartition(":")[2]
-        config.run_dir = os.path.join("runs", f"{name}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+        config.run_dir = default_run_dir(name, args.env, args.seed)
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
         raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
