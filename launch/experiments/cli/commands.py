@@ -167,7 +167,9 @@ def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConf
 def control(args: argparse.Namespace) -> None:
     """``shoal scale`` / ``shoal status``: prints the running program's node table; ``status``
     then (after a blank line) what the run's files say of it (``status.describe_run``), also
-    of a run that ended or runs in one process."""
+    of a run that ended or runs in one process. ``status`` first checks the run directory as a
+    run does (``check_run_directory``: no link in it, nothing another user owns): it reads
+    nothing through a link."""
     from shoal.launch.programs.control import connect_control
 
     if args.command == "scale":
@@ -177,6 +179,10 @@ def control(args: argparse.Namespace) -> None:
             raise ValueError(f"--actors must be in [1, {max_actors()}] on this machine "
                              f"({os.cpu_count()} cores), got {args.actors}")
     is_run = args.command == "status" and os.path.isfile(os.path.join(args.run_dir, "config.json"))
+    if is_run:  # (before anything is read or printed)
+        from shoal.core.files import check_run_directory
+
+        check_run_directory(args.run_dir)
     try:
         client = connect_control(args.run_dir)
     except ValueError:
@@ -201,11 +207,11 @@ def control(args: argparse.Namespace) -> None:
 
 def evaluate(args: argparse.Namespace) -> dict:
     """``shoal evaluate``: the run's policy on ``--episodes`` episodes (``trained.evaluate_run``)."""
-    from shoal.launch.experiments.trained import evaluate_run
+    from shoal.launch.experiments.trained import PROGRESS_EVERY_S, evaluate_run
 
     return evaluate_run(args.run_dir, episodes=args.episodes, checkpoint=args.checkpoint, seed=args.seed,
                         greedy=not args.sample, env_args=dict(args.env_args), trust_run_dir=args.trust_run_dir,
-                        **_named(args))
+                        progress_every_s=PROGRESS_EVERY_S, **_named(args))
 
 
 def _named(args: argparse.Namespace) -> dict:
