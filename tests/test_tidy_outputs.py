@@ -63,3 +63,29 @@ def test_the_default_run_directory_is_one_plain_folder_name(env):
     assert parent == "runs", run_dir
     assert re.fullmatch(r"dqn-[A-Za-z0-9._-]+-s0-\d{8}-\d{6}", name), run_dir
     assert "CartPole" in name, run_dir
+
+
+def fake_run(path, seed: int, final: float) -> None:
+    """A run directory as ``shoal compare`` reads it: ``config.json`` and ``eval.csv``."""
+    os.makedirs(path)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"agent": "dqn", "env_id": "CartPole-v1", "seed": seed, "preset": "classic",
+                   "resolved_target_return": 475.0, "agent_config": {}}, f)
+    with open(os.path.join(path, "eval.csv"), "w") as f:
+        f.write(f"env_steps,wall_s,eval_return\n1000,1.0,20.0\n2000,2.0,{final}\n")
+
+
+def test_compare_writes_under_the_ignored_runs_folder_and_reads_runs_star_again(tmp_path, monkeypatch, capsys):
+    """(Its default ``--out`` was ``./compare``: an untracked folder in the repository.) The
+    README's ``shoal compare runs/*`` works twice: its own output, ``runs/compare``, is not an input."""
+    monkeypatch.chdir(tmp_path)
+    for seed, final in enumerate([100.0, 300.0, 500.0]):
+        fake_run(os.path.join("runs", f"dqn-{seed}"), seed, final)
+    for _ in range(2):
+        run_dirs = sorted(os.path.join("runs", name) for name in os.listdir("runs"))
+        assert main(["compare", *run_dirs, "--bootstrap-samples", "20"]) == 0, capsys.readouterr().err
+        assert "| dqn | CartPole-v1 | 3 |" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path)) == ["runs"]
+    assert {"table.md", "summary.json"} <= set(os.listdir(os.path.join("runs", "compare")))
+    with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as f:
+        assert "runs/" in f.read().split()

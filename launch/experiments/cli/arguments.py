@@ -10,6 +10,7 @@ error of the command line (``shoal.launch.experiments.cli.main``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, NoReturn, Sequence
 
@@ -185,7 +186,8 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (each a seed of its group)")
     compare.add_argument("--by", default="agent", help="group runs by agent (default), preset, or any setting of "
                          "their config.json (e.g. num_envs, learning_rate)")
-    compare.add_argument("--out", default="compare", help="where to write the table and plots (default: ./compare)")
+    compare.add_argument("--out", default=os.path.join("runs", "compare"),
+                         help="where to write the table and plots (default: runs/compare, never an input itself)")
     compare.add_argument("--bootstrap-samples", type=int, default=2000, help="resamples per interval, 1 to 100,000 (default 2000)")
     return parser
 
