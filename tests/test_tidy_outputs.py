@@ -89,3 +89,18 @@ def test_compare_writes_under_the_ignored_runs_folder_and_reads_runs_star_again(
     assert {"table.md", "summary.json"} <= set(os.listdir(os.path.join("runs", "compare")))
     with open(os.path.join(ROOT, ".gitignore"), encoding="utf-8") as f:
         assert "runs/" in f.read().split()
+
+
+@pytest.mark.e2e  # (a program of processes)
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("example, args", [("mapreduce.py", ["--lines", "300"]), ("parameter_server.py", ["--workers", "2"])])
+def test_an_example_leaves_no_folder_in_the_temp_dir(example, args, tmp_path):
+    """(Each launched its program with no run directory: ``launch`` made ``/tmp/shoal-<name>-*``
+    for the node logs and address book, and nothing removed it.)"""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", example), *args], cwd=tmp_path,
+                          env=dict(os.environ, TMPDIR=str(tmp)), capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ended: coordinator finished" in proc.stdout
+    assert os.listdir(tmp) == [] and sorted(os.listdir(tmp_path)) == ["tmp"], (os.listdir(tmp), os.listdir(tmp_path))
