@@ -130,3 +130,22 @@ def test_the_quickstart_run_prints_the_recorded_counts(tmp_path):
                                   pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
 def test_the_qrdqn_example_returns_the_recorded_numbers(seed, tmp_path):
     rerun(record("qrdqn-cartpole"), seed, tmp_path)
+
+
+def shell_commands(page: str) -> list[str]:
+    """The commands of a page's ```bash blocks, continuation lines joined, comments dropped."""
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        blocks = re.findall(r"^```bash[ \t]*\n(.*?)^```[ \t]*$", f.read(), re.M | re.S)
+    joined = "\n".join(block.replace("\\\n", " ") for block in blocks)
+    return [line.split(" #")[0].strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_every_many_agents_training_command_ends_by_itself():
+    """PettingZoo's envs register no reward threshold: a ``shoal train`` there without
+    ``--max-env-steps`` or ``--target-return`` ran the default budget with no end in sight on the
+    page (the first two commands of docs/many-agents.md had neither)."""
+    commands = [c for c in shell_commands("docs/many-agents.md") if c.startswith("shoal train")]
+    assert len(commands) >= 5
+    for command in commands:
+        words = shlex.split(command)
+        assert "--max-env-steps" in words or "--target-return" in words, f"no step budget nor target: {command}"
