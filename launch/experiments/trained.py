@@ -197,13 +197,14 @@ class _Progress:
         self.done = self.env_steps = 0
         self.started = self._last = time.monotonic()
 
-    def actor(self, actor: Any) -> Any:
+    def actor(self, actor: Any, rows: int) -> Any:
+        """``actor`` (of ``rows`` envs), each of its vector steps counted."""
         progress = self
 
         class Counted:
             def select_action(self, observation: Any) -> Any:
                 selected = actor.select_action(observation)
-                progress.step(len(selected[0]))
+                progress.step(rows)
                 return selected
 
             def __getattr__(self, name: str) -> Any:
@@ -264,7 +265,7 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
             rows = min(at_once, episodes - first)
             if rows not in envs:
                 envs[rows] = config.make_env(rows, seed + first, evaluation=True)
-            returns[first:first + rows] = evaluate(envs[rows], progress.actor(policy.actor(rows)), seed=seed + first,
+            returns[first:first + rows] = evaluate(envs[rows], progress.actor(policy.actor(rows), rows), seed=seed + first,
                                                    lengths=lengths[first:first + rows])
             progress.done = first + rows
     finally:
