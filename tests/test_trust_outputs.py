@@ -16,7 +16,7 @@ import pytest
 from shoal.launch import evaluate_run, export_policy, run_experiment
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import ExperimentConfig, experiment_config
-from shoal.launch.experiments.trained import MAX_EPISODES
+from shoal.launch.experiments.trained import ENVS_AT_ONCE, MAX_EPISODES
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "trained-policy.md")
 
@@ -104,6 +104,8 @@ def test_evaluate_refuses_too_many_episodes_or_a_bad_seed_in_one_line_before_loa
         assert _one_error_line(capsys) == f"shoal: error: --seed must be in [0, {2**32 - 1}], got {seed}"
     with pytest.raises(ValueError, match=r"--episodes must be in \[1, "):
         evaluate_run(missing, episodes=0)
+    assert main(["evaluate", "--help"]) == 0  # (the help states the bounds the code holds)
+    assert f"{ENVS_AT_ONCE} at a time (default 10, at most {MAX_EPISODES:,})" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.e2e
