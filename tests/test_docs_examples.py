@@ -149,3 +149,28 @@ def test_every_many_agents_training_command_ends_by_itself():
     for command in commands:
         words = shlex.split(command)
         assert "--max-env-steps" in words or "--target-return" in words, f"no step budget nor target: {command}"
+
+
+FRONT_PAGES = ("README.md", "docs/index.md", "docs/getting-started.md")
+
+
+def quickstart_block(page: str) -> str:
+    """The first ```bash block that installs the project (``pip install -e``)."""
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        blocks = re.findall(r"^```bash[ \t]*\n(.*?)^```[ \t]*$", f.read(), re.M | re.S)
+    return next(b for b in blocks if "pip install -e" in b)
+
+
+def test_the_front_pages_give_the_readme_quickstart_and_both_replay_backends():
+    """(docs/index.md said ``python3.11 -m venv`` and ``pip install -e '.[dev]'``, and that actors
+    write to "a Reverb replay service"; getting-started's first run had "an embedded Reverb
+    server": on Python 3.12 and later replay is the native backend.) Every paragraph of these
+    pages that names Reverb names the native backend too."""
+    readme = quickstart_block("README.md")
+    for page in FRONT_PAGES:
+        assert quickstart_block(page) == readme, f"{page}'s quickstart is not the README's"
+        with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+            prose = re.sub(r"^```.*?^```", "", f.read(), flags=re.M | re.S)
+        for paragraph in re.split(r"\n\s*\n", prose):
+            if "Reverb" in paragraph:
+                assert "native" in paragraph, f"{page} speaks of Reverb alone: {' '.join(paragraph.split())[:200]}"
