@@ -241,3 +241,14 @@ def test_the_documented_loader_runs_an_export_with_only_what_the_docs_name(dqn_r
     policy = load_policy(dqn_run)
     q = policy.config.make_networks(policy.spec).q_network.apply(policy.params, np.zeros((8, 4), np.float32))
     assert json.loads(actions) == np.argmax(np.asarray(q), axis=-1).tolist()
+
+
+def test_the_export_makes_an_exploring_evaluation_greedy_and_leaves_the_runs_builder_as_it_was():
+    from shoal.launch.experiments.exporting import greedy_builder
+
+    for agent, key, exploring in (("ppo", "eval_sample", True), ("impala", "eval_sample", True),
+                                  ("dqn", "eval_epsilon", 0.05)):
+        builder = experiment_config(agent, "CartPole-v1", agent_settings={key: exploring}).builder
+        greedy = greedy_builder(builder)
+        assert getattr(greedy.config, key) in (0.0, False) and getattr(builder.config, key) == exploring, agent
+        assert type(greedy) is type(builder) and greedy_builder(greedy) is greedy
