@@ -358,7 +358,8 @@ def test_ppo_kl_learns_cartpole_in_one_process(tmp_path):
     assert rc == 0, err[-3000:]
     assert result["agent"] == "ppo_kl" and result["env_steps"] >= budget and result["learner_steps"] > 0, result
     # A random policy scores ~22 on CartPole-v1; PPO's queue is ordered, so a seeded run is the
-    # same every time: seed 0 evaluated 477.8 at this budget (PPO's clipped loss: 207.6).
+    # same every time on one stack: seed 0 evaluated 477.8 at this budget on Python 3.11 (JAX
+    # 0.4.34) and 252.4 on Python 3.12 (JAX 0.12.0.1); seeds 1-2: 425.6, 393.5 and 190.1, 500.0.
     assert result["final_eval_return"] >= 150, result
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["agent"] == KL_AGENT and saved["agent_config"]["kl_coef"] == 1.0
