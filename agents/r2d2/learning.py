@@ -119,7 +119,7 @@ def _observations(batch: dict) -> tuple[Any, Any]:
     return _as_network_input(batch["observation"]), _as_network_input(batch["next_observation"])
 
 
-def _part(x, start, stop=None):
+def _part(x: Any, start: int, stop: int | None = None) -> Any:
     """Steps ``start:stop`` of every sequence ``[B, T, ...]`` (of each array of a Dict too)."""
     return jax.tree_util.tree_map(lambda y: y[:, start:stop], x)
 
