@@ -6,6 +6,13 @@ gymnasium env with the user's wrappers, called as ``factory(**env_args)``.
 Processes and Ray nodes get the factory by reference (its import path), so it must be defined
 at the top level of an importable module; a run records that path in ``config.json`` and a
 resumed run imports it again.
+
+An env source is only imported or called if it can be one (``check_env_module``,
+``check_env_callable``; for ``--env-factory``, ``--env module:EnvId`` and ``--env
+pettingzoo:...``): a module of Python's standard library is refused before it is imported, and a
+factory must be a Python function or an env class, defined outside the standard library (never
+a built-in such as ``os.system``, nor ``shutil.rmtree``), refused before it is called. Each is
+one ``ValueError`` line naming it.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import ast
 import inspect
 import math
+import sys
 from typing import Any, Callable, Mapping
 
 import gymnasium as gym
@@ -35,16 +43,57 @@ def parse_env_value(text: str) -> Any:
         return text
 
 
+def _standard(module: str | None) -> bool:
+    """Whether ``module`` (a dotted name) is part of Python's standard library, or built in."""
+    if not module:
+        return False
+    return module.split(".")[0] in sys.stdlib_module_names or module in sys.builtin_module_names
+
+
+def check_env_module(module: str, what: str) -> None:
+    """Refuses (one-line ``ValueError``, naming ``what``) a module of Python's standard library,
+    before it is imported: none is an env's (``antigravity`` opens a browser, ``this`` prints).
+    A ``.py`` file's path is the user's own module."""
+    if not module.endswith(".py") and _standard(module):
+        raise ValueError(f"{what}: {module} is a module of Python's standard library, not an env's; name a "
+                         "module of yours or of an env package")
+
+
+def check_env_callable(target: Any, name: str, what: str, classes: tuple[type, ...] = ()) -> None:
+    """Refuses (one-line ``ValueError``, naming ``what``) ``target``, attribute ``name`` of a
+    module, unless it can be an env's maker: a Python function (or method), or a subclass of
+    ``classes``, defined outside the standard library. Checked before it is called."""
+    function = getattr(target, "__func__", target)  # (a classmethod's function)
+    where = getattr(target, "__module__", None)
+    where = "os" if where in ("posix", "nt") else where  # (os.system's own module)
+    full = f"{where}.{getattr(target, '__qualname__', name)}" if where else name
+    if inspect.isbuiltin(function) or inspect.ismethoddescriptor(function):
+        raise ValueError(f"{what}: {name} is {full}, a built-in function, not an env's maker; nothing is called "
+                         "but a function of Python code or an env class")
+    if inspect.isclass(target):
+        if classes and not issubclass(target, classes):
+            raise ValueError(f"{what}: {name} is the class {full}, not a subclass of "
+                             f"{' or '.join(c.__name__ for c in classes)}")
+    elif not inspect.isfunction(function):
+        raise ValueError(f"{what}: {name} is a {type(target).__name__}, not a function that makes an env")
+    if _standard(where):
+        raise ValueError(f"{what}: {name} is {full}, a function of Python's standard library, not an env's maker")
+
+
 def load_env_factory(factory: str | EnvFactory) -> EnvFactory:
-    """The callable ``factory`` names (``"module:function"``), or ``factory`` itself."""
+    """The callable ``factory`` names (``"module:function"``: checked, ``check_env_module`` and
+    ``check_env_callable``), or ``factory`` itself."""
     if callable(factory):
         return factory
     if not isinstance(factory, str) or factory.count(":") != 1 or not all(factory.partition(":")[::2]):
         raise ValueError(f"env_factory must be a callable or 'module:function', got {factory!r}")
     module_name, _, name = factory.partition(":")
-    target = import_attribute(module_name, name, f"env_factory {factory!r}")
+    what = f"env_factory {factory!r}"
+    check_env_module(module_name, what)
+    target = import_attribute(module_name, name, what)
     if not callable(target):
         raise ValueError(f"env_factory {factory!r}: {module_name} has no callable {name!r}")
+    check_env_callable(target, name, what, (gym.Env,))
     return target
 
 

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.actors import memory_tasks
-from shoal.actors.env_sources import EnvFactory, make_single_env
+from shoal.actors.env_sources import EnvFactory, check_env_module, make_single_env
 from shoal.actors.observations import adapt_env
 from shoal.actors.multiagent import AgentRows, agent_rows, env_maker, is_pettingzoo
 from shoal.actors.selfplay import SelfPlayRows
@@ -41,6 +41,7 @@ def resolve_env_id(env_id: str) -> str:
         if not module or not name or ":" in name or module.startswith(".") or "" in module.split("."):
             raise ValueError(f"environment id {env_id!r} is neither EnvId nor module:EnvId (e.g. CartPole-v1, "
                              "or my_package.envs:MyEnv-v0 to import my_package.envs, which registers MyEnv-v0)")
+        check_env_module(module, f"environment {env_id!r}")  # (before it is imported)
         import_module_for(module, f"environment {env_id!r}")
         env_id = name
     check_env_id(env_id)

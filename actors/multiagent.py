@@ -27,7 +27,9 @@ until it plays again (its copy's next episode) its row is *absent*: a zero obser
 identity, reward 0, never ending, and where actions are masked only action 0 allowed (continuous
 actions: no entry in use). Its
 actions are never sent to the env. (The learner trains on absent steps as on any other: their
-value is learnt as 0; with a mask their one allowed action carries no policy gradient.)
+value is learnt as 0; with a mask their one allowed action carries no policy gradient.) An agent
+that leaves ``env.agents`` with neither its termination nor its truncation reported, or a reset
+with no agent playing, is one ``RuntimeError`` line naming the env (its row would never end).
 
 **Agents of different spaces** share one row layout: 1-d Box observations padded with zeros to
 the longest; Discrete actions padded to the largest set, each row's action mask allowing its
@@ -50,6 +52,7 @@ from typing import Any, Callable, Mapping, Sequence
 import gymnasium as gym
 import numpy as np
 
+from shoal.actors.env_sources import check_env_callable, check_env_module
 from shoal.actors.observations import allowed_actions
 from shoal.core.specs import ACTION_MASK
 
@@ -70,22 +73,27 @@ def _constructor(env_id: str) -> Callable[..., Any]:
     if not module_name or ":" in function or module_name.startswith("."):
         raise ValueError(f"environment id {env_id!r} is neither pettingzoo:<module> (e.g. "
                          "pettingzoo:mpe2.simple_spread_v3) nor pettingzoo:<module>:<function>")
+    what = f"environment {env_id!r}"
+    check_env_module(module_name, what)  # (before it is imported)
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ValueError(f"environment {env_id!r}: cannot import {module_name} ({e}); PettingZoo's own "
+        raise ValueError(f"{what}: cannot import {module_name} ({e}); PettingZoo's own "
                          "envs need the pettingzoo extra: pip install 'shoal[pettingzoo]'") from None
     if function:
         make = getattr(module, function, None)
         if not callable(make):
-            raise ValueError(f"environment {env_id!r}: {module_name} has no function {function!r}")
-        return make  # (the env it makes says which API it has)
-    if callable(getattr(module, "parallel_env", None)):
-        return module.parallel_env
-    if callable(getattr(module, "env", None)):
-        return module.env
-    raise ValueError(f"environment {env_id!r}: {module_name} has neither parallel_env() nor env() "
-                     "(PettingZoo's parallel and AEC constructors)")
+            raise ValueError(f"{what}: {module_name} has no function {function!r}")
+    else:
+        function = next((name for name in ("parallel_env", "env") if callable(getattr(module, name, None))), "")
+        if not function:
+            raise ValueError(f"{what}: {module_name} has neither parallel_env() nor env() "
+                             "(PettingZoo's parallel and AEC constructors)")
+        make = getattr(module, function)
+    from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+    check_env_callable(make, function, what, (ParallelEnv, AECEnv))  # (before it is called)
+    return make  # (the env it makes says which API it has)
 
 
 def _as_parallel(env: Any, env_id: str) -> Any:
@@ -128,14 +136,23 @@ def env_maker(env_id: str, env_args: Mapping[str, Any] | None = None, turns: boo
     return functools.partial(_make_turns if turns else _make, make, env_id, env_args)
 
 
+def _called(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) -> Any:
+    """``make(**env_args)``; arguments it refuses (a ``TypeError``, ``ValueError`` or failed
+    assertion: a ``**kwargs`` function passes them on) are one line naming the env and them."""
+    try:
+        return make(**env_args)
+    except (TypeError, ValueError, AssertionError) as e:
+        raise ValueError(f"environment {env_id!r} with arguments {dict(env_args)}: {type(e).__name__}: {e}") from e
+
+
 def _make(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) -> Any:
-    return _as_parallel(make(**env_args), env_id)
+    return _as_parallel(_called(make, env_id, env_args), env_id)
 
 
 def _make_turns(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) -> Any:
     from pettingzoo.utils.env import AECEnv
 
-    env = make(**env_args)
+    env = _called(make, env_id, env_args)
     if not isinstance(env, AECEnv):
         env.close()
         raise ValueError(f"--self-play takes a turn-based game (a PettingZoo AEC env, e.g. "
@@ -225,7 +242,8 @@ class AgentRows(gym.vector.VectorEnv):
         self._action_sizes = _sizes(act_spaces, "action", name)
         self._inner = _padded(obs_spaces) if self._obs_sizes else obs_spaces[self.agents[0]]
         self.single_action_space = _padded(act_spaces) if self._action_sizes else act_spaces[self.agents[0]]
-        observations, infos = first.reset(seed=seed)
+        self._steps: dict[int, int] = {}  # (each copy's steps in its episode, by id: for the messages)
+        observations, infos = self._reset(first, seed=seed)
         self._info_mask = any(ACTION_MASK in (infos.get(a) or {}) for a in self.agents) and not (
             isinstance(self._inner, gym.spaces.Dict) and ACTION_MASK in self._inner.spaces)
         # (each row's own actions, or action entries, where agents have different numbers of them)
@@ -338,7 +356,7 @@ class AgentRows(gym.vector.VectorEnv):
         seed = self._seed if seed is None else seed
         self._obs = []
         for i, env in enumerate(self.envs):
-            observations, infos = env.reset(seed=None if seed is None else seed + i, options=options)
+            observations, infos = self._reset(env, seed=None if seed is None else seed + i, options=options)
             self._obs.extend(self._rows(env, observations, infos))
         return self._batch(self._obs), {}
 
@@ -353,6 +371,7 @@ class AgentRows(gym.vector.VectorEnv):
             playing = set(env.agents)  # (only their actions go to the env)
             observations, reward, terms, truncs, infos = env.step(
                 {a: self._own(i, actions[base + i]) for i, a in enumerate(self.agents) if a in playing})
+            self._check_left(env, playing, terms, truncs)
             last = self._rows(env, observations, infos, playing)  # (what each agent that played saw last)
             for i, a in enumerate(self.agents):
                 if a not in playing:
@@ -363,7 +382,7 @@ class AgentRows(gym.vector.VectorEnv):
                 if terminated[base + i] or truncated[base + i]:
                     final[base + i] = last[i]
             if not env.agents:  # (every agent is done: the copy starts its next episode now)
-                observations, infos = env.reset()
+                observations, infos = self._reset(env)
             self._obs[base:base + n] = self._rows(env, observations, infos)
         info: dict[str, Any] = {}
         ended = terminated | truncated
@@ -371,6 +390,30 @@ class AgentRows(gym.vector.VectorEnv):
             info["final_obs"] = np.array(final + [None], dtype=object)[:-1]
             info["_final_obs"] = ended
         return self._batch(self._obs), rewards, terminated, truncated, info
+
+    def _reset(self, env: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """``env.reset(**kwargs)``; one with no agent playing is one line (every step would reset it)."""
+        observations, infos = env.reset(**kwargs)
+        if not env.agents:
+            raise RuntimeError(f"{self.name}: no agent plays after reset() (its agents are empty): its episodes "
+                               "could never start")
+        self._steps[id(env)] = 0
+        return observations, infos
+
+    def _check_left(self, env: Any, playing: set, terms: Mapping[str, Any], truncs: Mapping[str, Any]) -> None:
+        """One line (``RuntimeError``, naming the env) for agents that played this step and are no
+        longer in ``env.agents`` with neither a termination nor a truncation reported: their rows
+        would never end, and an evaluation would wait forever for them (PettingZoo's API removes
+        an agent only when it is done; its ``parallel_api_test`` checks the same)."""
+        step = self._steps[id(env)] = self._steps.get(id(env), 0) + 1
+        still = set(env.agents)
+        silent = [a for a in self.agents if a in playing and a not in still
+                  and not (terms.get(a, False) or truncs.get(a, False))]
+        if silent:
+            raise RuntimeError(f"{self.name}: agent{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} left (no longer in its agents) "
+                               f"after step {step} of an episode with no termination nor truncation reported; "
+                               "PettingZoo's parallel API removes an agent only when its terminations or "
+                               "truncations entry is True (pettingzoo.test.parallel_api_test checks it)")
 
     def _own(self, index: int, action: Any) -> Any:
         """Agent ``index``'s action as its env takes it: a padded Box action cut to its own size

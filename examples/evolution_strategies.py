@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
+import tempfile
 
 import gymnasium as gym
 import numpy as np
@@ -133,8 +135,11 @@ if __name__ == "__main__":
     parser.add_argument("--launcher", default="processes", choices=["processes", "inprocess", "ray"])
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: a local one)")
     args = parser.parse_args()
+    run_dir = tempfile.mkdtemp(prefix="shoal-evolution_strategies-")  # the node logs and the address book
     run = launch(make_program(args.workers, args.population, max_iterations=args.max_iterations,
-                              target=args.target, seed=args.seed), args.launcher, ray_address=args.ray_address)
+                              target=args.target, seed=args.seed), args.launcher, ray_address=args.ray_address,
+                 run_dir=run_dir)
     results = run.wait(timeout_s=600)
     print(run.summary())
     print(json.dumps(results["coordinator"]))
+    shutil.rmtree(run_dir)  # (only once the program ended well: a failure's message points at its logs)

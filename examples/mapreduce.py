@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import shutil
+import tempfile
 import zlib
 
 import numpy as np
@@ -86,7 +88,10 @@ if __name__ == "__main__":
     parser.add_argument("--launcher", default="processes", choices=["processes", "inprocess", "ray"])
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: a local one)")
     args = parser.parse_args()
-    run = launch(make_program(args.mappers, args.reducers, args.lines), args.launcher, ray_address=args.ray_address)
+    run_dir = tempfile.mkdtemp(prefix="shoal-mapreduce-")  # the node logs and the address book
+    run = launch(make_program(args.mappers, args.reducers, args.lines), args.launcher, ray_address=args.ray_address,
+                 run_dir=run_dir)
     results = run.wait(timeout_s=120)
     print(run.summary())
     print(json.dumps(results["coordinator"]))
+    shutil.rmtree(run_dir)  # (only once the program ended well: a failure's message points at its logs)

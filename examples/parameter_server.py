@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import tempfile
 import threading
 import time
 
@@ -90,7 +92,10 @@ if __name__ == "__main__":
     parser.add_argument("--launcher", default="processes", choices=["processes", "inprocess", "ray"])
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: a local one)")
     args = parser.parse_args()
-    run = launch(make_program(args.workers), args.launcher, ray_address=args.ray_address)
+    run_dir = tempfile.mkdtemp(prefix="shoal-parameter_server-")  # the node logs and the address book
+    run = launch(make_program(args.workers), args.launcher, ray_address=args.ray_address,
+                 run_dir=run_dir)
     results = run.wait(timeout_s=120)
     print(run.summary())
     print(json.dumps(results["coordinator"]))
+    shutil.rmtree(run_dir)  # (only once the program ended well: a failure's message points at its logs)

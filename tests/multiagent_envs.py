@@ -14,6 +14,9 @@ action a mask forbids, or one sent for an agent that has left, raises.
 outside the agent's own space raises.
 ``state_env()``: the game with a global state (``state()``: the steps left and the steps taken, scaled).
 ``reach_env()``: *reach targets*, two agents of different continuous action sizes (1 and 2).
+``vanishing_env()``: the game whose agents all leave at its end with no termination or truncation
+reported (PettingZoo's API forbids it; each row would play one episode forever).
+``any_args_env(**kwargs)``: the game made with whatever keyword arguments it is given.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ class PickDifferent(ParallelEnv):
     metadata = {"name": "pick_different_v0"}
 
     def __init__(self, length: int = 10, leave_at: int | None = None, mixed: bool = False,
-                 masked: bool = False, wide_b: bool = False) -> None:
+                 masked: bool = False, wide_b: bool = False, vanish: bool = False) -> None:
         self.possible_agents = ["a", "b"]
         self.length, self.leave_at, self.mixed, self.masked, self.wide_b = length, leave_at, mixed, masked, wide_b
+        self.vanish = vanish
         self.agents: list[str] = []
 
     @functools.lru_cache(maxsize=None)
@@ -68,12 +72,12 @@ class PickDifferent(ParallelEnv):
         reward = 1.0 if len(set(picks)) == 2 else 0.0
         rewards = {a: reward for a in self.agents}
         end = self.t >= self.length
-        terminations = {a: end or (a == "b" and self.leave_at is not None and self.t >= self.leave_at)
-                        for a in self.agents}
+        terminations = {a: (end and not self.vanish) or (a == "b" and self.leave_at is not None
+                                                        and self.t >= self.leave_at) for a in self.agents}
         truncations = {a: False for a in self.agents}
         observations = self._observe()
         infos = self._infos()
-        self.agents = [a for a in self.agents if not terminations[a]]
+        self.agents = [] if end else [a for a in self.agents if not terminations[a]]
         return observations, rewards, terminations, truncations, infos
 
 
@@ -87,6 +91,14 @@ def leaving_env() -> PickDifferent:
 
 def masked_leaving_env() -> PickDifferent:
     return PickDifferent(10, leave_at=5, masked=True)
+
+
+def vanishing_env() -> PickDifferent:
+    return PickDifferent(10, vanish=True)
+
+
+def any_args_env(**kwargs) -> PickDifferent:
+    return PickDifferent(**kwargs)
 
 
 def mixed_spaces_env() -> PickDifferent:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -40,6 +41,26 @@ class Broken(Callback):
     def on_evaluation(self, evaluation):
         self.calls += 1
         raise KeyError("no such metric")
+
+
+class Exits(Callback):
+    """Leaves at its first evaluation as a script would: ``sys.exit(5)``, or ``raise KeyboardInterrupt``."""
+
+    def __init__(self, how: str = "exit") -> None:
+        self.how, self.ended = how, None
+
+    def on_evaluation(self, evaluation):
+        if self.how == "exit":
+            sys.exit(5)
+        raise KeyboardInterrupt
+
+    def on_end(self, result):
+        self.ended = result
+
+
+class ExitsAtEnd(Callback):
+    def on_end(self, result):
+        sys.exit(3)
 
 
 def config(tmp_path, callbacks, **settings):
@@ -79,3 +100,33 @@ def test_a_callback_without_hooks_is_refused_before_the_run_starts(tmp_path):
     with pytest.raises(ValueError, match="has none of the hooks on_evaluation, on_end"):
         run_experiment(config(tmp_path, [object()]))
     assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("how, escape", [("exit", "SystemExit(5)"), ("interrupt", "KeyboardInterrupt")])
+def test_a_callback_that_exits_ends_the_run_as_one_that_returns_true_with_one_line(tmp_path, capsys, how, escape):
+    exits = Exits(how)
+    result = run_experiment(config(tmp_path, [exits]))
+    assert result["stopped_by"] == "Exits" and result["num_evals"] == 1 and result["env_steps"] < 20_000
+    assert exits.ended["stopped_by"] == "Exits"  # (its on_end is still called)
+    saved = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert saved["stopped_by"] == "Exits" and saved["env_steps"] == result["env_steps"]
+    run = json.loads((tmp_path / "run" / "checkpoints" / "run.json").read_text())
+    assert run["env_steps"] == result["env_steps"]  # (the last checkpoint: the run's end)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "callback" in line]
+    assert lines == [f"shoal: warning: callback Exits.on_evaluation raised {escape}: the run ends here, as if it "
+                     "returned True"]
+
+
+def test_a_callback_that_exits_in_on_end_leaves_the_result_standing(tmp_path, capsys):
+    result = run_experiment(config(tmp_path, [StopAfter(1), ExitsAtEnd()]))
+    assert result["stopped_by"] == "StopAfter"
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["stopped_by"] == "StopAfter"
+    lines = [line for line in capsys.readouterr().err.splitlines() if "callback" in line]
+    assert lines == ["shoal: warning: callback ExitsAtEnd.on_end raised SystemExit(3) as the run ended: ignored "
+                     "(the run's result stands)"]
+
+
+def test_a_distributed_runs_callback_that_exits_ends_the_run_from_its_evaluator(tmp_path):
+    result = run_distributed_experiment(config(tmp_path, [Exits()]), num_actors=1, launcher="processes")
+    assert result["stopped_by"] == "Exits" and result["num_evals"] == 1
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["stopped_by"] == "Exits"

@@ -68,6 +68,25 @@ def test_a_bad_factory_is_one_line(factory, message):
         config.environment_spec()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--env-factory", "os:system", "--env-arg", "command='touch {marker}'"],
+     "env_factory 'os:system': os is a module of Python's standard library, not an env's"),
+    (["--env-factory", "tests.user_envs:shell", "--env-arg", "command='touch {marker}'"],
+     "env_factory 'tests.user_envs:shell': shell is os.system, a built-in function"),
+    (["--env-factory", "tests.user_envs:make_folder", "--env-arg", "name='{marker}'"],
+     "env_factory 'tests.user_envs:make_folder': make_folder is os.makedirs, a function of Python's standard library"),
+    (["--env", "this:CartPole-v1"], "environment 'this:CartPole-v1': this is a module of Python's standard library"),
+])
+def test_an_env_source_that_is_no_env_is_refused_before_it_is_imported_or_called(tmp_path, args, message):
+    import sys
+
+    marker = tmp_path / "called"
+    args = [arg.format(marker=marker) for arg in args]
+    rc, errors, text = shoal_main("train", *args, "--run-dir", str(tmp_path / "run"), "--quiet")
+    assert rc == 2 and len(errors) == 1 and message in errors[0], text
+    assert not marker.exists() and not (tmp_path / "run").exists() and "this" not in sys.modules
+
+
 def test_a_factory_is_recorded_by_its_path():
     from tests.user_envs import short_cartpole
 

@@ -108,6 +108,58 @@ def test_an_agent_that_leaves_mid_episode_ends_its_row_and_is_absent_until_its_c
     env.close()
 
 
+def test_agents_that_leave_with_no_termination_nor_truncation_are_one_line_naming_the_env():
+    """(Else each row plays one episode forever: an evaluation never ends.)"""
+    env = make_vector_env(f"{TOY}:vanishing_env", 1, seed=0)
+    env.reset(seed=0)
+    for _ in range(9):
+        env.step(np.array([0, 1]))
+    with pytest.raises(RuntimeError, match=r"^pettingzoo:tests.multiagent_envs:vanishing_env: agents a, b left "
+                                           r"\(no longer in its agents\) after step 10 of an episode with no "
+                                           r"termination nor truncation"):
+        env.step(np.array([0, 1]))
+    env.close()
+
+
+@pytest.mark.e2e  # (`shoal train` in a subprocess, as a user types it)
+def test_a_run_on_an_env_whose_agents_vanish_ends_in_one_line_instead_of_hanging(tmp_path):
+    proc = run_shoal("train", "--agent", "ppo", "--env", f"{TOY}:vanishing_env", "--max-env-steps", "4000",
+                     "--run-dir", str(tmp_path / "run"), timeout=150)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("shoal: error:")]
+    assert len(lines) == 1 and "vanishing_env: agents a, b left" in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("env_id, message", [
+    ("pettingzoo:os:system", "environment 'pettingzoo:os:system': os is a module of Python's standard library"),
+    ("pettingzoo:os", "environment 'pettingzoo:os': os is a module of Python's standard library"),
+    ("pettingzoo:tests.user_envs:shell", "environment 'pettingzoo:tests.user_envs:shell': shell is os.system"),
+    ("pettingzoo:tests.user_envs:make_folder", "make_folder is os.makedirs, a function of Python's standard"),
+])
+def test_an_env_source_that_is_no_pettingzoo_env_is_refused_before_it_is_called(tmp_path, env_id, message):
+    from tests.faults.harness import shoal_main
+
+    marker = tmp_path / "called"
+    args = ["--env-arg", f"command='touch {marker}'"] if env_id.endswith("system") or env_id.endswith("shell") else (
+        ["--env-arg", f"name='{marker}'"] if env_id.endswith("make_folder") else [])
+    rc, errors, text = shoal_main("train", "--agent", "ppo", "--env", env_id, *args, "--run-dir",
+                                  str(tmp_path / "run"), "--quiet")
+    assert rc == 2 and len(errors) == 1 and message in errors[0], text
+    assert not marker.exists() and not (tmp_path / "run").exists()
+
+
+def test_an_argument_a_users_env_function_refuses_is_one_line_naming_the_env_and_the_argument(tmp_path):
+    from tests.faults.harness import shoal_main
+
+    rc, errors, text = shoal_main("train", "--agent", "ppo", "--env", f"{TOY}:any_args_env", "--env-arg", "bogus=1",
+                                  "--run-dir", str(tmp_path / "run"), "--quiet")
+    assert rc == 2 and errors == [
+        f"shoal: error: environment '{TOY}:any_args_env' with arguments {{'bogus': 1}}: TypeError: "
+        "PickDifferent.__init__() got an unexpected keyword argument 'bogus'"], text
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.e2e
 def test_ppo_with_an_agent_that_leaves_and_masks_never_sends_a_forbidden_action_nor_loses_to_nan(tmp_path):
     """The env raises on an action its mask forbids or one for an agent that left; an absent

@@ -293,9 +293,9 @@ def test_steps_of_two_layouts_and_overlapping_items_in_one_call_arrive_intact(sh
 
     limit = RateLimit(1.0, 1, -1e9, 1e9)
     wide = TableSpec("wide", sampler="fifo", remover="fifo", max_size=1000, rate_limit=limit, max_times_sampled=1,
-                     signature={"x": ArraySpec((3, 64, 64), np.float32), "t": ArraySpec((3,), np.int64)})
+                     signature={"frame": ArraySpec((3, 64, 64), np.float32), "time": ArraySpec((3,), np.int64)})
     small = TableSpec("small", sampler="fifo", remover="fifo", max_size=1000, rate_limit=limit, max_times_sampled=1,
-                      signature={"x": ArraySpec((2,), np.uint8), "t": ArraySpec((), np.int32)})
+                      signature={"frame": ArraySpec((2,), np.uint8), "time": ArraySpec((), np.int32)})
     replay, rpc, client = _served_shared([wide, small], shared_memory)
     try:
         writer = client.writer(8)

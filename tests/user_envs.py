@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
+
+shell = os.system  # (names of this module that are no env factory: refused as env sources, never called)
+make_folder = os.makedirs
 
 
 def short_cartpole(max_steps: int = 50) -> gym.Env:

@@ -136,12 +136,15 @@ def epsilon_at(env_step, config: DQNConfig):
 
 
 def make_policy(network: QNetwork, num_actions: int, config: DQNConfig, evaluation: bool) -> Policy:
-    """Epsilon-greedy over Q values, for a batch of observations, in one jittable function."""
+    """Epsilon-greedy over Q values, for a batch of observations, in one jittable function
+    (the evaluation policy with ``eval_epsilon`` 0 draws no random numbers: ``shoal export``)."""
 
     def policy(params, key, observation, info: ActorInfo):
         mask = action_mask(observation)
         q = network.apply(params, jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), observation))
         greedy = jnp.argmax(mask_logits(q, mask), axis=-1).astype(jnp.int32)
+        if evaluation and config.eval_epsilon == 0:
+            return greedy, {}, key
         epsilon = config.eval_epsilon if evaluation else epsilon_at(info.env_steps, config)
         key, explore_key, action_key = jax.random.split(key, 3)
         if mask is None:

@@ -24,6 +24,10 @@ class IMPALABuilder(AgentBuilder):
     presets = PRESETS  # (as a plug-in declares its own)
 
     config: IMPALAConfig
+    # The loss seam: ``learning.Loss``, a plain function ``(network, params, batch, rng, config) ->
+    # (loss, metrics)``. An IMPALA variant sets its own (and subclasses the config); the state,
+    # optimizer, update step and sharding stay IMPALA's.
+    loss = staticmethod(learning.impala_loss)
 
     def __init__(self, config: IMPALAConfig) -> None:
         super().__init__(config)
@@ -91,6 +95,7 @@ class IMPALABuilder(AgentBuilder):
                      replay_client=None, stopwatch=None) -> ReplicatedLearner:
         """The learner (it logs each batch's policy lag, which V-trace corrects for)."""
         state = self.init_state(key, networks)
-        return ReplicatedLearner(state, learning.make_update(networks.network, self.config), dataset,
+        update = learning.make_update(networks.network, self.config, self.loss, key)
+        return ReplicatedLearner(state, update, dataset,
                                  keep_batch=PolicyLag(), counter=counter, logger=logger,
                                  stopwatch=stopwatch)

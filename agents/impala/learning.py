@@ -23,11 +23,16 @@ With action masks (an ``action_mask`` stored with each observation), the policy 
 categorical over the allowed actions (``shoal.agents.blocks.dict_observations.mask_logits``): the actor
 samples among them and records the masked logits, and ``pi``, ``mu`` and the entropy above are
 those of the renormalised allowed set.
+
+The loss is a seam (as DQN's): ``make_update(network, config, loss)`` minimizes any ``Loss`` -- a
+plain function of the params, a batch, a key and the config, returning the loss and its metrics
+-- and keeps the state, the optimizer and the all-reduce; an IMPALA variant is a config subclass
+and a builder whose ``loss`` is another one.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -74,32 +79,51 @@ def vtrace_targets(value, next_value, reward, terminated, truncated, rho, config
     return out.errors, out.pg_advantage
 
 
-def make_update(network: nn.Module, config: IMPALAConfig) -> UpdateFn:
-    optimizer = make_optimizer(config)
+def impala_loss(network: nn.Module, params: optax.Params, batch: dict, rng: jax.Array,
+                config: IMPALAConfig) -> tuple[jax.Array, dict]:
+    """IMPALA's loss on one device's sequences (module docstring): the policy gradient with
+    V-trace's advantages, the baseline loss and the entropy bonus. ``rng`` is not used."""
+    rows, length = batch["reward"].shape
+    flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
+    logits, values = network.apply(params, jax.tree_util.tree_map(
+        lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]), batch["observation"], batch["next_observation"]))
+    logits = mask_logits(logits[:rows * length].reshape(rows, length, -1), action_mask(batch["observation"]))
+    value, next_value = jnp.split(values.reshape(2, rows, length), 2)
+    value, next_value = value[0], jax.lax.stop_gradient(next_value[0])
+    log_prob = distributions.categorical_log_prob(logits, batch["action"])  # 1.
+    behaviour_log_prob = distributions.categorical_log_prob(batch["extras"]["logits"], batch["action"])
+    rho = jax.lax.stop_gradient(jnp.exp(log_prob - behaviour_log_prob))
+    errors, pg_advantage = vtrace_targets(  # 2.
+        value, next_value, batch["reward"], batch["terminated"].astype(jnp.float32),
+        batch["truncated"].astype(jnp.float32), rho, config)
+    policy_loss = -jnp.mean(log_prob * jax.lax.stop_gradient(pg_advantage))  # 3.
+    baseline_loss = 0.5 * jnp.mean(jnp.square(errors))
+    entropy = jnp.mean(distributions.categorical_entropy(logits))
+    loss = policy_loss + config.baseline_coef * baseline_loss - config.entropy_coef * entropy
+    return loss, {"loss": loss, "policy_loss": policy_loss, "baseline_loss": baseline_loss,
+                  "entropy": entropy, "mean_rho": jnp.mean(rho)}
 
-    def loss_fn(params, batch):
-        rows, length = batch["reward"].shape
-        flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
-        logits, values = network.apply(params, jax.tree_util.tree_map(
-            lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]), batch["observation"], batch["next_observation"]))
-        logits = mask_logits(logits[:rows * length].reshape(rows, length, -1), action_mask(batch["observation"]))
-        value, next_value = jnp.split(values.reshape(2, rows, length), 2)
-        value, next_value = value[0], jax.lax.stop_gradient(next_value[0])
-        log_prob = distributions.categorical_log_prob(logits, batch["action"])
-        behaviour_log_prob = distributions.categorical_log_prob(batch["extras"]["logits"], batch["action"])
-        rho = jax.lax.stop_gradient(jnp.exp(log_prob - behaviour_log_prob))
-        errors, pg_advantage = vtrace_targets(
-            value, next_value, batch["reward"], batch["terminated"].astype(jnp.float32),
-            batch["truncated"].astype(jnp.float32), rho, config)
-        policy_loss = -jnp.mean(log_prob * jax.lax.stop_gradient(pg_advantage))
-        baseline_loss = 0.5 * jnp.mean(jnp.square(errors))
-        entropy = jnp.mean(distributions.categorical_entropy(logits))
-        loss = policy_loss + config.baseline_coef * baseline_loss - config.entropy_coef * entropy
-        return loss, {"loss": loss, "policy_loss": policy_loss, "baseline_loss": baseline_loss,
-                      "entropy": entropy, "mean_rho": jnp.mean(rho)}
+
+# The loss seam (as DQN's, ``shoal.agents.dqn.learning.Loss``): an IMPALA variant is a config
+# subclass and a function of this shape; ``make_update`` keeps the state, the optimizer and the
+# all-reduce over devices. ``loss(network, params, batch, rng, config) -> (loss, metrics)``:
+# ``batch`` one device's env sequences ``[rows, T, ...]`` (``observation``, ``action``, ``reward``,
+# ``terminated``, ``truncated``, ``next_observation``, ``extras["logits"]``: the behaviour
+# policy's); ``rng`` a key of this SGD step (the same on every device); ``metrics`` scalars.
+Loss = Callable[[nn.Module, optax.Params, dict, jax.Array, IMPALAConfig], tuple[jax.Array, dict]]
+
+
+def make_update(network: nn.Module, config: IMPALAConfig, loss: Loss = impala_loss,
+                key: jax.Array | None = None) -> UpdateFn:
+    """One SGD step on ``loss`` per batch; ``key`` seeds the loss's ``rng`` (folded with the
+    step count: a resumed run draws the same keys)."""
+    optimizer = make_optimizer(config)
+    key = jax.random.PRNGKey(0) if key is None else key
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, UpdateOutput]:
-        grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params, batch)
+        rng = jax.random.fold_in(key, state.opt_state[1][0].count)  # (Adam's step count)
+        grads, metrics = jax.grad(lambda params: loss(network, params, batch, rng, config),
+                                  has_aux=True)(state.params)
         grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         state = TrainingState(optax.apply_updates(state.params, updates), opt_state)

@@ -28,6 +28,10 @@ class PPOBuilder(AgentBuilder):
     on_policy = True
 
     config: PPOConfig
+    # The loss seam: ``learning.Loss``, a plain function ``(networks, params, minibatch, rng, config,
+    # clip_epsilon) -> (loss, metrics)``. A PPO variant sets its own (and subclasses the config);
+    # the state, optimizer, schedules, update step and sharding stay PPO's.
+    loss = staticmethod(learning.ppo_loss)
 
     def __init__(self, config: PPOConfig) -> None:
         super().__init__(config)
@@ -114,6 +118,6 @@ class PPOBuilder(AgentBuilder):
         """The learner; it drops rollouts acted with params more than ``max_policy_lag`` updates
         old (``shoal.agents.blocks.policy_lag``)."""
         state = self.init_state(key, networks)
-        return ReplicatedLearner(state, learning.make_update(networks, self.config), dataset,
+        return ReplicatedLearner(state, learning.make_update(networks, self.config, self.loss), dataset,
                                  keep_batch=PolicyLag(self.config.max_policy_lag, counter),
                                  counter=counter, logger=logger, stopwatch=stopwatch)

@@ -57,11 +57,17 @@ statistics per key; image keys and the mask are left as they are.
 Recurrent PPO (``lstm_size > 0``) differs in steps 2 and 5 only: values come from unrolling
 the LSTM over each sequence from the state the actor recorded at its first step, and the
 minibatches are whole sequences (``shoal.agents.ppo.recurrent``).
+
+Step 5's loss is a seam (as DQN's): ``make_update(networks, config, loss)`` minimizes any
+``Loss`` -- a plain function of the params, one minibatch, a key and the config, returning the
+loss and its metrics -- and keeps the rest (the state, normalization, GAE, the schedules, the
+optimizer, the minibatch epochs over devices). A PPO variant (PPO with an adaptive KL penalty in
+``examples/ppo_kl_agent.py``) is a config subclass and a builder whose ``loss`` is another one.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -179,7 +185,7 @@ def gae(reward, terminated, truncated, value, next_value, discount: float, lambd
     return advantages.T
 
 
-def _global_standardize(x):
+def global_standardize(x: jax.Array) -> jax.Array:
     """``x`` standardized with its mean and variance over every device's minibatch."""
     mean = jax.lax.pmean(jnp.mean(x), AXIS_NAME)
     variance = jax.lax.pmean(jnp.mean(jnp.square(x - mean)), AXIS_NAME)
@@ -230,30 +236,55 @@ def masked(policy_out, mask):
     return mask_logits(policy_out, mask)
 
 
-def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
-    network, dist = networks.network, head(networks)
-    rnn = recurrent.is_recurrent(network)
+def forward(networks: ActorCriticNetworks, params: optax.Params, minibatch: dict) -> tuple[Any, jax.Array]:
+    """The policy output (``masked`` to the allowed actions) and the value at every step of a
+    minibatch: of its steps, or of its whole sequences for recurrent PPO (``minibatch``'s
+    ``initial_state`` and ``first``)."""
+    if recurrent.is_recurrent(networks.network):
+        policy_out, value = recurrent.forward(networks.network, params, minibatch)
+    else:
+        policy_out, value = networks.network.apply(params, minibatch["observation"])
+    return masked(policy_out, action_mask(minibatch["observation"])), value
 
-    def loss_fn(network_params, minibatch, epsilon):
-        if rnn:
-            policy_out, value = recurrent.forward(network, network_params, minibatch)
-        else:
-            policy_out, value = network.apply(network_params, minibatch["observation"])
-        policy_out = masked(policy_out, action_mask(minibatch["observation"]))
-        log_prob = dist.log_prob(policy_out, minibatch["action"])
-        log_rho = log_prob - minibatch["log_prob"]
-        rho = jnp.exp(log_rho)
-        advantage = minibatch["advantage"]
-        if config.normalize_advantages:
-            advantage = _global_standardize(advantage)
-        clipped_rho = jnp.clip(rho, 1.0 - epsilon, 1.0 + epsilon)
-        policy_loss = -jnp.mean(jnp.minimum(rho * advantage, clipped_rho * advantage))
-        v_loss = value_loss(value, minibatch["value"], minibatch["return"], epsilon, config.clip_value_loss)
-        entropy = jnp.mean(dist.entropy(policy_out))
-        loss = policy_loss + config.value_coef * v_loss - config.entropy_coef * entropy
-        return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": v_loss,
-                      "entropy": entropy, "approx_kl": jnp.mean((rho - 1.0) - log_rho),
-                      "clip_fraction": jnp.mean(jnp.abs(rho - 1.0) > epsilon)}
+
+def ppo_loss(networks: ActorCriticNetworks, params: optax.Params, minibatch: dict, rng: jax.Array,
+             config: PPOConfig, clip_epsilon: float | jax.Array) -> tuple[jax.Array, dict]:
+    """PPO's loss on one device's minibatch (module docstring, step 5): the clipped surrogate, the
+    value loss and the entropy bonus. ``rng`` is not used (PPO's loss draws nothing)."""
+    dist = head(networks)
+    policy_out, value = forward(networks, params, minibatch)
+    log_prob = dist.log_prob(policy_out, minibatch["action"])
+    log_rho = log_prob - minibatch["log_prob"]
+    rho = jnp.exp(log_rho)
+    advantage = minibatch["advantage"]
+    if config.normalize_advantages:
+        advantage = global_standardize(advantage)
+    clipped_rho = jnp.clip(rho, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
+    policy_loss = -jnp.mean(jnp.minimum(rho * advantage, clipped_rho * advantage))
+    v_loss = value_loss(value, minibatch["value"], minibatch["return"], clip_epsilon, config.clip_value_loss)
+    entropy = jnp.mean(dist.entropy(policy_out))
+    loss = policy_loss + config.value_coef * v_loss - config.entropy_coef * entropy
+    return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": v_loss,
+                  "entropy": entropy, "approx_kl": jnp.mean((rho - 1.0) - log_rho),
+                  "clip_fraction": jnp.mean(jnp.abs(rho - 1.0) > clip_epsilon)}
+
+
+# The loss seam (as DQN's, ``shoal.agents.dqn.learning.Loss``): a PPO variant is a config subclass
+# and a function of this shape; ``make_update`` keeps the rest (the state, normalization, GAE, the
+# schedules, the optimizer, the minibatch epochs over devices).
+# ``loss(networks, params, minibatch, rng, config, clip_epsilon) -> (loss, metrics)``: ``params``
+# the network's; ``minibatch`` one device's, holding ``observation`` (normalized), ``action``,
+# ``log_prob`` (the behaviour policy's), ``advantage`` (GAE's, not yet standardized), ``return``,
+# ``value`` (the value at acting, step 2) and for recurrent PPO ``initial_state`` and ``first``;
+# ``rng`` a key of this SGD step (the same on every device: ``global_row_keys`` gives per-row keys);
+# ``clip_epsilon`` the scheduled clip range; ``metrics`` scalars, averaged over devices and steps.
+Loss = Callable[[ActorCriticNetworks, optax.Params, dict, jax.Array, PPOConfig, Any], tuple[jax.Array, dict]]
+
+
+def make_update(networks: ActorCriticNetworks, config: PPOConfig, loss: Loss = ppo_loss) -> UpdateFn:
+    """The learner's update (module docstring), minimizing ``loss`` on each minibatch."""
+    network = networks.network
+    rnn = recurrent.is_recurrent(network)
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, UpdateOutput]:
         rows, length = batch["reward"].shape
@@ -265,7 +296,9 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig) -> UpdateFn:
         epsilon = clip_epsilon(config, steps, env_steps_per_update)
 
         def sgd_step(state: TrainingState, minibatch):
-            grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params["network"], minibatch, epsilon)
+            rng = jax.random.fold_in(state.key, optimizer_steps(state.opt_state))
+            grads, metrics = jax.grad(lambda params: loss(networks, params, minibatch, rng, config, epsilon),
+                                      has_aux=True)(state.params["network"])
             grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params["network"])
             params = {**state.params, "network": optax.apply_updates(state.params["network"], updates)}

@@ -26,6 +26,10 @@ class R2D2Builder(AgentBuilder):
     presets = PRESETS  # (as a plug-in declares its own)
 
     config: R2D2Config
+    # The loss seam: ``learning.Loss``, a plain function ``(networks, params, target_params, batch,
+    # rng, config) -> learning.LossOutput``. An R2D2 variant sets its own (and subclasses the
+    # config); the state, optimizer, target network, priorities, update step and sharding stay R2D2's.
+    loss = staticmethod(learning.r2d2_loss)
 
     def __init__(self, config: R2D2Config) -> None:
         super().__init__(config)
@@ -103,5 +107,5 @@ class R2D2Builder(AgentBuilder):
             update_item_priorities(replay_client, TABLE, np.asarray(sample.keys), np.asarray(priorities) + 1e-6)
 
         state = self.init_state(key, networks)
-        return ReplicatedLearner(state, learning.make_update(networks, self.config), dataset,
+        return ReplicatedLearner(state, learning.make_update(networks, self.config, self.loss, key), dataset,
                                  after_update=after_update, counter=counter, logger=logger, stopwatch=stopwatch)

@@ -35,11 +35,17 @@ state to zeros where an episode began (``shoal.agents.blocks.recurrent``). On ea
 Acting is epsilon-greedy on the online Q, each env with its own epsilon per episode (Ape-X's
 ``0.4 ** (1 + 7 i / 255)``, drawn when the episode starts: the policy's state holds it beside
 the LSTM's).
+
+The loss is a seam (as DQN's): ``make_update(networks, config, loss)`` takes any ``Loss`` -- a
+plain function of the params, the target params, a batch, a key and the config, returning each
+sequence's loss, ``|delta_t|`` and ``Q(o_t, a_t)`` -- and keeps the rest (the importance weights,
+the optimizer, the target network, the priorities); an R2D2 variant is a config subclass and a
+builder whose ``loss`` is another one.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -113,54 +119,87 @@ def _observations(batch: dict) -> tuple[Any, Any]:
     return _as_network_input(batch["observation"]), _as_network_input(batch["next_observation"])
 
 
-def make_update(networks: R2D2Networks, config: R2D2Config) -> UpdateFn:
+def _part(x: Any, start: int, stop: int | None = None) -> Any:
+    """Steps ``start:stop`` of every sequence ``[B, T, ...]`` (of each array of a Dict too)."""
+    return jax.tree_util.tree_map(lambda y: y[:, start:stop], x)
+
+
+class LossOutput(NamedTuple):
+    """An R2D2 loss's output, per sequence of one device's batch."""
+
+    losses: jax.Array  # [B]: each sequence's loss (``make_update`` applies importance weights)
+    td_abs: jax.Array  # [B, T]: |delta_t| of each trained step (the sequence's new priority)
+    q: jax.Array  # [B, T]: Q(o_t, a_t) of each trained step (the ``q`` metric)
+
+
+def r2d2_loss(networks: R2D2Networks, params: optax.Params, target_params: optax.Params, batch: dict,
+              rng: jax.Array, config: R2D2Config) -> LossOutput:
+    """R2D2's loss (module docstring, steps 1-5) per sequence, before importance weights.
+    ``rng`` is not used."""
     network, burn_in, eps = networks.network, config.burn_in_length, config.value_rescaling_epsilon
+    observation, next_observation = _observations(batch)
+    first = recurrent.episode_starts(batch["terminated"], batch["truncated"])
+    online_state = target_state = batch["extras"][STATE_KEY][:, 0]
+    if burn_in:  # 1.
+        _, states = recurrent.unroll(network, params, online_state, _part(observation, 0, burn_in),
+                                     first[:, :burn_in])
+        online_state = jax.lax.stop_gradient(states[:, -1])
+        _, states = recurrent.unroll(network, target_params, target_state, _part(observation, 0, burn_in),
+                                     first[:, :burn_in])
+        target_state = states[:, -1]
+    observation, next_observation = _part(observation, burn_in), _part(next_observation, burn_in)
+    first = first[:, burn_in:]
+    y, online_states = recurrent.unroll(network, params, online_state, observation, first)  # 2.
+    q = network.apply(params, y, method="heads")
+    _, target_states = recurrent.unroll(network, target_params, target_state, observation, first)
+    next_online = network.apply(params, recurrent.step_from(network, params, online_states, next_observation),
+                                method="heads")
+    next_target = network.apply(target_params, recurrent.step_from(network, target_params, target_states,
+                                                                   next_observation), method="heads")
+    best = jnp.argmax(mask_logits(jax.lax.stop_gradient(next_online), action_mask(next_observation)), axis=-1)
+    bootstrap = unrescale(jnp.take_along_axis(next_target, best[..., None], axis=-1)[..., 0], eps)  # 3.
+    reward, terminated = batch["reward"][:, burn_in:], batch["terminated"][:, burn_in:].astype(jnp.float32)
+    returns = n_step_targets(reward, terminated, batch["truncated"][:, burn_in:], bootstrap,  # 4.
+                             config.discount, config.n_step)
+    target = jax.lax.stop_gradient(rescale(returns, eps))
+    q_taken = jnp.take_along_axis(q, batch["action"][:, burn_in:, None].astype(jnp.int32), axis=-1)[..., 0]
+    delta = q_taken - target  # 5.
+    return LossOutput(jnp.mean(0.5 * jnp.square(delta), axis=1), jnp.abs(delta), q_taken)
+
+
+# The loss seam (as DQN's, ``shoal.agents.dqn.learning.Loss``): an R2D2 variant is a config
+# subclass and a function of this shape; ``make_update`` keeps the rest (the importance weights,
+# the optimizer, the target network, the priorities, the all-reduce over devices).
+# ``loss(networks, params, target_params, batch, rng, config) -> LossOutput``: ``batch`` one
+# device's sequences of ``burn_in + T`` steps (``observation``, ``action``, ``reward``,
+# ``terminated``, ``truncated``, ``next_observation``, ``extras["core_state"]``); ``rng`` a key of
+# this SGD step (the same on every device).
+Loss = Callable[[R2D2Networks, optax.Params, optax.Params, dict, jax.Array, R2D2Config], LossOutput]
+
+
+def make_update(networks: R2D2Networks, config: R2D2Config, loss: Loss = r2d2_loss,
+                key: jax.Array | None = None) -> UpdateFn:
+    """One SGD step on ``loss`` per batch, importance-weighted (step 5); ``key`` seeds the loss's
+    ``rng`` (folded with the step count: a resumed run draws the same keys)."""
     optimizer = make_optimizer(config)
-    part = lambda x, start, stop=None: jax.tree_util.tree_map(lambda y: y[:, start:stop], x)  # noqa: E731
+    key = jax.random.PRNGKey(0) if key is None else key
 
-    def unroll(params, state, observation, first):
-        return recurrent.unroll(network, params, state, observation, first)
-
-    def loss_fn(params, target_params, batch):
-        observation, next_observation = _observations(batch)
-        first = recurrent.episode_starts(batch["terminated"], batch["truncated"])
-        online_state = target_state = batch["extras"][STATE_KEY][:, 0]
-        if burn_in:  # 1.
-            _, states = unroll(params, online_state, part(observation, 0, burn_in), first[:, :burn_in])
-            online_state = jax.lax.stop_gradient(states[:, -1])
-            _, states = unroll(target_params, target_state, part(observation, 0, burn_in), first[:, :burn_in])
-            target_state = states[:, -1]
-        observation, next_observation = part(observation, burn_in), part(next_observation, burn_in)
-        first = first[:, burn_in:]
-        y, online_states = unroll(params, online_state, observation, first)  # 2.
-        q = network.apply(params, y, method="heads")
-        _, target_states = unroll(target_params, target_state, observation, first)
-        next_online = network.apply(params, recurrent.step_from(network, params, online_states, next_observation),
-                                    method="heads")
-        next_target = network.apply(target_params, recurrent.step_from(network, target_params, target_states,
-                                                                       next_observation), method="heads")
-        best = jnp.argmax(mask_logits(jax.lax.stop_gradient(next_online), action_mask(next_observation)), axis=-1)
-        bootstrap = unrescale(jnp.take_along_axis(next_target, best[..., None], axis=-1)[..., 0], eps)  # 3.
-        reward, terminated = batch["reward"][:, burn_in:], batch["terminated"][:, burn_in:].astype(jnp.float32)
-        returns = n_step_targets(reward, terminated, batch["truncated"][:, burn_in:], bootstrap,  # 4.
-                                 config.discount, config.n_step)
-        target = jax.lax.stop_gradient(rescale(returns, eps))
-        q_taken = jnp.take_along_axis(q, batch["action"][:, burn_in:, None].astype(jnp.int32), axis=-1)[..., 0]
-        delta = q_taken - target  # 5.
-        weight = batch["probability"] ** -config.importance_sampling_exponent
+    def weighted_loss(params, target_params, batch, rng):
+        out = loss(networks, params, target_params, batch, rng, config)
+        weight = batch["probability"] ** -config.importance_sampling_exponent  # 5.
         weight = weight / jax.lax.pmax(jnp.max(weight), AXIS_NAME)
-        loss = jnp.mean(weight * jnp.mean(0.5 * jnp.square(delta), axis=1))
-        return loss, (jnp.abs(delta), jnp.mean(q_taken))
+        return jnp.mean(weight * out.losses), (out.td_abs, jnp.mean(out.q))
 
     def update(state: TrainingState, batch) -> tuple[TrainingState, UpdateOutput]:
-        (loss, (td_abs, q_mean)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state.target_params, batch)
+        rng = jax.random.fold_in(key, state.steps)
+        (loss_value, (td_abs, q_mean)), grads = jax.value_and_grad(weighted_loss, has_aux=True)(
+            state.params, state.target_params, batch, rng)
         grads = jax.lax.pmean(grads, AXIS_NAME)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         steps = state.steps + 1
         target_params = optax.periodic_update(params, state.target_params, steps, config.target_update_period)  # 7.
-        metrics = jax.lax.pmean({"loss": loss, "q": q_mean, "td_abs": jnp.mean(td_abs)}, AXIS_NAME)
+        metrics = jax.lax.pmean({"loss": loss_value, "q": q_mean, "td_abs": jnp.mean(td_abs)}, AXIS_NAME)
         priorities = sequence_priorities(td_abs, config.max_priority_weight)  # 6.
         return TrainingState(params, target_params, opt_state, steps), UpdateOutput(metrics, 1, priorities)
 

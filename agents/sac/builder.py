@@ -19,6 +19,11 @@ class SACBuilder(TransitionReplayBuilder):
     presets = PRESETS  # (as a plug-in declares its own)
 
     config: SACConfig
+    # The loss seam: ``learning.Loss``, a plain function ``(networks, params, target_critic_params,
+    # batch, rng, config) -> (loss, metrics)``, ``params`` the policy's, the critics' and the
+    # temperature's. A SAC variant sets its own (and subclasses the config); the state, the
+    # optimizers, the target critics, the update step and sharding stay SAC's.
+    loss = staticmethod(learning.sac_loss)
 
     def __init__(self, config: SACConfig) -> None:
         super().__init__(config)
@@ -46,5 +51,5 @@ class SACBuilder(TransitionReplayBuilder):
     def make_learner(self, key, networks: SACNetworks, dataset, logger=None, counter=None,
                      replay_client=None, stopwatch=None) -> ReplicatedLearner:
         state = self.init_state(key, networks)
-        return ReplicatedLearner(state, learning.make_update(networks, self.config), dataset,
+        return ReplicatedLearner(state, learning.make_update(networks, self.config, self.loss), dataset,
                                  counter=counter, logger=logger, stopwatch=stopwatch)

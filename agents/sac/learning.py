@@ -14,11 +14,17 @@ then moves the target critics by Polyak averaging, ``target <- tau * online + (1
 Gradients are averaged over devices (``pmean``); the Gaussian noise of each example is drawn
 from a key of its own global row, so an update does not depend on how rows are spread over
 devices. One learner update is ``sgd_steps_per_update`` such steps in one ``lax.scan``.
+
+The losses are a seam (as DQN's): ``make_update(networks, config, loss)`` takes any ``Loss`` -- a
+plain function of the params (policy, critics, temperature), the target critics, a batch, a key
+and the config, returning one loss (the three summed, each reaching only its own params) and
+its metrics -- and keeps the state, the three Adams, the Polyak target and the scan; a SAC
+variant is a config subclass and a builder whose ``loss`` is another one.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -63,55 +69,80 @@ def init_state(key: jax.Array, networks: SACNetworks, config: SACConfig) -> Trai
     return init(key)
 
 
-def make_update(networks: SACNetworks, config: SACConfig) -> UpdateFn:
+def target_entropy(networks: SACNetworks, config: SACConfig) -> float:
+    """The entropy the temperature is tuned towards: ``target_entropy``, or ``-action_dimensions``."""
+    return -float(networks.action_size) if config.target_entropy is None else config.target_entropy
+
+
+def sample(networks: SACNetworks, params, observation, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """A reparameterized action of the policy and its log-probability for each observation, the
+    noise of each row drawn from a key of its own global row."""
+    noise = jax.vmap(lambda k: jax.random.normal(k, (networks.action_size,)))(
+        global_row_keys(key, _rows(observation)))
+    return sample_action(networks, params, observation, noise)
+
+
+def sac_loss(networks: SACNetworks, params: dict, target_critic_params: optax.Params, batch: dict,
+             rng: jax.Array, config: SACConfig) -> tuple[jax.Array, dict]:
+    """SAC's three losses on one device's batch (module docstring), summed: each reaches only its
+    own params (the others are held fixed by ``stop_gradient``), so one gradient of the sum is
+    the three gradients of the module docstring."""
+    _, critic_key, policy_key = jax.random.split(rng, 3)  # (the update carries the first one forward)
+    policy, critic, log_alpha = params["policy"], params["critic"], params["log_alpha"]
+    alpha = jnp.exp(jax.lax.stop_gradient(log_alpha))
+
+    # the critics, towards y = R + d * (min_i Q_target_i(s', a') - alpha * log pi(a'|s'))
+    next_action, next_log_prob = sample(networks, policy, batch["next_observation"], critic_key)
+    q1_next, q2_next = networks.critic.apply(target_critic_params, batch["next_observation"], next_action)
+    target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * (
+        jnp.minimum(q1_next, q2_next) - alpha * next_log_prob))
+    q1, q2 = networks.critic.apply(critic, batch["observation"], batch["action"])
+    critic_loss = 0.5 * (jnp.mean(jnp.square(q1 - target)) + jnp.mean(jnp.square(q2 - target)))
+
+    # the policy, through a reparameterized a~ ~ pi(.|s), against the critics held fixed
+    action, log_prob = sample(networks, policy, batch["observation"], policy_key)
+    q1_pi, q2_pi = networks.critic.apply(jax.lax.stop_gradient(critic), batch["observation"], action)
+    policy_loss = jnp.mean(alpha * log_prob - jnp.minimum(q1_pi, q2_pi))
+
+    # the temperature, towards the target entropy
+    alpha_loss = -jnp.mean(log_alpha * jax.lax.stop_gradient(log_prob + target_entropy(networks, config)))
+
+    loss = critic_loss + policy_loss + alpha_loss
+    return loss, {"critic_loss": critic_loss, "policy_loss": policy_loss, "alpha_loss": alpha_loss,
+                  "entropy": -jnp.mean(log_prob), "q_mean": jnp.mean(q1)}
+
+
+# The loss seam (as DQN's, ``shoal.agents.dqn.learning.Loss``): a SAC variant is a config subclass
+# and a function of this shape; ``make_update`` keeps the state, the three Adams, the Polyak target
+# and the scan over devices. ``loss(networks, params, target_critic_params, batch, rng, config) ->
+# (loss, metrics)``: ``params`` ``{"policy", "critic", "log_alpha"}``, each updated by the gradient
+# of ``loss`` with respect to it; ``batch`` one device's n-step transitions (``observation``,
+# ``action``, ``reward``, ``discount``, ``next_observation``); ``rng`` this SGD step's key (the
+# same on every device: ``global_row_keys`` gives per-row keys); ``metrics`` scalars.
+Loss = Callable[[SACNetworks, dict, optax.Params, dict, jax.Array, SACConfig], tuple[jax.Array, dict]]
+
+
+def make_update(networks: SACNetworks, config: SACConfig, loss: Loss = sac_loss) -> UpdateFn:
+    """``sgd_steps_per_update`` scanned SGD steps on ``loss`` over ``[batch, k, ...]`` (module
+    docstring): each of the policy, the critics and the temperature takes an Adam step along the
+    gradient of ``loss`` with respect to it."""
     adam = optax.adam(config.learning_rate)
-    target_entropy = (-float(networks.action_size) if config.target_entropy is None
-                      else config.target_entropy)
-
-    def sample(params, observation, key):
-        noise = jax.vmap(lambda k: jax.random.normal(k, (networks.action_size,)))(
-            global_row_keys(key, _rows(observation)))
-        return sample_action(networks, params, observation, noise)
-
-    def critic_loss(critic_params, state: TrainingState, batch, key):
-        next_action, next_log_prob = sample(state.params, batch["next_observation"], key)
-        q1_next, q2_next = networks.critic.apply(state.target_critic_params,
-                                                 batch["next_observation"], next_action)
-        alpha = jnp.exp(state.log_alpha)
-        target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * (
-            jnp.minimum(q1_next, q2_next) - alpha * next_log_prob))
-        q1, q2 = networks.critic.apply(critic_params, batch["observation"], batch["action"])
-        loss = 0.5 * (jnp.mean(jnp.square(q1 - target)) + jnp.mean(jnp.square(q2 - target)))
-        return loss, jnp.mean(q1)
-
-    def policy_loss(params, critic_params, log_alpha, observation, key):
-        action, log_prob = sample(params, observation, key)
-        q1, q2 = networks.critic.apply(critic_params, observation, action)
-        loss = jnp.mean(jnp.exp(log_alpha) * log_prob - jnp.minimum(q1, q2))
-        return loss, log_prob
-
-    def alpha_loss(log_alpha, log_prob):
-        return -jnp.mean(log_alpha * jax.lax.stop_gradient(log_prob + target_entropy))
 
     def apply(grads, opt_state, params):
         updates, opt_state = adam.update(jax.lax.pmean(grads, AXIS_NAME), opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
     def sgd_step(state: TrainingState, batch):
-        key, critic_key, policy_key = jax.random.split(state.key, 3)
-        (q_loss, q_mean), grads = jax.value_and_grad(critic_loss, has_aux=True)(
-            state.critic_params, state, batch, critic_key)
-        critic_params, critic_opt_state = apply(grads, state.critic_opt_state, state.critic_params)
-        (pi_loss, log_prob), grads = jax.value_and_grad(policy_loss, has_aux=True)(
-            state.params, state.critic_params, state.log_alpha, batch["observation"], policy_key)
-        params, policy_opt_state = apply(grads, state.policy_opt_state, state.params)
-        a_loss, grads = jax.value_and_grad(alpha_loss)(state.log_alpha, log_prob)
-        log_alpha, alpha_opt_state = apply(grads, state.alpha_opt_state, state.log_alpha)
+        key = jax.random.split(state.key, 3)[0]  # the next step's (``sac_loss`` draws from the others)
+        trained = {"policy": state.params, "critic": state.critic_params, "log_alpha": state.log_alpha}
+        grads, metrics = jax.grad(lambda params: loss(networks, params, state.target_critic_params, batch,
+                                                      state.key, config), has_aux=True)(trained)
+        critic_params, critic_opt_state = apply(grads["critic"], state.critic_opt_state, state.critic_params)
+        params, policy_opt_state = apply(grads["policy"], state.policy_opt_state, state.params)
+        log_alpha, alpha_opt_state = apply(grads["log_alpha"], state.alpha_opt_state, state.log_alpha)
         target_critic_params = optax.incremental_update(critic_params, state.target_critic_params,
                                                         config.tau)
-        metrics = jax.lax.pmean({"critic_loss": q_loss, "policy_loss": pi_loss, "alpha_loss": a_loss,
-                                 "alpha": jnp.exp(log_alpha), "entropy": -jnp.mean(log_prob),
-                                 "q_mean": q_mean}, AXIS_NAME)
+        metrics = jax.lax.pmean({**metrics, "alpha": jnp.exp(log_alpha)}, AXIS_NAME)
         return TrainingState(params, critic_params, target_critic_params, log_alpha, policy_opt_state,
                              critic_opt_state, alpha_opt_state, key), metrics, None
 

@@ -2,8 +2,8 @@
 
     python docs/figures/data_flow.py
 
-Actors step vector envs and write through an adder to Reverb; the learner's dataset samples
-host batches, the learner updates on its devices and publishes parameters, which actors read
+Actors step vector envs and write through an adder to replay (Reverb or native); the learner's
+dataset samples host batches, the learner updates on its devices and publishes parameters, which actors read
 back (shared memory on the learner's machine, RPC elsewhere). The counter and the evaluator
 close the loop: env steps counted, the run stopped when solved or out of budget.
 """
@@ -53,7 +53,7 @@ def main() -> None:
     box(ax, 0.3, 2.3, 3.5, 1.9, "actors  (N nodes)",
         ["vector env (gymnasium / ale-py)", "policy: one jitted call per step",
          "adder: n-step transitions", "or fixed-length sequences"], ACTOR)
-    box(ax, 5.25, 2.3, 3.3, 1.9, "replay  (Reverb)",
+    box(ax, 5.25, 2.3, 3.3, 1.9, "replay  (Reverb or native)",
         ["tables: replay ratio,", "on-policy queue,", "or dropping FIFO",
          "rate limiters pace both sides"], REPLAY)
     box(ax, 10.0, 2.3, 3.7, 1.9, "learner  (JAX)",

@@ -15,7 +15,15 @@ evaluator node (the config travels there pickled, so a callback's class must be 
 defined where cloudpickle can carry it, e.g. a script's ``__main__``). A callback that raises is
 one warning line on stderr, is not called again, and the run goes on. ``on_evaluation``
 returning ``True`` ends the run as a reached target does (``solved`` stays false; the result
-says ``"stopped_by"``: the callback's class name). Callbacks are code: ``config.json`` does not
+says ``"stopped_by"``: the callback's class name).
+
+A callback that leaves as a script would (``sys.exit(...)``, ``raise KeyboardInterrupt``, or any
+other ``BaseException`` that is not an ``Exception``) never ends the process: from
+``on_evaluation`` it ends the run as returning ``True`` does (the last checkpoint, the result and
+its line are written as for any end; ``stopped_by`` names it; the exit status is a finished
+run's, 0), with one warning line naming the callback and what it raised; from ``on_end`` (the
+run has ended) it is one warning line, and the result stands. In both runners: a distributed
+run's evaluator ends the run so. Callbacks are code: ``config.json`` does not
 record them, and a resume runs the ones it is given again (``resume_experiment(...,
 callbacks=[...])``).
 """
@@ -29,6 +37,7 @@ from typing import Any
 import numpy as np
 
 HOOKS = ("on_evaluation", "on_end")
+_LEFT = object()  # (what ``Callbacks._call`` returns for a callback that left: sys.exit, KeyboardInterrupt)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,10 +98,11 @@ class Callbacks:
         return bool(self._live)
 
     def evaluation(self, evaluation: Evaluation) -> bool:
-        """Calls every ``on_evaluation``; whether one asked to end the run."""
+        """Calls every ``on_evaluation``; whether one asked to end the run (returned ``True``,
+        or left: ``sys.exit``)."""
         stop = False
         for callback in list(self._live):
-            if self._call(callback, "on_evaluation", evaluation) is True and not stop:
+            if self._call(callback, "on_evaluation", evaluation) in (True, _LEFT) and not stop:
                 stop, self.stopped_by = True, type(callback).__name__
         return stop
 
@@ -104,10 +114,25 @@ class Callbacks:
         method = getattr(callback, hook, None)
         if not callable(method):
             return None
+        name = f"{type(callback).__name__}.{hook}"
         try:
             return method(argument)
         except Exception as e:  # noqa: BLE001 -- a user's callback never ends the run
             self._live.remove(callback)
-            print(f"shoal: warning: callback {type(callback).__name__}.{hook} raised {type(e).__name__}: {e}; "
-                  "it is not called again", file=sys.stderr, flush=True)
+            print(f"shoal: warning: callback {name} raised {type(e).__name__}: {e}; it is not called again",
+                  file=sys.stderr, flush=True)
             return None
+        except BaseException as e:  # (sys.exit, KeyboardInterrupt: the callback wants the run to end)
+            from shoal.launch.experiments.interrupts import Interrupted
+
+            if isinstance(e, Interrupted):  # (shoal's own signal handling, not the callback's)
+                raise
+            escape = type(e).__name__ + (f"({', '.join(map(repr, e.args))})" if e.args else "")
+            if hook == "on_end":
+                self._live.remove(callback)
+                print(f"shoal: warning: callback {name} raised {escape} as the run ended: ignored (the run's "
+                      "result stands)", file=sys.stderr, flush=True)
+                return None
+            print(f"shoal: warning: callback {name} raised {escape}: the run ends here, as if it returned True",
+                  file=sys.stderr, flush=True)
+            return _LEFT

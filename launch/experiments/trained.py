@@ -7,11 +7,18 @@ agent or an env factory, is used only when named again or trusted), build the ru
 for its env, and restore the parameters of one learner checkpoint: the last complete one
 (``checkpoints/run.json`` names it; a run still going on is read as it stood then) or the one
 ``checkpoint`` names (an env-step number among ``checkpoints/learner/``; the last two are kept).
+
+``evaluate_run`` is bounded: at most ``MAX_EPISODES`` episodes (more is refused in one line),
+run ``ENVS_AT_ONCE`` at a time (episode ``i`` is reset with seed ``seed + i`` whichever round it
+falls in), its memory the episodes' returns and lengths (two numbers each) and one round's envs;
+``progress_every_s`` prints where a long evaluation stands on stderr.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import time
 from typing import Any, Callable
 
 import jax
@@ -19,6 +26,11 @@ import numpy as np
 
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
+
+MAX_EPISODES = 100_000  # the most episodes one evaluate_run plays (shoal evaluate --episodes)
+ENVS_AT_ONCE = 256  # the most envs (episodes side by side) one round of evaluate_run makes
+MAX_SEED = 2**32 - 1  # evaluate_run's seed: [0, MAX_SEED] (a run's --seed, plus its evaluations' offsets)
+PROGRESS_EVERY_S = 10.0  # shoal evaluate's progress lines on stderr: one at most this often
 
 
 class _Fixed(VariableSource):
@@ -42,12 +54,14 @@ class TrainedPolicy:
     rows where ``done`` is true. ``greedy=False`` samples as the actors did in training (seeded).
 
     Attributes: ``config`` (the run's ``ExperimentConfig``), ``spec`` (its env's
-    ``EnvironmentSpec``), ``params``, ``checkpoint`` (the learner checkpoint's env-step number).
+    ``EnvironmentSpec``), ``networks`` (the run's, for ``spec``), ``params``, ``checkpoint`` (the
+    learner checkpoint's env-step number).
     """
 
     def __init__(self, config: Any, spec: EnvironmentSpec, networks: Any, params: Any, checkpoint: int,
                  greedy: bool = True, seed: int = 0) -> None:
         self.config, self.spec, self.params, self.checkpoint = config, spec, params, checkpoint
+        self.networks = networks
         self._policy = config.builder.make_policy(networks, spec, evaluation=greedy)
         self._source = _Fixed(params)
         self._seed = seed
@@ -174,33 +188,92 @@ def load_policy(run_dir: str, checkpoint: int | None = None, greedy: bool = True
     return TrainedPolicy(config, spec, networks, params, int(checkpoint), greedy=greedy, seed=seed)
 
 
+class _Progress:
+    """Where an evaluation of ``episodes`` episodes stands, one stderr line at most every
+    ``every_s`` seconds (``None``: silent), counted by the actor it wraps (``actor``)."""
+
+    def __init__(self, episodes: int, every_s: float | None) -> None:
+        self.episodes, self.every_s = episodes, every_s
+        self.done = self.env_steps = 0
+        self.started = self._last = time.monotonic()
+
+    def actor(self, actor: Any, rows: int) -> Any:
+        """``actor`` (of ``rows`` envs), each of its vector steps counted."""
+        progress = self
+
+        class Counted:
+            def select_action(self, observation: Any) -> Any:
+                selected = actor.select_action(observation)
+                progress.step(rows)
+                return selected
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(actor, name)
+
+        return Counted()
+
+    def step(self, rows: int) -> None:
+        self.env_steps += rows
+        now = time.monotonic()
+        if self.every_s is not None and now - self._last >= self.every_s:
+            self._last = now
+            print(f"shoal evaluate: {self.done:,} of {self.episodes:,} episodes done ({self.env_steps:,} env steps, "
+                  f"{now - self.started:.0f} s)", file=sys.stderr, flush=True)
+
+
+def _stats(x: np.ndarray) -> dict[str, float]:
+    return {"mean": float(np.mean(x)), "std": float(np.std(x)), "median": float(np.median(x)),
+            "min": float(np.min(x)), "max": float(np.max(x))}
+
+
 def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None, seed: int | None = None,
                  greedy: bool = True, env_args: dict[str, Any] | None = None, trust_run_dir: bool = False,
+                 envs_at_once: int = ENVS_AT_ONCE, progress_every_s: float | None = None,
                  **named: Any) -> dict[str, Any]:
-    """``episodes`` episodes (one per env copy, in parallel) of the run's policy on its env
-    (``env_args`` updating the run's), reset with ``seed`` (default: a fresh one); returns their
-    return and length statistics (mean, median, min, max) with the checkpoint and seed used."""
+    """``episodes`` episodes (at most ``MAX_EPISODES``; ``envs_at_once`` in parallel, one per env
+    copy, round after round) of the run's policy on its env (``env_args`` updating the run's),
+    episode ``i`` reset with ``seed + i`` (``seed`` in [0, ``MAX_SEED``], default: a fresh one);
+    returns their return and length statistics (mean, std, median, min, max) with the checkpoint
+    and seed used. ``progress_every_s``: a line on stderr at most this often while it runs (and
+    one at the start of an evaluation of more than one round); ``None``: silent. Bad arguments
+    are refused (``ValueError``, one line) before the run directory is read."""
     from shoal.actors.loops import evaluate
     from shoal.agents.registry import agent_name
 
-    if not isinstance(episodes, int) or episodes < 1:
-        raise ValueError(f"episodes must be a positive integer, got {episodes!r}")
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_EPISODES:
+        raise ValueError(f"--episodes must be in [1, {MAX_EPISODES:,}], got {episodes!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                             or not 0 <= seed <= MAX_SEED):
+        raise ValueError(f"--seed must be in [0, {MAX_SEED}], got {seed!r}")
+    if isinstance(envs_at_once, bool) or not isinstance(envs_at_once, int) or envs_at_once < 1:
+        raise ValueError(f"envs_at_once must be a positive integer, got {envs_at_once!r}")
+    if progress_every_s is not None and not progress_every_s >= 0:
+        raise ValueError(f"progress_every_s must be a number >= 0 or None, got {progress_every_s!r}")
     seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else int(seed)
     policy = load_policy(run_dir, checkpoint, greedy=greedy, seed=seed, trust_run_dir=trust_run_dir, **named)
     config = policy.config
     if env_args:
         config.env_args = {**config.env_args, **env_args}
-    env = config.make_env(episodes, seed, evaluation=True)
+    at_once = min(episodes, envs_at_once)
+    returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
+    progress = _Progress(episodes, progress_every_s)
+    if progress_every_s is not None and episodes > at_once:
+        print(f"shoal evaluate: {episodes:,} episodes, {at_once:,} at a time", file=sys.stderr, flush=True)
+    envs: dict[int, Any] = {}  # (one per round size: the full rounds' and the last one's)
     try:
-        lengths = np.zeros(episodes, np.int64)
-        returns = evaluate(env, policy.actor(episodes), seed=seed, lengths=lengths)
+        for first in range(0, episodes, at_once):
+            rows = min(at_once, episodes - first)
+            if rows not in envs:
+                envs[rows] = config.make_env(rows, seed + first, evaluation=True)
+            returns[first:first + rows] = evaluate(envs[rows], progress.actor(policy.actor(rows), rows), seed=seed + first,
+                                                   lengths=lengths[first:first + rows])
+            progress.done = first + rows
     finally:
-        env.close()
-    stats = lambda x: {"mean": float(np.mean(x)), "median": float(np.median(x)),  # noqa: E731
-                       "min": float(np.min(x)), "max": float(np.max(x))}
+        for env in envs.values():
+            env.close()
     return {"run_dir": run_dir, "agent": agent_name(config.builder), "env": config.env_id,
             "checkpoint": policy.checkpoint, "seed": seed, "episodes": episodes, "greedy": greedy,
-            "return": stats(returns), "length": stats(lengths)}
+            "return": _stats(returns), "length": _stats(lengths)}
 
 
-__all__ = ["TrainedPolicy", "checkpoints", "evaluate_run", "load_policy"]
+__all__ = ["ENVS_AT_ONCE", "MAX_EPISODES", "MAX_SEED", "TrainedPolicy", "checkpoints", "evaluate_run", "load_policy"]

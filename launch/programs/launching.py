@@ -23,7 +23,7 @@ LAUNCHERS = ("processes", "inprocess", "ray")
 
 
 def launch(program: Program, launcher: str = "processes", *, run_dir: str | None = None,
-           token: str | None = None, host: str = "127.0.0.1",
+           token: str | None = None, host: str | None = None,
            group_env: Mapping[str, Mapping[str, str]] | None = None, max_restarts: int = 3,
            grace_s: float = 5.0, ray_address: str | None = None, ports: tuple[int, int] | None = None,
            before_stop: Callable[[ProgramRun], None] | None = None) -> ProgramRun:
@@ -38,8 +38,9 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
       token: the shared secret every RPC between nodes must carry. Default: ``SHOAL_TOKEN``
         from the environment, else a new random one for each launch. Nodes get it from the
         launcher (environment, thread context, Ray actor argument), never on a command line.
-      host: the interface RPC servers bind (local launchers); 127.0.0.1 unless you opt in to
-        another. Ray nodes bind every interface and advertise their node's IP.
+      host: the interface RPC servers bind; 127.0.0.1 unless you opt in to another. Under Ray,
+        by default, nodes on a cluster (``ray_address``) bind every interface and advertise their
+        node's IP; on a local Ray this launch starts, loopback.
       group_env: extra environment variables per group, e.g. ``{"actor": {"CUDA_VISIBLE_DEVICES": ""}}``.
       max_restarts: restarts of a crashed node of a restartable group (``Program.group``).
       ray_address: the cluster to join (``auto``, ``HOST:PORT``); ``None`` starts a local Ray.
@@ -71,7 +72,8 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
             log_dir = os.path.join(run_dir, "logs")
             make_dirs(log_dir)
         return launch_ray(program, token=token, group_env=group_env, ray_address=ray_address,
-                          ports=ports or DEFAULT_PORTS, log_dir=log_dir, **options)
+                          ports=ports or DEFAULT_PORTS, log_dir=log_dir, host=host, **options)
+    host = host or "127.0.0.1"
     advertise = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # (all nodes are on this machine)
     run_dir = run_dir or tempfile.mkdtemp(prefix=f"shoal-{program.name}-")
     for sub in ("logs", "addresses"):

@@ -28,13 +28,9 @@ import time
 import traceback
 
 
-FAILURE_CHARS = 1000  # (a NaN loss's line holds the update and its batch's statistics)
-
-
-def failure_line(error: BaseException) -> str:
-    """``Type: first line of the message``, at most ``FAILURE_CHARS`` characters."""
-    first = (str(error).strip().splitlines() or [""])[0]
-    return f"{type(error).__name__}: {first}"[:FAILURE_CHARS] if first else type(error).__name__
+# (failure_line lives in ending.py: nothing in the package imports this module, which runs as
+# ``python -m``; imported first by its package, runpy would warn at the top of every node's log)
+from shoal.launch.programs.ending import failure_line
 
 
 def _die_with_parent(parent_pid: int) -> None:

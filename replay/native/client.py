@@ -38,6 +38,7 @@ from shoal.replay.native.payload import stacked as _stacked
 from shoal.replay.native.payload import stacked_groups
 from shoal.replay.native.shared import Segment, footprint
 from shoal.replay.native.table import ReplayClosed
+from shoal.replay.native.validation import MAX_SAMPLE_ITEMS
 
 SCHEME = "native://"
 _CLIENTS: "weakref.WeakValueDictionary[str, NativeReplayClient]" = weakref.WeakValueDictionary()
@@ -188,7 +189,10 @@ class NativeReplayClient:
     def sample_batch_later(
         self, table: str, num_items: int, timeout_s: float, segment: Segment | None = None
     ) -> _Pending:
-        """``sample_batch`` started now (over RPC: while the caller goes on), its result later."""
+        """``sample_batch`` started now (over RPC: while the caller goes on), its result later. At
+        most ``MAX_SAMPLE_ITEMS`` items come in one call (the server's bound): the caller asks
+        again for the rest, as it does for the items a timeout held back."""
+        num_items = min(int(num_items), MAX_SAMPLE_ITEMS)
         if segment is None:
             return self._call_later("sample", table, int(num_items), float(timeout_s))
         pending = self._call_later("sample_shared", table, int(num_items), float(timeout_s), segment.name)

@@ -297,6 +297,13 @@ class ColumnStore:
             return out
         return [column.reshape(len(items), length, *column.shape[1:]) for column in out]
 
+    def layouts(self, step_ids: Sequence[Hashable]) -> list[tuple | None]:
+        """Each step's layout as the insert checker reads it (``(shape, dtype.str)`` per column),
+        ``None`` for a step not held."""
+        with self._lock:
+            by_lane = [tuple((shape, dtype) for dtype, shape in lane.layout) for lane in self._lanes]
+            return [None if (place := self._where.get(s)) is None else by_lane[place[0]] for s in step_ids]
+
     def columns_of(self, steps: Sequence[Hashable]) -> list[list[np.ndarray]]:
         """Each step's columns (copies, a leading axis of 1)."""
         with self._lock:

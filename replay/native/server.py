@@ -50,6 +50,7 @@ from shoal.replay.native.columns import ColumnStore
 from shoal.replay.native.payload import stacked_groups
 from shoal.replay.native.shared import Attached
 from shoal.replay.native.table import Item, ReplayClosed, Table
+from shoal.replay.native.validation import CallChecker, check_num_items, check_priorities, check_timeout
 from shoal.replay.tables import TableSpec
 
 SERVICE_METHODS = (
@@ -119,6 +120,7 @@ class NativeReplayServer:
         self._store = ColumnStore()
         for spec in tables:
             _reserve_rows(self._store, spec)
+        self._checker = CallChecker(tables)  # (every call checked before anything is stored)
         self._tables = {
             spec.name: Table(spec, self._store, np.random.default_rng([int(seed), i]), gated)
             for i, spec in enumerate(tables)
@@ -163,19 +165,21 @@ class NativeReplayServer:
         priorities, lengths, indices]``, item ``j`` of table ``tables[j]`` and priority
         ``priorities[j]`` made of the next ``lengths[j]`` step indices of ``indices`` (a flat
         array). Columns travel stacked and items as four arrays, so that a call of many small
-        steps and items costs the codec a few arrays, not a few objects per step."""
-        for indices, columns in steps:
-            self._store.add_rows([(writer, i) for i in np.asarray(indices, np.int64).tolist()], list(columns))
-        tables, priorities, lengths, flat = items
-        priorities, flat = np.asarray(priorities, np.float64).tolist(), np.asarray(flat, np.int64).tolist()
-        ends = np.cumsum(np.asarray(lengths, np.int64)).tolist()
-        if not (len(tables) == len(priorities) == len(ends)) or (ends and ends[-1] != len(flat)):
-            raise ValueError(
-                f"an insert of {len(tables)} tables, {len(priorities)} priorities, "
-                f"{len(ends)} lengths and {len(flat)} step indices does not add up"
-            )
-        step_lists = [flat[ends[j - 1] if j else 0 : ends[j]] for j in range(len(ends))]
-        return self._insert(writer, tables, priorities, step_lists, np.asarray(release, np.int64).tolist(), timeout_s)
+        steps and items costs the codec a few arrays, not a few objects per step.
+
+        Everything is checked first (``shoal.replay.native.validation``): a call that does not
+        fit the tables' signatures is refused in one ``ValueError``, nothing of it stored."""
+        timeout_s = check_timeout(timeout_s)
+        call = self._checker.check_insert(steps, items, release, self._held(writer))
+        for indices, columns, _ in call.groups:
+            self._store.add_rows([(writer, i) for i in indices.tolist()], list(columns))
+        return self._insert(writer, call.tables, call.priorities, call.step_lists, call.release, timeout_s)
+
+    def _held(self, writer: Any):
+        """``CallChecker.check_insert``'s ``held``: the layouts of ``writer``'s steps held here."""
+        if not isinstance(writer, str):
+            raise ValueError(f"a writer is named by a string, got {type(writer).__name__}")
+        return lambda indices: self._store.layouts([(writer, i) for i in indices])
 
     def insert_local(self, writer: str, steps: list, items: list, release: list, timeout_s: float) -> int:
         """``insert`` in one process (``NativeWriter``'s own lists, no payload to build):
@@ -220,7 +224,8 @@ class NativeReplayServer:
         """Up to ``num_items`` items of ``table``, as the rate limiter lets them through before
         ``timeout_s``: ``{"columns": [...], "key", "probability", "table_size", "priority",
         "times_sampled"}`` (arrays, items on the leading axis), or ``None`` if none came."""
-        taken, columns = self._table(table).sample(int(num_items), time.monotonic() + float(timeout_s))
+        num_items, timeout_s = check_num_items(num_items), check_timeout(timeout_s)
+        taken, columns = self._table(table).sample(num_items, time.monotonic() + timeout_s)
         if not taken:
             return None
         return {
@@ -236,9 +241,7 @@ class NativeReplayServer:
         """Sets the priorities of the items ``updates`` names (``{key: priority}``) and deletes
         ``deletes``; keys no longer in the table are ignored."""
         clean = {int(k): float(v) for k, v in (updates or {}).items()}
-        bad = [v for v in clean.values() if not (np.isfinite(v) and v >= 0)]
-        if bad:
-            raise ValueError(f"priorities must be finite numbers >= 0, got {bad[0]}")
+        check_priorities(list(clean.values()))  # (the rule inserts follow too)
         self._table(table).mutate(clean, [int(k) for k in (deletes or [])])
 
     def server_info(self) -> dict[str, dict[str, Any]]:
@@ -279,12 +282,18 @@ class NativeReplayServer:
         mapping = self._segments.get(segment)
         if mapping is None:
             return -1
-        # (the steps are copied into the store's rows: the segment is the writer's again once
-        # this call returns)
-        for indices, places in steps:
-            views = mapping.views(places)
-            self._store.add_rows([(writer, i) for i in np.asarray(indices, np.int64).tolist()], list(views))
-        return self.insert(writer, [], items, release, timeout_s)
+        # (float columns are copied out before they are checked: the writer may write the
+        # segment meanwhile. Then the steps are copied into the store's rows: the segment is the
+        # writer's again once this call returns)
+        timeout_s = check_timeout(timeout_s)
+        groups = [
+            [indices, [np.array(v) if v.dtype.kind in "fc" else v for v in mapping.views(places)]]
+            for indices, places in steps
+        ]
+        call = self._checker.check_insert(groups, items, release, self._held(writer))
+        for indices, columns, _ in call.groups:
+            self._store.add_rows([(writer, i) for i in indices.tolist()], list(columns))
+        return self._insert(writer, call.tables, call.priorities, call.step_lists, call.release, timeout_s)
 
     def sample_shared(self, table: str, num_items: int, timeout_s: float, segment: str) -> dict[str, Any] | None:
         """``sample``, its columns laid in ``segment`` (``"places"`` says where; ``"columns"`` is
@@ -377,22 +386,10 @@ class NativeReplayServer:
         return final
 
     def _restore(self, path: str) -> None:
-        with open(os.path.join(path, "tables.json")) as f:
-            record = json.load(f)
-        if not isinstance(record, dict) or record.get("format") != 1:
-            raise ValueError(
-                f"{path}/tables.json is not a native replay checkpoint (format 1); "
-                "a Reverb checkpoint needs --replay reverb"
-            )
-        with np.load(os.path.join(path, "steps.npz"), allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
-        blocks = [[arrays[f"l{n}_c{c}"] for c in range(int(count))] for n, count in enumerate(record["layouts"])]
-        unknown = set(record["tables"]) - set(self._tables)
-        if unknown:
-            raise ValueError(
-                f"{path}: the checkpoint holds tables {sorted(unknown)} this run does not have "
-                f"({', '.join(self._tables)})"
-            )
+        """Puts back the checkpoint at ``path`` (checked through first: ``checkpoint_files``)."""
+        from shoal.replay.native.checkpoint_files import read_checkpoint
+
+        record, blocks = read_checkpoint(path, self._checker)
         ids = []  # (each layout's steps go into the store at once, held until the items hold them)
         for number, block in enumerate(blocks):
             ids.append([("checkpoint", number, row) for row in range(len(block[0]) if block else 0)])

@@ -10,6 +10,7 @@ error of the command line (``shoal.launch.experiments.cli.main``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, NoReturn, Sequence
 
@@ -161,19 +162,23 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     evaluate = sub.add_parser("evaluate", help=text, description=text.capitalize() + " (greedy unless --sample). "
                               "Reads the run's last complete checkpoint (or --checkpoint), live runs included.")
     evaluate.add_argument("run_dir", help="the run directory (its --run-dir)")
-    evaluate.add_argument("--episodes", type=int, default=10, help="episodes, run side by side (default 10)")
+    evaluate.add_argument("--episodes", type=int, default=10,  # (bounds: trained.MAX_EPISODES, ENVS_AT_ONCE)
+                          help="episodes, run side by side, 256 at a time (default 10, at most 100,000)")
     evaluate.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
                           help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)")
-    evaluate.add_argument("--seed", type=int, default=None, help="the episodes' seed (default: a fresh one, printed)")
+    evaluate.add_argument("--seed", type=int, default=None,
+                          help="the episodes' seed, in [0, 2**32 - 1] (default: a fresh one, printed)")
     evaluate.add_argument("--sample", action="store_true", help="act as in training (sampled), not greedily")
     evaluate.add_argument("--env-arg", dest="env_args", action="append", type=flag_values.parse_env_arg, default=[],
                           metavar="KEY=VALUE", help="change an argument of the run's env (repeatable)")
     _code_flags(evaluate)
-    text = "export a run's trained policy as a file that JAX alone runs (jax.export), with FILE.json beside it"
+    text = ("export a run's trained policy as a file JAX runs without Shoal (jax.export; it loads with pip install "
+            "jax flatbuffers absl-py), with FILE.json beside it")
     export = sub.add_parser("export", help=text, description=text.capitalize() + ". Greedy; feed-forward policies. "
                             "Reads the run's last complete checkpoint (or --checkpoint); prints one JSON line.")
     export.add_argument("run_dir", help="the run directory (its --run-dir)")
-    export.add_argument("--out", required=True, metavar="FILE", help="the file to write (and FILE.json)")
+    export.add_argument("--out", required=True, metavar="FILE",
+                        help="the file to write (and FILE.json): not in a run directory, not a symbolic link")
     export.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
                         help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)")
     export.add_argument("--batch-size", type=int, default=None, metavar="N",
@@ -185,7 +190,8 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (each a seed of its group)")
     compare.add_argument("--by", default="agent", help="group runs by agent (default), preset, or any setting of "
                          "their config.json (e.g. num_envs, learning_rate)")
-    compare.add_argument("--out", default="compare", help="where to write the table and plots (default: ./compare)")
+    compare.add_argument("--out", default=os.path.join("runs", "compare"),
+                         help="where to write the table and plots (default: runs/compare, never an input itself)")
     compare.add_argument("--bootstrap-samples", type=int, default=2000, help="resamples per interval, 1 to 100,000 (default 2000)")
     return parser
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import re
 import signal
 import sys
 import threading
@@ -92,6 +93,14 @@ EXPERIMENT_FLAGS = {"--max-env-steps": "max_env_steps", "--num-envs": "num_envs"
                     "--video-every": "video_every", "--replay": "replay"}
 
 
+def default_run_dir(agent: str, env: str, seed: int) -> str:
+    """``runs/<agent>-<env>-s<seed>-<time>``: one folder, its name only letters, digits, ``.``,
+    ``_`` and ``-`` (``module:EnvId``'s ``:`` and ``ALE/Game``'s ``/`` become ``-``), so a shell,
+    ``scp``, rsync and every filesystem take it as it is."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{agent}-{env}").strip("-.")
+    return os.path.join("runs", f"{stem}-s{seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+
+
 def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, LaunchSettings | None]:
     """The config and launch settings (``None``: one process) of a new run from ``args``."""
     from shoal.agents import config_class
@@ -114,7 +123,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         self_play=args.self_play, track=args.track, **chosen)
     if args.run_dir is None:  # (named as the result names the agent: a plug-in's own name, not its class)
         name = getattr(config.builder, "name", None) or args.agent.rpartition(":")[2]
-        config.run_dir = os.path.join("runs", f"{name}-{args.env}-s{args.seed}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+        config.run_dir = default_run_dir(name, args.env, args.seed)
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
         raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
@@ -158,7 +167,9 @@ def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConf
 def control(args: argparse.Namespace) -> None:
     """``shoal scale`` / ``shoal status``: prints the running program's node table; ``status``
     then (after a blank line) what the run's files say of it (``status.describe_run``), also
-    of a run that ended or runs in one process."""
+    of a run that ended or runs in one process. ``status`` first checks the run directory as a
+    run does (``check_run_directory``: no link in it, nothing another user owns): it reads
+    nothing through a link."""
     from shoal.launch.programs.control import connect_control
 
     if args.command == "scale":
@@ -168,6 +179,10 @@ def control(args: argparse.Namespace) -> None:
             raise ValueError(f"--actors must be in [1, {max_actors()}] on this machine "
                              f"({os.cpu_count()} cores), got {args.actors}")
     is_run = args.command == "status" and os.path.isfile(os.path.join(args.run_dir, "config.json"))
+    if is_run:  # (before anything is read or printed)
+        from shoal.core.files import check_run_directory
+
+        check_run_directory(args.run_dir)
     try:
         client = connect_control(args.run_dir)
     except ValueError:
@@ -192,11 +207,11 @@ def control(args: argparse.Namespace) -> None:
 
 def evaluate(args: argparse.Namespace) -> dict:
     """``shoal evaluate``: the run's policy on ``--episodes`` episodes (``trained.evaluate_run``)."""
-    from shoal.launch.experiments.trained import evaluate_run
+    from shoal.launch.experiments.trained import PROGRESS_EVERY_S, evaluate_run
 
     return evaluate_run(args.run_dir, episodes=args.episodes, checkpoint=args.checkpoint, seed=args.seed,
                         greedy=not args.sample, env_args=dict(args.env_args), trust_run_dir=args.trust_run_dir,
-                        **_named(args))
+                        progress_every_s=PROGRESS_EVERY_S, **_named(args))
 
 
 def _named(args: argparse.Namespace) -> dict:

@@ -65,7 +65,10 @@ def compare(run_dirs: Sequence[str], by: str = "agent", out: str | None = None, 
     summary (``{"groups": {group: {"tasks": ..., "all tasks": ...}}}``; a run without evaluations
     left out, with a warning line); with ``out``, writes
     ``table.md``, ``summary.json`` (strict JSON) and a plot per task there, none of them through a
-    link (``write_output``: a link in place of one is refused)."""
+    link (``write_output``: a link in place of one is refused); ``out`` itself, given among
+    ``run_dirs``, is left out of them."""
+    if out:  # (its own output is never an input: `shoal compare runs/*` twice, runs/compare the default --out)
+        run_dirs = [path for path in run_dirs if os.path.realpath(path) != os.path.realpath(out)]
     if not run_dirs:
         raise ValueError("shoal compare needs at least one run directory")
     if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= aggregates.MAX_SAMPLES:

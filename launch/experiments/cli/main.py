@@ -6,7 +6,7 @@ are parsed by ``shoal.launch.experiments.cli.arguments``).
     shoal train --resume RUN_DIR                              # continue a run
     shoal scale RUN_DIR --actors 8 / shoal status RUN_DIR     # a running distributed program
     shoal evaluate RUN_DIR --episodes 20                      # a trained policy, on its env
-    shoal export RUN_DIR --out policy.jax                     # ... as a file JAX alone runs
+    shoal export RUN_DIR --out policy.jax                     # ... as a file JAX runs without Shoal
 
 A training run ends with one JSON line on stdout. Bad settings exit with status 2 and one
 ``shoal: error: ...`` line before anything is written (``--verbose`` prints the traceback of

@@ -2,7 +2,8 @@
 distributed, running or ended (a running distributed program's node table comes first, from
 its control service; ``commands.control``).
 
-Read only, and nothing but JSON and CSV: the run's settings (``config.json``), its result
+Read only, never through a link (``commands.control`` checks the directory first, as a run
+does: ``check_run_directory``), and nothing but JSON and CSV: the run's settings (``config.json``), its result
 (``result.json``, once it ended), its last checkpoint (``checkpoints/run.json``) and the last
 rows of its CSV logs (``train.csv`` in one process; ``actor_<i>.csv``, ``learner.csv`` and
 ``program.csv`` in a distributed run; ``eval.csv``).

@@ -64,9 +64,10 @@ def recover_committed_replay(checkpoints: str, name: str | None) -> None:
 def keep_only_replay_checkpoint(checkpoints: str, name: str | None) -> None:
     """Removes every Reverb checkpoint in ``checkpoints/replay`` but ``name`` (the one
     ``run.json`` names): older ones, and one a killed run wrote after its last ``run.json``
-    (Reverb would load that one, the latest, on resume)."""
+    (Reverb would load that one, the latest, on resume). Nothing is removed unless ``name`` is
+    complete (its ``DONE`` written): a checkpoint goes only once a newer complete one exists."""
     directory = os.path.join(checkpoints, "replay")
-    if name is None or not os.path.isdir(os.path.join(directory, name)):
+    if not _one_name(name) or not os.path.isfile(os.path.join(directory, name, "DONE")):
         return
     for entry in os.listdir(directory):
         if entry != name and os.path.isdir(os.path.join(directory, entry)):

@@ -6,10 +6,12 @@
   (``Program.colocate``) run on that node's machine. A node that cannot be placed is *pending*
   and warned about (``shoal.launch.programs.ray.worker``).
 * Addresses live in a named actor on the driver's machine
-  (``shoal.launch.programs.ray.addresses``): no shared filesystem. Servers bind every interface
-  on a port of ``ports`` (default ``DEFAULT_PORTS``, so that a firewall between the hosts can
-  allow one range), advertise their node's IP, and require the launch's token, which reaches the
-  nodes as an actor constructor argument (never a command line).
+  (``shoal.launch.programs.ray.addresses``): no shared filesystem. Servers listen on a port of
+  ``ports`` (default ``DEFAULT_PORTS``, so that a firewall between the hosts can allow one range)
+  and require the launch's token, which reaches the nodes as an actor constructor argument
+  (never a command line). On a cluster (``ray_address``) they bind every interface and advertise
+  their node's IP; on a local Ray this launch started, loopback (``bind_hosts``: nothing off this
+  machine can reach them), unless ``host`` names another interface.
 * Supervision uses Ray's own restart machinery: a node of a restartable group (``Program.group``)
   gets ``max_restarts`` and its ``run`` is retried after a restart; any other node's death ends
   the program, with its cause. The launcher pings every node; one silent for ``peer_timeout_s``
@@ -62,13 +64,15 @@ def peer_timeout_s() -> float:
 @ray.remote(max_concurrency=4)  # run() occupies one thread; stop() and where() must get through
 class _NodeActor:
     def __init__(self, node: Node, addresses: Any, token: str, ports: tuple[int, int] | None,
-                 peer_timeout: float, log_dir: str | None = None) -> None:
+                 peer_timeout: float, log_dir: str | None = None, host: str | None = None,
+                 local: bool = False) -> None:
         self._node, self._addresses = node, addresses
         self._log = _output_to(log_dir, node.label)
         self._where = (ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address())
         start = ray.get(addresses.started.remote(node.label, self._where[0], os.getpid()))
-        self._ctx = NodeContext(node.label, node.group, RayAddressBook(addresses), token, bind_host="0.0.0.0",
-                                advertise_host=self._where[1], start_count=start, ports=ports)
+        bind, advertise = bind_hosts(host, local, self._where[1])
+        self._ctx = NodeContext(node.label, node.group, RayAddressBook(addresses), token, bind_host=bind,
+                                advertise_host=advertise, start_count=start, ports=ports)
         set_context(self._ctx, process_wide=True)
         threading.Thread(target=self._watchdog, args=(peer_timeout,), name="watchdog", daemon=True).start()
         print(f"[{node.label}] started (pid {os.getpid()}, node {self._where[0]} at {self._where[1]}, "
@@ -103,6 +107,16 @@ class _NodeActor:
 
     def __repr__(self) -> str:  # Ray prefixes the streamed log lines with this
         return self._node.label
+
+
+def bind_hosts(host: str | None, local: bool, node_ip: str) -> tuple[str, str]:
+    """``(bind, advertise)``: the interface a node's servers bind and the host they advertise.
+    ``host`` if the user named one; else loopback on a local Ray (``local``: this launch started
+    it, every node is on this machine), every interface on a cluster. Bound to every interface,
+    a node advertises its machine's IP (``node_ip``)."""
+    if host is None:
+        host = "127.0.0.1" if local else "0.0.0.0"
+    return host, node_ip if host in ("0.0.0.0", "::") else host
 
 
 def _output_to(log_dir: str | None, label: str) -> str | None:
@@ -156,9 +170,10 @@ def _actor_options(resources: Resources | None, restartable: bool, max_restarts:
 def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[str, str]],
                ray_address: str | None, max_restarts: int, grace_s: float,
                ports: tuple[int, int] | None = DEFAULT_PORTS, before_stop=None,
-               log_dir: str | None = None) -> ProgramRun:
+               log_dir: str | None = None, host: str | None = None) -> ProgramRun:
     peer_timeout = peer_timeout_s()
     started_ray = connect(ray_address, namespace=f"shoal-{program.name}")
+    local = ray_address is None and (started_ray or started_local())  # (a local Ray of this process's)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     addresses = Addresses.options(name="addresses", scheduling_strategy=here).remote()
     forwarded = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
@@ -174,7 +189,7 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
 
         def make_actor(opts: dict[str, Any]) -> Any:
             return _NodeActor.options(name=node.label, **opts).remote(node, addresses, token, ports, peer_timeout,
-                                                                     log_dir)
+                                                                     log_dir, host, local)
 
         workers[node.label] = RayWorker(node, make_actor, options,
                                         (lambda: workers.get(anchor)) if anchor else None,
