@@ -87,6 +87,7 @@ def test_a_callback_sees_each_evaluation_can_end_the_run_and_one_that_raises_is_
         assert "callbacks" not in json.load(f)
 
 
+@pytest.mark.e2e  # (the processes launcher: nodes started as processes)
 def test_a_distributed_runs_callbacks_run_in_its_evaluator(tmp_path):
     seen = tmp_path / "seen.jsonl"
     result = run_distributed_experiment(config(tmp_path, [StopAfter(1, str(seen))]), num_actors=1,
@@ -126,6 +127,7 @@ def test_a_callback_that_exits_in_on_end_leaves_the_result_standing(tmp_path, ca
                      "(the run's result stands)"]
 
 
+@pytest.mark.e2e  # (the processes launcher: nodes started as processes)
 def test_a_distributed_runs_callback_that_exits_ends_the_run_from_its_evaluator(tmp_path):
     result = run_distributed_experiment(config(tmp_path, [Exits()]), num_actors=1, launcher="processes")
     assert result["stopped_by"] == "Exits" and result["num_evals"] == 1

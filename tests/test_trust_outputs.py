@@ -87,9 +87,58 @@ def test_status_refuses_a_result_json_that_is_a_link_to_an_outside_file(dqn_run,
     os.unlink(copied / "result.json")
     os.symlink(outside, copied / "result.json")
     assert main(["status", str(copied)]) == 2
-    line = _one_error_line(capsys)
-    assert "result.json is a symbolic link" in line, line
-    assert "123,456,789" not in capsys.readouterr().out
+    captured = capsys.readouterr()  # (read once: both streams checked)
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shoal: error: "), lines
+    assert "result.json is a symbolic link" in lines[0] and "--run-dir" not in lines[0], lines  # (status has none)
+    assert "123,456,789" not in captured.out + captured.err
+
+
+def _vanishing_walk(monkeypatch) -> list[str]:
+    """``os.walk`` as a live run meets it: every ``*.tmp`` file and ``old-*`` directory it lists
+    is removed before the caller looks at it (``write_atomic``'s renamed temp files, a removed
+    old checkpoint). Returns what was removed."""
+    walk, gone = os.walk, []
+
+    def vanishing(top, *args, **kwargs):
+        for root, dirs, files in walk(top, *args, **kwargs):
+            for name in dirs + files:
+                if name.endswith(".tmp") or name.startswith("old-"):
+                    path = os.path.join(root, name)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+                    gone.append(path)
+            yield root, dirs, files
+
+    monkeypatch.setattr(os, "walk", vanishing)
+    return gone
+
+
+def test_an_entry_that_vanishes_while_the_run_directory_is_checked_is_passed(tmp_path, monkeypatch):
+    from shoal.core.files import check_run_directory
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "old-100").mkdir(parents=True)
+    (run / "checkpoints" / "old-100" / "params.npz").write_text("")
+    for where in (run, run / "checkpoints"):
+        (where / ".run.json.1a2b.tmp").write_text("{}")
+    gone = _vanishing_walk(monkeypatch)
+    check_run_directory(str(run))  # (before: FileNotFoundError for the first temp file)
+    assert len(gone) == 3, gone
+    os.symlink(tmp_path, run / "elsewhere")  # (what is there is still checked: status's line names no --run-dir)
+    with pytest.raises(ValueError, match=r"elsewhere is a symbolic link; .* \(remove it\)$"):
+        check_run_directory(str(run), flag=None)
+
+
+@pytest.mark.e2e
+def test_status_of_a_run_whose_files_come_and_go_while_it_looks_is_never_an_error(dqn_run, tmp_path, monkeypatch,
+                                                                                   capsys):
+    copied = tmp_path / "run"
+    shutil.copytree(dqn_run, copied, symlinks=True)
+    (copied / "checkpoints" / ".run.json.1a2b.tmp").write_text("{}")
+    gone = _vanishing_walk(monkeypatch)
+    assert main(["status", str(copied)]) == 0
+    captured = capsys.readouterr()
+    assert gone and "error" not in captured.err and captured.out.strip(), captured
 
 
 # -- shoal evaluate: bounded, progress, one line (items 9, 12) ------------------------------------
