@@ -239,7 +239,7 @@ class NativeReplayServer:
         timeout_s = check_timeout(timeout_s)
         call = self._checker.check_insert(steps, items, release, self._held(writer))
         for indices, columns, _ in call.groups:
-            self._store.add_rows([(writer, i) for i in indices.tolist()], list(columns))
+            self._store.add_rows([(writer, i) for i in indices], list(columns))
         return self._insert(writer, call.tables, call.priorities, call.step_lists, call.release, timeout_s)
 
     def _held(self, writer: Any):
@@ -360,7 +360,7 @@ class NativeReplayServer:
         ]
         call = self._checker.check_insert(groups, items, release, self._held(writer))
         for indices, columns, _ in call.groups:
-            for k, index in enumerate(indices.tolist()):
+            for k, index in enumerate(indices):
                 self._store.add((writer, index), [np.array(c[k : k + 1]) for c in columns])
         return self._insert(writer, call.tables, call.priorities, call.step_lists, call.release, timeout_s)
 
