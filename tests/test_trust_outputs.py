@@ -16,7 +16,7 @@ import pytest
 from shoal.launch import evaluate_run, export_policy, run_experiment
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import ExperimentConfig, experiment_config
-from shoal.launch.experiments.trained import ENVS_AT_ONCE, MAX_EPISODES
+from shoal.launch.experiments.trained import ENVS_AT_ONCE, MAX_EPISODES, MAX_SEED
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "trained-policy.md")
 
@@ -148,13 +148,21 @@ def test_evaluate_refuses_too_many_episodes_or_a_bad_seed_in_one_line_before_loa
     missing = str(tmp_path / "no-such-run")  # (refused before the run directory is even read)
     assert main(["evaluate", missing, "--episodes", "20000000"]) == 2
     assert _one_error_line(capsys) == (f"shoal: error: --episodes must be in [1, {MAX_EPISODES:,}], got 20000000")
-    for seed in ("-5", str(2**32)):
-        assert main(["evaluate", missing, "--seed", seed]) == 2
-        assert _one_error_line(capsys) == f"shoal: error: --seed must be in [0, {2**32 - 1}], got {seed}"
+    # (ALE's AtariVectorEnv takes seeds < 2**31 only: every episode's seed + i stays within it)
+    for seed, episodes in (("-5", "10"), (str(2**31 - 9), "10"), (str(2**31), "1"), (str(2**32), "10")):
+        assert main(["evaluate", missing, "--seed", seed, "--episodes", episodes]) == 2
+        assert _one_error_line(capsys) == (f"shoal: error: --seed must be in [0, {2**31 - int(episodes)}] for "
+                                           f"{episodes} episodes (episode i is reset with seed + i, at most "
+                                           f"{2**31 - 1}), got {seed}")
+    for seed, episodes in ((2**31 - 10, 10), (2**31 - 1, 1)):  # (the bound's edge: accepted, then the run is read)
+        with pytest.raises(ValueError, match="is not a Shoal run directory"):
+            evaluate_run(missing, episodes=episodes, seed=seed)
     with pytest.raises(ValueError, match=r"--episodes must be in \[1, "):
         evaluate_run(missing, episodes=0)
     assert main(["evaluate", "--help"]) == 0  # (the help states the bounds the code holds)
-    assert f"{ENVS_AT_ONCE} at a time (default 10, at most {MAX_EPISODES:,})" in " ".join(capsys.readouterr().out.split())
+    usage = " ".join(capsys.readouterr().out.split())
+    assert f"{ENVS_AT_ONCE} at a time (default 10, at most {MAX_EPISODES:,})" in usage
+    assert "seed + i, at most 2**31 - 1" in usage and MAX_SEED == 2**31 - 1
 
 
 @pytest.mark.e2e

@@ -29,7 +29,7 @@ from shoal.core.specs import EnvironmentSpec, make_environment_spec
 
 MAX_EPISODES = 100_000  # the most episodes one evaluate_run plays (shoal evaluate --episodes)
 ENVS_AT_ONCE = 256  # the most envs (episodes side by side) one round of evaluate_run makes
-MAX_SEED = 2**32 - 1  # evaluate_run's seed: [0, MAX_SEED] (a run's --seed, plus its evaluations' offsets)
+MAX_SEED = 2**31 - 1  # the largest seed an episode of evaluate_run is reset with (seed + i): ALE's, and a run's --seed
 PROGRESS_EVERY_S = 10.0  # shoal evaluate's progress lines on stderr: one at most this often
 
 
@@ -232,7 +232,8 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
                  **named: Any) -> dict[str, Any]:
     """``episodes`` episodes (at most ``MAX_EPISODES``; ``envs_at_once`` in parallel, one per env
     copy, round after round) of the run's policy on its env (``env_args`` updating the run's),
-    episode ``i`` reset with ``seed + i`` (``seed`` in [0, ``MAX_SEED``], default: a fresh one);
+    episode ``i`` reset with ``seed + i`` (``seed`` in [0, ``MAX_SEED - episodes + 1``]: every
+    episode's seed at most ``MAX_SEED``, as Atari's vector env needs; default: a fresh one);
     returns their return and length statistics (mean, std, median, min, max) with the checkpoint
     and seed used. ``progress_every_s``: a line on stderr at most this often while it runs (and
     one at the start of an evaluation of more than one round); ``None``: silent. Bad arguments
@@ -242,14 +243,16 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
 
     if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_EPISODES:
         raise ValueError(f"--episodes must be in [1, {MAX_EPISODES:,}], got {episodes!r}")
+    last_seed = MAX_SEED - episodes + 1  # (the episodes' seeds, seed to seed + episodes - 1, all <= MAX_SEED)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
-                             or not 0 <= seed <= MAX_SEED):
-        raise ValueError(f"--seed must be in [0, {MAX_SEED}], got {seed!r}")
+                             or not 0 <= seed <= last_seed):
+        raise ValueError(f"--seed must be in [0, {last_seed}] for {episodes:,} episodes (episode i is reset with "
+                         f"seed + i, at most {MAX_SEED}), got {seed!r}")
     if isinstance(envs_at_once, bool) or not isinstance(envs_at_once, int) or envs_at_once < 1:
         raise ValueError(f"envs_at_once must be a positive integer, got {envs_at_once!r}")
     if progress_every_s is not None and not progress_every_s >= 0:
         raise ValueError(f"progress_every_s must be a number >= 0 or None, got {progress_every_s!r}")
-    seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else int(seed)
+    seed = int(np.random.SeedSequence().entropy % (last_seed + 1)) if seed is None else int(seed)
     policy = load_policy(run_dir, checkpoint, greedy=greedy, seed=seed, trust_run_dir=trust_run_dir, **named)
     config = policy.config
     if env_args:
