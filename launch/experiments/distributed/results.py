@@ -25,8 +25,8 @@ def program_result(evaluator: dict[str, Any] | None, summaries: dict[str, Any], 
     the signal that stopped the run (``"SIGTERM"``, ``"SIGINT"``), if one did. ``actors_ran``:
     ``{label: final state}`` of every actor node this launch started: ``num_actors`` counts
     them all, and one that left no summary (killed at the end, stopped while it was starting)
-    is in ``time_breakdown`` with no components and in ``actors_without_summary`` with its
-    state.
+    is in ``time_breakdown`` with all its time ``other`` (unaccounted) and in
+    ``actors_without_summary`` with its state.
     """
     if evaluator is None:
         raise RuntimeError("the program ended before its evaluator returned a result")
@@ -39,7 +39,8 @@ def program_result(evaluator: dict[str, Any] | None, summaries: dict[str, Any], 
                   num_actors=len(actors) + len(missing), actor_steps_per_s=round(sum(s["steps_per_s"] for s in actors.values()), 1),
                   actor_steps_per_s_each={label: round(s["steps_per_s"], 1) for label, s in actors.items()})
     if missing:
-        result["time_breakdown"] = dict(sorted({**result["time_breakdown"], **{label: {} for label in missing}}.items()))
+        result["time_breakdown"] = dict(sorted({**result["time_breakdown"],
+                                                **{label: {"other": 1.0} for label in missing}}.items()))
         result["actors_without_summary"] = missing
     counts = learner.get("counts") or {}
     if checkpointed is not None:  # (run.json's counts)

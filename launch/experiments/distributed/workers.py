@@ -76,6 +76,17 @@ class ActorWorker:
     def __init__(self, config: ExperimentConfig, spec: EnvironmentSpec, actor_id: int, replay: ReplayClient,
                  learner, counter, resume: dict[str, Any] | None = None) -> None:
         self._label, self._counter, self._learner = f"actor_{actor_id}", counter, learner
+        # (the evaluator tells waiting from frozen by it; it beats while this actor builds and
+        # compiles too: a restarted one holds its predecessor's grant until its first report)
+        self._heartbeat = Heartbeat(counter, self._label)
+        try:
+            self._build(config, spec, actor_id, replay, learner, counter, resume)
+        except BaseException:
+            self._heartbeat.stop()
+            raise
+
+    def _build(self, config: ExperimentConfig, spec: EnvironmentSpec, actor_id: int, replay: ReplayClient,
+               learner, counter, resume: dict[str, Any] | None) -> None:
         ctx = current_context()
         restarted = ctx is not None and ctx.start_count > 1
         resume = None if restarted else resume  # (a restart: the counter knows better)
@@ -136,7 +147,6 @@ class ActorWorker:
         the summary all the same."""
         loop, self._reported, ended = self._loop, 0, False
         started = self._started = time.monotonic()
-        heartbeat = Heartbeat(self._counter, self._label)  # (the evaluator tells waiting from frozen by it)
         try:
             self._act()
         except Exception as e:  # noqa: BLE001 -- raised again unless the program is ending
@@ -146,7 +156,7 @@ class ActorWorker:
             print(f"[{self._label}] stopping: its last step did not end ({failure(e)}): the program is "
                   "ending; its last steps are not reported", flush=True)
         finally:
-            heartbeat.stop()
+            self._heartbeat.stop()
         wall_s = time.monotonic() - started
         if not ended:
             self._end_quietly("its last steps were not reported", self._report, self._reported, release=True)
