@@ -235,7 +235,8 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
     episode ``i`` reset with ``seed + i`` (``seed`` in [0, ``MAX_SEED - episodes + 1``]: every
     episode's seed at most ``MAX_SEED``, as Atari's vector env needs; default: a fresh one);
     returns their return and length statistics (mean, std, median, min, max) with the checkpoint
-    and seed used. ``progress_every_s``: a line on stderr at most this often while it runs (and
+    and seed used. On a many-agent (PettingZoo) env an episode is one env copy's: its return the
+    sum of its agents' returns, its length its longest agent's (the result names the ``agents``). ``progress_every_s``: a line on stderr at most this often while it runs (and
     one at the start of an evaluation of more than one round); ``None``: silent. Bad arguments
     are refused (``ValueError``, one line) before the run directory is read."""
     from shoal.actors.loops import evaluate
@@ -263,19 +264,28 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
     if progress_every_s is not None and episodes > at_once:
         print(f"shoal evaluate: {episodes:,} episodes, {at_once:,} at a time", file=sys.stderr, flush=True)
     envs: dict[int, Any] = {}  # (one per round size: the full rounds' and the last one's)
+    agents: list[str] | None = None
     try:
         for first in range(0, episodes, at_once):
-            rows = min(at_once, episodes - first)
-            if rows not in envs:
-                envs[rows] = config.make_env(rows, seed + first, evaluation=True)
-            returns[first:first + rows] = evaluate(envs[rows], progress.actor(policy.actor(rows), rows), seed=seed + first,
-                                                   lengths=lengths[first:first + rows])
-            progress.done = first + rows
+            copies = min(at_once, episodes - first)  # (episodes of this round: one per env copy)
+            if copies not in envs:
+                envs[copies] = config.make_env(copies, seed + first, evaluation=True)
+            env = envs[copies]
+            rows = env.num_envs  # (a PettingZoo env's: copies x agents, copy by copy; shoal.actors.multiagent)
+            agents = getattr(env, "agents", None) if rows != copies else None
+            row_lengths = np.zeros(rows, np.int64)
+            row_returns = evaluate(env, progress.actor(policy.actor(rows), rows), seed=seed + first,
+                                   lengths=row_lengths)
+            # (an episode is a copy's: its agents' returns summed, the longest agent's length)
+            returns[first:first + copies] = row_returns.reshape(copies, -1).sum(axis=1)
+            lengths[first:first + copies] = row_lengths.reshape(copies, -1).max(axis=1)
+            progress.done = first + copies
     finally:
         for env in envs.values():
             env.close()
+    per_copy = {"agents": list(agents), "return_of": "each episode's agents together (their sum)"} if agents else {}
     return {"run_dir": run_dir, "agent": agent_name(config.builder), "env": config.env_id,
-            "checkpoint": policy.checkpoint, "seed": seed, "episodes": episodes, "greedy": greedy,
+            "checkpoint": policy.checkpoint, "seed": seed, "episodes": episodes, "greedy": greedy, **per_copy,
             "return": _stats(returns), "length": _stats(lengths)}
 
 
