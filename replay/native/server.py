@@ -13,7 +13,10 @@ it, and frees it after that (a reference count; no step is copied for a second i
 steps travel stacked (a column per run of steps of one layout) and its items as four arrays, so
 that the codec handles a few arrays per call, not a few objects per step; the steps stay rows of
 those stacked columns, and an item of evenly spaced rows of one call (one env's steps among
-several envs') is sampled as one strided slice per column instead of a step at a time.
+several envs') is sampled as one strided slice per column instead of a step at a time. Every
+call is checked before anything of it is stored (``shoal.replay.native.validation``: the tables'
+signatures, finite numbers, item lengths, priorities, a sample's size): a bad one is one
+``ValueError`` to its caller, and the server serves on.
 
 **Same host.** A client on the server's host may send a call's step arrays, and take a sample's
 columns, through a shared-memory segment of its own (``attach_shared``, ``insert_shared``,
@@ -251,7 +254,8 @@ class NativeReplayServer:
     def insert_local(self, writer: str, steps: list, items: list, release: list, timeout_s: float) -> int:
         """``insert`` in one process (``NativeWriter``'s own lists, no payload to build):
         ``steps`` ``[index, columns]`` pairs (several stacked into one block, so that an item of
-        them is gathered by slices), ``items`` ``[table, priority, step indices]``."""
+        them is gathered by slices), ``items`` ``[table, priority, step indices]``. Not checked as
+        ``insert`` is: its writers are this process's own (no other process can call it)."""
         if len(steps) == 1:
             index, columns = steps[0]
             self._store.add((writer, index), [c[np.newaxis] for c in columns])

@@ -18,7 +18,9 @@ it the whole run. So every ``insert`` is checked here first, and a bad one is re
   rest of each shape. A table's items all have one length (the first it took, or restored): a
   sample stacks them.
 
-The checks are vectorised: per column and per (table, length, layout) of a call, not per step.
+The checks cost per call, not per step: one reduction per float column (``np.isfinite``), a
+comparison of shapes and dtypes per group of steps (a column per run of one layout) and per
+(table, length, layout) of the call's items, and a set of the call's step indices.
 ``MAX_SAMPLE_ITEMS`` bounds what one ``sample`` call may ask for (``check_num_items``).
 """
 
@@ -94,7 +96,7 @@ class Accepts:
 @dataclasses.dataclass
 class Insert:
     """A checked insert: the step groups ``(indices, columns, layout)`` and the items' tables,
-    priorities and step indices (``step_lists``), the indices to release."""
+    priorities and step indices (``step_lists``), the indices to release (lists)."""
 
     groups: list
     tables: list
