@@ -7,17 +7,20 @@ Processes and Ray nodes get the factory by reference (its import path), so it mu
 at the top level of an importable module; a run records that path in ``config.json`` and a
 resumed run imports it again.
 
-An env source is only imported or called if it can be one (``check_env_module``,
-``check_env_callable``; for ``--env-factory``, ``--env module:EnvId`` and ``--env
-pettingzoo:...``): a module of Python's standard library is refused before it is imported, and a
-factory must be a Python function or an env class, defined outside the standard library (never
-a built-in such as ``os.system``, nor ``shutil.rmtree``), refused before it is called. Each is
-one ``ValueError`` line naming it.
+What a named env source (``--env-factory``, ``--env module:EnvId``, ``--env pettingzoo:...``)
+refuses is a deny-list, not a proof that it makes an env (``check_env_module``,
+``check_env_callable``): a module of Python's standard library is refused before it is imported,
+and a built-in (``os.system``) or a function of the standard library (``shutil.rmtree``), or
+something that is no function at all, is refused before it is called, each in one ``ValueError``
+line naming it. Any other named function (a Python function or method, an env class, a
+``functools.partial`` of one, an instance of a class of yours with ``__call__``) is called as the
+user asked.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import math
 import sys
@@ -61,8 +64,16 @@ def check_env_module(module: str, what: str) -> None:
 
 def check_env_callable(target: Any, name: str, what: str, classes: tuple[type, ...] = ()) -> None:
     """Refuses (one-line ``ValueError``, naming ``what``) ``target``, attribute ``name`` of a
-    module, unless it can be an env's maker: a Python function (or method), or a subclass of
-    ``classes``, defined outside the standard library. Checked before it is called."""
+    module, unless it is a Python function (or method), a subclass of ``classes``, a
+    ``functools.partial`` of one, or an instance whose class has a Python ``__call__``, defined
+    outside the standard library (a deny-list: see the module doc). Checked before it is called."""
+    if isinstance(target, functools.partial):  # (what it calls is its function: checked as named)
+        check_env_callable(target.func, name, what, classes)
+        return
+    call = getattr(type(target), "__call__", None)
+    if not inspect.isclass(target) and not inspect.isroutine(target) and inspect.isfunction(call):
+        check_env_callable(call, name, what)  # (an instance of a class of Python code: its __call__ is called)
+        return
     function = getattr(target, "__func__", target)  # (a classmethod's function)
     where = getattr(target, "__module__", None)
     where = "os" if where in ("posix", "nt") else where  # (os.system's own module)

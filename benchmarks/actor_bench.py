@@ -138,14 +138,16 @@ def scaling_actor_steps(index: int, address: str, ready, go, start_at, phase_s: 
     from Unix time ``start_at.value``, phase k lasts ``phase_s`` and this actor acts in it if
     ``index < actors_per_phase[k]``. Returns env steps per phase (a step counts in the phase it
     ends in; the first 10% of each phase is left out, and the count scaled back up)."""
-    import reverb
+    from shoal.replay import make_replay_client
 
     if SLEEP_ENV not in gym.registry:
         gym.register(SLEEP_ENV, entry_point=SleepyCartPole, max_episode_steps=500)
     env = make_vector_env(SLEEP_ENV, 16, seed=index)
     spec = make_environment_spec(env)
     builder, policy, params = _dqn(spec)
-    adder = builder.make_adder(reverb.Client(address), spec, policy)
+    # (Shoal's client of the Reverb server, as a run's actors have: Reverb's own ``Client`` has
+    # another writer, whose create_item the adder's call does not fit)
+    adder = builder.make_adder(make_replay_client(address), spec, policy)
     actor = BatchedActor(policy, jax.random.PRNGKey(index), VariableClient(FixedParams(params), asynchronous=False),
                          adder, num_envs=16)
     env.reset(seed=index)

@@ -26,6 +26,10 @@
   says where the training run's time went.
 
 ``--quick`` (short windows; about a minute on 2 cores) prints the same keys.
+
+A part that fails (e.g. a scaling actor process that died, or did not report in time) is one
+line on stderr, ``[throughput] <part> failed: <why>``, and under ``failed`` in the JSON, which
+holds what the other parts measured; the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -60,9 +64,48 @@ def actor_efficiency(seconds: float, atari: bool = False) -> dict:
 
 
 def _scaling_actor(index: int, address: str, ready, go, start_at, phase_s: float, scaling, out) -> None:
-    from actor_bench import scaling_actor_steps
+    """One scaling actor process: puts ``(index, env steps per phase)`` on ``out``, or
+    ``(index, "why it failed")`` (its exception, in one line) on ``ready`` and ``out``."""
+    try:
+        from actor_bench import scaling_actor_steps
 
-    out.put((index, scaling_actor_steps(index, address, ready, go, start_at, phase_s, scaling)))
+        out.put((index, scaling_actor_steps(index, address, ready, go, start_at, phase_s, scaling)))
+    except BaseException as e:  # noqa: BLE001 -- the parent names it, in one line (whichever queue it waits on)
+        ready.put((index, _line(e)))
+        out.put((index, _line(e)))
+
+
+def _line(error: BaseException) -> str:
+    """``Type: the first line of its message``."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def _gather(queue, procs, timeout_s: float, what: str) -> dict[int, object]:
+    """``{index: what process index put}``, one item per process in ``procs`` (each puts its
+    index first); raises ``RuntimeError`` (one line) naming a process that ended without
+    putting one, or those still running without one after ``timeout_s``."""
+    import queue as queues
+
+    got: dict[int, object] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(got) < len(procs):
+        try:
+            item = queue.get(timeout=0.5)
+        except queues.Empty:
+            missing = [i for i in range(len(procs)) if i not in got]
+            dead = [i for i in missing if procs[i].exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"actor process {dead[0]} exited with code {procs[dead[0]].exitcode} before it "
+                                   f"{what}") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"actor processes {missing} did not {what} within {timeout_s:g}s") from None
+            continue
+        index, value = item if isinstance(item, tuple) else (item, item)
+        if isinstance(value, str):
+            raise RuntimeError(f"actor process {index} failed: {value}")
+        got[index] = value
+    return got
 
 
 def actor_scaling(phase_s: float, scaling: tuple[int, ...]) -> dict:
@@ -81,13 +124,14 @@ def actor_scaling(phase_s: float, scaling: tuple[int, ...]) -> dict:
     try:
         for p in procs:
             p.start()
-        for _ in procs:  # every actor built and compiled
-            ready.get(timeout=300)
+        _gather(ready, procs, 300, "was built and compiled")  # every actor built and compiled
         start_at.value = time.time() + 0.5
         go.set()
-        steps = [results.get(timeout=phase_s * len(scaling) + 120) for _ in procs]
+        steps = list(_gather(results, procs, phase_s * len(scaling) + 120, "reported its steps").items())
     finally:
         for p in procs:
+            if p.pid is None:  # (never started: the start of an earlier one failed)
+                continue
             p.join(10)
             if p.is_alive():
                 p.kill()
@@ -106,7 +150,7 @@ def learner_feed(seconds: float, devices: int) -> dict:
     proc = subprocess.run([sys.executable, os.path.join(HERE, "learner_bench.py"), "--replay", "--seconds", str(seconds)],
                           capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode:
-        raise RuntimeError(f"the {devices}-device learner benchmark failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"the {devices}-device learner benchmark failed (exit {proc.returncode}): {_last_line(proc.stderr)}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -143,7 +187,7 @@ def atari_training_ratio(env_steps: int, seconds: float, num_envs: int = 8) -> d
            "--target-return", "1e12", "--run-dir", run_dir, "--quiet"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"shoal train failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"shoal train failed (exit {proc.returncode}): {_last_line(proc.stderr)}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     with open(os.path.join(run_dir, "train.csv")) as f:
         rows = list(csv.DictReader(f))
@@ -153,6 +197,11 @@ def atari_training_ratio(env_steps: int, seconds: float, num_envs: int = 8) -> d
             "atari": {"train_env_steps_per_s": round(train_sps, 1), "random_env_steps_per_s": round(raw_sps, 1),
                       "num_envs": num_envs, "env_steps": result["env_steps"], "wall_s": result["wall_s"],
                       "time_breakdown": result.get("time_breakdown"), "run_dir": run_dir}}
+
+
+def _last_line(text: str) -> str:
+    """The last line of ``text`` that is not blank (a failed subprocess's last word)."""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "(no output)")
 
 
 def main() -> None:
@@ -192,9 +241,16 @@ def main() -> None:
     atari = ("atari", lambda: atari_training_ratio(args.atari_steps or (8_192 if args.quick else 32_768),
                                                    3.0 if args.quick else 10.0))
     parts = [atari] if args.only_atari else parts + [atari] if args.atari else parts
+    failed: dict[str, str] = {}
     for name, measure in parts:
         print(f"[throughput] measuring {name} ...", file=sys.stderr, flush=True)
-        out.update(measure())
+        try:
+            out.update(measure())
+        except Exception as e:  # noqa: BLE001 -- one line, and the other parts are measured all the same
+            failed[name] = _line(e)
+            print(f"[throughput] {name} failed: {failed[name]}", file=sys.stderr, flush=True)
+    if failed:
+        out["failed"] = failed
     out["seconds"] = round(time.monotonic() - started, 1)
     from shoal.core.files import json_text, write_output
 
@@ -202,6 +258,8 @@ def main() -> None:
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         write_output(args.out, json_text(out, args.out, indent=2))
+    if failed:
+        sys.exit(1)
 
 
 def _learner(window: float, devices: list[int]) -> dict:

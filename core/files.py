@@ -129,33 +129,46 @@ def _who(uid: int) -> str:
         return f"uid {uid}"
 
 
-def check_run_directory(path: str, max_entries: int | None = None, resume: bool = False) -> None:
+def check_run_directory(
+    path: str, max_entries: int | None = None, resume: bool = False, flag: str | None = "--run-dir"
+) -> None:
     """Refuses (``ValueError``, one line) a run directory others could subvert; see the module doc.
     A directory that does not exist yet passes (it will be made by this user), and so does one
     that cannot be reached (making it fails with the reason). One with more than ``max_entries``
     entries (default ``MAX_ENTRIES``) is refused: what was not looked at is not passed.
     ``resume``: the directory of a run to resume, whose ``config.json`` names the code the resume
     runs: it, and every entry in it (file or directory), must be writable by this user alone (a
-    group-writable one is refused, not warned)."""
+    group-writable one is refused, not warned). An entry that vanishes while it is looked at (a
+    live run replaces its files: ``write_atomic``'s temp files, old checkpoints) is passed:
+    nothing can be read through it. ``flag``: how the user gave ``path``, which a refusal
+    suggests choosing another of (``None``: a reader of this one run, ``shoal status``, which
+    suggests only what makes the directory pass)."""
     limit = MAX_ENTRIES if max_entries is None else max_entries
+    other = f", or choose another {flag}" if flag else ""  # (what a refusal ends with)
+    or_other = f" or choose another {flag}" if flag else ""
     try:
         top = os.lstat(path)
     except OSError:  # missing (made later by this user), or not reachable (making it will say why)
         return
     me = os.geteuid()
     if stat.S_ISLNK(top.st_mode):
-        raise ValueError(f"run directory {path!r} is a symbolic link; give its real path as --run-dir")
+        raise ValueError(
+            f"run directory {path!r} is a symbolic link; give its real path" + (f" as {flag}" if flag else "")
+        )
     if not stat.S_ISDIR(top.st_mode):
-        raise ValueError(f"run directory {path!r} exists and is not a directory (choose another --run-dir)")
+        raise ValueError(
+            f"run directory {path!r} exists and is not a directory" + (f" (choose another {flag})" if flag else "")
+        )
     if top.st_uid != me:
         raise ValueError(
             f"run directory {path!r} belongs to {_who(top.st_uid)}, not to you ({_who(me)}): "
-            "another user could change what the run reads and writes (choose a directory of yours)"
+            "another user could change what the run reads and writes"
+            + (" (choose a directory of yours)" if flag else "")
         )
     if top.st_mode & stat.S_IWOTH:
         raise ValueError(
             f"run directory {path!r} may be written by anyone (mode {stat.S_IMODE(top.st_mode):o}): "
-            f"another user could plant files in it; run chmod o-w {path} or choose another --run-dir"
+            f"another user could plant files in it; run chmod o-w {path}{or_other}"
         )
     if top.st_mode & stat.S_IWGRP and resume:
         raise ValueError(
@@ -179,25 +192,24 @@ def check_run_directory(path: str, max_entries: int | None = None, resume: bool 
             if seen > limit:
                 raise ValueError(
                     f"run directory {path!r} holds more than {limit:,} entries, more than Shoal "
-                    "checks before it uses one (for links and others' files); remove what is "
-                    "not the run's, or choose another --run-dir"
+                    f"checks before it uses one (for links and others' files); remove what is not the run's{other}"
                 )
             entry = os.path.join(root, name)
-            info = os.lstat(entry)
+            try:
+                info = os.lstat(entry)
+            except FileNotFoundError:  # (gone since the walk listed it: a live run's temp file, an old checkpoint)
+                continue
             if stat.S_ISLNK(info.st_mode):
                 raise ValueError(
                     f"{entry} is a symbolic link; Shoal does not read or write through links "
-                    "in a run directory (remove it, or choose another --run-dir)"
+                    f"in a run directory (remove it{other})"
                 )
             if info.st_uid != me:
-                raise ValueError(
-                    f"{entry} belongs to {_who(info.st_uid)}, not to you ({_who(me)}); "
-                    "remove it, or choose another --run-dir"
-                )
+                raise ValueError(f"{entry} belongs to {_who(info.st_uid)}, not to you ({_who(me)}); remove it{other}")
             if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_IWOTH:
                 raise ValueError(
                     f"{entry} may be written by anyone (mode {stat.S_IMODE(info.st_mode):o}); "
-                    f"run chmod o-w {entry} or choose another --run-dir"
+                    f"run chmod o-w {entry}{or_other}"
                 )
             if resume and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 raise ValueError(

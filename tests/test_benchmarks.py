@@ -24,11 +24,12 @@ def test_throughput_prints_every_figure():
     assert 0 < out["actor_efficiency"] <= out["actor_policy_efficiency"] < 1.5
     assert set(out["actor_scaling"]) == {"1", "2"} and out["actor_scaling"]["1"] == 1.0
     assert out["actor_scaling"]["2"] > 0
-    assert set(out["learner_feed_ratio"]) == {"dqn", "ppo"} and "learner_feed_ratio_2_devices" not in out
+    assert set(out["learner_feed_ratio"]) == {"dqn", "ppo", "r2d2"} and "learner_feed_ratio_2_devices" not in out
     assert all(ratio > 0 for ratio in out["learner_feed_ratio"].values())
     for path in ("rpc", "rpc_grpc"):  # shared memory (actors on the learner's host), and gRPC
         assert set(out[path]) == {"1", "32"} and 0 < out[path]["1"]["p50_ms"] <= out[path]["1"]["p99_ms"]
     assert "[reverb/cc/" not in proc.stderr  # library noise stays out
+    assert "failed" not in out and "Traceback" not in proc.stderr, proc.stderr[-3000:]  # (every part measured)
 
 
 @pytest.mark.timeout(300)

@@ -44,7 +44,8 @@ class Broken(Callback):
 
 
 class Exits(Callback):
-    """Leaves at its first evaluation as a script would: ``sys.exit(5)``, or ``raise KeyboardInterrupt``."""
+    """Leaves at its first evaluation as a script would, ``sys.exit(5)``, or is interrupted there
+    (``KeyboardInterrupt``: a Ctrl-C while it runs)."""
 
     def __init__(self, how: str = "exit") -> None:
         self.how, self.ended = how, None
@@ -87,6 +88,7 @@ def test_a_callback_sees_each_evaluation_can_end_the_run_and_one_that_raises_is_
         assert "callbacks" not in json.load(f)
 
 
+@pytest.mark.e2e  # (the processes launcher: nodes started as processes)
 def test_a_distributed_runs_callbacks_run_in_its_evaluator(tmp_path):
     seen = tmp_path / "seen.jsonl"
     result = run_distributed_experiment(config(tmp_path, [StopAfter(1, str(seen))]), num_actors=1,
@@ -102,9 +104,8 @@ def test_a_callback_without_hooks_is_refused_before_the_run_starts(tmp_path):
     assert not os.path.exists(tmp_path / "run")
 
 
-@pytest.mark.parametrize("how, escape", [("exit", "SystemExit(5)"), ("interrupt", "KeyboardInterrupt")])
-def test_a_callback_that_exits_ends_the_run_as_one_that_returns_true_with_one_line(tmp_path, capsys, how, escape):
-    exits = Exits(how)
+def test_a_callback_that_exits_ends_the_run_as_one_that_returns_true_with_one_line(tmp_path, capsys):
+    exits = Exits("exit")
     result = run_experiment(config(tmp_path, [exits]))
     assert result["stopped_by"] == "Exits" and result["num_evals"] == 1 and result["env_steps"] < 20_000
     assert exits.ended["stopped_by"] == "Exits"  # (its on_end is still called)
@@ -113,8 +114,18 @@ def test_a_callback_that_exits_ends_the_run_as_one_that_returns_true_with_one_li
     run = json.loads((tmp_path / "run" / "checkpoints" / "run.json").read_text())
     assert run["env_steps"] == result["env_steps"]  # (the last checkpoint: the run's end)
     lines = [line for line in capsys.readouterr().err.splitlines() if "callback" in line]
-    assert lines == [f"shoal: warning: callback Exits.on_evaluation raised {escape}: the run ends here, as if it "
+    assert lines == ["shoal: warning: callback Exits.on_evaluation raised SystemExit(5): the run ends here, as if it "
                      "returned True"]
+
+
+def test_a_ctrl_c_while_a_callback_runs_interrupts_the_run_as_anywhere_else(tmp_path, capsys):
+    """A KeyboardInterrupt in a callback is the user's Ctrl-C (from Python, a notebook): it leaves
+    ``run_experiment`` as one anywhere in the run does, with no result and no word of a callback."""
+    exits = Exits("interrupt")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config(tmp_path, [exits]))
+    assert exits.ended is None and not (tmp_path / "run" / "result.json").exists()
+    assert not [line for line in capsys.readouterr().err.splitlines() if "callback" in line]
 
 
 def test_a_callback_that_exits_in_on_end_leaves_the_result_standing(tmp_path, capsys):
@@ -126,6 +137,7 @@ def test_a_callback_that_exits_in_on_end_leaves_the_result_standing(tmp_path, ca
                      "(the run's result stands)"]
 
 
+@pytest.mark.e2e  # (the processes launcher: nodes started as processes)
 def test_a_distributed_runs_callback_that_exits_ends_the_run_from_its_evaluator(tmp_path):
     result = run_distributed_experiment(config(tmp_path, [Exits()]), num_actors=1, launcher="processes")
     assert result["stopped_by"] == "Exits" and result["num_evals"] == 1

@@ -87,6 +87,29 @@ def test_an_env_source_that_is_no_env_is_refused_before_it_is_imported_or_called
     assert not marker.exists() and not (tmp_path / "run").exists() and "this" not in sys.modules
 
 
+@pytest.mark.parametrize("factory, max_steps", [("tests.user_envs:three_step_cartpole", 3),
+                                                ("tests.user_envs:cartpole_maker", 50)])
+def test_a_factory_named_as_a_partial_or_a_callable_instance_is_called(factory, max_steps):
+    """The check is a deny-list (the standard library, built-ins): a partial of a function of
+    yours, or an instance of a class of yours, is called as named."""
+    env = make_vector_env("short", 1, seed=0, env_factory=factory)
+    try:
+        env.reset(seed=0)
+        steps = 0
+        while True:
+            steps += 1
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated[0] or truncated[0]:
+                break
+        assert steps <= max_steps
+        assert load_env_factory(factory).__class__.__name__ in ("partial", "CartPoleMaker")
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="env_factory 'tests.user_envs:shell_partial': shell_partial is os.system, "
+                                         "a built-in function"):
+        load_env_factory("tests.user_envs:shell_partial")  # (a partial of a built-in: refused as the built-in)
+
+
 def test_a_factory_is_recorded_by_its_path():
     from tests.user_envs import short_cartpole
 

@@ -60,6 +60,26 @@ def test_a_policy_shared_by_both_agents_learns_to_coordinate_in_one_process(tmp_
     assert float(last["eval_team_return"]) == float(last["eval_return_a"]) + float(last["eval_return_b"])
 
 
+@pytest.mark.e2e
+def test_shoal_evaluate_of_a_many_agent_run_reports_each_episode_of_an_env_copy_its_agents_together(tmp_path,
+                                                                                                   capsys):
+    """An evaluation's episodes are env copies (each of 2 agents' rows): a copy's return is its
+    agents' sum, its length the longest agent's (3 copies in a round: 6 rows, not 3)."""
+    from shoal.launch.experiments.cli.main import main
+
+    run_dir = str(tmp_path / "run")
+    run_experiment(experiment_config("ppo", TOY, preset=None, agent_settings={}, seed=0, max_env_steps=1_000,
+                                     num_envs=4, eval_every=1_000, eval_episodes=2, run_dir=run_dir,
+                                     progress=False, replay="native", env_args={"length": 4}))
+    capsys.readouterr()
+    assert main(["evaluate", run_dir, "--env", TOY, "--episodes", "3", "--seed", "0"]) == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert result["episodes"] == 3 and result["agents"] == ["a", "b"], result
+    assert result["length"] == {"mean": 4.0, "std": 0.0, "median": 4.0, "min": 4.0, "max": 4.0}
+    stats = result["return"]  # (both agents earn 1 a step when their picks differ: an even sum, at most 8)
+    assert 0 <= stats["min"] <= stats["max"] <= 8 and stats["max"] % 2 == 0 and stats["mean"] * 3 % 2 == 0, result
+
+
 def test_without_the_agents_identity_one_policy_cannot_tell_the_agents_apart():
     """(Why identities are on by default.) Both rows of a copy see the same observation: any
     policy of the observation alone gives both agents the same distribution of picks."""

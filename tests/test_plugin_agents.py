@@ -2,6 +2,8 @@
 trained by ``shoal train --agent qrdqn_agent:QRDQNBuilder`` with the examples folder on
 PYTHONPATH, under one process and the processes launcher, resumed without naming its agent,
 configured by --set, checked by --dry-run; a broken plug-in is one error line and status 2.
+A second plug-in, examples/ppo_kl_agent.py (PPO with a KL penalty), goes through PPO's loss
+seam, and every agent's update trains on the loss its builder names.
 """
 
 import contextlib
@@ -320,17 +322,21 @@ def kl_minibatch(ppo_kl, builder, shift):
 def test_the_kl_penalty_is_zero_on_the_behaviour_policy_and_positive_off_it(ppo_kl):
     # (advantages as they are: no standardization over devices, so the loss runs outside a learner)
     builder = ppo_kl.KLPPOBuilder(ppo_kl.KLPPOConfig(kl_coef=2.0, normalize_advantages=False))
-    loss = builder.loss
-    key = jax.random.PRNGKey(0)
-    _, on = loss(*kl_minibatch(ppo_kl, builder, 0.0), key, builder.config, 0.2)
-    networks, params, minibatch = kl_minibatch(ppo_kl, builder, 0.3)
-    _, off = loss(networks, params, minibatch, key, builder.config, 0.2)
+    networks, params, on_policy = kl_minibatch(ppo_kl, builder, 0.0)
+    _, _, off_policy = kl_minibatch(ppo_kl, builder, 0.3)
+
+    @jax.jit
+    def loss_and_grad(params, minibatch):
+        return jax.value_and_grad(builder.loss, argnums=1, has_aux=True)(
+            networks, params, minibatch, jax.random.PRNGKey(0), builder.config, 0.2)
+
+    (_, on), _ = loss_and_grad(params, on_policy)
+    (_, off), grad = loss_and_grad(params, off_policy)
     assert float(on["kl"]) == 0.0 and float(off["kl"]) > 0.0
     assert float(off["policy_loss"]) > float(on["policy_loss"])  # (rho = exp(-0.3): the surrogate shrinks too)
     # the penalty's gradient pulls pi back towards mu: a step against it lowers the KL
-    grad = jax.grad(lambda p: loss(networks, p, minibatch, key, builder.config, 0.2)[0])(params)
     stepped = jax.tree_util.tree_map(lambda p, g: p - 0.05 * g, params, grad)
-    assert float(loss(networks, stepped, minibatch, key, builder.config, 0.2)[1]["kl"]) < float(off["kl"])
+    assert float(loss_and_grad(stepped, off_policy)[0][1]["kl"]) < float(off["kl"])
 
 
 @pytest.mark.parametrize("lstm_size", [0, 8])
@@ -339,7 +345,8 @@ def test_the_loss_seam_gives_ppos_update_the_kl_loss(ppo_kl, lstm_size):
     # recurrent, trains on the KL-penalized loss and logs its metrics beside PPO's schedules)
     from shoal.actors import environment_spec
 
-    builder = ppo_kl.KLPPOBuilder(ppo_kl.KLPPOConfig(lstm_size=lstm_size, num_minibatches=2, rollout_length=8))
+    builder = ppo_kl.KLPPOBuilder(ppo_kl.KLPPOConfig(lstm_size=lstm_size, num_minibatches=2, rollout_length=8,
+                                                     num_epochs=1, hidden_sizes=(16,)))
     spec = environment_spec("CartPole-v1", 2)
     builder.validate(spec, 1)
     networks = builder.make_networks(spec)
@@ -363,3 +370,73 @@ def test_ppo_kl_learns_cartpole_in_one_process(tmp_path):
     assert result["final_eval_return"] >= 150, result
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["agent"] == KL_AGENT and saved["agent_config"]["kl_coef"] == 1.0
+
+
+class PriorityWrites:
+    """A replay client that only takes priorities (what R2D2's learner writes after an update)."""
+
+    def __init__(self):
+        self.updates = []
+
+    def mutate_priorities(self, table, updates):
+        self.updates.append(updates)
+
+
+def random_like(path, x):
+    """An entry of an example batch (all zeros: every gradient 0) drawn at random, seeded by its
+    name: floats normal, actions 0 or 1, sampling probabilities in (0, 1]; flags and counts 0."""
+    name, x = jax.tree_util.keystr(path), np.asarray(x)
+    rng = np.random.default_rng(list(name.encode()))
+    if "probability" in name:
+        return rng.uniform(0.1, 1.0, x.shape).astype(x.dtype)
+    if "action" in name and x.dtype.kind in "iu":
+        return rng.integers(0, 2, x.shape).astype(x.dtype)
+    return rng.normal(size=x.shape).astype(x.dtype) if x.dtype.kind == "f" else x
+
+
+SEAM_CASES = {  # (small: each compiles one update)
+    "ppo": ("CartPole-v1", {"rollout_length": 8, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": (8,)}),
+    "impala": ("CartPole-v1", {"rollout_length": 8, "sequences_per_update": 2, "hidden_sizes": (8,)}),
+    "sac": ("Pendulum-v1", {"batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (8,)}),
+    "r2d2": ("CartPole-v1", {"batch_size": 2, "burn_in_length": 2, "trace_length": 4, "sequence_period": 4,
+                             "n_step": 2, "hidden_sizes": (8,), "lstm_size": 8}),
+}
+
+
+@pytest.mark.parametrize("agent", sorted(SEAM_CASES))
+def test_every_agents_update_trains_on_the_loss_its_builder_names(agent):
+    # A variant whose loss is the agent's own times 0: its learner takes a step, and every
+    # parameter stays as initialized (zero gradients: Adam moves nothing).
+    from shoal.actors import environment_spec
+    from shoal.agents.registry import builder_class, config_class
+
+    base, (env_id, settings) = builder_class(agent), SEAM_CASES[agent]
+    own_loss = base.loss
+
+    def zero_loss(*args):
+        out = own_loss(*args)
+        if hasattr(out, "losses"):  # (R2D2's per-sequence LossOutput, as DQN's)
+            return out._replace(losses=0.0 * out.losses)
+        return 0.0 * out[0], out[1]
+
+    variant = type(f"Zero{base.__name__}", (base,), {"loss": staticmethod(zero_loss)})
+    builder = variant(config_class(agent)(**settings))
+    spec = environment_spec(env_id, 2)
+    builder.validate(spec, 1)
+    networks, key = builder.make_networks(spec), jax.random.PRNGKey(0)
+    example = builder.example_batch(spec)
+    example = example._replace(data=jax.tree_util.tree_map_with_path(random_like, example.data))
+    replay = PriorityWrites()
+    learner = builder.make_learner(key, networks, iter([example]), replay_client=replay)
+    try:
+        metrics = learner.step()
+        learner.check_finite()
+        _, params = learner.get_variables()
+    finally:
+        learner.close()
+    assert "skipped_batch" not in metrics and learner.version == 1, metrics
+    initial = builder.init_state(key, networks).params
+    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(initial)
+    for trained, start in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(initial)):
+        np.testing.assert_array_equal(np.asarray(trained), np.asarray(start))
+    assert (agent == "r2d2") == bool(replay.updates)

@@ -210,7 +210,7 @@ def test_a_native_replay_node_under_a_local_ray_listens_on_loopback_only(tmp_pat
         client = run.client("replay", timeout_s=240)
         host, port = client.server_address.removeprefix("native://").rsplit(":", 1)
         assert host == "127.0.0.1"
-        listening = [c.laddr.ip for c in psutil.net_connections("tcp")
+        listening = [c.laddr.ip.removeprefix("::ffff:") for c in psutil.net_connections("tcp")
                      if c.status == psutil.CONN_LISTEN and c.laddr.port == int(port)]
         assert listening == ["127.0.0.1"], listening
         assert sizes(client) == {"t": 0}
@@ -343,3 +343,18 @@ def test_a_damaged_checkpoint_given_to_a_replay_server_is_one_line_naming_the_fi
         NativeReplayServer(tables, checkpoint_dir=str(work))
     assert str(raised.value).startswith(f"{work / checkpoint.name / 'steps.npz'}: cannot be read (BadZipFile")
     shutil.rmtree(work)
+
+
+def test_no_replay_checkpoint_is_removed_before_a_newer_complete_one_exists(tmp_path):
+    from shoal.launch.experiments.run_directory.replay_checkpoints import keep_only_replay_checkpoint
+
+    replay = tmp_path / "checkpoints" / "replay"
+    for name in ("A", "B"):
+        (replay / name).mkdir(parents=True)
+        (replay / name / "tables.json").write_text("{}")
+    (replay / "A" / "DONE").write_text("")
+    keep_only_replay_checkpoint(str(tmp_path / "checkpoints"), "B")  # (B unfinished: A stays)
+    assert sorted(p.name for p in replay.iterdir()) == ["A", "B"]
+    (replay / "B" / "DONE").write_text("")
+    keep_only_replay_checkpoint(str(tmp_path / "checkpoints"), "B")
+    assert sorted(p.name for p in replay.iterdir()) == ["B"]

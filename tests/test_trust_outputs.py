@@ -16,7 +16,7 @@ import pytest
 from shoal.launch import evaluate_run, export_policy, run_experiment
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import ExperimentConfig, experiment_config
-from shoal.launch.experiments.trained import ENVS_AT_ONCE, MAX_EPISODES
+from shoal.launch.experiments.trained import ENVS_AT_ONCE, MAX_EPISODES, MAX_SEED
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "trained-policy.md")
 
@@ -87,9 +87,58 @@ def test_status_refuses_a_result_json_that_is_a_link_to_an_outside_file(dqn_run,
     os.unlink(copied / "result.json")
     os.symlink(outside, copied / "result.json")
     assert main(["status", str(copied)]) == 2
-    line = _one_error_line(capsys)
-    assert "result.json is a symbolic link" in line, line
-    assert "123,456,789" not in capsys.readouterr().out
+    captured = capsys.readouterr()  # (read once: both streams checked)
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shoal: error: "), lines
+    assert "result.json is a symbolic link" in lines[0] and "--run-dir" not in lines[0], lines  # (status has none)
+    assert "123,456,789" not in captured.out + captured.err
+
+
+def _vanishing_walk(monkeypatch) -> list[str]:
+    """``os.walk`` as a live run meets it: every ``*.tmp`` file and ``old-*`` directory it lists
+    is removed before the caller looks at it (``write_atomic``'s renamed temp files, a removed
+    old checkpoint). Returns what was removed."""
+    walk, gone = os.walk, []
+
+    def vanishing(top, *args, **kwargs):
+        for root, dirs, files in walk(top, *args, **kwargs):
+            for name in dirs + files:
+                if name.endswith(".tmp") or name.startswith("old-"):
+                    path = os.path.join(root, name)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+                    gone.append(path)
+            yield root, dirs, files
+
+    monkeypatch.setattr(os, "walk", vanishing)
+    return gone
+
+
+def test_an_entry_that_vanishes_while_the_run_directory_is_checked_is_passed(tmp_path, monkeypatch):
+    from shoal.core.files import check_run_directory
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "old-100").mkdir(parents=True)
+    (run / "checkpoints" / "old-100" / "params.npz").write_text("")
+    for where in (run, run / "checkpoints"):
+        (where / ".run.json.1a2b.tmp").write_text("{}")
+    gone = _vanishing_walk(monkeypatch)
+    check_run_directory(str(run))  # (before: FileNotFoundError for the first temp file)
+    assert len(gone) == 3, gone
+    os.symlink(tmp_path, run / "elsewhere")  # (what is there is still checked: status's line names no --run-dir)
+    with pytest.raises(ValueError, match=r"elsewhere is a symbolic link; .* \(remove it\)$"):
+        check_run_directory(str(run), flag=None)
+
+
+@pytest.mark.e2e
+def test_status_of_a_run_whose_files_come_and_go_while_it_looks_is_never_an_error(dqn_run, tmp_path, monkeypatch,
+                                                                                   capsys):
+    copied = tmp_path / "run"
+    shutil.copytree(dqn_run, copied, symlinks=True)
+    (copied / "checkpoints" / ".run.json.1a2b.tmp").write_text("{}")
+    gone = _vanishing_walk(monkeypatch)
+    assert main(["status", str(copied)]) == 0
+    captured = capsys.readouterr()
+    assert gone and "error" not in captured.err and captured.out.strip(), captured
 
 
 # -- shoal evaluate: bounded, progress, one line (items 9, 12) ------------------------------------
@@ -99,13 +148,21 @@ def test_evaluate_refuses_too_many_episodes_or_a_bad_seed_in_one_line_before_loa
     missing = str(tmp_path / "no-such-run")  # (refused before the run directory is even read)
     assert main(["evaluate", missing, "--episodes", "20000000"]) == 2
     assert _one_error_line(capsys) == (f"shoal: error: --episodes must be in [1, {MAX_EPISODES:,}], got 20000000")
-    for seed in ("-5", str(2**32)):
-        assert main(["evaluate", missing, "--seed", seed]) == 2
-        assert _one_error_line(capsys) == f"shoal: error: --seed must be in [0, {2**32 - 1}], got {seed}"
+    # (ALE's AtariVectorEnv takes seeds < 2**31 only: every episode's seed + i stays within it)
+    for seed, episodes in (("-5", "10"), (str(2**31 - 9), "10"), (str(2**31), "1"), (str(2**32), "10")):
+        assert main(["evaluate", missing, "--seed", seed, "--episodes", episodes]) == 2
+        assert _one_error_line(capsys) == (f"shoal: error: --seed must be in [0, {2**31 - int(episodes)}] for "
+                                           f"{episodes} episodes (episode i is reset with seed + i, at most "
+                                           f"{2**31 - 1}), got {seed}")
+    for seed, episodes in ((2**31 - 10, 10), (2**31 - 1, 1)):  # (the bound's edge: accepted, then the run is read)
+        with pytest.raises(ValueError, match="is not a Shoal run directory"):
+            evaluate_run(missing, episodes=episodes, seed=seed)
     with pytest.raises(ValueError, match=r"--episodes must be in \[1, "):
         evaluate_run(missing, episodes=0)
     assert main(["evaluate", "--help"]) == 0  # (the help states the bounds the code holds)
-    assert f"{ENVS_AT_ONCE} at a time (default 10, at most {MAX_EPISODES:,})" in " ".join(capsys.readouterr().out.split())
+    usage = " ".join(capsys.readouterr().out.split())
+    assert f"{ENVS_AT_ONCE} at a time (default 10, at most {MAX_EPISODES:,})" in usage
+    assert "seed + i, at most 2**31 - 1" in usage and MAX_SEED == 2**31 - 1
 
 
 @pytest.mark.e2e

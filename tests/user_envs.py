@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import gymnasium as gym
 
 shell = os.system  # (names of this module that are no env factory: refused as env sources, never called)
 make_folder = os.makedirs
+shell_partial = functools.partial(os.system)
 
 
 def short_cartpole(max_steps: int = 50) -> gym.Env:
     """CartPole whose episodes end after ``max_steps`` steps (a wrapper: returns are <= it)."""
     return gym.wrappers.TimeLimit(gym.make("CartPole-v1").unwrapped, max_episode_steps=max_steps)
+
+
+three_step_cartpole = functools.partial(short_cartpole, max_steps=3)  # (factories as a partial, an instance)
+
+
+class CartPoleMaker:
+    def __call__(self, max_steps: int = 50) -> gym.Env:
+        return short_cartpole(max_steps)
+
+
+cartpole_maker = CartPoleMaker()
 
 
 def not_an_env(**kwargs):

@@ -17,13 +17,15 @@ one warning line on stderr, is not called again, and the run goes on. ``on_evalu
 returning ``True`` ends the run as a reached target does (``solved`` stays false; the result
 says ``"stopped_by"``: the callback's class name).
 
-A callback that leaves as a script would (``sys.exit(...)``, ``raise KeyboardInterrupt``, or any
-other ``BaseException`` that is not an ``Exception``) never ends the process: from
-``on_evaluation`` it ends the run as returning ``True`` does (the last checkpoint, the result and
-its line are written as for any end; ``stopped_by`` names it; the exit status is a finished
-run's, 0), with one warning line naming the callback and what it raised; from ``on_end`` (the
-run has ended) it is one warning line, and the result stands. In both runners: a distributed
-run's evaluator ends the run so. Callbacks are code: ``config.json`` does not
+A callback that leaves as a script would (``sys.exit(...)``: ``SystemExit``) never ends the
+process: from ``on_evaluation`` it ends the run as returning ``True`` does (the last checkpoint,
+the result and its line are written as for any end; ``stopped_by`` names it; the exit status is a
+finished run's, 0), with one warning line naming the callback and what it raised; from
+``on_end`` (the run has ended) it is one warning line, and the result stands. In both runners: a
+distributed run's evaluator ends the run so. A ``KeyboardInterrupt`` (Ctrl-C while a callback
+runs: from Python or a notebook, that is the user's, not the callback's) is not caught: it
+interrupts the run as it would anywhere else in it (``run_experiment`` raises it, closing what
+the run opened, with no result). Callbacks are code: ``config.json`` does not
 record them, and a resume runs the ones it is given again (``resume_experiment(...,
 callbacks=[...])``).
 """
@@ -37,7 +39,7 @@ from typing import Any
 import numpy as np
 
 HOOKS = ("on_evaluation", "on_end")
-_LEFT = object()  # (what ``Callbacks._call`` returns for a callback that left: sys.exit, KeyboardInterrupt)
+_LEFT = object()  # (what ``Callbacks._call`` returns for a callback that left: sys.exit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,11 +124,7 @@ class Callbacks:
             print(f"shoal: warning: callback {name} raised {type(e).__name__}: {e}; it is not called again",
                   file=sys.stderr, flush=True)
             return None
-        except BaseException as e:  # (sys.exit, KeyboardInterrupt: the callback wants the run to end)
-            from shoal.launch.experiments.interrupts import Interrupted
-
-            if isinstance(e, Interrupted):  # (shoal's own signal handling, not the callback's)
-                raise
+        except SystemExit as e:  # (sys.exit: the callback wants the run to end; a Ctrl-C is the user's: not caught)
             escape = type(e).__name__ + (f"({', '.join(map(repr, e.args))})" if e.args else "")
             if hook == "on_end":
                 self._live.remove(callback)

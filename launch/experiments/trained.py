@@ -29,7 +29,7 @@ from shoal.core.specs import EnvironmentSpec, make_environment_spec
 
 MAX_EPISODES = 100_000  # the most episodes one evaluate_run plays (shoal evaluate --episodes)
 ENVS_AT_ONCE = 256  # the most envs (episodes side by side) one round of evaluate_run makes
-MAX_SEED = 2**32 - 1  # evaluate_run's seed: [0, MAX_SEED] (a run's --seed, plus its evaluations' offsets)
+MAX_SEED = 2**31 - 1  # the largest seed an episode of evaluate_run is reset with (seed + i): ALE's, and a run's --seed
 PROGRESS_EVERY_S = 10.0  # shoal evaluate's progress lines on stderr: one at most this often
 
 
@@ -232,9 +232,11 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
                  **named: Any) -> dict[str, Any]:
     """``episodes`` episodes (at most ``MAX_EPISODES``; ``envs_at_once`` in parallel, one per env
     copy, round after round) of the run's policy on its env (``env_args`` updating the run's),
-    episode ``i`` reset with ``seed + i`` (``seed`` in [0, ``MAX_SEED``], default: a fresh one);
+    episode ``i`` reset with ``seed + i`` (``seed`` in [0, ``MAX_SEED - episodes + 1``]: every
+    episode's seed at most ``MAX_SEED``, as Atari's vector env needs; default: a fresh one);
     returns their return and length statistics (mean, std, median, min, max) with the checkpoint
-    and seed used. ``progress_every_s``: a line on stderr at most this often while it runs (and
+    and seed used. On a many-agent (PettingZoo) env an episode is one env copy's: its return the
+    sum of its agents' returns, its length its longest agent's (the result names the ``agents``). ``progress_every_s``: a line on stderr at most this often while it runs (and
     one at the start of an evaluation of more than one round); ``None``: silent. Bad arguments
     are refused (``ValueError``, one line) before the run directory is read."""
     from shoal.actors.loops import evaluate
@@ -242,14 +244,16 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
 
     if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_EPISODES:
         raise ValueError(f"--episodes must be in [1, {MAX_EPISODES:,}], got {episodes!r}")
+    last_seed = MAX_SEED - episodes + 1  # (the episodes' seeds, seed to seed + episodes - 1, all <= MAX_SEED)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
-                             or not 0 <= seed <= MAX_SEED):
-        raise ValueError(f"--seed must be in [0, {MAX_SEED}], got {seed!r}")
+                             or not 0 <= seed <= last_seed):
+        raise ValueError(f"--seed must be in [0, {last_seed}] for {episodes:,} episodes (episode i is reset with "
+                         f"seed + i, at most {MAX_SEED}), got {seed!r}")
     if isinstance(envs_at_once, bool) or not isinstance(envs_at_once, int) or envs_at_once < 1:
         raise ValueError(f"envs_at_once must be a positive integer, got {envs_at_once!r}")
     if progress_every_s is not None and not progress_every_s >= 0:
         raise ValueError(f"progress_every_s must be a number >= 0 or None, got {progress_every_s!r}")
-    seed = int(np.random.SeedSequence().entropy % 2**31) if seed is None else int(seed)
+    seed = int(np.random.SeedSequence().entropy % (last_seed + 1)) if seed is None else int(seed)
     policy = load_policy(run_dir, checkpoint, greedy=greedy, seed=seed, trust_run_dir=trust_run_dir, **named)
     config = policy.config
     if env_args:
@@ -260,19 +264,28 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
     if progress_every_s is not None and episodes > at_once:
         print(f"shoal evaluate: {episodes:,} episodes, {at_once:,} at a time", file=sys.stderr, flush=True)
     envs: dict[int, Any] = {}  # (one per round size: the full rounds' and the last one's)
+    agents: list[str] | None = None
     try:
         for first in range(0, episodes, at_once):
-            rows = min(at_once, episodes - first)
-            if rows not in envs:
-                envs[rows] = config.make_env(rows, seed + first, evaluation=True)
-            returns[first:first + rows] = evaluate(envs[rows], progress.actor(policy.actor(rows), rows), seed=seed + first,
-                                                   lengths=lengths[first:first + rows])
-            progress.done = first + rows
+            copies = min(at_once, episodes - first)  # (episodes of this round: one per env copy)
+            if copies not in envs:
+                envs[copies] = config.make_env(copies, seed + first, evaluation=True)
+            env = envs[copies]
+            rows = env.num_envs  # (a PettingZoo env's: copies x agents, copy by copy; shoal.actors.multiagent)
+            agents = getattr(env, "agents", None) if rows != copies else None
+            row_lengths = np.zeros(rows, np.int64)
+            row_returns = evaluate(env, progress.actor(policy.actor(rows), rows), seed=seed + first,
+                                   lengths=row_lengths)
+            # (an episode is a copy's: its agents' returns summed, the longest agent's length)
+            returns[first:first + copies] = row_returns.reshape(copies, -1).sum(axis=1)
+            lengths[first:first + copies] = row_lengths.reshape(copies, -1).max(axis=1)
+            progress.done = first + copies
     finally:
         for env in envs.values():
             env.close()
+    per_copy = {"agents": list(agents), "return_of": "each episode's agents together (their sum)"} if agents else {}
     return {"run_dir": run_dir, "agent": agent_name(config.builder), "env": config.env_id,
-            "checkpoint": policy.checkpoint, "seed": seed, "episodes": episodes, "greedy": greedy,
+            "checkpoint": policy.checkpoint, "seed": seed, "episodes": episodes, "greedy": greedy, **per_copy,
             "return": _stats(returns), "length": _stats(lengths)}
 
 

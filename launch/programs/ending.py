@@ -125,8 +125,12 @@ def stop_in_order(workers: Mapping[str, "Worker"], grace_s: float,  # noqa: F821
     A node is asked to stop only once every node that uses it has ended (or its turn timed out):
     users before the services they use, so that a node stopping can still call them, and nobody
     is left blocked on a server that already stopped. Each turn waits up to ``grace_s``, all turns
-    together up to twice that; what is still running then is the caller's to kill. A ``hurry``
-    event, once set, ends the waiting at once (a second Ctrl-C: kill now).
+    together up to twice that. A user whose turn timed out (e.g. an actor whose last write waits
+    on the rate limiter of a learner that a busy machine slows down) is released when its
+    services stop (its call fails: replay's tables closed) and ends by itself. So after the
+    turns (those the deadline cut short are asked to stop together), what still runs is waited
+    for up to ``grace_s`` more; what runs then is the caller's to kill.
+    A ``hurry`` event, once set, ends the waiting at once (a second Ctrl-C: kill now).
     """
     users: dict[str, set[str]] = {label: set() for label in workers}
     for label, worker in workers.items():
@@ -146,3 +150,11 @@ def stop_in_order(workers: Mapping[str, "Worker"], grace_s: float,  # noqa: F821
                 return
         ended |= turn
         pending -= turn
+    if hurry.is_set():
+        return
+    for label in pending:  # (turns cut short by the deadline: the rest is asked together)
+        workers[label].terminate()
+    until = time.monotonic() + grace_s  # (users released by their services' stop end now)
+    while any(w.poll() is None for w in workers.values()) and time.monotonic() < until:
+        if hurry.wait(0.02):
+            return

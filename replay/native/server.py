@@ -14,7 +14,9 @@ still holds its step (it may be part of a later item: R2D2's overlapping sequenc
 references it, and goes back to the free list after that (a reference count; no step is copied
 for a second item). A call's steps travel stacked (a column per run of steps of one layout) and
 its items as four arrays, so that the codec handles a few arrays per call, not a few objects per
-step.
+step. Every call is checked before anything of it is stored (``shoal.replay.native.validation``:
+the tables' signatures, finite numbers, item lengths, priorities, a sample's size): a bad one is
+one ``ValueError`` to its caller, and the server serves on.
 
 **Same host.** A client on the server's host may send a call's step arrays, and take a sample's
 columns, through a shared-memory segment of its own (``attach_shared``, ``insert_shared``,
@@ -172,7 +174,7 @@ class NativeReplayServer:
         timeout_s = check_timeout(timeout_s)
         call = self._checker.check_insert(steps, items, release, self._held(writer))
         for indices, columns, _ in call.groups:
-            self._store.add_rows([(writer, i) for i in indices.tolist()], list(columns))
+            self._store.add_rows([(writer, i) for i in indices], list(columns))
         return self._insert(writer, call.tables, call.priorities, call.step_lists, call.release, timeout_s)
 
     def _held(self, writer: Any):
@@ -184,7 +186,8 @@ class NativeReplayServer:
     def insert_local(self, writer: str, steps: list, items: list, release: list, timeout_s: float) -> int:
         """``insert`` in one process (``NativeWriter``'s own lists, no payload to build):
         ``steps`` ``[index, columns]`` pairs (several stacked into one block, so that an item of
-        them is gathered by slices), ``items`` ``[table, priority, step indices]``."""
+        them is gathered by slices), ``items`` ``[table, priority, step indices]``. Not checked as
+        ``insert`` is: its writers are this process's own (no other process can call it)."""
         if len(steps) == 1:
             index, columns = steps[0]
             self._store.add((writer, index), [c[np.newaxis] for c in columns])
@@ -292,7 +295,7 @@ class NativeReplayServer:
         ]
         call = self._checker.check_insert(groups, items, release, self._held(writer))
         for indices, columns, _ in call.groups:
-            self._store.add_rows([(writer, i) for i in indices.tolist()], list(columns))
+            self._store.add_rows([(writer, i) for i in indices], list(columns))
         return self._insert(writer, call.tables, call.priorities, call.step_lists, call.release, timeout_s)
 
     def sample_shared(self, table: str, num_items: int, timeout_s: float, segment: str) -> dict[str, Any] | None:

@@ -18,13 +18,18 @@ it the whole run. So every ``insert`` is checked here first, and a bad one is re
   rest of each shape. A table's items all have one length (the first it took, or restored): a
   sample stacks them.
 
-The checks are vectorised: per column and per (table, length, layout) of a call, not per step.
+The checks cost per call, not per step: one reduction per float column (``np.isfinite``), a
+comparison of shapes and dtypes per group of steps (a column per run of one layout) and per
+(table, length, layout) of the call's items, and a set of the call's step indices.
 ``MAX_SAMPLE_ITEMS`` bounds what one ``sample`` call may ask for (``check_num_items``).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
+import math
 import threading
 from typing import Any, Callable, Sequence
 
@@ -91,7 +96,7 @@ class Accepts:
 @dataclasses.dataclass
 class Insert:
     """A checked insert: the step groups ``(indices, columns, layout)`` and the items' tables,
-    priorities and step indices (``step_lists``), the indices to release."""
+    priorities and step indices (``step_lists``), the indices to release (lists)."""
 
     groups: list
     tables: list
@@ -100,17 +105,18 @@ class Insert:
     release: list
 
 
-def check_priorities(values: Any) -> np.ndarray:
-    """``values`` as float64 if every one is a finite number >= 0 (the one rule for priorities,
+def check_priorities(values: Any) -> list[float]:
+    """``values`` as floats if every one is a finite number >= 0 (the one rule for priorities,
     inserted or mutated), else a ``ValueError`` naming the first that is not."""
     try:
-        array = np.asarray(values, np.float64).reshape(-1)
+        listed = np.asarray(values, np.float64).reshape(-1).tolist()
     except (TypeError, ValueError):
         raise ValueError(f"priorities must be finite numbers >= 0, got {_short(values)}") from None
-    good = np.isfinite(array) & (array >= 0)
-    if not good.all():
-        raise ValueError(f"priorities must be finite numbers >= 0, got {array[~good][0]}")
-    return array
+    if listed and not (math.isfinite(sum(listed)) and min(listed) >= 0):  # (a NaN or an inf makes the sum one)
+        bad = next((p for p in listed if not (math.isfinite(p) and p >= 0)), None)
+        if bad is not None:
+            raise ValueError(f"priorities must be finite numbers >= 0, got {bad}")
+    return listed
 
 
 def check_timeout(timeout_s: Any) -> float:
@@ -171,65 +177,44 @@ class CallChecker:
         groups = [_group(g) for g in _list(steps, "steps")]
         tables, priorities, lengths, flat = _items(items)
         release_ids = _indices(release, "release")
-        new = np.concatenate([g[0] for g in groups]) if groups else np.zeros(0, np.int64)
-        layouts = list(dict.fromkeys(g[2] for g in groups))
-        lid_new = (
-            np.concatenate([np.full(len(g[0]), layouts.index(g[2]), np.int64) for g in groups])
-            if groups
-            else np.zeros(0, np.int64)
-        )
-        order = np.argsort(new, kind="stable")
-        ordered = new[order]
-        if len(ordered) > 1 and (ordered[1:] == ordered[:-1]).any():
-            raise ValueError(f"an insert sends step {int(ordered[1:][ordered[1:] == ordered[:-1]][0])} twice")
-        if len(new):
-            again = [i for i, layout in zip(new.tolist(), held(new.tolist())) if layout is not None]
-            if again:
-                raise ValueError(f"an insert sends step {again[0]} again: the server holds it for this writer already")
-        where = np.searchsorted(ordered, flat)
-        inside = where < len(ordered)
-        inside[inside] = ordered[where[inside]] == flat[inside]
-        lid = np.empty(len(flat), np.int64)
-        lid[inside] = lid_new[order[where[inside]]]
-        earlier = np.unique(flat[~inside])
-        if len(earlier):
-            found = held(earlier.tolist())
-            missing = [int(i) for i, layout in zip(earlier, found) if layout is None]
-            if missing:
-                raise ValueError(
-                    f"an item references steps {missing[:3]} that this call does not send and the "
-                    "server does not hold for this writer"
-                )
-            for layout in found:
-                if layout not in layouts:
-                    layouts.append(layout)
-            found_ids = np.array([layouts.index(layout) for layout in found], np.int64)
-            lid[~inside] = found_ids[np.searchsorted(earlier, flat[~inside])]
-        self._check_signatures(tables, lengths, lid, layouts)
-        ends = np.cumsum(lengths).tolist()
-        flat_list = flat.tolist()
+        new = [i for indices, _, _ in groups for i in indices]
+        new_set = set(new)
+        if len(new_set) != len(new):
+            twice = next(i for i, n in collections.Counter(new).items() if n > 1)
+            raise ValueError(f"an insert sends step {twice} twice")
+        again = [i for i, layout in zip(new, held(new)) if layout is not None] if new else []
+        if again:
+            raise ValueError(f"an insert sends step {again[0]} again: the server holds it for this writer already")
+        flat_list, lengths_list = flat, lengths
+        earlier = sorted(set(flat_list) - new_set)
+        found = held(earlier) if earlier else []
+        missing = [i for i, layout in zip(earlier, found) if layout is None]
+        if missing:
+            raise ValueError(
+                f"an item references steps {missing[:3]} that this call does not send and the server does "
+                "not hold for this writer"
+            )
+        ends = list(itertools.accumulate(lengths))
         step_lists = [flat_list[ends[j - 1] if j else 0 : ends[j]] for j in range(len(ends))]
-        for table, length in dict.fromkeys(zip(tables, lengths.tolist())):
-            self.pin_length(table, length)
-        return Insert(groups, tables, priorities.tolist(), step_lists, release_ids.tolist())
-
-    def _check_signatures(self, tables: list, lengths: np.ndarray, lid: np.ndarray, layouts: list) -> None:
-        """Each item's steps hold what its table's signature says (one check per distinct
-        table, length and step layout of the call)."""
-        kinds = list(dict.fromkeys(zip(tables, lengths.tolist())))
+        kinds = list(dict.fromkeys(zip(tables, lengths_list)))
         expected = [self.accepts(table).steps_of(table, length) for table, length in kinds]
-        kind_of_item = (
-            np.array([kinds.index(k) for k in zip(tables, lengths.tolist())], np.int64)
-            if tables
-            else np.zeros(0, np.int64)
-        )
-        pairs = np.unique(np.repeat(kind_of_item, lengths) * len(layouts) + lid) if len(lid) else []
-        for pair in np.asarray(pairs).tolist():
-            kind, layout = divmod(pair, len(layouts))
-            want, got = expected[kind], layouts[layout]
-            if want is not None and got not in want:
-                table, length = kinds[kind]
-                raise ValueError(_mismatch(table, length, self._accepts[table].names, want[0], got))
+        layouts = {layout for _, _, layout in groups} | set(found)
+        if len(layouts) == 1:  # (the usual call: every step it names has one layout)
+            seen = [layouts] * len(kinds)
+        else:  # (steps of several layouts: which items hold which)
+            layout_of = {i: layout for indices, _, layout in groups for i in indices}
+            layout_of.update(zip(earlier, found))
+            by_kind: dict[tuple, set] = {kind: set() for kind in kinds}
+            for kind, item in zip(zip(tables, lengths_list), step_lists):
+                by_kind[kind].update(map(layout_of.__getitem__, item))
+            seen = [by_kind[kind] for kind in kinds]
+        for (table, length), want, got in zip(kinds, expected, seen):
+            bad = [layout for layout in got if want is not None and layout not in want]
+            if bad:
+                raise ValueError(_mismatch(table, length, self._accepts[table].names, want[0], bad[0]))
+        for table, length in kinds:
+            self.pin_length(table, length)
+        return Insert(groups, tables, priorities, step_lists, release_ids)
 
 
 def restore_checks(checker: CallChecker, table: str, length: int, layout: Layout) -> None:
@@ -251,10 +236,18 @@ def check_columns(columns: Sequence[Any], rows: int, what: str) -> Layout:
             )
         if len(column) != rows:
             raise ValueError(f"{what}: column {c} holds {len(column)} steps, its indices {rows}")
-        if column.dtype.kind in "fc" and not np.isfinite(column).all():
+        if column.dtype.kind in "fc" and not _finite(column):
             raise ValueError(f"{what}: column {c} ({column.dtype.name}) holds NaN or inf; replay keeps finite numbers")
         layout.append((column.shape[1:], column.dtype.str))
     return tuple(layout)
+
+
+def _finite(column: np.ndarray) -> bool:
+    """Whether every number of a float column is finite: a small one's sum is (one reduction, no
+    temporary: NaN and inf propagate; a sum that overflows is checked element by element)."""
+    if column.dtype.kind == "f" and column.size <= 4096 and math.isfinite(np.add.reduce(column, axis=None)):
+        return True
+    return bool(np.isfinite(column).all())
 
 
 def _mismatch(table: str, length: int, names: tuple, want: Layout, got: Layout) -> str:
@@ -268,7 +261,7 @@ def _mismatch(table: str, length: int, names: tuple, want: Layout, got: Layout) 
     )
 
 
-def _group(group: Any) -> tuple[np.ndarray, list, Layout]:
+def _group(group: Any) -> tuple[list[int], list, Layout]:
     pair = _list(group, "a step group")
     if len(pair) != 2:
         raise ValueError(f"a step group is [indices, columns], got {_short(group)}")
@@ -277,7 +270,7 @@ def _group(group: Any) -> tuple[np.ndarray, list, Layout]:
     return indices, columns, check_columns(columns, len(indices), "a step group")
 
 
-def _items(items: Any) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+def _items(items: Any) -> tuple[list, list, list, list]:
     parts = _list(items, "items")
     if len(parts) != 4:
         raise ValueError(f"items are [tables, priorities, lengths, step indices], got {len(parts)} parts")
@@ -286,10 +279,10 @@ def _items(items: Any) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
         raise ValueError(f"the items' tables must be table names, got {_short(tables)}")
     priorities = check_priorities(parts[1])
     lengths = _indices(parts[2], "the items' lengths", low=None)
-    if len(lengths) and lengths.min() < 1:
-        raise ValueError(f"an item's length must be >= 1 step, got {int(lengths.min())}")
+    if lengths and min(lengths) < 1:
+        raise ValueError(f"an item's length must be >= 1 step, got {min(lengths)}")
     flat = _indices(parts[3], "the items' step indices")
-    if not (len(tables) == len(priorities) == len(lengths)) or int(lengths.sum()) != len(flat):
+    if not (len(tables) == len(priorities) == len(lengths)) or sum(lengths) != len(flat):
         raise ValueError(
             f"an insert of {len(tables)} tables, {len(priorities)} priorities, "
             f"{len(lengths)} lengths and {len(flat)} step indices does not add up"
@@ -297,25 +290,19 @@ def _items(items: Any) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
     return tables, priorities, lengths, flat
 
 
-def _indices(values: Any, what: str, low: int | None = 0) -> np.ndarray:
-    """Integers (``>= low`` unless it is ``None``) as a 1-D int64 array."""
+def _indices(values: Any, what: str, low: int | None = 0) -> list[int]:
+    """A 1-D array of integers (``>= low`` unless it is ``None``, below 2**63) as a list."""
     try:
         array = values if isinstance(values, np.ndarray) else np.asarray(values if isinstance(values, list) else None)
     except (TypeError, ValueError):
         array = np.asarray(None)
-    if array.ndim == 1 and array.size == 0:
-        return np.zeros(0, np.int64)
-    if (
-        array.ndim != 1
-        or array.dtype.kind not in "iu"
-        or (low is not None and array.min() < low)
-        or (array.dtype.kind == "u" and array.max() > np.iinfo(np.int64).max)
-    ):
+    listed = array.tolist() if array.ndim == 1 and (array.dtype.kind in "iu" or array.size == 0) else None
+    if listed is None or listed and (low is not None and min(listed) < low or max(listed) >= 2**63):
         raise ValueError(
             f"{what} must be a 1-D array of integers below 2**63{'' if low is None else f' and >= {low}'}, "
             f"got {_short(values)}"
         )
-    return array.astype(np.int64, copy=False)
+    return listed
 
 
 def _list(value: Any, what: str) -> list:

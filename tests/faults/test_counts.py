@@ -96,6 +96,7 @@ def test_the_replay_checkpoint_run_json_names_survives_reverb_removing_it(tmp_pa
 
     shutil.rmtree(old)  # (what Reverb does as it writes B)
     (checkpoints / "replay" / "B").mkdir()
+    (checkpoints / "replay" / "B" / "DONE").write_bytes(b"")  # (complete: the older one may go once B is committed)
     recover_committed_replay(str(checkpoints), "A")  # (the resume, run.json still naming A)
     assert (old / "items.tfrecord").read_bytes() == b"items of A" and not (checkpoints / KEPT / "A").exists()
     keep_committed_replay(str(checkpoints))

@@ -103,9 +103,15 @@ def test_a_frozen_actor_does_not_stop_the_run_and_is_killed_at_its_end(tmp_path)
     assert proc.returncode == 0, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
     # actor_0 took the budget, but for the steps granted to the frozen actor_1 (StepGrants): the
-    # run ended STALL_S after the last step reported, short by what actor_1 holds
+    # run ended once actor_1's heartbeat had stopped for STALL_S, short by what actor_1 holds, and
+    # said so on the terminal
     assert result["env_steps"] <= 6000 + 7 and result["env_steps"] + result.get("env_steps_held", 0) >= 6000
+    if "env_steps_held" in result:
+        assert re.search(r"\nshoal: warning: the run ends at [\d,]+ of its 6,000 env steps: the rest is granted "
+                         r"to actor_1 ", err), err[-2000:]
     assert re.search(r"\n  actor_1 +actor +killed +0  ", err), err[-2000:]  # after the grace period
+    # (counted all the same: it ran)
+    assert result["num_actors"] == 2 and result["actors_without_summary"] == {"actor_1": "killed"}, result
     assert not alive(list(pids.values()))
 
 

@@ -167,7 +167,8 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     evaluate.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
                           help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)")
     evaluate.add_argument("--seed", type=int, default=None,
-                          help="the episodes' seed, in [0, 2**32 - 1] (default: a fresh one, printed)")
+                          help="the episodes' seed, >= 0: episode i is reset with seed + i, at most 2**31 - 1 "
+                               "(default: a fresh one, printed)")
     evaluate.add_argument("--sample", action="store_true", help="act as in training (sampled), not greedily")
     evaluate.add_argument("--env-arg", dest="env_args", action="append", type=flag_values.parse_env_arg, default=[],
                           metavar="KEY=VALUE", help="change an argument of the run's env (repeatable)")

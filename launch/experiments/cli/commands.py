@@ -168,8 +168,8 @@ def control(args: argparse.Namespace) -> None:
     """``shoal scale`` / ``shoal status``: prints the running program's node table; ``status``
     then (after a blank line) what the run's files say of it (``status.describe_run``), also
     of a run that ended or runs in one process. ``status`` first checks the run directory as a
-    run does (``check_run_directory``: no link in it, nothing another user owns): it reads
-    nothing through a link."""
+    run does (``check_run_directory``: no link in it, nothing another user owns; an entry a live
+    run removes meanwhile is passed): it reads nothing through a link."""
     from shoal.launch.programs.control import connect_control
 
     if args.command == "scale":
@@ -182,7 +182,7 @@ def control(args: argparse.Namespace) -> None:
     if is_run:  # (before anything is read or printed)
         from shoal.core.files import check_run_directory
 
-        check_run_directory(args.run_dir)
+        check_run_directory(args.run_dir, flag=None)  # (a refusal names what to fix here, not another --run-dir)
     try:
         client = connect_control(args.run_dir)
     except ValueError:

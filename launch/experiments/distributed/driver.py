@@ -20,6 +20,7 @@ from shoal.launch.experiments.distributed.results import program_result
 from shoal.launch.experiments.distributed.settings import max_actors
 from shoal.launch.experiments.distributed.step_grants import LEARNING
 from shoal.launch.programs.control import serve_control
+from shoal.launch.programs.states import NodeState
 
 
 class ProgramDriver:
@@ -100,9 +101,13 @@ class ProgramDriver:
         evaluator = results.get("evaluator")
         if terminated and evaluator is None:  # stopped before the evaluator served: no evaluation
             evaluator = {"result": self._unevaluated()}
+        if evaluator and evaluator.get("warning"):  # (the run ended short of its budget: say why, where the user looks)
+            print(f"shoal: warning: {evaluator['warning']}", file=sys.stderr, flush=True)
+        actors_ran = {label: run.states[label].value for label, worker in run.workers.items()
+                      if worker.node.group == "actor" and run.states[label] != NodeState.PENDING}
         return program_result(evaluator, run.results(), terminated=reason() if terminated else None,
                               checkpointed=self._checkpointed, saved=self._saved, launched_at=self._launched_at,
-                              actor_counts=self._actor_counts,
+                              actor_counts=self._actor_counts, actors_ran=actors_ran,
                               autoscale_mode=self._autoscale.status()["mode"] if self._autoscale is not None else None)
 
     def _tick_autoscale(self, run) -> None:

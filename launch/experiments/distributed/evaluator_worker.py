@@ -12,7 +12,7 @@ import jax
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
-from shoal.launch.experiments.distributed.step_grants import STALL_S, committed_env_steps
+from shoal.launch.experiments.distributed.step_grants import ALIVE, STALL_S, committed_env_steps, holders
 from shoal.launch.experiments.distributed.workers import self_play_pool, summary
 from shoal.launch.programs.nodes import should_stop
 
@@ -22,9 +22,12 @@ class EvaluatorWorker:
     budget is spent, or the program is asked to stop; returns the run's result.
 
     The budget is spent once the counter's ``env_steps`` reaches ``max_env_steps`` -- or once it
-    is all granted (``StepGrants``) and no step was reported for ``STALL_S``: actors that stopped
-    (frozen) hold the rest, and the run ends short of its budget by what they hold (the
-    result's ``env_steps_held``) rather than waiting for them forever."""
+    is all granted (``StepGrants``) and every actor holding a part of it is frozen: its
+    heartbeat (``step_grants.Heartbeat``) stopped for ``STALL_S``. The run then ends short of
+    its budget by what they hold (the result's ``env_steps_held``; the node's ``warning``, which
+    the driver prints) rather than waiting for them forever. An actor whose steps wait (on the
+    rate limiter, on a learner that a busy machine slows down) beats on and is waited for,
+    however long no step is reported."""
 
     def __init__(self, config: ExperimentConfig, learner, counter, launched_at: float | None = None,
                  resume: dict[str, Any] | None = None) -> None:
@@ -48,17 +51,19 @@ class EvaluatorWorker:
 
     def run(self) -> dict[str, Any]:
         evaluator, counts, budget = self._evaluator, {}, self._config.max_env_steps
-        last_steps, changed_at, held = -1, time.monotonic(), 0
+        held, warning, beats = 0, None, Heartbeats()
         while not should_stop():
             counts = self._counter.get_counts()
             env_steps = int(counts.get("env_steps", 0))
-            if env_steps != last_steps:
-                last_steps, changed_at = env_steps, time.monotonic()
+            beats.saw(counts)
             out_of_budget = env_steps >= budget
-            if not out_of_budget and committed_env_steps(counts) >= budget and time.monotonic() - changed_at > STALL_S:
+            frozen = beats.frozen(holders(counts)) if not out_of_budget and committed_env_steps(counts) >= budget else {}
+            if frozen:
                 out_of_budget, held = True, committed_env_steps(counts) - env_steps
-                print(f"[evaluator] the budget is all granted, but no step was reported for {STALL_S:g} s: "
-                      f"ends at {env_steps:,} env steps; stuck actors hold {held:,}", flush=True)
+                warning = (f"the run ends at {env_steps:,} of its {budget:,} env steps: the rest is granted to "
+                           + ", ".join(f"{label} ({n:,} steps)" for label, n in sorted(frozen.items()))
+                           + f", whose heartbeat stopped {STALL_S:g} s ago (frozen?)")
+                print(f"[evaluator] {warning}", flush=True)
             if evaluator.due(env_steps) or out_of_budget:
                 if self._pool is not None:  # (the win rates against the pool: its latest snapshots)
                     self._pool.sync()
@@ -74,4 +79,28 @@ class EvaluatorWorker:
             result["env_steps_held"] = held
         evaluator.close()
         return {**summary(evaluator.stopwatch, time.monotonic() - self._start), "result": result,
-                "schedule": evaluator.save()}
+                "schedule": evaluator.save(), **({"warning": warning} if warning else {})}
+
+
+class Heartbeats:
+    """When the evaluator last saw each actor's heartbeat count (``step_grants.ALIVE``) change."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[float, float]] = {}  # label: (count, since when)
+
+    def saw(self, counts: dict[str, float]) -> None:
+        now = time.monotonic()
+        for key, count in counts.items():
+            if key.startswith(ALIVE) and self._seen.get(key[len(ALIVE):], (None,))[0] != count:
+                self._seen[key[len(ALIVE):]] = (count, now)
+
+    def frozen(self, held: dict[str, int]) -> dict[str, int]:
+        """``held`` (``{label: env steps}``, ``step_grants.holders``) if every one of them has
+        shown no heartbeat for ``STALL_S`` (one that never beat: since it was first seen
+        holding), else ``{}``."""
+        now = time.monotonic()
+        for label in held:
+            self._seen.setdefault(label, (-1.0, now))
+        if held and all(now - self._seen[label][1] > STALL_S for label in held):
+            return held
+        return {}

@@ -25,7 +25,7 @@ from shoal.launch.experiments.run_directory.self_play_pools import restore_pool,
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.shared_params import ParamsPublisher
 from shoal.launch.experiments.distributed.step_grants import LEARNING
-from shoal.launch.experiments.distributed.workers import summary
+from shoal.launch.experiments.distributed.workers import failure, summary
 from shoal.launch.programs.nodes import should_stop
 
 
@@ -141,6 +141,12 @@ class LearnerWorker:
                     reported, last = self._report(reported, first=True), time.monotonic()
                 if time.monotonic() - last > 0.5:  # learner_steps, stale_batches_dropped, ...
                     reported, last = self._report(reported), time.monotonic()
+        except Exception as e:  # noqa: BLE001 -- raised again unless the program is ending
+            if not should_stop():
+                raise
+            # (a stop that came while the update waited on replay, which then closed: no failure)
+            print(f"[learner] stopping: its last update did not end ({failure(e)}); the program is ending",
+                  flush=True)
         finally:
             self._running.clear()
             self._serve_checkpoints()  # (one asked for just before the stop)
@@ -149,7 +155,10 @@ class LearnerWorker:
             finally:
                 self._params.close()
                 self._learner.close()
-        self._report(reported)
+        try:
+            self._report(reported)
+        except Exception as e:  # noqa: BLE001 -- the counter stopped first (the program is ending)
+            print(f"[learner] stopping: its last counts were not reported ({failure(e)})", flush=True)
         pool = {"self_play_pool": self._pool.versions} if self._pool is not None else {}
         return summary(self.stopwatch, time.monotonic() - started, first_update_at=self._first_update_at,
                        first_update_env_steps=self._first_update_env_steps,

@@ -10,7 +10,8 @@ from shoal.core.timing import breakdown
 
 def program_result(evaluator: dict[str, Any] | None, summaries: dict[str, Any], *, terminated: str | None,
                    checkpointed: dict[str, int] | None, saved: dict[str, Any] | None, launched_at: float,
-                   actor_counts: list[dict[str, Any]], autoscale_mode: str | None) -> dict[str, Any]:
+                   actor_counts: list[dict[str, Any]], autoscale_mode: str | None,
+                   actors_ran: dict[str, str] | None = None) -> dict[str, Any]:
     """The evaluator's result with every node's summary (``summaries``, by label).
 
     ``env_steps`` is the counter's as the run's last checkpoint recorded it (``checkpointed``,
@@ -21,7 +22,11 @@ def program_result(evaluator: dict[str, Any] | None, summaries: dict[str, Any], 
     resumed from (``None``: a fresh run). ``actor_counts``: ``program.csv``'s rows of this
     launch, each with its reason (``start``, the autoscaler's, or ``shoal scale``).
     ``autoscale_mode``: the autoscaler's mode, with ``num_actors="auto..."``. ``terminated``:
-    the signal that stopped the run (``"SIGTERM"``, ``"SIGINT"``), if one did.
+    the signal that stopped the run (``"SIGTERM"``, ``"SIGINT"``), if one did. ``actors_ran``:
+    ``{label: final state}`` of every actor node this launch started: ``num_actors`` counts
+    them all, and one that left no summary (killed at the end, stopped while it was starting)
+    is in ``time_breakdown`` with all its time ``other`` (unaccounted) and in
+    ``actors_without_summary`` with its state.
     """
     if evaluator is None:
         raise RuntimeError("the program ended before its evaluator returned a result")
@@ -29,9 +34,14 @@ def program_result(evaluator: dict[str, Any] | None, summaries: dict[str, Any], 
     summaries = {label: s for label, s in sorted(summaries.items()) if isinstance(s, dict) and "time_s" in s}
     actors = {label: s for label, s in summaries.items() if label.startswith("actor_")}
     learner = summaries.get("learner") or {}
+    missing = {label: state for label, state in sorted((actors_ran or {}).items()) if label not in actors}
     result.update(time_breakdown={label: breakdown(s["time_s"], s["wall_s"]) for label, s in summaries.items()},
-                  num_actors=len(actors), actor_steps_per_s=round(sum(s["steps_per_s"] for s in actors.values()), 1),
+                  num_actors=len(actors) + len(missing), actor_steps_per_s=round(sum(s["steps_per_s"] for s in actors.values()), 1),
                   actor_steps_per_s_each={label: round(s["steps_per_s"], 1) for label, s in actors.items()})
+    if missing:
+        result["time_breakdown"] = dict(sorted({**result["time_breakdown"],
+                                                **{label: {"other": 1.0} for label in missing}}.items()))
+        result["actors_without_summary"] = missing
     counts = learner.get("counts") or {}
     if checkpointed is not None:  # (run.json's counts)
         result.update(env_steps=checkpointed["env_steps"], learner_steps=checkpointed["learner_steps"])

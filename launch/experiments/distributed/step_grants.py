@@ -1,16 +1,22 @@
 """An actor's share of a distributed run's env-step budget (``StepGrants``), reserved from the
-counter before it steps, and what the counter's grant keys add up to (``committed_env_steps``).
-Until the learner's first update an actor is paced: it steps only its head start."""
+counter before it steps, what the counter's grant keys add up to (``committed_env_steps``) and
+who holds them (``holders``), and an actor's sign of life (``Heartbeat``), by which the
+evaluator tells an actor that waits (on the rate limiter, on a learner slowed by a busy
+machine) from one that is frozen. Until the learner's first update an actor is paced: it steps
+only its head start."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 GRANT_S = 0.25  # an actor reserves about this long's worth of vector steps at a time
 GRANTED, SETTLED = "env_steps_granted_", "env_steps_settled_"  # counter keys, + the actor's label
-STALL_S = 5.0  # the budget is all granted and no step reported for this long: the holders are stuck
+ALIVE = "actor_alive_"  # counter key, + the actor's label: its heartbeats (``Heartbeat``)
+HEARTBEAT_S = 0.5  # an actor's heartbeat period
+STALL_S = 10.0  # an actor holding a grant whose heartbeat stopped for this long is frozen
 LEARNING = "learner_updating"  # counter key: the learner of this launch made its first update
-TRANSIENT = (GRANTED, SETTLED, LEARNING)  # counter keys of this launch only (run.json leaves them out)
+TRANSIENT = (GRANTED, SETTLED, ALIVE, LEARNING)  # counter keys of this launch only (run.json leaves them out)
 
 
 def committed_env_steps(counts: dict[str, float]) -> int:
@@ -18,6 +24,39 @@ def committed_env_steps(counts: dict[str, float]) -> int:
     actor's grants not yet settled."""
     return int(counts.get("env_steps", 0)) + int(sum(
         v - counts.get(SETTLED + k[len(GRANTED):], 0) for k, v in counts.items() if k.startswith(GRANTED)))
+
+
+def holders(counts: dict[str, float]) -> dict[str, int]:
+    """``{label: env steps}`` of the actors holding grants they have not settled (taken and
+    not reported yet, or not taken)."""
+    held = {k[len(GRANTED):]: int(v - counts.get(SETTLED + k[len(GRANTED):], 0))
+            for k, v in counts.items() if k.startswith(GRANTED)}
+    return {label: n for label, n in held.items() if n > 0}
+
+
+class Heartbeat:
+    """An actor's sign of life: a thread of its own adds 1 to the counter's ``ALIVE + label``
+    every ``HEARTBEAT_S``, also while the actor's step waits (on the table's rate limiter, on a
+    learner that a busy machine slows down), and stops only with the process (frozen, killed)
+    or ``stop()``. A failed call is skipped (the next one tries again)."""
+
+    def __init__(self, counter, label: str) -> None:
+        self._counter, self._key = counter, ALIVE + label
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="shoal-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while True:
+            try:
+                self._counter.increment(**{self._key: 1})
+            except Exception:  # noqa: BLE001 -- (the counter is busy or ending: the next beat)
+                pass
+            if self._stop.wait(HEARTBEAT_S):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 class StepGrants:

@@ -25,7 +25,7 @@ from shoal.core.specs import EnvironmentSpec, make_environment_spec, map_observa
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
-from shoal.launch.experiments.distributed.step_grants import StepGrants
+from shoal.launch.experiments.distributed.step_grants import Heartbeat, StepGrants
 from shoal.launch.programs.nodes import current_context, should_stop
 
 STOP_FLUSH_S = 1.0  # how long a stopping actor waits for replay to take its last items
@@ -76,6 +76,17 @@ class ActorWorker:
     def __init__(self, config: ExperimentConfig, spec: EnvironmentSpec, actor_id: int, replay: ReplayClient,
                  learner, counter, resume: dict[str, Any] | None = None) -> None:
         self._label, self._counter, self._learner = f"actor_{actor_id}", counter, learner
+        # (the evaluator tells waiting from frozen by it; it beats while this actor builds and
+        # compiles too: a restarted one holds its predecessor's grant until its first report)
+        self._heartbeat = Heartbeat(counter, self._label)
+        try:
+            self._build(config, spec, actor_id, replay, learner, counter, resume)
+        except BaseException:
+            self._heartbeat.stop()
+            raise
+
+    def _build(self, config: ExperimentConfig, spec: EnvironmentSpec, actor_id: int, replay: ReplayClient,
+               learner, counter, resume: dict[str, Any] | None) -> None:
         ctx = current_context()
         restarted = ctx is not None and ctx.start_count > 1
         resume = None if restarted else resume  # (a restart: the counter knows better)
@@ -112,6 +123,7 @@ class ActorWorker:
         self._lock = threading.Lock()  # save() sees the schedule and key of the same step
         self._snapshot = self._actor.save()  # (taken at every report: for save() while a step blocks)
         self._started: float | None = None
+        self._reported = 0  # the env steps reported to the counter
 
     def save(self) -> dict[str, Any]:
         """This actor's schedule position (env steps) and RNG key: now, or, while a step is held
@@ -129,11 +141,40 @@ class ActorWorker:
                 "wall_s": time.monotonic() - self._started if self._started else 0.0}
 
     def run(self) -> dict[str, Any]:
-        loop, grants, reported = self._loop, self._grants, 0
-        last = started = self._started = time.monotonic()
+        """Acts until asked to stop; returns its summary. A stop while a step waits on a service
+        that closes because the program ends (replay's tables closed under a write the rate
+        limiter held, the counter or the learner gone) is no failure: one line in the log, and
+        the summary all the same."""
+        loop, self._reported, ended = self._loop, 0, False
+        started = self._started = time.monotonic()
+        try:
+            self._act()
+        except Exception as e:  # noqa: BLE001 -- raised again unless the program is ending
+            if not should_stop():
+                raise
+            ended = True  # (the nodes it calls are stopping: no more calls to them but the adder's close)
+            print(f"[{self._label}] stopping: its last step did not end ({failure(e)}): the program is "
+                  "ending; its last steps are not reported", flush=True)
+        finally:
+            self._heartbeat.stop()
+        wall_s = time.monotonic() - started
+        if not ended:
+            self._end_quietly("its last steps were not reported", self._report, self._reported, release=True)
+            # a last row, so that a short run's log is not left empty (best effort: the learner may be gone)
+            self._end_quietly("no last log row: the learner did not answer", self._log_staleness, loop)
+        closed = self._end_quietly("replay did not take its last items", close_adder, self._adder, STOP_FLUSH_S)
+        if closed is False and not ended:
+            print(f"[{self._label}] stopping: replay did not take this actor's last items within {STOP_FLUSH_S:g}s "
+                  "(the table's rate limiter held them back); they are dropped", flush=True)
+        self._logger.close()
+        return summary(loop.stopwatch, wall_s, env_steps=loop.env_steps, steps_per_s=loop.env_steps / max(wall_s, 1e-9))
+
+    def _act(self) -> None:
+        loop, grants = self._loop, self._grants
+        last = time.monotonic()
         while not should_stop():
             if grants.left == 0:
-                reported = self._report(reported, ask=True)
+                self._reported = self._report(self._reported, ask=True)
                 if grants.left == 0:  # the budget is spent (for now): the evaluator ends the run
                     send_pending(self._adder)  # (or the learner waits, for its first batch, on items gathered here)
                     time.sleep(0.05)
@@ -142,24 +183,23 @@ class ActorWorker:
                 loop.step()
             grants.took()
             if time.monotonic() - last > 0.5:
-                reported = self._report(reported)
+                self._reported = self._report(self._reported)
                 if self._pool is not None:  # (new snapshots: fetched like parameters)
                     with loop.stopwatch.time("param_fetch"):
                         self._pool.sync()
                 self._snapshot = self._actor.save()
                 self._log_staleness(loop)
                 last = time.monotonic()
-        self._report(reported, release=True)  # stopped while the program goes on (scaled down): its last steps count
-        wall_s = time.monotonic() - started
-        try:  # a last row, so that a short run's log is not left empty (best effort: the learner may be gone)
-            self._log_staleness(loop)
+
+    def _end_quietly(self, what: str, call, *args: Any, **kwargs: Any) -> Any:
+        """``call(*args, **kwargs)`` as this stopping actor ends: a node it calls may have
+        stopped first (the program is ending), and then ``what`` is one line in the log,
+        and ``None`` returned."""
+        try:
+            return call(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 -- an RPC to a node that stopped or failed
-            print(f"[{self._label}] no last log row: the learner did not answer ({type(e).__name__})", flush=True)
-        if not close_adder(self._adder, STOP_FLUSH_S):
-            print(f"[{self._label}] stopping: replay did not take this actor's last items within {STOP_FLUSH_S:g}s "
-                  "(the table's rate limiter held them back); they are dropped", flush=True)
-        self._logger.close()
-        return summary(loop.stopwatch, wall_s, env_steps=loop.env_steps, steps_per_s=loop.env_steps / max(wall_s, 1e-9))
+            print(f"[{self._label}] stopping: {what} ({failure(e)})", flush=True)
+            return None
 
     def _log_staleness(self, loop: EnvironmentLoop) -> None:
         """A row of ``actor_<i>.csv`` with the staleness: learner updates the params this actor
@@ -173,6 +213,12 @@ class ActorWorker:
         the next grant, or ``release`` what is left); returns the steps reported."""
         self._grants.report(self._loop.env_steps - reported, ask, release)
         return self._loop.env_steps
+
+
+def failure(error: BaseException) -> str:
+    """``Type: the first line of its message`` (at most 200 characters)."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first}"[:200]
 
 
 def self_play_pool(config: ExperimentConfig, learner) -> Any:
