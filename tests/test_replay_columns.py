@@ -133,7 +133,7 @@ def test_column_store_keeps_shared_steps_once_and_frees_them_with_their_last_ite
     block = [np.arange(6, dtype=np.float32).reshape(3, 2), np.arange(3, dtype=np.int32)]
     store.add_rows([("w", 0), ("w", 1), ("w", 2)], block)
     first, second = store.hold([("w", 0), ("w", 1)]), store.hold([("w", 1), ("w", 2)])  # (overlapping)
-    store.release([("w", 0), ("w", 1), ("w", 2)])  # (the writer lets go)
+    store.let_go([("w", 0), ("w", 1), ("w", 2), ("w", 2)])  # (the writer lets go, once however often)
     assert len(store) == 3  # (one row per step, the shared one once)
     columns = store.gather([first, second, first])
     np.testing.assert_array_equal(columns[0], [[[0, 1], [2, 3]], [[2, 3], [4, 5]], [[0, 1], [2, 3]]])

@@ -13,7 +13,9 @@ out; ``reserve`` sizes it up front from the tables that will use it (``max_size`
 length), so that a table filled to ``max_size`` costs its raw bytes plus the writers' windows.
 
 Writers name steps by ids (``(writer, index)``); the store maps the ids of steps a writer may
-still use in an item to rows (``hold``), and forgets an id when its row is freed. Thread-safe:
+still use in an item to rows (``hold``), and forgets an id when its row is freed. A writer's own
+reference goes once (``let_go``), however often a call lets go of the step: an item's rows are
+never freed under it. Thread-safe:
 one lock guards the lanes (writes into rows, growth, gathers are all short copies).
 """
 
@@ -76,6 +78,7 @@ class Lane:
         self.layout = layout
         self.columns = [_allocate((capacity, *shape), np.dtype(dtype)) for dtype, shape in layout]
         self.refs = np.zeros(capacity, np.int64)
+        self.writer = np.zeros(capacity, bool)  # the row's writer still holds it (one reference)
         self.ids: list[Hashable | None] = [None] * capacity
         self.free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack: free[:top]
         self.top = capacity
@@ -99,6 +102,7 @@ class Lane:
             columns.append(grown)
         self.columns = columns
         self.refs = np.concatenate([self.refs, np.zeros(capacity - old, np.int64)])
+        self.writer = np.concatenate([self.writer, np.zeros(capacity - old, bool)])
         self.ids.extend([None] * (capacity - old))
         added = np.arange(capacity - 1, old - 1, -1, dtype=np.int64)
         self.free = np.concatenate([added, self.free[: self.top]])
@@ -172,10 +176,11 @@ class ColumnStore:
                 for column, source in zip(lane.columns, block):
                     column[row] = source[k]
                 lane.refs[row] = 1
+                lane.writer[row] = True
                 step_id = step_ids[0]
                 old = self._where.get(step_id)
                 if old is not None:
-                    self._release_rows(old[0], [old[1]])
+                    self._let_go_row(old[0], old[1])
                 self._where[step_id] = (lane_number, row)
                 lane.ids[row] = step_id
                 return
@@ -188,11 +193,12 @@ class ColumnStore:
                 for column, source in zip(lane.columns, block):
                     column[taken] = source[picked]
             lane.refs[taken] = 1
+            lane.writer[taken] = True
             where, ids = self._where, lane.ids
             for step_id, row in zip(step_ids, taken.tolist()):
                 old = where.get(step_id)
                 if old is not None:  # (a step id sent again: its old row loses the writer's hold)
-                    self._release_rows(old[0], [old[1]])
+                    self._let_go_row(old[0], old[1])
                 where[step_id] = (lane_number, row)
                 ids[row] = step_id
 
@@ -234,6 +240,21 @@ class ColumnStore:
             for lane, rows in by_lane.items():
                 self._release_rows(lane, rows)
 
+    def let_go(self, step_ids: Sequence[Hashable]) -> None:
+        """The writer that added ``step_ids`` holds them no more: each loses that one reference
+        once (a step let go of twice, or never added, is left as it is)."""
+        with self._lock:
+            for s in step_ids:
+                place = self._where.get(s)
+                if place is not None:
+                    self._let_go_row(*place)
+
+    def _let_go_row(self, lane_number: int, row: int) -> None:
+        lane = self._lanes[lane_number]
+        if lane.writer[row]:
+            lane.writer[row] = False
+            self._release_rows(lane_number, [row])
+
     def _release_rows(self, lane_number: int, rows: np.ndarray | list[int]) -> None:
         lane = self._lanes[lane_number]
         refs = lane.refs
@@ -248,6 +269,7 @@ class ColumnStore:
             if len(freed_rows) == 1:
                 row = freed_rows[0]
                 refs[row] = 0
+                lane.writer[row] = False
                 step_id = lane.ids[row]
                 if step_id is not None:
                     if self._where.get(step_id) == (lane_number, row):
@@ -265,6 +287,7 @@ class ColumnStore:
             freed = np.unique(rows[refs[rows] <= 0])
         if len(freed):
             lane.refs[freed] = 0
+            lane.writer[freed] = False
             where, ids = self._where, lane.ids
             for row in freed.tolist():
                 step_id = ids[row]

@@ -220,7 +220,7 @@ class NativeReplayServer:
             done += taken
             if taken < len(run):
                 return done
-        self._store.release([(writer, i) for i in release])
+        self._store.let_go([(writer, i) for i in release])
         return len(tables)
 
     def sample(self, table: str, num_items: int, timeout_s: float) -> dict[str, Any] | None:
@@ -406,7 +406,7 @@ class NativeReplayServer:
                 top = max(top, int(key))
             self._tables[name].restore(saved["counts"], items)
         for layout_ids in ids:  # (no writer holds them: the items' references keep them)
-            self._store.release(layout_ids)
+            self._store.let_go(layout_ids)
         self._keys = iter(range(top + 1, 1 << 62))
 
 
