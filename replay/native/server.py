@@ -67,26 +67,26 @@ MAX_SEGMENTS = 256  # client segments mapped at once (those of exited clients go
 
 class StepStore:
     """Steps by id, each with a reference count (the items that use it, plus one while its
-    writer holds it). Thread-safe. A step's columns are kept with a leading axis of 1, so a
+    writer holds it, let go of once: ``let_go``). Thread-safe. A step's columns are kept with a leading axis of 1, so a
     sample's column is one ``np.concatenate`` (``np.stack`` of many small arrays cost 5x more).
     Steps that arrived together are rows of one *block* (an array per column) and are kept as
     views of it, so that an item of consecutive rows of one block is gathered as one slice per
     column (``pieces``); a block's memory goes with the last of its steps."""
 
     def __init__(self) -> None:
-        self._steps: dict[Any, list] = {}  # id -> [columns, references, block, row]
+        self._steps: dict[Any, list] = {}  # id -> [columns, references, block, row, writer holds it]
         self._lock = threading.Lock()
 
     def add(self, step_id: Any, columns: list) -> None:
         with self._lock:
-            self._steps[step_id] = [columns, 1, None, 0]
+            self._steps[step_id] = [columns, 1, None, 0, True]
 
     def add_rows(self, step_ids: Sequence[Any], block: list, rows: Sequence[int] | None = None) -> None:
         """Steps ``step_ids`` are rows ``rows`` (default ``0, 1, ...``) of ``block`` (one array
         per column)."""
         with self._lock:
             for step_id, row in zip(step_ids, range(len(step_ids)) if rows is None else rows):
-                self._steps[step_id] = [[c[row : row + 1] for c in block], 1, block, row]
+                self._steps[step_id] = [[c[row : row + 1] for c in block], 1, block, row, True]
 
     def hold(self, step_ids: Sequence[Any]) -> tuple:
         with self._lock:
@@ -102,6 +102,18 @@ class StepStore:
             for s in step_ids:
                 entry = self._steps.get(s)
                 if entry is not None:
+                    entry[1] -= 1
+                    if entry[1] <= 0:
+                        del self._steps[s]
+
+    def let_go(self, step_ids: Sequence[Any]) -> None:
+        """The writer that added ``step_ids`` holds them no more: each loses that one reference
+        once (a step released twice, or never added, is left as it is)."""
+        with self._lock:
+            for s in step_ids:
+                entry = self._steps.get(s)
+                if entry is not None and entry[4]:
+                    entry[4] = False
                     entry[1] -= 1
                     if entry[1] <= 0:
                         del self._steps[s]
@@ -136,7 +148,7 @@ class StepStore:
         runs: list[list] = []  # [block, columns, start, last, stride, count]
         with self._lock:
             for s in step_ids:
-                columns, _, block, row = self._steps[s]
+                columns, _, block, row, _ = self._steps[s]
                 run = runs[-1] if runs else None
                 if block is not None and run is not None and run[0] is block and row > run[3]:
                     if run[5] == 1 or row - run[3] == run[4]:
@@ -288,7 +300,7 @@ class NativeReplayServer:
             done += taken
             if taken < len(run):
                 return done
-        self._store.release([(writer, i) for i in release])
+        self._store.let_go([(writer, i) for i in release])
         return len(tables)
 
     def sample(self, table: str, num_items: int, timeout_s: float) -> dict[str, Any] | None:
@@ -477,7 +489,7 @@ class NativeReplayServer:
                 top = max(top, int(key))
             self._tables[name].restore(saved["counts"], items)
         # (each step was added with one reference for a writer; no writer holds them now)
-        self._store.release(list({s for t in self._tables.values() for item in t.items.values() for s in item.steps}))
+        self._store.let_go(list({s for t in self._tables.values() for item in t.items.values() for s in item.steps}))
         self._keys = iter(range(top + 1, 1 << 62))
 
 
