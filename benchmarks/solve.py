@@ -57,6 +57,7 @@ import sys
 import time
 
 from shoal.core.files import json_text, open_append, write_output
+from shoal.launch.experiments.cli.compare_plots import label_axes, pyplot
 
 SPREAD = "pettingzoo:mpe2.simple_spread_v3"
 POPGYM = ("popgym-RepeatPreviousEasy-v0", "popgym-CountRecallEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0")
@@ -106,6 +107,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.suite and (args.agents or args.envs):
         parser.error("--suite picks the agents and envs; drop --agents/--envs")
+    try:  # (the figures' matplotlib, the plots extra: missing, said before hours of runs, not after)
+        pyplot("benchmarks/solve.py's figures")
+    except RuntimeError as e:
+        raise SystemExit(f"solve.py: error: {e}") from None
     tasks = SUITES[args.suite] if args.suite else [(a, e) for a in args.agents or ["dqn"]
                                                    for e in args.envs or ["CartPole-v1"]]
     extra = [a for a in args.extra if a != "--"]
@@ -242,13 +247,7 @@ def training_return(run_dir: str, episodes: int = 100) -> float:
 
 
 def plot(runs: list[dict], path: str, title: str, target: float | None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from shoal.launch.experiments.cli.compare_plots import label_axes
-
+    plt = pyplot("benchmarks/solve.py's figures")
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     for r in runs:
         try:

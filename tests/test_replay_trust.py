@@ -358,3 +358,13 @@ def test_no_replay_checkpoint_is_removed_before_a_newer_complete_one_exists(tmp_
     (replay / "B" / "DONE").write_text("")
     keep_only_replay_checkpoint(str(tmp_path / "checkpoints"), "B")
     assert sorted(p.name for p in replay.iterdir()) == ["B"]
+
+
+def test_a_writer_that_lets_go_of_a_step_twice_frees_no_step_an_item_holds(node):
+    """The writer's hold on a step goes once, however often a call lets go of it: the items that
+    use the step keep it (a learner's sample would otherwise fail on a step that is gone)."""
+    replay, raw, client = node
+    raw.insert("w", [[np.array([0]), step()]], items(["t"], [1.0], [1], [0]), np.array([0, 0]), 5.0)
+    raw.insert("w", [], items([], [], [], []), np.array([0]), 5.0)
+    sampled = client.sample_batch("t", 1, 5.0)
+    assert sampled["columns"][1].shape == (1, ENVS, 3) and len(replay._store) == 1

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import pathlib
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    raise SystemExit("docs/figures/data_flow.py draws with matplotlib, which is not installed: "
+                     "pip install 'shoal[plots]'") from None
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

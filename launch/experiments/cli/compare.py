@@ -39,7 +39,7 @@ import numpy as np
 
 from shoal.launch.experiments.cli import aggregates
 from shoal.launch.experiments.cli.compare_inputs import load_run
-from shoal.launch.experiments.cli.compare_plots import plot_task
+from shoal.launch.experiments.cli.compare_plots import plot_task, pyplot
 from shoal.core.files import check_output, json_text, write_output
 
 def group_of(config: dict[str, Any], by: str, path: str = "config.json") -> str:
@@ -73,6 +73,8 @@ def compare(run_dirs: Sequence[str], by: str = "agent", out: str | None = None, 
         raise ValueError("shoal compare needs at least one run directory")
     if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= aggregates.MAX_SAMPLES:
         raise ValueError(f"--bootstrap-samples must be in [1, {aggregates.MAX_SAMPLES:,}], got {samples}")
+    if out:
+        pyplot()  # (matplotlib, the plots extra, before anything is read or written: one line if missing)
     runs = [load_run(path) for path in run_dirs]
     empty = [r["path"] for r in runs if not len(r["evals"])]
     if len(empty) == len(runs):

@@ -1,6 +1,9 @@
 """The figures of ``shoal compare`` (``compare``): per task, each group's mean evaluation return,
 its runs' range shaded, against env steps and against wall seconds, as PNG and SVG; and the
-axes of such a learning-curve figure (``label_axes``, which ``benchmarks/solve.py`` uses too)."""
+axes of such a learning-curve figure (``label_axes``, which ``benchmarks/solve.py`` uses too).
+
+matplotlib is the ``plots`` extra (``pip install 'shoal[plots]'``), imported only by ``pyplot``
+when a figure is drawn: training never imports it."""
 
 from __future__ import annotations
 
@@ -20,14 +23,23 @@ def curve(runs: list[dict], column: int) -> tuple[np.ndarray, np.ndarray, np.nda
     return x, ys.mean(axis=0), ys.min(axis=0), ys.max(axis=0)
 
 
-def plot_task(runs: list[dict], task: str, path: str) -> None:
-    """``path``.png and ``path``.svg: each group's mean eval return (its range shaded) against
-    env steps and against wall seconds; the target dashed."""
-    import matplotlib
-
+def pyplot(what: str = "shoal compare's figures") -> Any:
+    """matplotlib's ``pyplot`` on the Agg backend (files, no display); where matplotlib is not
+    installed, a ``RuntimeError`` of one line saying that ``what`` needs the ``plots`` extra."""
+    try:
+        import matplotlib  # (the plots extra: loaded only to draw a figure)
+    except ImportError:
+        raise RuntimeError(f"{what} need matplotlib, which is not installed: pip install 'shoal[plots]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_task(runs: list[dict], task: str, path: str) -> None:
+    """``path``.png and ``path``.svg: each group's mean eval return (its range shaded) against
+    env steps and against wall seconds; the target dashed."""
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     for group in sorted({r["group"] for r in runs}):
         members = [r for r in runs if r["group"] == group]
