@@ -85,7 +85,7 @@ def read_record(path: str) -> dict[str, Any]:
         raise Damaged(
             f"{file} is not a native replay checkpoint (format {FORMAT}); a Reverb checkpoint needs --replay reverb"
         )
-    layouts = record.get("layouts")
+    layouts: Any = record.get("layouts")
     _expect(
         file,
         "layouts",
@@ -93,7 +93,7 @@ def read_record(path: str) -> dict[str, Any]:
         "a list of column counts",
         layouts,
     )
-    tables = record.get("tables")
+    tables: Any = record.get("tables")
     _expect(file, "tables", isinstance(tables, dict), "an object of tables", tables)
     for name, saved in tables.items():
         where = f"tables.{name}"
@@ -184,7 +184,7 @@ def _check_places(path: str, record: dict[str, Any], headers: dict[str, tuple]) 
     file = os.path.join(path, "steps.npz")
     rows = []
     for n, count in enumerate(record["layouts"]):
-        shapes = [headers.get(f"l{n}_c{c}") for c in range(count)]
+        shapes: list[Any] = [headers.get(f"l{n}_c{c}") for c in range(count)]
         if any(s is None for s in shapes):
             c = next(c for c, s in enumerate(shapes) if s is None)
             raise Damaged(
@@ -216,7 +216,7 @@ def _complete(path: str) -> None:
         )
 
 
-def _expect(file: str, where: str, ok: bool, what: str, got: Any) -> None:
+def _expect(file: str, where: str, ok: Any, what: str, got: Any) -> None:
     if not ok:
         text = json.dumps(got)
         raise Damaged(
