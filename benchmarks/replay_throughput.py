@@ -26,7 +26,8 @@ them (one item per vector step of 16 envs, ``[16, ...]`` per field). Its JSON ha
 ``commit``) and ``in_process.sample.{uniform,prioritized}.items_per_s`` (transitions per second in
 batches of 256 -- 16 vector-step items -- from a full table of 500,000 transitions; the
 prioritized table takes one priority update of the batch's items after each batch, as DQN's
-learner sends them).
+learner sends them), and ``in_process.memory``: the process's resident memory grown by filling
+the table, per transition, beside a transition's raw bytes.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import sys
 import time
 
 import numpy as np
+import psutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -226,9 +228,15 @@ def measure_in_process(backend: str, window_s: float) -> dict:
         try:
             writer = client.writer(1, timeout_s=120)
             if sampler == "uniform":  # the insert rate: into the empty table, for the window
+                rss = psutil.Process().memory_info().rss
                 n, seconds = _fill(writer, columns, max_items, window_s)
                 out["insert"] = {"steps_per_s": round(n * IN_PROCESS_ENVS / seconds), "items_per_s": round(n / seconds)}
                 _fill(writer, columns, max_items - n)
+                grown = psutil.Process().memory_info().rss - rss
+                raw = sum(c.nbytes for c in columns) / IN_PROCESS_ENVS
+                out["memory"] = {"raw_bytes_per_transition": raw,
+                                 "rss_bytes_per_transition": round(grown / (max_items * IN_PROCESS_ENVS), 1),
+                                 "rss_over_raw": round(grown / (max_items * IN_PROCESS_ENVS) / raw, 2)}
             else:
                 _fill(writer, columns, max_items)
             dataset = transition_batches(client if backend == "native" else client.server_address, "t",

@@ -60,15 +60,22 @@ def layout_of(columns: Sequence[np.ndarray], leading: int = 1) -> Layout:
 
 
 class Rows:
-    """An item's steps: rows ``index`` (oldest first) of lane ``lane``."""
+    """An item's steps: rows ``index`` (oldest first) of lane ``lane``; a one-step item's
+    ``index`` is its row as a plain int (a table holds many: 28 bytes, not an array's 112)."""
 
     __slots__ = ("lane", "index")
 
-    def __init__(self, lane: int, index: np.ndarray) -> None:
+    def __init__(self, lane: int, index: np.ndarray | int) -> None:
         self.lane, self.index = lane, index
 
+    @property
+    def array(self) -> np.ndarray:
+        """The rows as an int64 array."""
+        index = self.index
+        return np.array([index], np.int64) if isinstance(index, int) else index
+
     def __len__(self) -> int:
-        return len(self.index)
+        return 1 if isinstance(self.index, int) else len(self.index)
 
 
 class Lane:
@@ -207,13 +214,13 @@ class ColumnStore:
         """One more reference to ``steps`` (step ids, or an item's ``Rows``): their ``Rows``."""
         with self._lock:
             if isinstance(steps, Rows):
-                _add(self._lanes[steps.lane].refs, steps.index, 1)
+                _add(self._lanes[steps.lane].refs, steps.array, 1)
                 return steps
             if len(steps) == 1:
                 place = self._where.get(steps[0])
                 if place is not None:
                     self._lanes[place[0]].refs[place[1]] += 1
-                    return Rows(place[0], np.array([place[1]], np.int64))
+                    return Rows(place[0], place[1])
             places = [self._where.get(s) for s in steps]
             if any(p is None for p in places):
                 missing = [s for s, p in zip(steps, places) if p is None]
@@ -230,7 +237,8 @@ class ColumnStore:
         """One reference less to ``steps`` (step ids, or ``Rows``); ids not held are ignored."""
         with self._lock:
             if isinstance(steps, Rows):
-                self._release_rows(steps.lane, steps.index)
+                index = steps.index
+                self._release_rows(steps.lane, [index] if isinstance(index, int) else index)
                 return
             by_lane: dict[int, list[int]] = {}
             for s in steps:
@@ -250,9 +258,15 @@ class ColumnStore:
                     self._let_go_row(*place)
 
     def _let_go_row(self, lane_number: int, row: int) -> None:
+        """The writer's reference to ``row`` goes, and with it the step's id: an item is made
+        only of steps its writer holds, so an id let go of names nothing any more."""
         lane = self._lanes[lane_number]
         if lane.writer[row]:
             lane.writer[row] = False
+            step_id = lane.ids[row]
+            if step_id is not None and self._where.get(step_id) == (lane_number, row):
+                del self._where[step_id]
+            lane.ids[row] = None
             self._release_rows(lane_number, [row])
 
     def _release_rows(self, lane_number: int, rows: np.ndarray | list[int]) -> None:
@@ -302,10 +316,13 @@ class ColumnStore:
         """The items' columns: one gather per column, ``[len(items), ...]`` for one-step items,
         ``[len(items), length, ...]`` for longer ones (items of one sample have one length)."""
         indices = [item.index for item in items]
-        index = np.concatenate(indices) if len(items) > 1 else indices[0]
-        length = len(indices[0])
-        if len(index) != length * len(items) or any(len(i) != length for i in indices):
-            raise ValueError("items of one sample differ in length; a table's items must all have one length")
+        if all(isinstance(i, int) for i in indices):  # (one-step items)
+            index, length = np.array(indices, np.int64), 1
+        else:
+            arrays = [item.array for item in items]
+            index, length = np.concatenate(arrays), len(arrays[0])
+            if any(len(i) != length for i in arrays):
+                raise ValueError("items of one sample differ in length; a table's items must all have one length")
         with self._lock:
             lanes = {item.lane for item in items}
             if len(lanes) == 1:
@@ -314,7 +331,7 @@ class ColumnStore:
             else:  # (items of several layouts in one table: stacked item by item)
                 out = [
                     np.concatenate(parts)
-                    for parts in zip(*[[c[item.index] for c in self._lanes[item.lane].columns] for item in items])
+                    for parts in zip(*[[c[item.array] for c in self._lanes[item.lane].columns] for item in items])
                 ]
         if length == 1:
             return out
@@ -341,7 +358,7 @@ class ColumnStore:
         with self._lock:
             used: dict[int, list[np.ndarray]] = {}
             for item in items:
-                used.setdefault(item.lane, []).append(item.index)
+                used.setdefault(item.lane, []).append(item.array)
             out = {}
             for lane, parts in used.items():
                 rows = np.unique(np.concatenate(parts))

@@ -17,8 +17,6 @@ its lock. ``rng`` is a ``numpy.random.Generator`` (the table's, seeded from the 
 
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 
 
@@ -62,13 +60,26 @@ class UniformSelector:
 
 
 class _OrderedSelector:
+    """The keys in insertion order, in an array (positions ``[head, tail)`` of a ring that is
+    compacted when it fills): the oldest at ``head``, the newest at ``tail - 1``. A key deleted
+    from inside is marked gone and dropped when it reaches an end, so both ends are always live
+    keys (8 bytes a key, no object per key)."""
+
     newest = False
 
     def __init__(self) -> None:
-        self._keys: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._keys = np.zeros(16, np.int64)
+        self._head = self._tail = 0
+        self._gone: set[int] = set()
 
     def insert(self, key: int, priority: float) -> None:
-        self._keys[key] = None
+        if self._tail == len(self._keys):
+            live = self._keys[self._head : self._tail]
+            keys = np.zeros(max(16, 2 * len(live)), np.int64)
+            keys[: len(live)] = live
+            self._keys, self._head, self._tail = keys, 0, len(live)
+        self._keys[self._tail] = key
+        self._tail += 1
 
     def update(self, key: int, priority: float) -> None:
         pass
@@ -77,10 +88,22 @@ class _OrderedSelector:
         pass
 
     def delete(self, key: int) -> None:
-        del self._keys[key]
+        if self._keys[self._head] == key:
+            self._head += 1
+        elif self._keys[self._tail - 1] == key:
+            self._tail -= 1
+        else:
+            self._gone.add(key)
+        keys, gone = self._keys, self._gone
+        while gone and self._head < self._tail and int(keys[self._head]) in gone:
+            gone.discard(int(keys[self._head]))
+            self._head += 1
+        while gone and self._tail > self._head and int(keys[self._tail - 1]) in gone:
+            gone.discard(int(keys[self._tail - 1]))
+            self._tail -= 1
 
     def select(self, rng: np.random.Generator) -> tuple[int, float]:
-        return next(reversed(self._keys) if self.newest else iter(self._keys)), 1.0
+        return int(self._keys[self._tail - 1 if self.newest else self._head]), 1.0
 
 
 class FifoSelector(_OrderedSelector):

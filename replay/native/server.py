@@ -357,7 +357,7 @@ class NativeReplayServer:
 
         def where(steps: Any) -> list[list[int]]:  # an item's steps as [layout number, row] pairs
             number, rows = numbers[steps.lane]
-            return [[number, row] for row in np.searchsorted(rows, steps.index).tolist()]
+            return [[number, row] for row in np.searchsorted(rows, steps.array).tolist()]
 
         record = {
             "format": 1,

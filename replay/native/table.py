@@ -43,7 +43,7 @@ class ReplayClosed(RuntimeError):
     """The replay server stopped while a call waited on one of its tables."""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Item:
     steps: Any  # its rows in the store (``ColumnStore.hold``), oldest first
     priority: float
