@@ -2,6 +2,8 @@ import importlib.util
 import os
 import tempfile
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # The CLI caches compiled JAX code; the suite uses a cache of its own, never the user's.
 os.environ.setdefault("SHOAL_COMPILATION_CACHE", tempfile.mkdtemp(prefix="shoal-test-jax-cache-"))
@@ -9,6 +11,21 @@ os.environ.setdefault("SHOAL_COMPILATION_CACHE", tempfile.mkdtemp(prefix="shoal-
 # Every test runs on every Python: a run, a server or a dataset a test makes without naming a
 # backend uses this Python's default (Reverb where it is installed, native elsewhere), and the
 # few tests of Reverb's own pieces skip themselves where it is not (pytest.importorskip).
+
+
+FAST_LAYER_XLA_FLAG = "--xla_backend_optimization_level=0"
+
+
+def pytest_configure(config):
+    """The fast layer (``-m "not e2e"``) compiles with XLA's backend optimisation off: its tests
+    check what a computation gives, never how fast it runs, and most of its time was the
+    compiler's (every fast test passes either way; the whole suite, e2e included, compiles as a
+    user's run does). ``XLA_FLAGS`` naming a level of its own keeps that level. Set here, before
+    this process's first JAX computation starts the backend (the processes a test starts inherit it)."""
+    if "not e2e" in (config.getoption("markexpr") or ""):
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_backend_optimization_level" not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} {FAST_LAYER_XLA_FLAG}".strip()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -32,3 +49,18 @@ def pytest_collection_modifyitems(config, items):
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+@pytest.fixture(scope="session")
+def finished_dqn_run(tmp_path_factory):
+    """A real one-process DQN run on CartPole that ended with a checkpoint (made from Python),
+    trained once per session for the tests that resume or refuse it; a test copies it before it
+    changes anything there (``shutil.copytree``), so each one sees it as it was written."""
+    from shoal.agents import get_builder
+    from shoal.launch import ExperimentConfig, run_experiment
+
+    run_dir = tmp_path_factory.mktemp("finished-dqn") / "run"
+    run_experiment(ExperimentConfig(builder=get_builder("dqn", min_replay_size=100), env_id="CartPole-v1",
+                                    num_envs=4, max_env_steps=400, eval_every=400, eval_episodes=2,
+                                    target_return=1e9, run_dir=str(run_dir), progress=False))
+    return run_dir

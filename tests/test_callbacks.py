@@ -70,6 +70,7 @@ def config(tmp_path, callbacks, **settings):
                              callbacks=callbacks, **settings)
 
 
+@pytest.mark.e2e  # (a real training run)
 def test_a_callback_sees_each_evaluation_can_end_the_run_and_one_that_raises_is_one_warning(tmp_path, capsys):
     stop, broken = StopAfter(2), Broken()
     result = run_experiment(config(tmp_path, [broken, stop]))
@@ -104,6 +105,7 @@ def test_a_callback_without_hooks_is_refused_before_the_run_starts(tmp_path):
     assert not os.path.exists(tmp_path / "run")
 
 
+@pytest.mark.e2e  # (a real training run)
 def test_a_callback_that_exits_ends_the_run_as_one_that_returns_true_with_one_line(tmp_path, capsys):
     exits = Exits("exit")
     result = run_experiment(config(tmp_path, [exits]))
@@ -118,6 +120,7 @@ def test_a_callback_that_exits_ends_the_run_as_one_that_returns_true_with_one_li
                      "returned True"]
 
 
+@pytest.mark.e2e  # (a real training run)
 def test_a_ctrl_c_while_a_callback_runs_interrupts_the_run_as_anywhere_else(tmp_path, capsys):
     """A KeyboardInterrupt in a callback is the user's Ctrl-C (from Python, a notebook): it leaves
     ``run_experiment`` as one anywhere in the run does, with no result and no word of a callback."""
@@ -128,6 +131,7 @@ def test_a_ctrl_c_while_a_callback_runs_interrupts_the_run_as_anywhere_else(tmp_
     assert not [line for line in capsys.readouterr().err.splitlines() if "callback" in line]
 
 
+@pytest.mark.e2e  # (a real training run)
 def test_a_callback_that_exits_in_on_end_leaves_the_result_standing(tmp_path, capsys):
     result = run_experiment(config(tmp_path, [StopAfter(1), ExitsAtEnd()]))
     assert result["stopped_by"] == "StopAfter"

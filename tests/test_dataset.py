@@ -136,6 +136,7 @@ def test_an_agents_example_batch_is_laid_out_as_its_dataset_yields(agent, env_id
     assert layout(example) == layout(real)
 
 
+@pytest.mark.e2e  # (a real Reverb server and dataset raced for ~8 s)
 def test_a_queue_written_around_the_stream_timeout_loses_no_item():
     """Items that arrive as a stream times out (Reverb drops what a worker fetched ahead: about 4
     in 1,000 before ``each_item_once``) all reach the queue's reader."""

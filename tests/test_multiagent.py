@@ -90,6 +90,7 @@ def test_without_the_agents_identity_one_policy_cannot_tell_the_agents_apart():
     env.close()
 
 
+@pytest.mark.e2e  # (`shoal train` in a subprocess, as a user types it)
 @pytest.mark.parametrize("env_id, message", [
     (f"{TOY}:mixed_spaces_env", "agents a and b have different observation spaces"),
     ("pettingzoo:no_such_module_here", "cannot import no_such_module_here"),

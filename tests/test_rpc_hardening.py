@@ -154,6 +154,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.e2e  # (a server in a second process)
 def test_unauthenticated_large_requests_are_refused_without_holding_memory():
     proc = subprocess.Popen([sys.executable, "-c", SERVE], stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, SHOAL_RPC_MAX_MESSAGE_MB="256"))

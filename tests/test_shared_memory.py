@@ -34,6 +34,7 @@ def _value(version, size):
     return {"a": np.full(size, version, np.float32), "b": np.full(size // 4, -version, np.int64)}
 
 
+@pytest.mark.e2e  # (reader processes, 3 s each)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("size", [8, 200_000])  # small: many header writes; large: long frame copies
 def test_readers_in_other_processes_never_see_a_torn_version(size):

@@ -15,6 +15,8 @@ from shoal.launch.experiments.evaluation import EVAL_SEED_OFFSET
 from shoal.launch.experiments.trained import checkpoints
 from tests.shoal_cli import run_shoal
 
+pytestmark = pytest.mark.e2e  # real training runs (PPO, QR-DQN), read by `shoal evaluate/export/status` in subprocesses
+
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 

@@ -111,6 +111,7 @@ def test_the_atari_video_env_observes_as_the_vector_env_and_renders_the_game_in_
     vector.close()
 
 
+@pytest.mark.e2e  # (a real training run)
 def test_a_run_records_videos_and_times_them(tmp_path):
     config = ExperimentConfig(builder=PPOBuilder(PPOConfig(rollout_length=64)), env_id="CartPole-v1", seed=0,
                               num_envs=4, max_env_steps=1024, eval_every=512, eval_episodes=2, target_return=1e9,

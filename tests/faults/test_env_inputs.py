@@ -83,6 +83,7 @@ def test_a_dict_observation_key_that_is_not_a_string_is_one_line_before_anything
 
 # 15. video frames that change size or are float
 
+@pytest.mark.e2e  # (a real training run with videos)
 @pytest.mark.parametrize("frames, says", [
     ("resize", r"render\(\) gave frame 3 of 30x20 pixels, frame 0 of 60x40; a video's frames all have one size"),
     ("float", r"render\(\) gave frame 0 as float32 of shape \(40, 60, 3\); a video takes \[height, width, 3\] "

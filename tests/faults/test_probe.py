@@ -4,6 +4,7 @@ own checks decide (``main``), against real programs and real checkpoints where t
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -11,9 +12,8 @@ import grpc
 import numpy as np
 import pytest
 
-from shoal.agents import get_builder
 from shoal.core.counting import Counter
-from shoal.launch import ExperimentConfig, Program, Resources, ServiceNode, launch, run_experiment
+from shoal.launch import Program, Resources, ServiceNode, launch
 from shoal.launch.programs.control import connect_control, serve_control
 from shoal.launch.programs.rpc import RemoteError
 from shoal.launch.programs.shared_memory import SharedValuePublisher, sweep_segments
@@ -97,14 +97,12 @@ def tree(path):
             for d, _, files in os.walk(path) for f in files if f != ".lock"}  # (the lock is taken and released)
 
 
-@pytest.fixture(scope="module")
-def checkpointed(tmp_path_factory):
-    """A real one-process run with its checkpoint (made from Python)."""
-    run_dir = tmp_path_factory.mktemp("checkpointed") / "run"
-    config = ExperimentConfig(builder=get_builder("dqn", min_replay_size=100), env_id="CartPole-v1", num_envs=4,
-                              max_env_steps=400, eval_every=400, eval_episodes=2, target_return=1e9,
-                              run_dir=str(run_dir), progress=False)
-    run_experiment(config)
+@pytest.fixture
+def checkpointed(finished_dqn_run, tmp_path):
+    """A real one-process run with its checkpoint (made from Python, once per session:
+    tests/conftest.py), copied for the test, which changes its files."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_dqn_run, run_dir, symlinks=True)
     return run_dir
 
 

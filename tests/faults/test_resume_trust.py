@@ -8,22 +8,18 @@ import sys
 
 import pytest
 
-from shoal.agents import get_builder
 from shoal.core import files
-from shoal.launch import ExperimentConfig, resume_experiment, run_experiment
+from shoal.launch import resume_experiment
 from shoal.launch.experiments.run_directory.directory import RunDirectory
 from shoal.launch.experiments.run_directory.claim import load_run
 from tests.faults.harness import shoal_main
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A real one-process run that ended with a checkpoint (made from Python; each test copies it)."""
-    run_dir = tmp_path_factory.mktemp("finished") / "run"
-    run_experiment(ExperimentConfig(builder=get_builder("dqn", min_replay_size=100), env_id="CartPole-v1",
-                                    num_envs=4, max_env_steps=400, eval_every=400, eval_episodes=2,
-                                    target_return=1e9, run_dir=str(run_dir), progress=False))
-    return run_dir
+def finished(finished_dqn_run):
+    """A real one-process run that ended with a checkpoint (made from Python, once per session:
+    tests/conftest.py; each test copies it)."""
+    return finished_dqn_run
 
 
 def _copy(finished, tmp_path, **config):
