@@ -283,3 +283,28 @@ def test_fifo_and_lifo_rings_take_the_oldest_or_newest_live_key_through_deletes_
             model.remove(gone)
         if model:
             assert selector.select(rng)[0] == (model[0] if kind == "fifo" else model[-1])
+
+
+def test_a_table_sized_for_a_million_atari_steps_takes_memory_only_as_it_fills():
+    """Its columns are mapped for every row at once (~113 GB here) without reserving that much:
+    the process grows by what is written, as the DQN Atari preset's 1M-item table needs."""
+    import psutil
+
+    frames = ArraySpec((2, 4, 84, 84), np.uint8)
+    signature = {"observation": frames, "next_observation": frames}
+    spec = TableSpec("t", sampler="uniform", remover="fifo", max_size=10**6,
+                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature=signature)
+    rss = psutil.Process().memory_info().rss
+    server = NativeReplayServer([spec], seed=0)
+    writer = server.client.writer(1, timeout_s=10)
+    step = [np.full((2, 4, 84, 84), 7, np.uint8), np.full((2, 4, 84, 84), 9, np.uint8)]
+    for _ in range(20):
+        writer.append(step)
+        writer.create_item("t", 1.0, 1)
+        writer.commit()
+    writer.flush()
+    served = server.sample("t", 4, 5.0)
+    assert served["columns"][0].shape == (4, 2, 4, 84, 84) and (served["columns"][1] == 9).all()
+    assert server._store.nbytes() > 100 * 2**30  # (mapped)
+    assert psutil.Process().memory_info().rss - rss < 200 * 2**20  # (not taken)
+    server.stop()

@@ -22,6 +22,7 @@ one lock guards the lanes (writes into rows, growth, gathers are all short copie
 from __future__ import annotations
 
 import mmap
+import sys
 import threading
 from typing import Any, Hashable, Sequence
 
@@ -29,6 +30,7 @@ import numpy as np
 
 Layout = tuple  # ((dtype str, step shape), ...) per column
 MIN_ROWS = 1024
+_MAP_NORESERVE = 0x4000 if sys.platform.startswith("linux") else 0  # (Python < 3.13 names it not)
 SMALL = 8  # index arrays up to this long are counted with plain indexing
 
 
@@ -41,7 +43,10 @@ def _allocate(shape: tuple, dtype: np.dtype) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes < 1 << 20:
         return np.empty(shape, dtype)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype).reshape(shape)
+    # (no swap space reserved for the whole of it: a table sized for 1M Atari steps maps its
+    # columns at once and takes memory only as they fill, as a store of separate steps did)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", _MAP_NORESERVE)
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), dtype).reshape(shape)
 
 
 def _add(refs: np.ndarray, rows: np.ndarray | list[int], value: int) -> None:
@@ -161,7 +166,11 @@ class ColumnStore:
         if lane is None:
             lane = self._lane_of[layout] = len(self._lanes)
             reserved = self._reserved.get(layout, 0)  # (and a little room for the writers' windows)
-            self._lanes.append(Lane(layout, max(MIN_ROWS, reserved + max(64, reserved // 32))))
+            try:
+                made = Lane(layout, max(MIN_ROWS, reserved + max(64, reserved // 32)))
+            except (OSError, MemoryError):  # (a system that maps no more than it has: grow as it fills)
+                made = Lane(layout, MIN_ROWS)
+            self._lanes.append(made)
         return lane
 
     def add(self, step_id: Hashable, columns: list) -> None:
