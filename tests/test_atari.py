@@ -19,6 +19,7 @@ from tests.shoal_cli import run_shoal
 pytest.importorskip("ale_py")
 
 
+@pytest.mark.e2e  # (the data path end to end: Atari's env, an actor, a real replay table and its dataset)
 @pytest.mark.parametrize("agent", ["dqn", "ppo"])
 def test_frames_stay_uint8_through_reverb(agent):
     config = experiment_config(agent, "ALE/Pong-v5", num_envs=2, agent_settings={"min_replay_size": 8} if agent == "dqn"

@@ -55,6 +55,7 @@ class _NoPriorities:
     """(A replay client for a learner that writes no priorities.)"""
 
 
+@pytest.mark.e2e  # (the data path end to end: env, actor, a real replay table, its dataset, the learner's update)
 @pytest.mark.parametrize("agent", ["dqn", "ppo", "impala", "sac"])
 def test_observations_go_through_reverb_as_dicts_and_the_learner_takes_them(agent):
     builder = get_builder(agent, **SETTINGS[agent])

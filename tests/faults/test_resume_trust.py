@@ -65,6 +65,7 @@ def test_resume_imports_and_calls_nothing_only_config_json_names(finished, tmp_p
     assert not mark.exists() and PLANTED not in sys.modules and _files(run_dir) == before
 
 
+@pytest.mark.e2e  # (a resumed run trained on to 480 env steps)
 @pytest.mark.timeout(300)
 def test_a_factory_named_again_or_a_trusted_directory_is_used(finished, tmp_path):
     factory = "tests.user_envs:short_cartpole"
