@@ -1,5 +1,7 @@
 import importlib.util
+import itertools
 import os
+import re
 import tempfile
 
 import pytest
@@ -17,15 +19,28 @@ FAST_LAYER_XLA_FLAG = "--xla_backend_optimization_level=0"
 
 
 def pytest_configure(config):
-    """The fast layer (``-m "not e2e"``) compiles with XLA's backend optimisation off: its tests
+    """The fast layer (an ``-m`` that leaves out every e2e test: ``-m "not e2e"``) compiles with XLA's backend optimisation off: its tests
     check what a computation gives, never how fast it runs, and most of its time was the
     compiler's (every fast test passes either way; the whole suite, e2e included, compiles as a
     user's run does). ``XLA_FLAGS`` naming a level of its own keeps that level. Set here, before
     this process's first JAX computation starts the backend (the processes a test starts inherit it)."""
-    if "not e2e" in (config.getoption("markexpr") or ""):
+    if _leaves_out_e2e(config.getoption("markexpr") or ""):
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_backend_optimization_level" not in flags:
             os.environ["XLA_FLAGS"] = f"{flags} {FAST_LAYER_XLA_FLAG}".strip()
+
+
+def _leaves_out_e2e(markexpr: str) -> bool:
+    """Whether ``-m markexpr`` selects no test marked ``e2e``, whatever its other marks."""
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(markexpr)
+    others = sorted(set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", markexpr)) - {"e2e", "and", "or", "not"})
+    return not any(expression.evaluate(lambda name, marks=marks, **_: name == "e2e" or name in marks)
+                   for marks in (set(itertools.compress(others, bits))
+                                 for bits in itertools.product((0, 1), repeat=len(others))))
 
 
 def pytest_collection_modifyitems(config, items):
