@@ -27,11 +27,11 @@ class ProgramFailed(RuntimeError):
 FAILURE_CHARS = 1000  # (a NaN loss's line holds the update and its batch's statistics)
 
 
-def failure_line(error: BaseException) -> str:
-    """``Type: first line of the message``, at most ``FAILURE_CHARS`` characters (a failed node's
-    line, written by its worker process and quoted by the launcher)."""
+def failure_line(error: BaseException, chars: int = FAILURE_CHARS) -> str:
+    """``Type: first line of the message``, at most ``chars`` characters (a failed node's line,
+    written by its worker process and quoted by the launcher)."""
     first = (str(error).strip().splitlines() or [""])[0]
-    return f"{type(error).__name__}: {first}"[:FAILURE_CHARS] if first else type(error).__name__
+    return f"{type(error).__name__}: {first}"[:chars] if first else type(error).__name__
 
 
 class ProgramEnding:

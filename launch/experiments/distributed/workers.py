@@ -26,6 +26,7 @@ from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
 from shoal.launch.experiments.distributed.step_grants import Heartbeat, StepGrants
+from shoal.launch.programs.ending import failure_line
 from shoal.launch.programs.nodes import current_context, should_stop
 
 STOP_FLUSH_S = 1.0  # how long a stopping actor waits for replay to take its last items
@@ -216,9 +217,8 @@ class ActorWorker:
 
 
 def failure(error: BaseException) -> str:
-    """``Type: the first line of its message`` (at most 200 characters)."""
-    first = (str(error).strip().splitlines() or [""])[0]
-    return f"{type(error).__name__}: {first}"[:200]
+    """A stopping node's log line for ``error``: ``failure_line``'s, at most 200 characters."""
+    return failure_line(error, 200)
 
 
 def self_play_pool(config: ExperimentConfig, learner) -> Any:
