@@ -2,7 +2,7 @@
 
 Steps of one *layout* (their columns' dtypes and per-step shapes) live in one ``Lane``: an array
 per column, ``[capacity, *step_shape]``, whose rows are handed out and taken back by a free list.
-A step is a row; an item is the rows of its steps (``Rows``: a lane and an index array), so items
+A step is a row; an item is the rows of its steps (``Rows``: a lane and its rows), so items
 that overlap (R2D2's sequences with ``sequence_period < length``, consecutive n-step
 transitions) share rows, never copies. Each row has a reference count: the items that use it,
 plus one while its writer holds it; a row whose count reaches 0 goes back to the free list.
@@ -12,11 +12,11 @@ one-step items, ``[B, length, ...]`` for longer ones. A lane grows (by half) whe
 out; ``reserve`` sizes it up front from the tables that will use it (``max_size`` times the item
 length), so that a table filled to ``max_size`` costs its raw bytes plus the writers' windows.
 
-Writers name steps by ids (``(writer, index)``); the store maps the ids of steps a writer may
-still use in an item to rows (``hold``), and forgets an id when its row is freed. A writer's own
-reference goes once (``let_go``), however often a call lets go of the step: an item's rows are
-never freed under it. Thread-safe:
-one lock guards the lanes (writes into rows, growth, gathers are all short copies).
+Writers name steps by ids (``(writer, index)``); the store maps the ids of steps a writer still
+holds to rows (``hold`` makes an item of them). A writer's own reference goes once (``let_go``),
+however often a call lets go of the step, and the id with it: an item's rows are never freed
+under it. Thread-safe: one lock guards the lanes (writes into rows, growth, gathers are all short
+copies).
 """
 
 from __future__ import annotations
@@ -58,10 +58,14 @@ def _add(refs: np.ndarray, rows: np.ndarray | list[int], value: int) -> None:
         np.add.at(refs, np.asarray(rows, np.int64), value)
 
 
-def layout_of(columns: Sequence[np.ndarray], leading: int = 1) -> Layout:
-    """The layout of steps whose columns are ``columns`` (each with ``leading`` leading axes of
-    steps before the step's own shape)."""
-    return tuple([(c.dtype.str, c.shape[leading:]) for c in columns])
+def layout_of(columns: Sequence[np.ndarray]) -> Layout:
+    """The layout of steps whose columns are ``columns`` (the steps on their leading axis)."""
+    return tuple([(c.dtype.str, c.shape[1:]) for c in columns])
+
+
+def _with_room(reserved: int) -> int:
+    """Rows for a lane of ``reserved`` rows and a little room for the writers' windows."""
+    return max(MIN_ROWS, reserved + max(64, reserved // 32))
 
 
 class Rows:
@@ -99,10 +103,6 @@ class Lane:
     def capacity(self) -> int:
         return len(self.refs)
 
-    @property
-    def row_bytes(self) -> int:
-        return sum(c.strides[0] for c in self.columns)
-
     def grow(self, capacity: int) -> None:
         old = self.capacity
         if capacity <= old:
@@ -120,20 +120,23 @@ class Lane:
         self.free = np.concatenate([added, self.free[: self.top]])
         self.top = len(self.free)
 
+    def _room_for(self, count: int) -> None:
+        if count > self.top:  # (grown by half, or by what is asked)
+            self.grow(max(self.capacity + count, self.capacity * 3 // 2, MIN_ROWS))
+
     def take(self, count: int) -> np.ndarray:
         """``count`` free rows (growing the lane if it has fewer)."""
-        if count > self.top:
-            self.grow(max(self.capacity + count, self.capacity * 3 // 2, MIN_ROWS))
+        self._room_for(count)
         self.top -= count
         return self.free[self.top : self.top + count][::-1].copy()
 
     def take_one(self) -> int:
-        if not self.top:
-            self.grow(max(self.capacity + 1, self.capacity * 3 // 2, MIN_ROWS))
+        """One free row, as a plain int."""
+        self._room_for(1)
         self.top -= 1
         return int(self.free[self.top])
 
-    def give_back(self, rows: np.ndarray) -> None:
+    def give_back(self, rows: np.ndarray | list[int]) -> None:
         end = self.top + len(rows)
         if end > len(self.free):
             self.free = np.concatenate([self.free, np.empty(end - len(self.free), np.int64)])
@@ -158,16 +161,14 @@ class ColumnStore:
             self._reserved[layout] = self._reserved.get(layout, 0) + int(rows)
             lane = self._lane_of.get(layout)
             if lane is not None:
-                reserved = self._reserved[layout]
-                self._lanes[lane].grow(reserved + max(64, reserved // 32))
+                self._lanes[lane].grow(_with_room(self._reserved[layout]))
 
     def _lane(self, layout: Layout) -> int:
         lane = self._lane_of.get(layout)
         if lane is None:
             lane = self._lane_of[layout] = len(self._lanes)
-            reserved = self._reserved.get(layout, 0)  # (and a little room for the writers' windows)
             try:
-                made = Lane(layout, max(MIN_ROWS, reserved + max(64, reserved // 32)))
+                made = Lane(layout, _with_room(self._reserved.get(layout, 0)))
             except (OSError, MemoryError):  # (a system that maps no more than it has: grow as it fills)
                 made = Lane(layout, MIN_ROWS)
             self._lanes.append(made)
@@ -242,20 +243,11 @@ class ColumnStore:
             _add(self._lanes[lane].refs, rows, 1)
             return Rows(lane, np.array(rows, np.int64))
 
-    def release(self, steps: Sequence[Hashable] | Rows) -> None:
-        """One reference less to ``steps`` (step ids, or ``Rows``); ids not held are ignored."""
+    def release(self, steps: Rows) -> None:
+        """One reference less to an item's rows (``hold``'s)."""
         with self._lock:
-            if isinstance(steps, Rows):
-                index = steps.index
-                self._release_rows(steps.lane, [index] if isinstance(index, int) else index)
-                return
-            by_lane: dict[int, list[int]] = {}
-            for s in steps:
-                place = self._where.get(s)
-                if place is not None:
-                    by_lane.setdefault(place[0], []).append(place[1])
-            for lane, rows in by_lane.items():
-                self._release_rows(lane, rows)
+            index = steps.index
+            self._release_rows(steps.lane, [index] if isinstance(index, int) else index)
 
     def let_go(self, step_ids: Sequence[Hashable]) -> None:
         """The writer that added ``step_ids`` holds them no more: each loses that one reference
@@ -279,46 +271,22 @@ class ColumnStore:
             self._release_rows(lane_number, [row])
 
     def _release_rows(self, lane_number: int, rows: np.ndarray | list[int]) -> None:
-        lane = self._lanes[lane_number]
-        refs = lane.refs
+        """One reference less to each of ``rows``; a row left with none goes back to the free
+        list (its writer let go of it before, and with it of its id: ``_let_go_row``)."""
+        refs = self._lanes[lane_number].refs
         if len(rows) <= SMALL:  # (a few rows: plain indexing beats ufunc.at and unique)
-            freed_rows = []
+            freed: list[int] | np.ndarray = []
             for row in rows if isinstance(rows, list) else rows.tolist():
                 refs[row] -= 1
-                if refs[row] <= 0 and row not in freed_rows:
-                    freed_rows.append(row)
-            if not freed_rows:
-                return
-            if len(freed_rows) == 1:
-                row = freed_rows[0]
-                refs[row] = 0
-                lane.writer[row] = False
-                step_id = lane.ids[row]
-                if step_id is not None:
-                    if self._where.get(step_id) == (lane_number, row):
-                        del self._where[step_id]
-                    lane.ids[row] = None
-                if lane.top == len(lane.free):
-                    lane.free = np.concatenate([lane.free, np.empty(max(16, len(lane.free) // 2), np.int64)])
-                lane.free[lane.top] = row
-                lane.top += 1
-                return
-            freed = np.array(freed_rows, np.int64)
+                if refs[row] <= 0 and row not in freed:
+                    freed.append(row)  # type: ignore[union-attr]
         else:
             rows = np.asarray(rows, np.int64)
             np.subtract.at(refs, rows, 1)
             freed = np.unique(rows[refs[rows] <= 0])
         if len(freed):
-            lane.refs[freed] = 0
-            lane.writer[freed] = False
-            where, ids = self._where, lane.ids
-            for row in freed.tolist():
-                step_id = ids[row]
-                if step_id is not None:
-                    if where.get(step_id) == (lane_number, row):
-                        del where[step_id]
-                    ids[row] = None
-            lane.give_back(freed)
+            refs[freed] = 0
+            self._lanes[lane_number].give_back(freed)
 
     # -- reads -------------------------------------------------------------------------------------
     def gather(self, items: Sequence[Rows]) -> list[np.ndarray]:
@@ -352,15 +320,6 @@ class ColumnStore:
         with self._lock:
             by_lane = [tuple((shape, dtype) for dtype, shape in lane.layout) for lane in self._lanes]
             return [None if (place := self._where.get(s)) is None else by_lane[place[0]] for s in step_ids]
-
-    def columns_of(self, steps: Sequence[Hashable]) -> list[list[np.ndarray]]:
-        """Each step's columns (copies, a leading axis of 1)."""
-        with self._lock:
-            out = []
-            for s in steps:
-                lane, row = self._where[s]
-                out.append([c[row : row + 1].copy() for c in self._lanes[lane].columns])
-            return out
 
     def rows_by_lane(self, items: Sequence[Rows]) -> dict[int, tuple[np.ndarray, list[np.ndarray]]]:
         """For a checkpoint: per lane, the distinct rows ``items`` use (sorted) and their columns."""
