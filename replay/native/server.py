@@ -293,10 +293,7 @@ class NativeReplayServer:
             [indices, [np.array(v) if v.dtype.kind in "fc" else v for v in mapping.views(places)]]
             for indices, places in steps
         ]
-        call = self._checker.check_insert(groups, items, release, self._held(writer))
-        for indices, columns, _ in call.groups:
-            self._store.add_rows([(writer, i) for i in indices], list(columns))
-        return self._insert(writer, call.tables, call.priorities, call.step_lists, call.release, timeout_s)
+        return self.insert(writer, groups, items, release, timeout_s)
 
     def sample_shared(self, table: str, num_items: int, timeout_s: float, segment: str) -> dict[str, Any] | None:
         """``sample``, its columns laid in ``segment`` (``"places"`` says where; ``"columns"`` is
