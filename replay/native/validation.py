@@ -185,8 +185,7 @@ class CallChecker:
         again = [i for i, layout in zip(new, held(new)) if layout is not None] if new else []
         if again:
             raise ValueError(f"an insert sends step {again[0]} again: the server holds it for this writer already")
-        flat_list, lengths_list = flat, lengths
-        earlier = sorted(set(flat_list) - new_set)
+        earlier = sorted(set(flat) - new_set)
         found = held(earlier) if earlier else []
         missing = [i for i, layout in zip(earlier, found) if layout is None]
         if missing:
@@ -195,8 +194,8 @@ class CallChecker:
                 "not hold for this writer"
             )
         ends = list(itertools.accumulate(lengths))
-        step_lists = [flat_list[ends[j - 1] if j else 0 : ends[j]] for j in range(len(ends))]
-        kinds = list(dict.fromkeys(zip(tables, lengths_list)))
+        step_lists = [flat[ends[j - 1] if j else 0 : ends[j]] for j in range(len(ends))]
+        kinds = list(dict.fromkeys(zip(tables, lengths)))
         expected = [self.accepts(table).steps_of(table, length) for table, length in kinds]
         layouts = {layout for _, _, layout in groups} | set(found)
         if len(layouts) == 1:  # (the usual call: every step it names has one layout)
@@ -205,7 +204,7 @@ class CallChecker:
             layout_of = {i: layout for indices, _, layout in groups for i in indices}
             layout_of.update(zip(earlier, found))
             by_kind: dict[tuple, set] = {kind: set() for kind in kinds}
-            for kind, item in zip(zip(tables, lengths_list), step_lists):
+            for kind, item in zip(zip(tables, lengths), step_lists):
                 by_kind[kind].update(map(layout_of.__getitem__, item))
             seen = [by_kind[kind] for kind in kinds]
         for (table, length), want, got in zip(kinds, expected, seen):
@@ -219,9 +218,10 @@ class CallChecker:
 
 def restore_checks(checker: CallChecker, table: str, length: int, layout: Layout) -> None:
     """A restored item of ``table`` (``length`` steps of ``layout``) as an insert's is checked."""
-    want = checker.accepts(table).steps_of(table, length)
+    accepts = checker.accepts(table)
+    want = accepts.steps_of(table, length)
     if want is not None and layout not in want:
-        raise ValueError(_mismatch(table, length, checker.accepts(table).names, want[0], layout))
+        raise ValueError(_mismatch(table, length, accepts.names, want[0], layout))
     checker.pin_length(table, length)
 
 
