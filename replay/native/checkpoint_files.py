@@ -46,10 +46,9 @@ def read_checkpoint(path: str, checker: CallChecker) -> tuple[dict[str, Any], li
     checked (module docstring); ``checker`` (the server's) learns each table's item length."""
     _complete(path)
     record = read_record(path)
-    blocks = _blocks(path, record)
-    _check_places(
-        path, record, {f"l{n}_c{c}": (b.shape, b.dtype) for n, block in enumerate(blocks) for c, b in enumerate(block)}
-    )
+    arrays = _arrays(path)
+    _check_places(path, record, {name: (array.shape, array.dtype) for name, array in arrays.items()})
+    blocks = [[arrays[f"l{n}_c{c}"] for c in range(count)] for n, count in enumerate(record["layouts"])]
     file = os.path.join(path, "steps.npz")
     layouts = []
     for n, block in enumerate(blocks):
@@ -162,21 +161,14 @@ def array_headers(path: str) -> dict[str, tuple[tuple, np.dtype]]:
     return headers
 
 
-def _blocks(path: str, record: dict[str, Any]) -> list[list[np.ndarray]]:
+def _arrays(path: str) -> dict[str, np.ndarray]:
+    """Every array of ``steps.npz`` by name (``_check_places`` then says whether they fit)."""
     file = os.path.join(path, "steps.npz")
     try:
         with np.load(file, allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
+            return {name: npz[name] for name in npz.files}
     except Exception as e:  # noqa: BLE001 -- zipfile, zlib and numpy raise many kinds on a damaged file
         raise Damaged(f"{file}: cannot be read ({_reason(e)}): the replay checkpoint is damaged") from None
-    missing = [
-        f"l{n}_c{c}" for n, count in enumerate(record["layouts"]) for c in range(count) if f"l{n}_c{c}" not in arrays
-    ]
-    if missing:
-        raise Damaged(
-            f"{file} lacks array {missing[0]} that tables.json's layouts name: the replay checkpoint is damaged"
-        )
-    return [[arrays[f"l{n}_c{c}"] for c in range(count)] for n, count in enumerate(record["layouts"])]
 
 
 def _check_places(path: str, record: dict[str, Any], headers: dict[str, tuple]) -> None:
@@ -185,8 +177,8 @@ def _check_places(path: str, record: dict[str, Any], headers: dict[str, tuple]) 
     rows = []
     for n, count in enumerate(record["layouts"]):
         shapes: list[Any] = [headers.get(f"l{n}_c{c}") for c in range(count)]
-        if any(s is None for s in shapes):
-            c = next(c for c, s in enumerate(shapes) if s is None)
+        if None in shapes:
+            c = shapes.index(None)
             raise Damaged(
                 f"{file} lacks array l{n}_c{c} that tables.json's layouts name: the replay checkpoint is damaged"
             )
