@@ -1,0 +1,282 @@
+"""``NativeWriter``: what adders write through (as Reverb's ``TrajectoryWriter`` for the Reverb
+backend): ``append(columns)`` keeps a step, ``create_item(table, priority, length)`` makes an
+item of the last ``length`` steps, ``commit()`` ends a vector step's writes and ``flush()``
+sends what is new in one ``insert`` call (each step once, however many items use it; over RPC,
+``commit`` sends every ``RPC_BATCH`` items). Inserts wait for the table's rate limiter up to the
+writer's timeout; then ``commit`` raises ``TimeoutError`` and keeps what was not inserted.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shoal.replay.native.payload import groups as _groups
+from shoal.replay.native.payload import indices as _indices
+from shoal.replay.native.payload import item_payload as _item_payload
+from shoal.replay.native.payload import layouts as _layouts
+from shoal.replay.native.payload import stacked as _stacked
+from shoal.replay.native.payload import stacked_groups
+from shoal.replay.native.shared import Segment, footprint
+from shoal.replay.native.table import ReplayClosed
+
+if TYPE_CHECKING:  # (the client makes writers: it imports this module)
+    from shoal.replay.native.client import NativeReplayClient, _Pending
+
+_writer_ids = itertools.count()
+RPC_BATCH = 8  # items a writer sends in one RPC at least (adders flush at least this often) ...
+RPC_MAX_ITEMS = 512  # ... and at most, gathered while the call before is under way ...
+RPC_MAX_BYTES = 32 << 20  # ... or until its steps hold this many bytes
+SHARED_MIN_BYTES = 64 << 10  # a call's steps go through shared memory from this size (same host)
+SHARED_MIN_SIZE = 4 << 20  # a writer's first segment (it grows to twice the largest call)
+
+
+class NativeWriter:
+    """Steps and items for a native server (module docstring). Not thread-safe: one per adder."""
+
+    shares_steps = True  # (items may reference any kept steps; each is sent once)
+
+    def __init__(self, client: NativeReplayClient, num_keep_alive_refs: int, timeout_s: float) -> None:
+        self._client, self._keep, self.timeout_s = client, num_keep_alive_refs, timeout_s
+        self._id = f"{os.getpid()}-{next(_writer_ids)}-{threading.get_ident():x}"
+        self._next = 0  # the next step's index
+        self._window: collections.deque[int] = collections.deque()  # kept steps, oldest first
+        self._columns: dict[int, list] = {}  # kept steps not sent yet
+        self._sent: set[int] = set()  # kept steps the server holds for this writer
+        self._items: list[list] = []  # items not inserted yet
+        self._release: list[int] = []  # steps the server may let go of
+        self._leaving: set[int] = set()  # steps out of the window that pending items still use
+        self._batch = 1 if client.in_process else RPC_BATCH
+        self._in_flight: tuple | None = None  # (_Pending, items, release) of the call not confirmed yet
+        self._unsent_bytes = 0  # what the kept steps not sent yet hold
+        self._uses: collections.Counter[int] = collections.Counter()  # step -> pending items using it
+        self._segment: Segment | None = None  # (shared memory with a server on this host)
+        self._no_segment = False
+        self._closed = False
+
+    def append(self, columns: list) -> int:
+        """Keeps one step (a flat list of arrays, the table signature's order); returns its index."""
+        index = self._next
+        self._next += 1
+        # (in one process the server keeps the very arrays it is given: copy them)
+        copy = np.array if self._client.in_process else np.asarray
+        self._columns[index] = kept = [copy(c) for c in columns]
+        self._unsent_bytes += sum(c.nbytes for c in kept)
+        self._window.append(index)
+        if len(self._window) > self._keep:
+            old = self._window.popleft()
+            if self._uses[old]:
+                self._leaving.add(old)  # (a pending item uses it: let go once that is inserted)
+            elif old in self._sent:
+                self._sent.discard(old)
+                self._release.append(old)
+            else:
+                dropped = self._columns.pop(old, None)
+                self._unsent_bytes -= sum(c.nbytes for c in dropped or ())
+        return index
+
+    def create_item(self, table: str, priority: float, steps: int | list[int]) -> None:
+        """An item of the last ``steps`` appended steps, or of the steps ``steps`` lists (what
+        ``append`` returned; each still kept: among the writer's last ``num_keep_alive_refs``).
+        A one-step item's columns have the step's shape; a longer one's ``[length, ...]``."""
+        if isinstance(steps, int):
+            if not 1 <= steps <= len(self._window):
+                raise ValueError(f"an item of {steps} steps, but the writer keeps the last {len(self._window)}")
+            steps = list(self._window)[-steps:]
+        elif (
+            not steps
+            or steps[0] < self._window[0]
+            or any(i not in self._columns and i not in self._sent for i in steps)
+        ):
+            raise ValueError(
+                f"an item of steps the writer no longer keeps ({steps[:3]}...; it keeps "
+                f"{self._window[0]}..{self._window[-1]})"
+            )
+        self._items.append([table, float(priority), list(steps)])
+        self._uses.update(steps)
+
+    def commit(self) -> None:
+        """Ends a vector step's writes: in one process its items go in now (a learner in the same
+        thread may sample them next); over RPC they go in one call once ``RPC_BATCH`` items are
+        pending (or at ``flush``), while the actor goes on. One call is in flight at a time: while
+        it is, items gather (up to ``RPC_MAX_ITEMS`` items or ``RPC_MAX_BYTES`` of new steps) and
+        go in the next call, so a fast writer sends larger calls instead of waiting on each."""
+        if len(self._items) < self._batch or self._gathering():
+            return
+        self._send()
+
+    def send_pending(self) -> None:
+        """Sends the pending items now unless the call in flight is still unanswered (then they
+        wait for it, as in ``commit``), without waiting for the answer: what a writer that stops
+        writing for a while calls, since no next ``commit`` would send the items gathered behind
+        the call in flight (a learner could wait on them forever)."""
+        if self._items and (self._in_flight is None or self._in_flight[0].done()):
+            self._send()
+
+    def _gathering(self) -> bool:
+        """Whether pending items wait for the next call: one is in flight, and they are fewer
+        than ``RPC_MAX_ITEMS`` with new steps under ``RPC_MAX_BYTES``."""
+        return (
+            self._in_flight is not None
+            and not self._in_flight[0].done()
+            and len(self._items) < RPC_MAX_ITEMS
+            and self._unsent_bytes < RPC_MAX_BYTES
+        )
+
+    def _send(self) -> None:
+        """Sends the new steps and items in one call (see the module docstring), after the call
+        in flight, if any, was confirmed."""
+        self._confirm()
+        if not self._items and len(self._release) < 256:
+            return
+        needed = {i for _, _, steps in self._items for i in steps} - self._sent
+        steps = [[i, self._columns[i]] for i in sorted(needed)]
+        items, release = self._items, self._release + sorted(self._leaving)
+        result = self._insert_later(steps, items, release)
+        self._sent |= needed  # (the server stores every step sent, whatever it inserts)
+        self._sent -= self._leaving
+        for i in needed:
+            self._unsent_bytes -= sum(c.nbytes for c in self._columns.pop(i))
+        self._items, self._release, self._leaving = [], [], set()
+        self._uses.clear()
+        self._in_flight = (result, items, release, steps)
+        if self._client.in_process:
+            self._confirm()
+
+    def _insert_later(self, steps: list, items: list, release: list) -> _Pending:
+        """The ``insert`` call (``NativeReplayServer.insert``'s stacked payload); its steps'
+        columns through this writer's segment when it has one (the server on this host) and
+        they hold ``SHARED_MIN_BYTES`` or more."""
+        if self._client.in_process:  # (direct calls: the writer's own lists, nothing to encode)
+            return self._client._call_later("insert_local", self._id, steps, items, release, self.timeout_s)
+        groups, payload = _groups(steps), _item_payload(items)
+        laid_out = [layout for _, group in groups for layout in _layouts(group)]
+        size = footprint(laid_out)
+        segment = self._segment_for(size) if size >= SHARED_MIN_BYTES else None
+        laid = segment.reserve(laid_out) if segment else None
+        if segment is None or laid is None:
+            stacked = [[indices, _stacked(group)] for indices, group in groups]
+            return self._client._call_later("insert", self._id, stacked, payload, _indices(release), self.timeout_s)
+        places, views = iter(laid[0]), iter(laid[1])
+        shared = []
+        for indices, group in groups:
+            shared.append([indices, [next(places) for _ in group[0]]])
+            for j in range(len(group[0])):
+                np.stack([columns[j] for columns in group], out=next(views))
+        return self._client._call_later(
+            "insert_shared", self._id, segment.name, shared, payload, _indices(release), self.timeout_s
+        )
+
+    def _segment_for(self, size: int) -> Segment | None:
+        """This writer's segment, made (or made larger) to hold ``size`` bytes, if it may have one."""
+        if not self._client.shared_memory or self._no_segment:
+            return None
+        if self._segment is None or self._segment.size < size:
+            if self._segment is not None:
+                self._client.release_segment(self._segment)
+            self._segment = self._client.shared_segment(max(2 * size, SHARED_MIN_SIZE))
+            self._no_segment = self._segment is None
+        return self._segment
+
+    def _confirm(self) -> None:
+        """Waits for the call in flight; items the rate limiter held back past the timeout are
+        the writer's again (sent with the next call) and raise ``TimeoutError``."""
+        if self._in_flight is None:
+            return
+        result, items, release, steps = self._in_flight
+        self._in_flight = None
+        done = result()
+        if done == -1:  # (the server maps no segment of this writer's: a new server) over RPC from now on
+            self._no_segment = True
+            done = self._client._call(
+                "insert",
+                self._id,
+                stacked_groups(steps),
+                _item_payload(items),
+                _indices(release),
+                self.timeout_s,
+            )
+        if done < len(items):
+            self._items = items[done:] + self._items
+            for _, _, steps in items[done:]:
+                self._uses.update(steps)
+            # (let go of only once every item is in; the steps out of the window that the items
+            # back here use are the server's already: kept as leaving, as they were before the call)
+            leaving = {i for _, _, steps in items[done:] for i in steps}.intersection(release)
+            self._leaving |= leaving
+            self._sent |= leaving
+            self._release = [i for i in release if i not in leaving] + self._release
+            raise TimeoutError(
+                f"replay table '{items[done][0]}' did not take an item within {self.timeout_s}s "
+                "(inserts wait while the learner lags behind the table's rate limiter or while "
+                "a queue is full)"
+            )
+
+    def flush(self, block_until_num_items: int = 0) -> None:
+        """``flush()``: sends what is pending and waits until the server confirmed every item.
+        ``flush(k)`` with ``k > 0`` (an adder bounding what is pending): over RPC, while a call is
+        in flight, the pending items wait for the next call (``_gathering``: ``commit`` sends them
+        when it is answered, or once ``RPC_MAX_ITEMS`` are pending); else they are sent, and the writer
+        waits only while more than ``max(k, RPC_MAX_ITEMS)`` items are unconfirmed. So at most
+        ``RPC_MAX_ITEMS`` items (plus a call's) are ever unconfirmed, and a writer does not wait
+        on each round trip."""
+        if block_until_num_items > 0 and not self._client.in_process:
+            if self._gathering():
+                return
+            self._send()
+            if self._in_flight is not None and len(self._in_flight[1]) > max(block_until_num_items, RPC_MAX_ITEMS):
+                self._confirm()
+            return
+        self._send()
+        if self._in_flight is not None and len(self._in_flight[1]) > block_until_num_items:
+            self._confirm()
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Sends what is pending, then lets the server free this writer's steps. ``timeout_s``
+        (a writer that stops): the table's rate limiter may hold the pending items back at most
+        this long; those it did not take are dropped (and, if the call in flight was not
+        answered by then, the server keeps this writer's steps until it stops). Returns whether
+        every item went in."""
+        from shoal.replay.native.client import ReplayServerGone  # (the client imports this module)
+
+        if self._closed:
+            return True
+        self._closed = True
+        confirmed, abandoned = True, False
+        try:
+            if timeout_s is None:
+                self.flush()
+            else:
+                self.timeout_s = min(self.timeout_s, timeout_s)
+                deadline = time.monotonic() + timeout_s
+                while self._in_flight is not None and not self._in_flight[0].done() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                abandoned = self._in_flight is not None and not self._in_flight[0].done()
+                if not abandoned:
+                    try:
+                        self.flush()
+                    except TimeoutError:  # (the rate limiter held them back)
+                        confirmed = False
+        except (ReplayServerGone, ReplayClosed):
+            confirmed = False  # (nothing more can reach a server that is gone; the writes that failed said so)
+        finally:
+            confirmed = confirmed and not abandoned and not self._items
+            release, self._items, self._in_flight = self._release + sorted(self._sent | self._leaving), [], None
+            self._release, self._sent, self._leaving, self._columns = [], set(), set(), {}
+            self._unsent_bytes = 0
+            self._uses.clear()
+            if release and not abandoned:
+                try:
+                    self._client._call("insert", self._id, [], _item_payload([]), _indices(release), self.timeout_s)
+                except (ReplayServerGone, ReplayClosed):
+                    pass  # (a server that is gone holds nothing of this writer's any more)
+            if self._segment is not None:
+                self._client.release_segment(self._segment)
+                self._segment = None
+        return confirmed
