@@ -92,6 +92,7 @@ class Lane:
 
     def __init__(self, layout: Layout, capacity: int) -> None:
         self.layout = layout
+        self.checked = tuple((shape, dtype) for dtype, shape in layout)  # (the insert checker's order)
         self.columns = [_allocate((capacity, *shape), np.dtype(dtype)) for dtype, shape in layout]
         self.refs = np.zeros(capacity, np.int64)
         self.writer = np.zeros(capacity, bool)  # the row's writer still holds it (one reference)
@@ -318,8 +319,8 @@ class ColumnStore:
         """Each step's layout as the insert checker reads it (``(shape, dtype.str)`` per column),
         ``None`` for a step not held."""
         with self._lock:
-            by_lane = [tuple((shape, dtype) for dtype, shape in lane.layout) for lane in self._lanes]
-            return [None if (place := self._where.get(s)) is None else by_lane[place[0]] for s in step_ids]
+            lanes = self._lanes
+            return [None if (place := self._where.get(s)) is None else lanes[place[0]].checked for s in step_ids]
 
     def rows_by_lane(self, items: Sequence[Rows]) -> dict[int, tuple[np.ndarray, list[np.ndarray]]]:
         """For a checkpoint: per lane, the distinct rows ``items`` use (sorted) and their columns."""
