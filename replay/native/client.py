@@ -21,7 +21,7 @@ import tree
 
 from shoal.core.specs import ArraySpec
 from shoal.replay.native.shared import Segment
-from shoal.replay.native.table import ReplayClosed
+from shoal.replay.native.table import ReplayClosed, ReplayServerGone
 from shoal.replay.native.validation import MAX_SAMPLE_ITEMS
 from shoal.replay.native.writer import (  # (named here too: where they were)
     RPC_BATCH,
@@ -34,10 +34,6 @@ from shoal.replay.native.writer import (  # (named here too: where they were)
 
 SCHEME = "native://"
 _CLIENTS: "weakref.WeakValueDictionary[str, NativeReplayClient]" = weakref.WeakValueDictionary()
-
-
-class ReplayServerGone(ConnectionError):
-    """The replay server stopped answering (it stopped, crashed, or the network went away)."""
 
 
 def client_for(address: str) -> "NativeReplayClient":

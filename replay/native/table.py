@@ -43,6 +43,10 @@ class ReplayClosed(RuntimeError):
     """The replay server stopped while a call waited on one of its tables."""
 
 
+class ReplayServerGone(ConnectionError):
+    """The replay server stopped answering (it stopped, crashed, or the network went away)."""
+
+
 @dataclasses.dataclass(slots=True)
 class Item:
     steps: Any  # its rows in the store (``ColumnStore.hold``), oldest first

@@ -13,7 +13,7 @@ import itertools
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -24,10 +24,8 @@ from shoal.replay.native.payload import layouts as _layouts
 from shoal.replay.native.payload import stacked as _stacked
 from shoal.replay.native.payload import stacked_groups
 from shoal.replay.native.shared import Segment, footprint
-from shoal.replay.native.table import ReplayClosed
+from shoal.replay.native.table import ReplayClosed, ReplayServerGone
 
-if TYPE_CHECKING:  # (the client makes writers: it imports this module)
-    from shoal.replay.native.client import NativeReplayClient, _Pending
 
 _writer_ids = itertools.count()
 RPC_BATCH = 8  # items a writer sends in one RPC at least (adders flush at least this often) ...
@@ -42,7 +40,7 @@ class NativeWriter:
 
     shares_steps = True  # (items may reference any kept steps; each is sent once)
 
-    def __init__(self, client: NativeReplayClient, num_keep_alive_refs: int, timeout_s: float) -> None:
+    def __init__(self, client: Any, num_keep_alive_refs: int, timeout_s: float) -> None:
         self._client, self._keep, self.timeout_s = client, num_keep_alive_refs, timeout_s
         self._id = f"{os.getpid()}-{next(_writer_ids)}-{threading.get_ident():x}"
         self._next = 0  # the next step's index
@@ -149,7 +147,7 @@ class NativeWriter:
         if self._client.in_process:
             self._confirm()
 
-    def _insert_later(self, steps: list, items: list, release: list) -> _Pending:
+    def _insert_later(self, steps: list, items: list, release: list) -> Any:
         """The ``insert`` call (``NativeReplayServer.insert``'s stacked payload); its steps'
         columns through this writer's segment when it has one (the server on this host) and
         they hold ``SHARED_MIN_BYTES`` or more."""
@@ -243,7 +241,6 @@ class NativeWriter:
         this long; those it did not take are dropped (and, if the call in flight was not
         answered by then, the server keeps this writer's steps until it stops). Returns whether
         every item went in."""
-        from shoal.replay.native.client import ReplayServerGone  # (the client imports this module)
 
         if self._closed:
             return True
