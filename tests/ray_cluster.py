@@ -52,7 +52,7 @@ class Cluster:
 def start_cluster(temp_dir: str, attempts: int = 2) -> Cluster:
     """The cluster, started afresh (new ports, a new session directory) if Ray's own start
     failed (``ray start`` exits non-zero, e.g. its dashboard's modules did not come up, or does
-    not return), which says nothing about Shoal. ``temp_dir`` must be short: Ray's sockets live under it, and a
+    not return, or its two nodes are not both alive in time), which says nothing about Shoal. ``temp_dir`` must be short: Ray's sockets live under it, and a
     Unix socket's path may not pass 107 bytes."""
     for attempt in range(1, attempts + 1):
         try:
@@ -104,7 +104,8 @@ def _start_cluster(temp_dir: str) -> Cluster:
                 cluster.actor_host_node, cluster.learner_host_node = hosts[0], heads[0]
                 return cluster
             time.sleep(0.5)
-        raise AssertionError("the 2-node Ray cluster did not come up within 180 s")
+        # (Ray's own start, not Shoal's: tried afresh once, as a failed ``ray start`` is)
+        raise RayStartFailed("the 2-node Ray cluster did not come up within 180 s")
     except BaseException:
         cluster.shutdown()
         raise
