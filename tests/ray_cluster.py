@@ -2,8 +2,11 @@
 process groups its daemons run in (never touching another Ray on the machine).
 
 It runs with Ray's token authentication (``RAY_AUTH_MODE=token``; Ray 2.59+ turns it on for
-local clusters, 2.61 for all), with a token of its own, which ``start_cluster`` puts in this
-process's environment: the drivers the tests start inherit it.
+local clusters, 2.61 for all), with one token per test process (``TOKEN``), which ``start_cluster``
+puts in this process's environment: the drivers the tests start inherit it. Ray's client keeps the
+token it first read for the life of the process (a C++ cache); ``start_cluster`` resets that cache,
+or a test that ran a local Ray earlier in the same pytest worker would leave its token there and
+every call to this cluster's state API would be refused.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 import portpicker
 
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+TOKEN = secrets.token_hex(32)  # one per test process: every cluster it starts, every attempt
 
 
 @dataclasses.dataclass
@@ -63,6 +67,15 @@ def start_cluster(temp_dir: str, attempts: int = 2) -> Cluster:
     raise AssertionError("unreachable")
 
 
+def _forget_cached_token() -> None:
+    """Make Ray's client read ``RAY_AUTH_TOKEN`` afresh (it caches the first token it read)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+    except ImportError:  # a Ray before token authentication: nothing cached
+        return
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
 class RayStartFailed(AssertionError):
     """``ray start`` exited with an error."""
 
@@ -71,7 +84,8 @@ def _start_cluster(temp_dir: str) -> Cluster:
     port, dashboard_port = portpicker.pick_unused_port(), portpicker.pick_unused_port()
     cluster = Cluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", "", [])
     common = ["--num-cpus=2", "--object-store-memory=100000000", "--disable-usage-stats"]
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN)
+    _forget_cached_token()
     # Ray 2.60's OpenTelemetry metrics thread segfaulted a pooled worker once in CI
     # (TemporalMetricStorage::buildMetrics) and that run's program never started; the tests
     # need no metrics.
@@ -93,11 +107,13 @@ def _start_cluster(temp_dir: str) -> Cluster:
         from ray.util.state import list_nodes
 
         deadline = time.monotonic() + 180  # (60 s was once too little with the other worker's tests running)
+        seen = "nothing yet"
         while time.monotonic() < deadline:
             try:
                 nodes = [n for n in list_nodes(address=cluster.dashboard, detail=True) if n.state == "ALIVE"]
-            except Exception:  # noqa: BLE001 -- the dashboard is still starting
-                nodes = []
+                seen = f"alive nodes' resources: {[sorted(n.resources_total or {}) for n in nodes]}"
+            except Exception as e:  # noqa: BLE001 -- the dashboard is still starting
+                nodes, seen = [], f"list_nodes raised {type(e).__name__}: {str(e)[:500]}"
             hosts = [n.node_id for n in nodes if "actor_host" in (n.resources_total or {})]
             heads = [n.node_id for n in nodes if "learner_host" in (n.resources_total or {})]
             if len(nodes) == 2 and hosts and heads:
@@ -105,7 +121,7 @@ def _start_cluster(temp_dir: str) -> Cluster:
                 return cluster
             time.sleep(0.5)
         # (Ray's own start, not Shoal's: tried afresh once, as a failed ``ray start`` is)
-        raise RayStartFailed("the 2-node Ray cluster did not come up within 180 s")
+        raise RayStartFailed(f"the 2-node Ray cluster did not come up within 180 s (last seen: {seen})")
     except BaseException:
         cluster.shutdown()
         raise
