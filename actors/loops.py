@@ -155,7 +155,7 @@ def _watch(loop_ref: "weakref.ref[EnvironmentLoop]", bound_s: float, on_stall: C
 def _stalled(line: str) -> None:
     """Ends the process with ``line`` (its env is stuck in a call that cannot be interrupted)."""
     try:
-        from shoal.launch.experiments.quiet import restore_stderr
+        from shoal.launch.experiments.native_log_filter import restore_stderr
 
         restore_stderr()  # (the filter's pipe flushed first: the line is the last one)
     finally:

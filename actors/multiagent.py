@@ -38,7 +38,7 @@ action mask naming its agent's entries (PPO's Gaussian draws the others from a f
 parameter learns from them; an absent row's mask names none) and the env given the agent's own
 entries only, clipped to its own bounds (Box actions of one size but different bounds: no mask,
 each clipped to its own). Agents of one
-policy must have the same spaces (``policy_groups``: a policy per group, ``shoal.agents.blocks.groups``).
+policy must have the same spaces (``policy_groups``: a policy per group, ``shoal.agents.components.groups``).
 """
 
 from __future__ import annotations

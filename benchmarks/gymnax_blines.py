@@ -37,7 +37,7 @@ import gymnasium as gym
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.agents.blocks.networks import ActorCriticNetworks
+from shoal.agents.components.networks import ActorCriticNetworks
 from shoal.agents.ppo.builder import PPOBuilder
 from shoal.agents.ppo.config import PPOConfig
 

@@ -20,10 +20,10 @@ _LAZY = {"ExperimentConfig": "shoal.launch.experiments.config",
          "resume_experiment": "shoal.launch.experiments.resuming",
          "make_distributed_program": "shoal.launch.experiments.distributed.program",
          "ReplayNode": "shoal.launch.experiments.distributed.replay_node",
-         "load_policy": "shoal.launch.experiments.trained",
-         "evaluate_run": "shoal.launch.experiments.trained",
+         "load_policy": "shoal.launch.experiments.trained_policy",
+         "evaluate_run": "shoal.launch.experiments.trained_policy",
          "export_policy": "shoal.launch.experiments.exporting",
-         "TrainedPolicy": "shoal.launch.experiments.trained"}
+         "TrainedPolicy": "shoal.launch.experiments.trained_policy"}
 
 
 def __getattr__(name: str):

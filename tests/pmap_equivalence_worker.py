@@ -62,7 +62,7 @@ def sequence_batches(seed: int, count: int, extras):
 
 
 def ppo_case():
-    from shoal.agents.blocks.networks import ActorCritic
+    from shoal.agents.components.networks import ActorCritic
     from shoal.agents.ppo import PPOConfig, PPONetworks
     from shoal.agents.ppo import learning as ppo
 
@@ -79,7 +79,7 @@ def ppo_dict_masked_case():
     masks hold the actions taken."""
     from shoal.agents.ppo import PPOConfig
     from shoal.agents.ppo import learning as ppo
-    from shoal.agents.blocks.networks import make_actor_critic_networks
+    from shoal.agents.components.networks import make_actor_critic_networks
     from shoal.core.specs import ArraySpec, EnvironmentSpec
 
     spec = EnvironmentSpec(None, None, {"x": ArraySpec((OBS,), np.float32), "action_mask": ArraySpec((ACTIONS,), np.int8)},
@@ -105,7 +105,7 @@ def ppo_recurrent_case():
     minibatch is the 1-device one: every row)."""
     from shoal.agents.ppo import PPOConfig, PPONetworks
     from shoal.agents.ppo import learning as ppo
-    from shoal.agents.blocks.recurrent import RecurrentActorCritic
+    from shoal.agents.components.recurrent import RecurrentActorCritic
 
     config = PPOConfig(num_epochs=2, num_minibatches=1, learning_rate=1e-2, lstm_size=4)
     networks = PPONetworks(RecurrentActorCritic((16,), 4, ACTIONS), (OBS,), ACTIONS)
@@ -119,7 +119,7 @@ def ppo_recurrent_case():
 def impala_case():
     from shoal.agents.impala import IMPALAConfig, IMPALANetworks
     from shoal.agents.impala import learning as impala
-    from shoal.agents.blocks.networks import ActorCritic
+    from shoal.agents.components.networks import ActorCritic
 
     config = IMPALAConfig(learning_rate=1e-2)
     networks = IMPALANetworks(ActorCritic((16,), ACTIONS), (OBS,), ACTIONS)

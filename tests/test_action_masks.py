@@ -10,9 +10,9 @@ from hypothesis import given, settings, strategies as st
 
 from shoal.actors import make_vector_env
 from shoal.agents import get_builder
-from shoal.agents.blocks import distributions
+from shoal.agents.components import distributions
 from shoal.agents.dqn.learning import double_q_bootstrap
-from shoal.agents.blocks.dict_observations import mask_logits
+from shoal.agents.components.dict_observations import mask_logits
 from shoal.core.specs import ArraySpec, EnvironmentSpec, make_environment_spec
 from shoal.core.types import ActorInfo
 from shoal.launch import ExperimentConfig, run_experiment

@@ -12,7 +12,7 @@ import pytest
 
 from shoal.actors import environment_spec, make_vector_env
 from shoal.agents.presets import find_preset, task_family
-from shoal.agents.blocks.torsos import MinAtarCNN, NatureCNN, Torso, choose_torso
+from shoal.agents.components.torsos import MinAtarCNN, NatureCNN, Torso, choose_torso
 from shoal.launch import run_experiment
 from shoal.launch.experiments.config import experiment_config
 

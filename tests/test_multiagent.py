@@ -233,8 +233,8 @@ def test_a_grouped_network_answers_each_row_with_its_groups_parameters_and_learn
     import jax
     import jax.numpy as jnp
 
-    from shoal.agents.blocks.groups import GroupedNetwork
-    from shoal.agents.blocks.networks import ActorCritic, GaussianActorCritic
+    from shoal.agents.components.groups import GroupedNetwork
+    from shoal.agents.components.networks import ActorCritic, GaussianActorCritic
 
     agents = np.tile(np.eye(3, dtype=np.float32), (2, 1))  # (rows: a, b, c, a, b, c)
     obs = np.concatenate([np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32), agents], axis=1)
@@ -268,7 +268,7 @@ def test_a_policy_per_group_learns_agents_of_different_spaces_each_group_with_it
     parameters are one set per group (a leading axis of 2), and the groups' differ."""
     import jax
 
-    from shoal.launch.experiments.trained import load_policy
+    from shoal.launch.experiments.trained_policy import load_policy
 
     config = experiment_config("ppo", f"{TOY}:mixed_actions_env", preset=None, agent_settings={}, seed=0,
                                max_env_steps=12_000, num_envs=8, eval_every=4000, eval_episodes=4,
@@ -296,7 +296,7 @@ def test_a_padded_gaussian_entry_cancels_in_the_ratio_and_gets_no_gradient():
     import jax
     import jax.numpy as jnp
 
-    from shoal.agents.blocks import distributions
+    from shoal.agents.components import distributions
     from shoal.agents.ppo.learning import masked
 
     mask, action = jnp.array([[True, False]]), jnp.array([[0.2, 0.9]])
@@ -410,8 +410,8 @@ def test_a_centralised_critic_reads_the_global_state_and_the_policy_does_not():
     import jax
 
     from shoal.actors.multiagent import GLOBAL_STATE
-    from shoal.agents.blocks.dict_observations import observation_keys
-    from shoal.agents.blocks.networks import DictActorCritic
+    from shoal.agents.components.dict_observations import observation_keys
+    from shoal.agents.components.networks import DictActorCritic
 
     spec = environment_spec(f"{TOY}:state_env", 2, global_state=True)
     assert spec.observation[GLOBAL_STATE].shape == (2,)
@@ -451,7 +451,7 @@ def test_a_run_with_groups_resumes_with_its_groups_and_shoal_compare_reads_multi
     group). ``shoal compare`` takes multi-agent runs as any others (two seeds here)."""
     import jax
 
-    from shoal.launch.experiments.trained import load_policy
+    from shoal.launch.experiments.trained_policy import load_policy
 
     def train(run: str, seed: int, budget: int, *more: str) -> dict:
         done = run_shoal("train", "--agent", "ppo", "--env", TOY, "--seed", str(seed), "--max-env-steps",

@@ -118,7 +118,7 @@ def test_evaluation_after_training_does_not_take_a_prefetched_action():
 def test_the_one_process_runner_prefetches_for_on_policy_agents_only():
     """(An off-policy agent's params change at almost every step: a prefetched action would be
     computed again.)"""
-    from shoal.launch.experiments.pacing import LearningActor
+    from shoal.launch.experiments.learner_pacing import LearningActor
 
     actor = BatchedActor(random_policy(False), jax.random.PRNGKey(3),
                          VariableClient(Versions(10_000), asynchronous=False), num_envs=NUM_ENVS)

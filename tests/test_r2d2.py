@@ -15,7 +15,7 @@ import tree
 from shoal.actors import BatchedActor, VariableClient, make_vector_env
 from shoal.actors.environments import final_observations
 from shoal.agents.r2d2 import R2D2Builder, R2D2Config, learning
-from shoal.agents.blocks.recurrent import STATE_KEY
+from shoal.agents.components.recurrent import STATE_KEY
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import make_environment_spec
 from shoal.core.types import Step

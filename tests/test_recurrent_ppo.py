@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from shoal.actors import BatchedActor, VariableClient, make_vector_env
-from shoal.agents.blocks import recurrent as core
+from shoal.agents.components import recurrent as core
 from shoal.agents.ppo import PPOBuilder, PPOConfig, learning, recurrent
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import make_environment_spec

@@ -16,7 +16,7 @@ import numpy as np
 import optax
 import pytest
 
-from shoal.agents.blocks.networks import ActorCritic
+from shoal.agents.components.networks import ActorCritic
 from shoal.agents.ppo import PPOBuilder, PPOConfig, PPONetworks
 from shoal.agents.ppo import learning as ppo
 from shoal.agents.ppo.config import check_schedules

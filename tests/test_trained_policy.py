@@ -12,7 +12,7 @@ import pytest
 from shoal.launch import run_experiment
 from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.evaluation import EVAL_SEED_OFFSET
-from shoal.launch.experiments.trained import checkpoints
+from shoal.launch.experiments.trained_policy import checkpoints
 from tests.shoal_cli import run_shoal
 
 pytestmark = pytest.mark.e2e  # real training runs (PPO, QR-DQN), read by `shoal evaluate/export/status` in subprocesses

@@ -16,7 +16,7 @@ import pytest
 from shoal.launch import evaluate_run, export_policy, run_experiment
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import ExperimentConfig, experiment_config
-from shoal.launch.experiments.trained import ENVS_AT_ONCE, MAX_EPISODES, MAX_SEED
+from shoal.launch.experiments.trained_policy import ENVS_AT_ONCE, MAX_EPISODES, MAX_SEED
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "trained-policy.md")
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from shoal.agents.blocks.value_rescaling import rescale, unrescale
+from shoal.agents.components.value_rescaling import rescale, unrescale
 
 
 @pytest.mark.parametrize("x", [0.0, 1e-6, -0.5, 1.0, 3.0, -42.0, 1e3, -1e5])

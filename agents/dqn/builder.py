@@ -8,7 +8,7 @@ from shoal.agents.dqn import learning
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.presets import PRESETS
 from shoal.agents.dqn.networks import DQNNetworks, make_networks
-from shoal.agents.blocks.torsos import check_torso
+from shoal.agents.components.torsos import check_torso
 from shoal.agents.transition_replay import TABLE, TransitionReplayBuilder
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy

@@ -18,7 +18,7 @@ and keeps the rest (importance weights, the optimizer, the target network, the s
 variant (QR-DQN in ``examples/qrdqn_agent.py``) is a builder whose ``loss`` method returns
 another one.
 
-With action masks (``shoal.agents.blocks.dict_observations``: the ``action_mask`` stored with ``s'``), the
+With action masks (``shoal.agents.components.dict_observations``: the ``action_mask`` stored with ``s'``), the
 argmax is over the actions allowed in ``s'``; the policy's greedy and random actions are
 allowed ones too (a random action is uniform over the allowed set).
 """
@@ -33,7 +33,7 @@ import optax
 
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.networks import QNetwork
-from shoal.agents.blocks.dict_observations import MASKED_LOGIT, action_mask, example_observation, mask_logits
+from shoal.agents.components.dict_observations import MASKED_LOGIT, action_mask, example_observation, mask_logits
 from shoal.core.types import ActorInfo, Policy
 from shoal.learners.updates import AXIS_NAME, UpdateFn, scan_sgd_steps
 

@@ -1,6 +1,6 @@
 """The Q network: observations -> one value per discrete action, through an MLP (flat
-observations), a convolutional torso (image observations, ``shoal.agents.blocks.torsos``), or a torso
-per key (Dict observations, ``shoal.agents.blocks.dict_observations``)."""
+observations), a convolutional torso (image observations, ``shoal.agents.components.torsos``), or a torso
+per key (Dict observations, ``shoal.agents.components.dict_observations``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import NamedTuple, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
-from shoal.agents.blocks.dict_observations import DictTorso, ObservationKeys, observation_keys
-from shoal.agents.blocks.torsos import Torso, choose_torso, is_image, make_torso
+from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, observation_keys
+from shoal.agents.components.torsos import Torso, choose_torso, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec
 
 
@@ -45,7 +45,7 @@ class DQNNetworks(NamedTuple):
 
 
 def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64), torso: str = "auto") -> DQNNetworks:
-    """The Q network for ``spec``: ``torso`` (``shoal.agents.blocks.torsos``) reads image observations
+    """The Q network for ``spec``: ``torso`` (``shoal.agents.components.torsos``) reads image observations
     or image keys, MLPs of ``hidden_sizes`` the rest (and, for images, nothing more: the torso's
     features go straight to the output layer)."""
     if spec.num_actions is None:

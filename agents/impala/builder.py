@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
-from shoal.agents.blocks.torsos import check_torso
+from shoal.agents.components.torsos import check_torso
 from shoal.agents.impala import learning
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.presets import PRESETS
 from shoal.agents.impala.networks import IMPALANetworks, make_networks
-from shoal.agents.blocks.policy_lag import PolicyLag
+from shoal.agents.components.policy_lag import PolicyLag
 from shoal.core.interfaces import ReplayClient
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy

@@ -20,7 +20,7 @@ logits, so the learner corrects for the lag with V-trace. On a batch of env sequ
    with gradients averaged over devices (``pmean``), clipped, and applied with Adam.
 
 With action masks (an ``action_mask`` stored with each observation), the policy is the
-categorical over the allowed actions (``shoal.agents.blocks.dict_observations.mask_logits``): the actor
+categorical over the allowed actions (``shoal.agents.components.dict_observations.mask_logits``): the actor
 samples among them and records the masked logits, and ``pi``, ``mu`` and the entropy above are
 those of the renormalised allowed set.
 
@@ -40,11 +40,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from shoal.agents.blocks import distributions
+from shoal.agents.components import distributions
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.networks import IMPALANetworks
 from shoal.agents.impala.vtrace import vtrace
-from shoal.agents.blocks.dict_observations import action_mask, example_observation, mask_logits
+from shoal.agents.components.dict_observations import action_mask, example_observation, mask_logits
 from shoal.core.specs import ArraySpec
 from shoal.core.types import ActorInfo, Policy
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput

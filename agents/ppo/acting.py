@@ -7,12 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.agents.blocks.networks import ActorCriticNetworks
-from shoal.agents.blocks.dict_observations import action_mask
+from shoal.agents.components.networks import ActorCriticNetworks
+from shoal.agents.components.dict_observations import action_mask
 from shoal.agents.ppo import recurrent
 from shoal.agents.ppo.config import PPOConfig
 from shoal.agents.ppo.learning import head, masked, observe
-from shoal.agents.blocks.recurrent import STATE_KEY, initial_state, state_spec
+from shoal.agents.components.recurrent import STATE_KEY, initial_state, state_spec
 from shoal.core.specs import ArraySpec
 from shoal.core.types import ActorInfo, Policy
 
@@ -20,7 +20,7 @@ from shoal.core.types import ActorInfo, Policy
 def extras_spec(config: PPOConfig) -> dict[str, ArraySpec]:
     """What the acting policy records beside each action: its log-probability, the params
     version and, for recurrent PPO, the LSTM state it acted from; with reward normalization,
-    what the adder adds (the discounted return so far, ``shoal.agents.blocks.normalization``)."""
+    what the adder adds (the discounted return so far, ``shoal.agents.components.normalization``)."""
     spec = {"log_prob": ArraySpec((), np.float32), "policy_version": ArraySpec((), np.int32)}
     if config.lstm_size:
         spec.update(state_spec(config.lstm_size))

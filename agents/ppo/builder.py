@@ -4,10 +4,10 @@ or continuous (Box) actions."""
 from __future__ import annotations
 
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
-from shoal.agents.blocks.networks import check_activation, check_actor_critic_actions
-from shoal.agents.blocks.torsos import check_torso, is_image
-from shoal.agents.blocks.normalization import DiscountedReturns
-from shoal.agents.blocks.policy_lag import PolicyLag
+from shoal.agents.components.networks import check_activation, check_actor_critic_actions
+from shoal.agents.components.torsos import check_torso, is_image
+from shoal.agents.components.normalization import DiscountedReturns
+from shoal.agents.components.policy_lag import PolicyLag
 from shoal.agents.ppo import acting, learning
 from shoal.agents.ppo.config import PPOConfig, check_schedules
 from shoal.agents.ppo.presets import PRESETS
@@ -116,7 +116,7 @@ class PPOBuilder(AgentBuilder):
     def make_learner(self, key, networks: PPONetworks, dataset, logger=None, counter=None,
                      replay_client=None, stopwatch=None) -> ReplicatedLearner:
         """The learner; it drops rollouts acted with params more than ``max_policy_lag`` updates
-        old (``shoal.agents.blocks.policy_lag``)."""
+        old (``shoal.agents.components.policy_lag``)."""
         state = self.init_state(key, networks)
         return ReplicatedLearner(state, learning.make_update(networks, self.config, self.loss), dataset,
                                  keep_batch=PolicyLag(self.config.max_policy_lag, counter),

@@ -65,7 +65,7 @@ class PPOConfig:
       initial_log_std: for continuous (Box) actions: the Gaussian policy's state-independent
         log standard deviation at the start (a learned parameter).
       normalize_observations: normalize observations with the run's running mean and variance
-        (``shoal.agents.blocks.normalization``; the learner keeps one set of statistics, actors and the
+        (``shoal.agents.components.normalization``; the learner keeps one set of statistics, actors and the
         evaluator get them with the params, checkpoints keep them).
       normalize_rewards: scale rewards by the running standard deviation of the discounted
         return (actors record each env's discounted return; the learner keeps the statistics).

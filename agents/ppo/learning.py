@@ -6,7 +6,7 @@ carries its own next observation, see ``shoal.replay.adders``) and, on each devi
 1. observations normalized with the running statistics the actors acted with (if
    ``normalize_observations``), and rewards scaled by the running standard deviation of the
    discounted return, after merging the returns the actors recorded (if ``normalize_rewards``;
-   ``shoal.agents.blocks.normalization``);
+   ``shoal.agents.components.normalization``);
 2. values with the current params, ``v_t = V(s_t)`` and ``v'_t = V(s'_t)`` (on-policy, the
    params the rollouts were acted with: ``v_t`` is the "old" value CleanRL records at acting);
 3. generalized advantage estimation (Schulman et al., 2016), backwards over t::
@@ -44,9 +44,9 @@ carries its own next observation, see ``shoal.replay.adders``) and, on each devi
    them: the statistics travel with the params to actors and the evaluator, one set per run).
 
 The policy is categorical over discrete actions, or a Gaussian with a state-independent
-log-std over Box actions (``shoal.agents.blocks.distributions``; the env clips the sampled action).
+log-std over Box actions (``shoal.agents.components.distributions``; the env clips the sampled action).
 With action masks (an ``action_mask`` stored with each observation), the categorical is over
-the allowed actions (``shoal.agents.blocks.dict_observations.mask_logits``): actions are sampled among them,
+the allowed actions (``shoal.agents.components.dict_observations.mask_logits``): actions are sampled among them,
 and ``pi(a|s)``, ``mu(a|s)`` and the entropy of step 5 are those of the renormalised allowed set.
 With Box actions the mask names the action's entries in use (agents of different action sizes
 in one layout): an entry not in use is drawn from a fixed N(0, 1) (``masked``), which cancels
@@ -73,15 +73,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from shoal.agents.blocks import distributions
+from shoal.agents.components import distributions
 
-from shoal.agents.blocks import normalization
-from shoal.agents.blocks.networks import ActorCriticNetworks, has_convolutions
-from shoal.agents.blocks.normalization import RunningStats
-from shoal.agents.blocks.dict_observations import action_mask, example_observation, mask_logits, normalized_keys
+from shoal.agents.components import normalization
+from shoal.agents.components.networks import ActorCriticNetworks, has_convolutions
+from shoal.agents.components.normalization import RunningStats
+from shoal.agents.components.dict_observations import action_mask, example_observation, mask_logits, normalized_keys
 from shoal.agents.ppo import recurrent
 from shoal.agents.ppo.config import PPOConfig
-from shoal.agents.blocks.recurrent import init_params
+from shoal.agents.components.recurrent import init_params
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput, minibatch_epochs, sequence_minibatch_epochs
 
 

@@ -1,10 +1,10 @@
-"""PPO's networks: a categorical or Gaussian policy and a value function (``shoal.agents.blocks.networks``)."""
+"""PPO's networks: a categorical or Gaussian policy and a value function (``shoal.agents.components.networks``)."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from shoal.agents.blocks.networks import ActorCriticNetworks, make_actor_critic_networks
+from shoal.agents.components.networks import ActorCriticNetworks, make_actor_critic_networks
 from shoal.core.specs import EnvironmentSpec
 
 PPONetworks = ActorCriticNetworks

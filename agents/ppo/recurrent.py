@@ -5,7 +5,7 @@ schedules); three things differ, as in CleanRL's ``ppo_atari_lstm.py``:
 
 1. the acting policy records the LSTM state it acted from at every step (``core_state`` in its
    extras); the learner starts each env sequence from the state recorded at its first step and
-   resets it to zeros where an episode began inside the sequence (``shoal.agents.blocks.recurrent``);
+   resets it to zeros where an episode began inside the sequence (``shoal.agents.components.recurrent``);
 2. values: ``v_t`` is read off the unroll; ``v'_t`` (the value of step ``t``'s next observation,
    which a truncation bootstraps from) is one more LSTM step from the state after step ``t``, on
    that next observation -- within an episode this is ``v_{t+1}``, exactly;
@@ -20,8 +20,8 @@ from typing import Any
 
 import jax
 
-from shoal.agents.blocks import recurrent
-from shoal.agents.blocks.recurrent import STATE_KEY
+from shoal.agents.components import recurrent
+from shoal.agents.components.recurrent import STATE_KEY
 
 
 def is_recurrent(network: Any) -> bool:

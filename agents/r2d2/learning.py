@@ -3,7 +3,7 @@
 A batch holds ``B`` env sequences of ``burn_in + T`` steps (``shoal.replay.EnvSequenceAdder``),
 each with the LSTM state the actor acted from at its first step (``core_state``) and the
 probability it was sampled with. Sequences run across episode ends: every unroll resets the
-state to zeros where an episode began (``shoal.agents.blocks.recurrent``). On each device's sequences:
+state to zeros where an episode began (``shoal.agents.components.recurrent``). On each device's sequences:
 
 1. burn-in: the online and the target network unroll the first ``burn_in`` steps from the
    stored state; the state the online network reaches is cut from the gradient. These steps
@@ -11,7 +11,7 @@ state to zeros where an episode began (``shoal.agents.blocks.recurrent``). On ea
 2. both unroll the other ``T`` steps from there: ``Q(o_t, .)`` online and target, and the
    value of each step's next observation ``o'_t`` (the final one where the episode ended), one
    more LSTM step from the state after step ``t``;
-3. the double-Q bootstrap, in the rescaled space (``shoal.agents.blocks.value_rescaling``)::
+3. the double-Q bootstrap, in the rescaled space (``shoal.agents.components.value_rescaling``)::
 
        b_t = h^-1(Q_target(o'_t, a*)),   a* = argmax_a Q_online(o'_t, a)   (over allowed actions)
 
@@ -52,12 +52,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from shoal.agents.blocks import recurrent
-from shoal.agents.blocks.dict_observations import MASKED_LOGIT, action_mask, mask_logits
+from shoal.agents.components import recurrent
+from shoal.agents.components.dict_observations import MASKED_LOGIT, action_mask, mask_logits
 from shoal.agents.r2d2.config import R2D2Config
 from shoal.agents.r2d2.networks import R2D2Networks
-from shoal.agents.blocks.recurrent import STATE_KEY
-from shoal.agents.blocks.value_rescaling import rescale, unrescale
+from shoal.agents.components.recurrent import STATE_KEY
+from shoal.agents.components.value_rescaling import rescale, unrescale
 from shoal.core.specs import ArraySpec
 from shoal.core.types import ActorInfo, Policy
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput

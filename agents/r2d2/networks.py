@@ -1,4 +1,4 @@
-"""R2D2's recurrent Q-network: a torso, an LSTM, and a dueling head (``shoal.agents.blocks.recurrent``
+"""R2D2's recurrent Q-network: a torso, an LSTM, and a dueling head (``shoal.agents.components.recurrent``
 gives the state, the unroll and the torso)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from shoal.agents.blocks.dict_observations import ObservationKeys, observation_keys
-from shoal.agents.blocks.recurrent import LSTMCore, make_encoder
-from shoal.agents.blocks.torsos import Torso, choose_torso, is_image
+from shoal.agents.components.dict_observations import ObservationKeys, observation_keys
+from shoal.agents.components.recurrent import LSTMCore, make_encoder
+from shoal.agents.components.torsos import Torso, choose_torso, is_image
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 
 

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from shoal.agents.blocks.dict_observations import example_observation
+from shoal.agents.components.dict_observations import example_observation
 from shoal.agents.sac.config import SACConfig
 from shoal.agents.sac.networks import SACNetworks, sample_action, squash
 from shoal.core.types import ActorInfo, Policy

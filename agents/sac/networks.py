@@ -9,7 +9,7 @@ The policy outputs a Gaussian over pre-squash actions ``u``; the action is
 where ``log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u))`` is the numerically stable form.
 
 For a Dict observation (``keys``), each network first reads it with a torso per key
-(``shoal.agents.blocks.dict_observations.DictTorso``): the policy's heads read those features, each critic
+(``shoal.agents.components.dict_observations.DictTorso``): the policy's heads read those features, each critic
 concatenates them with the action before its MLP.
 """
 
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.agents.blocks.dict_observations import DictTorso, ObservationKeys, observation_keys
+from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, observation_keys
 from shoal.core.specs import EnvironmentSpec
 
 

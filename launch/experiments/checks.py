@@ -16,8 +16,8 @@ from shoal.actors import check_env_id
 from shoal.actors.env_sources import check_env_args, load_env_factory
 from shoal.actors.environments import is_atari, resolve_env_id
 from shoal.actors.multiagent import GLOBAL_STATE, env_maker, is_pettingzoo, policy_groups
-from shoal.agents.blocks.groups import group_networks
-from shoal.agents.blocks.networks import check_critic_only
+from shoal.agents.components.groups import group_networks
+from shoal.agents.components.networks import check_critic_only
 from shoal.agents.learner_memory import check_learner_fits
 from shoal.core.settings import check_settings
 from shoal.core.specs import EnvironmentSpec

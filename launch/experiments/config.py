@@ -72,7 +72,7 @@ class ExperimentConfig:
       agent_groups: a PettingZoo env: a policy per group of agents instead of one shared, from
         agent-name patterns to group names (``{"adversary_*": "red", "agent_*": "blue"}``; each
         agent in exactly one group): each group its own parameters and optimizer state
-        (``shoal.agents.blocks.groups``). Empty (the default): one policy for every agent.
+        (``shoal.agents.components.groups``). Empty (the default): one policy for every agent.
       global_state: a PettingZoo env: each row also carries the env's global state (its
         ``state()``), which an actor-critic's value function reads and its policy does not: a
         centralised critic (PPO: MAPPO).
@@ -184,7 +184,7 @@ class ExperimentConfig:
 
     def make_networks(self, spec: EnvironmentSpec) -> Any:
         """The agent's networks (``network_factory``'s or the builder's), one copy per group of
-        agents with ``agent_groups`` (``shoal.agents.blocks.groups``)."""
+        agents with ``agent_groups`` (``shoal.agents.components.groups``)."""
         return multiagent_networks(self, (self.network_factory or self.builder.make_networks)(spec), spec)
 
     def to_dict(self) -> dict[str, Any]:

@@ -120,7 +120,7 @@ def export_policy(run_dir: str, out: str, checkpoint: int | None = None, batch_s
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"--batch-size must be a positive integer, got {batch_size!r}")
     from shoal.agents.registry import agent_name
-    from shoal.launch.experiments.trained import load_policy
+    from shoal.launch.experiments.trained_policy import load_policy
 
     check_out(run_dir, out)
     policy = load_policy(run_dir, checkpoint, greedy=True, trust_run_dir=trust_run_dir, **named)

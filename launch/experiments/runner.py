@@ -1,6 +1,6 @@
 """The single-process runner ``run_experiment``: the actor, an embedded Reverb server, the
 learner and the evaluator in one thread of this process, paced by one rule for every agent
-(``shoal.launch.experiments.pacing``), with the run's directory, checkpoints and result as in
+(``shoal.launch.experiments.learner_pacing``), with the run's directory, checkpoints and result as in
 a distributed run.
 
 Step budget: the run stops at the first vector step that reaches ``max_env_steps``, so it takes
@@ -32,8 +32,8 @@ from shoal.launch.experiments.run_directory.checkpoints import (Checkpointer, Pe
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.interrupts import run_begins
-from shoal.launch.experiments.pacing import LearningActor
-from shoal.launch.experiments.quiet import native_log_lines_dropped
+from shoal.launch.experiments.learner_pacing import LearningActor
+from shoal.launch.experiments.native_log_filter import native_log_lines_dropped
 from shoal.launch.experiments.run_directory.claim import claim_run_directory
 from shoal.launch.experiments.run_directory.self_play_pools import restore_pool, save_pool
 from shoal.launch.experiments.tracking import start_tracking

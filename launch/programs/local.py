@@ -23,7 +23,7 @@ from shoal.core.files import open_append
 from shoal.launch.programs.addressing import FileAddressBook
 from shoal.launch.programs.nodes import NodeContext, set_context
 from shoal.launch.programs.program import Node
-from shoal.launch.programs.ending import failure_line
+from shoal.launch.programs.stopping import failure_line
 
 
 class ThreadWorker:

@@ -16,7 +16,7 @@ supervisor polls. A node's state moves along::
     pending                              (also at the end) it was never placed
 
 How the program ends (``stop()``, ``hurry()``, ``wait()`` and the ``before_stop(run)`` hook) is
-``shoal.launch.programs.ending``'s, mixed into ``ProgramRun`` like the elastic groups of
+``shoal.launch.programs.stopping``'s, mixed into ``ProgramRun`` like the elastic groups of
 ``shoal.launch.programs.scaling``.
 Every node's return value is its result (``results()``); ``client(label)`` talks to a node.
 """
@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from shoal.launch.programs.addressing import AddressBook
-from shoal.launch.programs.ending import ProgramEnding
+from shoal.launch.programs.stopping import ProgramEnding
 from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.scaling import ElasticGroups

@@ -28,9 +28,9 @@ import time
 import traceback
 
 
-# (failure_line lives in ending.py: nothing in the package imports this module, which runs as
+# (failure_line lives in stopping.py: nothing in the package imports this module, which runs as
 # ``python -m``; imported first by its package, runpy would warn at the top of every node's log)
-from shoal.launch.programs.ending import failure_line
+from shoal.launch.programs.stopping import failure_line
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -61,7 +61,7 @@ def train(args: argparse.Namespace, given: list[str], started: float,
         print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
         return None
     enable_compilation_cache()
-    from shoal.launch.experiments.quiet import drop_native_log_lines, keep_native_log_lines
+    from shoal.launch.experiments.native_log_filter import drop_native_log_lines, keep_native_log_lines
 
     if not filter_stderr:  # (--verbose, or main() called in a process of the caller's: fd 2 is left alone)
         keep_native_log_lines()
@@ -207,7 +207,7 @@ def control(args: argparse.Namespace) -> None:
 
 def evaluate(args: argparse.Namespace) -> dict:
     """``shoal evaluate``: the run's policy on ``--episodes`` episodes (``trained.evaluate_run``)."""
-    from shoal.launch.experiments.trained import PROGRESS_EVERY_S, evaluate_run
+    from shoal.launch.experiments.trained_policy import PROGRESS_EVERY_S, evaluate_run
 
     return evaluate_run(args.run_dir, episodes=args.episodes, checkpoint=args.checkpoint, seed=args.seed,
                         greedy=not args.sample, env_args=dict(args.env_args), trust_run_dir=args.trust_run_dir,

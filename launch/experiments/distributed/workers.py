@@ -26,7 +26,7 @@ from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
 from shoal.launch.experiments.distributed.step_grants import Heartbeat, StepGrants
-from shoal.launch.programs.ending import failure_line
+from shoal.launch.programs.stopping import failure_line
 from shoal.launch.programs.nodes import current_context, should_stop
 
 STOP_FLUSH_S = 1.0  # how long a stopping actor waits for replay to take its last items

@@ -49,7 +49,7 @@ def is_image_array(spec: ArraySpec) -> bool:
 
 def is_image(spec: EnvironmentSpec) -> bool:
     """Whether observations are stacks of frames (a Dict observation is not: its image keys
-    are, ``shoal.agents.blocks.dict_observations``)."""
+    are, ``shoal.agents.components.dict_observations``)."""
     return not spec.dict_observations and is_image_array(spec.observation)
 
 

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.actors.multiagent import GLOBAL_STATE
-from shoal.agents.blocks.dict_observations import DictTorso, ObservationKeys, observation_keys
-from shoal.agents.blocks.torsos import Torso, choose_torso, frame_scale, is_image, make_torso
+from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, observation_keys
+from shoal.agents.components.torsos import Torso, choose_torso, frame_scale, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 
 
@@ -102,7 +102,7 @@ class GaussianActorCritic(nn.Module):
 
 class PixelActorCritic(nn.Module):
     """``frames -> (logits [batch, num_actions], value [batch])``: a convolutional torso
-    (``shoal.agents.blocks.torsos``) shared by a categorical policy head and a value head (as
+    (``shoal.agents.components.torsos``) shared by a categorical policy head and a value head (as
     CleanRL's PPO for Atari and IMPALA do)."""
 
     torso: Torso
@@ -123,7 +123,7 @@ class PixelActorCritic(nn.Module):
 
 class DictActorCritic(nn.Module):
     """``{key: [batch, ...]} -> (policy output, value [batch])`` for a Dict observation: a torso
-    per key (``shoal.agents.blocks.dict_observations.DictTorso``, tanh MLPs), then a categorical head
+    per key (``shoal.agents.components.dict_observations.DictTorso``, tanh MLPs), then a categorical head
     (``num_actions``) or a Gaussian one (``action_size`` means and a state-independent log-std),
     and a value head. With image keys one torso is shared by both heads (as
     ``PixelActorCritic``), otherwise each head has its own (as ``ActorCritic``). Keys in
@@ -169,7 +169,7 @@ def check_critic_only(networks: Any, key: str, agent: str) -> None:
 
 def has_convolutions(network: nn.Module) -> bool:
     """Whether an actor-critic runs convolutions (its SGD steps are then unrolled, ``shoal.learners.updates``)."""
-    network = getattr(network, "inner", network)  # (a policy per group: shoal.agents.blocks.groups)
+    network = getattr(network, "inner", network)  # (a policy per group: shoal.agents.components.groups)
     keys = getattr(network, "keys", None)
     return (isinstance(network, PixelActorCritic) or getattr(network, "torso", None) is not None
             or (keys is not None and bool(keys.images)))
@@ -211,11 +211,11 @@ def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int
     for image observations (``mlp``: none, the frames flattened into the MLPs, for a categorical
     policy), MLPs of ``hidden_sizes`` for flat ones (their hidden layers ``activation``, their
     init orthogonal or flax's default: ``orthogonal_init``), a torso per key for Dict ones.
-    With ``lstm_size``, the torso feeds an LSTM that both heads read (``shoal.agents.blocks.recurrent``)."""
+    With ``lstm_size``, the torso feeds an LSTM that both heads read (``shoal.agents.components.recurrent``)."""
     check_actor_critic_actions(spec, agent, continuous)
     size = spec.action.shape[0] if spec.num_actions is None else 0
     if lstm_size:
-        from shoal.agents.blocks.recurrent import RecurrentActorCritic
+        from shoal.agents.components.recurrent import RecurrentActorCritic
 
         keys = observation_keys(spec.observation, torso, spec.observation_space) if spec.dict_observations else None
         chosen = choose_torso(torso, spec.observation.shape, spec.observation_space) if is_image(spec) else None

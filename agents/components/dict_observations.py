@@ -1,7 +1,7 @@
 """What agents do with Dict observations and action masks (``shoal.core.specs``).
 
 **A torso per key** (``DictTorso``): for a Dict observation, every rank-3 uint8 key (a stack of
-frames) goes through a convolutional torso (``shoal.agents.blocks.torsos``, chosen per key: ``auto``
+frames) goes through a convolutional torso (``shoal.agents.components.torsos``, chosen per key: ``auto``
 picks by the frames' size),
 every other key, flattened to float32, through an MLP of the agent's ``hidden_sizes``; their
 features are concatenated, and the agent's heads read them. The ``action_mask`` key is not an
@@ -26,7 +26,7 @@ import numpy as np
 
 import gymnasium as gym
 
-from shoal.agents.blocks.torsos import Torso, choose_torso, is_image_array, make_torso
+from shoal.agents.components.torsos import Torso, choose_torso, is_image_array, make_torso
 from shoal.core.specs import ACTION_MASK, ArraySpec
 
 MASKED_LOGIT = -1e9
@@ -45,7 +45,7 @@ class ObservationKeys(NamedTuple):
 def observation_keys(observation: Mapping[str, ArraySpec], torso: str = "auto",
                      space: gym.spaces.Dict | None = None) -> ObservationKeys:
     """The keys of a Dict observation's spec, sorted, by what reads them; each image key's torso
-    chosen (``shoal.agents.blocks.torsos.choose_torso``) as ``torso`` says, scaled by ``space``'s bound."""
+    chosen (``shoal.agents.components.torsos.choose_torso``) as ``torso`` says, scaled by ``space``'s bound."""
     inputs = sorted(key for key in observation if key != ACTION_MASK)
     images = tuple(key for key in inputs if is_image_array(observation[key]))
     spaces = space.spaces if isinstance(space, gym.spaces.Dict) else {}

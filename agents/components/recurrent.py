@@ -28,8 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.agents.blocks.dict_observations import DictTorso, ObservationKeys, example_observation
-from shoal.agents.blocks.torsos import Torso, make_torso
+from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, example_observation
+from shoal.agents.components.torsos import Torso, make_torso
 from shoal.core.specs import ArraySpec
 
 STATE_KEY = "core_state"  # the extras key of the state an actor acted from
