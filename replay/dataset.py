@@ -172,10 +172,10 @@ class ReplayIterator(Dataset):
 
     def _shared_segment(self, columns: list, num_items: int) -> Any:
         """(Native over RPC, the server on this host) a shared-memory segment for a batch's
-        columns (``shoal.replay.native.shared``), if they are large enough to gain from one;
+        columns (``shoal.core.shared_memory``), if they are large enough to gain from one;
         else ``False`` (asked once)."""
         from shoal.replay.native.client import SHARED_MIN_BYTES
-        from shoal.replay.native.shared import ALIGN
+        from shoal.core.shared_memory import ALIGN
 
         if not self._native.shared_memory:
             return False

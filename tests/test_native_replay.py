@@ -402,7 +402,7 @@ def test_a_server_that_lost_a_writers_segment_takes_its_steps_over_rpc():
 def test_a_server_maps_only_this_users_segments_of_the_size_said_and_reads_only_inside_them(tmp_path):
     import numpy as np
 
-    from shoal.replay.native.shared import Attached, Segment
+    from shoal.core.shared_memory import Attached, Segment
 
     segment = Segment(4096, directory=str(tmp_path))
     try:

@@ -5,7 +5,7 @@ import multiprocessing as mp
 import numpy as np
 import pytest
 
-from shoal.launch.programs.shared_memory import SharedValuePublisher, SharedValueReader, host_id
+from shoal.core.shared_memory import SharedValuePublisher, SharedValueReader, host_id
 from tests.shoal_cli import run_shoal
 
 

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from shoal.launch.programs.rpc.codec import MAX_DEPTH, CodecError, decode, encode
+from shoal.core.codec import MAX_DEPTH, CodecError, decode, encode
 
 
 def test_keys_of_any_supported_type_and_tuples_inside_keys_come_back():

@@ -16,7 +16,7 @@ from shoal.core.files import make_dirs
 from shoal.launch.programs.addressing import FileAddressBook
 from shoal.launch.programs.local import ProcessWorker, ThreadWorker
 from shoal.launch.programs.program import Node, Program
-from shoal.launch.programs.shared_memory import sweep_segments
+from shoal.core.shared_memory import sweep_segments
 from shoal.launch.programs.supervision import ProgramRun
 
 LAUNCHERS = ("processes", "inprocess", "ray")

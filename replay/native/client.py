@@ -20,7 +20,7 @@ import numpy as np
 import tree
 
 from shoal.core.specs import ArraySpec
-from shoal.replay.native.shared import Segment
+from shoal.core.shared_memory import Segment
 from shoal.replay.native.table import ReplayClosed, ReplayServerGone
 from shoal.replay.native.validation import MAX_SAMPLE_ITEMS
 from shoal.replay.native.writer import (  # (named here too: where they were)
@@ -90,7 +90,7 @@ class _Pending:
 class NativeReplayClient:
     """``service``: the server itself (``in_process``) or an RPC client of it. ``shared_memory``
     (over RPC): send and take bulk arrays through a shared-memory segment when the server is on
-    this host (``shoal.replay.native.shared``; RPC otherwise)."""
+    this host (``shoal.core.shared_memory``; RPC otherwise)."""
 
     def __init__(self, service: Any, address: str, in_process: bool = False, shared_memory: bool = False) -> None:
         self._service, self.in_process = service, in_process

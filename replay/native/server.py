@@ -20,7 +20,7 @@ one ``ValueError`` to its caller, and the server serves on.
 
 **Same host.** A client on the server's host may send a call's step arrays, and take a sample's
 columns, through a shared-memory segment of its own (``attach_shared``, ``insert_shared``,
-``sample_shared``, ``detach_shared``; ``shoal.replay.native.shared``): the RPC then carries only
+``sample_shared``, ``detach_shared``; ``shoal.core.shared_memory``): the RPC then carries only
 where the arrays lie.
 
 **Samples** come back as one column per signature leaf with the items on the leading axis
@@ -50,7 +50,7 @@ import tree
 
 from shoal.replay.native.columns import ColumnStore
 from shoal.replay.native.payload import stacked_groups
-from shoal.replay.native.shared import Attached
+from shoal.core.shared_memory import Attached
 from shoal.replay.native.table import Item, ReplayClosed, Table
 from shoal.replay.native.validation import CallChecker, check_num_items, check_priorities, check_timeout
 from shoal.replay.tables import TableSpec
@@ -130,7 +130,7 @@ class NativeReplayServer:
         self._keys = iter(range(1, 1 << 62))
         self._key_lock = threading.Lock()
         self._checkpoint_dir = checkpoint_dir
-        self._segments: dict[str, Attached] = {}  # name -> mapping (shoal.replay.native.shared)
+        self._segments: dict[str, Attached] = {}  # name -> mapping (shoal.core.shared_memory)
         self._segments_lock = threading.Lock()
         self.restored_from = None
         if checkpoint_dir:
@@ -255,7 +255,7 @@ class NativeReplayServer:
         """Each table's signature as plain data (``_spec_record``)."""
         return {name: _spec_record(table.spec.signature) for name, table in self._tables.items()}
 
-    # -- same-host bulk data (shoal.replay.native.shared) -----------------------------------------
+    # -- same-host bulk data (shoal.core.shared_memory) -----------------------------------------
     def attach_shared(self, segment: str, size: int) -> bool:
         """Maps client segment ``segment`` of ``size`` bytes; ``False`` if this host has none
         of that name (the client is on another host: it keeps to RPC)."""

@@ -23,7 +23,7 @@ from shoal.replay.native.payload import item_payload as _item_payload
 from shoal.replay.native.payload import layouts as _layouts
 from shoal.replay.native.payload import stacked as _stacked
 from shoal.replay.native.payload import stacked_groups
-from shoal.replay.native.shared import Segment, footprint
+from shoal.core.shared_memory import Segment, footprint
 from shoal.replay.native.table import ReplayClosed, ReplayServerGone
 
 

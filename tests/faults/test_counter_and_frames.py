@@ -100,7 +100,7 @@ def peak():
 
 DECODE = PEAK + """
 import sys, time
-from shoal.launch.programs.rpc.codec import CodecError, decode
+from shoal.core.codec import CodecError, decode
 frame = sys.stdin.buffer.read()
 reset_peak()
 before = peak()

@@ -12,7 +12,7 @@ from tests.faults.harness import alive, node_pids, running, shm_segments, start
 from tests.waiting import wait_for
 
 # A writer of a segment in a directory of the test's own (``argv[1]``: no other run's sweep looks there).
-PUBLISH = ("import sys; from shoal.launch.programs import shared_memory as m; m.SHM_DIR = sys.argv[1]; "
+PUBLISH = ("import sys; from shoal.core import shared_memory as m; m.SHM_DIR = sys.argv[1]; "
            "p = m.SharedValuePublisher('params', 1024); p.publish(1, {'w': 1}); print(p.path, flush=True); "
            "sys.stdin.read()")
 

@@ -16,7 +16,7 @@ from shoal.core.counting import Counter
 from shoal.launch import Program, Resources, ServiceNode, launch
 from shoal.launch.programs.control import connect_control, serve_control
 from shoal.launch.programs.rpc import RemoteError
-from shoal.launch.programs.shared_memory import SharedValuePublisher, sweep_segments
+from shoal.core.shared_memory import SharedValuePublisher, sweep_segments
 from tests.faults.harness import shoal_main as shoal
 
 

@@ -14,7 +14,7 @@ launch's range if it has one (``NodeContext.ports``); its address is published l
   only with the launch's token), exactly its ``SERVICE_METHODS``; a handle becomes a
   ``NativeReplayClient`` over an RPC client with the launch's token, whose bulk arrays (steps
   written, batches sampled) go through shared memory when it runs on the server's host
-  (``shoal.replay.native.shared``; ``SHOAL_REPLAY_VIA=rpc``: always RPC).
+  (``shoal.core.shared_memory``; ``SHOAL_REPLAY_VIA=rpc``: always RPC).
 
 ``checkpoint``: the name of the Reverb checkpoint a resumed run's ``run.json`` names. The node
 refuses to start if that checkpoint is not in ``checkpoint_dir`` where it runs (e.g. a run

@@ -15,8 +15,8 @@ from typing import Any
 
 from shoal.core.interfaces import Learner, VariableSource
 from shoal.launch.programs.variables import value
-from shoal.launch.programs.rpc.codec import encode
-from shoal.launch.programs.shared_memory import SharedValuePublisher, SharedValueReader
+from shoal.core.codec import encode
+from shoal.core.shared_memory import SharedValuePublisher, SharedValueReader
 
 
 class ParamsPublisher:

@@ -46,7 +46,7 @@ from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.ray.cluster import connect, shutdown_local, started_local
 from shoal.launch.programs.ray.worker import RayWorker
 from shoal.launch.programs.resources import Resources
-from shoal.launch.programs.shared_memory import process_alive, sweep_segments
+from shoal.core.shared_memory import process_alive, sweep_segments
 from shoal.launch.programs.supervision import ProgramRun
 
 FORWARDED_ENV = ("SHOAL_", "JAX_", "XLA_", "TF_CPP_")

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from shoal.launch.programs.rpc.codec import decode, encode
+from shoal.core.codec import decode, encode
 from shoal.launch.programs.rpc.server import MAX_MESSAGE_ENV, METHOD, TOKEN_KEY, channel_options
 
 

@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 
 import grpc
 
-from shoal.launch.programs.rpc.codec import CodecError, decode, encode
+from shoal.core.codec import CodecError, decode, encode
 
 SERVICE = "shoal.Rpc"
 METHOD = f"/{SERVICE}/Call"

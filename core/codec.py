@@ -48,9 +48,25 @@ _EXT_BYTES_SLACK = 1 << 20  # tuple payloads copied in all: at most 4x the heade
 _PREFIX = struct.Struct("<4sI")
 _ALIGN = 16
 _ARRAY, _TUPLE = 1, 2
-_DTYPES = {np.dtype(t).str.lstrip("<>|="): np.dtype(t) for t in (
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-    np.float16, np.float32, np.float64, np.complex64, np.complex128)}
+_DTYPES = {
+    np.dtype(t).str.lstrip("<>|="): np.dtype(t)
+    for t in (
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.float64,
+        np.complex64,
+        np.complex128,
+    )
+}
 try:  # jax's bfloat16 (ml_dtypes) travels by name
     import ml_dtypes
 
@@ -78,8 +94,7 @@ def encode(obj: Any) -> bytes:
                 array = array.copy(order="C")
             name = _DTYPE_NAMES.get(array.dtype)
             if name is None:
-                raise CodecError(f"cannot send arrays of dtype {array.dtype}; supported: "
-                                 f"{', '.join(sorted(_DTYPES))}")
+                raise CodecError(f"cannot send arrays of dtype {array.dtype}; supported: {', '.join(sorted(_DTYPES))}")
             record = msgpack.packb([name, list(array.shape), offset])
             buffers.append(array)
             offset += -(-array.nbytes // _ALIGN) * _ALIGN
@@ -175,17 +190,25 @@ def decode(frame: bytes) -> Any:
         if depth > MAX_DEPTH:
             raise CodecError(f"nesting deeper than {MAX_DEPTH} levels")
         try:
-            value = msgpack.unpackb(payload, ext_hook=lambda code, data: ext_hook(code, data, depth),
-                                    raw=False, strict_map_key=False, use_list=True, list_hook=list_hook,
-                                    object_hook=object_hook, max_array_len=MAX_ITEMS - CONTAINER_ITEMS,
-                                    max_map_len=(MAX_ITEMS - MAP_ITEMS) // 2)
+            value = msgpack.unpackb(
+                payload,
+                ext_hook=lambda code, data: ext_hook(code, data, depth),
+                raw=False,
+                strict_map_key=False,
+                use_list=True,
+                list_hook=list_hook,
+                object_hook=object_hook,
+                max_array_len=MAX_ITEMS - CONTAINER_ITEMS,
+                max_map_len=(MAX_ITEMS - MAP_ITEMS) // 2,
+            )
         except CodecError:
             raise
         except ValueError as e:
             if "exceeds max_" not in str(e):  # (msgpack refuses a container from its header)
                 raise
-            raise CodecError(f"a container of more than {MAX_ITEMS:,} items ({e}); "
-                             "send bulk data as numpy arrays") from None
+            raise CodecError(
+                f"a container of more than {MAX_ITEMS:,} items ({e}); send bulk data as numpy arrays"
+            ) from None
         if type(value) in _CONTAINERS:
             _check_depth(value, depth)
         elif depth > MAX_DEPTH:
@@ -193,7 +216,7 @@ def decode(frame: bytes) -> Any:
         return value
 
     try:
-        return _unpack(memoryview(frame)[_PREFIX.size:header_end], 0)
+        return _unpack(memoryview(frame)[_PREFIX.size : header_end], 0)
     except CodecError:
         raise
     except Exception as e:  # noqa: BLE001 -- any msgpack failure is a bad frame
