@@ -105,7 +105,7 @@ def encode(obj: Any) -> bytes:
         return msgpack.packb(value, default=default, strict_types=True, use_bin_type=True)
 
     header = _pack(obj)
-    parts = [_PREFIX.pack(MAGIC, len(header)), header]
+    parts: list[bytes | memoryview] = [_PREFIX.pack(MAGIC, len(header)), header]
     start = _PREFIX.size + len(header)
     parts.append(b"\0" * (-start % _ALIGN))
     for array in buffers:
@@ -186,7 +186,7 @@ def decode(frame: bytes) -> Any:
             raise CodecError(f"array record points outside the frame: {name}{list(shape)} at {offset}")
         return np.frombuffer(frame, dtype, count, begin).reshape(shape)
 
-    def _unpack(payload: bytes, depth: int) -> Any:
+    def _unpack(payload: bytes | memoryview, depth: int) -> Any:
         if depth > MAX_DEPTH:
             raise CodecError(f"nesting deeper than {MAX_DEPTH} levels")
         try:

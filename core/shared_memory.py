@@ -97,7 +97,7 @@ def sweep_segments(
     just before it exits without closing its publishers); returns their paths."""
     directory = directory or SHM_DIR
     wanted = None if pids is None else set(pids)
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(directory)
     except OSError:
