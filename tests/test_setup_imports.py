@@ -104,3 +104,60 @@ def test_the_known_edges_are_still_there() -> None:
     modules = _modules()
     for source, target in KNOWN_EDGES:
         assert target in _imports(source, modules[source], modules), f"{source} -> {target} is gone: drop it"
+
+
+# -- one way: what each package may import (docs/concepts.md, "Layout") ---------------------------
+
+# A package's own modules and these others; ``launch.programs`` knows no RL (``core`` only), and
+# ``launch.experiments`` may use everything below it.
+MAY_IMPORT = {
+    "core": {"core"},
+    "actors": {"core", "actors"},
+    "learners": {"core", "learners"},
+    "replay": {"core", "replay"},
+    "agents": {"core", "actors", "learners", "replay", "agents"},
+    "launch.programs": {"core", "launch.programs"},
+    "launch.experiments": {"core", "actors", "learners", "replay", "agents", "launch.programs", "launch.experiments"},
+}
+# Back arrows still to remove, each an edge (dropped once gone: test_the_known_back_edges_are_still_there).
+KNOWN_BACK_EDGES: set[tuple[str, str]] = {
+    ("shoal.actors.loops", "shoal.launch.experiments.native_log_filter"),
+    ("shoal.actors.loops", "shoal.launch.programs.nodes"),
+    ("shoal.actors.loops", "shoal.launch.programs.variables"),
+}
+
+
+def _layer(module: str) -> str | None:
+    """``module``'s package in ``MAY_IMPORT`` (``launch.programs``, ``launch.experiments``: the two
+    halves of ``launch``), or ``None`` for the top-level modules (``shoal``, ``shoal.__main__``)."""
+    parts = module.split(".")[1:]
+    if not parts or parts[0].startswith("__"):
+        return None
+    return ".".join(parts[:2]) if parts[0] == "launch" and len(parts) > 1 else parts[0]
+
+
+def _back_edges() -> set[tuple[str, str]]:
+    edges = set()
+    for source, targets in _graph().items():
+        layer = _layer(source)
+        if layer not in MAY_IMPORT:
+            continue
+        edges.update((source, t) for t in targets if _layer(t) not in MAY_IMPORT[layer])
+    return edges
+
+
+def test_the_layer_check_sees_a_back_arrow() -> None:
+    assert _layer("shoal.launch.programs.nodes") == "launch.programs" and _layer("shoal.core.specs") == "core"
+    assert _layer("shoal") is None and _layer("shoal.__main__") is None
+    assert "launch.programs" not in MAY_IMPORT["actors"] and "agents" not in MAY_IMPORT["replay"]
+
+
+def test_packages_import_one_way() -> None:
+    back = sorted(_back_edges() - KNOWN_BACK_EDGES)
+    assert not back, "imports against the packages' one-way order (docs/concepts.md): " + ", ".join(
+        f"{s} -> {t}" for s, t in back)
+
+
+def test_the_known_back_edges_are_still_there() -> None:
+    gone = KNOWN_BACK_EDGES - _back_edges()
+    assert not gone, f"{sorted(gone)} are gone: drop them from KNOWN_BACK_EDGES"
