@@ -15,8 +15,10 @@ import numpy as np
 from shoal.actors.environments import action_clipper, final_observations
 from shoal.actors.observations import check_action_mask
 from shoal.core.counting import Counter
+from shoal.core.environment_variables import value
 from shoal.core.interfaces import Actor
 from shoal.core.loggers import Logger, NoOpLogger
+from shoal.core.native_log_filter import restore_stderr
 from shoal.core.timing import Stopwatch, breakdown
 from shoal.core.types import Step
 
@@ -45,10 +47,10 @@ class EnvironmentLoop:
 
     def __init__(self, env: gym.vector.VectorEnv, actor: Actor, counter: Counter | None = None,
                  logger: Logger | None = None, stopwatch: Stopwatch | None = None,
-                 prefetch: bool | None = None, on_stall: Callable[[str], None] | None = None) -> None:
-        from shoal.launch.programs.variables import value
-
+                 prefetch: bool | None = None, on_stall: Callable[[str], None] | None = None,
+                 label: str = "the actor") -> None:
         self._env = env
+        self._label = label
         self._actor = actor
         self._prefetch = bool(getattr(actor, "prefetches", False)) if prefetch is None else prefetch
         self._counter = counter or Counter()
@@ -73,10 +75,7 @@ class EnvironmentLoop:
 
     def stall_message(self, stuck_s: float) -> str:
         """The line for a step that has taken ``stuck_s`` seconds."""
-        from shoal.launch.programs.nodes import current_context
-
-        ctx = current_context()
-        return (f"shoal: error: {ctx.label if ctx is not None else 'the actor'}: the environment's step() "
+        return (f"shoal: error: {self._label}: the environment's step() "
                 f"({_env_name(self._env)}) has not returned in {stuck_s:.0f} s, after {self.env_steps:,} env "
                 f"steps (SHOAL_STEP_TIMEOUT_S={self._step_timeout_s:g}); a stuck environment: its process ends")
 
@@ -155,8 +154,6 @@ def _watch(loop_ref: "weakref.ref[EnvironmentLoop]", bound_s: float, on_stall: C
 def _stalled(line: str) -> None:
     """Ends the process with ``line`` (its env is stuck in a call that cannot be interrupted)."""
     try:
-        from shoal.launch.experiments.native_log_filter import restore_stderr
-
         restore_stderr()  # (the filter's pipe flushed first: the line is the last one)
     finally:
         os.write(2, (line + "\n").encode())
@@ -244,8 +241,6 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
     well, may never end one) are cut there, their returns so far counted, with one warning line
     per process.
     """
-    from shoal.launch.programs.variables import value
-
     obs, _ = env.reset(seed=seed)
     check_action_mask(obs, 0, getattr(env, "single_action_space", None))
     actor.end_episodes(np.ones(env.num_envs, bool))  # (every env starts an episode: fresh states)

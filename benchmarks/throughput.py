@@ -227,7 +227,7 @@ def main() -> None:
     if args.replay_backend:
         os.environ["SHOAL_BENCH_REPLAY"] = args.replay_backend  # (actor_bench.replay_backend; subprocesses too)
     if not args.verbose:
-        from shoal.launch.experiments.native_log_filter import drop_native_log_lines
+        from shoal.core.native_log_filter import drop_native_log_lines
 
         drop_native_log_lines()
     window = args.window or (0.75 if args.quick else 4.0)

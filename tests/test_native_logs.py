@@ -19,7 +19,7 @@ def _python(code: str) -> subprocess.CompletedProcess:
 def test_the_filter_drops_native_lines_only_for_its_block_and_keeps_the_others_in_order():
     done = _python("""
         import os, sys
-        from shoal.launch.experiments.native_log_filter import keep_native_log_lines, native_log_lines_dropped
+        from shoal.core.native_log_filter import keep_native_log_lines, native_log_lines_dropped
 
         with native_log_lines_dropped():
             os.write(2, b"one\\n[reverb/cc/platform/default/server.cc:71] Started replay server on port 1\\n")

@@ -15,7 +15,7 @@ from shoal.launch import (ExperimentConfig, Program, launch, resume_experiment, 
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.run_directory.schemas import check_config, check_run
-from shoal.launch.programs import variables
+from shoal.core import environment_variables as variables
 
 # --- the SHOAL_* variables: (name, a good text, what it parses to, a bad text)
 VARIABLES = [

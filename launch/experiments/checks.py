@@ -22,7 +22,7 @@ from shoal.agents.learner_memory import check_learner_fits
 from shoal.core.settings import check_settings
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.callbacks import check_callbacks
-from shoal.launch.programs.variables import check_environment
+from shoal.core.environment_variables import check_environment
 
 
 def check_experiment_settings(config: Any) -> None:

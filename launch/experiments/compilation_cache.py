@@ -22,7 +22,7 @@ def default_directory() -> str:
 def enable_compilation_cache() -> str | None:
     """Turns the cache on for this process and the node processes it starts; returns its
     directory, or ``None`` if ``SHOAL_COMPILATION_CACHE=off``."""
-    from shoal.launch.programs import variables
+    from shoal.core import environment_variables as variables
 
     path = variables.value(ENV) or default_directory()
     if path.lower() == "off":

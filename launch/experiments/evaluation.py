@@ -139,7 +139,7 @@ class Evaluator:
         ``SHOAL_STEP_TIMEOUT_S`` (a renderer that hangs) is such a failure."""
         from shoal.actors.video import TensorBoardVideos, encode_mp4, record_episode_within, video_env
         from shoal.core.files import make_dirs, write_atomic
-        from shoal.launch.programs.variables import value
+        from shoal.core.environment_variables import value
 
         config = self._config
         try:

@@ -80,7 +80,7 @@ class _Handler:
 
 def _leave_after(name: str, grace_s: float) -> None:
     time.sleep(grace_s)
-    from shoal.launch.experiments.native_log_filter import restore_stderr
+    from shoal.core.native_log_filter import restore_stderr
 
     restore_stderr()
     os.write(2, f"shoal: {'interrupted' if name == 'SIGINT' else 'terminated'}\n".encode())

@@ -33,7 +33,7 @@ from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.learner_pacing import LearningActor
-from shoal.launch.experiments.native_log_filter import native_log_lines_dropped
+from shoal.core.native_log_filter import native_log_lines_dropped
 from shoal.launch.experiments.run_directory.claim import claim_run_directory
 from shoal.launch.experiments.run_directory.self_play_pools import restore_pool, save_pool
 from shoal.launch.experiments.tracking import start_tracking

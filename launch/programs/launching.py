@@ -112,7 +112,7 @@ def check_ports(program: Program, launcher: str, ports: tuple[int, int] | None) 
     launchers, under Ray the largest set placed together (a node and those colocated with it)."""
     if ports is None:
         return
-    from shoal.launch.programs.variables import parse_ports
+    from shoal.core.environment_variables import parse_ports
 
     try:
         first, last = parse_ports("-".join(map(str, ports)))  # (the range itself, as --ports reads it)

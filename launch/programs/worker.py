@@ -54,7 +54,7 @@ def main(label: str, addresses_dir: str, parent_pid: str, result_fd: str) -> int
     import cloudpickle
 
     from shoal.launch.programs.addressing import FileAddressBook
-    from shoal.launch.programs.variables import value
+    from shoal.core.environment_variables import value
     from shoal.launch.programs.nodes import NodeContext, set_context
 
     node = cloudpickle.load(sys.stdin.buffer)  # (the launcher's pipe; see the module doc)

@@ -61,7 +61,7 @@ def train(args: argparse.Namespace, given: list[str], started: float,
         print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
         return None
     enable_compilation_cache()
-    from shoal.launch.experiments.native_log_filter import drop_native_log_lines, keep_native_log_lines
+    from shoal.core.native_log_filter import drop_native_log_lines, keep_native_log_lines
 
     if not filter_stderr:  # (--verbose, or main() called in a process of the caller's: fd 2 is left alone)
         keep_native_log_lines()

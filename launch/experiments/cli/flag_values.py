@@ -71,7 +71,7 @@ def parse_resources(text: str) -> tuple[str, Any]:
 
 def parse_ports(text: str) -> tuple[int, int] | None:
     """``FIRST-LAST`` -> ``(first, last)``."""
-    from shoal.launch.programs.variables import parse_ports
+    from shoal.core.environment_variables import parse_ports
 
     try:
         return parse_ports(text)

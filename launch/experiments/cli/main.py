@@ -130,7 +130,7 @@ def entry() -> NoReturn:
     to tear down JAX, TensorFlow, Reverb and orbax (seconds on a busy machine, after the run's
     result is out and its run directory released)."""
     code = main(own_process=True)
-    from shoal.launch.experiments.native_log_filter import restore_stderr
+    from shoal.core.native_log_filter import restore_stderr
 
     sys.stdout.flush()
     restore_stderr()  # (forwards what the native-log filter still holds)

@@ -63,7 +63,7 @@ class ReplayNode(Node):
 
     def make_client(self, address: str, ctx: NodeContext) -> Any:
         if self.backend == "native":
-            from shoal.launch.programs.variables import value
+            from shoal.core.environment_variables import value
             from shoal.launch.programs.rpc import RpcClient
             from shoal.replay.native import NativeReplayClient
 

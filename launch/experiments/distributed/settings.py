@@ -16,7 +16,7 @@ import sys
 from typing import Any, Mapping
 
 from shoal.launch.programs.launching import LAUNCHERS
-from shoal.launch.programs.variables import parse_ports
+from shoal.core.environment_variables import parse_ports
 from shoal.launch.programs.resources import Resources
 
 PARAMS_VIA = ("auto", "rpc")

@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from shoal.core.interfaces import Learner, VariableSource
-from shoal.launch.programs.variables import value
+from shoal.core.environment_variables import value
 from shoal.core.codec import encode
 from shoal.core.shared_memory import SharedValuePublisher, SharedValueReader
 

@@ -117,7 +117,7 @@ class ActorWorker:
         if resume:
             self._actor.restore(resume)
         self._logger = make_logger(self._label, config.run_dir, terminal=False)
-        self._loop = EnvironmentLoop(self._env, self._actor, logger=self._logger)
+        self._loop = EnvironmentLoop(self._env, self._actor, logger=self._logger, label=self._label)
         # (paced until the learner's first update: StepGrants)
         head_start = 2 * max(builder.env_steps_before_learning(spec), config.num_envs)
         self._grants = StepGrants(counter, self._label, config.max_env_steps, config.num_envs, restarted, head_start)

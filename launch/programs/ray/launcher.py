@@ -56,7 +56,7 @@ WATCHDOG_EVERY_S = 2.0
 
 def peer_timeout_s() -> float:
     """Seconds a node may go unheard before it counts as lost (``SHOAL_PEER_TIMEOUT_S``, default 60)."""
-    from shoal.launch.programs.variables import value
+    from shoal.core.environment_variables import value
 
     return value("SHOAL_PEER_TIMEOUT_S")
 

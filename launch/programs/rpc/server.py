@@ -41,7 +41,7 @@ MAX_MESSAGE_ENV = "SHOAL_RPC_MAX_MESSAGE_MB"
 def max_message_bytes() -> int:
     """The largest request or reply (default 256 MiB; ``SHOAL_RPC_MAX_MESSAGE_MB`` to change,
     in [1, 2047]: a bad value is a ``ValueError`` naming it)."""
-    from shoal.launch.programs.variables import value
+    from shoal.core.environment_variables import value
 
     return int(value(MAX_MESSAGE_ENV) * 2**20)
 

@@ -34,6 +34,7 @@ def _number(low: float, high: float) -> Callable[[str], float]:
         if not (math.isfinite(value) and low <= value <= high):
             raise ValueError(text)
         return value
+
     return parse
 
 
@@ -42,6 +43,7 @@ def _choice(*choices: str) -> Callable[[str], str]:
         if text not in choices:
             raise ValueError(text)
         return text
+
     return parse
 
 
@@ -71,8 +73,6 @@ def parse_ports(text: str | None) -> tuple[int, int] | None:
     return low, high
 
 
-
-
 def _count(text: str) -> int:
     value = int(text)
     if not 1 <= value <= 10**9:
@@ -87,26 +87,53 @@ def _host(text: str) -> str:
 
 
 MAX_GRPC_MB = 2047  # gRPC's message limit is a signed 32-bit byte count
-VARIABLES: dict[str, Variable] = {v.name: v for v in (
-    Variable("SHOAL_RPC_MAX_MESSAGE_MB", 256.0, _number(1, MAX_GRPC_MB),
-             f"a number of MiB in [1, {MAX_GRPC_MB}], the largest RPC request or reply (default 256)"),
-    Variable("SHOAL_PEER_TIMEOUT_S", 60.0, _number(1, 86400),
-             "a number of seconds in [1, 86400] a Ray node may go unheard (default 60)"),
-    Variable("SHOAL_STEP_TIMEOUT_S", 60.0, _number(1, 86400),
-             "a number of seconds in [1, 86400] an env's step() or render() may take (default 60)"),
-    Variable("SHOAL_EVAL_MAX_EPISODE_STEPS", 100_000, _count,
-             "an integer in [1, 1000000000], the steps an evaluation episode may last (default 100000)"),
-    Variable("SHOAL_COMPILATION_CACHE", None, _cache_directory,
-             "a directory (not a file) for JAX's compilation cache, or off"),
-    Variable("SHOAL_PARAMS_VIA", "auto", _choice("auto", "rpc"), "auto or rpc"),
-    Variable("SHOAL_REPLAY_VIA", "auto", _choice("auto", "rpc"),
-             "auto or rpc (native replay's bulk arrays through shared memory on one host, or always RPC)"),
-    Variable("SHOAL_TOKEN", None, _token, "printable ASCII without spaces, at most 4096 characters"),
-    Variable("SHOAL_PORTS", None, parse_ports, "FIRST-LAST with 1024 <= FIRST <= LAST <= 65535"),
-    Variable("SHOAL_NODE_START", 1, _count, "an integer in [1, 1000000000] (set by the launcher)"),
-    Variable("SHOAL_BIND_HOST", "127.0.0.1", _host, "a host name or IP address (set by the launcher)"),
-    Variable("SHOAL_ADVERTISE_HOST", "127.0.0.1", _host, "a host name or IP address (set by the launcher)"),
-)}
+VARIABLES: dict[str, Variable] = {
+    v.name: v
+    for v in (
+        Variable(
+            "SHOAL_RPC_MAX_MESSAGE_MB",
+            256.0,
+            _number(1, MAX_GRPC_MB),
+            f"a number of MiB in [1, {MAX_GRPC_MB}], the largest RPC request or reply (default 256)",
+        ),
+        Variable(
+            "SHOAL_PEER_TIMEOUT_S",
+            60.0,
+            _number(1, 86400),
+            "a number of seconds in [1, 86400] a Ray node may go unheard (default 60)",
+        ),
+        Variable(
+            "SHOAL_STEP_TIMEOUT_S",
+            60.0,
+            _number(1, 86400),
+            "a number of seconds in [1, 86400] an env's step() or render() may take (default 60)",
+        ),
+        Variable(
+            "SHOAL_EVAL_MAX_EPISODE_STEPS",
+            100_000,
+            _count,
+            "an integer in [1, 1000000000], the steps an evaluation episode may last (default 100000)",
+        ),
+        Variable(
+            "SHOAL_COMPILATION_CACHE",
+            None,
+            _cache_directory,
+            "a directory (not a file) for JAX's compilation cache, or off",
+        ),
+        Variable("SHOAL_PARAMS_VIA", "auto", _choice("auto", "rpc"), "auto or rpc"),
+        Variable(
+            "SHOAL_REPLAY_VIA",
+            "auto",
+            _choice("auto", "rpc"),
+            "auto or rpc (native replay's bulk arrays through shared memory on one host, or always RPC)",
+        ),
+        Variable("SHOAL_TOKEN", None, _token, "printable ASCII without spaces, at most 4096 characters"),
+        Variable("SHOAL_PORTS", None, parse_ports, "FIRST-LAST with 1024 <= FIRST <= LAST <= 65535"),
+        Variable("SHOAL_NODE_START", 1, _count, "an integer in [1, 1000000000] (set by the launcher)"),
+        Variable("SHOAL_BIND_HOST", "127.0.0.1", _host, "a host name or IP address (set by the launcher)"),
+        Variable("SHOAL_ADVERTISE_HOST", "127.0.0.1", _host, "a host name or IP address (set by the launcher)"),
+    )
+}
 
 
 def value(name: str, environ: Mapping[str, str] | None = None) -> Any:
@@ -119,8 +146,9 @@ def value(name: str, environ: Mapping[str, str] | None = None) -> Any:
     try:
         return variable.parse(text)
     except (ValueError, OverflowError):
-        raise ValueError(f"environment variable {name}={text[:100]!r} is not valid: expected "
-                         f"{variable.accepted}") from None
+        raise ValueError(
+            f"environment variable {name}={text[:100]!r} is not valid: expected {variable.accepted}"
+        ) from None
 
 
 def check_environment(environ: Mapping[str, str] | None = None) -> None:

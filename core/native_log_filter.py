@@ -23,8 +23,10 @@ import threading
 # Ray's driver notes of every restartable node that its constructor's arguments are in the object
 # store (they are: a node is over 100 KB pickled); they stay there while the driver lives, which
 # is the run's life (Ray's issue 53727).
-RAY_NOTICE = (rb"\[[\d\- :,]+ E \d+ \d+\] core_worker\.cc:\d+: Actor \S+ with class name: '_NodeActor' and ID: "
-              rb"'\w+' has constructor arguments in the object store and max_restarts > 0")
+RAY_NOTICE = (
+    rb"\[[\d\- :,]+ E \d+ \d+\] core_worker\.cc:\d+: Actor \S+ with class name: '_NodeActor' and ID: "
+    rb"'\w+' has constructor arguments in the object store and max_restarts > 0"
+)
 NATIVE_LOG_LINE = re.compile(rb"^(\[reverb/cc/|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IW] |" + RAY_NOTICE + rb")")
 
 
