@@ -18,6 +18,7 @@ from shoal.launch.programs.local import ProcessWorker, ThreadWorker
 from shoal.launch.programs.program import Node, Program
 from shoal.core.shared_memory import sweep_segments
 from shoal.launch.programs.supervision import ProgramRun
+from shoal.core.environment_variables import parse_ports
 
 LAUNCHERS = ("processes", "inprocess", "ray")
 
@@ -112,8 +113,6 @@ def check_ports(program: Program, launcher: str, ports: tuple[int, int] | None) 
     launchers, under Ray the largest set placed together (a node and those colocated with it)."""
     if ports is None:
         return
-    from shoal.core.environment_variables import parse_ports
-
     try:
         first, last = parse_ports("-".join(map(str, ports)))  # (the range itself, as --ports reads it)
     except (TypeError, ValueError):

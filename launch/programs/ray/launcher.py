@@ -48,6 +48,8 @@ from shoal.launch.programs.ray.worker import RayWorker
 from shoal.launch.programs.resources import Resources
 from shoal.core.shared_memory import process_alive, sweep_segments
 from shoal.launch.programs.supervision import ProgramRun
+from shoal.core.files import open_append
+from shoal.core.environment_variables import value
 
 FORWARDED_ENV = ("SHOAL_", "JAX_", "XLA_", "TF_CPP_")
 DEFAULT_PORTS = (47000, 47099)
@@ -56,8 +58,6 @@ WATCHDOG_EVERY_S = 2.0
 
 def peer_timeout_s() -> float:
     """Seconds a node may go unheard before it counts as lost (``SHOAL_PEER_TIMEOUT_S``, default 60)."""
-    from shoal.core.environment_variables import value
-
     return value("SHOAL_PEER_TIMEOUT_S")
 
 
@@ -126,8 +126,6 @@ def _output_to(log_dir: str | None, label: str) -> str | None:
     forwarding then streams the output to the driver, as before)."""
     if not log_dir or not os.path.isdir(log_dir):
         return None
-    from shoal.core.files import open_append
-
     path = os.path.join(log_dir, f"{label}.log")
     try:
         log = open_append(path)  # (never through a link planted in logs/)

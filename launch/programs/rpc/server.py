@@ -31,6 +31,7 @@ from typing import Any, Iterator, Sequence
 import grpc
 
 from shoal.core.codec import CodecError, decode, encode
+from shoal.core.environment_variables import value
 
 SERVICE = "shoal.Rpc"
 METHOD = f"/{SERVICE}/Call"
@@ -41,8 +42,6 @@ MAX_MESSAGE_ENV = "SHOAL_RPC_MAX_MESSAGE_MB"
 def max_message_bytes() -> int:
     """The largest request or reply (default 256 MiB; ``SHOAL_RPC_MAX_MESSAGE_MB`` to change,
     in [1, 2047]: a bad value is a ``ValueError`` naming it)."""
-    from shoal.core.environment_variables import value
-
     return int(value(MAX_MESSAGE_ENV) * 2**20)
 
 
