@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -308,3 +310,146 @@ def test_a_table_sized_for_a_million_atari_steps_takes_memory_only_as_it_fills()
     assert server._store.nbytes() > 100 * 2**30  # (mapped)
     assert psutil.Process().memory_info().rss - rss < 200 * 2**20  # (not taken)
     server.stop()
+
+
+# -- frame stacks stored once -----------------------------------------------------------------------
+def _atari_transitions(env_id: str, n_step: int, steps: int, num_envs: int = 4):
+    """A real DQN Atari table's inserts: ale-py's frame-stacked env (episodes cut at 100 steps,
+    so that several end and reset inside ``steps``), random actions, DQN's own n-step adder into
+    a native server; ``(server, spec)``, every step inserted and flushed."""
+    from shoal.actors.environments import final_observations
+    from shoal.core.specs import make_environment_spec
+    from shoal.core.types import Step
+    from shoal.launch.experiments.config import experiment_config
+
+    config = experiment_config("dqn", env_id, num_envs=num_envs, env_args={"max_num_frames_per_episode": 400},
+                               agent_settings={"n_step": n_step, "min_replay_size": 8, "max_replay_size": 100_000})
+    env = config.make_env(num_envs, 0)
+    spec = make_environment_spec(env)
+    builder = config.builder
+    tables = [dataclasses.replace(t, rate_limit=RateLimit(1.0, 1, -1e300, 1e300)) for t in builder.make_replay_tables(spec)]
+    server = NativeReplayServer(tables, seed=3)
+    adder = builder.make_adder(server.client, spec)
+    rng = np.random.default_rng(0)
+    observation, _ = env.reset(seed=0)
+    ends = 0
+    for _ in range(steps):
+        action = rng.integers(0, spec.num_actions, num_envs).astype(spec.action.dtype)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        adder.add(Step(observation, action, reward, terminated, truncated,
+                       final_observations(next_obs, terminated, truncated, info), {}))
+        ends += int((terminated | truncated).sum())
+        observation = next_obs
+    adder.flush()
+    adder.close()
+    env.close()
+    assert ends >= num_envs * 2  # (episodes ended and the envs reset: stacks padded at their starts)
+    return server, spec
+
+
+def _batches(server, count: int = 6, size: int = 64):
+    return [server.sample("transitions", size, 5.0) for _ in range(count)]
+
+
+@pytest.mark.e2e  # (a real ALE env; ~10 s)
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_atari_frame_stacks_are_stored_once_and_sampled_bit_for_bit_as_before(monkeypatch, tmp_path, n_step):
+    """DQN's table of Pong transitions (4 envs, 300 steps, episodes ending and resetting) sampled
+    with frames pooled is what it is with every stack stored as it came: the same keys, the same
+    bytes, batch after batch under one seed; and it takes about an eighth of the memory. A
+    checkpoint of it restores item for item (frames pooled again) and samples as it would have."""
+    pytest.importorskip("ale_py")
+    from shoal.replay.native import columns
+
+    monkeypatch.setattr(columns, "FRAMES", False)
+    plain, spec = _atari_transitions("ALE/Pong-v5", n_step, 300)
+    monkeypatch.setattr(columns, "FRAMES", True)
+    pooled, _ = _atari_transitions("ALE/Pong-v5", n_step, 300)
+    directory = str(tmp_path / "ckpt")
+    try:
+        assert spec.observation.shape == (4, 84, 84) and spec.observation.dtype == np.uint8
+        assert plain._store.frames_held() == 0 and pooled._store.frames_held() > 0
+        for a, b in zip(_batches(plain), _batches(pooled)):
+            assert a["key"].tolist() == b["key"].tolist()
+            np.testing.assert_array_equal(a["probability"], b["probability"])
+            assert len(a["columns"]) == len(b["columns"]) == 5
+            for x, y in zip(a["columns"], b["columns"]):
+                assert x.dtype == y.dtype and x.shape == y.shape
+                assert np.array_equal(x, y)
+        frame_bytes = 84 * 84
+        plain_bytes, pooled_bytes = plain._store.used_bytes(), pooled._store.used_bytes()
+        transitions = (300 - n_step + 1) * 4
+        assert plain_bytes >= transitions * 8 * frame_bytes
+        # one new frame per transition, the stacks' first frames at resets, final observations,
+        # and the lookup window's frames: well under 2 frames a transition
+        assert pooled_bytes < transitions * 2 * frame_bytes, (pooled_bytes, transitions)
+        assert plain_bytes / pooled_bytes > 4, (plain_bytes, pooled_bytes)
+
+        pooled._checkpoint_dir = directory
+        path = pooled.checkpoint()
+        restored = NativeReplayServer([t.spec for t in pooled._tables.values()], checkpoint_dir=directory, seed=3)
+        try:
+            assert restored.restored_from == path
+            assert 0 < restored._store.frames_held() <= pooled._store.frames_held()
+            after, again = _batches(pooled, 3), _batches(restored, 3)
+            for a, b in zip(after, again):
+                assert a["key"].tolist() == b["key"].tolist()
+                for x, y in zip(a["columns"], b["columns"]):
+                    assert np.array_equal(x, y)
+        finally:
+            restored.stop()
+    finally:
+        plain.stop()
+        pooled.stop()
+
+
+def _stack(t: int) -> np.ndarray:
+    """Step ``t``'s stack of 4 32x32 frames, frames ``t-3 .. t`` (frame ``k`` filled with ``k``;
+    before 0, zeros: an env's stack at its reset)."""
+    return np.stack([np.full((32, 32), max(k, -1) + 1, np.uint8) for k in range(t - 3, t + 1)])
+
+
+def test_overlapping_sequences_of_frame_stacks_share_rows_and_frames():
+    """Items of 3 steps every step (R2D2's overlap) over 10 steps of stacked frames: 10 rows, one
+    frame per distinct frame (the zero frame of the reset once), each item gathered as written;
+    the rows and frames go with the last item and the lookup window."""
+    store = ColumnStore()
+    observation = np.stack([_stack(t) for t in range(10)])
+    next_observation = np.stack([_stack(t + 1) for t in range(10)])
+    store.add_rows([("w", t) for t in range(10)], [observation, next_observation])
+    items = [store.hold([("w", t) for t in range(s, s + 3)]) for s in range(8)]
+    store.let_go([("w", t) for t in range(10)])
+    assert len(store) == 10 and store.frames_held() == 1 + 11  # (zeros, frames 0..10)
+    columns = store.gather(items)
+    for s in range(8):
+        np.testing.assert_array_equal(columns[0][s], observation[s : s + 3])
+        np.testing.assert_array_equal(columns[1][s], next_observation[s : s + 3])
+    row_bytes = 2 * 4 * 4  # (two columns of 4 frame indices)
+    assert store.used_bytes() == 10 * row_bytes + 12 * 32 * 32
+    for item in items:
+        store.release(item)
+    assert len(store) == 0 and store.frames_held() == 12  # (the lookup window's)
+    store._pools[(32, 32)].forget()
+    assert store.frames_held() == 0
+
+
+def test_frames_equal_by_hash_but_not_by_bytes_stay_apart(monkeypatch):
+    """The pool's key is a hint: planes whose keys collide (every key 0 here) but whose bytes
+    differ are kept apart, within one call and against earlier ones."""
+    from shoal.replay.native import frames
+
+    monkeypatch.setattr(frames, "_hash", lambda planes: np.zeros(len(planes), np.uint64))
+    store = ColumnStore()
+    first = np.stack([_stack(3)])
+    second = np.stack([_stack(5)])
+    store.add_rows([("w", 0)], [first])
+    store.add_rows([("w", 1)], [second])
+    items = [store.hold([("w", 0)]), store.hold([("w", 1)])]
+    columns = store.gather(items)
+    np.testing.assert_array_equal(columns[0], np.concatenate([first, second]))
+
+
+def test_without_frames_image_columns_are_kept_as_they_come():
+    store = ColumnStore(frames=False)
+    store.add_rows([("w", 0)], [np.stack([_stack(3)])])
+    assert store.frames_held() == 0 and store.used_bytes() == 4 * 32 * 32

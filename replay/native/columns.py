@@ -12,6 +12,13 @@ one-step items, ``[B, length, ...]`` for longer ones. A lane grows (by half) whe
 out; ``reserve`` sizes it up front from the tables that will use it (``max_size`` times the item
 length), so that a table filled to ``max_size`` costs its raw bytes plus the writers' windows.
 
+Frame stacks are stored once (``shoal.replay.native.frames``): a column of images (uint8, its
+last two axes at least ``MIN_PLANE_BYTES``: Atari's ``[4, 84, 84]`` stacks) keeps per row the
+indices of its planes in a content-addressed pool of single frames, so that a frame shown by four
+stacked observations and by n-step next observations is kept once; a gather rebuilds the
+stacks bit for bit (``pool.frames[indices]``). ``ColumnStore(frames=False)`` (or the module's
+``FRAMES``) keeps every column as it comes.
+
 Writers name steps by ids (``(writer, index)``); the store maps the ids of steps a writer still
 holds to rows (``hold`` makes an item of them). A writer's own reference goes once (``let_go``),
 however often a call lets go of the step, and the id with it: an item's rows are never freed
@@ -28,10 +35,13 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
+from shoal.replay.native.frames import FramePool, is_frames
+
 Layout = tuple  # ((dtype str, step shape), ...) per column
 MIN_ROWS = 1024
 _MAP_NORESERVE = 0x4000 if sys.platform.startswith("linux") else 0  # (Python < 3.13 names it not)
 SMALL = 8  # index arrays up to this long are counted with plain indexing
+FRAMES = True  # image columns kept as pooled frames (``ColumnStore(frames=None)`` reads it)
 
 
 def _allocate(shape: tuple, dtype: np.dtype) -> np.ndarray:
@@ -87,13 +97,26 @@ class Rows:
         return 1 if isinstance(self.index, int) else len(self.index)
 
 
-class Lane:
-    """The rows of one layout: an array per column, reference counts, the ids of held rows."""
+def _planes(layout: Layout, frames: bool) -> list[tuple | None]:
+    """Per column of ``layout``: the shape of its pooled frames, or ``None`` (kept as it comes)."""
+    return [tuple(shape[-2:]) if frames and is_frames(dtype, shape) else None for dtype, shape in layout]
 
-    def __init__(self, layout: Layout, capacity: int) -> None:
+
+class Lane:
+    """The rows of one layout: an array per column, reference counts, the ids of held rows. A
+    column of pooled frames (``planes[c]`` their shape) holds per row its planes' frame indices
+    (int32, ``[capacity, *shape[:-2]]``) into ``pools[c]``."""
+
+    def __init__(self, layout: Layout, capacity: int, pools: Sequence[FramePool | None] = ()) -> None:
         self.layout = layout
         self.checked = tuple((shape, dtype) for dtype, shape in layout)  # (the insert checker's order)
-        self.columns = [_allocate((capacity, *shape), np.dtype(dtype)) for dtype, shape in layout]
+        self.pools = list(pools) or [None] * len(layout)
+        self.columns = [
+            _allocate((capacity, *shape), np.dtype(dtype))
+            if pool is None
+            else _allocate((capacity, *shape[:-2]), np.dtype(np.int32))
+            for (dtype, shape), pool in zip(layout, self.pools)
+        ]
         self.refs = np.zeros(capacity, np.int64)
         self.writer = np.zeros(capacity, bool)  # the row's writer still holds it (one reference)
         self.ids: list[Hashable | None] = [None] * capacity
@@ -103,6 +126,31 @@ class Lane:
     @property
     def capacity(self) -> int:
         return len(self.refs)
+
+    def write(self, rows: np.ndarray | int, block: list, picked: np.ndarray | int | None) -> None:
+        """Rows ``rows`` get the steps ``picked`` of ``block`` (all of it for ``None``; one step
+        for ints); a column of pooled frames gets its planes' frames (a reference each)."""
+        for column, source, pool in zip(self.columns, block, self.pools):
+            part = source if picked is None else source[picked]
+            if pool is None:
+                column[rows] = part
+            else:
+                frames = pool.put(part.reshape(-1, *pool.shape))
+                lead = column.shape[1:]
+                column[rows] = frames.reshape(lead if isinstance(rows, int) else (len(rows), *lead))
+
+    def read(self, index: np.ndarray) -> list[np.ndarray]:
+        """Rows ``index``'s columns, pooled frames rebuilt (one gather of frames per column)."""
+        return [
+            column[index] if pool is None else pool.frames[column[index]]
+            for column, pool in zip(self.columns, self.pools)
+        ]
+
+    def drop_frames(self, rows: np.ndarray | list[int]) -> None:
+        """Rows ``rows`` (freed) let go of their frames."""
+        for column, pool in zip(self.columns, self.pools):
+            if pool is not None:
+                pool.release(column[np.asarray(rows, np.int64)].reshape(-1))
 
     def grow(self, capacity: int) -> None:
         old = self.capacity
@@ -148,11 +196,14 @@ class Lane:
 class ColumnStore:
     """Steps in lanes of preallocated columns (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, frames: bool | None = None) -> None:
         self._lanes: list[Lane] = []
         self._lane_of: dict[Layout, int] = {}
         self._where: dict[Hashable, tuple[int, int]] = {}  # step id -> (lane, row)
         self._reserved: dict[Layout, int] = {}
+        self._frames = FRAMES if frames is None else bool(frames)
+        self._pools: dict[tuple, FramePool] = {}  # plane shape -> its frames
+        self._frames_reserved: dict[tuple, int] = {}
         self._lock = threading.Lock()
 
     # -- writes ------------------------------------------------------------------------------------
@@ -160,18 +211,34 @@ class ColumnStore:
         """Makes room for ``rows`` more rows of ``layout`` once its lane is made (or now)."""
         with self._lock:
             self._reserved[layout] = self._reserved.get(layout, 0) + int(rows)
+            for (_, shape), plane in zip(layout, _planes(layout, self._frames)):
+                if plane is not None:  # (at most one frame per plane: the bound, mapped not taken)
+                    count = int(np.prod(shape[:-2], dtype=np.int64)) * int(rows)
+                    self._frames_reserved[plane] = self._frames_reserved.get(plane, 0) + count
             lane = self._lane_of.get(layout)
             if lane is not None:
                 self._lanes[lane].grow(_with_room(self._reserved[layout]))
+
+    def _pool(self, plane: tuple) -> FramePool:
+        pool = self._pools.get(plane)
+        if pool is None:
+            reserved = _with_room(self._frames_reserved.get(plane, 0))
+            try:
+                pool = FramePool(plane, reserved, _allocate)
+            except (OSError, MemoryError):  # (a system that maps no more than it has: grow as it fills)
+                pool = FramePool(plane, MIN_ROWS, _allocate)
+            self._pools[plane] = pool
+        return pool
 
     def _lane(self, layout: Layout) -> int:
         lane = self._lane_of.get(layout)
         if lane is None:
             lane = self._lane_of[layout] = len(self._lanes)
+            pools = [None if plane is None else self._pool(plane) for plane in _planes(layout, self._frames)]
             try:
-                made = Lane(layout, _with_room(self._reserved.get(layout, 0)))
+                made = Lane(layout, _with_room(self._reserved.get(layout, 0)), pools)
             except (OSError, MemoryError):  # (a system that maps no more than it has: grow as it fills)
-                made = Lane(layout, MIN_ROWS)
+                made = Lane(layout, MIN_ROWS, pools)
             self._lanes.append(made)
         return lane
 
@@ -190,9 +257,7 @@ class ColumnStore:
             lane = self._lanes[lane_number]
             if count == 1:  # (one step: plain indexing, no index arrays)
                 row = lane.take_one()
-                k = 0 if rows is None else int(rows[0])
-                for column, source in zip(lane.columns, block):
-                    column[row] = source[k]
+                lane.write(row, block, 0 if rows is None else int(rows[0]))
                 lane.refs[row] = 1
                 lane.writer[row] = True
                 step_id = step_ids[0]
@@ -204,12 +269,9 @@ class ColumnStore:
                 return
             taken = lane.take(count)
             if rows is None and len(block[0]) == count:
-                for column, source in zip(lane.columns, block):
-                    column[taken] = source
+                lane.write(taken, block, None)
             else:
-                picked = np.arange(count) if rows is None else np.asarray(rows, np.int64)
-                for column, source in zip(lane.columns, block):
-                    column[taken] = source[picked]
+                lane.write(taken, block, np.arange(count) if rows is None else np.asarray(rows, np.int64))
             lane.refs[taken] = 1
             lane.writer[taken] = True
             where, ids = self._where, lane.ids
@@ -287,7 +349,9 @@ class ColumnStore:
             freed = np.unique(rows[refs[rows] <= 0])
         if len(freed):
             refs[freed] = 0
-            self._lanes[lane_number].give_back(freed)
+            lane = self._lanes[lane_number]
+            lane.drop_frames(freed)
+            lane.give_back(freed)
 
     # -- reads -------------------------------------------------------------------------------------
     def gather(self, items: Sequence[Rows]) -> list[np.ndarray]:
@@ -305,11 +369,10 @@ class ColumnStore:
             lanes = {item.lane for item in items}
             if len(lanes) == 1:
                 lane = self._lanes[lanes.pop()]
-                out = [column[index] for column in lane.columns]
+                out = lane.read(index)
             else:  # (items of several layouts in one table: stacked item by item)
                 out = [
-                    np.concatenate(parts)
-                    for parts in zip(*[[c[item.array] for c in self._lanes[item.lane].columns] for item in items])
+                    np.concatenate(parts) for parts in zip(*[self._lanes[item.lane].read(item.array) for item in items])
                 ]
         if length == 1:
             return out
@@ -331,7 +394,7 @@ class ColumnStore:
             out = {}
             for lane, parts in used.items():
                 rows = np.unique(np.concatenate(parts))
-                out[lane] = (rows, [c[rows] for c in self._lanes[lane].columns])
+                out[lane] = (rows, self._lanes[lane].read(rows))
             return out
 
     # -- accounting --------------------------------------------------------------------------------
@@ -344,9 +407,21 @@ class ColumnStore:
             return step_id in self._where
 
     def nbytes(self) -> int:
-        """Bytes the lanes' columns hold (allocated, used or not)."""
+        """Bytes the lanes' columns and the frame pools hold (allocated, used or not)."""
         with self._lock:
-            return sum(c.nbytes for lane in self._lanes for c in lane.columns)
+            pools = sum(pool.frames.nbytes + pool.refs.nbytes for pool in self._pools.values())
+            return sum(c.nbytes for lane in self._lanes for c in lane.columns) + pools
+
+    def used_bytes(self) -> int:
+        """Bytes of the rows in use and of the frames held: what a full table costs."""
+        with self._lock:
+            rows = sum((lane.capacity - lane.top) * sum(c[0].nbytes for c in lane.columns) for lane in self._lanes)
+            return rows + sum(len(pool) * pool.frames[0].nbytes for pool in self._pools.values())
+
+    def frames_held(self) -> int:
+        """Frames the pools hold (0 without image columns, or with ``frames=False``)."""
+        with self._lock:
+            return sum(len(pool) for pool in self._pools.values())
 
 
 __all__ = ["ColumnStore", "Lane", "Rows", "layout_of"]
