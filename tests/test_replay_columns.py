@@ -189,10 +189,13 @@ def test_random_interleavings_match_a_model_of_the_table(tmp_path_factory, ops, 
     """The model: a dict key -> (value, priority) in insertion order, FIFO removal at
     ``max_size``; a sample's items are held items with their values and the selector's
     probabilities; a checkpoint restored into a new server holds the same items and counts."""
-    alpha = 0.5
+    from shoal.replay.native import frames
+
+    alpha, window = 0.5, frames.WINDOW
+    frames.WINDOW = 6  # (a small lookup window: frames leave it, are freed and reused within a run)
     spec = TableSpec("t", sampler=sampler, remover="fifo", max_size=max_size, priority_exponent=alpha,
                      rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
-                     signature={"v": ArraySpec((2,), np.float32)})
+                     signature={"v": ArraySpec((2,), np.float32), "w": ArraySpec((4, 32, 32), np.uint8)})
     directory = str(tmp_path_factory.mktemp("ckpt"))
     server = NativeReplayServer([spec], checkpoint_dir=directory, seed=5)
     writer = server.client.writer(3, timeout_s=10)
@@ -205,7 +208,7 @@ def test_random_interleavings_match_a_model_of_the_table(tmp_path_factory, ops, 
             if op[0] == "insert":
                 for _ in range(op[1]):
                     value += 1.0
-                    writer.append([np.array([value, -value], np.float32)])
+                    writer.append([np.array([value, -value], np.float32), _stack(int(value))])
                     writer.create_item("t", op[2], 1)
                     writer.commit()
                     writer.flush()
@@ -220,10 +223,11 @@ def test_random_interleavings_match_a_model_of_the_table(tmp_path_factory, ops, 
                 weights = {k: (1.0 if sampler == "uniform" else (p**alpha if p > 0 else 0.0))
                            for k, (_, p) in model.items()}
                 total = sum(weights.values())
-                for key, row, probability, size in zip(served["key"].tolist(), served["columns"][0],
-                                                       served["probability"], served["table_size"]):
+                for key, row, stack, probability, size in zip(served["key"].tolist(), *served["columns"],
+                                                              served["probability"], served["table_size"]):
                     v = float(row[0])
                     assert row[1] == -v and size == len(model)
+                    assert np.array_equal(stack, _stack(int(v)))  # (its frames, pooled, rebuilt)
                     keys_by_value[v] = key
                     model_key = key if key in model else -int(v)
                     assert model_key in model and model[model_key][0] == v
@@ -256,13 +260,19 @@ def test_random_interleavings_match_a_model_of_the_table(tmp_path_factory, ops, 
                     if model:
                         served = restored.sample("t", 64, timeout_s=5)
                         assert {float(r[0]) for r in served["columns"][0]} <= {v for v, _ in model.values()}
+                        for r, stack in zip(*served["columns"]):
+                            assert np.array_equal(stack, _stack(int(r[0])))
                 finally:
                     restored.stop()
             info = server.server_info()["t"]
             assert info["current_size"] == len(model)
+            # (frames go with their last item: those of the items held, the writer's, the window's)
+            shown = {(max(k, -1) + 1) % 251 for v, _ in model.values() for k in range(int(v) - 3, int(v) + 1)}
+            assert server._store.frames_held() <= len(shown) + 4 + frames.WINDOW
         writer.close()
     finally:
         server.stop()
+        frames.WINDOW = window
 
 
 @pytest.mark.parametrize("kind", ["fifo", "lifo"])
@@ -404,9 +414,9 @@ def test_atari_frame_stacks_are_stored_once_and_sampled_bit_for_bit_as_before(mo
 
 
 def _stack(t: int) -> np.ndarray:
-    """Step ``t``'s stack of 4 32x32 frames, frames ``t-3 .. t`` (frame ``k`` filled with ``k``;
-    before 0, zeros: an env's stack at its reset)."""
-    return np.stack([np.full((32, 32), max(k, -1) + 1, np.uint8) for k in range(t - 3, t + 1)])
+    """Step ``t``'s stack of 4 32x32 frames, frames ``t-3 .. t`` (frame ``k`` filled with ``k + 1``
+    modulo 251; before 0, zeros: an env's stack at its reset)."""
+    return np.stack([np.full((32, 32), (max(k, -1) + 1) % 251, np.uint8) for k in range(t - 3, t + 1)])
 
 
 def test_overlapping_sequences_of_frame_stacks_share_rows_and_frames():

@@ -58,14 +58,14 @@ def _hash(planes: np.ndarray) -> np.ndarray:
 class FramePool:
     """Frames of one shape ``(H, W)`` uint8, content-addressed (module docstring)."""
 
-    def __init__(self, shape: tuple, capacity: int, allocate, window: int = WINDOW) -> None:
+    def __init__(self, shape: tuple, capacity: int, allocate, window: int | None = None) -> None:
         self.shape = tuple(shape)
         self._allocate = allocate
         self.frames = allocate((max(1, capacity), *self.shape), np.dtype(np.uint8))
         self.refs = np.zeros(min(max(1, capacity), 1 << 16), np.int64)
         self.top = 0  # frames [0, top) were handed out once (the rest never touched)
         self.free: list[int] = []  # frames handed back
-        self.window = window
+        self.window = WINDOW if window is None else int(window)
         self._recent: collections.deque = collections.deque()  # (key, frame), oldest first
         self._lookup: dict[int, int] = {}  # key -> the newest frame of the window with it
 
