@@ -41,12 +41,13 @@ import jax
 from shoal.actors.actor import BatchedActor
 from shoal.actors.variable_client import VariableClient
 from shoal.core.counting import Counter
-from shoal.core.interfaces import Adder, Dataset, Learner, ReplayClient, TrainingActor, VariableSource
+from shoal.core.interfaces import Adder, Dataset, Learner, TrainingActor, VariableSource
 from shoal.core.loggers import Logger
 from shoal.core.settings import check_settings
 from shoal.core.specs import ArraySpec, EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy, Sample
+from shoal.replay.contract import ReplayClient
 
 
 ExtrasSpec = Mapping[str, ArraySpec]

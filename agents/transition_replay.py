@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from shoal.agents.builders import AgentBuilder, AgentConfig, ExtrasSpec, extras_of
-from shoal.core.interfaces import ReplayClient
+from shoal.replay.contract import ReplayClient
 from shoal.core.specs import EnvironmentSpec
 
 TABLE = "transitions"

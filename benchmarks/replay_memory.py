@@ -34,9 +34,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
 def _serve(tables_factory, queue, stop) -> None:
-    from shoal.replay import ReplayServer, without_insert_blocking
+    from shoal.replay import ReverbServer, without_insert_blocking
 
-    server = ReplayServer(without_insert_blocking(tables_factory()), checkpoint_dir=tempfile.mkdtemp())
+    server = ReverbServer(without_insert_blocking(tables_factory()), checkpoint_dir=tempfile.mkdtemp())
     queue.put(server.port)
     stop.wait()
     server.stop()

@@ -133,9 +133,9 @@ def _serve(backend: str, size: str):
         token = secrets.token_hex(16)
         rpc = RpcServer(replay, token=token, methods=SERVICE_METHODS, max_workers=64).start()
         return replay, rpc.address, token, lambda: (replay.stop(), rpc.stop())
-    from shoal.replay import ReplayServer
+    from shoal.replay import ReverbServer
 
-    server = ReplayServer([_table(size)])
+    server = ReverbServer([_table(size)])
     return server, server.address, None, server.stop
 
 
@@ -195,9 +195,9 @@ def _in_process_server(backend: str, sampler: str, max_items: int):
 
         server = NativeReplayServer([spec], seed=0)
         return server.client, server.stop
-    from shoal.replay import ReplayServer, make_replay_client
+    from shoal.replay import ReverbServer, make_replay_client
 
-    server = ReplayServer([spec])
+    server = ReverbServer([spec])
     return make_replay_client(server.address), server.stop
 
 

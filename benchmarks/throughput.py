@@ -110,9 +110,9 @@ def _gather(queue, procs, timeout_s: float, what: str) -> dict[int, object]:
 
 def actor_scaling(phase_s: float, scaling: tuple[int, ...]) -> dict:
     from actor_bench import scaling_table
-    from shoal.replay import ReplayServer
+    from shoal.replay import ReverbServer
 
-    server = ReplayServer([scaling_table()])
+    server = ReverbServer([scaling_table()])
     ctx = mp.get_context("spawn")
     ready, results, go, start_at = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
     # Each actor process: one XLA thread on the CPU (as the distributed program's actors).

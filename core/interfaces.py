@@ -1,4 +1,8 @@
-"""The small interfaces every Shoal component is written against (after Acme's core)."""
+"""The small interfaces every Shoal component is written against (after Acme's core).
+
+Replay's contract (its server, client, writer, sampler, and the sampled items' type) is
+``shoal.replay.contract``, beside the two backends that implement it: ``core`` imports no other
+Shoal package, and adders, datasets, runners and launchers import the contract from there."""
 
 from __future__ import annotations
 
@@ -80,25 +84,6 @@ class IteratorDataset(Dataset):
 def as_dataset(source: Dataset | Iterator[Sample]) -> Dataset:
     """``source`` itself if it is a ``Dataset``, else an ``IteratorDataset`` around it."""
     return source if isinstance(source, Dataset) else IteratorDataset(iter(source))
-
-
-@runtime_checkable
-class ReplayClient(Protocol):
-    """What Shoal calls on a client of the replay service (a ``reverb.Client``, or one a
-    ``ReplayNode`` handle becomes): datasets connect to ``server_address``, adders write through
-    ``trajectory_writer``, prioritized agents ``mutate_priorities``, runners read ``server_info``
-    (each table's size) when resuming. Declared here so that no interface needs Reverb."""
-
-    @property
-    def server_address(self) -> str: ...
-
-    def server_info(self, timeout: int | None = None) -> Mapping[str, Any]: ...
-
-    def trajectory_writer(self, num_keep_alive_refs: int, **kwargs: Any) -> Any: ...
-
-    def mutate_priorities(
-        self, table: str, updates: Mapping[Any, float] | None = None, deletes: Any = None
-    ) -> None: ...
 
 
 class Learner(VariableSource, Saveable):

@@ -1,5 +1,6 @@
-"""Replay: one contract, two backends (Reverb; native), tables and signatures, adders, host
-batch iterators, and priority updates (``shoal.replay.backends`` says how a run picks one).
+"""Replay: one contract (``shoal.replay.contract``), two backends that implement it
+(``shoal.replay.reverb``, ``shoal.replay.native``), tables and signatures, adders, host batch
+iterators, and priority updates (``shoal.replay.backends`` says how a run picks a backend).
 
 This is the only Shoal package that touches TensorFlow (pulled in by Reverb), and only the
 Reverb learner's dataset imports it: tables, the server and the writers' client load without it. Its
@@ -18,9 +19,23 @@ _NAMES = {
     "shoal.replay.dataset": ("ReplayIterator", "env_sequence_batches", "sequence_batches", "transition_batches"),
     "shoal.replay.layouts": ("env_sequence_example", "sequence_example", "transition_example"),
     "shoal.replay.priorities": ("item_priorities", "update_item_priorities"),
-    "shoal.replay.client": ("ReverbClient", "make_replay_client"),
-    "shoal.replay.server": ("ReplayServer",),
-    "shoal.replay.backends": ("BACKENDS", "check_backend", "default_backend", "make_replay_server", "reverb_installed"),
+    "shoal.replay.contract": (
+        "ReplayClient",
+        "ReplaySampler",
+        "ReplayWriter",
+        "SampleInfo",
+        "SampledItems",
+        "TableInfo",
+    ),
+    "shoal.replay.reverb": ("ReverbClient", "ReverbServer", "make_replay_client"),
+    "shoal.replay.backends": (
+        "BACKENDS",
+        "check_backend",
+        "connect",
+        "default_backend",
+        "make_replay_server",
+        "reverb_installed",
+    ),
     "shoal.replay.native": ("NativeReplayClient", "NativeReplayServer"),
     "shoal.replay.signatures": (
         "env_sequence_signature",

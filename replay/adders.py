@@ -39,9 +39,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import tree
 
-from shoal.core.interfaces import Adder, ReplayClient
+from shoal.core.interfaces import Adder
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 from shoal.core.types import Step
+from shoal.replay.contract import ReplayClient
 
 
 def _cast_observation(observation, spec: ObservationSpec):
@@ -65,7 +66,7 @@ def _cast_step(step: Step, spec: EnvironmentSpec) -> Step:
 
 
 class _WriterAdder(Adder):
-    """Owns the replay writer (``client.writer``: the backend's) and its bounded, timed flushes.
+    """Owns the replay writer (``client.writer``: the backend's ``ReplayWriter``) and its bounded, timed flushes.
 
     Each step goes to the writer as one flat list of columns (``tree.flatten``, the table
     signature's order), each item as the last ``length`` steps; ``_commit`` ends a vector step's
@@ -75,7 +76,7 @@ class _WriterAdder(Adder):
     def __init__(
         self, client: ReplayClient, table: str, num_keep_alive_refs: int, flush_timeout_s: float, priority: float = 1.0
     ) -> None:
-        self._writer = open_writer(client, num_keep_alive_refs, flush_timeout_s)
+        self._writer = client.writer(num_keep_alive_refs, flush_timeout_s)
         self._table = table
         self._priority = priority
 
@@ -100,18 +101,6 @@ class _WriterAdder(Adder):
 
     def close(self, timeout_s: float | None = None) -> bool:
         return self._writer.close(timeout_s)
-
-
-def open_writer(client: ReplayClient, num_keep_alive_refs: int, timeout_s: float):
-    """``client``'s writer: a ``NativeWriter`` or a ``ReverbWriter`` (for a plain
-    ``reverb.Client`` too: its ``TrajectoryWriter``, wrapped)."""
-    if hasattr(client, "writer"):
-        return client.writer(num_keep_alive_refs, timeout_s)
-    from shoal.replay.client import ReverbWriter
-
-    return ReverbWriter(
-        client.trajectory_writer(num_keep_alive_refs=num_keep_alive_refs), num_keep_alive_refs, timeout_s
-    )
 
 
 def n_step_transition(steps: Sequence[Step], discount: float) -> dict[str, np.ndarray]:
@@ -254,11 +243,11 @@ class EnvSequenceAdder(_WriterAdder):
             raise ValueError(
                 f"sequence length must be >= 1 and 1 <= period <= length, got length={length}, period={period}"
             )
-        writer = open_writer(client, 1, flush_timeout_s)
-        self._shares = getattr(writer, "shares_steps", False)
+        writer = client.writer(1, flush_timeout_s)
+        self._shares = writer.shares_steps
         if self._shares:  # (room for every env's steps of one window)
             writer.close()
-            writer = open_writer(client, length * spec.num_envs, flush_timeout_s)
+            writer = client.writer(length * spec.num_envs, flush_timeout_s)
         self._writer, self._table, self._priority = writer, table, priority
         self._spec, self._period = spec, period
         self._max_in_flight = max(max_in_flight_items, spec.num_envs)

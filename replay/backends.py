@@ -1,13 +1,16 @@
 """The two replay backends and how a run picks one.
 
-* ``"reverb"``: DeepMind's Reverb (``shoal.replay.server``, ``client``): its C++ server,
-  streamed writes, TensorFlow datasets. dm-reverb 0.14 is its last release: Python 3.11 only.
+* ``"reverb"``: DeepMind's Reverb (``shoal.replay.reverb``): its C++ server, streamed
+  writes, TensorFlow datasets. dm-reverb 0.14 is its last release: Python 3.11 only.
 * ``"native"``: Shoal's own (``shoal.replay.native``): the same table semantics (one
   conformance suite holds both to them), any Python, no TensorFlow, seeded sampling, loopback
   RPC with a token in a distributed program.
 
 A run names one (``--replay``, ``ExperimentConfig.replay``); ``None`` means the default:
 Reverb where it is installed, native elsewhere. Resume keeps the run's.
+
+Both implement ``shoal.replay.contract``; this module is the one place that names them
+(``make_replay_server``, ``connect``): the rest of Shoal talks to replay through the contract.
 """
 
 from __future__ import annotations
@@ -15,6 +18,12 @@ from __future__ import annotations
 import importlib.util
 import sys
 from typing import Any, Sequence
+
+from shoal.replay.contract import ReplayClient, ReplayServer
+from shoal.replay.native.client import SCHEME, client_for
+from shoal.replay.native.server import NativeReplayServer
+from shoal.replay.reverb.client import ReverbClient
+from shoal.replay.reverb.server import ReverbServer
 
 BACKENDS = ("reverb", "native")
 
@@ -53,15 +62,20 @@ def make_replay_server(
     checkpoint_dir: str | None = None,
     seed: int = 0,
     gated: bool = False,
-) -> Any:
+) -> ReplayServer:
     """A replay server of ``tables`` on ``backend``, with its ``client``: Reverb's on ``port``
     (``None``: a free one), or a native server in this process (``gated``: it samples only
     what the runner grants, so a seeded run is reproducible; Reverb ignores it)."""
     backend = check_backend(backend)
     if backend == "native":
-        from shoal.replay.native.server import NativeReplayServer
-
         return NativeReplayServer(tables, checkpoint_dir=checkpoint_dir, seed=seed, gated=gated)
-    from shoal.replay.server import ReplayServer
+    return ReverbServer(tables, port=port, checkpoint_dir=checkpoint_dir)
 
-    return ReplayServer(tables, port=port, checkpoint_dir=checkpoint_dir)
+
+def connect(address: str) -> ReplayClient:
+    """A client of the server at ``address``: a native server's in this process (its client's
+    ``server_address``, ``native://...``), else Reverb's at ``host:port``."""
+    if address.startswith(SCHEME):
+        return client_for(address)
+    check_backend("reverb")
+    return ReverbClient(address)

@@ -1,10 +1,10 @@
-"""Writing priorities back to a prioritized Reverb table."""
+"""Writing priorities back to a prioritized replay table (either backend)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from shoal.core.interfaces import ReplayClient
+from shoal.replay.contract import ReplayClient
 
 
 def item_priorities(td_abs: np.ndarray, items_per_batch: int, num_envs: int, epsilon: float = 1e-6) -> np.ndarray:

@@ -13,7 +13,7 @@ Replay items hold whole vector steps, so every field has a leading ``[num_envs]`
 its own dtype: uint8 frames stay uint8).
 
 Leaves are ``shoal.core.specs.ArraySpec``s with the items' full shapes (no TensorFlow: a
-``TableSpec`` takes them, and ``ReplayServer`` hands them to Reverb as its ``StructuredValue``
+``TableSpec`` takes them, and ``ReverbServer`` hands them to Reverb as its ``StructuredValue``
 bytes). Reverb serves them back as ``tf.TensorSpec``s (``server_info``).
 """
 

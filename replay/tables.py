@@ -1,9 +1,9 @@
 """Reverb tables, described without TensorFlow: transitions (or env sequences) under a replay
 ratio, an on-policy queue, and a dropping FIFO.
 
-A ``TableSpec`` is what ``ReplayServer`` builds a Reverb table from: its selectors, size, rate
+A ``TableSpec`` is what ``ReverbServer`` builds a Reverb table from: its selectors, size, rate
 limiter and signature, in plain Python (``reverb.Table`` would import TensorFlow to encode the
-signature: 3.3 s of CPU in every replay process). ``ReplayServer`` also takes ``reverb.Table``s.
+signature: 3.3 s of CPU in every replay process). ``ReverbServer`` also takes ``reverb.Table``s.
 
 Sizes given to these factories count *transitions* (env steps) where they say so; a table
 counts *items*, and an item holds one vector step (``num_envs`` transitions) or one chunk of

@@ -34,7 +34,7 @@ def test_a_logger_failing_to_close_does_not_skip_stopping_the_replay_server(tmp_
     from shoal.replay import default_backend
 
     if default_backend() == "reverb":
-        from shoal.replay.server import ReplayServer as Server
+        from shoal.replay.reverb import ReverbServer as Server
     else:
         from shoal.replay.native import NativeReplayServer as Server
     stopped = []

@@ -265,7 +265,7 @@ def test_large_steps_and_batches_cross_shared_memory_on_one_host_intact(shared_m
         assert len(replay._segments) == int(shared_memory)
         dataset = transition_batches(client, "t", num_envs=8, batch_size=16 * 8)
         got = [next(dataset) for _ in range(4)]
-        assert bool(dataset._segment) == shared_memory
+        assert bool(dataset._sampler._segment) == shared_memory  # (the native sampler's)
         observations = np.concatenate([b.data["observation"][:, 0] for b in got])  # [4 * 128, 4, 32, 32]
         steps = np.repeat(np.arange(64), 8)  # (a FIFO, each item once: the steps in order, 8 envs each)
         np.testing.assert_array_equal(observations, np.broadcast_to(steps[:, None, None, None], observations.shape))

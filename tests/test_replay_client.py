@@ -14,8 +14,8 @@ reverb = pytest.importorskip("reverb")  # (Reverb's own client and protos: Pytho
 import tree
 
 from shoal.core.specs import make_environment_spec
-from shoal.replay import ReplayServer, make_queue_table, transition_signature
-from shoal.replay.client import ReverbClient
+from shoal.replay import ReverbServer, make_queue_table, transition_signature
+from shoal.replay.reverb.client import ReverbClient
 
 pytestmark = pytest.mark.e2e  # a real Reverb server and a second process
 
@@ -43,7 +43,7 @@ print(json.dumps({{"tensorflow": "tensorflow" in sys.modules, "reverb": "reverb"
 def test_a_process_without_tensorflow_writes_items_a_table_reads_back():
     spec = make_environment_spec(gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * NUM_ENVS))
     signature = transition_signature(spec, {})
-    server = ReplayServer([make_queue_table("q", signature, 100)])
+    server = ReverbServer([make_queue_table("q", signature, 100)])
     try:
         proc = subprocess.run([sys.executable, "-c", WRITER, server.address], capture_output=True, text=True,
                               timeout=120)
@@ -60,7 +60,7 @@ def test_a_process_without_tensorflow_writes_items_a_table_reads_back():
 
 
 def test_where_tensorflow_is_loaded_the_client_is_reverbs_own():
-    server = ReplayServer([reverb.Table.queue("q", max_size=10)])
+    server = ReverbServer([reverb.Table.queue("q", max_size=10)])
     try:
         client = ReverbClient(server.address)
         assert client.server_info()["q"].current_size == 0  # (through a reverb.Client)

@@ -14,7 +14,7 @@ reverb = pytest.importorskip("reverb")
 
 from shoal.agents import get_builder  # noqa: E402
 from shoal.launch import ExperimentConfig, run_experiment  # noqa: E402
-from shoal.replay import ReplayServer  # noqa: E402
+from shoal.replay import ReverbServer  # noqa: E402
 from shoal.replay.tables import RateLimit, TableSpec  # noqa: E402
 
 
@@ -33,14 +33,14 @@ def play(server, inserts, samples):
 
 
 def test_a_restored_table_can_sample_as_one_that_never_stopped(tmp_path):
-    kept = ReplayServer([ratio_table()])  # the same history, never checkpointed
-    first = ReplayServer([ratio_table()], checkpoint_dir=str(tmp_path))
+    kept = ReverbServer([ratio_table()])  # the same history, never checkpointed
+    first = ReverbServer([ratio_table()], checkpoint_dir=str(tmp_path))
     assert first.restored_from is None
     for server in (kept, first):
         play(server, inserts=4, samples=5)  # 4*2 - 5 = 3: n <= 5 may be sampled
     first.client.checkpoint()
     first.stop()
-    restored = ReplayServer([ratio_table()], checkpoint_dir=str(tmp_path))
+    restored = ReverbServer([ratio_table()], checkpoint_dir=str(tmp_path))
     assert restored.restored_from is not None
     answers = [restored.can_sample("t", n) for n in range(1, 9)]
     assert answers == [kept.can_sample("t", n) for n in range(1, 9)] == [True] * 5 + [False] * 3

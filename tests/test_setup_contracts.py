@@ -64,7 +64,8 @@ def test_the_actor_a_builder_makes_is_a_training_actor_and_reverb_a_replay_clien
 
     reverb = pytest.importorskip("reverb")
 
-    from shoal.core.interfaces import Actor, ReplayClient, TrainingActor, VariableSource
+    from shoal.core.interfaces import Actor, TrainingActor, VariableSource
+    from shoal.replay.contract import ReplayClient
 
     class Source(VariableSource):
         def get_variables(self, known_version=-1):

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import struct_pb2
 from tensorflow.python.saved_model import nested_structure_coder
 
-from shoal.replay.signature_proto import encode_structure
+from shoal.replay.reverb.signature_proto import encode_structure
 
 
 def parsed(data: bytes) -> struct_pb2.StructuredValue:
@@ -56,11 +56,11 @@ def test_a_reverb_table_takes_the_signature():
 
 def test_a_replay_server_serves_shoals_signatures_back_as_tensorflow_specs():
     from shoal.core.specs import ArraySpec
-    from shoal.replay import ReplayServer, make_queue_table
+    from shoal.replay import ReverbServer, make_queue_table
 
     signature = {"observation": {"pixels": ArraySpec((4, 84, 84), np.uint8), "mask": ArraySpec((4, 6), bool)},
                  "action": ArraySpec((4,), np.int64), "reward": ArraySpec((4,), np.float32)}
-    server = ReplayServer([make_queue_table("q", signature, 10)])
+    server = ReverbServer([make_queue_table("q", signature, 10)])
     try:
         served = server.client.server_info(timeout=10)["q"].signature
     finally:
@@ -71,11 +71,11 @@ def test_a_replay_server_serves_shoals_signatures_back_as_tensorflow_specs():
 
 @pytest.mark.parametrize("make", ["transition", "prioritized", "sequence", "queue", "dropping_fifo"])
 def test_a_table_spec_makes_the_table_reverbs_own_classes_make(make):
-    """Each factory's ``TableSpec``, built by ``ReplayServer``, has the selectors, sizes and rate
+    """Each factory's ``TableSpec``, built by ``ReverbServer``, has the selectors, sizes and rate
     limiter of the ``reverb.Table`` Reverb's Python classes build for the same arguments."""
     from reverb.cc import schema_pb2
 
-    from shoal.replay import ReplayServer, tables
+    from shoal.replay import ReverbServer, tables
 
     sig = {"x": tf.TensorSpec([2], tf.float32)}
     uniform, fifo = reverb.selectors.Uniform(), reverb.selectors.Fifo()
@@ -100,7 +100,7 @@ def test_a_table_spec_makes_the_table_reverbs_own_classes_make(make):
         ours = tables.make_dropping_fifo_table("t", None, 7)
         theirs = reverb.Table("t", fifo, fifo, max_size=7, max_times_sampled=1, signature=sig,
                               rate_limiter=reverb.rate_limiters.RateLimiter(1.0, 1, 0.0, sys.float_info.max))
-    server = ReplayServer([ours])
+    server = ReverbServer([ours])
     try:
         info = schema_pb2.TableInfo.FromString(server._tables["t"].info())
     finally:
@@ -122,13 +122,13 @@ def test_a_bad_selector_is_named():
 def test_table_counts_read_without_tensorflow_equal_reverbs_decoding():
     from reverb.cc import schema_pb2
 
-    from shoal.replay import ReplayServer, make_transition_table
-    from shoal.replay.table_info import table_info
+    from shoal.replay import ReverbServer, make_transition_table
+    from shoal.replay.reverb.table_info import table_info
 
     table = make_transition_table("t", None, num_envs=1, batch_size=2, sgd_steps_per_update=1,
                                   samples_per_insert=1.5, samples_per_insert_tolerance=4.0,
                                   min_replay_size=3, max_replay_size=10)
-    server = ReplayServer([table])
+    server = ReverbServer([table])
     client = reverb.Client(server.address)
     try:
         for i in range(5):
@@ -150,8 +150,8 @@ def test_table_counts_read_without_tensorflow_equal_reverbs_decoding():
 def test_a_taken_port_is_named_and_a_port_picked_for_the_server_is_picked_again(monkeypatch):
     import socket
 
-    from shoal.replay import ReplayServer, make_queue_table
-    from shoal.replay import server as server_module
+    from shoal.replay import ReverbServer, make_queue_table
+    from shoal.replay.reverb import server as server_module
 
     taken = socket.socket()
     taken.bind(("", 0))
@@ -159,10 +159,10 @@ def test_a_taken_port_is_named_and_a_port_picked_for_the_server_is_picked_again(
     port = taken.getsockname()[1]
     try:
         with pytest.raises(OSError, match=f"could not listen on port {port}"):
-            ReplayServer([make_queue_table("q", None, 3)], port=port)
+            ReverbServer([make_queue_table("q", None, 3)], port=port)
         picks = iter([port, server_module.free_port()])  # (another process took the first pick)
         monkeypatch.setattr(server_module, "free_port", lambda: next(picks))
-        server = ReplayServer([make_queue_table("q", None, 3)])
+        server = ReverbServer([make_queue_table("q", None, 3)])
         try:
             assert server.port != port and server.client.server_info(timeout=10)["q"].max_size == 3
         finally:

@@ -9,7 +9,7 @@ from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.presets import PRESETS
 from shoal.agents.impala.networks import IMPALANetworks, make_networks
 from shoal.agents.components.policy_lag import PolicyLag
-from shoal.core.interfaces import ReplayClient
+from shoal.replay.contract import ReplayClient
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
 from shoal.learners import ReplicatedLearner

@@ -12,7 +12,7 @@ from shoal.agents.ppo import acting, learning
 from shoal.agents.ppo.config import PPOConfig, check_schedules
 from shoal.agents.ppo.presets import PRESETS
 from shoal.agents.ppo.networks import PPONetworks, make_networks
-from shoal.core.interfaces import ReplayClient
+from shoal.replay.contract import ReplayClient
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
 from shoal.learners import ReplicatedLearner

@@ -11,7 +11,7 @@ from shoal.agents.r2d2.config import R2D2Config
 from shoal.agents.r2d2.presets import PRESETS
 from shoal.agents.r2d2.networks import R2D2Networks, make_networks
 from shoal.agents.components.torsos import check_torso
-from shoal.core.interfaces import ReplayClient
+from shoal.replay.contract import ReplayClient
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Policy
 from shoal.learners import ReplicatedLearner

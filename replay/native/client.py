@@ -3,11 +3,12 @@
 ``NativeReplayClient(service, address)`` calls a ``NativeReplayServer``'s methods on
 ``service``: the server object itself in one process (direct calls, no socket), or an RPC
 client of it (``shoal.launch``'s replay node makes one; the RPC layer carries numpy arrays
-without pickling). It offers what Shoal calls on a replay client (``core.interfaces.ReplayClient``):
-``server_address``, ``server_info``, ``trajectory_writer``, ``mutate_priorities``,
-``checkpoint``, and ``sample_batch`` for the datasets.
+without pickling). It is the native backend's ``shoal.replay.contract.ReplayClient``:
+``server_address``, ``server_info``, ``writer``, ``sampler``, ``mutate_priorities``,
+``checkpoint`` and ``sample``; ``sample_batch`` is what its sampler calls.
 
-``writer`` makes a ``NativeWriter`` (``shoal.replay.native.writer``), what adders write through.
+``writer`` makes a ``NativeWriter`` (``shoal.replay.native.writer``), what adders write through;
+``sampler`` a ``NativeSampler`` (``shoal.replay.native.sampler``), what datasets read through.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import tree
 
 from shoal.core.specs import ArraySpec
 from shoal.core.shared_memory import Segment
+from shoal.replay.native.sampler import NativeSampler
 from shoal.replay.native.table import ReplayClosed, ReplayServerGone
 from shoal.replay.native.validation import MAX_SAMPLE_ITEMS
 from shoal.replay.native.writer import (  # (named here too: where they were)
@@ -92,6 +94,8 @@ class NativeReplayClient:
     (over RPC): send and take bulk arrays through a shared-memory segment when the server is on
     this host (``shoal.core.shared_memory``; RPC otherwise)."""
 
+    backend = "native"
+
     def __init__(self, service: Any, address: str, in_process: bool = False, shared_memory: bool = False) -> None:
         self._service, self.in_process = service, in_process
         self.shared_memory = shared_memory and not in_process and Segment.available()
@@ -105,11 +109,10 @@ class NativeReplayClient:
     def _call_later(self, method: str, *args: Any) -> "_Pending":
         """Starts ``method`` (over RPC: a future; in one process: at once) and returns what
         waits for its result (``_Pending``)."""
-        futures = getattr(self._service, "futures", None)
-        if futures is None:
+        if self.in_process:  # (the server itself: a direct call, done now)
             result = self._call(method, *args)
             return _Pending(lambda: result, lambda: True)
-        future = self._settle(method, lambda: getattr(futures, method)(*args))
+        future = self._settle(method, lambda: getattr(self._service.futures, method)(*args))
         return _Pending(lambda: self._settle(method, future.result), future.done)
 
     def _settle(self, method: str, call: Callable[[], Any]) -> Any:
@@ -135,6 +138,13 @@ class NativeReplayClient:
         return NativeWriter(self, num_keep_alive_refs, timeout_s)
 
     trajectory_writer = writer
+
+    def sampler(
+        self, table: str, items_per_update: int, *, timeout_s: float, poll_s: float, each_item_once: bool
+    ) -> NativeSampler:
+        """A sampler of ``table`` for a ``ReplayIterator`` (``shoal.replay.native.sampler``; each
+        call waits at most ``poll_s``, so ``timeout_s`` has nothing to bound here)."""
+        return NativeSampler(self, table, items_per_update, poll_s, each_item_once)
 
     def server_info(self, timeout: int | None = None) -> dict[str, SimpleNamespace]:
         """Each table's size, counts and ``signature``, with the fields of Reverb's

@@ -48,6 +48,7 @@ from typing import Any, Sequence
 import numpy as np
 import tree
 
+from shoal.replay.checkpoints import latest_checkpoint
 from shoal.replay.native.columns import ColumnStore
 from shoal.replay.native.payload import stacked_groups
 from shoal.core.shared_memory import Attached
@@ -134,8 +135,6 @@ class NativeReplayServer:
         self._segments_lock = threading.Lock()
         self.restored_from = None
         if checkpoint_dir:
-            from shoal.replay.server import latest_checkpoint
-
             self.restored_from = latest_checkpoint(checkpoint_dir)
             if self.restored_from:
                 self._restore(self.restored_from)

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 
 from shoal.core.counting import Counter
-from shoal.core.interfaces import ReplayClient
+from shoal.replay.contract import ReplayClient
 from shoal.core.loggers import make_logger
 from shoal.core.notices import COMPILE_HINT, while_slow
 from shoal.core.specs import EnvironmentSpec

@@ -20,7 +20,7 @@ import jax
 
 from shoal.actors import EnvironmentLoop
 from shoal.core.loggers import make_logger
-from shoal.core.interfaces import Adder, ReplayClient
+from shoal.core.interfaces import Adder
 from shoal.core.specs import EnvironmentSpec, make_environment_spec, map_observation
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
@@ -28,6 +28,7 @@ from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
 from shoal.launch.experiments.distributed.step_grants import Heartbeat, StepGrants
 from shoal.launch.programs.stopping import failure_line
 from shoal.launch.programs.nodes import current_context, should_stop
+from shoal.replay.contract import ReplayClient
 
 STOP_FLUSH_S = 1.0  # how long a stopping actor waits for replay to take its last items
 SAVE_WAIT_S = 2.0  # how long save() waits for a step to end (the driver's call waits 5 s)
@@ -234,11 +235,9 @@ def self_play_pool(config: ExperimentConfig, learner) -> Any:
 
 
 def send_pending(adder: Adder) -> None:
-    """``adder.send_pending()`` (``Adder.send_pending``), if the adder has it (a plug-in adder
-    that does not derive from ``Adder`` may not)."""
-    send = getattr(adder, "send_pending", None)
-    if send is not None:
-        send()
+    """``adder.send_pending()``: every adder has it (``core.interfaces.Adder``: nothing by
+    default; a writer's ``shoal.replay.contract.ReplayWriter.send_pending``)."""
+    adder.send_pending()
 
 
 def close_adder(adder: Adder, timeout_s: float) -> bool:

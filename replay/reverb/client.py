@@ -15,6 +15,7 @@ fails (another Reverb layout), it is Reverb's full import from the start.
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import ctypes
 import importlib.util
@@ -22,6 +23,8 @@ import os
 import sys
 import types
 from typing import Any, Mapping
+
+from shoal.replay.reverb.sampler import ReverbSampler
 
 
 _native: tuple[Any, Any, Any] | None = None  # (pybind, trajectory_writer, errors) modules
@@ -110,8 +113,11 @@ def deadline_exceeded_error() -> type[Exception]:
 
 
 class ReverbClient:
-    """A client of the Reverb server at ``address`` (``host:port``), as ``reverb.Client``
-    for what Shoal calls (``core.interfaces.ReplayClient``); see the module docstring."""
+    """A client of the Reverb server at ``address`` (``host:port``): the Reverb backend's
+    ``shoal.replay.contract.ReplayClient``, as ``reverb.Client`` for what it shares with it; see
+    the module docstring."""
+
+    backend = "reverb"
 
     def __init__(self, address: str) -> None:
         self.server_address = address
@@ -130,6 +136,12 @@ class ReverbClient:
             raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")
         options = self._pybind.AutoTunedChunkerOptions(num_keep_alive_refs, 1.0)
         return reverb_modules()[1].TrajectoryWriter(self._cpp.NewTrajectoryWriter(options, validate_items))
+
+    def sampler(
+        self, table: str, items_per_update: int, *, timeout_s: float, poll_s: float, each_item_once: bool
+    ) -> ReverbSampler:
+        """``table``'s items through Reverb's TensorFlow dataset (``shoal.replay.reverb.sampler``)."""
+        return ReverbSampler(self.server_address, table, items_per_update, timeout_s, poll_s, each_item_once)
 
     def server_info(self, timeout: int | None = None) -> Mapping[str, Any]:
         return self._full().server_info(timeout)
@@ -154,7 +166,7 @@ class ReverbClient:
 
 
 class ReverbWriter:
-    """The adders' writer on Reverb (``NativeWriter``'s methods) around a ``TrajectoryWriter``.
+    """The adders' writer on Reverb (``shoal.replay.contract.ReplayWriter``) around a ``TrajectoryWriter``.
 
     Steps and items go to the writer's C++ object (``TrajectoryWriter._writer``, Reverb 0.14)
     directly: each step as one flat list of columns, each item as references to the last
@@ -163,9 +175,9 @@ class ReverbWriter:
     through the wrapper. Items stream to the server as they are made (``commit`` does nothing).
     """
 
-    def __init__(self, writer: Any, num_keep_alive_refs: int, timeout_s: float) -> None:
-        import collections
+    shares_steps = False  # (an item is made of the last steps appended)
 
+    def __init__(self, writer: Any, num_keep_alive_refs: int, timeout_s: float) -> None:
         self._writer, self._cpp, self.timeout_s = writer, writer._writer, timeout_s
         self._refs: collections.deque[list] = collections.deque(maxlen=num_keep_alive_refs)
         self._last_table = "?"

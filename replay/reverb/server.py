@@ -1,8 +1,8 @@
-"""An embedded Reverb server with a client, bound to loopback, started without TensorFlow."""
+"""``ReverbServer``: an embedded Reverb server with a client, started without TensorFlow (the
+Reverb backend's ``shoal.replay.contract.ReplayServer``)."""
 
 from __future__ import annotations
 
-import os
 import random
 import socket
 from typing import Any, Sequence
@@ -10,13 +10,14 @@ from typing import Any, Sequence
 import numpy as np
 import portpicker
 
-from shoal.replay.client import ReverbClient, reverb_modules
-from shoal.replay.signature_proto import encode_structure
-from shoal.replay.table_info import table_info
+from shoal.replay.checkpoints import latest_checkpoint
+from shoal.replay.reverb.client import ReverbClient, reverb_modules
+from shoal.replay.reverb.signature_proto import encode_structure
+from shoal.replay.reverb.table_info import table_info
 from shoal.replay.tables import TableSpec
 
 
-class ReplayServer:
+class ReverbServer:
     """Starts a Reverb server of ``tables`` (``TableSpec``s or ``reverb.Table``s) on ``port``
     (``None``: a free one) and opens a client to it (``client``, a ``ReverbClient``).
 
@@ -75,7 +76,7 @@ class ReplayServer:
         return int(self._info(table).rate_limiter_info.sample_stats.completed - self._sampled_at_start.get(table, 0))
 
     def _info(self, table: str) -> Any:
-        """``table``'s counts (``shoal.replay.table_info``: read without TensorFlow)."""
+        """``table``'s counts (``shoal.replay.reverb.table_info``: read without TensorFlow)."""
         if self._info_client is None:
             return table_info(self._tables[table].info())
         for proto in self._info_client.ServerInfo(60):  # (seconds: the server is in this process)
@@ -150,19 +151,6 @@ def _leaf(spec: Any) -> tuple[str, list, np.dtype]:
     """A signature leaf's ``(name, shape, dtype)``: an ``ArraySpec`` (or a ``tf.TensorSpec``)."""
     dtype = getattr(spec.dtype, "as_numpy_dtype", spec.dtype)
     return getattr(spec, "name", None) or "", list(spec.shape), np.dtype(dtype)
-
-
-def latest_checkpoint(checkpoint_dir: str) -> str | None:
-    """The checkpoint Reverb's default checkpointer restores from ``checkpoint_dir``: the last,
-    by name, of the subdirectories it finished writing (those holding ``DONE``); else ``None``."""
-    try:
-        names = sorted(os.listdir(checkpoint_dir), reverse=True)
-    except FileNotFoundError:
-        return None
-    for name in names:
-        if os.path.exists(os.path.join(checkpoint_dir, name, "DONE")):
-            return os.path.join(checkpoint_dir, name)
-    return None
 
 
 def can_sample(info: Any, num_items: int) -> bool:
