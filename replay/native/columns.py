@@ -306,6 +306,16 @@ class ColumnStore:
             _add(self._lanes[lane].refs, rows, 1)
             return Rows(lane, np.array(rows, np.int64))
 
+    def hold_rows(self, lane: int, rows: np.ndarray) -> None:
+        """One more reference to rows ``rows`` of lane ``lane`` (an item's, held again)."""
+        with self._lock:
+            _add(self._lanes[lane].refs, rows, 1)
+
+    def release_rows(self, lane: int, rows: np.ndarray) -> None:
+        """One reference less to rows ``rows`` of lane ``lane`` (an item's, let go of)."""
+        with self._lock:
+            self._release_rows(lane, rows)
+
     def release(self, steps: Rows) -> None:
         """One reference less to an item's rows (``hold``'s)."""
         with self._lock:
@@ -378,6 +388,22 @@ class ColumnStore:
             return out
         return [column.reshape(len(items), length, *column.shape[1:]) for column in out]
 
+    def gather_rows(self, lanes: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
+        """A sample's columns: item ``i`` is rows ``rows[i]`` of lane ``lanes[i]`` (``rows``
+        ``[B, length]``); one gather per column, ``[B, ...]`` for one-step items, ``[B, length,
+        ...]`` for longer ones."""
+        count, length = rows.shape
+        with self._lock:
+            first = int(lanes[0])
+            if (lanes == first).all():
+                out = self._lanes[first].read(rows.reshape(-1))
+            else:  # (items of several layouts in one table: stacked item by item)
+                parts = [self._lanes[int(lane)].read(index) for lane, index in zip(lanes.tolist(), rows)]
+                out = [np.concatenate(columns) for columns in zip(*parts)]
+        if length == 1:
+            return out
+        return [column.reshape(count, length, *column.shape[1:]) for column in out]
+
     def layouts(self, step_ids: Sequence[Hashable]) -> list[tuple | None]:
         """Each step's layout as the insert checker reads it (``(shape, dtype.str)`` per column),
         ``None`` for a step not held."""
@@ -385,12 +411,13 @@ class ColumnStore:
             lanes = self._lanes
             return [None if (place := self._where.get(s)) is None else lanes[place[0]].checked for s in step_ids]
 
-    def rows_by_lane(self, items: Sequence[Rows]) -> dict[int, tuple[np.ndarray, list[np.ndarray]]]:
-        """For a checkpoint: per lane, the distinct rows ``items`` use (sorted) and their columns."""
+    def rows_by_lane(self, items: Sequence[tuple[int, np.ndarray]]) -> dict[int, tuple[np.ndarray, list[np.ndarray]]]:
+        """For a checkpoint: per lane, the distinct rows ``items`` (``(lane, rows)`` each) use
+        (sorted) and their columns."""
         with self._lock:
             used: dict[int, list[np.ndarray]] = {}
-            for item in items:
-                used.setdefault(item.lane, []).append(item.array)
+            for lane, rows in items:
+                used.setdefault(int(lane), []).append(np.asarray(rows, np.int64).reshape(-1))
             out = {}
             for lane, parts in used.items():
                 rows = np.unique(np.concatenate(parts))

@@ -52,7 +52,7 @@ from shoal.replay.checkpoints import latest_checkpoint
 from shoal.replay.native.columns import ColumnStore
 from shoal.replay.native.payload import stacked_groups
 from shoal.core.shared_memory import Attached
-from shoal.replay.native.table import Item, ReplayClosed, Table
+from shoal.replay.native.table import ReplayClosed, Saved, Table
 from shoal.replay.native.validation import CallChecker, check_num_items, check_priorities, check_timeout
 from shoal.replay.tables import TableSpec
 
@@ -128,8 +128,6 @@ class NativeReplayServer:
             spec.name: Table(spec, self._store, np.random.default_rng([int(seed), i]), gated)
             for i, spec in enumerate(tables)
         }
-        self._keys = iter(range(1, 1 << 62))
-        self._key_lock = threading.Lock()
         self._checkpoint_dir = checkpoint_dir
         self._segments: dict[str, Attached] = {}  # name -> mapping (shoal.core.shared_memory)
         self._segments_lock = threading.Lock()
@@ -149,10 +147,6 @@ class NativeReplayServer:
         if table is None:
             raise KeyError(f"replay table {name!r} is not served here; tables: {', '.join(self._tables)}")
         return table
-
-    def _next_key(self) -> int:
-        with self._key_lock:
-            return next(self._keys)
 
     # -- the service -----------------------------------------------------------------------------
     def insert(self, writer: str, steps: list, items: list, release: Any, timeout_s: float) -> int:
@@ -210,11 +204,10 @@ class NativeReplayServer:
                 end += 1
             table = self._table(tables[done])
             run = [
-                (self._next_key(), self._store.hold([(writer, i) for i in step_lists[j]]), float(priorities[j]))
-                for j in range(done, end)
+                (self._store.hold([(writer, i) for i in step_lists[j]]), float(priorities[j])) for j in range(done, end)
             ]
             taken = table.insert_many(run, deadline)
-            for _, held, _ in run[taken:]:
+            for held, _ in run[taken:]:
                 self._store.release(held)
             done += taken
             if taken < len(run):
@@ -228,15 +221,15 @@ class NativeReplayServer:
         "times_sampled"}`` (arrays, items on the leading axis), or ``None`` if none came."""
         num_items, timeout_s = check_num_items(num_items), check_timeout(timeout_s)
         taken, columns = self._table(table).sample(num_items, time.monotonic() + timeout_s)
-        if not taken:
+        if taken is None:
             return None
         return {
             "columns": columns,
-            "key": np.array([t[0] for t in taken], np.uint64),
-            "probability": np.array([t[3] for t in taken], np.float64),
-            "table_size": np.array([t[4] for t in taken], np.int64),
-            "priority": np.array([t[1] for t in taken], np.float64),
-            "times_sampled": np.array([t[2] for t in taken], np.int32),
+            "key": taken.key.astype(np.uint64),
+            "probability": taken.probability,
+            "table_size": taken.table_size,
+            "priority": taken.priority,
+            "times_sampled": taken.times_sampled.astype(np.int32),
         }
 
     def mutate_priorities(self, table: str, updates: dict | None = None, deletes: list | None = None) -> None:
@@ -244,7 +237,7 @@ class NativeReplayServer:
         ``deletes``; keys no longer in the table are ignored."""
         clean = {int(k): float(v) for k, v in (updates or {}).items()}
         check_priorities(list(clean.values()))  # (the rule inserts follow too)
-        self._table(table).mutate(clean, [int(k) for k in (deletes or [])])
+        self._table(table).mutate(list(clean), list(clean.values()), [int(k) for k in (deletes or [])])
 
     def server_info(self) -> dict[str, dict[str, Any]]:
         """Each table's size and counts (``Table.info``)."""
@@ -337,13 +330,12 @@ class NativeReplayServer:
         try:
             return self._write_checkpoint(states)
         finally:  # (state() held the items' steps for this checkpoint)
-            for _, items in states.values():
-                for _, item in items:
-                    self._store.release(item.steps)
+            for name, (_, saved) in states.items():
+                self._tables[name].release_saved(saved)
 
-    def _write_checkpoint(self, states: dict[str, tuple[dict[str, Any], list[tuple[int, Item]]]]) -> str:
+    def _write_checkpoint(self, states: dict[str, tuple[dict[str, Any], Saved]]) -> str:
         assert self._checkpoint_dir is not None  # (checkpoint() refuses a server without one)
-        lanes = self._store.rows_by_lane([item.steps for _, items in states.values() for _, item in items])
+        lanes = self._store.rows_by_lane([saved.steps(i) for _, saved in states.values() for i in range(len(saved))])
         arrays: dict[str, np.ndarray] = {}
         numbers: dict[int, tuple[int, np.ndarray]] = {}  # lane -> (its number here, its rows)
         for number, (lane, (rows, columns)) in enumerate(sorted(lanes.items())):
@@ -351,19 +343,21 @@ class NativeReplayServer:
             for c, column in enumerate(columns):
                 arrays[f"l{number}_c{c}"] = column
 
-        def where(steps: Any) -> list[list[int]]:  # an item's steps as [layout number, row] pairs
-            number, rows = numbers[steps.lane]
-            return [[number, row] for row in np.searchsorted(rows, steps.array).tolist()]
+        def where(steps: tuple[int, np.ndarray]) -> list[list[int]]:  # [layout number, row] pairs
+            number, rows = numbers[steps[0]]
+            return [[number, row] for row in np.searchsorted(rows, steps[1]).tolist()]
+
+        def items(saved: Saved) -> list[list]:
+            return [
+                [key, priority, times, where(saved.steps(i))]
+                for i, (key, priority, times) in enumerate(
+                    zip(saved.key.tolist(), saved.priority.tolist(), saved.times_sampled.tolist())
+                )
+            ]
 
         record = {
             "format": 1,
-            "tables": {
-                name: {
-                    "counts": counts,
-                    "items": [[key, item.priority, item.times_sampled, where(item.steps)] for key, item in items],
-                }
-                for name, (counts, items) in states.items()
-            },
+            "tables": {name: {"counts": counts, "items": items(saved)} for name, (counts, saved) in states.items()},
             "layouts": [len(columns) for _, (_, columns) in sorted(lanes.items())],
         }
         os.makedirs(self._checkpoint_dir, exist_ok=True)
@@ -393,17 +387,14 @@ class NativeReplayServer:
         for number, block in enumerate(blocks):
             ids.append([("checkpoint", number, row) for row in range(len(block[0]) if block else 0)])
             self._store.add_rows(ids[-1], block)
-        top = 0
         for name, saved in record["tables"].items():
             items = []
             for key, priority, times_sampled, steps in saved["items"]:
                 held = self._store.hold([ids[int(number)][int(row)] for number, row in steps])
-                items.append((int(key), Item(held, float(priority), int(times_sampled))))
-                top = max(top, int(key))
+                items.append((int(key), held, float(priority), int(times_sampled)))
             self._tables[name].restore(saved["counts"], items)
         for layout_ids in ids:  # (no writer holds them: the items' references keep them)
             self._store.let_go(layout_ids)
-        self._keys = iter(range(top + 1, 1 << 62))
 
 
 def _process_alive(pid: int) -> bool:

@@ -1,9 +1,16 @@
-"""A native replay table: items, their selectors, and Reverb's rate limiter.
+"""A native replay table: items in arrays, their selectors, and Reverb's rate limiter.
 
 An item is a reference to ``length`` steps of the server's step store (``ColumnStore``: rows of
-its columns) plus its
-priority and how often it was sampled; items that overlap share their steps (no copies). The
-table has Reverb's semantics (``reverb/cc/table.cc``, ``rate_limiter.cc``) as Shoal uses them:
+its columns) plus its priority and how often it was sampled; items that overlap share their
+steps (no copies). A table keeps its items in preallocated arrays indexed by *slot* (``Slots``:
+key, priority, times sampled, lane, rows, insertion order), never one Python object per item,
+and its selectors work on slots: a batch is sampled with one ``select_many``, its times sampled
+counted, its metadata and rows read, all as array operations. An item's key names its slot:
+``key = serial << shift | slot`` (``serial`` the table's insert count at its insert, ``shift``
+the bits of ``max_size - 1``), so that a priority update finds its items without a dict.
+
+The table has Reverb's semantics (``reverb/cc/table.cc``, ``rate_limiter.cc``) as Shoal uses
+them:
 
 * **Insert.** When the table holds ``max_size`` items, the remover's choice is deleted first.
   The rate limiter lets an insert through when ``size + 1 <= min_size_to_sample`` (until the
@@ -12,7 +19,8 @@ table has Reverb's semantics (``reverb/cc/table.cc``, ``rate_limiter.cc``) as Sh
 * **Sample.** One item at a time, each when ``size >= min_size_to_sample`` and ``inserts *
   samples_per_insert - samples - 1 >= min_diff``; otherwise it waits, at most its timeout. The
   sampler picks the item, with its probability (``selectors``); an item sampled
-  ``max_times_sampled`` times (if > 0) is deleted.
+  ``max_times_sampled`` times (if > 0) is deleted. Items the limiter lets through at once are
+  drawn as one batch (the very draws one at a time would make).
 * **Counts.** ``inserts``, ``samples`` and ``deletes`` (items removed by the remover or after
   their last sample) are what the limiter reads; they survive a checkpoint.
 * **Priorities** change by key; keys no longer in the table are ignored (as in Reverb).
@@ -28,15 +36,16 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from shoal.replay.native.selectors import make_selector
 from shoal.replay.tables import TableSpec
 
-
 MUTATION_WAIT_S = 60.0
+MIN_SLOTS = 1024
+MAX_SHIFT = 40  # (a key's slot bits at most: tables of up to 2**40 items)
 
 
 class ReplayClosed(RuntimeError):
@@ -47,11 +56,49 @@ class ReplayServerGone(ConnectionError):
     """The replay server stopped answering (it stopped, crashed, or the network went away)."""
 
 
-@dataclasses.dataclass(slots=True)
-class Item:
-    steps: Any  # its rows in the store (``ColumnStore.hold``), oldest first
-    priority: float
-    times_sampled: int = 0
+@dataclasses.dataclass
+class Sampled:
+    """A sample's items, on the leading axis of each array (as sampled): their keys, priorities,
+    times sampled (this sample counted), probabilities, the table's size when each was taken,
+    and their steps' places in the store (``lanes``, ``rows`` ``[n, length]``)."""
+
+    key: np.ndarray
+    priority: np.ndarray
+    times_sampled: np.ndarray
+    probability: np.ndarray
+    table_size: np.ndarray
+    lanes: np.ndarray
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+
+@dataclasses.dataclass
+class Saved:
+    """A table's items for a checkpoint, oldest inserted first: keys, priorities, times
+    sampled, and each item's steps (``lanes`` and ``rows[i, :lengths[i]]`` in the store)."""
+
+    key: np.ndarray
+    priority: np.ndarray
+    times_sampled: np.ndarray
+    lanes: np.ndarray
+    lengths: np.ndarray
+    rows: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def steps(self, i: int) -> tuple[int, np.ndarray]:
+        """Item ``i``'s ``(lane, rows)``."""
+        return int(self.lanes[i]), self.rows[i, : self.lengths[i]]
+
+
+def _grown(array: np.ndarray, size: int, fill: int | float = 0) -> np.ndarray:
+    """``array`` with ``size`` entries on its leading axis (new ones ``fill``)."""
+    out = np.full((size, *array.shape[1:]), fill, array.dtype)
+    out[: len(array)] = array
+    return out
 
 
 class Table:
@@ -61,7 +108,22 @@ class Table:
         self.spec, self._store, self._rng = spec, store, rng
         self._sampler = make_selector(spec.sampler, spec.priority_exponent)
         self._remover = make_selector(spec.remover, spec.priority_exponent)
-        self.items: dict[int, Item] = {}
+        self._shift = min(MAX_SHIFT, max(1, (int(spec.max_size) - 1).bit_length()))
+        self._slot_limit = min(int(spec.max_size), 1 << self._shift)
+        capacity = min(self._slot_limit, MIN_SLOTS)
+        # (per slot: key 0 = free; serial = the insert count at its insert, for the order)
+        self._key = np.zeros(capacity, np.int64)
+        self._serial = np.zeros(capacity, np.int64)
+        self._priority = np.zeros(capacity, np.float64)
+        self._times = np.zeros(capacity, np.int64)
+        self._lane = np.zeros(capacity, np.int32)
+        self._length = np.zeros(capacity, np.int32)
+        self._rows = np.zeros((capacity, 1), np.int64)
+        self._free = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack: free[:top]
+        self._top = capacity
+        self._size = 0
+        self._one_length = True  # (every item put so far has the rows array's width)
+        self._foreign: dict[int, int] = {}  # (restored keys that do not name their slot) key -> slot
         self.inserts = self.samples = self.deletes = 0
         self.mutations = 0  # calls of mutate (priority updates)
         self._lock = threading.Lock()
@@ -72,6 +134,59 @@ class Table:
         self._mutations_wanted = 0  # (gated) priority updates to wait for before those samples
         self._wait_for_mutations = True
         self._mutations_waited_since: float | None = None
+
+    def __len__(self) -> int:
+        return self._size
+
+    # -- slots -----------------------------------------------------------------------------------
+    def _take_slot(self) -> int:
+        if not self._top:
+            self._grow(min(self._slot_limit, 2 * len(self._key)))
+        self._top -= 1
+        return int(self._free[self._top])
+
+    def _grow(self, capacity: int) -> None:
+        old = len(self._key)
+        if capacity <= old:
+            raise RuntimeError(f"replay table '{self.spec.name}' has no free slot (max_size {self.spec.max_size})")
+        for name in ("_key", "_serial", "_priority", "_times", "_lane", "_length", "_rows"):
+            setattr(self, name, _grown(getattr(self, name), capacity))
+        added = np.arange(capacity - 1, old - 1, -1, dtype=np.int64)
+        self._free = np.concatenate([added, self._free[: self._top]])
+        self._top = len(self._free)
+
+    def _width(self, length: int) -> None:
+        if length != self._rows.shape[1] and (self._size or self.inserts or len(self._foreign)):
+            self._one_length = False
+        if length > self._rows.shape[1]:
+            rows = np.zeros((len(self._rows), length), np.int64)
+            rows[:, : self._rows.shape[1]] = self._rows
+            self._rows = rows
+
+    def _put(self, slot: int, key: int, serial: int, lane: int, rows: Any, priority: float, times: int = 0) -> None:
+        """Item ``key`` in ``slot`` (its steps held for it), known to the selectors."""
+        length = 1 if np.ndim(rows) == 0 else len(rows)
+        self._width(length)
+        self._key[slot], self._serial[slot], self._priority[slot] = key, serial, priority
+        self._times[slot], self._lane[slot], self._length[slot] = times, lane, length
+        if length == 1:
+            self._rows[slot, 0] = rows if np.ndim(rows) == 0 else rows[0]
+        else:
+            self._rows[slot, :length] = rows
+        self._sampler.insert(slot, priority)
+        self._remover.insert(slot, priority)
+        self._size += 1
+
+    def _slots_of(self, keys: np.ndarray) -> np.ndarray:
+        """The slots of items ``keys`` (-1 for a key no longer in the table)."""
+        slots = keys & ((1 << self._shift) - 1)
+        inside = (keys > 0) & (slots < len(self._key))
+        slots = np.where(inside, slots, 0)
+        slots = np.where(inside & (self._key[slots] == keys), slots, -1)
+        if self._foreign:
+            for i in np.flatnonzero(slots < 0).tolist():
+                slots[i] = self._foreign.get(int(keys[i]), -1)
+        return slots
 
     # -- the rate limiter (Reverb's RateLimiter::CanInsert / CanSample) --------------------------
     def _can_insert(self) -> bool:
@@ -90,7 +205,7 @@ class Table:
         with self._lock:
             return self._can_sample(num_items)
 
-    def _wait(self, ready, deadline: float) -> bool:
+    def _wait(self, ready: Callable[[], bool], deadline: float) -> bool:
         """Waits until ``ready()`` (under the lock) or the deadline; False when it passed."""
         while not ready():
             if self._closed:
@@ -105,39 +220,53 @@ class Table:
         return True
 
     # -- insert / sample / mutate ----------------------------------------------------------------
-    def insert(self, key: int, steps: Any, priority: float, deadline: float) -> bool:
-        """Inserts the item (its steps already referenced in the store for it); False when the
-        rate limiter held it back until ``deadline`` (nothing was inserted)."""
-        return self.insert_many([(key, steps, priority)], deadline) == 1
+    def insert(self, steps: Any, priority: float, deadline: float) -> bool:
+        """Inserts the item (its steps already held in the store for it: ``Rows``); False when
+        the rate limiter held it back until ``deadline`` (nothing was inserted)."""
+        return self.insert_many([(steps, priority)], deadline) == 1
 
-    def insert_many(self, items: list[tuple[int, Any, float]], deadline: float) -> int:
-        """Inserts ``(key, steps, priority)`` items in order (their steps already referenced in
-        the store for them), each as the rate limiter lets it through before ``deadline``, under
+    def insert_many(self, items: list[tuple[Any, float]], deadline: float) -> int:
+        """Inserts ``(steps, priority)`` items in order (their steps already held in the store
+        for them: ``Rows``), each as the rate limiter lets it through before ``deadline``, under
         one hold of the lock; returns how many went in (the rest were held back)."""
-        with self._lock:
-            for done, (key, steps, priority) in enumerate(items):
-                if not self._wait(self._can_insert, deadline):
-                    self._changed.notify_all()
-                    return done
-                if len(self.items) >= self.spec.max_size:
-                    self._delete(self._remover.select(self._rng)[0])
-                self.items[key] = Item(steps, float(priority))
-                self._sampler.insert(key, priority)
-                self._remover.insert(key, priority)
-                self.inserts += 1
-            self._changed.notify_all()
-            return len(items)
+        release: list[tuple[int, np.ndarray]] = []
+        try:
+            with self._lock:
+                for done, (steps, priority) in enumerate(items):
+                    if not self._wait(self._can_insert, deadline):
+                        self._changed.notify_all()
+                        return done
+                    if self._size >= self.spec.max_size:
+                        self._delete(self._remover.select(self._rng)[0], release)
+                    slot, serial = self._take_slot(), self.inserts + 1
+                    key = serial << self._shift | slot
+                    while self._foreign and key in self._foreign:  # (a restored key: one not reused)
+                        serial += 1 << 20
+                        key = serial << self._shift | slot
+                    self._put(slot, key, serial, steps.lane, steps.index, float(priority))
+                    self.inserts += 1
+                self._changed.notify_all()
+                return len(items)
+        finally:
+            self._release(release)
 
-    def _delete(self, key: int, release: list | None = None) -> None:
-        """Removes item ``key``; its steps are let go of now, or appended to ``release``."""
-        item = self.items.pop(key)
-        self._sampler.delete(key)
-        self._remover.delete(key)
+    def _delete(self, slot: int, release: list[tuple[int, np.ndarray]]) -> None:
+        """Removes the item in ``slot``; its rows (a copy) are appended to ``release`` for the
+        caller to let go of (``_release``) once it read what it needs."""
+        release.append((int(self._lane[slot]), self._rows[slot, : self._length[slot]].copy()))
+        self._sampler.delete(slot)
+        self._remover.delete(slot)
+        if self._foreign:
+            self._foreign.pop(int(self._key[slot]), None)
+        self._key[slot] = 0
+        self._free[self._top] = slot
+        self._top += 1
+        self._size -= 1
         self.deletes += 1
-        if release is None:
-            self._store.release(item.steps)
-        else:
-            release.append(item.steps)
+
+    def _release(self, release: list[tuple[int, np.ndarray]]) -> None:
+        for lane, rows in release:
+            self._store.release_rows(lane, rows)
 
     def _ready_now(self, wanted: int) -> int:
         """(Under the lock) how many of ``wanted`` items the limiter (and, gated, the grant) lets
@@ -163,31 +292,61 @@ class Table:
             count += 1
         return count
 
-    def sample(self, num_items: int, deadline: float) -> tuple[list[tuple[int, float, int, float, int]], list | None]:
-        """Up to ``num_items`` items, each taken when the limiter allows it: ``(key, priority,
-        times_sampled, probability, table_size)`` per item (as sampled) and the items' columns
-        (``ColumnStore.gather``; ``None`` when no item came). Fewer when ``deadline`` passed
-        first. Items the limiter lets through at once are drawn as one batch (``select_many``:
-        the same draws as one at a time); the rest one by one as the limiter admits them."""
-        meta: list[tuple[int, float, int, float, int]] = []
-        steps: list = []
-        release: list = []
+    def _take(self, slots: np.ndarray, probabilities: np.ndarray) -> Sampled:
+        """(Under the lock) items ``slots`` (a batch, repeats allowed) sampled: their times
+        sampled counted in order, their metadata and rows read (copies)."""
+        times, count = self._times, len(slots)
+        ordered = np.sort(slots)
+        if count == 1 or (ordered[1:] != ordered[:-1]).all():
+            times[slots] += 1
+            seen = times[slots]
+        else:  # (a slot drawn k times in one batch shows times + 1, ..., times + k, as one by one)
+            order = np.argsort(slots, kind="stable")
+            starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+            rank = np.arange(count) - np.repeat(starts, np.diff(np.append(starts, count)))
+            seen = np.empty(count, np.int64)
+            seen[order] = times[ordered] + rank + 1
+            np.add.at(times, slots, 1)
+        self.samples += count
+        if self.gated:
+            self._granted -= count
+        if self._one_length:  # (every item ever put has one length: no need to look)
+            rows = self._rows[slots]
+        else:
+            lengths = self._length[slots]
+            length = int(lengths[0])
+            if (lengths != length).any():
+                raise ValueError("items of one sample differ in length; a table's items must all have one length")
+            rows = self._rows[slots, :length]
+        return Sampled(
+            self._key[slots],
+            self._priority[slots],
+            seen,
+            probabilities,
+            np.full(count, self._size, np.int64),
+            self._lane[slots],
+            rows,
+        )
+
+    def sample(self, num_items: int, deadline: float) -> tuple[Sampled | None, list | None]:
+        """Up to ``num_items`` items, each taken when the limiter allows it: their metadata
+        (``Sampled``, arrays in the order sampled) and their columns (``ColumnStore.gather_rows``),
+        or ``(None, None)`` when no item came. Fewer when ``deadline`` passed first. Items the
+        limiter lets through at once are drawn as one batch (``select_many``: the same draws as
+        one at a time); the rest one by one as the limiter admits them."""
+        parts: list[Sampled] = []
+        taken = 0
+        release: list[tuple[int, np.ndarray]] = []
         batched = self.spec.sampler in ("uniform", "prioritized") and not self.spec.max_times_sampled
-        with self._lock:
-            try:
-                while len(meta) < num_items:
-                    ready = self._ready_now(num_items - len(meta)) if batched else 0
-                    if ready > 1:
-                        keys, probabilities = self._sampler.select_many(self._rng, ready)
-                        size = len(self.items)
-                        for key, probability in zip(keys.tolist(), probabilities.tolist()):
-                            item = self.items[key]
-                            item.times_sampled += 1
-                            meta.append((key, item.priority, item.times_sampled, probability, size))
-                            steps.append(item.steps)
-                        self.samples += ready
-                        if self.gated:
-                            self._granted -= ready
+        cap = self.spec.max_times_sampled
+        try:
+            with self._lock:
+                while taken < num_items:
+                    ready = self._ready_now(num_items - taken) if batched else 0
+                    if ready >= 1:
+                        slots, probabilities = self._sampler.select_many(self._rng, ready)
+                        parts.append(self._take(slots, probabilities))
+                        taken += ready
                         continue
                     if self.gated:
                         if not self._wait(lambda: self._can_sample() and self._granted > 0, deadline):
@@ -196,22 +355,19 @@ class Table:
                             break
                     elif not self._wait(self._can_sample, deadline):
                         break
-                    key, probability = self._sampler.select(self._rng)
-                    item = self.items[key]
-                    item.times_sampled += 1
-                    meta.append((key, item.priority, item.times_sampled, probability, len(self.items)))
-                    steps.append(item.steps)
-                    self.samples += 1
-                    if self.gated:
-                        self._granted -= 1
-                    if self.spec.max_times_sampled and item.times_sampled >= self.spec.max_times_sampled:
-                        self._delete(key, release)
-                columns = self._store.gather(steps) if steps else None
-            finally:
-                for rows in release:  # (after the gather: a deleted item's rows are reused after it)
-                    self._store.release(rows)
-            self._changed.notify_all()  # (an insert the limiter held may go now)
-        return meta, columns
+                    slot, probability = self._sampler.select(self._rng)
+                    parts.append(self._take(np.array([slot], np.int64), np.array([probability])))
+                    taken += 1
+                    if cap and self._times[slot] >= cap:
+                        self._delete(slot, release)
+                self._changed.notify_all()  # (an insert the limiter held may go now)
+                if not parts:
+                    return None, None
+                sampled = parts[0] if len(parts) == 1 else _joined(parts)
+                # (under the lock: an insert may not evict these items and reuse their rows first)
+                return sampled, self._store.gather_rows(sampled.lanes, sampled.rows)
+        finally:
+            self._release(release)  # (a deleted item's rows are reused after the gather)
 
     def _await_mutations(self, deadline: float) -> bool:
         """(Gated, under the lock) waits for the priority updates a grant asked for; False when
@@ -241,22 +397,30 @@ class Table:
                 self._mutations_wanted = max(self._mutations_wanted, after_mutations)
             self._changed.notify_all()
 
-    def mutate(self, updates: dict[int, float], deletes: list[int]) -> None:
-        with self._lock:
-            keys, priorities = [], []
-            for key, priority in updates.items():
-                item = self.items.get(key)
-                if item is not None:
-                    item.priority = float(priority)
-                    keys.append(key)
-                    priorities.append(priority)
-            self._sampler.update_many(keys, priorities)
-            self._remover.update_many(keys, priorities)
-            for key in deletes:
-                if key in self.items:
-                    self._delete(key)
-            self.mutations += 1
-            self._changed.notify_all()
+    def mutate(self, keys: Any, priorities: Any, deletes: Any = ()) -> None:
+        """Sets the priorities of items ``keys`` (arrays, keys distinct) and deletes ``deletes``;
+        keys no longer in the table are ignored."""
+        keys, priorities = _keys(keys), np.asarray(priorities, np.float64).reshape(-1)
+        keys, priorities = keys[keys > 0], priorities[keys > 0]  # (0: a key no table makes, or too big)
+        deletes = _keys(deletes)
+        release: list[tuple[int, np.ndarray]] = []
+        try:
+            with self._lock:
+                if len(keys):
+                    slots = self._slots_of(keys)
+                    known = slots >= 0
+                    slots, values = slots[known], priorities[known]
+                    self._sampler.update_many(slots, values)
+                    self._remover.update_many(slots, values)
+                    self._priority[slots] = values
+                if len(deletes):
+                    for slot in self._slots_of(deletes).tolist():
+                        if slot >= 0 and self._key[slot] != 0:
+                            self._delete(slot, release)
+                self.mutations += 1
+                self._changed.notify_all()
+        finally:
+            self._release(release)
 
     def close(self) -> None:
         with self._lock:
@@ -269,7 +433,7 @@ class Table:
             limit = self.spec.rate_limit
             return {
                 "name": self.spec.name,
-                "current_size": len(self.items),
+                "current_size": self._size,
                 "max_size": self.spec.max_size,
                 "inserts": self.inserts,
                 "samples": self.samples,
@@ -280,10 +444,10 @@ class Table:
                 "max_diff": limit.max_diff,
             }
 
-    def state(self) -> tuple[dict[str, Any], list[tuple[int, Item]]]:
+    def state(self) -> tuple[dict[str, Any], Saved]:
         """The counts and the items, oldest inserted first (under the lock: a consistent copy).
-        The store holds the items' steps once more for the caller, who releases them (``Item.steps``
-        of each) when done: an item removed meanwhile must not take its steps with it."""
+        The store holds the items' rows once more for the caller, who lets go of them
+        (``release_saved``) when done: an item removed meanwhile must not take its steps with it."""
         with self._lock:
             counts = {
                 "inserts": self.inserts,
@@ -291,18 +455,83 @@ class Table:
                 "deletes": self.deletes,
                 "rng": self._rng.bit_generator.state,
             }
-            items = [(key, dataclasses.replace(item)) for key, item in self.items.items()]
-            for _, item in items:
-                self._store.hold(item.steps)
-            return counts, items
+            live = np.flatnonzero(self._key != 0)
+            live = live[np.argsort(self._serial[live], kind="stable")]
+            saved = Saved(
+                self._key[live],
+                self._priority[live],
+                self._times[live],
+                self._lane[live],
+                self._length[live],
+                self._rows[live],
+            )
+            self._store_refs(saved, +1)
+            return counts, saved
 
-    def restore(self, counts: dict[str, Any], items: list[tuple[int, Item]]) -> None:
-        """Puts back a checkpoint's items (in their insertion order, so FIFO/LIFO keep it) and
-        counts; the items' steps are already in the store."""
+    def release_saved(self, saved: Saved) -> None:
+        """Lets go of the rows ``state`` held for a checkpoint."""
+        self._store_refs(saved, -1)
+
+    def _store_refs(self, saved: Saved, change: int) -> None:
+        for i in range(len(saved)):
+            lane, rows = saved.steps(i)
+            if change > 0:
+                self._store.hold_rows(lane, rows)
+            else:
+                self._store.release_rows(lane, rows)
+
+    def restore(self, counts: dict[str, Any], items: list[tuple[int, Any, float, int]]) -> None:
+        """Puts back a checkpoint's items ``(key, Rows held for it, priority, times sampled)``
+        (in their insertion order, so FIFO/LIFO keep it) and counts. An item goes back to the
+        slot its key names (the same slots, so the same sum tree and the same draws as before);
+        a key that names no free slot here gets another, found through a dict."""
         with self._lock:
-            for key, item in items:
-                self.items[key] = item
-                self._sampler.insert(key, item.priority)
-                self._remover.insert(key, item.priority)
+            mask = (1 << self._shift) - 1
+            wanted = [key & mask for key, _, _, _ in items if key > 0 and key & mask < self._slot_limit]
+            needed = min(self._slot_limit, max([len(items), *[slot + 1 for slot in wanted]]))
+            capacity = len(self._key)
+            while capacity < needed:
+                capacity = min(self._slot_limit, 2 * capacity)
+            if capacity > len(self._key):
+                self._grow(capacity)
+            free = set(self._free[: self._top].tolist())
+            placed: list[tuple[int, int, Any, float, int]] = []
+            for key, steps, priority, times in items:
+                slot = key & mask
+                if key > 0 and slot in free:
+                    free.discard(slot)
+                    placed.append((slot, key, steps, priority, times))
+                else:
+                    placed.append((-1, key, steps, priority, times))
+            for n, (slot, key, steps, priority, times) in enumerate(placed):
+                if slot < 0:
+                    if not free:
+                        self._grow(min(self._slot_limit, 2 * len(self._key)))
+                        free = set(self._free[: self._top].tolist()) - {p[0] for p in placed}
+                    slot = free.pop()
+                    self._foreign[key] = slot
+                self._put(slot, key, n + 1, steps.lane, steps.index, float(priority), int(times))
+            remaining = sorted(free, reverse=True)
+            self._free[: len(remaining)] = remaining
+            self._top = len(remaining)
             self.inserts, self.samples, self.deletes = counts["inserts"], counts["samples"], counts["deletes"]
             self._rng.bit_generator.state = counts["rng"]
+
+
+def _keys(keys: Any) -> np.ndarray:
+    """Keys as int64 (one beyond int64, which no table makes, as 0: no item)."""
+    keys = np.asarray(keys).reshape(-1)
+    if keys.dtype.kind in "iu" and (keys.dtype.kind == "i" or keys.dtype.itemsize < 8):
+        return keys.astype(np.int64)
+    return np.array([k if 0 < k < 1 << 63 else 0 for k in keys.tolist()], np.int64)
+
+
+def _joined(parts: list[Sampled]) -> Sampled:
+    """One ``Sampled`` of several, in order."""
+    length = parts[0].rows.shape[1]
+    if any(p.rows.shape[1] != length for p in parts):
+        raise ValueError("items of one sample differ in length; a table's items must all have one length")
+    return Sampled(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(Sampled)))
+
+
+__all__ = ["ReplayClosed", "ReplayServerGone", "Sampled", "Saved", "Table"]
