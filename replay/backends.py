@@ -10,22 +10,38 @@ A run names one (``--replay``, ``ExperimentConfig.replay``); ``None`` means the 
 Reverb where it is installed, native elsewhere. Resume keeps the run's.
 
 Both implement ``shoal.replay.contract``; this module is the one place that names them
-(``make_replay_server``, ``connect``): the rest of Shoal talks to replay through the contract.
+(``make_replay_server``, ``connect``, ``remote_client``, ``check_checkpoint_files``): the rest of Shoal talks to replay
+through the contract. A replay node hosts a server in its own process: Reverb's listens on its
+port itself, a native one is served by Shoal's RPC layer (``NATIVE_SERVICE_METHODS``, exactly).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from shoal.replay.contract import ReplayClient, ReplayServer
-from shoal.replay.native.client import SCHEME, client_for
-from shoal.replay.native.server import NativeReplayServer
+from shoal.replay.native.checkpoint_files import FILES as NATIVE_CHECKPOINT_FILES
+from shoal.replay.native.checkpoint_files import check_checkpoint as check_native_checkpoint
+from shoal.replay.native.client import SCHEME, NativeReplayClient, client_for
+from shoal.replay.native.server import SERVICE_METHODS as NATIVE_SERVICE_METHODS, NativeReplayServer
 from shoal.replay.reverb.client import ReverbClient
 from shoal.replay.reverb.server import ReverbServer
 
 BACKENDS = ("reverb", "native")
+__all__ = [
+    "BACKENDS",
+    "NATIVE_SERVICE_METHODS",
+    "check_backend",
+    "check_checkpoint_files",
+    "connect",
+    "default_backend",
+    "make_replay_server",
+    "remote_client",
+    "reverb_installed",
+]
 
 
 def reverb_installed() -> bool:
@@ -79,3 +95,25 @@ def connect(address: str) -> ReplayClient:
         return client_for(address)
     check_backend("reverb")
     return ReverbClient(address)
+
+
+def remote_client(
+    backend: str, address: str, rpc: Callable[[], Any] | None = None, shared_memory: bool = False
+) -> ReplayClient:
+    """A client of the ``backend`` server another process serves at ``address`` (a replay
+    node's): Reverb's own, or a native one's through ``rpc()`` (an RPC client of the node's
+    server, made by the caller: replay imports no launcher), with bulk arrays through shared
+    memory when ``shared_memory`` and the server is on this host."""
+    if check_backend(backend) == "native":
+        if rpc is None:
+            raise ValueError(f"a native replay client of {address} needs an RPC client of its server (rpc=...)")
+        return NativeReplayClient(rpc(), address, shared_memory=shared_memory)
+    return ReverbClient(address)
+
+
+def check_checkpoint_files(path: str) -> None:
+    """Raises ``ValueError`` (one line naming the file) if the replay checkpoint at ``path`` is a
+    native one (its files there) that cannot be read back (``shoal.replay.native.checkpoint_files``:
+    only its arrays' headers are read). Reverb reads its own at start."""
+    if any(os.path.lexists(os.path.join(path, name)) for name in NATIVE_CHECKPOINT_FILES[:2]):
+        check_native_checkpoint(path)

@@ -62,27 +62,24 @@ class ReplayNode(Node):
         return f"{self.backend}({', '.join(table.name for table in self.tables)})"
 
     def make_client(self, address: str, ctx: NodeContext) -> Any:
-        if self.backend == "native":
-            from shoal.core.environment_variables import value
-            from shoal.launch.programs.rpc import RpcClient
-            from shoal.replay.native import NativeReplayClient
+        from shoal.core.environment_variables import value
+        from shoal.launch.programs.rpc import RpcClient
+        from shoal.replay.backends import remote_client
 
-            # (calls wait server-side at most their own timeout, 120 s: the deadline is beyond it)
-            return NativeReplayClient(RpcClient(address, token=ctx.token, timeout_s=NATIVE_CALL_TIMEOUT_S), address,
-                                      shared_memory=value("SHOAL_REPLAY_VIA") != "rpc")
-        from shoal.replay import make_replay_client
-
-        return make_replay_client(address)
+        # (native: calls wait server-side at most their own timeout, 120 s: the deadline is beyond it)
+        return remote_client(self.backend, address,
+                             rpc=lambda: RpcClient(address, token=ctx.token, timeout_s=NATIVE_CALL_TIMEOUT_S),
+                             shared_memory=value("SHOAL_REPLAY_VIA") != "rpc")
 
     def run(self, ctx: NodeContext) -> None:
+        from shoal.replay.backends import make_replay_server
+
         if self.checkpoint:
             self._check_checkpoint()
-        if self.backend == "native":
+        if self.backend == "native":  # (served by Shoal's RPC layer, which replay does not import)
             return self._run_native(ctx)
-        from shoal.replay import ReplayServer
-
-        server = ctx.serve(lambda port: ReplayServer(self.make_tables(), port=port or None,
-                                                     checkpoint_dir=self.checkpoint_dir), "replay server")
+        server = ctx.serve(lambda port: make_replay_server(self.make_tables(), "reverb", port=port or None,
+                                                           checkpoint_dir=self.checkpoint_dir), "replay server")
         ctx.publish(server.port)
         try:
             ctx.stop_event.wait()
@@ -91,11 +88,11 @@ class ReplayNode(Node):
 
     def _run_native(self, ctx: NodeContext) -> None:
         from shoal.launch.programs.rpc import RpcServer
-        from shoal.replay.native import SERVICE_METHODS, NativeReplayServer
+        from shoal.replay.backends import NATIVE_SERVICE_METHODS, make_replay_server
 
-        replay = NativeReplayServer(self.make_tables(), checkpoint_dir=self.checkpoint_dir, seed=self.seed)
+        replay = make_replay_server(self.make_tables(), "native", checkpoint_dir=self.checkpoint_dir, seed=self.seed)
         server = ctx.serve(lambda port: RpcServer(replay, host=ctx.bind_host, port=port, token=ctx.token,
-                                                  methods=SERVICE_METHODS, max_workers=NATIVE_WORKERS),
+                                                  methods=NATIVE_SERVICE_METHODS, max_workers=NATIVE_WORKERS),
                            "replay server").start()
         ctx.publish(server.port)
         try:

@@ -192,7 +192,7 @@ def check_resumable(run_dir: str, run: dict[str, Any], agent: str, spec: Environ
 def check_replay_checkpoint(run_dir: str, name: str) -> None:
     """Raises ``ValueError`` (one line naming the file) unless the replay checkpoint ``name`` of
     ``run_dir`` is complete (its ``DONE`` written last, by Reverb and the native backend alike)
-    and, for a native one, readable (``shoal.replay.native.checkpoint_files.check_checkpoint``:
+    and, for a native one, readable (``shoal.replay.backends.check_checkpoint_files``:
     its ``tables.json`` and the headers of ``steps.npz``). A replay server skips a checkpoint
     without ``DONE``, so the run would go on with an empty replay."""
     path = os.path.join(run_dir, "checkpoints", "replay", name)
@@ -201,10 +201,9 @@ def check_replay_checkpoint(run_dir: str, name: str) -> None:
                          f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names is incomplete and the replay "
                          "would start empty; the run cannot be resumed from it: to start over, train into a new "
                          "--run-dir")
-    if any(os.path.lexists(os.path.join(path, f)) for f in ("tables.json", "steps.npz")):  # (the native backend's)
-        from shoal.replay.native.checkpoint_files import check_checkpoint
+    from shoal.replay.backends import check_checkpoint_files
 
-        check_checkpoint(path)
+    check_checkpoint_files(path)
 
 
 def check_learner_checkpoint(run_dir: str, run: dict[str, Any]) -> None:
