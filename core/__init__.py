@@ -5,6 +5,7 @@ The names load on first use, so that a module of this package that needs neither
 """
 
 import importlib
+from typing import Any
 
 _LAZY = {
     "Counter": "counting",
@@ -24,7 +25,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(f"shoal.core.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'shoal.core' has no attribute {name!r}")

@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Iterator
 
 # Ray's driver notes of every restartable node that its constructor's arguments are in the object
 # store (they are: a node is over 100 KB pickled); they stay there while the driver lives, which
@@ -76,7 +77,7 @@ def keep_native_log_lines() -> None:
 
 
 @contextlib.contextmanager
-def native_log_lines_dropped():
+def native_log_lines_dropped() -> Iterator[None]:
     """``drop_native_log_lines`` for the block, the real stderr back at its end (with every line
     forwarded); nothing if a filter is already in place or ``keep_native_log_lines`` was called."""
     if _restores or _kept:

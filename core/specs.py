@@ -22,7 +22,7 @@ gives an entry not in use a fixed N(0, 1), which no parameter shapes, and acts 0
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Union
+from typing import Callable, Mapping, TypeVar, Union
 
 import gymnasium as gym
 import numpy as np
@@ -46,11 +46,13 @@ class ArraySpec:
         return np.zeros((*leading, *self.shape), self.dtype)
 
 
+T = TypeVar("T")
+
 # One array, or a flat mapping key -> array (a Dict observation space).
 ObservationSpec = Union[ArraySpec, Mapping[str, ArraySpec]]
 
 
-def map_observation(fn, observation_spec: ObservationSpec):
+def map_observation(fn: Callable[[ArraySpec], T], observation_spec: ObservationSpec) -> T | dict[str, T]:
     """``fn(ArraySpec)`` of a single array's spec, or ``{key: fn(spec)}`` of a Dict's."""
     if isinstance(observation_spec, Mapping):
         return {key: fn(spec) for key, spec in observation_spec.items()}

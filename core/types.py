@@ -8,6 +8,18 @@ import numpy as np
 
 from shoal.core.specs import ArraySpec
 
+# Pytrees, named for what they hold (to the type checker each is ``Any``: a nested structure of
+# arrays has no static type that JAX's transformations keep).
+#   Params: a network's parameters (flax's nested dicts of arrays).
+#   TrainState: an agent's training state (params, optimizer state, keys, counters), the
+#     learner's ``state``.
+#   Batch: a dict (or tree) of arrays whose leading axis is the batch (or row) axis.
+#   Pytree: any other nest of arrays (observations, extras, recurrent states, metrics' aux).
+Params = Any
+TrainState = Any
+Batch = Any
+Pytree = Any
+
 
 class Step(NamedTuple):
     """One vector step, as it flows actor -> adder. Every field has a leading ``[num_envs]`` dim.

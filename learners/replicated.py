@@ -48,7 +48,7 @@ from shoal.core.counting import Counter
 from shoal.core.interfaces import Dataset, Learner
 from shoal.core.loggers import Logger, NoOpLogger
 from shoal.core.timing import Stopwatch, breakdown
-from shoal.core.types import Sample
+from shoal.core.types import Batch, Params, Sample, TrainState
 from shoal.learners.background import DevicePrefetcher, HostHook
 from shoal.learners.placement import Placement, owned, shard_map
 from shoal.learners.update_checks import InFlightUpdates, check_metric_shapes
@@ -106,7 +106,9 @@ class ReplicatedLearner(Learner):
         self._params, self._rest = self._place.replicate(owned(params)), self._place.replicate(owned(rest))
         self._static_sgd_steps: int | None = None
 
-        def step_fn(params, rest, batch):
+        def step_fn(
+            params: Params, rest: TrainState, batch: Batch
+        ) -> tuple[Params, TrainState, UpdateOutput, jax.Array]:
             new_state, out = update(_join(rest, params), batch)
             if isinstance(out.sgd_steps, int):  # known when tracing: step() need not read it back
                 self._static_sgd_steps = out.sgd_steps
@@ -238,12 +240,12 @@ class ReplicatedLearner(Learner):
             self._hook.close()
 
 
-def _split(state: Any) -> tuple[Any, Any]:
+def _split(state: TrainState) -> tuple[Params, TrainState]:
     """``(params, the rest of the state)`` (the rest has ``params`` set to ``None``)."""
     if isinstance(state, Mapping):
         return state["params"], {**state, "params": None}
     return state.params, state._replace(params=None)
 
 
-def _join(rest: Any, params: Any) -> Any:
+def _join(rest: TrainState, params: Params) -> TrainState:
     return {**rest, "params": params} if isinstance(rest, Mapping) else rest._replace(params=params)

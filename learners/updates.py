@@ -23,18 +23,20 @@ from typing import Any, Callable, Mapping, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from shoal.core.types import Batch, Pytree, TrainState
+
 AXIS_NAME = "devices"
 
 
 class UpdateOutput(NamedTuple):
     metrics: Mapping[str, jax.Array]
-    sgd_steps: Any
-    aux: Any = None
+    sgd_steps: int | jax.Array
+    aux: Pytree = None
 
 
-UpdateFn = Callable[[Any, Any], tuple[Any, UpdateOutput]]
+UpdateFn = Callable[[TrainState, Batch], tuple[TrainState, UpdateOutput]]
 # sgd_step(state, batch) -> (state, metrics, aux): one SGD step on one device's minibatch.
-SGDStep = Callable[[Any, Any], tuple[Any, Mapping[str, jax.Array], Any]]
+SGDStep = Callable[[TrainState, Batch], tuple[TrainState, Mapping[str, jax.Array], Pytree]]
 
 
 def global_row_keys(key: jax.Array, rows: int) -> jax.Array:
@@ -48,7 +50,9 @@ def _mean_over_steps(metrics: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
     return {name: jnp.mean(value, axis=0) for name, value in metrics.items()}
 
 
-def _loop(body: Callable, carry: Any, xs: Any, length: int, unroll: bool) -> tuple[Any, Any]:
+def _loop(
+    body: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Pytree, length: int, unroll: bool
+) -> tuple[Any, Any]:
     """``lax.scan(body, carry, xs)``, or the same steps unrolled into the computation. (XLA on
     a CPU runs convolutions inside a loop whose carry holds their weights some 20-50x slower
     than the same steps unrolled: the agents unroll the SGD steps of convolutional networks.)"""
@@ -69,7 +73,7 @@ def scan_sgd_steps(sgd_step: SGDStep, unroll: bool = False) -> UpdateFn:
     update shape.
     """
 
-    def update(state, batch):
+    def update(state: TrainState, batch: Batch) -> tuple[TrainState, UpdateOutput]:
         steps = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), batch)  # [k, batch, ...]
         num_steps = jax.tree_util.tree_leaves(steps)[0].shape[0]
         state, (metrics, aux) = _loop(
@@ -83,14 +87,14 @@ def scan_sgd_steps(sgd_step: SGDStep, unroll: bool = False) -> UpdateFn:
 
 def minibatch_epochs(
     sgd_step: SGDStep,
-    state: Any,
-    data: Any,
+    state: TrainState,
+    data: Batch,
     key: jax.Array,
     *,
     num_epochs: int,
     num_minibatches: int,
     unroll: bool = False,
-) -> tuple[Any, UpdateOutput]:
+) -> tuple[TrainState, UpdateOutput]:
     """``num_epochs`` passes of ``num_minibatches`` SGD steps over ``data`` ``[rows, T, ...]``.
 
     Each pass splits every row's ``T`` steps at random into ``num_minibatches`` disjoint parts;
@@ -106,8 +110,8 @@ def minibatch_epochs(
     part = length // num_minibatches
     take = jax.vmap(lambda row, i: row[i])  # row [T, ...], i [T/M] -> [T/M, ...]
 
-    def epoch(state, epoch_key):
-        def minibatch(state, i):
+    def epoch(state: TrainState, epoch_key: jax.Array) -> tuple[TrainState, Mapping[str, jax.Array]]:
+        def minibatch(state: TrainState, i: jax.Array) -> tuple[TrainState, Mapping[str, jax.Array]]:
             # The permutations are drawn here, in the loop that uses them (the same ones for every
             # minibatch of the epoch): JAX 0.4.34 miscompiles a permutation computed outside a
             # loop and read inside it under shard_map (every device got device 0's).
@@ -126,14 +130,14 @@ def minibatch_epochs(
 
 def sequence_minibatch_epochs(
     sgd_step: SGDStep,
-    state: Any,
-    data: Any,
+    state: TrainState,
+    data: Batch,
     key: jax.Array,
     *,
     num_epochs: int,
     num_minibatches: int,
     unroll: bool = False,
-) -> tuple[Any, UpdateOutput]:
+) -> tuple[TrainState, UpdateOutput]:
     """``num_epochs`` passes of ``num_minibatches`` SGD steps over ``data`` ``[rows, ...]``, each
     minibatch a set of whole rows (recurrent PPO's update shape: a row is an env sequence that
     is unrolled from its start, so its steps stay together).
@@ -149,8 +153,8 @@ def sequence_minibatch_epochs(
         raise ValueError(f"{rows} sequences are not divisible into {num_minibatches} minibatches")
     part = rows // num_minibatches
 
-    def epoch(state, epoch_key):
-        def minibatch(state, i):
+    def epoch(state: TrainState, epoch_key: jax.Array) -> tuple[TrainState, Mapping[str, jax.Array]]:
+        def minibatch(state: TrainState, i: jax.Array) -> tuple[TrainState, Mapping[str, jax.Array]]:
             # (drawn inside the loop that uses them: see minibatch_epochs)
             order = jnp.argsort(jax.vmap(jax.random.uniform)(global_row_keys(epoch_key, rows)))
             index = jax.lax.dynamic_slice_in_dim(order, i * part, part)
