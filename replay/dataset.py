@@ -133,7 +133,11 @@ def transition_batches(
         fields = dict(data)
         for name in ("probability", "table_size"):
             fields[name] = np.repeat(getattr(info, name).astype(np.float32)[:, None], num_envs, axis=1)
-        return Sample(tree.map_structure(per_transition, fields), info.key.reshape(num_steps, items_per_batch))
+        laid = {  # (a field that is an array directly: no tree walk, per batch)
+            k: per_transition(v) if isinstance(v, np.ndarray) else tree.map_structure(per_transition, v)
+            for k, v in fields.items()
+        }
+        return Sample(laid, info.key.reshape(num_steps, items_per_batch))
 
     return ReplayIterator(server, table, num_steps * items_per_batch, num_envs, layout)
 
