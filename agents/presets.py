@@ -76,7 +76,8 @@ def find_preset(agent: str, env_id: str, name: str | None = "auto") -> Preset | 
         return None
     available = {p.family: p for p in presets(agent)}
     if name == "auto":
-        return available.get(task_family(env_id))
+        detected = task_family(env_id)
+        return available.get(detected) if detected is not None else None
     family = name.split("/", 1)[1] if "/" in name else name  # (agent/family: a plug-in's own name for it)
     if family not in available:
         raise ValueError(f"{agent} has no preset {name!r}; its presets: {', '.join(sorted(available)) or 'none'}, "

@@ -9,7 +9,9 @@ from typing import Protocol
 
 from shoal.agents.builders import AgentBuilder, AgentConfig, ExtrasSpec, extras_of
 from shoal.replay.contract import ReplayClient
+from shoal.core.interfaces import Adder, Dataset
 from shoal.core.specs import EnvironmentSpec
+from shoal.core.types import Sample
 
 TABLE = "transitions"
 
@@ -63,20 +65,21 @@ class TransitionReplayBuilder(AgentBuilder):
             min_replay_size=c.min_replay_size, max_replay_size=c.max_replay_size,
             priority_exponent=self.priority_exponent())]
 
-    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec):
+    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
         from shoal.replay import transition_batches
 
         return transition_batches(replay_client, TABLE, num_envs=spec.num_envs,
                                   batch_size=self.config.batch_size,
                                   num_steps=self.config.sgd_steps_per_update)
 
-    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
+    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Sample:
         from shoal.replay.layouts import transition_example
 
         return transition_example(spec, extras_of(extras, self, spec), self.config.batch_size,
                                   self.config.sgd_steps_per_update)
 
-    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
+    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None,
+                   ) -> Adder:
         from shoal.replay import NStepTransitionAdder
 
         return NStepTransitionAdder(replay_client, TABLE, spec, self.config.n_step, self.config.discount)

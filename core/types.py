@@ -72,7 +72,7 @@ class Policy(NamedTuple):
     table signatures are derived from the environment spec plus ``extras_spec``.
     """
 
-    apply: Callable[..., tuple[Any, Mapping[str, Any], Any]]
+    apply: Callable[..., tuple[Any, ...]]  # (actions, extras, key), and next_state for a recurrent policy
     extras_spec: Mapping[str, ArraySpec] = {}
     # A recurrent policy: ``initial_state(num_envs)`` gives the state of fresh episodes (a
     # pytree of ``[num_envs, ...]`` arrays), and ``apply(params, key, observation, info,

@@ -43,7 +43,7 @@ class ObservationKeys(NamedTuple):
 
 
 def observation_keys(observation: Mapping[str, ArraySpec], torso: str = "auto",
-                     space: gym.spaces.Dict | None = None) -> ObservationKeys:
+                     space: gym.Space | None = None) -> ObservationKeys:
     """The keys of a Dict observation's spec, sorted, by what reads them; each image key's torso
     chosen (``shoal.agents.components.torsos.choose_torso``) as ``torso`` says, scaled by ``space``'s bound."""
     inputs = sorted(key for key in observation if key != ACTION_MASK)

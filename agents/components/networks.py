@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from shoal.actors.multiagent import GLOBAL_STATE
 from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, observation_keys
-from shoal.agents.components.torsos import Torso, choose_torso, frame_scale, is_image, make_torso
+from shoal.agents.components.torsos import Torso, choose_torso, frame_scale, image_spec, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 
 
 CRITIC_ONLY = (GLOBAL_STATE,)  # (observation keys only a value function reads)
 
 
-ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {"tanh": nn.tanh, "relu": nn.relu}
 
 
 def check_activation(activation: str) -> None:
@@ -43,8 +44,10 @@ class MLP(nn.Module):
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         x = x.reshape(x.shape[0], -1).astype(jnp.float32)
         act = ACTIVATIONS[self.activation]
-        init = (lambda gain: {"kernel_init": nn.initializers.orthogonal(gain)}) if self.orthogonal_init else (
-            lambda gain: {})
+
+        def init(gain: float) -> dict[str, Any]:
+            return {"kernel_init": nn.initializers.orthogonal(gain)} if self.orthogonal_init else {}
+
         for size in self.hidden_sizes:
             x = act(nn.Dense(size, **init(np.sqrt(2)))(x))
         return nn.Dense(self.output_size, **init(self.output_scale))(x)
@@ -146,11 +149,11 @@ class DictActorCritic(nn.Module):
         if self.num_actions is None:
             self.log_std = self.param("log_std", nn.initializers.constant(self.initial_log_std), (self.action_size,))
 
-    def __call__(self, observation):
+    def __call__(self, observation: Mapping[str, jax.Array]) -> tuple[Any, jax.Array]:
         features = self.features if self.value_features is None else self.value_features
         return self.logits(observation), self.value(features(observation))[:, 0]
 
-    def logits(self, observation):
+    def logits(self, observation: Mapping[str, jax.Array]) -> jax.Array | tuple[jax.Array, jax.Array]:
         """The policy head alone: logits, or ``(mean, log_std)``."""
         out = self.policy(self.features(observation))
         return out if self.num_actions is not None else (out, self.log_std)
@@ -214,25 +217,29 @@ def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int
     With ``lstm_size``, the torso feeds an LSTM that both heads read (``shoal.agents.components.recurrent``)."""
     check_actor_critic_actions(spec, agent, continuous)
     size = spec.action.shape[0] if spec.num_actions is None else 0
+    observation, frames = spec.observation, image_spec(spec)
     if lstm_size:
         from shoal.agents.components.recurrent import RecurrentActorCritic
 
-        keys = observation_keys(spec.observation, torso, spec.observation_space) if spec.dict_observations else None
-        chosen = choose_torso(torso, spec.observation.shape, spec.observation_space) if is_image(spec) else None
-        network = RecurrentActorCritic(tuple(hidden_sizes), lstm_size, spec.num_actions, size, initial_log_std,
-                                       chosen, keys)
-        return ActorCriticNetworks(network, spec.observation_shape, spec.num_actions, size, spec.observation)
-    if spec.dict_observations:
-        keys = observation_keys(spec.observation, torso, spec.observation_space)
+        keys = (observation_keys(observation, torso, spec.observation_space)
+                if isinstance(observation, Mapping) else None)
+        chosen = choose_torso(torso, frames.shape, spec.observation_space) if frames is not None else None
+        recurrent = RecurrentActorCritic(tuple(hidden_sizes), lstm_size, spec.num_actions, size, initial_log_std,
+                                         chosen, keys)
+        return ActorCriticNetworks(recurrent, spec.observation_shape, spec.num_actions, size, spec.observation)
+    if isinstance(observation, Mapping):
+        keys = observation_keys(observation, torso, spec.observation_space)
         network = DictActorCritic(keys, tuple(hidden_sizes), spec.num_actions, size, initial_log_std)
         return ActorCriticNetworks(network, spec.observation_shape, spec.num_actions, size, spec.observation)
-    if is_image(spec) and torso == "mlp":
-        return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions,
-                                               frame_scale(spec.observation_space), activation, orthogonal_init),
-                                   spec.observation_shape, spec.num_actions)
-    if is_image(spec):
-        chosen = choose_torso(torso, spec.observation.shape, spec.observation_space)
-        return ActorCriticNetworks(PixelActorCritic(chosen, spec.num_actions), spec.observation_shape,
+    if frames is not None:
+        # (check_actor_critic_actions took image observations with discrete actions only)
+        num_actions = int(spec.num_actions or 0)
+        if torso == "mlp":
+            return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), num_actions,
+                                                   frame_scale(spec.observation_space), activation, orthogonal_init),
+                                       spec.observation_shape, spec.num_actions)
+        chosen = choose_torso(torso, frames.shape, spec.observation_space)
+        return ActorCriticNetworks(PixelActorCritic(chosen, num_actions), spec.observation_shape,
                                    spec.num_actions)
     if spec.num_actions is not None:
         return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions, activation=activation,

@@ -38,7 +38,7 @@ def init_stats(shape: tuple[int, ...] = ()) -> RunningStats:
             "var": jnp.ones(shape, jnp.float32)}
 
 
-def merge(stats: RunningStats, batch_count, batch_mean, batch_var) -> RunningStats:
+def merge(stats: RunningStats, batch_count: jax.Array, batch_mean: jax.Array, batch_var: jax.Array) -> RunningStats:
     """``stats`` after a batch of ``batch_count`` values with ``batch_mean`` / ``batch_var``."""
     n, mean, var = stats["count"], stats["mean"], stats["var"]
     delta = batch_mean - mean

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, example_observation
+from shoal.agents.components.flax_apply import apply_network
 from shoal.agents.components.torsos import Torso, make_torso
 from shoal.core.specs import ArraySpec
 
@@ -136,13 +137,13 @@ def unroll(network: nn.Module, params: Any, state: jax.Array, observation: Any, 
     after step ``t``. The torso runs once on all ``B * T`` steps; only the LSTM is scanned."""
     rows, length = first.shape
     flat = jax.tree_util.tree_map(lambda x: x.reshape(rows * length, *x.shape[2:]), observation)
-    features = network.apply(params, flat, method="encode")
+    features = apply_network(network, params, flat, method="encode")
     features = features.reshape(rows, length, -1).swapaxes(0, 1)  # [T, B, F]
 
-    def step(state, inputs):
+    def step(state: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         x, first_t = inputs
         state = jnp.where(first_t[:, None], 0.0, state)
-        state, y = network.apply(params, state, x, method="core")
+        state, y = apply_network(network, params, state, x, method="core")
         return state, (y, state)
 
     _, (outputs, states) = jax.lax.scan(step, state, (features, first.T))
@@ -155,6 +156,6 @@ def step_from(network: nn.Module, params: Any, states: jax.Array, observation: A
     reads the state after the step (``unroll``'s ``states``)."""
     rows, length = states.shape[:2]
     flat = jax.tree_util.tree_map(lambda x: x.reshape(rows * length, *x.shape[2:]), observation)
-    features = network.apply(params, flat, method="encode")
-    _, y = network.apply(params, states.reshape(rows * length, -1), features, method="core")
+    features = apply_network(network, params, flat, method="encode")
+    _, y = apply_network(network, params, states.reshape(rows * length, -1), features, method="core")
     return y.reshape(rows, length, -1)

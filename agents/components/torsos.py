@@ -50,7 +50,13 @@ def is_image_array(spec: ArraySpec) -> bool:
 def is_image(spec: EnvironmentSpec) -> bool:
     """Whether observations are stacks of frames (a Dict observation is not: its image keys
     are, ``shoal.agents.components.dict_observations``)."""
-    return not spec.dict_observations and is_image_array(spec.observation)
+    return image_spec(spec) is not None
+
+
+def image_spec(spec: EnvironmentSpec) -> ArraySpec | None:
+    """The spec of one stack of frames where observations are such stacks (``is_image``), else ``None``."""
+    observation = spec.observation
+    return observation if isinstance(observation, ArraySpec) and is_image_array(observation) else None
 
 
 def choose_torso(kind: str, shape: tuple[int, ...], space: gym.Space | None = None) -> Torso:
@@ -78,7 +84,7 @@ def _frames(observation: jnp.ndarray, scale: float) -> jnp.ndarray:
     return jnp.transpose(observation.astype(jnp.float32) * scale, (0, 2, 3, 1))
 
 
-def _orthogonal(scale: float = np.sqrt(2)):
+def _orthogonal(scale: float = np.sqrt(2)) -> nn.initializers.Initializer:
     return nn.initializers.orthogonal(scale)
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import jax
 import numpy as np
+import optax
 
 from shoal.agents.dqn import learning
 from shoal.agents.dqn.config import DQNConfig
@@ -11,7 +15,12 @@ from shoal.agents.dqn.networks import DQNNetworks, make_networks
 from shoal.agents.components.torsos import check_torso
 from shoal.agents.transition_replay import TABLE, TransitionReplayBuilder
 from shoal.core.specs import EnvironmentSpec
-from shoal.core.types import Policy
+from shoal.core.counting import Counter
+from shoal.core.interfaces import Dataset
+from shoal.core.loggers import Logger
+from shoal.core.timing import Stopwatch
+from shoal.core.types import Batch, Policy, Sample
+from shoal.replay.contract import ReplayClient
 from shoal.learners import ReplicatedLearner
 
 
@@ -42,17 +51,19 @@ class DQNBuilder(TransitionReplayBuilder):
     def make_policy(self, networks: DQNNetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks.q_network, networks.num_actions, self.config, evaluation)
 
-    def loss(self, network, params, target_params, batch) -> learning.LossOutput:
+    def loss(self, network: Any, params: optax.Params, target_params: optax.Params, batch: Batch,
+             ) -> learning.LossOutput:
         """The loss of one device's batch, per transition (``learning.LossOutput``): DQN's is
         ``learning.double_q_loss``. A DQN variant overrides this (and ``make_networks`` if its
         network differs); the optimizer, target network, importance weights and priorities stay."""
         return learning.double_q_loss(network, params, target_params, batch, self.config.huber_delta)
 
-    def init_state(self, key, networks: DQNNetworks) -> learning.TrainingState:
+    def init_state(self, key: jax.Array, networks: DQNNetworks) -> learning.TrainingState:
         return learning.init_state(key, networks.q_network, networks.observation_shape, self.config)
 
-    def make_learner(self, key, networks: DQNNetworks, dataset, logger=None, counter=None,
-                     replay_client=None, stopwatch=None) -> ReplicatedLearner:
+    def make_learner(self, key: jax.Array, networks: DQNNetworks, dataset: Dataset, logger: Logger | None = None,
+                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
+                     stopwatch: Stopwatch | None = None) -> ReplicatedLearner:
         c = self.config
         state = self.init_state(key, networks)
         after_update = None
@@ -63,7 +74,7 @@ class DQNBuilder(TransitionReplayBuilder):
                 raise ValueError("prioritized replay needs a replay client to write priorities")
             items_per_batch = transition_items_per_batch(c.batch_size, dataset.num_envs)
 
-            def after_update(sample, td_abs):  # (on the learner's hook thread)
+            def after_update(sample: Sample, td_abs: jax.Array) -> None:  # (on the learner's hook thread)
                 td = np.asarray(td_abs)  # [batch, steps]: |TD| per transition, in the host batch's order
                 priorities = item_priorities(td.T, items_per_batch, dataset.num_envs)
                 update_item_priorities(replay_client, TABLE, sample.keys, priorities)

@@ -33,8 +33,9 @@ import optax
 
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.networks import QNetwork
+from shoal.agents.components.flax_apply import apply_network
 from shoal.agents.components.dict_observations import MASKED_LOGIT, action_mask, example_observation, mask_logits
-from shoal.core.types import ActorInfo, Policy
+from shoal.core.types import ActorInfo, Batch, Policy, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, scan_sgd_steps
 
 
@@ -50,9 +51,10 @@ def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
                        optax.adam(config.learning_rate))
 
 
-def init_state(key: jax.Array, network: QNetwork, observation_shape, config: DQNConfig) -> TrainingState:
+def init_state(key: jax.Array, network: QNetwork, observation_shape: tuple[int, ...] | dict[str, tuple[int, ...]],
+               config: DQNConfig) -> TrainingState:
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
-    def init(key):
+    def init(key: jax.Array) -> TrainingState:
         params = network.init(key, example_observation(observation_shape))
         return TrainingState(params, params, make_optimizer(config).init(params), jnp.zeros((), jnp.int32))
 
@@ -79,15 +81,16 @@ class LossOutput(NamedTuple):
 Loss = Callable[[Any, optax.Params, optax.Params, dict], LossOutput]
 
 
-def double_q_loss(network: QNetwork, params, target_params, batch, huber_delta: float) -> LossOutput:
+def double_q_loss(network: QNetwork, params: optax.Params, target_params: optax.Params, batch: Batch,
+                  huber_delta: float) -> LossOutput:
     """DQN's loss (module docstring): ``huber(Q(s, a; online) - y)`` with the double-Q target."""
     batch_size = batch["reward"].shape[0]
     # One pass of the online net over s and s' together (half the dispatches of two).
     both = jax.tree_util.tree_map(lambda s, s_next: jnp.concatenate([s, s_next]),
                                   batch["observation"], batch["next_observation"])
-    q_online = network.apply(params, both)
+    q_online = apply_network(network, params, both)
     q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
-    q_t_target = network.apply(target_params, batch["next_observation"])
+    q_t_target = apply_network(network, target_params, batch["next_observation"])
     bootstrap = double_q_bootstrap(q_t_online, q_t_target, action_mask(batch["next_observation"]))
     target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * bootstrap)
     q_taken = jnp.take_along_axis(q_tm1, batch["action"][:, None].astype(jnp.int32), axis=-1)[:, 0]
@@ -101,10 +104,11 @@ def make_update(network: QNetwork, config: DQNConfig, loss: Loss | None = None) 
     priority updates)."""
     optimizer = make_optimizer(config)
     if loss is None:
-        def loss(network, params, target_params, batch):
+        def loss(network: Any, params: optax.Params, target_params: optax.Params, batch: Batch) -> LossOutput:
             return double_q_loss(network, params, target_params, batch, config.huber_delta)
 
-    def loss_fn(params, target_params, batch):
+    def loss_fn(params: optax.Params, target_params: optax.Params, batch: Batch,
+                ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         out = loss(network, params, target_params, batch)
         losses = out.losses
         if config.prioritized_replay:
@@ -113,7 +117,7 @@ def make_update(network: QNetwork, config: DQNConfig, loss: Loss | None = None) 
             losses = losses * weights
         return jnp.mean(losses), (out.td_abs, out.q)
 
-    def sgd_step(state: TrainingState, batch):
+    def sgd_step(state: TrainingState, batch: Batch) -> tuple[TrainingState, dict[str, jax.Array], jax.Array]:
         (mean_loss, (td_abs, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.target_params, batch)
         grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
@@ -129,7 +133,7 @@ def make_update(network: QNetwork, config: DQNConfig, loss: Loss | None = None) 
     return scan_sgd_steps(sgd_step, unroll=getattr(network, "has_convolutions", False))  # (convolutions: see _loop)
 
 
-def epsilon_at(env_step, config: DQNConfig):
+def epsilon_at(env_step: jax.Array, config: DQNConfig) -> jax.Array:
     """Linear decay from ``epsilon_start`` to ``epsilon_end`` over ``epsilon_decay_steps``."""
     fraction = jnp.clip(env_step / max(config.epsilon_decay_steps, 1), 0.0, 1.0)
     return config.epsilon_start + fraction * (config.epsilon_end - config.epsilon_start)
@@ -139,9 +143,10 @@ def make_policy(network: QNetwork, num_actions: int, config: DQNConfig, evaluati
     """Epsilon-greedy over Q values, for a batch of observations, in one jittable function
     (the evaluation policy with ``eval_epsilon`` 0 draws no random numbers: ``shoal export``)."""
 
-    def policy(params, key, observation, info: ActorInfo):
+    def policy(params: optax.Params, key: jax.Array, observation: Pytree, info: ActorInfo,
+               ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
         mask = action_mask(observation)
-        q = network.apply(params, jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), observation))
+        q = apply_network(network, params, jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), observation))
         greedy = jnp.argmax(mask_logits(q, mask), axis=-1).astype(jnp.int32)
         if evaluation and config.eval_epsilon == 0:
             return greedy, {}, key

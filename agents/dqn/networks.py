@@ -4,14 +4,15 @@ per key (Dict observations, ``shoal.agents.components.dict_observations``)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, observation_keys
-from shoal.agents.components.torsos import Torso, choose_torso, is_image, make_torso
+from shoal.agents.components.torsos import Torso, choose_torso, image_spec, make_torso
 from shoal.core.specs import EnvironmentSpec
+from shoal.core.types import Pytree
 
 
 class QNetwork(nn.Module):
@@ -26,7 +27,7 @@ class QNetwork(nn.Module):
         return self.torso is not None or bool(self.keys and self.keys.images)
 
     @nn.compact
-    def __call__(self, observation) -> jnp.ndarray:
+    def __call__(self, observation: Pytree) -> jnp.ndarray:
         if self.keys is not None:
             x = DictTorso(self.keys, tuple(self.hidden_sizes), "relu")(observation)
         elif self.torso is not None:
@@ -50,12 +51,13 @@ def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
     features go straight to the output layer)."""
     if spec.num_actions is None:
         raise ValueError(f"DQN needs a discrete action space, got {spec.action_space}")
-    if spec.dict_observations:
-        keys = observation_keys(spec.observation, torso, spec.observation_space)
+    observation, frames = spec.observation, image_spec(spec)
+    if isinstance(observation, Mapping):
+        keys = observation_keys(observation, torso, spec.observation_space)
         network = QNetwork(tuple(hidden_sizes), spec.num_actions, None, keys)
-    elif is_image(spec):
+    elif frames is not None:
         network = QNetwork(tuple(hidden_sizes), spec.num_actions,
-                           choose_torso(torso, spec.observation.shape, spec.observation_space))
+                           choose_torso(torso, frames.shape, spec.observation_space))
     else:
         network = QNetwork(tuple(hidden_sizes), spec.num_actions)
     return DQNNetworks(network, spec.observation_shape, spec.num_actions)

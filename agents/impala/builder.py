@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import jax
+
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
 from shoal.agents.components.torsos import check_torso
 from shoal.agents.impala import learning
@@ -11,10 +13,22 @@ from shoal.agents.impala.networks import IMPALANetworks, make_networks
 from shoal.agents.components.policy_lag import PolicyLag
 from shoal.replay.contract import ReplayClient
 from shoal.core.specs import EnvironmentSpec
-from shoal.core.types import Policy
+from shoal.core.counting import Counter
+from shoal.core.interfaces import Adder, Dataset
+from shoal.core.loggers import Logger
+from shoal.core.timing import Stopwatch
+from shoal.core.types import Policy, Sample
 from shoal.learners import ReplicatedLearner
 
 TABLE = "sequences"
+
+
+def discrete_actions(spec: EnvironmentSpec) -> int:
+    """The number of actions of ``spec``'s discrete action space (one-line ``ValueError`` for any other)."""
+    if spec.num_actions is None:
+        raise ValueError(f"IMPALA here takes a discrete action space; this environment's is "
+                         f"{spec.action_space} (for continuous actions use --agent ppo or sac)")
+    return spec.num_actions
 
 
 class IMPALABuilder(AgentBuilder):
@@ -34,9 +48,7 @@ class IMPALABuilder(AgentBuilder):
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         c = self.config
-        if spec.num_actions is None:
-            raise ValueError(f"IMPALA here takes a discrete action space; this environment's is "
-                             f"{spec.action_space} (for continuous actions use --agent ppo or sac)")
+        discrete_actions(spec)
         check_torso(c.torso)
         super().validate(spec, num_devices)
         if c.sequences_per_update % spec.num_envs:
@@ -60,11 +72,11 @@ class IMPALABuilder(AgentBuilder):
         return make_networks(spec, self.config.hidden_sizes, self.config.torso)
 
     def make_policy(self, networks: IMPALANetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
-        return learning.make_policy(networks.network, networks.num_actions, evaluation, self.config.eval_sample)
+        return learning.make_policy(networks.network, discrete_actions(spec), evaluation, self.config.eval_sample)
 
     def extras_spec(self, spec: EnvironmentSpec) -> ExtrasSpec:
         """The acting policy's logits and params version (what V-trace corrects with)."""
-        return learning.extras_spec(spec.num_actions)
+        return learning.extras_spec(discrete_actions(spec))
 
     def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
         from shoal.replay import make_dropping_fifo_table, sequence_signature
@@ -72,27 +84,29 @@ class IMPALABuilder(AgentBuilder):
         signature = sequence_signature(spec, extras_of(extras, self, spec), self.config.rollout_length)
         return [make_dropping_fifo_table(TABLE, signature, self.config.queue_capacity)]
 
-    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec):
+    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
         from shoal.replay import sequence_batches
 
         return sequence_batches(replay_client, TABLE, num_envs=spec.num_envs,
                                 num_items=self._items_per_update(spec))
 
-    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
+    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Sample:
         from shoal.replay.layouts import sequence_example
 
         return sequence_example(spec, extras_of(extras, self, spec), self.config.sequences_per_update, self.config.rollout_length)
 
-    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
+    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None,
+                   ) -> Adder:
         from shoal.replay import SequenceAdder
 
         return SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
 
-    def init_state(self, key, networks):
+    def init_state(self, key: jax.Array, networks: IMPALANetworks) -> learning.TrainingState:
         return learning.init_state(key, networks, self.config)
 
-    def make_learner(self, key, networks: IMPALANetworks, dataset, logger=None, counter=None,
-                     replay_client=None, stopwatch=None) -> ReplicatedLearner:
+    def make_learner(self, key: jax.Array, networks: IMPALANetworks, dataset: Dataset, logger: Logger | None = None,
+                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
+                     stopwatch: Stopwatch | None = None) -> ReplicatedLearner:
         """The learner (it logs each batch's policy lag, which V-trace corrects for)."""
         state = self.init_state(key, networks)
         update = learning.make_update(networks.network, self.config, self.loss, key)

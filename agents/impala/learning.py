@@ -45,8 +45,9 @@ from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.networks import IMPALANetworks
 from shoal.agents.impala.vtrace import vtrace
 from shoal.agents.components.dict_observations import action_mask, example_observation, mask_logits
+from shoal.agents.components.flax_apply import apply_network
 from shoal.core.specs import ArraySpec
-from shoal.core.types import ActorInfo, Policy
+from shoal.core.types import ActorInfo, Batch, Policy, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput
 
 
@@ -62,14 +63,15 @@ def make_optimizer(config: IMPALAConfig) -> optax.GradientTransformation:
 
 def init_state(key: jax.Array, networks: IMPALANetworks, config: IMPALAConfig) -> TrainingState:
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
-    def init(key):
+    def init(key: jax.Array) -> TrainingState:
         params = networks.network.init(key, example_observation(networks.observation_shape))
         return TrainingState(params, make_optimizer(config).init(params))
 
     return init(key)
 
 
-def vtrace_targets(value, next_value, reward, terminated, truncated, rho, config: IMPALAConfig):
+def vtrace_targets(value: jax.Array, next_value: jax.Array, reward: jax.Array, terminated: jax.Array,
+                   truncated: jax.Array, rho: jax.Array, config: IMPALAConfig) -> tuple[jax.Array, jax.Array]:
     """V-trace errors ``vs_t - v_t`` and pg advantages, ``[rows, T]`` (module docstring, step 2)."""
     done = jnp.maximum(terminated, truncated)
     reward = reward + config.discount * truncated * next_value
@@ -85,7 +87,7 @@ def impala_loss(network: nn.Module, params: optax.Params, batch: dict, rng: jax.
     V-trace's advantages, the baseline loss and the entropy bonus. ``rng`` is not used."""
     rows, length = batch["reward"].shape
     flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
-    logits, values = network.apply(params, jax.tree_util.tree_map(
+    logits, values = apply_network(network, params, jax.tree_util.tree_map(
         lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]), batch["observation"], batch["next_observation"]))
     logits = mask_logits(logits[:rows * length].reshape(rows, length, -1), action_mask(batch["observation"]))
     value, next_value = jnp.split(values.reshape(2, rows, length), 2)
@@ -120,7 +122,7 @@ def make_update(network: nn.Module, config: IMPALAConfig, loss: Loss = impala_lo
     optimizer = make_optimizer(config)
     key = jax.random.PRNGKey(0) if key is None else key
 
-    def update(state: TrainingState, batch) -> tuple[TrainingState, UpdateOutput]:
+    def update(state: TrainingState, batch: Batch) -> tuple[TrainingState, UpdateOutput]:
         rng = jax.random.fold_in(key, state.opt_state[1][0].count)  # (Adam's step count)
         grads, metrics = jax.grad(lambda params: loss(network, params, batch, rng, config),
                                   has_aux=True)(state.params)
@@ -140,8 +142,9 @@ def make_policy(network: nn.Module, num_actions: int, evaluation: bool, eval_sam
     """Sampling from the categorical policy (recording its logits and the params version), or
     for evaluation its most likely action, or a sample (``eval_sample``)."""
 
-    def policy(params, key, observation, info: ActorInfo):
-        logits = network.apply(params, observation, method="logits")
+    def policy(params: optax.Params, key: jax.Array, observation: Pytree, info: ActorInfo,
+               ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
+        logits = apply_network(network, params, observation, method="logits")
         logits = mask_logits(logits, action_mask(observation))
         if evaluation and not eval_sample:
             return jnp.argmax(logits, axis=-1).astype(jnp.int32), {}, key

@@ -58,7 +58,7 @@ def vtrace(
     c = lambda_ * jnp.minimum(1.0, rho_tm1)
     delta = jnp.minimum(clip_rho_threshold, rho_tm1) * (r_t + discount_t * v_t - v_tm1)
 
-    def step(acc, xs):  # acc = vs_{t+1} - V(x_{t+1}), one entry per row
+    def step(acc: Array, xs: tuple[Array, Array, Array]) -> tuple[Array, Array]:  # acc = vs_{t+1} - V(x_{t+1}), one entry per row
         delta_t, discount, c_t = xs
         acc = delta_t + discount * c_t * acc
         return acc, acc

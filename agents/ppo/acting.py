@@ -11,10 +11,11 @@ from shoal.agents.components.networks import ActorCriticNetworks
 from shoal.agents.components.dict_observations import action_mask
 from shoal.agents.ppo import recurrent
 from shoal.agents.ppo.config import PPOConfig
-from shoal.agents.ppo.learning import head, masked, observe
+from shoal.agents.ppo.learning import PolicyOutput, head, masked, observe
 from shoal.agents.components.recurrent import STATE_KEY, initial_state, state_spec
 from shoal.core.specs import ArraySpec
-from shoal.core.types import ActorInfo, Policy
+from shoal.agents.components.flax_apply import apply_network
+from shoal.core.types import ActorInfo, Policy, Pytree
 
 
 def extras_spec(config: PPOConfig) -> dict[str, ArraySpec]:
@@ -29,7 +30,7 @@ def extras_spec(config: PPOConfig) -> dict[str, ArraySpec]:
     return spec
 
 
-def unused_zero(action, out, mask):
+def unused_zero(action: jax.Array, out: PolicyOutput, mask: jax.Array | None) -> jax.Array:
     """A Gaussian's sampled action with each entry not in use (its mask's) set to 0, the value
     the env sees there (the fixed N(0, 1) of ``masked`` gives it the same log-probability when
     acting and learning); a categorical's action as it is."""
@@ -44,7 +45,8 @@ def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bo
     network, dist = networks.network, head(networks)
     rnn = recurrent.is_recurrent(network)
 
-    def act(params, key, observation, info: ActorInfo, out, extras):
+    def act(params: dict, key: jax.Array, observation: Pytree, info: ActorInfo, out: PolicyOutput,
+            extras: dict[str, jax.Array]) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
         mask = action_mask(observation)
         out = masked(out, mask)
         if evaluation and not config.eval_sample:
@@ -56,11 +58,13 @@ def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bo
         version = jnp.full(action.shape[:1], info.params_version, jnp.int32)
         return action, {"log_prob": dist.log_prob(out, action), "policy_version": version, **extras}, key
 
-    def feed_forward(params, key, observation, info: ActorInfo):
-        out = network.apply(params["network"], observe(params, observation, config), method="logits")
+    def feed_forward(params: dict, key: jax.Array, observation: Pytree, info: ActorInfo,
+                     ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
+        out = apply_network(network, params["network"], observe(params, observation, config), method="logits")
         return act(params, key, observation, info, out, {})
 
-    def with_memory(params, key, observation, info: ActorInfo, state):
+    def with_memory(params: dict, key: jax.Array, observation: Pytree, info: ActorInfo, state: jax.Array,
+                    ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array, jax.Array]:
         next_state, out = recurrent.acting(network, params["network"], observe(params, observation, config), state)
         return (*act(params, key, observation, info, out, {STATE_KEY: state}), next_state)
 

@@ -3,6 +3,8 @@ or continuous (Box) actions."""
 
 from __future__ import annotations
 
+import jax
+
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
 from shoal.agents.components.networks import check_activation, check_actor_critic_actions
 from shoal.agents.components.torsos import check_torso, is_image
@@ -14,7 +16,11 @@ from shoal.agents.ppo.presets import PRESETS
 from shoal.agents.ppo.networks import PPONetworks, make_networks
 from shoal.replay.contract import ReplayClient
 from shoal.core.specs import EnvironmentSpec
-from shoal.core.types import Policy
+from shoal.core.counting import Counter
+from shoal.core.interfaces import Adder, Dataset
+from shoal.core.loggers import Logger
+from shoal.core.timing import Stopwatch
+from shoal.core.types import Policy, Sample
 from shoal.learners import ReplicatedLearner
 
 TABLE = "rollouts"
@@ -90,19 +96,20 @@ class PPOBuilder(AgentBuilder):
         signature = sequence_signature(spec, extras_of(extras, self, spec), self.config.rollout_length)
         return [make_queue_table(TABLE, signature, self.config.queue_capacity)]
 
-    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec):
+    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
         from shoal.replay import sequence_batches
 
         return sequence_batches(replay_client, TABLE, num_envs=spec.num_envs,
                                 num_items=self.config.rollouts_per_update)
 
-    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
+    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Sample:
         from shoal.replay.layouts import sequence_example
 
         return sequence_example(spec, extras_of(extras, self, spec), self.config.rollouts_per_update * spec.num_envs,
                                 self.config.rollout_length)
 
-    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
+    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None,
+                   ) -> Adder:
         from shoal.replay import SequenceAdder
 
         adder = SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
@@ -110,11 +117,12 @@ class PPOBuilder(AgentBuilder):
             return DiscountedReturns(adder, spec.num_envs, self.config.discount)
         return adder
 
-    def init_state(self, key, networks):
+    def init_state(self, key: jax.Array, networks: PPONetworks) -> learning.TrainingState:
         return learning.init_state(key, networks, self.config)
 
-    def make_learner(self, key, networks: PPONetworks, dataset, logger=None, counter=None,
-                     replay_client=None, stopwatch=None) -> ReplicatedLearner:
+    def make_learner(self, key: jax.Array, networks: PPONetworks, dataset: Dataset, logger: Logger | None = None,
+                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
+                     stopwatch: Stopwatch | None = None) -> ReplicatedLearner:
         """The learner; it drops rollouts acted with params more than ``max_policy_lag`` updates
         old (``shoal.agents.components.policy_lag``)."""
         state = self.init_state(key, networks)

@@ -67,8 +67,9 @@ optimizer, the minibatch epochs over devices). A PPO variant (PPO with an adapti
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -79,9 +80,11 @@ from shoal.agents.components import normalization
 from shoal.agents.components.networks import ActorCriticNetworks, has_convolutions
 from shoal.agents.components.normalization import RunningStats
 from shoal.agents.components.dict_observations import action_mask, example_observation, mask_logits, normalized_keys
+from shoal.agents.components.flax_apply import apply_network
 from shoal.agents.ppo import recurrent
 from shoal.agents.ppo.config import PPOConfig
 from shoal.agents.components.recurrent import init_params
+from shoal.core.types import Batch, Params, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput, minibatch_epochs, sequence_minibatch_epochs
 
 
@@ -105,7 +108,14 @@ def learning_rate(config: PPOConfig, env_steps_per_update: int | None) -> optax.
     optimizer's step count."""
     if config.learning_rate_schedule == "constant":
         return config.learning_rate
-    return lambda count: config.learning_rate * remaining(config, count, env_steps_per_update)
+
+    def schedule(count: jax.Array) -> jax.Array:
+        if env_steps_per_update is None:  # (init_state's optimizer: its schedule is never called)
+            raise ValueError("a linear learning_rate_schedule needs env_steps_per_update (make_update reads it off "
+                             "the batch)")
+        return config.learning_rate * remaining(config, count, env_steps_per_update)
+
+    return schedule
 
 
 def clip_epsilon(config: PPOConfig, optimizer_steps: jax.Array, env_steps_per_update: int) -> float | jax.Array:
@@ -130,7 +140,7 @@ def optimizer_steps(opt_state: optax.OptState) -> jax.Array:
 
 def init_state(key: jax.Array, networks: ActorCriticNetworks, config: PPOConfig) -> TrainingState:
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
-    def init(key):
+    def init(key: jax.Array) -> TrainingState:
         params_key, key = jax.random.split(key)
         if recurrent.is_recurrent(networks.network):
             network = init_params(networks.network, params_key, networks.observation_shape)
@@ -147,17 +157,22 @@ def observation_stats(networks: ActorCriticNetworks) -> RunningStats | dict[str,
     observation (none where the networks do not say the observation's dtypes)."""
     if not isinstance(networks.observation_shape, dict):
         return normalization.init_stats(networks.observation_shape)
-    keys = normalized_keys(networks.observation) if networks.observation is not None else ()
+    observation = networks.observation
+    keys = normalized_keys(observation) if isinstance(observation, Mapping) else ()
     return {key: normalization.init_stats(networks.observation_shape[key]) for key in keys}
+
+
+# The network's policy output: categorical logits, or a Gaussian's ``(mean, log_std)``.
+PolicyOutput = Any
 
 
 class Head(NamedTuple):
     """The policy's distribution over actions, from the network's policy output."""
 
-    log_prob: Any    # (policy output, action) -> [batch]
-    entropy: Any     # policy output -> [batch]
-    sample: Any      # (key, policy output) -> action
-    mode: Any        # policy output -> the most likely action
+    log_prob: Callable[[PolicyOutput, jax.Array], jax.Array]  # (policy output, action) -> [batch]
+    entropy: Callable[[PolicyOutput], jax.Array]  # policy output -> [batch]
+    sample: Callable[[jax.Array, PolicyOutput], jax.Array]  # (key, policy output) -> action
+    mode: Callable[[PolicyOutput], jax.Array]  # policy output -> the most likely action
 
 
 def head(networks: ActorCriticNetworks) -> Head:
@@ -165,17 +180,18 @@ def head(networks: ActorCriticNetworks) -> Head:
         return Head(distributions.categorical_log_prob, distributions.categorical_entropy,
                     lambda key, logits: jax.random.categorical(key, logits).astype(jnp.int32),
                     lambda logits: jnp.argmax(logits, axis=-1).astype(jnp.int32))
-    return Head(lambda out, action: distributions.gaussian_log_prob(*out, action),
+    return Head(lambda out, action: distributions.gaussian_log_prob(out[0], out[1], action),
                 lambda out: distributions.gaussian_entropy(*out),
                 lambda key, out: distributions.gaussian_sample(key, *out), lambda out: out[0])
 
 
-def gae(reward, terminated, truncated, value, next_value, discount: float, lambda_: float):
+def gae(reward: jax.Array, terminated: jax.Array, truncated: jax.Array, value: jax.Array, next_value: jax.Array,
+        discount: float, lambda_: float) -> jax.Array:
     """Advantages ``[rows, T]`` by the recursion in the module docstring."""
     delta = reward + discount * (1.0 - terminated) * next_value - value
     carry_on = discount * lambda_ * (1.0 - jnp.maximum(terminated, truncated))
 
-    def backwards(next_advantage, step):
+    def backwards(next_advantage: jax.Array, step: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         delta_t, carry_on_t = step
         advantage = delta_t + carry_on_t * next_advantage
         return advantage, advantage
@@ -192,7 +208,7 @@ def global_standardize(x: jax.Array) -> jax.Array:
     return (x - mean) / (jnp.sqrt(variance) + 1e-8)
 
 
-def observe(params: dict, observation, config: PPOConfig):
+def observe(params: dict, observation: Pytree, config: PPOConfig) -> Pytree:
     """Observations as the network sees them (normalized with the run's statistics, if on; for a
     Dict observation, its keys that have statistics)."""
     if isinstance(observation, dict):
@@ -205,14 +221,16 @@ def observe(params: dict, observation, config: PPOConfig):
     return observation
 
 
-def update_observation_stats(stats, observation):
+def update_observation_stats(stats: RunningStats | dict[str, RunningStats], observation: Pytree,
+                             ) -> RunningStats | dict[str, RunningStats]:
     """The statistics after a batch of observations (each normalized key's, for a Dict)."""
     if isinstance(observation, dict):
         return {key: normalization.update(s, observation[key], AXIS_NAME) for key, s in stats.items()}
     return normalization.update(stats, observation, AXIS_NAME)
 
 
-def value_loss(value, old_value, target, epsilon, clip: bool) -> jax.Array:
+def value_loss(value: jax.Array, old_value: jax.Array, target: jax.Array, epsilon: float | jax.Array,
+               clip: bool) -> jax.Array:
     """``L_V`` of the module docstring (step 5): half the mean squared error of ``value`` against
     ``target``, or with ``clip`` the larger of it and that of ``value`` kept within ``epsilon`` of
     ``old_value`` (CleanRL's ``clip_vloss``)."""
@@ -223,7 +241,7 @@ def value_loss(value, old_value, target, epsilon, clip: bool) -> jax.Array:
     return 0.5 * jnp.mean(error)
 
 
-def masked(policy_out, mask):
+def masked(policy_out: PolicyOutput, mask: jax.Array | None) -> PolicyOutput:
     """The policy output restricted to the allowed actions: categorical logits masked; for a
     Gaussian (mean, log-std), each action entry not in use drawn from a fixed N(0, 1), so that
     it adds the same log-probability when acting and learning (the ratio does not see it) and
@@ -243,7 +261,7 @@ def forward(networks: ActorCriticNetworks, params: optax.Params, minibatch: dict
     if recurrent.is_recurrent(networks.network):
         policy_out, value = recurrent.forward(networks.network, params, minibatch)
     else:
-        policy_out, value = networks.network.apply(params, minibatch["observation"])
+        policy_out, value = apply_network(networks.network, params, minibatch["observation"])
     return masked(policy_out, action_mask(minibatch["observation"])), value
 
 
@@ -286,7 +304,7 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig, loss: Loss = p
     network = networks.network
     rnn = recurrent.is_recurrent(network)
 
-    def update(state: TrainingState, batch) -> tuple[TrainingState, UpdateOutput]:
+    def update(state: TrainingState, batch: Batch) -> tuple[TrainingState, UpdateOutput]:
         rows, length = batch["reward"].shape
         # env steps per update (the global batch), for the schedules (psum of a constant: an int)
         env_steps_per_update = rows * length * jax.lax.psum(1, AXIS_NAME)
@@ -295,7 +313,7 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig, loss: Loss = p
         lr = lr(steps) if callable(lr) else lr  # (constant over the update's steps: for the log)
         epsilon = clip_epsilon(config, steps, env_steps_per_update)
 
-        def sgd_step(state: TrainingState, minibatch):
+        def sgd_step(state: TrainingState, minibatch: Batch) -> tuple[TrainingState, dict[str, jax.Array], None]:
             rng = jax.random.fold_in(state.key, optimizer_steps(state.opt_state))
             grads, metrics = jax.grad(lambda params: loss(networks, params, minibatch, rng, config, epsilon),
                                       has_aux=True)(state.params["network"])
@@ -336,12 +354,13 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig, loss: Loss = p
     return update
 
 
-def feed_forward_values(network, params, observation, next_observation) -> tuple[jax.Array, jax.Array]:
+def feed_forward_values(network: nn.Module, params: Params, observation: Pytree, next_observation: Pytree,
+                        ) -> tuple[jax.Array, jax.Array]:
     """``(v_t, v'_t)`` ``[rows, T]``: the value network on both, in one call."""
     rows, length = jax.tree_util.tree_leaves(observation)[0].shape[:2]
     flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
     both = jax.tree_util.tree_map(lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]),
                                   observation, next_observation)
-    _, values = network.apply(params, both)
+    _, values = apply_network(network, params, both)
     value, next_value = jnp.split(values.reshape(2, rows, length), 2)
     return value[0], next_value[0]

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import flax.linen as nn
 import jax
 
 from shoal.agents.components import recurrent
+from shoal.agents.components.flax_apply import apply_network
 from shoal.agents.components.recurrent import STATE_KEY
+from shoal.core.types import Params, Pytree
 
 
 def is_recurrent(network: Any) -> bool:
@@ -35,24 +38,25 @@ def sequence_inputs(batch: dict) -> dict:
             "first": recurrent.episode_starts(batch["terminated"], batch["truncated"])}
 
 
-def values(network, params, observation, next_observation, inputs: dict) -> tuple[jax.Array, jax.Array]:
+def values(network: nn.Module, params: Params, observation: Pytree, next_observation: Pytree, inputs: dict,
+           ) -> tuple[jax.Array, jax.Array]:
     """``(v_t, v'_t)`` ``[rows, T]`` (module docstring, 2)."""
     outputs, states = recurrent.unroll(network, params, inputs["initial_state"], observation, inputs["first"])
-    _, value = network.apply(params, outputs, method="heads")
-    _, next_value = network.apply(params, recurrent.step_from(network, params, states, next_observation),
+    _, value = apply_network(network, params, outputs, method="heads")
+    _, next_value = apply_network(network, params, recurrent.step_from(network, params, states, next_observation),
                                   method="heads")
     return value, next_value
 
 
-def forward(network, params, minibatch: dict) -> tuple[Any, jax.Array]:
+def forward(network: nn.Module, params: Params, minibatch: dict) -> tuple[Any, jax.Array]:
     """The policy output and the value at every step of a minibatch of whole sequences."""
     outputs, _ = recurrent.unroll(network, params, minibatch["initial_state"], minibatch["observation"],
                                   minibatch["first"])
-    return network.apply(params, outputs, method="heads")
+    return apply_network(network, params, outputs, method="heads")
 
 
-def acting(network, params, observation, state) -> tuple[jax.Array, Any]:
+def acting(network: nn.Module, params: Params, observation: Pytree, state: jax.Array) -> tuple[jax.Array, Any]:
     """One acting step: ``(next state, policy output)``."""
-    state, out, _ = network.apply(params, state, observation)
+    state, out, _ = apply_network(network, params, state, observation)
     return state, out
 

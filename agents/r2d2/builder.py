@@ -3,6 +3,7 @@ Reverb table; a recurrent double-Q learner that writes the sequences' priorities
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
@@ -13,7 +14,11 @@ from shoal.agents.r2d2.networks import R2D2Networks, make_networks
 from shoal.agents.components.torsos import check_torso
 from shoal.replay.contract import ReplayClient
 from shoal.core.specs import EnvironmentSpec
-from shoal.core.types import Policy
+from shoal.core.counting import Counter
+from shoal.core.interfaces import Adder, Dataset
+from shoal.core.loggers import Logger
+from shoal.core.timing import Stopwatch
+from shoal.core.types import Policy, Sample
 from shoal.learners import ReplicatedLearner
 
 TABLE = "sequences"
@@ -75,35 +80,37 @@ class R2D2Builder(AgentBuilder):
                                     min_replay_size=c.min_replay_size, max_replay_size=c.max_replay_size,
                                     priority_exponent=c.priority_exponent)]
 
-    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec):
+    def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
         from shoal.replay import env_sequence_batches
 
         return env_sequence_batches(replay_client, TABLE, batch_size=self.config.batch_size)
 
-    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
+    def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Sample:
         from shoal.replay.layouts import env_sequence_example
 
         c = self.config
         return env_sequence_example(spec, extras_of(extras, self, spec), c.batch_size, c.sequence_length)
 
-    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None):
+    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None,
+                   ) -> Adder:
         from shoal.replay import EnvSequenceAdder
 
         c = self.config
         return EnvSequenceAdder(replay_client, TABLE, spec, c.sequence_length, c.sequence_period)
 
-    def init_state(self, key, networks):
+    def init_state(self, key: jax.Array, networks: R2D2Networks) -> learning.TrainingState:
         return learning.init_state(key, networks, self.config)
 
-    def make_learner(self, key, networks: R2D2Networks, dataset, logger=None, counter=None,
-                     replay_client=None, stopwatch=None) -> ReplicatedLearner:
+    def make_learner(self, key: jax.Array, networks: R2D2Networks, dataset: Dataset, logger: Logger | None = None,
+                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
+                     stopwatch: Stopwatch | None = None) -> ReplicatedLearner:
         """The learner; after each update it writes every sampled sequence's new priority."""
         from shoal.replay import update_item_priorities
 
         if replay_client is None:
             raise ValueError("R2D2 needs a replay client to write priorities")
 
-        def after_update(sample, priorities):  # (on the learner's hook thread)
+        def after_update(sample: Sample, priorities: jax.Array) -> None:  # (on the learner's hook thread)
             update_item_priorities(replay_client, TABLE, np.asarray(sample.keys), np.asarray(priorities) + 1e-6)
 
         state = self.init_state(key, networks)

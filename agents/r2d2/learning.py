@@ -54,12 +54,13 @@ import optax
 
 from shoal.agents.components import recurrent
 from shoal.agents.components.dict_observations import MASKED_LOGIT, action_mask, mask_logits
+from shoal.agents.components.flax_apply import apply_network
 from shoal.agents.r2d2.config import R2D2Config
 from shoal.agents.r2d2.networks import R2D2Networks
 from shoal.agents.components.recurrent import STATE_KEY
 from shoal.agents.components.value_rescaling import rescale, unrescale
 from shoal.core.specs import ArraySpec
-from shoal.core.types import ActorInfo, Policy
+from shoal.core.types import ActorInfo, Batch, Policy, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput
 
 NUM_EPSILONS = 256
@@ -79,14 +80,15 @@ def make_optimizer(config: R2D2Config) -> optax.GradientTransformation:
 
 def init_state(key: jax.Array, networks: R2D2Networks, config: R2D2Config) -> TrainingState:
     @jax.jit  # one compiled computation
-    def init(key):
+    def init(key: jax.Array) -> TrainingState:
         params = recurrent.init_params(networks.network, key, networks.observation_shape)
         return TrainingState(params, params, make_optimizer(config).init(params), jnp.zeros((), jnp.int32))
 
     return init(key)
 
 
-def n_step_targets(reward, terminated, truncated, bootstrap, discount: float, n: int) -> jax.Array:
+def n_step_targets(reward: jax.Array, terminated: jax.Array, truncated: jax.Array, bootstrap: jax.Array,
+                   discount: float, n: int) -> jax.Array:
     """``G_t`` ``[B, T]`` of the module docstring (step 4), before rescaling; ``bootstrap[:, j]``
     is the value of step ``j``'s next observation."""
     length = reward.shape[1]
@@ -150,12 +152,12 @@ def r2d2_loss(networks: R2D2Networks, params: optax.Params, target_params: optax
     observation, next_observation = _part(observation, burn_in), _part(next_observation, burn_in)
     first = first[:, burn_in:]
     y, online_states = recurrent.unroll(network, params, online_state, observation, first)  # 2.
-    q = network.apply(params, y, method="heads")
+    q = apply_network(network, params, y, method="heads")
     _, target_states = recurrent.unroll(network, target_params, target_state, observation, first)
-    next_online = network.apply(params, recurrent.step_from(network, params, online_states, next_observation),
+    next_online = apply_network(network, params, recurrent.step_from(network, params, online_states, next_observation),
                                 method="heads")
-    next_target = network.apply(target_params, recurrent.step_from(network, target_params, target_states,
-                                                                   next_observation), method="heads")
+    next_target = apply_network(network, target_params, recurrent.step_from(network, target_params, target_states,
+                                                                            next_observation), method="heads")
     best = jnp.argmax(mask_logits(jax.lax.stop_gradient(next_online), action_mask(next_observation)), axis=-1)
     bootstrap = unrescale(jnp.take_along_axis(next_target, best[..., None], axis=-1)[..., 0], eps)  # 3.
     reward, terminated = batch["reward"][:, burn_in:], batch["terminated"][:, burn_in:].astype(jnp.float32)
@@ -184,13 +186,14 @@ def make_update(networks: R2D2Networks, config: R2D2Config, loss: Loss = r2d2_lo
     optimizer = make_optimizer(config)
     key = jax.random.PRNGKey(0) if key is None else key
 
-    def weighted_loss(params, target_params, batch, rng):
+    def weighted_loss(params: optax.Params, target_params: optax.Params, batch: Batch, rng: jax.Array,
+                      ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         out = loss(networks, params, target_params, batch, rng, config)
         weight = batch["probability"] ** -config.importance_sampling_exponent  # 5.
         weight = weight / jax.lax.pmax(jnp.max(weight), AXIS_NAME)
         return jnp.mean(weight * out.losses), (out.td_abs, jnp.mean(out.q))
 
-    def update(state: TrainingState, batch) -> tuple[TrainingState, UpdateOutput]:
+    def update(state: TrainingState, batch: Batch) -> tuple[TrainingState, UpdateOutput]:
         rng = jax.random.fold_in(key, state.steps)
         (loss_value, (td_abs, q_mean)), grads = jax.value_and_grad(weighted_loss, has_aux=True)(
             state.params, state.target_params, batch, rng)
@@ -226,9 +229,10 @@ def make_policy(networks: R2D2Networks, config: R2D2Config, evaluation: bool) ->
         return {"core": recurrent.initial_state(num_envs, config.lstm_size),
                 "epsilon": jnp.full((num_envs,), -1.0, jnp.float32)}
 
-    def policy(params, key, observation, info: ActorInfo, state):
+    def policy(params: optax.Params, key: jax.Array, observation: Pytree, info: ActorInfo, state: dict[str, Any],
+               ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array, dict[str, jax.Array]]:
         observation = _as_network_input(observation)
-        core, q = network.apply(params, state["core"], observation)
+        core, q = apply_network(network, params, state["core"], observation)
         mask = action_mask(observation)
         greedy = jnp.argmax(mask_logits(q, mask), axis=-1).astype(jnp.int32)
         key, draw_key, explore_key, action_key = jax.random.split(key, 4)

@@ -3,7 +3,7 @@ gives the state, the unroll and the torso)."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from shoal.agents.components.dict_observations import ObservationKeys, observation_keys
 from shoal.agents.components.recurrent import LSTMCore, make_encoder
-from shoal.agents.components.torsos import Torso, choose_torso, is_image
+from shoal.agents.components.torsos import Torso, choose_torso, image_spec
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 
 
@@ -66,7 +66,10 @@ def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64,), ls
                   head_size: int = 0, torso: str = "auto") -> R2D2Networks:
     """The Q-network for ``spec``: a convolutional ``torso`` for frames, a torso per key for a
     Dict observation, tanh layers of ``hidden_sizes`` for a flat vector."""
-    keys = observation_keys(spec.observation, torso, spec.observation_space) if spec.dict_observations else None
-    chosen = choose_torso(torso, spec.observation.shape, spec.observation_space) if is_image(spec) else None
+    if spec.num_actions is None:
+        raise ValueError(f"R2D2 needs a discrete action space; this environment's is {spec.action_space}")
+    observation, frames = spec.observation, image_spec(spec)
+    keys = observation_keys(observation, torso, spec.observation_space) if isinstance(observation, Mapping) else None
+    chosen = choose_torso(torso, frames.shape, spec.observation_space) if frames is not None else None
     network = RecurrentQNetwork(tuple(hidden_sizes), lstm_size, spec.num_actions, head_size, chosen, keys)
     return R2D2Networks(network, spec.observation_shape, spec.num_actions, spec.observation)

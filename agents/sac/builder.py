@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import jax
+
 from shoal.agents.sac import learning
 from shoal.agents.sac.config import SACConfig
 from shoal.agents.sac.presets import PRESETS
 from shoal.agents.sac.networks import SACNetworks, check_action_space, make_networks
 from shoal.agents.transition_replay import TransitionReplayBuilder
 from shoal.core.specs import EnvironmentSpec
+from shoal.core.counting import Counter
+from shoal.core.interfaces import Dataset
+from shoal.core.loggers import Logger
+from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy
+from shoal.replay.contract import ReplayClient
 from shoal.learners import ReplicatedLearner
 
 
@@ -45,11 +52,12 @@ class SACBuilder(TransitionReplayBuilder):
     def make_policy(self, networks: SACNetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks, evaluation)
 
-    def init_state(self, key, networks):
+    def init_state(self, key: jax.Array, networks: SACNetworks) -> learning.TrainingState:
         return learning.init_state(key, networks, self.config)
 
-    def make_learner(self, key, networks: SACNetworks, dataset, logger=None, counter=None,
-                     replay_client=None, stopwatch=None) -> ReplicatedLearner:
+    def make_learner(self, key: jax.Array, networks: SACNetworks, dataset: Dataset, logger: Logger | None = None,
+                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
+                     stopwatch: Stopwatch | None = None) -> ReplicatedLearner:
         state = self.init_state(key, networks)
         return ReplicatedLearner(state, learning.make_update(networks, self.config, self.loss), dataset,
                                  counter=counter, logger=logger, stopwatch=stopwatch)

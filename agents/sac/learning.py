@@ -33,7 +33,8 @@ import optax
 from shoal.agents.components.dict_observations import example_observation
 from shoal.agents.sac.config import SACConfig
 from shoal.agents.sac.networks import SACNetworks, sample_action, squash
-from shoal.core.types import ActorInfo, Policy
+from shoal.agents.components.flax_apply import apply_network
+from shoal.core.types import ActorInfo, Batch, Params, Policy, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, global_row_keys, scan_sgd_steps
 
 
@@ -48,14 +49,14 @@ class TrainingState(NamedTuple):
     key: jax.Array
 
 
-def _rows(observation) -> int:
+def _rows(observation: Pytree) -> int:
     """The batch size of a batch of observations (an array, or a dict of arrays)."""
     return jax.tree_util.tree_leaves(observation)[0].shape[0]
 
 
 def init_state(key: jax.Array, networks: SACNetworks, config: SACConfig) -> TrainingState:
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
-    def init(key):
+    def init(key: jax.Array) -> TrainingState:
         policy_key, critic_key, key = jax.random.split(key, 3)
         observation = example_observation(networks.observation_shape)
         action = jnp.zeros((1, networks.action_size), jnp.float32)
@@ -74,7 +75,7 @@ def target_entropy(networks: SACNetworks, config: SACConfig) -> float:
     return -float(networks.action_size) if config.target_entropy is None else config.target_entropy
 
 
-def sample(networks: SACNetworks, params, observation, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+def sample(networks: SACNetworks, params: Params, observation: Pytree, key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """A reparameterized action of the policy and its log-probability for each observation, the
     noise of each row drawn from a key of its own global row."""
     noise = jax.vmap(lambda k: jax.random.normal(k, (networks.action_size,)))(
@@ -93,15 +94,15 @@ def sac_loss(networks: SACNetworks, params: dict, target_critic_params: optax.Pa
 
     # the critics, towards y = R + d * (min_i Q_target_i(s', a') - alpha * log pi(a'|s'))
     next_action, next_log_prob = sample(networks, policy, batch["next_observation"], critic_key)
-    q1_next, q2_next = networks.critic.apply(target_critic_params, batch["next_observation"], next_action)
+    q1_next, q2_next = apply_network(networks.critic, target_critic_params, batch["next_observation"], next_action)
     target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * (
         jnp.minimum(q1_next, q2_next) - alpha * next_log_prob))
-    q1, q2 = networks.critic.apply(critic, batch["observation"], batch["action"])
+    q1, q2 = apply_network(networks.critic, critic, batch["observation"], batch["action"])
     critic_loss = 0.5 * (jnp.mean(jnp.square(q1 - target)) + jnp.mean(jnp.square(q2 - target)))
 
     # the policy, through a reparameterized a~ ~ pi(.|s), against the critics held fixed
     action, log_prob = sample(networks, policy, batch["observation"], policy_key)
-    q1_pi, q2_pi = networks.critic.apply(jax.lax.stop_gradient(critic), batch["observation"], action)
+    q1_pi, q2_pi = apply_network(networks.critic, jax.lax.stop_gradient(critic), batch["observation"], action)
     policy_loss = jnp.mean(alpha * log_prob - jnp.minimum(q1_pi, q2_pi))
 
     # the temperature, towards the target entropy
@@ -128,11 +129,11 @@ def make_update(networks: SACNetworks, config: SACConfig, loss: Loss = sac_loss)
     gradient of ``loss`` with respect to it."""
     adam = optax.adam(config.learning_rate)
 
-    def apply(grads, opt_state, params):
+    def apply(grads: Params, opt_state: optax.OptState, params: Params) -> tuple[Params, optax.OptState]:
         updates, opt_state = adam.update(jax.lax.pmean(grads, AXIS_NAME), opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
-    def sgd_step(state: TrainingState, batch):
+    def sgd_step(state: TrainingState, batch: Batch) -> tuple[TrainingState, dict[str, jax.Array], None]:
         key = jax.random.split(state.key, 3)[0]  # the next step's (``sac_loss`` draws from the others)
         trained = {"policy": state.params, "critic": state.critic_params, "log_alpha": state.log_alpha}
         grads, metrics = jax.grad(lambda params: loss(networks, params, state.target_critic_params, batch,
@@ -152,9 +153,10 @@ def make_update(networks: SACNetworks, config: SACConfig, loss: Loss = sac_loss)
 def make_policy(networks: SACNetworks, evaluation: bool) -> Policy:
     """A sample of the tanh-Gaussian policy, or its squashed mean for evaluation."""
 
-    def policy(params, key, observation, info: ActorInfo):
+    def policy(params: Params, key: jax.Array, observation: Pytree, info: ActorInfo,
+               ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
         if evaluation:
-            return squash(networks, networks.policy.apply(params, observation)[0]), {}, key
+            return squash(networks, apply_network(networks.policy, params, observation)[0]), {}, key
         key, noise_key = jax.random.split(key)
         action, _ = sample_action(networks, params, observation,
                                   jax.random.normal(noise_key, (_rows(observation), networks.action_size)))

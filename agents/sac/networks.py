@@ -15,15 +15,18 @@ concatenates them with the action before its MLP.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import flax.linen as nn
+import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, observation_keys
+from shoal.agents.components.flax_apply import apply_network
 from shoal.core.specs import EnvironmentSpec
+from shoal.core.types import Params, Pytree
 
 
 class GaussianPolicy(nn.Module):
@@ -36,7 +39,7 @@ class GaussianPolicy(nn.Module):
     keys: ObservationKeys | None = None  # a Dict observation's: a torso per key
 
     @nn.compact
-    def __call__(self, observation) -> tuple[jnp.ndarray, jnp.ndarray]:
+    def __call__(self, observation: Pytree) -> tuple[jnp.ndarray, jnp.ndarray]:
         if self.keys is not None:
             x = DictTorso(self.keys, tuple(self.hidden_sizes))(observation)
         else:
@@ -56,7 +59,7 @@ class TwinCritic(nn.Module):
     keys: ObservationKeys | None = None  # a Dict observation's: a torso per key (each critic its own)
 
     @nn.compact
-    def __call__(self, observation, action: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    def __call__(self, observation: Pytree, action: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
         if self.keys is None:
             x = jnp.concatenate([observation.reshape(observation.shape[0], -1).astype(jnp.float32),
                                  action.reshape(action.shape[0], -1)], axis=-1)
@@ -83,26 +86,27 @@ class SACNetworks(NamedTuple):
 
 def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
                   log_std_min: float = -5.0, log_std_max: float = 2.0) -> SACNetworks:
-    check_action_space(spec)
-    space = spec.action_space
+    space = check_action_space(spec)
     size = spec.action.shape[0]
-    keys = observation_keys(spec.observation, "auto", spec.observation_space) if spec.dict_observations else None
+    observation = spec.observation
+    keys = observation_keys(observation, "auto", spec.observation_space) if isinstance(observation, Mapping) else None
     return SACNetworks(GaussianPolicy(tuple(hidden_sizes), size, log_std_min, log_std_max, keys),
                        TwinCritic(tuple(hidden_sizes), keys), spec.observation_shape, size,
                        ((space.high - space.low) / 2).astype(np.float32),
                        ((space.high + space.low) / 2).astype(np.float32))
 
 
-def check_action_space(spec: EnvironmentSpec) -> None:
+def check_action_space(spec: EnvironmentSpec) -> gym.spaces.Box:
     """Raises ``ValueError`` for an action space SAC cannot act in: it squashes a Gaussian into
-    the bounds of a 1-d Box, which must be finite. Builds nothing."""
+    the bounds of a 1-d Box, which must be finite. Builds nothing; returns the Box."""
     space = spec.action_space
-    if spec.num_actions is not None or len(spec.action.shape) != 1:
+    if spec.num_actions is not None or not isinstance(space, gym.spaces.Box) or len(spec.action.shape) != 1:
         raise ValueError(f"SAC needs a 1-d continuous (Box) action space; this environment's is "
                          f"{space} (for discrete actions try --agent dqn, ppo or impala)")
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
         raise ValueError(f"SAC squashes actions into the action space's bounds, which must be "
                          f"finite; got low={space.low}, high={space.high}")
+    return space
 
 
 def squash(networks: SACNetworks, u: jnp.ndarray) -> jnp.ndarray:
@@ -110,16 +114,17 @@ def squash(networks: SACNetworks, u: jnp.ndarray) -> jnp.ndarray:
     return networks.action_scale * jnp.tanh(u) + networks.action_offset
 
 
-def tanh_gaussian_log_prob(networks: SACNetworks, u, mean, log_std) -> jnp.ndarray:
+def tanh_gaussian_log_prob(networks: SACNetworks, u: jax.Array, mean: jax.Array, log_std: jax.Array) -> jnp.ndarray:
     """``log pi(a|s)`` of the action ``a = squash(u)`` (module docstring), summed over dims."""
     gaussian = -0.5 * jnp.square((u - mean) / jnp.exp(log_std)) - log_std - 0.5 * jnp.log(2 * jnp.pi)
     log_det = jnp.log(networks.action_scale) + 2.0 * (jnp.log(2.0) - u - jax.nn.softplus(-2.0 * u))
     return jnp.sum(gaussian - log_det, axis=-1)
 
 
-def sample_action(networks: SACNetworks, params, observation, noise) -> tuple[jnp.ndarray, jnp.ndarray]:
+def sample_action(networks: SACNetworks, params: Params, observation: Pytree, noise: jax.Array,
+                  ) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The reparameterized sample ``u = mean + std * noise`` (``noise`` standard normal,
     ``[batch, d]``) as ``(action, log pi(action|s))`` for each observation."""
-    mean, log_std = networks.policy.apply(params, observation)
+    mean, log_std = apply_network(networks.policy, params, observation)
     u = mean + jnp.exp(log_std) * noise
     return squash(networks, u), tanh_gaussian_log_prob(networks, u, mean, log_std)
