@@ -17,6 +17,7 @@ from shoal.launch.programs.addressing import FileAddressBook
 from shoal.launch.programs.local import ProcessWorker, ThreadWorker
 from shoal.launch.programs.program import Node, Program
 from shoal.core.shared_memory import sweep_segments
+from shoal.launch.programs.states import Worker
 from shoal.launch.programs.supervision import ProgramRun
 from shoal.core.environment_variables import parse_ports
 
@@ -61,7 +62,6 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
         raise ValueError(f"group_env names groups {sorted(unknown)} that program {program.name!r} "
                          f"does not have (groups: {sorted(program.groups)})")
     check_ports(program, launcher, ports)
-    options = dict(max_restarts=max_restarts, grace_s=grace_s, before_stop=before_stop)
     # Every launch is authenticated: any local process could otherwise call a node (and e.g.
     # inflate a run's step counter).
     token = token or os.environ.get("SHOAL_TOKEN") or secrets.token_urlsafe(32)
@@ -73,7 +73,8 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
             log_dir = os.path.join(run_dir, "logs")
             make_dirs(log_dir)
         return launch_ray(program, token=token, group_env=group_env, ray_address=ray_address,
-                          ports=ports or DEFAULT_PORTS, log_dir=log_dir, host=host, **options)
+                          ports=ports or DEFAULT_PORTS, log_dir=log_dir, host=host,
+                          max_restarts=max_restarts, grace_s=grace_s, before_stop=before_stop)
     host = host or "127.0.0.1"
     advertise = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # (all nodes are on this machine)
     run_dir = run_dir or tempfile.mkdtemp(prefix=f"shoal-{program.name}-")
@@ -87,19 +88,22 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
                     SHOAL_PORTS=f"{ports[0]}-{ports[1]}" if ports else "")
         workers: list[ProcessWorker] = []
 
-        def make_worker(node):
+        def make_worker(node: Node) -> Worker:
             workers.append(ProcessWorker(node, run_dir, {**base, **group_env.get(node.group, {})}))
             return workers[-1]
 
-        def close() -> None:  # shared-memory segments its (now dead) nodes could not remove
+        def sweep() -> None:  # shared-memory segments its (now dead) nodes could not remove
             sweep_segments(pid for worker in workers for pid in worker.pids)
+
+        close: Callable[[], None] | None = sweep
     else:
-        def make_worker(node):
+        def make_worker(node: Node) -> Worker:
             return ThreadWorker(node, book, token, host, advertise, ports)
 
         close = None
     return ProgramRun(program, make_worker, launcher=launcher, run_dir=run_dir, address_book=book,
-                      token=token, on_close=close, **options)
+                      token=token, on_close=close, max_restarts=max_restarts, grace_s=grace_s,
+                      before_stop=before_stop)
 
 
 def servers(program: Program) -> list[str]:
@@ -114,9 +118,12 @@ def check_ports(program: Program, launcher: str, ports: tuple[int, int] | None) 
     if ports is None:
         return
     try:
-        first, last = parse_ports("-".join(map(str, ports)))  # (the range itself, as --ports reads it)
+        parsed = parse_ports("-".join(map(str, ports)))  # (the range itself, as --ports reads it)
     except (TypeError, ValueError):
-        raise ValueError(f"ports must be (FIRST, LAST) with 1024 <= FIRST <= LAST <= 65535, got {ports!r}") from None
+        parsed = None
+    if parsed is None:
+        raise ValueError(f"ports must be (FIRST, LAST) with 1024 <= FIRST <= LAST <= 65535, got {ports!r}")
+    first, last = parsed
     labels = servers(program)
     if launcher == "ray":  # (the others may land on other hosts, each with the whole range)
         beside = {label: [label] for label in labels}

@@ -46,13 +46,13 @@ class ThreadWorker:
         self.code, self._starts = None, self._starts + 1
         self.ctx = NodeContext(self.node.label, self.node.group, self._book, self._token, *self._hosts,
                                start_count=self._starts, ports=self._ports)
-        self.thread = threading.Thread(target=self._main, name=self.node.label, daemon=True)
+        self.thread = threading.Thread(target=self._main, args=(self.ctx,), name=self.node.label, daemon=True)
         self.thread.start()
 
-    def _main(self) -> None:
-        set_context(self.ctx)
+    def _main(self, ctx: NodeContext) -> None:
+        set_context(ctx)
         try:
-            self._result = self.node.run(self.ctx)
+            self._result = self.node.run(ctx)
             self.code = 0
         except BaseException as e:  # noqa: BLE001
             print(f"[{self.node.label}] failed:\n{traceback.format_exc()}", file=sys.stderr)
@@ -112,6 +112,8 @@ class ProcessWorker:
     def _hand_over(self, proc: subprocess.Popen) -> None:
         """Writes the node's definition to the process's stdin (a thread: a large definition
         fills the pipe until the child reads it)."""
+        if proc.stdin is None:  # (never: it is started with stdin=PIPE)
+            return
         try:
             proc.stdin.write(self._definition)
             proc.stdin.close()

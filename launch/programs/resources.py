@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Resources:
             pairs = {}
         if not pairs or any(not name for name in pairs):
             raise ValueError(f"resources are NAME=VALUE[,NAME=VALUE...], got {text!r}")
-        standard = {name: pairs.pop(name) for name in ("num_cpus", "num_gpus", "memory") if name in pairs}
+        standard: dict[str, Any] = {name: pairs.pop(name) for name in ("num_cpus", "num_gpus", "memory") if name in pairs}
         if "memory" in standard and math.isfinite(standard["memory"]):
             standard["memory"] = int(standard["memory"])
         return cls(**standard, custom=pairs)

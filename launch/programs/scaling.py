@@ -10,10 +10,12 @@ bounds the caller allows. ``status`` / ``summary`` give the node table. Mixed in
 from __future__ import annotations
 
 import re
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
-from shoal.launch.programs.states import LIVE, NodeState
+from shoal.launch.programs.program import Node, Program
+from shoal.launch.programs.states import LIVE, NodeState, Worker
 
 
 # How long a node asked to stop by a scale-down has to finish before it is killed: longer than a
@@ -29,6 +31,22 @@ def _index(label: str) -> int:
 
 
 class ElasticGroups:
+    # What it uses of the ``ProgramRun`` it is mixed into (set and defined there).
+    program: Program
+    launcher: str
+    workers: dict[str, Worker]
+    states: dict[str, NodeState]
+    exit_codes: dict[str, int]
+    restarts: dict[str, int]
+    reason: str
+    failed: bool
+    start_time: float
+    _lock: threading.RLock
+    _finishing: bool
+    _grace_s: float
+    _remove_by: dict[str, float]
+    _start: Callable[[Node], None]
+
     def running(self, group: str, placed: bool = False) -> list[str]:
         """Labels of ``group``'s nodes that are running (or being restarted, or waiting to be
         placed unless ``placed``), in index order."""

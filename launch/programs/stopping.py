@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from shoal.launch.programs.states import NodeState
+from shoal.launch.programs.program import Program
+from shoal.launch.programs.states import NodeState, Worker
 
 
 class ProgramFailed(RuntimeError):
@@ -35,6 +36,23 @@ def failure_line(error: BaseException, chars: int = FAILURE_CHARS) -> str:
 
 
 class ProgramEnding:
+    # What it uses of the ``ProgramRun`` it is mixed into (set there).
+    program: Program
+    workers: dict[str, Worker]
+    states: dict[str, NodeState]
+    closers: list[Callable[[], None]]
+    reason: str
+    failed: bool
+    stop_error: Exception | None
+    start_time: float
+    elapsed_s: float  # (set when it has ended)
+    _lock: threading.RLock
+    _done: threading.Event
+    _hurry: threading.Event
+    _finishing: bool
+    _grace_s: float
+    _before_stop: Callable[[Any], None] | None
+
     @property
     def done(self) -> bool:
         return self._done.is_set()
@@ -111,14 +129,16 @@ class ProgramEnding:
             self._done.set()
 
     def _run_before_stop(self) -> None:
+        hook = self._before_stop  # (set: _finish starts this only for a hook)
         try:
-            self._before_stop(self)
+            if hook is not None:
+                hook(self)
         except Exception as e:  # noqa: BLE001 -- raised from wait(), once the program stopped
             if not self._hurry.is_set():  # (a hook cut short by hurry() fails as its nodes die)
                 self.stop_error = e
 
 
-def stop_in_order(workers: Mapping[str, "Worker"], grace_s: float,  # noqa: F821
+def stop_in_order(workers: Mapping[str, Worker], grace_s: float,
                   hurry: threading.Event | None = None) -> None:
     """Stops a program's nodes (``workers``) in dependency order.
 

@@ -26,35 +26,19 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from shoal.launch.programs.addressing import AddressBook
 from shoal.launch.programs.stopping import ProgramEnding
 from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.scaling import ElasticGroups
-from shoal.launch.programs.states import LIVE, NodeState
+from shoal.launch.programs.states import LIVE, NodeState, Worker
 
 
 def _placed_state(worker: "Worker") -> NodeState:
     """``pending`` while an engine that places nodes (Ray) has not placed it, else ``running``."""
     return NodeState.PENDING if getattr(worker, "pending", False) else NodeState.RUNNING
-
-
-class Worker(Protocol):
-    node: Node
-    log_path: str             # where the node's output goes
-    managed_restarts: bool    # True: the engine restarts the node itself
-    restarts: int             # restarts so far, if managed
-    # optional: ``pending`` (bool: not placed yet), ``failure`` (str: why it failed, one line),
-    # ``final`` (bool: it failed in a way no restart mends, e.g. an env that is not the run's)
-
-    def start(self) -> None: ...
-    def poll(self) -> int | None: ...   # exit code once the node ended for good
-    def terminate(self) -> None: ...    # cooperative stop
-    def kill(self) -> None: ...
-    def result(self) -> Any: ...        # what the node's run() returned (once it exited with 0)
-    def pid(self) -> int | None: ...    # its OS process on this machine, if any
 
 
 class ProgramRun(ElasticGroups, ProgramEnding):

@@ -19,6 +19,7 @@ e.g. a node whose env is not the run's).
 from __future__ import annotations
 
 import ctypes
+import io
 import json
 import os
 import signal
@@ -68,7 +69,11 @@ def main(label: str, addresses_dir: str, parent_pid: str, result_fd: str) -> int
     # SIGTERM keeps its default action (the process ends at once, even inside a compiler) until
     # the node is ready: before that it has nothing to save. From then on it asks for a stop.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    ctx.on_ready = lambda: signal.signal(signal.SIGTERM, lambda *_: ctx.stop_event.set())
+
+    def stop_on_sigterm() -> None:
+        signal.signal(signal.SIGTERM, lambda *_: ctx.stop_event.set())
+
+    ctx.on_ready = stop_on_sigterm
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
     print(f"[{node.label}] started (pid {os.getpid()}, group {node.group})", flush=True)
     try:
@@ -88,7 +93,8 @@ def main(label: str, addresses_dir: str, parent_pid: str, result_fd: str) -> int
 
 
 if __name__ == "__main__":
-    sys.stdout.reconfigure(line_buffering=True)
+    if isinstance(sys.stdout, io.TextIOWrapper):  # (it is, unless something replaced it)
+        sys.stdout.reconfigure(line_buffering=True)
     code = main(*sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()

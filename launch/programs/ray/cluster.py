@@ -68,7 +68,6 @@ def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
     Raises ``ValueError`` naming what to set when the cluster refuses or cannot be reached."""
     if ray.is_initialized():
         return False
-    local = {} if ray_address else {"num_cpus": os.cpu_count(), "include_dashboard": False}
     if ray_address and not os.environ.get("RAY_AUTH_TOKEN"):
         # A cluster with token authentication refuses a driver without a token on every try:
         # give up after ~5 tries (1 s each) instead of Ray's 20 (one without answers at once).
@@ -81,7 +80,10 @@ def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
             if not ray_address:  # (Ray's default, token authentication, needs no line on the terminal)
                 logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_token_notice)
             ray.init(address=ray_address, namespace=f"{namespace}-{uuid.uuid4().hex[:8]}",
-                     log_to_driver=True, logging_level="warning", **local)
+                     log_to_driver=True, logging_level=logging.WARNING,
+                     # (a local Ray: every CPU, no dashboard; a cluster's are its own)
+                     num_cpus=None if ray_address else os.cpu_count(),
+                     include_dashboard=None if ray_address else False)
     except Exception as e:  # noqa: BLE001 -- turned into one line
         raise ValueError(_connect_error(ray_address, e)) from None
     finally:

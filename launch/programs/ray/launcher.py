@@ -61,7 +61,9 @@ def peer_timeout_s() -> float:
     return value("SHOAL_PEER_TIMEOUT_S")
 
 
-@ray.remote(max_concurrency=4)  # run() occupies one thread; stop() and where() must get through
+# run() occupies one thread; stop() and where() must get through. (Ray's stubs type remote()'s keywords
+# as a task's: max_concurrency, an actor's, is not among them.)
+@ray.remote(max_concurrency=4)  # type: ignore[call-overload]
 class _NodeActor:
     def __init__(self, node: Node, addresses: Any, token: str, ports: tuple[int, int] | None,
                  peer_timeout: float, log_dir: str | None = None, host: str | None = None,
@@ -173,7 +175,8 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
     started_ray = connect(ray_address, namespace=f"shoal-{program.name}")
     local = ray_address is None and (started_ray or started_local())  # (a local Ray of this process's)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    addresses = Addresses.options(name="addresses", scheduling_strategy=here).remote()
+    # (mypy keeps a decorated class's own type, python/mypy#3135: Ray's actor class has options())
+    addresses = Addresses.options(name="addresses", scheduling_strategy=here).remote()  # type: ignore[attr-defined]
     forwarded = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
     workers: dict[str, RayWorker] = {}
 
@@ -186,8 +189,8 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
             options.setdefault("num_cpus", 0)
 
         def make_actor(opts: dict[str, Any]) -> Any:
-            return _NodeActor.options(name=node.label, **opts).remote(node, addresses, token, ports, peer_timeout,
-                                                                     log_dir, host, local)
+            return _NodeActor.options(  # type: ignore[attr-defined]  # (as Addresses.options above)
+                name=node.label, **opts).remote(node, addresses, token, ports, peer_timeout, log_dir, host, local)
 
         workers[node.label] = RayWorker(node, make_actor, options,
                                         (lambda: workers.get(anchor)) if anchor else None,

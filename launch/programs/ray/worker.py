@@ -89,7 +89,8 @@ class RayWorker:
                  peer_timeout_s: float) -> None:
         self.node, self._make_actor, self._options = node, make_actor, options
         self._beside, self._starts, self._peer_timeout_s = beside, starts, peer_timeout_s
-        self.actor = self.ref = None
+        self.actor: Any = None  # (the Ray actor, once created)
+        self.ref: Any = None  # (the object ref of its run())
         self.log_path = f"streamed here; `ray logs actor --id <id of {node.label}>`"
         self.failure: str | None = None  # why it failed, in one line
         self.where: tuple[str, str] | None = None  # (Ray node id, IP) once placed
@@ -118,8 +119,9 @@ class RayWorker:
         self._send_ping()
 
     def _create_beside(self) -> None:
-        while not self._closed:
-            anchor = self._beside()
+        beside = self._beside  # (set: start() runs this only for a node placed beside another)
+        while beside is not None and not self._closed:
+            anchor = beside()
             if anchor is not None and anchor.where is not None:
                 strategy = NodeAffinitySchedulingStrategy(anchor.where[0], soft=False)
                 if not self._closed:

@@ -26,7 +26,7 @@ import concurrent.futures
 import hmac
 import ipaddress
 import traceback
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NoReturn, Sequence
 
 import grpc
 
@@ -107,7 +107,7 @@ class RpcServer:
         if self._token is not None:  # from the metadata, before the body is read
             sent = dict(context.invocation_metadata()).get(TOKEN_KEY, "")
             if not hmac.compare_digest(sent.encode(), self._token):
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong shoal-token")
+                _abort(context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong shoal-token")
         request = next(requests, None)
         try:
             if request is None:
@@ -120,17 +120,23 @@ class RpcServer:
                     and all(isinstance(k, str) for k in kwargs)):
                 raise CodecError("a call is {'method': str, 'args': list, 'kwargs': {str: ...}}")
         except (CodecError, KeyError, TypeError) as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad request: {e}")
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"bad request: {e}")
         method = self._methods.get(name)
         if method is None:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                          f"no method {name!r} is served; available: {', '.join(sorted(self._methods))}")
+            _abort(context, grpc.StatusCode.UNIMPLEMENTED,
+                   f"no method {name!r} is served; available: {', '.join(sorted(self._methods))}")
         try:
             result = method(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 -- reported to the caller, the server keeps serving
             detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-            context.abort(grpc.StatusCode.UNKNOWN, f"{name} raised {detail}")
+            _abort(context, grpc.StatusCode.UNKNOWN, f"{name} raised {detail}")
         try:
             return encode(result)
         except CodecError as e:
-            context.abort(grpc.StatusCode.INTERNAL, f"{name} returned a value that cannot be sent: {e}")
+            _abort(context, grpc.StatusCode.INTERNAL, f"{name} returned a value that cannot be sent: {e}")
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
+    """``context.abort``: ends the call with ``code`` (grpc raises; typed here as never returning)."""
+    context.abort(code, details)
+    raise RuntimeError("grpc's abort returned")  # (it never does)
