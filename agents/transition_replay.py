@@ -12,6 +12,10 @@ from shoal.replay.contract import ReplayClient
 from shoal.core.interfaces import Adder, Dataset
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Sample
+from shoal.replay.layouts import transition_example
+from shoal.replay import transition_batches
+from shoal.replay import make_transition_table, transition_signature
+from shoal.replay import NStepTransitionAdder
 
 TABLE = "transitions"
 
@@ -54,8 +58,6 @@ class TransitionReplayBuilder(AgentBuilder):
         return {}
 
     def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
-        from shoal.replay import make_transition_table, transition_signature
-
         c = self.config
         return [make_transition_table(
             TABLE, transition_signature(spec, extras_of(extras, self, spec)), num_envs=spec.num_envs,
@@ -66,20 +68,15 @@ class TransitionReplayBuilder(AgentBuilder):
             priority_exponent=self.priority_exponent())]
 
     def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
-        from shoal.replay import transition_batches
-
         return transition_batches(replay_client, TABLE, num_envs=spec.num_envs,
                                   batch_size=self.config.batch_size,
                                   num_steps=self.config.sgd_steps_per_update)
 
     def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Sample:
-        from shoal.replay.layouts import transition_example
-
         return transition_example(spec, extras_of(extras, self, spec), self.config.batch_size,
                                   self.config.sgd_steps_per_update)
 
     def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None,
                    ) -> Adder:
-        from shoal.replay import NStepTransitionAdder
 
         return NStepTransitionAdder(replay_client, TABLE, spec, self.config.n_step, self.config.discount)

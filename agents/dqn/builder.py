@@ -22,6 +22,7 @@ from shoal.core.timing import Stopwatch
 from shoal.core.types import Batch, Policy, Sample
 from shoal.replay.contract import ReplayClient
 from shoal.learners import ReplicatedLearner
+from shoal.replay import item_priorities, transition_items_per_batch, update_item_priorities
 
 
 class DQNBuilder(TransitionReplayBuilder):
@@ -68,8 +69,6 @@ class DQNBuilder(TransitionReplayBuilder):
         state = self.init_state(key, networks)
         after_update = None
         if c.prioritized_replay:
-            from shoal.replay import item_priorities, transition_items_per_batch, update_item_priorities
-
             if replay_client is None:
                 raise ValueError("prioritized replay needs a replay client to write priorities")
             items_per_batch = transition_items_per_batch(c.batch_size, dataset.num_envs)

@@ -19,6 +19,10 @@ from shoal.core.loggers import Logger
 from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy, Sample
 from shoal.learners import ReplicatedLearner
+from shoal.replay.layouts import sequence_example
+from shoal.replay import sequence_batches
+from shoal.replay import make_dropping_fifo_table, sequence_signature
+from shoal.replay import SequenceAdder
 
 TABLE = "sequences"
 
@@ -79,25 +83,18 @@ class IMPALABuilder(AgentBuilder):
         return learning.extras_spec(discrete_actions(spec))
 
     def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
-        from shoal.replay import make_dropping_fifo_table, sequence_signature
-
         signature = sequence_signature(spec, extras_of(extras, self, spec), self.config.rollout_length)
         return [make_dropping_fifo_table(TABLE, signature, self.config.queue_capacity)]
 
     def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
-        from shoal.replay import sequence_batches
-
         return sequence_batches(replay_client, TABLE, num_envs=spec.num_envs,
                                 num_items=self._items_per_update(spec))
 
     def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Sample:
-        from shoal.replay.layouts import sequence_example
-
         return sequence_example(spec, extras_of(extras, self, spec), self.config.sequences_per_update, self.config.rollout_length)
 
     def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None,
                    ) -> Adder:
-        from shoal.replay import SequenceAdder
 
         return SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
 

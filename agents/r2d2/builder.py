@@ -20,6 +20,11 @@ from shoal.core.loggers import Logger
 from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy, Sample
 from shoal.learners import ReplicatedLearner
+from shoal.replay.layouts import env_sequence_example
+from shoal.replay import update_item_priorities
+from shoal.replay import env_sequence_signature, make_sequence_table
+from shoal.replay import env_sequence_batches
+from shoal.replay import EnvSequenceAdder
 
 TABLE = "sequences"
 
@@ -71,8 +76,6 @@ class R2D2Builder(AgentBuilder):
         return learning.extras_spec(self.config)
 
     def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
-        from shoal.replay import env_sequence_signature, make_sequence_table
-
         c = self.config
         signature = env_sequence_signature(spec, extras_of(extras, self, spec), c.sequence_length)
         return [make_sequence_table(TABLE, signature, batch_size=c.batch_size, samples_per_insert=c.samples_per_insert,
@@ -81,19 +84,14 @@ class R2D2Builder(AgentBuilder):
                                     priority_exponent=c.priority_exponent)]
 
     def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
-        from shoal.replay import env_sequence_batches
-
         return env_sequence_batches(replay_client, TABLE, batch_size=self.config.batch_size)
 
     def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Sample:
-        from shoal.replay.layouts import env_sequence_example
-
         c = self.config
         return env_sequence_example(spec, extras_of(extras, self, spec), c.batch_size, c.sequence_length)
 
     def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None,
                    ) -> Adder:
-        from shoal.replay import EnvSequenceAdder
 
         c = self.config
         return EnvSequenceAdder(replay_client, TABLE, spec, c.sequence_length, c.sequence_period)
@@ -105,8 +103,6 @@ class R2D2Builder(AgentBuilder):
                      counter: Counter | None = None, replay_client: ReplayClient | None = None,
                      stopwatch: Stopwatch | None = None) -> ReplicatedLearner:
         """The learner; after each update it writes every sampled sequence's new priority."""
-        from shoal.replay import update_item_priorities
-
         if replay_client is None:
             raise ValueError("R2D2 needs a replay client to write priorities")
 
