@@ -188,16 +188,16 @@ def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[]
     from shoal.actors.multiagent import AgentRows
     from shoal.actors.selfplay import SelfPlayRows
 
-    if is_atari(config.env_id) and config.env_factory is None:
-        game = _atari_game(config.env_id)
-        env = gym.vector.SyncVectorEnv([lambda: RenderedAtari(game, config.sticky_actions)],
+    if is_atari(config.env.id) and config.env.factory is None:
+        game = _atari_game(config.env.id)
+        env = gym.vector.SyncVectorEnv([lambda: RenderedAtari(game, config.env.sticky_actions)],
                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         env.reset(seed=seed)
         return env, lambda: env.envs[0].render()
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # (pygame draws off screen, and says nothing of it)
-    env = make_vector_env(config.env_id, 1, seed, evaluation=True, env_args={**config.env_args, "render_mode": "rgb_array"},
-                          env_factory=config.env_factory, action_masks=config.action_masks,
-                          agent_ids=config.agent_ids, global_state=config.global_state, self_play=config.self_play)
+    env = make_vector_env(config.env.id, 1, seed, evaluation=True, env_args={**config.env.args, "render_mode": "rgb_array"},
+                          env_factory=config.env.factory, action_masks=config.env.action_masks,
+                          agent_ids=config.multiagent.agent_ids, global_state=config.multiagent.global_state, self_play=config.multiagent.self_play)
     return env, (env.render if isinstance(env, (AgentRows, SelfPlayRows)) else lambda: env.call("render")[0])
 
 

@@ -58,10 +58,10 @@ def run(agent: str, seed: int, masked: bool, max_env_steps: int, time_limit_s: f
     from shoal.launch import ExperimentConfig, run_experiment
 
     COUNTS.update(taken=0, masked=0)
-    config = ExperimentConfig(builder=get_builder(agent, **SETTINGS[agent]), env_id="Taxi-v4",
-                              env_factory=counted_taxi, action_masks=masked, seed=seed, num_envs=8,
-                              max_env_steps=max_env_steps, eval_every=2_500, eval_episodes=10,
-                              target_return=TAXI_THRESHOLD, progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder(agent, **SETTINGS[agent]), env_id="Taxi-v4",
+                                        env_factory=counted_taxi, action_masks=masked, seed=seed, num_envs=8,
+                                        max_env_steps=max_env_steps, eval_every=2_500, eval_episodes=10,
+                                        target_return=TAXI_THRESHOLD, progress=False)
     stop = threading.Event()
     timer = threading.Timer(time_limit_s, stop.set)
     timer.start()

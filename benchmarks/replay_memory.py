@@ -47,7 +47,7 @@ def _tables(game: str):
     from shoal.launch.experiments.config import experiment_config
 
     config = experiment_config("dqn", f"ALE/{game}-v5")
-    env = config.make_env(config.num_envs, 0)
+    env = config.make_env(config.env.num_envs, 0)
     spec = make_environment_spec(env)
     env.close()
     builder = config.builder
@@ -79,7 +79,7 @@ def measure(game: str, env_steps: int) -> dict:
         port = queue.get(timeout=300)
         client = make_replay_client(f"localhost:{port}")
         config = experiment_config("dqn", f"ALE/{game}-v5", agent_settings={"epsilon_start": 1.0, "epsilon_end": 1.0})
-        builder, env = config.builder, config.make_env(config.num_envs, 0)
+        builder, env = config.builder, config.make_env(config.env.num_envs, 0)
         spec = make_environment_spec(env)
         networks = builder.make_networks(spec)
         policy = builder.make_policy(networks, spec, evaluation=False)
@@ -134,7 +134,7 @@ def _native(game: str, env_steps: int, frames: bool, queue) -> None:
 
     columns.FRAMES = frames
     config = experiment_config("dqn", f"ALE/{game}-v5")
-    env = config.make_env(config.num_envs, 0)
+    env = config.make_env(config.env.num_envs, 0)
     spec = make_environment_spec(env)
     builder = config.builder
     server = NativeReplayServer(without_insert_blocking(builder.make_replay_tables(spec)), seed=0)

@@ -16,7 +16,7 @@ import dataclasses
 import math
 import numbers
 import typing
-from typing import Any
+from typing import Any, Mapping
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +89,9 @@ def _kind(hint: Any) -> tuple[type, bool]:
     return (typing.get_origin(hint) or hint), optional
 
 
-def check_settings(config: Any, prefix: str = "") -> None:
+def check_settings(config: Any, prefix: str = "", names: Mapping[str, str] | None = None) -> None:
+    """Raises ``ValueError`` for the first field of ``config`` out of its declared range, named
+    ``prefix`` + its name (``names``: another name for a field, e.g. its flag's)."""
     hints = typing.get_type_hints(type(config))
     for field in dataclasses.fields(config):
         accepted: Range | None = field.metadata.get("range")
@@ -97,7 +99,7 @@ def check_settings(config: Any, prefix: str = "") -> None:
             continue
         value = getattr(config, field.name)
         kind, optional = _kind(hints[field.name])
-        name = f"{prefix}{field.name}"
+        name = f"{prefix}{(names or {}).get(field.name, field.name)}"
         if value is None and optional:
             continue
         values = value if accepted.items else (value,)

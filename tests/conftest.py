@@ -75,7 +75,7 @@ def finished_dqn_run(tmp_path_factory):
     from shoal.launch import ExperimentConfig, run_experiment
 
     run_dir = tmp_path_factory.mktemp("finished-dqn") / "run"
-    run_experiment(ExperimentConfig(builder=get_builder("dqn", min_replay_size=100), env_id="CartPole-v1",
-                                    num_envs=4, max_env_steps=400, eval_every=400, eval_episodes=2,
-                                    target_return=1e9, run_dir=str(run_dir), progress=False))
+    run_experiment(ExperimentConfig.from_flat(builder=get_builder("dqn", min_replay_size=100), env_id="CartPole-v1",
+                                              num_envs=4, max_env_steps=400, eval_every=400, eval_episodes=2,
+                                              target_return=1e9, run_dir=str(run_dir), progress=False))
     return run_dir

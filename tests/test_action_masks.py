@@ -16,6 +16,7 @@ from shoal.agents.components.dict_observations import mask_logits
 from shoal.core.specs import ArraySpec, EnvironmentSpec, make_environment_spec
 from shoal.core.types import ActorInfo
 from shoal.launch import ExperimentConfig, run_experiment
+from shoal.launch.experiments.config_record import flat_record
 
 NUM_ACTIONS, BATCH = 6, 8
 SPEC = EnvironmentSpec(None, None, {"observation": ArraySpec((5,), np.float32),
@@ -96,23 +97,23 @@ def test_the_cli_turns_masks_off_and_records_it():
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             rc = main(["train", "--agent", "ppo", "--env", "Taxi-v4", "--dry-run", *flags])
-        assert rc == 0 and json.loads(out.getvalue().splitlines()[0])["action_masks"] is masks
+        assert rc == 0 and flat_record(json.loads(out.getvalue().splitlines()[0]))["action_masks"] is masks
 
 
 @pytest.mark.parametrize("mask, message", [
     ((1, 1, 1), r"info\['action_mask'\] has shape \(3,\); it must have one entry per action, \(2,\)"),
 ])
 def test_a_mask_of_the_wrong_shape_is_one_line_before_anything_runs(mask, message):
-    config = ExperimentConfig(builder=get_builder("dqn"), env_id="masked", env_factory="tests.user_envs:cartpole_with_mask",
-                              env_args={"mask": mask}, num_envs=2)
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="masked", env_factory="tests.user_envs:cartpole_with_mask",
+                                        env_args={"mask": mask}, num_envs=2)
     with pytest.raises(ValueError, match=message):
         config.environment_spec()
 
 
 def test_a_state_with_no_allowed_action_stops_the_run_in_one_line():
-    config = ExperimentConfig(builder=get_builder("dqn"), env_id="masked", env_factory="tests.user_envs:cartpole_with_mask",
-                              env_args={"mask": (0, 0)}, num_envs=2, max_env_steps=2_000, progress=False,
-                              target_return=1e9)
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="masked", env_factory="tests.user_envs:cartpole_with_mask",
+                                        env_args={"mask": (0, 0)}, num_envs=2, max_env_steps=2_000, progress=False,
+                                        target_return=1e9)
     with pytest.raises(RuntimeError, match=r"the environment's action_mask allows no action at step 0 \(envs \[0, 1\]\)"):
         run_experiment(config)
 
@@ -137,9 +138,9 @@ def test_a_mask_of_continuous_actions_has_an_entry_per_action_entry_else_it_is_o
 def test_taxi_with_masks_trains_in_one_process_and_never_takes_a_masked_action(agent):
     """The env raises on a masked action (``tests.user_envs.strict_taxi``), in training and in evaluation."""
     settings_ = {"dqn": {"min_replay_size": 200}, "ppo": {}, "impala": {}}[agent]
-    config = ExperimentConfig(builder=get_builder(agent, **settings_), env_id="strict-taxi",
-                              env_factory="tests.user_envs:strict_taxi", num_envs=4, max_env_steps=2_000,
-                              eval_every=1_000, eval_episodes=4, target_return=1e9, progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder(agent, **settings_), env_id="strict-taxi",
+                                        env_factory="tests.user_envs:strict_taxi", num_envs=4, max_env_steps=2_000,
+                                        eval_every=1_000, eval_episodes=4, target_return=1e9, progress=False)
     result = run_experiment(config)
     assert result["env_steps"] >= 2_000 and result["num_evals"] == 2 and result["final_eval_return"] >= -200
 
@@ -150,8 +151,8 @@ def test_taxi_with_masks_trains_under_processes(tmp_path):
     """Two actor processes and the evaluator's make their envs with the strict factory."""
     from shoal.launch import run_distributed_experiment
 
-    config = ExperimentConfig(builder=get_builder("ppo"), env_id="strict-taxi", env_factory="tests.user_envs:strict_taxi",
-                              num_envs=4, max_env_steps=4_000, eval_every=4_000, eval_episodes=4, target_return=1e9,
-                              run_dir=str(tmp_path / "run"), progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder("ppo"), env_id="strict-taxi", env_factory="tests.user_envs:strict_taxi",
+                                        num_envs=4, max_env_steps=4_000, eval_every=4_000, eval_episodes=4, target_return=1e9,
+                                        run_dir=str(tmp_path / "run"), progress=False)
     result = run_distributed_experiment(config, num_actors=2, launcher="processes")
     assert result["env_steps"] >= 4_000 and result["learner_steps"] > 0 and result["final_eval_return"] >= -200

@@ -70,11 +70,11 @@ def test_a_convolutional_agent_learns_a_pixel_task_and_evaluates_unclipped(tmp_p
     # good policy's is above the 8 a clipped episode could reach at most.
     from shoal.agents import get_builder
 
-    config = ExperimentConfig(builder=get_builder("ppo", rollout_length=8, num_minibatches=2, num_epochs=4,
+    config = ExperimentConfig.from_flat(builder=get_builder("ppo", rollout_length=8, num_minibatches=2, num_epochs=4,
                                                   learning_rate=1e-3),
-                              env_id="tests.pixel_env:LitSide-v0", num_envs=8, seed=0, max_env_steps=3_072,
-                              eval_every=512, eval_episodes=8, target_return=38.0, clip_rewards=True,
-                              run_dir=str(tmp_path / "run"), progress=False)
+                                        env_id="tests.pixel_env:LitSide-v0", num_envs=8, seed=0, max_env_steps=3_072,
+                                        eval_every=512, eval_episodes=8, target_return=38.0, clip_rewards=True,
+                                        run_dir=str(tmp_path / "run"), progress=False)
     result = run_experiment(config)
     with open(tmp_path / "run" / "eval.csv") as f:
         evals = [float(line.split(",")[1]) for line in f.read().splitlines()[1:]]

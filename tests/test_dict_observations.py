@@ -131,9 +131,9 @@ def test_nested_dict_observations_are_one_line():
 def test_a_dict_observation_env_trains_in_one_process_and_resumes(tmp_path, agent, env_id, env_args):
     from shoal.launch import ExperimentConfig, resume_experiment, run_experiment
 
-    config = ExperimentConfig(builder=get_builder(agent, **SETTINGS[agent]), env_id=env_id, env_args=env_args,
-                              num_envs=2, max_env_steps=400, eval_every=400, eval_episodes=2, target_return=1e9,
-                              run_dir=str(tmp_path / "run"), progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder(agent, **SETTINGS[agent]), env_id=env_id, env_args=env_args,
+                                        num_envs=2, max_env_steps=400, eval_every=400, eval_episodes=2, target_return=1e9,
+                                        run_dir=str(tmp_path / "run"), progress=False)
     result = run_experiment(config)
     assert result["env_steps"] >= 400 and result["learner_steps"] > 0 and result["num_evals"] == 1
     # (the checkpoint's dict spec and params; its module:EnvId named again, as a resume asks)
@@ -147,11 +147,11 @@ def test_a_dict_observation_env_with_masks_trains_under_processes(tmp_path):
     masked action); the learner's process trains on its dict batches."""
     from shoal.launch import ExperimentConfig, run_distributed_experiment
 
-    config = ExperimentConfig(builder=get_builder("dqn", **SETTINGS["dqn"]), env_id="tests.dict_env:DictCartPole-v0",
-                              env_args={"masked": True, "max_episode_steps": 50, "pixels": False}, num_envs=2,
-                              max_env_steps=600,
-                              eval_every=600, eval_episodes=2, target_return=1e9, run_dir=str(tmp_path / "run"),
-                              progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn", **SETTINGS["dqn"]), env_id="tests.dict_env:DictCartPole-v0",
+                                        env_args={"masked": True, "max_episode_steps": 50, "pixels": False}, num_envs=2,
+                                        max_env_steps=600,
+                                        eval_every=600, eval_episodes=2, target_return=1e9, run_dir=str(tmp_path / "run"),
+                                        progress=False)
     result = run_distributed_experiment(config, num_actors=2, launcher="processes")
     assert result["env_steps"] >= 600 and result["learner_steps"] > 0 and 0 < result["final_eval_return"] <= 50
 

@@ -11,6 +11,7 @@ from shoal.actors.env_sources import load_env_factory, parse_env_value
 from shoal.actors.environments import environment_spec, make_vector_env
 from shoal.agents import get_builder
 from shoal.launch import ExperimentConfig, run_experiment
+from shoal.launch.experiments.config_record import flat_record
 from tests.faults.harness import shoal_main
 
 
@@ -62,7 +63,7 @@ def test_bad_env_arguments_are_one_line_before_anything_runs(tmp_path, args, mes
     ("tests.user_envs:not_an_env", "returned str, not a gymnasium.Env"),
 ])
 def test_a_bad_factory_is_one_line(factory, message):
-    config = ExperimentConfig(builder=get_builder("dqn"), env_id="mine", env_factory=factory, num_envs=2)
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="mine", env_factory=factory, num_envs=2)
     with pytest.raises(ValueError, match=message):
         config.validate_settings()
         config.environment_spec()
@@ -113,20 +114,20 @@ def test_a_factory_named_as_a_partial_or_a_callable_instance_is_called(factory, 
 def test_a_factory_is_recorded_by_its_path():
     from tests.user_envs import short_cartpole
 
-    config = ExperimentConfig(builder=get_builder("dqn"), env_id="short", env_factory=short_cartpole)
-    assert config.to_dict()["env_factory"] == "tests.user_envs:short_cartpole"
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="short", env_factory=short_cartpole)
+    assert config.to_dict()["env"]["factory"] == "tests.user_envs:short_cartpole"
     assert load_env_factory("tests.user_envs:short_cartpole") is short_cartpole
 
 
 @pytest.mark.e2e
 def test_a_factory_with_a_wrapper_trains_in_one_process_and_resumes(tmp_path):
-    config = ExperimentConfig(builder=get_builder("dqn", min_replay_size=200), env_id="short-cartpole",
-                              env_factory="tests.user_envs:short_cartpole", env_args={"max_steps": 30}, num_envs=4,
-                              max_env_steps=800, eval_every=800, eval_episodes=4, run_dir=str(tmp_path / "run"),
-                              progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn", min_replay_size=200), env_id="short-cartpole",
+                                        env_factory="tests.user_envs:short_cartpole", env_args={"max_steps": 30}, num_envs=4,
+                                        max_env_steps=800, eval_every=800, eval_episodes=4, run_dir=str(tmp_path / "run"),
+                                        progress=False)
     result = run_experiment(config)
     assert result["env_steps"] >= 800 and 0 < result["final_eval_return"] <= 30  # (the wrapper's limit)
-    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    saved = flat_record(json.loads((tmp_path / "run" / "config.json").read_text()))  # (read by flat name)
     assert saved["env_factory"] == "tests.user_envs:short_cartpole" and saved["env_args"] == {"max_steps": 30}
     rc, errors, text = shoal_main("train", "--resume", str(tmp_path / "run"), "--env-factory",  # (named again)
                                   "tests.user_envs:short_cartpole", "--max-env-steps", "1200", "--quiet")
@@ -142,7 +143,7 @@ def test_env_args_from_the_cli_train_and_are_recorded(tmp_path):
     assert rc == 0 and not errors, text
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["env_steps"] >= 800 and 0 < result["final_eval_return"] <= 20  # (the evaluation env's limit too)
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["env_args"] == {"max_episode_steps": 20}
+    assert flat_record(json.loads((tmp_path / "run" / "config.json").read_text()))["env_args"] == {"max_episode_steps": 20}
 
 
 @pytest.mark.e2e
@@ -150,9 +151,9 @@ def test_a_factory_and_its_args_train_under_processes_and_reach_every_node(tmp_p
     """Two actor processes and an evaluator process, each making its envs with the factory."""
     from shoal.launch import run_distributed_experiment
 
-    config = ExperimentConfig(builder=get_builder("dqn", min_replay_size=200), env_id="short-cartpole",
-                              env_factory="tests.user_envs:short_cartpole", env_args={"max_steps": 20}, num_envs=4,
-                              max_env_steps=1200, eval_every=1200, eval_episodes=4, run_dir=str(tmp_path / "run"),
-                              progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn", min_replay_size=200), env_id="short-cartpole",
+                                        env_factory="tests.user_envs:short_cartpole", env_args={"max_steps": 20}, num_envs=4,
+                                        max_env_steps=1200, eval_every=1200, eval_episodes=4, run_dir=str(tmp_path / "run"),
+                                        progress=False)
     result = run_distributed_experiment(config, num_actors=2, launcher="processes")
     assert result["env_steps"] >= 1200 and 0 < result["final_eval_return"] <= 20  # (the evaluator's env)

@@ -13,9 +13,9 @@ pytestmark = pytest.mark.e2e  # real learning runs
 
 
 def run(tmp_path, seed, max_env_steps, eval_every, **overrides):
-    config = ExperimentConfig(builder=get_builder("dqn", **overrides), env_id="CartPole-v1",
-                              seed=seed, max_env_steps=max_env_steps, eval_every=eval_every,
-                              run_dir=str(tmp_path / f"run-{seed}"), progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn", **overrides), env_id="CartPole-v1",
+                                        seed=seed, max_env_steps=max_env_steps, eval_every=eval_every,
+                                        run_dir=str(tmp_path / f"run-{seed}"), progress=False)
     return run_experiment(config), tmp_path / f"run-{seed}"
 
 
@@ -65,9 +65,9 @@ def test_seeded_acting_is_reproducible(tmp_path):
 
 
 def evals_of(agent, env_id, tmp_path, seed, max_env_steps, eval_every, replay=None, **overrides):
-    config = ExperimentConfig(builder=get_builder(agent, **overrides), env_id=env_id, seed=seed,
-                              max_env_steps=max_env_steps, eval_every=eval_every, target_return=1e9,
-                              run_dir=str(tmp_path / agent), progress=False, replay=replay)
+    config = ExperimentConfig.from_flat(builder=get_builder(agent, **overrides), env_id=env_id, seed=seed,
+                                        max_env_steps=max_env_steps, eval_every=eval_every, target_return=1e9,
+                                        run_dir=str(tmp_path / agent), progress=False, replay=replay)
     result = run_experiment(config)
     return result, [float(row["eval_return"]) for row in read_csv(tmp_path / agent / "eval.csv")]
 

@@ -49,9 +49,9 @@ def test_a_logger_failing_to_close_does_not_skip_stopping_the_replay_server(tmp_
 
     monkeypatch.setattr(Server, "stop", recorded_stop)
     monkeypatch.setattr(loggers.CSVLogger, "close", failing_close)
-    config = ExperimentConfig(builder=DQNBuilder(DQNConfig(min_replay_size=64)), env_id="CartPole-v1", seed=0,
-                              num_envs=4, max_env_steps=256, eval_every=256, eval_episodes=1,
-                              target_return=1e9, run_dir=str(tmp_path / "run"), progress=False)
+    config = ExperimentConfig.from_flat(builder=DQNBuilder(DQNConfig(min_replay_size=64)), env_id="CartPole-v1", seed=0,
+                                        num_envs=4, max_env_steps=256, eval_every=256, eval_episodes=1,
+                                        target_return=1e9, run_dir=str(tmp_path / "run"), progress=False)
     result = run_experiment(config)
     assert result["env_steps"] >= 256 and len(stopped) == 1
     assert "shoal: warning: could not close the train log: RuntimeError" in capsys.readouterr().err

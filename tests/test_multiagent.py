@@ -277,7 +277,7 @@ def test_a_policy_per_group_learns_agents_of_different_spaces_each_group_with_it
     result = run_experiment(config)
     assert result["solved"] and result["final_eval_return"] >= 9.5, result
     policy = load_policy(str(tmp_path / "run"), env_id=f"{TOY}:mixed_actions_env")  # (named again: it imports)
-    assert policy.config.agent_groups == {"a": "first", "b": "second"}  # (config.json keeps the mapping)
+    assert policy.config.multiagent.agent_groups == {"a": "first", "b": "second"}  # (config.json keeps the mapping)
     leaves = jax.tree_util.tree_leaves(policy.params["network"])
     assert leaves and all(leaf.shape[0] == 2 for leaf in leaves)
     assert any(not np.allclose(leaf[0], leaf[1]) for leaf in leaves)
@@ -468,7 +468,7 @@ def test_a_run_with_groups_resumes_with_its_groups_and_shoal_compare_reads_multi
     second = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert second["env_steps"] >= 8000 and second["learner_steps"] > first["learner_steps"]
     policy = load_policy(str(tmp_path / "r0"), env_id=TOY)
-    assert policy.config.agent_groups == {"a": "x", "b": "y"}
+    assert policy.config.multiagent.agent_groups == {"a": "x", "b": "y"}
     assert all(leaf.shape[0] == 2 for leaf in jax.tree_util.tree_leaves(policy.params["network"]))
     train("r1", 1, 4000, *groups)
     compared = run_shoal("compare", str(tmp_path / "r0"), str(tmp_path / "r1"), "--out", str(tmp_path / "cmp"),

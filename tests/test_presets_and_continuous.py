@@ -3,7 +3,6 @@ and flags after it, the presets in --help, and the statistics surviving a resume
 (The Gaussian's density and the statistics' update by hand: tests/test_returns.py.)"""
 
 import contextlib
-import dataclasses
 import io
 import json
 
@@ -15,19 +14,20 @@ from shoal.agents.ppo import PPOBuilder, PPOConfig
 from shoal.launch import ExperimentConfig, run_experiment
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import experiment_config
+from shoal.launch.experiments.config_record import flat_record
 from tests.shoal_cli import run_shoal
 
 
 def test_a_preset_resolves_to_what_it_names_and_flags_and_set_come_after_it():
     config = experiment_config("ppo", "HalfCheetah-v5")  # auto: the mujoco family
     assert config.preset == "ppo/mujoco" and config.builder.config.normalize_observations
-    assert (config.builder.config.rollout_length, config.builder.config.num_epochs, config.num_envs) == (128, 10, 16)
+    assert (config.builder.config.rollout_length, config.builder.config.num_epochs, config.env.num_envs) == (128, 10, 16)
     assert experiment_config("ppo", "HalfCheetah-v5", "none").builder.config == PPOConfig()
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         rc = main(["train", "--agent", "ppo", "--env", "LunarLander-v3", "--dry-run", "--num-envs", "8",
                    "--set", "learning_rate=1e-3", "--set", "num_minibatches=128"])
-    resolved = json.loads(out.getvalue().splitlines()[0])
+    resolved = flat_record(json.loads(out.getvalue().splitlines()[0]))  # (read by flat name)
     assert rc == 0 and resolved["preset"] == "ppo/box2d"
     assert resolved["agent_config"]["rollout_length"] == 1024 and resolved["agent_config"]["discount"] == 0.999  # preset
     assert resolved["agent_config"]["learning_rate"] == 1e-3 and resolved["num_envs"] == 8  # --set, a flag
@@ -59,13 +59,13 @@ def test_normalization_statistics_survive_a_resume_bit_for_bit(tmp_path):
 
     builder = Keep(PPOConfig(normalize_observations=True, normalize_rewards=True, rollout_length=16,
                              num_minibatches=2))
-    config = ExperimentConfig(builder=builder, env_id="Pendulum-v1", num_envs=4, max_env_steps=640,
-                              eval_every=10**6, eval_episodes=2, target_return=1e9, run_dir=str(tmp_path / "run"),
-                              progress=False)
+    config = ExperimentConfig.from_flat(builder=builder, env_id="Pendulum-v1", num_envs=4, max_env_steps=640,
+                                        eval_every=10**6, eval_episodes=2, target_return=1e9, run_dir=str(tmp_path / "run"),
+                                        progress=False)
     run_experiment(config)
     saved = jax.device_get(Keep.learner.save()["state"].params["observation"])
     assert float(saved["count"]) > 600 and np.all(np.asarray(saved["var"]) != 1.0)  # they did change
-    run_experiment(dataclasses.replace(config, resume=True, max_env_steps=960))
+    run_experiment(config.replace(resume=True, max_env_steps=960))
     for a, b in zip(jax.tree_util.tree_leaves(saved), jax.tree_util.tree_leaves(Keep.restored)):
         np.testing.assert_array_equal(a, b)
 

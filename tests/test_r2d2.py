@@ -2,7 +2,6 @@
 sequences in a real Reverb table with the actor's state at their first step, per-episode
 exploration rates, and a run that learns and resumes with its replay."""
 
-import dataclasses
 import json
 
 import gymnasium as gym
@@ -174,13 +173,13 @@ def test_r2d2_learns_and_resumes_with_its_replay(tmp_path):
     from shoal.agents import get_builder
     from shoal.launch import ExperimentConfig, run_experiment
 
-    config = ExperimentConfig(builder=get_builder("r2d2", min_replay_size=64), env_id=ENV, num_envs=8, seed=0,
-                              max_env_steps=2_000, eval_every=2_000, eval_episodes=2, target_return=1e9,
-                              run_dir=str(tmp_path / "run"), progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder("r2d2", min_replay_size=64), env_id=ENV, num_envs=8, seed=0,
+                                        max_env_steps=2_000, eval_every=2_000, eval_episodes=2, target_return=1e9,
+                                        run_dir=str(tmp_path / "run"), progress=False)
     first = run_experiment(config)
     saved = json.loads((tmp_path / "run" / "checkpoints" / "run.json").read_text())
     assert first["learner_steps"] > 0
-    second = run_experiment(dataclasses.replace(config, max_env_steps=3_000, resume=True))
+    second = run_experiment(config.replace(max_env_steps=3_000, resume=True))
     restored = second["resumed_from"]
     assert restored["learner_digest"] == saved["learner_digest"]
     assert restored["replay_items"]["sequences"] > 64  # the sequences came back with the run

@@ -129,7 +129,6 @@ def test_recurrent_ppo_learns_to_balance_without_velocities_and_resumes(tmp_path
     tell (feed-forward PPO stays near 35, tests/test_memory_tasks.py); a checkpointed run
     resumes with its learner's state and goes on learning."""
     pytest.importorskip("reverb")
-    import dataclasses
     import json
 
     from shoal.agents import get_builder
@@ -140,12 +139,12 @@ def test_recurrent_ppo_learns_to_balance_without_velocities_and_resumes(tmp_path
     preset = find_preset("ppo", env_id)
     assert preset.name == "ppo/memory"
     builder = get_builder("ppo", **{**preset.settings, "schedule_env_steps": 100_000})
-    config = ExperimentConfig(builder=builder, env_id=env_id, num_envs=8, seed=2, max_env_steps=4_000,
-                              eval_every=2_000, eval_episodes=4, target_return=1e9, run_dir=str(tmp_path / "run"),
-                              progress=False)
+    config = ExperimentConfig.from_flat(builder=builder, env_id=env_id, num_envs=8, seed=2, max_env_steps=4_000,
+                                        eval_every=2_000, eval_episodes=4, target_return=1e9, run_dir=str(tmp_path / "run"),
+                                        progress=False)
     first = run_experiment(config)
     saved = json.loads((tmp_path / "run" / "checkpoints" / "run.json").read_text())
-    second = run_experiment(dataclasses.replace(config, max_env_steps=8_000, resume=True))
+    second = run_experiment(config.replace(max_env_steps=8_000, resume=True))
     assert second["resumed_from"]["learner_digest"] == saved["learner_digest"]
     assert first["learner_steps"] < second["learner_steps"]
     with open(tmp_path / "run" / "eval.csv") as f:

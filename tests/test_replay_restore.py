@@ -3,7 +3,6 @@
 was given (Reverb serves new ones after a restore), and so a resumed one-process run paces its
 learner as a run that never stopped and is reproducible."""
 
-import dataclasses
 import json
 import shutil
 
@@ -59,14 +58,14 @@ def test_a_resumed_one_process_run_is_reproducible(tmp_path):
     """Two copies of one checkpointed run, each resumed, train alike: the learner steps when the
     restored table can serve it (not when its sampler happens to be quick) and the actor acts
     with the restored params from its first step."""
-    config = ExperimentConfig(builder=get_builder("ppo"), env_id="CartPole-v1", num_envs=4, seed=1,
-                              max_env_steps=1_024, eval_every=10**8, eval_episodes=1, target_return=1e9,
-                              run_dir=str(tmp_path / "a"), progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder("ppo"), env_id="CartPole-v1", num_envs=4, seed=1,
+                                        max_env_steps=1_024, eval_every=10**8, eval_episodes=1, target_return=1e9,
+                                        run_dir=str(tmp_path / "a"), progress=False)
     run_experiment(config)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     digests, evals = [], []
     for name in ("a", "b"):
-        result = run_experiment(dataclasses.replace(config, run_dir=str(tmp_path / name), max_env_steps=2_048,
+        result = run_experiment(config.replace(run_dir=str(tmp_path / name), max_env_steps=2_048,
                                                     resume=True))
         assert result["env_steps"] == 2_048 and result["resumed_from"]["env_steps"] == 1_024
         digests.append(json.loads((tmp_path / name / "checkpoints" / "run.json").read_text())["learner_digest"])

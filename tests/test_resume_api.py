@@ -16,9 +16,9 @@ pytestmark = pytest.mark.e2e  # real runs, resumed by `shoal train --resume`
 
 
 def config(run_dir, max_env_steps, **changes):
-    return ExperimentConfig(builder=get_builder("dqn", min_replay_size=256), env_id="CartPole-v1", num_envs=8,
-                            seed=3, max_env_steps=max_env_steps, eval_every=1_000, eval_episodes=2,
-                            target_return=1e9, run_dir=str(run_dir), progress=False, **changes)
+    return ExperimentConfig.from_flat(builder=get_builder("dqn", min_replay_size=256), env_id="CartPole-v1", num_envs=8,
+                                      seed=3, max_env_steps=max_env_steps, eval_every=1_000, eval_episodes=2,
+                                      target_return=1e9, run_dir=str(run_dir), progress=False, **changes)
 
 
 def resume(run_dir, *args):

@@ -257,8 +257,8 @@ def test_the_budget_is_the_builders_hook_and_the_callers_builder_is_unchanged():
     from shoal.launch import ExperimentConfig
 
     builder = get_builder("ppo", learning_rate_schedule="linear")
-    config = ExperimentConfig(builder=builder, env_id="CartPole-v1", max_env_steps=12_345)
+    config = ExperimentConfig.from_flat(builder=builder, env_id="CartPole-v1", max_env_steps=12_345)
     assert config.builder.config.schedule_env_steps == 12_345
     assert builder.config.schedule_env_steps == 0
     constant = get_builder("ppo")
-    assert ExperimentConfig(builder=constant, env_id="CartPole-v1", max_env_steps=12_345).builder is constant
+    assert ExperimentConfig.from_flat(builder=constant, env_id="CartPole-v1", max_env_steps=12_345).builder is constant

@@ -25,8 +25,8 @@ def first_step(self):
         seen.append("tensorflow" in sys.modules)
     return step(self)
 EnvironmentLoop.step = first_step
-result = run_experiment(ExperimentConfig(builder=get_builder("dqn"), env_id="CartPole-v1", seed=0,
-                                         max_env_steps=1600, eval_every=10**6, progress=False))
+result = run_experiment(ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="CartPole-v1", seed=0,
+                                                   max_env_steps=1600, eval_every=10**6, progress=False))
 print(json.dumps({"tensorflow_at_first_step": seen[0], "tensorflow_at_end": "tensorflow" in sys.modules,
                   "result": result}))
 """

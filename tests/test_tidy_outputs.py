@@ -15,6 +15,7 @@ import pytest
 
 from shoal.launch import FunctionNode, Program, launch
 from shoal.launch.experiments.cli.main import main
+from shoal.launch.experiments.config_record import flat_record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,7 +52,7 @@ def train_dry_run(*args: str) -> dict:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(["train", *args, "--dry-run"])
     assert rc == 0, err.getvalue()
-    return json.loads(out.getvalue().splitlines()[0])
+    return flat_record(json.loads(out.getvalue().splitlines()[0]))  # (read by flat name)
 
 
 @pytest.mark.parametrize("env", ["tests.user_envs:SlowCartPole-v0", "shoal/CartPoleNoVelocity-v1"])

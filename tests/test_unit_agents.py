@@ -14,6 +14,7 @@ from shoal.agents.presets import describe_presets, find_preset, presets, task_fa
 from shoal.agents.registry import config_class, registered_agents
 from shoal.launch import ExperimentConfig
 from shoal.launch.experiments.config import experiment_config
+from shoal.launch.experiments.config_groups import FLAT_FIELDS
 
 # An environment of each (family, kind of action): what a preset is validated against.
 ENVS = {("classic", "discrete"): "CartPole-v1", ("classic", "continuous"): "Pendulum-v1",
@@ -23,7 +24,7 @@ ENVS = {("classic", "discrete"): "CartPole-v1", ("classic", "continuous"): "Pend
 # The kind of action each agent takes first (PPO takes both: its mujoco preset is continuous).
 ACTIONS = {"dqn": "discrete", "impala": "discrete", "ppo": "discrete", "r2d2": "discrete", "sac": "continuous"}
 PRESETS = presets()
-EXPERIMENT_FIELDS = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"builder", "env_id"}
+EXPERIMENT_FIELDS = set(FLAT_FIELDS) - {"env_id"}  # (the flat names a preset's experiment settings use)
 
 
 EXTRAS = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py", "minatar": "minatar"}  # (the module each family's extra installs)
@@ -36,7 +37,7 @@ def env_for(agent, family):
 @functools.lru_cache(maxsize=None)
 def spec_of(env_id, num_envs):
     """The spec of ``env_id`` (built once per id and size in this module)."""
-    return ExperimentConfig(builder=get_builder("ppo"), env_id=env_id, num_envs=num_envs).environment_spec()
+    return ExperimentConfig.from_flat(builder=get_builder("ppo"), env_id=env_id, num_envs=num_envs).environment_spec()
 
 
 def test_every_agent_has_a_kind_of_action_here():
@@ -59,8 +60,8 @@ def test_every_registered_agent_has_a_builder_of_its_config_class(agent):
 @pytest.mark.parametrize("agent", registered_agents())
 def test_every_registered_agents_default_config_validates(agent):
     env_id = ENVS[("classic", ACTIONS[agent])]
-    config = ExperimentConfig(builder=get_builder(agent), env_id=env_id, run_dir=None)
-    config.validate(spec_of(env_id, config.num_envs))
+    config = ExperimentConfig.from_flat(builder=get_builder(agent), env_id=env_id, run_dir=None)
+    config.validate(spec_of(env_id, config.env.num_envs))
 
 
 def test_unknown_agents_and_settings_are_refused_naming_the_known_ones():
@@ -107,9 +108,9 @@ def test_a_preset_is_chosen_for_its_family_resolves_to_what_it_names_and_validat
     for key, value in preset.settings.items():
         assert getattr(config.builder.config, key) == value, key
     for key, value in preset.experiment.items():
-        assert getattr(config, key) == value, key
-    config.run_dir = None
-    config.validate(spec_of(env_id, config.num_envs))
+        assert config.flat()[key] == value, key
+    config = config.replace(run_dir=None)
+    config.validate(spec_of(env_id, config.env.num_envs))
 
 
 def test_none_keeps_the_plain_defaults():

@@ -14,6 +14,7 @@ from shoal.launch import (ExperimentConfig, Program, launch, resume_experiment, 
                           run_experiment)
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import experiment_config
+from shoal.launch.experiments.config_record import flat_record
 from shoal.launch.experiments.run_directory.schemas import check_config, check_run
 from shoal.core import environment_variables as variables
 
@@ -73,7 +74,7 @@ def test_a_long_bad_value_is_cut_in_the_message():
 @pytest.fixture(scope="module")
 def saved_config():
     """A config.json as a run writes it (the config's own ``to_dict``, through JSON)."""
-    config = ExperimentConfig(builder=get_builder("ppo"), env_id="CartPole-v1", run_dir="/tmp/run", preset="ppo/classic")
+    config = ExperimentConfig.from_flat(builder=get_builder("ppo"), env_id="CartPole-v1", run_dir="/tmp/run", preset="ppo/classic")
     return json.loads(json.dumps({**config.to_dict(), "launch": None}))
 
 
@@ -84,8 +85,15 @@ RUN = {"env_steps": 4096, "learner_step": 12, "learner_version": 12, "learner_di
        "replay_checkpoint": "2026-11-23T21-00-00", "replay_items": {"priority_table": 4000}}
 
 
-def test_what_a_run_writes_passes_its_schema(saved_config):
+@pytest.fixture(scope="module")
+def saved_v1_config(saved_config):
+    """The same config as a run written before the groups wrote it (schema version 1: flat)."""
+    return flat_record(saved_config)
+
+
+def test_what_a_run_writes_passes_its_schema(saved_config, saved_v1_config):
     check_config("config.json", saved_config)
+    check_config("config.json", saved_v1_config)
     check_run("run.json", RUN)
     check_run("run.json", {**RUN, "evaluator": None, "replay_checkpoint": None, "unknown_key": [1]})
 
@@ -100,8 +108,8 @@ def test_what_a_run_writes_passes_its_schema(saved_config):
     (lambda c: c["agent_config"].update(hidden_sizes=[64, "x"]), "agent_config.hidden_sizes must be a list of integers"),
     (lambda c: c.update(launch=[]), "launch must be an object or null, got []"),
 ])
-def test_a_config_of_the_wrong_shape_is_one_line_naming_file_and_field(saved_config, change, message):
-    broken = copy.deepcopy(saved_config)
+def test_a_config_of_the_wrong_shape_is_one_line_naming_file_and_field(saved_v1_config, change, message):
+    broken = copy.deepcopy(saved_v1_config)
     change(broken)
     with pytest.raises(ValueError) as refused:
         check_config("run/config.json", broken)
@@ -170,21 +178,21 @@ def test_the_cli_refuses_bad_input_in_one_line(args, message, tmp_path):
 
 
 def config(tmp_path, **changes):
-    return ExperimentConfig(builder=get_builder("dqn"), env_id="CartPole-v1", run_dir=str(tmp_path / "run"),
-                            progress=False, **changes)
+    return ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="CartPole-v1", run_dir=str(tmp_path / "run"),
+                                      progress=False, **changes)
 
 
 @pytest.mark.parametrize("call, message", [
     (lambda tmp: run_experiment(config(tmp, num_envs=0)), "num_envs must be an integer in [1, 4096], got 0"),
-    (lambda tmp: run_experiment(ExperimentConfig(builder=get_builder("sac"), env_id="CartPole-v1",
-                                                 run_dir=str(tmp / "run"))), "SAC needs a 1-d continuous"),
+    (lambda tmp: run_experiment(ExperimentConfig.from_flat(builder=get_builder("sac"), env_id="CartPole-v1",
+                                                           run_dir=str(tmp / "run"))), "SAC needs a 1-d continuous"),
     (lambda tmp: run_distributed_experiment(config(tmp), num_actors=0), "num_actors must be an integer in [1, "),
     (lambda tmp: run_distributed_experiment(config(tmp), launcher="slurm"), "unknown launcher 'slurm'"),
     (lambda tmp: resume_experiment(str(tmp / "run")), "is not a Shoal run directory (no config.json in it)"),
     (lambda tmp: experiment_config("dqn", "CartPole-v1", "mujoco"), "dqn has no preset 'mujoco'"),
     (lambda tmp: experiment_config("dqn", "CartPole-v1", agent_settings={"nope": 1}), "unknown dqn setting(s) nope"),
-    (lambda tmp: run_experiment(ExperimentConfig(builder=get_builder("dqn", learning_rate=2.0), env_id="CartPole-v1",
-                                                 run_dir=str(tmp / "run"))), "learning_rate must be a finite number"),
+    (lambda tmp: run_experiment(ExperimentConfig.from_flat(builder=get_builder("dqn", learning_rate=2.0), env_id="CartPole-v1",
+                                                           run_dir=str(tmp / "run"))), "learning_rate must be a finite number"),
     (lambda tmp: launch(Program("empty"), "inprocess"), "has no nodes"),
 ])
 def test_the_python_api_refuses_bad_input_in_one_line(call, message, tmp_path):

@@ -2,7 +2,8 @@
 
 At the top, what every run shares:
 
-* ``config`` -- ``ExperimentConfig``, the single input of both runners;
+* ``config`` -- ``ExperimentConfig``, the single input of both runners; its groups
+  (``config_groups``) and ``config.json``'s layout by schema version (``config_record``);
 * ``runner`` -- ``run_experiment``: one process (actor, replay, learner, evaluator);
 * ``resuming`` -- ``resume_experiment``, above both runners;
 * ``evaluation``, ``pacing``, ``interrupts``, ``callbacks`` -- evaluating, pacing the learner

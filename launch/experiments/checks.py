@@ -22,6 +22,7 @@ from shoal.agents.learner_memory import check_learner_fits
 from shoal.core.settings import check_settings
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.callbacks import check_callbacks
+from shoal.launch.experiments.config_groups import FLAT_NAMES, GROUPS
 from shoal.core.environment_variables import check_environment
 
 
@@ -32,29 +33,31 @@ def check_experiment_settings(config: Any) -> None:
     check_environment()
     config.replay_backend()
     check_callbacks(config.callbacks)
-    if config.env_factory is not None:
-        load_env_factory(config.env_factory)
-    elif is_pettingzoo(config.env_id):
-        env_maker(config.env_id, config.env_args if isinstance(config.env_args, Mapping) else None)  # (args checked)
+    if config.env.factory is not None:
+        load_env_factory(config.env.factory)
+    elif is_pettingzoo(config.env.id):
+        env_maker(config.env.id, config.env.args if isinstance(config.env.args, Mapping) else None)  # (args checked)
     else:
-        check_env_id(config.env_id)
-        if config.env_args and not is_atari(config.env_id):
-            check_env_args(resolve_env_id(config.env_id), config.env_args)
-    if not isinstance(config.env_args, Mapping) or not all(isinstance(k, str) for k in config.env_args):
-        raise ValueError(f"env_args must be a dict of keyword arguments, got {config.env_args!r}")
-    check_settings(config)
+        check_env_id(config.env.id)
+        if config.env.args and not is_atari(config.env.id):
+            check_env_args(resolve_env_id(config.env.id), config.env.args)
+    if not isinstance(config.env.args, Mapping) or not all(isinstance(k, str) for k in config.env.args):
+        raise ValueError(f"env_args must be a dict of keyword arguments, got {config.env.args!r}")
+    for name in GROUPS:  # (each field named as its flag and config.json v1 name it: eval_every, not every)
+        check_settings(getattr(config, name), names={field: flat for (group, field), flat in FLAT_NAMES.items()
+                                                      if group == name})
     config.agent_group_indices()
     warn_of_a_target_out_of_reach(config)
-    if config.video_every:
+    if config.tracking.video_every:
         from shoal.actors.video import check_video_extra
 
         check_video_extra()
-    if config.track is not None:
+    if config.tracking.tracker is not None:
         from shoal.launch.experiments.trackers import check_backend
 
-        check_backend(config.track)
-        if not config.run_dir:
-            raise ValueError(f"track={config.track!r} needs a run directory (the tracker sends the logs "
+        check_backend(config.tracking.tracker)
+        if not config.run.dir:
+            raise ValueError(f"track={config.tracking.tracker!r} needs a run directory (the tracker sends the logs "
                              "its nodes write there); give run_dir")
 
 
@@ -64,14 +67,14 @@ def check_experiment_agent(config: Any, spec: EnvironmentSpec, check_memory: boo
     ``shoal.agents.learner_memory``), and whether the step budget reaches its first update."""
     builder = config.builder
     builder.validate(spec, jax.local_device_count())
-    if config.self_play and builder.make_policy(config.make_networks(spec), spec, False).initial_state is not None:
+    if config.multiagent.self_play and builder.make_policy(config.make_networks(spec), spec, False).initial_state is not None:
         raise ValueError(f"--self-play takes a feed-forward policy (its snapshots act without a recurrent "
                          f"state); {builder.name}'s is recurrent")
     if check_memory:
         check_learner_fits(builder, spec, config.make_networks(spec), jax.local_device_count())
     needed = builder.env_steps_before_learning(spec)
-    if config.max_env_steps < needed:
-        raise ValueError(f"max_env_steps={config.max_env_steps} is below the {needed} env steps "
+    if config.run.max_env_steps < needed:
+        raise ValueError(f"max_env_steps={config.run.max_env_steps} is below the {needed} env steps "
                          f"{builder.name} takes before its first update (see its replay or "
                          "rollout settings): the run could not learn")
 
@@ -80,45 +83,45 @@ def warn_of_a_target_out_of_reach(config: Any) -> None:
     """One warning line when the target is the env's ``reward_threshold`` (set for its
     registered episode limit) but ``--env-arg max_episode_steps`` cuts episodes shorter: the
     run may never reach it and spend its whole budget."""
-    limit = config.env_args.get("max_episode_steps") if isinstance(config.env_args, Mapping) else None
-    if (config.target_return is not None or config.env_factory is not None or not isinstance(limit, int)
-            or is_pettingzoo(config.env_id)):
+    limit = config.env.args.get("max_episode_steps") if isinstance(config.env.args, Mapping) else None
+    if (config.evaluation.target_return is not None or config.env.factory is not None or not isinstance(limit, int)
+            or is_pettingzoo(config.env.id)):
         return
-    registered = gym.spec(resolve_env_id(config.env_id))
+    registered = gym.spec(resolve_env_id(config.env.id))
     if registered.reward_threshold is not None and registered.max_episode_steps and limit < registered.max_episode_steps:
-        print(f"shoal: warning: the target return {registered.reward_threshold:g} is {config.env_id}'s "
+        print(f"shoal: warning: the target return {registered.reward_threshold:g} is {config.env.id}'s "
               f"reward_threshold for episodes of up to {registered.max_episode_steps} steps; with "
               f"max_episode_steps={limit} it may be out of reach (set --target-return)",
               file=sys.stderr, flush=True)
 
 
 def agent_groups(config: Any) -> tuple[list[str], list[int]] | None:
-    """``config.agent_groups`` resolved against the env's agents: the groups' names and each
+    """``config.multiagent.agent_groups`` resolved against the env's agents: the groups' names and each
     agent's group (``shoal.actors.multiagent.policy_groups``), or ``None`` (one shared policy).
     A one-line ``ValueError`` for multi-agent settings the env or each other rule out."""
-    if not is_pettingzoo(config.env_id) or config.env_factory is not None:
-        if config.agent_groups or config.global_state or config.self_play:
-            flag = ("agent groups (--agent-group)" if config.agent_groups else
-                    "--global-state" if config.global_state else "--self-play")
-            raise ValueError(f"{flag}: for a PettingZoo env (pettingzoo:<module>) only, not {config.env_id}")
+    if not is_pettingzoo(config.env.id) or config.env.factory is not None:
+        if config.multiagent.agent_groups or config.multiagent.global_state or config.multiagent.self_play:
+            flag = ("agent groups (--agent-group)" if config.multiagent.agent_groups else
+                    "--global-state" if config.multiagent.global_state else "--self-play")
+            raise ValueError(f"{flag}: for a PettingZoo env (pettingzoo:<module>) only, not {config.env.id}")
         return None
-    if config.self_play:
-        if config.agent_groups or config.global_state:
+    if config.multiagent.self_play:
+        if config.multiagent.agent_groups or config.multiagent.global_state:
             raise ValueError("--self-play plays one policy against its own snapshots: drop "
-                             + ("--agent-group" if config.agent_groups else "--global-state"))
-        env_maker(config.env_id, config.env_args, turns=True)().close()  # (a turn-based game, or one line)
+                             + ("--agent-group" if config.multiagent.agent_groups else "--global-state"))
+        env_maker(config.env.id, config.env.args, turns=True)().close()  # (a turn-based game, or one line)
         return None
-    if config.agent_groups and not config.agent_ids:
+    if config.multiagent.agent_groups and not config.multiagent.agent_ids:
         raise ValueError("agent groups (--agent-group) read each row's agent from its identity: drop "
                          "--no-agent-ids")
-    groups = policy_groups(config.env_id, config.env_args, config.agent_groups)  # (spaces checked: one line)
-    return groups if config.agent_groups else None
+    groups = policy_groups(config.env.id, config.env.args, config.multiagent.agent_groups)  # (spaces checked: one line)
+    return groups if config.multiagent.agent_groups else None
 
 
 def multiagent_networks(config: Any, networks: Any, spec: EnvironmentSpec) -> Any:
     """``networks`` as ``config`` runs them: checked to read the global state in their critic
     only (``global_state``), one copy per group of agents (``agent_groups``)."""
-    if config.global_state:
+    if config.multiagent.global_state:
         check_critic_only(networks, GLOBAL_STATE, config.builder.name)
     groups = agent_groups(config)
     if groups is None:

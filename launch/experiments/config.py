@@ -11,126 +11,102 @@ import jax
 
 from shoal.actors import environment_spec, make_vector_env
 from shoal.actors.env_sources import factory_path
-from shoal.actors.environments import STICKY_ACTIONS, resolve_env_id
+from shoal.actors.environments import resolve_env_id
 from shoal.actors.multiagent import is_pettingzoo
 from shoal.agents.builders import AgentBuilder
 from shoal.agents.registry import agent_name
-from shoal.core.settings import setting
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.checks import (agent_groups, check_experiment_agent, check_experiment_settings,
                                              multiagent_networks)
+from shoal.launch.experiments.config_groups import (FLAT_FIELDS, GROUPS, EnvConfig, EvaluationConfig, MultiAgentConfig, ReplayConfig,
+                                                    RunConfig, TrackingConfig, split_flat)
+from shoal.launch.experiments.config_record import SCHEMA_VERSION, grouped_record, record_version
+
+__all__ = ["ExperimentConfig", "EnvConfig", "RunConfig", "EvaluationConfig", "ReplayConfig", "TrackingConfig",
+           "MultiAgentConfig", "config_from_dict", "experiment_config"]
 
 
 @dataclasses.dataclass
 class ExperimentConfig:
-    """Everything a run needs; the single input of both runners.
+    """Everything a run needs; the single input of both runners. Its settings are in groups
+    (``shoal.launch.experiments.config_groups``; ``docs/configuration.md`` has the table):
+
+        ExperimentConfig(builder=get_builder("dqn"), env=EnvConfig("CartPole-v1", num_envs=8),
+                         run=RunConfig(seed=1, max_env_steps=50_000, dir="runs/dqn-cartpole"),
+                         evaluation=EvaluationConfig(every=5_000))
+
+    ``ExperimentConfig.from_flat(builder, env_id=..., max_env_steps=...)`` builds one from the
+    flat names (``config.json`` v1's, the presets' and the flags'), ``replace(**flat)`` a copy.
 
     Attributes:
       builder: the agent (e.g. ``shoal.agents.get_builder("dqn")``).
-      env_id: a registered gymnasium id.
-      seed: seeds envs (``seed, seed+1, ...``), networks and exploration.
-      max_env_steps: step budget, counted over all envs.
-      num_envs: envs stepped together by an actor (one vector env).
-      eval_every: env steps between evaluations.
-      eval_episodes: episodes per evaluation (run in parallel, one per env, with the
-        evaluation policy, e.g. greedy).
-      target_return: stop once an evaluation's mean return reaches it. ``None``: the env's
-        registered ``reward_threshold`` (475 for CartPole-v1), if it has one.
-      run_dir: where config, CSV logs, checkpoints and TensorBoard events go (``None``: nowhere).
-      checkpoint_every_s: seconds between checkpoints (with a run_dir); a checkpoint is also
-        taken when the run stops on SIGTERM or ends.
-      resume: continue the run whose checkpoint is in ``run_dir`` (its counters, schedules,
-        learner, replay and RNG), instead of starting afresh.
+      env: the environment and how an actor steps it (``EnvConfig``).
+      run: seed, step budget, run directory, checkpoints, resume (``RunConfig``).
+      evaluation: how often, how many episodes, the target return (``EvaluationConfig``).
+      replay: the replay backend (``ReplayConfig``).
+      tracking: progress lines, a tracking server, videos (``TrackingConfig``).
+      multiagent: a PettingZoo env's agents: identities, groups, global state, self-play
+        (``MultiAgentConfig``).
       network_factory: ``spec -> networks``; ``None`` uses ``builder.make_networks``.
-      progress: print a progress line (to stderr) about once per ``progress_every_s``.
       preset: the name of the preset the settings came from (``shoal.agents.presets``; recorded
         in ``config.json``), if any. ``experiment_config`` builds a config from one.
-      sticky_actions: Atari: the probability that the emulator repeats the previous action
-        (Machado et al., 2018); other envs ignore it.
-      clip_rewards: clip training rewards to [-1, 1] (evaluation reports the unclipped return);
-        ``None``: for Atari, as its protocol does.
-      env_args: keyword arguments of the env's constructor (``gym.make(env_id, **env_args)``;
-        ``shoal train --env-arg KEY=VALUE``), or of ``env_factory``.
-      env_factory: makes each env instead of ``env_id``'s registration: ``"module:function"``
-        or a callable defined at the top level of an importable module, returning a
-        ``gymnasium.Env`` (with the user's wrappers) from ``**env_args``. ``env_id`` then only
-        names the env in logs and results. Recorded in ``config.json`` as its path.
-      action_masks: use the env's action masks (``info["action_mask"]``, or an ``action_mask``
-        key of a Dict observation; ``shoal.actors.observations``): masked actions are never
-        taken. ``False``: masks are dropped, every action may be taken.
-      video_every: every this many evaluations (from the first), one more episode of the
-        evaluation policy, rendered to ``<run_dir>/videos/eval-<env steps>.mp4`` (the ``video``
-        extra; its time is ``video`` in the breakdown). 0 (the default): no videos.
-      track: also send the run's logs, videos and result to a tracking server: ``"wandb"``
-        (Weights & Biases) or ``"mlflow"``, each with its extra (``launch.experiments.tracking``;
-        needs a ``run_dir``). ``None`` (the default): no tracking.
-      replay: the replay backend, ``"reverb"`` or ``"native"`` (``shoal.replay.backends``);
-        ``None``: Reverb where it is installed (Python 3.11), native elsewhere. ``config.json``
-        records the backend the run used, and a resume keeps it.
-      agent_ids: a PettingZoo env: each agent's row carries its identity (a one-hot), so that a
-        shared policy can act differently per agent (``shoal.actors.multiagent``).
-      agent_groups: a PettingZoo env: a policy per group of agents instead of one shared, from
-        agent-name patterns to group names (``{"adversary_*": "red", "agent_*": "blue"}``; each
-        agent in exactly one group): each group its own parameters and optimizer state
-        (``shoal.agents.components.groups``). Empty (the default): one policy for every agent.
-      global_state: a PettingZoo env: each row also carries the env's global state (its
-        ``state()``), which an actor-critic's value function reads and its policy does not: a
-        centralised critic (PPO: MAPPO).
-      self_play: a two-player turn-based PettingZoo game (an AEC env): the learner plays one
-        seat of each copy against frozen snapshots of itself (``shoal.actors.selfplay``): one
-        every ``self_play_every`` learner updates, the latest ``self_play_pool`` kept. The
-        evaluation plays a one-step lookahead player and reports win rates against it, a random
-        player and the pool. Distributed, the learner node keeps the pool and serves it to the
-        actors and the evaluator.
       callbacks: objects whose ``on_evaluation(evaluation)`` (after each evaluation; ``True``
         ends the run) and ``on_end(result)`` the run calls, in the process that evaluates
         (``shoal.launch.experiments.callbacks``). Not recorded in ``config.json``.
+
+    How a distributed run is launched is its own group, ``LaunchSettings``
+    (``shoal.launch.experiments.distributed.settings``), given beside the config to
+    ``run_distributed_experiment`` and recorded as ``config.json``'s ``launch``.
     """
 
     builder: AgentBuilder
-    env_id: str
-    seed: int = setting(0, low=0, high=2**31 - 1)
-    max_env_steps: int = setting(100_000, low=1, high=10**13)
-    num_envs: int = setting(16, low=1, high=4_096)
-    eval_every: int = setting(2_000, low=1, high=10**13)
-    eval_episodes: int = setting(10, low=1, high=10_000)
-    target_return: float | None = setting(None, low=-1e15, high=1e15)
-    run_dir: str | None = None
-    checkpoint_every_s: float = setting(300.0, low=0.0, low_open=True, high=1e7)
-    resume: bool = False
+    env: EnvConfig
+    run: RunConfig = dataclasses.field(default_factory=RunConfig)
+    evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
+    replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
+    multiagent: MultiAgentConfig = dataclasses.field(default_factory=MultiAgentConfig)
     network_factory: Callable[[EnvironmentSpec], Any] | None = None
-    progress: bool = True
-    progress_every_s: float = setting(2.0, low=0.0, low_open=True, high=1e6)
     preset: str | None = None
-    sticky_actions: float = setting(STICKY_ACTIONS, low=0.0, high=1.0)
-    clip_rewards: bool | None = None
-    env_args: dict[str, Any] = dataclasses.field(default_factory=dict)
-    env_factory: str | Callable[..., gym.Env] | None = None
-    action_masks: bool = True
-    video_every: int = setting(0, low=0, high=10**9)
-    track: str | None = None
-    replay: str | None = None
-    agent_ids: bool = True
-    agent_groups: dict[str, str] = dataclasses.field(default_factory=dict)
-    global_state: bool = False
-    self_play: bool = False
-    self_play_pool: int = setting(8, low=1, high=10_000)
-    self_play_every: int = setting(20, low=1, high=10**9)
     callbacks: list[Any] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
+        for name, kind in GROUPS.items():  # (a group given as something else: one line, not an AttributeError later)
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f"ExperimentConfig.{name} must be of type {kind.__name__}, got {getattr(self, name)!r}")
         # The agent for this run's budget (``AgentBuilder.for_budget``: e.g. PPO's schedules
         # decay over ``max_env_steps`` where the config leaves their horizon unset); the
         # builder the caller gave is not changed.
-        if isinstance(self.max_env_steps, int) and hasattr(self.builder, "for_budget"):
-            self.builder = self.builder.for_budget(self.max_env_steps)
+        if isinstance(self.run.max_env_steps, int) and hasattr(self.builder, "for_budget"):
+            self.builder = self.builder.for_budget(self.run.max_env_steps)
+
+    @classmethod
+    def from_flat(cls, builder: AgentBuilder, **flat: Any) -> ExperimentConfig:
+        """The config whose settings ``flat`` gives by flat name (``env_id``, ``num_envs``,
+        ``max_env_steps``, ``run_dir``, ``eval_every``, ...: ``config_groups.FLAT_FIELDS``); a
+        one-line ``ValueError`` for a name that is none of them."""
+        groups, top = split_flat(flat)
+        if "env" not in groups or "id" not in groups["env"]:
+            raise ValueError("an experiment needs its env_id")
+        return cls(builder=builder, **{name: GROUPS[name](**fields) for name, fields in groups.items()}, **top)
+
+    def replace(self, **flat: Any) -> ExperimentConfig:
+        """A copy with the settings ``flat`` names (flat names, as ``from_flat``) changed."""
+        groups, top = split_flat(flat)
+        return dataclasses.replace(self, **{name: dataclasses.replace(getattr(self, name), **fields)
+                                            for name, fields in groups.items()}, **top)
+
+    def flat(self) -> dict[str, Any]:
+        """Every setting by its flat name (``config_groups.FLAT_FIELDS``; not the builder)."""
+        return {name: getattr(self if group is None else getattr(self, group), field)
+                for name, (group, field) in FLAT_FIELDS.items()}
 
     def resolved_target_return(self) -> float | None:
-        if self.target_return is not None:
-            return self.target_return
-        if self.env_factory is not None or is_pettingzoo(self.env_id):
+        if self.evaluation.target_return is not None:
+            return self.evaluation.target_return
+        if self.env.factory is not None or is_pettingzoo(self.env.id):
             return None
-        return gym.spec(resolve_env_id(self.env_id)).reward_threshold
+        return gym.spec(resolve_env_id(self.env.id)).reward_threshold
 
     def validate(self, spec: EnvironmentSpec | None = None, check_memory: bool = True) -> None:
         """Raises ``ValueError`` naming the first bad setting: ``validate_settings``, then with
@@ -154,31 +130,33 @@ class ExperimentConfig:
         check_experiment_agent(self, spec, check_memory)
 
     def replay_backend(self) -> str:
-        """The replay backend this run uses (``replay``, or this Python's default); a one-line
-        ``ValueError`` if it cannot run here."""
+        """The replay backend this run uses (``replay.backend``, or this Python's default); a
+        one-line ``ValueError`` if it cannot run here."""
         from shoal.replay.backends import check_backend
 
-        return check_backend(self.replay)
+        return check_backend(self.replay.backend)
 
     def make_env(self, num_envs: int, seed: int, evaluation: bool = False):
-        """A vector env of ``env_id`` as this experiment runs it (for training, or evaluation)."""
-        return make_vector_env(self.env_id, num_envs, seed, sticky_actions=self.sticky_actions,
-                               evaluation=evaluation, clip_rewards=self.clip_rewards,
-                               env_args=self.env_args, env_factory=self.env_factory,
-                               action_masks=self.action_masks, agent_ids=self.agent_ids,
-                               global_state=self.global_state, self_play=self.self_play)
+        """A vector env of ``env.id`` as this experiment runs it (for training, or evaluation)."""
+        env, agents = self.env, self.multiagent
+        return make_vector_env(env.id, num_envs, seed, sticky_actions=env.sticky_actions,
+                               evaluation=evaluation, clip_rewards=env.clip_rewards,
+                               env_args=env.args, env_factory=env.factory,
+                               action_masks=env.action_masks, agent_ids=agents.agent_ids,
+                               global_state=agents.global_state, self_play=agents.self_play)
 
     def environment_spec(self) -> EnvironmentSpec:
-        """The spec of this experiment's vector env (``num_envs`` copies of ``env_id``), read
+        """The spec of this experiment's vector env (``env.num_envs`` copies of ``env.id``), read
         off one single env built and closed, never reset (``actors.environment_spec``: no
         vector env): a driver that steps no env calls this once and hands the spec (a small
         picklable dataclass) to the nodes."""
-        return environment_spec(self.env_id, self.num_envs, self.env_args, self.env_factory, self.action_masks,
-                                self.agent_ids, self.global_state, self.self_play)
+        env, agents = self.env, self.multiagent
+        return environment_spec(env.id, env.num_envs, env.args, env.factory, env.action_masks,
+                                agents.agent_ids, agents.global_state, agents.self_play)
 
     def agent_group_indices(self) -> tuple[list[str], list[int]] | None:
-        """``agent_groups`` resolved against the env's agents, or ``None`` (one shared policy);
-        a one-line ``ValueError`` for multi-agent settings the env rules out
+        """``multiagent.agent_groups`` resolved against the env's agents, or ``None`` (one
+        shared policy); a one-line ``ValueError`` for multi-agent settings the env rules out
         (``shoal.launch.experiments.checks``)."""
         return agent_groups(self)
 
@@ -188,11 +166,17 @@ class ExperimentConfig:
         return multiagent_networks(self, (self.network_factory or self.builder.make_networks)(spec), spec)
 
     def to_dict(self) -> dict[str, Any]:
+        """What ``config.json`` records (schema version 2, ``config_record``): each group as an
+        object (``run.resume`` left out), the env factory as its path, the backend this run
+        uses, the preset, the agent and its settings, the resolved target and the devices."""
+        groups = {name: dataclasses.asdict(getattr(self, name)) for name in GROUPS}
+        del groups["run"]["resume"]
+        groups["env"]["factory"] = factory_path(self.env.factory)
+        groups["replay"]["backend"] = self.replay_backend()
         return {
-            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("builder", "network_factory", "resume", "callbacks")},
-            "env_factory": factory_path(self.env_factory),
-            "replay": self.replay_backend(),
+            "schema_version": SCHEMA_VERSION,
+            **groups,
+            "preset": self.preset,
             "resolved_target_return": self.resolved_target_return(),
             "agent": agent_name(self.builder),
             "agent_config": dataclasses.asdict(self.builder.config),
@@ -201,32 +185,41 @@ class ExperimentConfig:
 
 
 def config_from_dict(saved: dict[str, Any], **changes: Any) -> ExperimentConfig:
-    """The ``ExperimentConfig`` a run saved with ``to_dict`` (its ``config.json``)."""
+    """The ``ExperimentConfig`` a run saved in its ``config.json`` (``to_dict``'s, or a record of
+    schema version 1: ``config_record``), with ``changes`` (flat names, as ``replace``)."""
     from shoal.agents import get_builder
     from shoal.agents.registry import config_class
 
-    missing = [key for key in ("agent", "agent_config", "env_id") if key not in saved]
+    version = record_version("config.json", saved)
+    grouped = grouped_record(saved)
+    missing = [key for key, there in (("agent", "agent" in grouped), ("agent_config", "agent_config" in grouped),
+                                      ("env_id" if version == 1 else "env.id",
+                                       isinstance(grouped.get("env"), dict) and "id" in grouped["env"])) if not there]
     if missing:
         raise ValueError(f"not the config of a Shoal run (no {', '.join(missing)} in it)")
-    hints = typing.get_type_hints(config_class(saved["agent"]))
+    hints = typing.get_type_hints(config_class(grouped["agent"]))
     agent = {k: tuple(v) if isinstance(v, list) and typing.get_origin(hints.get(k)) is tuple else v
-             for k, v in saved["agent_config"].items()}
-    fields = {f.name for f in dataclasses.fields(ExperimentConfig)} - {"builder", "network_factory", "callbacks"}
-    kept = {k: v for k, v in saved.items() if k in fields}
-    return ExperimentConfig(builder=get_builder(saved["agent"], **agent), **{**kept, **changes})
+             for k, v in grouped["agent_config"].items()}
+    groups = {}
+    for name, kind in GROUPS.items():
+        known = {f.name for f in dataclasses.fields(kind)}
+        groups[name] = kind(**{k: v for k, v in (grouped.get(name) or {}).items() if k in known})
+    config = ExperimentConfig(builder=get_builder(grouped["agent"], **agent), preset=grouped.get("preset"), **groups)
+    return config.replace(**changes) if changes else config
 
 
 def experiment_config(agent: str, env_id: str, preset: str | None = "auto",
                       agent_settings: Mapping[str, Any] | None = None, **experiment: Any) -> ExperimentConfig:
     """The config of ``agent`` on ``env_id``: the agent's defaults, then a preset's settings
     (``"auto"``: the preset of the env's task family, if the agent has one; a family name; or
-    ``None``), then ``agent_settings``; the experiment's fields likewise (the preset's, then
-    ``experiment``)."""
+    ``None``), then ``agent_settings``; the experiment's settings likewise (the preset's, then
+    ``experiment``), by flat name (``max_env_steps``, ``num_envs``, ``eval_every``, ...:
+    ``config_groups.FLAT_FIELDS``)."""
     from shoal.agents import get_builder
     from shoal.agents.presets import find_preset
 
     chosen = find_preset(agent, env_id, preset)
     settings = {**(chosen.settings if chosen else {}), **(agent_settings or {})}
     fields = {**(chosen.experiment if chosen else {}), **experiment}
-    return ExperimentConfig(builder=get_builder(agent, **settings), env_id=env_id,
-                            preset=chosen.name if chosen else None, **fields)
+    return ExperimentConfig.from_flat(get_builder(agent, **settings), env_id=env_id,
+                                      preset=chosen.name if chosen else None, **fields)

@@ -23,7 +23,7 @@ EVAL_SEED_OFFSET = 1_000_003
 
 
 class Evaluator:
-    """Runs ``config.eval_episodes`` episodes in parallel with the evaluation policy (e.g.
+    """Runs ``config.evaluation.episodes`` episodes in parallel with the evaluation policy (e.g.
     greedy) once ``eval_every`` more env steps were taken. The k-th evaluation resets its envs
     with seed ``seed + 1_000_003 + 7919 k``, so a seeded run evaluates reproducibly. Each
     evaluation is one row of ``<run_dir>/eval.csv``. An evaluation that ``should_stop()``
@@ -35,15 +35,15 @@ class Evaluator:
                  should_stop: Callable[[], bool] | None = None) -> None:
         builder = config.builder
         self._config, self._start, self._should_stop = config, start_time, should_stop
-        self._env = config.make_env(config.eval_episodes, config.seed + EVAL_SEED_OFFSET, evaluation=True)
+        self._env = config.make_env(config.evaluation.episodes, config.run.seed + EVAL_SEED_OFFSET, evaluation=True)
         spec = make_environment_spec(self._env)
         networks = config.make_networks(spec)
         self._actor = builder.make_actor(key, builder.make_policy(networks, spec, True), spec,
                                          variable_source, None, asynchronous_updates=False)
         self._source = variable_source
-        self._logger = make_logger("eval", config.run_dir, terminal=False)
+        self._logger = make_logger("eval", config.run.dir, terminal=False)
         self._target = config.resolved_target_return()
-        self._next = config.eval_every
+        self._next = config.evaluation.every
         self.eval_s, self.num_evals = 0.0, 0  # (the run's, over its resumes: the checkpoint's)
         self._eval_s_before = 0.0  # (what a resumed run's checkpoint held: not this launch's)
         self.stopwatch = stopwatch or Stopwatch()  # (a single-process run shares its own)
@@ -66,14 +66,14 @@ class Evaluator:
     def run(self, env_steps: int) -> bool:
         """Evaluates the newest parameters now; returns ``solved``, or ``True`` where a
         callback asked to end the run (``shoal.launch.experiments.callbacks``)."""
-        every, due_at = self._config.eval_every, self._next
+        every, due_at = self._config.evaluation.every, self._next
         if env_steps >= self._next:
             self._next += every * (1 + (env_steps - self._next) // every)
         t0 = time.monotonic()
         with self.stopwatch.time("evaluation"):
             self._actor.update(wait=True)
             returns = evaluate(self._env, self._actor, should_stop=self._should_stop,
-                               seed=self._config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
+                               seed=self._config.run.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
             # (self-play: win rates against each opponent, in the evaluation's time)
             rates = self._win_rates(returns) if returns is not None and getattr(self._env, "pool", None) else {}
         if returns is None or rates is None:  # interrupted: nothing recorded, still due
@@ -90,15 +90,15 @@ class Evaluator:
         row.update(rates)
         self._logger.write({**row, "params_version": self._actor.params_version,
                             "wall_s": time.monotonic() - self._start})
-        every = self._config.video_every
-        if every and self._videos_on and self._config.run_dir and (self.num_evals - 1) % every == 0:
+        every = self._config.tracking.video_every
+        if every and self._videos_on and self._config.run.dir and (self.num_evals - 1) % every == 0:
             with self.stopwatch.time("video"):
                 self._record_video(env_steps)
         if self._callbacks and self._callbacks.evaluation(Evaluation(
                 env_steps=int(env_steps), returns=np.asarray(returns), mean_return=self.last_return,
                 num_evals=self.num_evals, wall_s=time.monotonic() - self._start,
                 params=getattr(getattr(self._actor, "_client", None), "params", None),
-                params_version=self._actor.params_version, run_dir=self._config.run_dir)):
+                params_version=self._actor.params_version, run_dir=self._config.run.dir)):
             return True
         return self.solved
 
@@ -123,7 +123,7 @@ class Evaluator:
                 if opponent != default:
                     self._env.opponent = opponent
                     games = evaluate(self._env, self._actor, should_stop=self._should_stop,
-                                     seed=self._config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
+                                     seed=self._config.run.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
                     if games is None:  # (a stopping run)
                         return None
                 rates[f"eval_win_rate_{opponent}"] = float(np.mean(np.asarray(games) > 0))
@@ -144,18 +144,18 @@ class Evaluator:
         config = self._config
         try:
             if self._video is None:
-                env, render = video_env(config, config.seed + EVAL_SEED_OFFSET)
+                env, render = video_env(config, config.run.seed + EVAL_SEED_OFFSET)
                 spec = make_environment_spec(env)
                 policy = config.builder.make_policy(config.make_networks(spec), spec, True)
                 actor = config.builder.make_actor(self._key, policy, spec, self._source, None,
                                                   asynchronous_updates=False)
                 self._video = (env, actor, render)
-                self._tensorboard_videos = TensorBoardVideos(os.path.join(config.run_dir, "tb", "eval"))
+                self._tensorboard_videos = TensorBoardVideos(os.path.join(config.run.dir, "tb", "eval"))
             env, actor, render = self._video
             actor.update(wait=True)
-            frames, _ = record_episode_within(env, actor, config.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals,
+            frames, _ = record_episode_within(env, actor, config.run.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals,
                                               render, value("SHOAL_STEP_TIMEOUT_S"))
-            directory = os.path.join(config.run_dir, "videos")
+            directory = os.path.join(config.run.dir, "videos")
             make_dirs(directory)
             write_atomic(os.path.join(directory, f"eval-{env_steps:09d}.mp4"), encode_mp4(frames))
             self._tensorboard_videos.add(frames, env_steps)
@@ -184,13 +184,13 @@ class Evaluator:
         eval_s = self.eval_s - self._eval_s_before
         result = {
             "agent": self._config.builder.name,
-            "env": self._config.env_id, "seed": self._config.seed, "solved": self.solved,
+            "env": self._config.env.id, "seed": self._config.run.seed, "solved": self.solved,
             "env_steps": int(env_steps), "wall_s": round(wall_s, 3),
             "train_s": round(wall_s - eval_s, 3), "eval_s": round(eval_s, 3),
             "final_eval_return": self.last_return, "learner_steps": int(learner_steps),
             "num_evals": self.num_evals,
         }
-        protocol = env_protocol(self._config.env_id, self._config.sticky_actions)
+        protocol = env_protocol(self._config.env.id, self._config.env.sticky_actions)
         if protocol:
             result["protocol"] = protocol
         if self._callbacks.stopped_by:

@@ -144,7 +144,7 @@ def export_policy(run_dir: str, out: str, checkpoint: int | None = None, batch_s
                          "give one with --batch-size N") from e
     action = exported.out_avals[0]
     about = {"format": "jax.export", "policy": "greedy", "agent": agent_name(policy.config.builder),
-             "env": policy.config.env_id,
+             "env": policy.config.env.id,
              "checkpoint": policy.checkpoint, "run_dir": os.path.abspath(run_dir), "jax": jax.__version__,
              "platforms": list(PLATFORMS), "observation": _described(policy.spec.observation),
              "action": {"shape": [str(d) for d in action.shape], "dtype": np.dtype(action.dtype).name,

@@ -44,20 +44,20 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
     has ``"terminated"``: ``stop.reason``, default ``"SIGTERM"``); returns the result summary.
 
     With a ``run_dir`` the run owns it (a lock), checkpoints every ``checkpoint_every_s`` and at
-    its end, and, with ``config.resume``, first restores the checkpoint found there.
+    its end, and, with ``config.run.resume``, first restores the checkpoint found there.
     """
     start = time.monotonic()
     config.validate_settings()  # (each check once: these before the env is built, the agent's after)
-    if config.resume and not config.run_dir:
+    if config.run.resume and not config.run.dir:
         raise ValueError("resume needs a run directory")
     with contextlib.ExitStack() as stack:  # closes everything, newest first, however the run ends
         if config.replay_backend() == "reverb":  # (Reverb's C++ log lines, off the terminal as in shoal train)
             stack.enter_context(native_log_lines_dropped())
-        env = config.make_env(config.num_envs, config.seed)  # (the run's one training env: its spec too)
+        env = config.make_env(config.env.num_envs, config.run.seed)  # (the run's one training env: its spec too)
         _closing(stack, "the environment", env.close)
         spec = make_environment_spec(env)
         config.validate_agent(spec)  # the agent's settings, and whether the budget lets it learn
-        run_dir = claim_run_directory(config, spec) if config.run_dir else None
+        run_dir = claim_run_directory(config, spec) if config.run.dir else None
         if run_dir is not None:
             _closing(stack, "the run directory lock", run_dir.unlock)
         tracker, result = start_tracking(config), None
@@ -77,18 +77,18 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     from shoal.replay import make_replay_server, without_insert_blocking
 
     builder = config.builder
-    checkpointer = Checkpointer(config.run_dir) if config.run_dir else None
+    checkpointer = Checkpointer(config.run.dir) if config.run.dir else None
     networks = config.make_networks(spec)
     policy = builder.make_policy(networks, spec, evaluation=False)
     server = make_replay_server(without_insert_blocking(builder.make_replay_tables(spec)), config.replay_backend(),
                                 checkpoint_dir=checkpointer.replay_directory if checkpointer else None,
-                                seed=config.seed, gated=True)
+                                seed=config.run.seed, gated=True)
     _closing(stack, "the replay server", server.stop)  # (after its users: closed last of these)
     counter, stopwatch = Counter(), Stopwatch()  # one thread: one time breakdown
-    learner_key, actor_key, eval_key = jax.random.split(jax.random.PRNGKey(config.seed), 3)
-    learner_logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
+    learner_key, actor_key, eval_key = jax.random.split(jax.random.PRNGKey(config.run.seed), 3)
+    learner_logger = make_logger("learner", config.run.dir, terminal=False, step_key="learner_steps")
     _closing(stack, "the learner log", learner_logger.close)
-    train_logger = make_logger("train", config.run_dir, terminal=False)
+    train_logger = make_logger("train", config.run.dir, terminal=False)
     _closing(stack, "the train log", train_logger.close)
     dataset = builder.make_dataset_iterator(server.client, spec)
     learner = builder.make_learner(learner_key, networks, dataset, learner_logger, counter, server.client, stopwatch)
@@ -99,28 +99,28 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     evaluator = Evaluator(config, learner, eval_key, start, stopwatch, stop.is_set if stop is not None else None)
     _closing(stack, "the evaluator", evaluator.close)
     pool = _self_play(config, env, evaluator, policy, learner)
-    resumed = _resume(config, learner, counter, actor, evaluator, server, pool) if config.resume else None
+    resumed = _resume(config, learner, counter, actor, evaluator, server, pool) if config.run.resume else None
     compiling = (functools.partial(while_slow, "compiling the learner's update", sys.stderr, hint=COMPILE_HINT)
-                 if config.progress else contextlib.nullcontext)
+                 if config.tracking.progress else contextlib.nullcontext)
     loop = EnvironmentLoop(env, LearningActor(actor, learner, server, dataset.table, dataset.items_per_update,
                                               pull_after=builder.on_policy, first_update=compiling),
                            counter, train_logger, stopwatch)
     loop.env_steps = int(counter.get_counts().get("env_steps", 0))
-    progress = TerminalLogger("train", time_delta=config.progress_every_s) if config.progress else None
-    due = Periodic(config.checkpoint_every_s)
+    progress = TerminalLogger("train", time_delta=config.tracking.progress_every_s) if config.tracking.progress else None
+    due = Periodic(config.run.checkpoint_every_s)
 
     def checkpoint() -> None:
         written = checkpointer.save(loop.env_steps, learner, server.client)
         if pool is not None:  # (its own file per checkpoint, named in run.json: committed with the rest)
-            written["self_play_pool"] = save_pool(pool, config.run_dir, written)
-        commit(config.run_dir, written, loop.env_steps, agent=builder.name, spec=spec_record(spec),
+            written["self_play_pool"] = save_pool(pool, config.run.dir, written)
+        commit(config.run.dir, written, loop.env_steps, agent=builder.name, spec=spec_record(spec),
                counter=counter.save(), evaluator=evaluator.save(), actors={"actor": actor.save()})
         due.reset()
 
     last_log = time.monotonic()
     run_begins()  # (a signal before the first step ends the process: nothing to save yet; see interrupts)
     first_step_s = None
-    while loop.env_steps < config.max_env_steps and not (stop is not None and stop.is_set()):
+    while loop.env_steps < config.run.max_env_steps and not (stop is not None and stop.is_set()):
         loop.step()
         if pool is not None:
             pool.maybe_add(learner)
@@ -161,11 +161,11 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
 def _self_play(config: ExperimentConfig, env, evaluator, policy, learner) -> Any:
     """A self-play run's snapshot pool (``shoal.actors.selfplay``), its first snapshot taken, that
     the training env's and the evaluator's opponents play; ``None`` for other runs."""
-    if not config.self_play:
+    if not config.multiagent.self_play:
         return None
     from shoal.actors.selfplay import SnapshotPool
 
-    pool = SnapshotPool(config.self_play_pool, config.self_play_every)
+    pool = SnapshotPool(config.multiagent.self_play_pool, config.multiagent.self_play_every)
     pool.maybe_add(learner)
     env.play_against(pool, policy)
     evaluator.play_against(pool, policy)
@@ -174,25 +174,25 @@ def _self_play(config: ExperimentConfig, env, evaluator, policy, learner) -> Any
 
 def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server, pool=None) -> dict[str, Any]:
     """Restores the run's checkpoint (replay restored itself when its server started)."""
-    saved = read_run(config.run_dir)
+    saved = read_run(config.run.dir)
     if "actor" not in saved["actors"]:
-        raise ValueError(f"{config.run_dir}/checkpoints/run.json: actors must hold the one actor of a "
+        raise ValueError(f"{config.run.dir}/checkpoints/run.json: actors must hold the one actor of a "
                          f"single-process run, got {', '.join(saved['actors']) or 'none'}")
-    restored_digest = restore_learner(config.run_dir, learner, saved)
+    restored_digest = restore_learner(config.run.dir, learner, saved)
     counter.restore(saved["counter"])
     actor.restore(saved["actors"]["actor"])
     actor.update(wait=True)  # (its first step acts with the restored params, not the initial ones)
     if saved["evaluator"] is not None:  # (None: a checkpoint of an earlier version without one; afresh)
         evaluator.restore(saved["evaluator"])
     if pool is not None:  # (the pool its checkpoint saved)
-        restore_pool(pool, config.run_dir, saved, learner.get_variables()[1])
+        restore_pool(pool, config.run.dir, saved, learner.get_variables()[1])
     replay_items = {name: int(info.current_size) for name, info in server.client.server_info().items()}
     info = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
             "learner_digest": restored_digest, "replay_items": replay_items,
             "actor_env_steps": actor.save()["env_steps"], "actor_key": actor.save()["key"],
             "next_eval_at": evaluator.save()["next"], "num_evals": evaluator.num_evals}
     tables = ", ".join(f"{items:,} items in '{name}'" for name, items in replay_items.items())
-    print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
+    print(f"shoal: resumed {config.run.dir} at env step {saved['env_steps']:,}: learner version "
           f"{saved['learner_version']} (state {restored_digest}), replay {tables} (an item is one write of the "
           f"agent's adder), actor schedule at {saved['actors']['actor']['env_steps']:,} env steps, "
           f"{next_evaluation(evaluator.save()['next'], saved['env_steps'])}", file=sys.stderr, flush=True)

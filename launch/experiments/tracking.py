@@ -176,10 +176,10 @@ class RunTracker:
 
 def start_tracking(config) -> RunTracker | None:
     """The tracker of ``config`` (an ``ExperimentConfig`` whose run directory is claimed),
-    started; ``None`` without ``config.track``."""
-    if not config.track or not config.run_dir:
+    started; ``None`` without ``config.tracking.tracker``."""
+    if not config.tracking.tracker or not config.run.dir:
         return None
-    return RunTracker(config.track, config.run_dir, resume=config.resume).start()
+    return RunTracker(config.tracking.tracker, config.run.dir, resume=config.run.resume).start()
 
 
 def _saved_state(path: str) -> dict[str, Any] | None:

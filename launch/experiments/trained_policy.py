@@ -16,6 +16,7 @@ falls in), its memory the episodes' returns and lengths (two numbers each) and o
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -257,7 +258,7 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
     policy = load_policy(run_dir, checkpoint, greedy=greedy, seed=seed, trust_run_dir=trust_run_dir, **named)
     config = policy.config
     if env_args:
-        config.env_args = {**config.env_args, **env_args}
+        config.env = dataclasses.replace(config.env, args={**config.env.args, **env_args})
     at_once = min(episodes, envs_at_once)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
     progress = _Progress(episodes, progress_every_s)
@@ -284,7 +285,7 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
         for env in envs.values():
             env.close()
     per_copy = {"agents": list(agents), "return_of": "each episode's agents together (their sum)"} if agents else {}
-    return {"run_dir": run_dir, "agent": agent_name(config.builder), "env": config.env_id,
+    return {"run_dir": run_dir, "agent": agent_name(config.builder), "env": config.env.id,
             "checkpoint": policy.checkpoint, "seed": seed, "episodes": episodes, "greedy": greedy, **per_copy,
             "return": _stats(returns), "length": _stats(lengths)}
 

@@ -23,7 +23,7 @@ def _run_json(run_dir):
 
 
 def test_a_resumed_evaluators_eval_s_is_its_launchs_and_train_s_never_negative():
-    config = ExperimentConfig(builder=get_builder("dqn"), env_id="CartPole-v1", num_envs=2, eval_episodes=1, progress=False)
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="CartPole-v1", num_envs=2, eval_episodes=1, progress=False)
     learner = config.builder.make_learner(jax.random.PRNGKey(0), config.make_networks(config.environment_spec()), iter([]))
     evaluator = Evaluator(config, learner, jax.random.PRNGKey(1), 0.0)
     evaluator.restore({"next": 6000, "num_evals": 2, "last_return": 21.5, "last_at": 4000, "eval_s": 8.557})

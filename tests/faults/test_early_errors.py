@@ -35,15 +35,15 @@ def memory_of_16_gib(monkeypatch):
 
 @pytest.mark.parametrize("agent", sorted(ENVS))
 def test_networks_that_cannot_fit_are_refused_by_validate(agent, memory_of_16_gib):
-    config = ExperimentConfig(builder=get_builder(agent, hidden_sizes=(65536, 65536, 65536)), env_id=ENVS[agent],
-                              num_envs=4, run_dir=None)
+    config = ExperimentConfig.from_flat(builder=get_builder(agent, hidden_sizes=(65536, 65536, 65536)), env_id=ENVS[agent],
+                                        num_envs=4, run_dir=None)
     with pytest.raises(ValueError, match=rf"^{agent}'s networks cannot fit: its learner needs at least "
                                          r"[0-9,.]+ GiB .* more than the test's memory \(16.0 GiB\)"):
         config.validate(config.environment_spec())
 
 
 def test_the_estimate_counts_parameters_target_and_optimiser_from_shapes():
-    config = ExperimentConfig(builder=get_builder("dqn"), env_id="CartPole-v1", num_envs=4, run_dir=None)
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="CartPole-v1", num_envs=4, run_dir=None)
     spec = config.environment_spec()
     count, param_bytes, per_device = memory.learner_bytes(config.builder, config.make_networks(spec))
     assert count == 4 * 64 + 64 + 64 * 64 + 64 + 64 * 2 + 2 and param_bytes == 4 * count  # (4-64-64-2, float32)
@@ -68,8 +68,8 @@ def test_a_learner_on_a_ray_cluster_is_not_measured_against_this_machine(monkeyp
 
     monkeypatch.setattr(memory, "device_memory", lambda: (4 * GIB, "the test's memory"))
     monkeypatch.setenv("SHOAL_RPC_MAX_MESSAGE_MB", "2047")  # (1 GiB of parameters fit one message)
-    config = ExperimentConfig(builder=get_builder("dqn", hidden_sizes=(16384, 16384)), env_id="CartPole-v1",
-                              run_dir=None)
+    config = ExperimentConfig.from_flat(builder=get_builder("dqn", hidden_sizes=(16384, 16384)), env_id="CartPole-v1",
+                                        run_dir=None)
     prepared = prepare_distributed(config, 2, "ray", ray_address="10.0.0.1:6379")  # (joins nothing)
     assert sorted(prepared.program.groups) == ["actor", "counter", "evaluator", "learner", "replay"]
     with pytest.raises(ValueError, match="dqn's networks cannot fit: its learner needs at least 7.0 GiB"):
@@ -116,8 +116,8 @@ def test_variables_are_parsed_in_one_place(monkeypatch):
     with pytest.raises(ValueError, match=r"SHOAL_RPC_MAX_MESSAGE_MB='1e30' is not valid: expected a number"):
         max_message_bytes()
     with pytest.raises(ValueError, match="SHOAL_RPC_MAX_MESSAGE_MB"):  # from Python too, before any process
-        run_distributed_experiment(ExperimentConfig(builder=get_builder("dqn"), env_id="CartPole-v1", run_dir=None,
-                                                    max_env_steps=200), num_actors=1)
+        run_distributed_experiment(ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="CartPole-v1", run_dir=None,
+                                                              max_env_steps=200), num_actors=1)
 
 
 @pytest.mark.e2e

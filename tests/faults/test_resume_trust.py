@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from shoal.launch.experiments.config_record import flat_record, grouped_record
 from shoal.core import files
 from shoal.launch import resume_experiment
 from shoal.launch.experiments.run_directory.directory import RunDirectory
@@ -27,7 +28,8 @@ def _copy(finished, tmp_path, **config):
     run_dir = tmp_path / "run"
     shutil.copytree(finished, run_dir, symlinks=True)
     path = run_dir / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    saved = flat_record(json.loads(path.read_text()))  # (edited by flat name, written back as the run wrote it)
+    path.write_text(json.dumps(grouped_record({**saved, **config})))
     return run_dir
 
 

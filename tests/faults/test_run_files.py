@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from shoal.launch.experiments.config_record import flat_record
 from shoal.core.counting import Counter
 from shoal.launch.experiments.cli.main import main
 from tests.faults.harness import SMALL, errors, start
@@ -46,6 +47,8 @@ def _resume(run_dir, capsys):
 
 def _edit(path, change):
     value = json.loads(path.read_text())
+    if path.name == "config.json":  # (as a run of schema version 1 wrote it: the fields by flat name)
+        value = flat_record(value)
     change(value)
     path.write_text(json.dumps(value))
 

@@ -123,7 +123,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         self_play=args.self_play, track=args.track, **chosen)
     if args.run_dir is None:  # (named as the result names the agent: a plug-in's own name, not its class)
         name = getattr(config.builder, "name", None) or args.agent.rpartition(":")[2]
-        config.run_dir = default_run_dir(name, args.env, args.seed)
+        config = config.replace(run_dir=default_run_dir(name, args.env, args.seed))
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
         raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "

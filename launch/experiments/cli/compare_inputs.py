@@ -1,5 +1,5 @@
-"""What ``shoal compare`` reads of a run directory, checked as it is read: ``config.json`` an
-object whose ``env_id`` is a string, ``seed`` an integer, ``resolved_target_return`` a finite
+"""What ``shoal compare`` reads of a run directory, checked as it is read: ``config.json`` (of
+either schema version, read in version 1's flat layout: ``config_record``) an object whose ``env_id`` is a string, ``seed`` an integer, ``resolved_target_return`` a finite
 number or null and ``agent_config`` an object; ``eval.csv`` with the columns ``env_steps``,
 ``wall_s`` and ``eval_return``, each value a finite number within float32's range (a return
 beyond it is none Shoal records), steps and seconds >= 0. Anything else is one ``ValueError``
@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from shoal.launch.experiments.config_record import flat_record
 from shoal.launch.experiments.run_directory.directory import read_json
 from shoal.launch.experiments.run_directory.schemas import _check, _fail
 
@@ -31,6 +32,7 @@ def load_run(path: str) -> dict[str, Any]:
         raise ValueError(f"{path} is not a run directory (it has no config.json)")
     config = read_json(config_path, "the run's config")
     _check(config_path, "the config", config, dict)
+    config = flat_record(config, config_path)  # (either schema version, read flat: what --by names)
     _check(config_path, "env_id", config.get("env_id"), str)
     if not config["env_id"]:
         _fail(config_path, "env_id", "an env id", config["env_id"])

@@ -18,6 +18,8 @@ import os
 import time
 from typing import Any
 
+from shoal.launch.experiments.config_record import flat_record
+
 
 def _json(path: str) -> Any:
     try:
@@ -57,6 +59,7 @@ def describe_run(run_dir: str, running: bool) -> list[str]:
     config = _json(os.path.join(run_dir, "config.json"))
     if not isinstance(config, dict):
         raise ValueError(f"{run_dir!r} is not a Shoal run directory (no config.json in it)")
+    config = flat_record(config, os.path.join(run_dir, "config.json"))  # (either schema version, read flat)
     launch = config.get("launch") if isinstance(config.get("launch"), dict) else None
     how = f"{launch.get('launcher')} launcher, {launch.get('num_actors')} actors" if launch else "one process"
     lines = [f"run: {config.get('agent')} on {config.get('env_id')}, seed {config.get('seed')} ({how}; "

@@ -31,22 +31,22 @@ class ProgramDriver:
         self._config, self._saved, self._launched_at = config, saved, launched_at
         self._autoscale = autoscale  # (an autoscale_loop.AutoscaleLoop, for num_actors="auto...")
         self._spec = spec_record(spec)
-        self._checkpoints = Periodic(config.checkpoint_every_s) if config.run_dir else None
+        self._checkpoints = Periodic(config.run.checkpoint_every_s) if config.run.dir else None
         self._actors: dict[str, Any] = dict((saved or {}).get("actors") or {})  # last known states
         self._evaluator: dict[str, Any] | None = (saved or {}).get("evaluator")  # its last known schedule
         self._checkpointed: dict[str, int] | None = None  # the counter as the last checkpoint wrote it
         self._lock = threading.Lock()
         self._clients: dict[str, Any] = {}
-        self._progress = Periodic(config.progress_every_s) if config.progress else None
+        self._progress = Periodic(config.tracking.progress_every_s) if config.tracking.progress else None
         self._baseline: tuple[float, int] | None = None  # (time, env steps) the speed counts from
         # RUN_DIR/program.csv: the actors running, a row each time their number changes
-        self._program_log = make_logger("program", config.run_dir, terminal=False) if config.run_dir else None
+        self._program_log = make_logger("program", config.run.dir, terminal=False) if config.run.dir else None
         self._actors_logged: int | None = None
         self._actor_counts: list[dict[str, Any]] = []  # (program.csv's rows of this launch, with why)
         self._autoscaled = 1  # (autoscale decisions seen: its history's length)
         if saved is not None:
             due_at = (saved.get("evaluator") or {}).get("next")
-            print(f"shoal: resumed {config.run_dir} at env step {saved['env_steps']:,}: learner version "
+            print(f"shoal: resumed {config.run.dir} at env step {saved['env_steps']:,}: learner version "
                   f"{saved['learner_version']} (state {saved['learner_digest']}), {len(self._actors)} actors, "
                   f"{next_evaluation(due_at, saved['env_steps']) if isinstance(due_at, int) else 'next evaluation as scheduled'}",
                   file=sys.stderr, flush=True)
@@ -62,9 +62,9 @@ class ProgramDriver:
         terminated, hurried = False, False
         reason = lambda: getattr(stop, "reason", "SIGTERM")  # noqa: E731 -- (interrupts.StopRequest)
         try:
-            if self._config.run_dir:
+            if self._config.run.dir:
                 bounds = (self._autoscale.scaler.low, self._autoscale.scaler.high) if self._autoscale else (1, max_actors())
-                serve_control(run, self._config.run_dir, {"actor": bounds}, self._autoscale)  # shoal scale / status
+                serve_control(run, self._config.run.dir, {"actor": bounds}, self._autoscale)  # shoal scale / status
             while not run.done:
                 if stop is not None and stop.is_set() and not terminated:
                     terminated = True
@@ -163,7 +163,7 @@ class ProgramDriver:
     def _unevaluated(self) -> dict[str, Any]:
         """The result's fields for a run stopped before its evaluator served (nothing evaluated)."""
         config, wall_s = self._config, round(time.time() - self._launched_at, 3)
-        return {"agent": config.builder.name, "env": config.env_id, "seed": config.seed, "solved": False,
+        return {"agent": config.builder.name, "env": config.env.id, "seed": config.run.seed, "solved": False,
                 "env_steps": self._known("env_steps"), "wall_s": wall_s, "train_s": wall_s, "eval_s": 0.0,
                 "final_eval_return": None, "learner_steps": self._known("learner_steps"), "num_evals": 0}
 
@@ -223,7 +223,7 @@ class ProgramDriver:
             if evaluator == "ask":
                 evaluator = self._client(run, "evaluator").save()
             self._evaluator = evaluator
-            commit(self._config.run_dir, written, env_steps, agent=self._config.builder.name, spec=self._spec,
+            commit(self._config.run.dir, written, env_steps, agent=self._config.builder.name, spec=self._spec,
                    counter=counts, evaluator=evaluator, actors=actors)
             self._checkpoints.reset()
             self._checkpointed = {"env_steps": env_steps, "learner_steps": int(counts.get("learner_steps", 0))}

@@ -33,7 +33,7 @@ class EvaluatorWorker:
                  resume: dict[str, Any] | None = None) -> None:
         self._config, self._counter, self._learner = config, counter, learner
         self._start, self._launched_at = time.monotonic(), launched_at or time.time()
-        self._evaluator = Evaluator(config, LocalFirstSource(learner), jax.random.PRNGKey(config.seed + 1),
+        self._evaluator = Evaluator(config, LocalFirstSource(learner), jax.random.PRNGKey(config.run.seed + 1),
                                     self._start, should_stop=should_stop)
         if resume:
             self._evaluator.restore(resume)
@@ -50,7 +50,7 @@ class EvaluatorWorker:
         return {"eval_return": last, "num_evals": self._evaluator.num_evals, "last_at": self._evaluator.last_at}
 
     def run(self) -> dict[str, Any]:
-        evaluator, counts, budget = self._evaluator, {}, self._config.max_env_steps
+        evaluator, counts, budget = self._evaluator, {}, self._config.run.max_env_steps
         held, warning, beats = 0, None, Heartbeats()
         while not should_stop():
             counts = self._counter.get_counts()

@@ -50,7 +50,7 @@ def run_distributed_experiment(config: ExperimentConfig, num_actors: int | str =
     ``launched_at``: Unix time ``wall_s`` counts from (default: now).
 
     Under Ray with a cluster (``ray_address``), the driver connects before anything is written
-    (a cluster that refuses it is a ``ValueError``), and ``config.run_dir`` must be on storage
+    (a cluster that refuses it is a ``ValueError``), and ``config.run.dir`` must be on storage
     every host of the cluster sees (checked; a ``ValueError`` otherwise).
     """
     settings = LaunchSettings(launcher=launcher, num_actors=num_actors, ray_address=ray_address,
@@ -69,15 +69,15 @@ def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: th
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     spec, saved, num_actors, program, settings = prepare(config, settings, launched_at, actors_flag)  # (what --dry-run checks too)
     if settings.launcher == "ray":
-        _join_ray(settings.ray_address, config.run_dir)
+        _join_ray(settings.ray_address, config.run.dir)
     run_begins()  # (from here a signal stops the program instead of ending this process: interrupts)
-    run_dir = claim_run_directory(config, spec, settings) if config.run_dir else None
+    run_dir = claim_run_directory(config, spec, settings) if config.run.dir else None
     tracker, result = None, None
     try:
         tracker = start_tracking(config)
         driver = ProgramDriver(config, spec, saved, launched_at, autoscale=_autoscale(settings, num_actors, launched_at))
         reader_env = {**CPU_ENV, "SHOAL_PARAMS_VIA": settings.params_via}
-        run = launch(program, settings.launcher, run_dir=config.run_dir, ray_address=settings.ray_address,
+        run = launch(program, settings.launcher, run_dir=config.run.dir, ray_address=settings.ray_address,
                      ports=settings.ports, group_env={"actor": reader_env, "evaluator": reader_env},
                      before_stop=driver.last_checkpoint)
         result = driver.follow(run, stop)

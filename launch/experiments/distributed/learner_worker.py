@@ -40,26 +40,26 @@ class LearnerWorker:
         self._counter, self._replay = counter, replay
         builder = config.builder
         self._local, self.stopwatch = Counter(), Stopwatch()
-        logger = make_logger("learner", config.run_dir, terminal=False, step_key="learner_steps")
+        logger = make_logger("learner", config.run.dir, terminal=False, step_key="learner_steps")
         dataset = builder.make_dataset_iterator(replay, spec)
-        self._learner = builder.make_learner(jax.random.PRNGKey(config.seed), config.make_networks(spec),
+        self._learner = builder.make_learner(jax.random.PRNGKey(config.run.seed), config.make_networks(spec),
                                              dataset, logger, self._local, replay, self.stopwatch)
-        self._checkpointer = Checkpointer(config.run_dir) if config.run_dir else None
+        self._checkpointer = Checkpointer(config.run.dir) if config.run.dir else None
         self._resumed: dict[str, Any] | None = None
         if resume is not None:
             self._local.restore({k: v for k, v in resume["counter"].items() if k == "learner_steps"})
             self._resumed = {"env_steps": resume["env_steps"], "learner_version": resume["learner_version"],
-                             "learner_digest": restore_learner(config.run_dir, self._learner, resume),
+                             "learner_digest": restore_learner(config.run.dir, self._learner, resume),
                              "replay_items": _replay_items(replay),
                              "checkpoint_replay_items": resume.get("replay_items"),
                              "checkpoint_replay_items_range": resume.get("replay_items_range")}
             print(f"[learner] resumed at env step {resume['env_steps']:,}: {self._resumed}", flush=True)
-        self._run_dir, self._pool = config.run_dir, None
-        if config.self_play:  # (its snapshot pool: taken here, served to the actors and the evaluator)
+        self._run_dir, self._pool = config.run.dir, None
+        if config.multiagent.self_play:  # (its snapshot pool: taken here, served to the actors and the evaluator)
             from shoal.actors.snapshot_pool import SnapshotPool
 
-            self._pool = SnapshotPool(config.self_play_pool, config.self_play_every)
-            if resume is None or not restore_pool(self._pool, config.run_dir, resume, self._learner.get_variables()[1]):
+            self._pool = SnapshotPool(config.multiagent.self_play_pool, config.multiagent.self_play_every)
+            if resume is None or not restore_pool(self._pool, config.run.dir, resume, self._learner.get_variables()[1]):
                 self._pool.maybe_add(self._learner)
         # Compile before this node serves (actors and the evaluator wait for it), so the first
         # batches are trained on at once rather than after the compiler (seconds on a CPU). The

@@ -46,7 +46,7 @@ def prepare(config: ExperimentConfig, settings: LaunchSettings, launched_at: flo
 
     settings.check(actors_flag)
     config.validate_settings()
-    saved = read_run(config.run_dir) if config.resume and config.run_dir else None
+    saved = read_run(config.run.dir) if config.run.resume and config.run.dir else None
     bounds = settings.actor_bounds()  # (autoscaled: starts from MIN, or a resumed run's count within bounds)
     num_actors = bounds[0] if bounds else settings.num_actors
     if saved and saved.get("actors"):  # as many actors as ran at the checkpoint

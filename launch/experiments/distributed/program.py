@@ -66,10 +66,10 @@ def program_graph(config: ExperimentConfig, spec: EnvironmentSpec, num_actors: i
     builder = config.builder
     resume = resume or {}
     program = Program(builder.name)
-    checkpoints = os.path.join(config.run_dir, "checkpoints", "replay") if config.run_dir else None
+    checkpoints = os.path.join(config.run.dir, "checkpoints", "replay") if config.run.dir else None
     tables = _replay_tables(builder, spec)
     replay = program.add_node(ReplayNode(tables, checkpoint_dir=checkpoints, checkpoint=resume.get("replay_checkpoint"),
-                                         backend=config.replay_backend(), seed=config.seed), label="replay")
+                                         backend=config.replay_backend(), seed=config.run.seed), label="replay")
     # Each service serves what its clients call, no more (e.g. no remote Counter.restore).
     counter = program.add_node(ServiceNode(Counter, resume.get("counter"), methods=("increment", "get_counts")),
                                label="counter")

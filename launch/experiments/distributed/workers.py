@@ -98,8 +98,8 @@ class ActorWorker:
                   f"(key {resume['key']})", flush=True)
         elif done:
             print(f"[{self._label}] continues its schedules from {done:,} env steps", flush=True)
-        seed = config.seed + 10_007 * (actor_id + 1) + done  # (a restart does not replay its episodes)
-        self._env = config.make_env(config.num_envs, seed)  # (the run's spec is the driver's: same env id and count)
+        seed = config.run.seed + 10_007 * (actor_id + 1) + done  # (a restart does not replay its episodes)
+        self._env = config.make_env(config.env.num_envs, seed)  # (the run's spec is the driver's: same env id and count)
         try:
             check_env_spec(self._label, self._env, spec)
         except SpecMismatch:
@@ -117,11 +117,11 @@ class ActorWorker:
             self._env.play_against(self._pool, policy)
         if resume:
             self._actor.restore(resume)
-        self._logger = make_logger(self._label, config.run_dir, terminal=False)
+        self._logger = make_logger(self._label, config.run.dir, terminal=False)
         self._loop = EnvironmentLoop(self._env, self._actor, logger=self._logger, label=self._label)
         # (paced until the learner's first update: StepGrants)
-        head_start = 2 * max(builder.env_steps_before_learning(spec), config.num_envs)
-        self._grants = StepGrants(counter, self._label, config.max_env_steps, config.num_envs, restarted, head_start)
+        head_start = 2 * max(builder.env_steps_before_learning(spec), config.env.num_envs)
+        self._grants = StepGrants(counter, self._label, config.run.max_env_steps, config.env.num_envs, restarted, head_start)
         self._lock = threading.Lock()  # save() sees the schedule and key of the same step
         self._snapshot = self._actor.save()  # (taken at every report: for save() while a step blocks)
         self._started: float | None = None
@@ -225,7 +225,7 @@ def failure(error: BaseException) -> str:
 def self_play_pool(config: ExperimentConfig, learner) -> Any:
     """A self-play run's mirror of the learner node's snapshot pool (synced once; ``None`` for
     other runs): the opponents of this node's games (``shoal.actors.snapshot_pool``)."""
-    if not config.self_play:
+    if not config.multiagent.self_play:
         return None
     from shoal.actors.snapshot_pool import PoolMirror
 

@@ -30,6 +30,7 @@ from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.run_directory.checkpoints import check_resumable, read_run
 from shoal.launch.experiments.run_directory.replay_checkpoints import keep_only_replay_checkpoint, recover_committed_replay
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
+from shoal.launch.experiments.config_record import flat_record
 from shoal.launch.experiments.distributed.settings import LaunchSettings
 from shoal.launch.experiments.run_directory.schemas import check_config
 from shoal.launch.experiments.run_directory.directory import RunDirectory, read_json
@@ -45,7 +46,7 @@ NAMED_CODE = {"env_factory": "--env-factory", "env_id": "--env", "agent": "--age
 
 def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
                         launch: LaunchSettings | None = None) -> RunDirectory:
-    """Locks ``config.run_dir`` (one live run per directory). A fresh run refuses a directory
+    """Locks ``config.run.dir`` (one live run per directory). A fresh run refuses a directory
     that holds another run's checkpoints and writes its ``config.json`` (with ``launch``: how
     it was launched); a resumed one checks its checkpoint against ``config`` and ``spec``.
     First, before anything is written, the agent's factories that build nothing heavy are tried
@@ -53,19 +54,19 @@ def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
     from shoal.agents.builders import try_factories
 
     try_factories(config.builder, spec, config.make_networks)
-    run_dir = RunDirectory(config.run_dir).lock(resume=config.resume)
+    run_dir = RunDirectory(config.run.dir).lock(resume=config.run.resume)
     try:
-        saved = read_run(config.run_dir)
-        if config.resume:
+        saved = read_run(config.run.dir)
+        if config.run.resume:
             if saved is None:
-                raise ValueError(f"run directory {config.run_dir!r} holds no checkpoint to resume")
-            recover_committed_replay(os.path.join(config.run_dir, "checkpoints"), saved.get("replay_checkpoint"))
-            check_resumable(config.run_dir, saved, config.builder.name, spec)
+                raise ValueError(f"run directory {config.run.dir!r} holds no checkpoint to resume")
+            recover_committed_replay(os.path.join(config.run.dir, "checkpoints"), saved.get("replay_checkpoint"))
+            check_resumable(config.run.dir, saved, config.builder.name, spec)
             # Reverb loads its latest checkpoint: make that the one run.json names.
-            keep_only_replay_checkpoint(os.path.join(config.run_dir, "checkpoints"), saved.get("replay_checkpoint"))
+            keep_only_replay_checkpoint(os.path.join(config.run.dir, "checkpoints"), saved.get("replay_checkpoint"))
         else:
             if saved is not None:
-                raise ValueError(f"run directory {config.run_dir!r} holds the checkpoints of an earlier run; "
+                raise ValueError(f"run directory {config.run.dir!r} holds the checkpoints of an earlier run; "
                                  "continue it with --resume, or choose another --run-dir")
             run_dir.write_json("config.json", {**config.to_dict(), "launch": launch.record() if launch else None})
     except BaseException:
@@ -97,7 +98,7 @@ def load_run(run_dir: str, trust_run_dir: bool = False,
     if saved is None:
         raise ValueError(f"{run_dir!r} is not a Shoal run directory (no config.json in it)")
     if isinstance(saved, dict):  # (else check_config says what it is)
-        check_named_code(path, saved, named, trust_run_dir)
+        check_named_code(path, flat_record(saved, path), named, trust_run_dir)  # (flat: either schema version)
     check_config(path, saved)
     read_run(run_dir)  # (run.json's schema)
     launch = saved.get("launch")
@@ -109,7 +110,8 @@ def check_named_code(path: str, saved: dict[str, Any], named: dict[str, Any], tr
     """Raises ``ValueError`` (one line) unless the code ``saved`` (the ``config.json`` at
     ``path``) names, ``NAMED_CODE``, is named again in ``named`` or ``trust_run_dir`` is set;
     a value in ``named`` that is not the run's is refused too. Reads ``saved`` only: nothing is
-    imported (a field of the wrong type is ``check_config``'s to refuse, before any import)."""
+    imported (a field of the wrong type is ``check_config``'s to refuse, before any import).
+    ``saved`` is in the flat layout of schema version 1 (``config_record.flat_record``)."""
     from shoal.actors.env_sources import factory_path
     from shoal.agents.registry import builtin_agents
 

@@ -1,7 +1,7 @@
 """The schemas of a run directory's two state files, checked before a resume does anything.
 
 ``check_config(path, saved)`` checks a ``config.json`` (what ``ExperimentConfig.to_dict`` wrote,
-with the ``launch`` settings); ``check_run(path, run)`` a ``checkpoints/run.json`` (what
+with the ``launch`` settings, or a run of schema version 1 wrote: ``config_record``); ``check_run(path, run)`` a ``checkpoints/run.json`` (what
 ``checkpointing.commit`` wrote). Both check types and shapes only -- which values are in range
 is the config's own ``validate`` (a resumed config is validated like a new one), and whether
 the checkpoint fits the config is ``check_resumable`` -- and raise one ``ValueError``:
@@ -22,27 +22,41 @@ import numbers
 import typing
 from typing import Any
 
+from shoal.launch.experiments.config_groups import FLAT_NAMES, GROUPS
+from shoal.launch.experiments.config_record import record_version
 from shoal.launch.experiments.distributed.autoscale import AUTO  # (its bounds are checked with the other settings)
 
 LAUNCH_FIELDS = {"launcher": str, "num_actors": int | str, "ray_address": str | None, "resources": list[str],
                  "ports": str | None, "params_via": str}
+NOT_CHECKED = {("run", "resume")}  # (never recorded)
 EVALUATOR_FIELDS = {"next": int, "num_evals": int, "last_return": float | None, "last_at": int, "eval_s": float}
 
 
 def check_config(path: str, saved: Any) -> None:
     """Raises ``ValueError`` if ``saved`` (the JSON of ``config.json`` at ``path``) is not the
-    shape of a run's config: the ``ExperimentConfig`` fields it holds of their types, ``agent``
-    a registered agent whose settings ``agent_config`` holds, ``launch`` null or the
-    distributed launch settings. (Missing keys are ``config_from_dict``'s to name.)"""
+    shape of a run's config: a schema version this Shoal reads (``config_record``), the
+    ``ExperimentConfig`` fields it holds of their types (schema version 2: each group an object,
+    a field named ``group.field``; version 1: at the top level by flat name), ``agent`` a
+    registered agent whose settings ``agent_config`` holds, ``launch`` null or the distributed
+    launch settings. (Missing keys are ``config_from_dict``'s to name.)"""
     from shoal.agents.registry import config_class
-    from shoal.launch.experiments.config import ExperimentConfig
 
     _check(path, "the config", saved, dict)
-    hints = typing.get_type_hints(ExperimentConfig)
-    for field in dataclasses.fields(ExperimentConfig):
-        if field.name in saved and field.name not in ("builder", "network_factory", "resume", "callbacks"):
-            kind = str | None if field.name == "env_factory" else hints[field.name]  # (recorded as its path)
-            _check(path, field.name, saved[field.name], kind)
+    version = record_version(path, saved)
+    for group, kind in GROUPS.items():
+        hints = typing.get_type_hints(kind)
+        if version == 2:
+            if group in saved:
+                _check(path, group, saved[group], dict)
+            values, names = saved.get(group) or {}, {f.name: f"{group}.{f.name}" for f in dataclasses.fields(kind)}
+        else:
+            names = {f.name: FLAT_NAMES[(group, f.name)] for f in dataclasses.fields(kind)}
+            values = {field: saved[flat] for field, flat in names.items() if flat in saved}
+        for field, value in values.items():
+            if field in names and (group, field) not in NOT_CHECKED:
+                kind_of = str | None if (group, field) == ("env", "factory") else hints[field]  # (recorded as its path)
+                _check(path, names[field], value, kind_of)
+    _check(path, "preset", saved.get("preset"), str | None)
     if "agent" in saved:
         _check(path, "agent", saved["agent"], str)
         try:
