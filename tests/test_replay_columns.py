@@ -463,3 +463,111 @@ def test_without_frames_image_columns_are_kept_as_they_come():
     store = ColumnStore(frames=False)
     store.add_rows([("w", 0)], [np.stack([_stack(3)])])
     assert store.frames_held() == 0 and store.used_bytes() == 4 * 32 * 32
+
+
+# -- items in arrays (slots) ------------------------------------------------------------------------
+def _small_server(max_size: int, sampler: str = "uniform", checkpoint_dir: str | None = None):
+    spec = TableSpec("t", sampler=sampler, remover="fifo", max_size=max_size, priority_exponent=1.0,
+                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature={"v": ArraySpec((), np.float32)})
+    return NativeReplayServer([spec], checkpoint_dir=checkpoint_dir, seed=2)
+
+
+def _insert(server, values, priority: float = 1.0) -> None:
+    writer = server.client.writer(1, timeout_s=10)
+    for v in values:
+        writer.append([np.float32(v)])
+        writer.create_item("t", priority, 1)
+    writer.close()
+
+
+def test_an_item_drawn_twice_in_one_batch_counts_as_two_samples_in_order():
+    server = _small_server(4)
+    _insert(server, [7.0])
+    first, second = server.sample("t", 5, 5.0), server.sample("t", 3, 5.0)
+    assert first["times_sampled"].tolist() == [1, 2, 3, 4, 5] and second["times_sampled"].tolist() == [6, 7, 8]
+    assert len(set(first["key"].tolist() + second["key"].tolist())) == 1
+    server.stop()
+
+
+def test_a_key_whose_item_left_changes_nothing_though_its_slot_holds_another():
+    server = _small_server(2, sampler="prioritized")
+    _insert(server, [1.0, 2.0])
+    keys = {}
+    for _ in range(20):
+        served = server.sample("t", 8, 5.0)
+        keys.update(zip(served["columns"][0].tolist(), served["key"].tolist()))
+    _insert(server, [3.0])  # (FIFO: item 1.0 goes, its slot is taken by 3.0)
+    server.mutate_priorities("t", updates={keys[1.0]: 0.0}, deletes=[keys[1.0]])
+    assert server.server_info()["t"]["current_size"] == 2
+    values = server.sample("t", 400, 5.0)["columns"][0]
+    assert set(values.tolist()) == {2.0, 3.0} and (values == 3.0).sum() > 100  # (3.0 kept its priority)
+    server.mutate_priorities("t", updates={keys[2.0]: 0.0})  # (a live key: its item is never drawn again)
+    assert set(server.sample("t", 100, 5.0)["columns"][0].tolist()) == {3.0}
+    server.stop()
+
+
+def test_a_checkpoint_whose_keys_name_no_slot_here_restores_item_for_item(tmp_path):
+    """Keys of another numbering (an older server's counter: 1, 2, 3, ...) go back as they were,
+    found through a dict: sampled with their values, updated and deleted by them."""
+    import json
+    import os
+
+    server = _small_server(8, sampler="prioritized", checkpoint_dir=str(tmp_path))
+    _insert(server, [10.0, 11.0, 12.0, 13.0])
+    path = server.checkpoint()
+    server.stop()
+    record = json.loads(open(os.path.join(path, "tables.json")).read())
+    items = record["tables"]["t"]["items"]
+    for item, key in zip(items, [1, 9, 17, 28]):  # (an 8-slot table reads slot key & 7: 1, 1, 1, 4)
+        item[0] = key  # (9 and 17 name slot 1, which key 1 takes: they go elsewhere)
+    open(os.path.join(path, "tables.json"), "w").write(json.dumps(record))
+    restored = _small_server(8, sampler="prioritized", checkpoint_dir=str(tmp_path))
+    served = restored.sample("t", 200, 5.0)
+    by_key = dict(zip(served["key"].tolist(), served["columns"][0].tolist()))
+    assert by_key == {1: 10.0, 9: 11.0, 17: 12.0, 28: 13.0}
+    restored.mutate_priorities("t", updates={9: 0.0, 17: 0.0}, deletes=[1])
+    assert set(restored.sample("t", 100, 5.0)["columns"][0].tolist()) == {13.0}
+    _insert(restored, [14.0, 15.0])  # (new keys: none is an old one)
+    served = restored.sample("t", 400, 5.0)
+    assert len(set(served["key"].tolist())) == 3 and not {1, 9, 17} & set(served["key"].tolist())
+    restored.stop()
+
+
+def test_a_checkpoint_writes_frame_stacks_as_their_frames_once_and_restores_them_bit_for_bit(tmp_path):
+    """Stacks of 4 frames, one new frame a step: the checkpoint's steps hold each frame once (not
+    4 stacks' worth), restore rebuilds every stack as inserted; an index past the frames is refused."""
+    import os
+    import zipfile
+
+    from shoal.replay.native.checkpoint_files import Damaged
+
+    spec = TableSpec("t", sampler="fifo", remover="fifo", max_size=100, max_times_sampled=1,
+                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+                     signature={"w": ArraySpec((4, 32, 32), np.uint8), "v": ArraySpec((), np.float32)})
+    server = NativeReplayServer([spec], checkpoint_dir=str(tmp_path), seed=0)
+    writer = server.client.writer(1, timeout_s=10)
+    for t in range(60):
+        writer.append([np.float32(t), _stack(t)])  # (sorted: v, w)
+        writer.create_item("t", 1.0, 1)
+    writer.close()
+    path = server.checkpoint()
+    server.stop()
+    with np.load(os.path.join(path, "steps.npz")) as steps:
+        assert "l0_c1" not in steps.files and steps["l0_c1_index"].shape == (60, 4)
+        assert len(steps["l0_c1_frames"]) == 60 + 1  # (frames 0..59 and the zero frame of the reset)
+    assert os.path.getsize(os.path.join(path, "steps.npz")) < 61 * 32 * 32 + 60 * 64
+    restored = NativeReplayServer([spec], checkpoint_dir=str(tmp_path), seed=0)
+    got = restored.sample("t", 60, 5.0)
+    restored.stop()
+    assert got["columns"][0].tolist() == list(range(60))  # (FIFO: the order inserted)
+    for t in range(60):
+        np.testing.assert_array_equal(got["columns"][1][t], _stack(t))
+    with np.load(os.path.join(path, "steps.npz")) as steps:
+        arrays = {name: steps[name] for name in steps.files}
+    arrays["l0_c1_index"][3, 1] = 61  # (one past the frames)
+    with zipfile.ZipFile(os.path.join(path, "steps.npz"), "w") as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w") as f:
+                np.lib.format.write_array(f, array)
+    with pytest.raises(Damaged, match="l0_c1_index names frames outside the 61 of l0_c1_frames"):
+        NativeReplayServer([spec], checkpoint_dir=str(tmp_path), seed=0)

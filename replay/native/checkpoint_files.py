@@ -3,7 +3,9 @@
 ``NativeReplayServer.checkpoint`` writes ``<checkpoint_dir>/<name>/``: ``tables.json`` (each
 table's counts, sampler state and items, an item's steps as ``[layout, row]`` places),
 ``steps.npz`` (array ``l<layout>_c<column>`` holds that column of the layout's steps, one row a
-step) and, last, ``DONE``. A checkpoint that is incomplete, truncated or edited is refused in one
+step; a column of frame stacks is two arrays instead, ``..._frames`` its distinct frames
+``[count, height, width]`` uint8 and ``..._index`` per step its planes' indices into them, so
+that a frame that several stacks show is written once) and, last, ``DONE``. A checkpoint that is incomplete, truncated or edited is refused in one
 ``ValueError`` naming the file and what is wrong with it, before a server takes anything from
 it (never a ``BadZipFile``, ``KeyError`` or ``IndexError`` from deep in a restore):
 
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from shoal.replay.native.columns import Pooled
 from shoal.replay.native.validation import CallChecker, check_columns, restore_checks
 
 FORMAT = 1
@@ -41,19 +44,29 @@ def check_checkpoint(path: str) -> None:
     _check_places(path, read_record(path), array_headers(path))
 
 
-def read_checkpoint(path: str, checker: CallChecker) -> tuple[dict[str, Any], list[list[np.ndarray]]]:
-    """``path``'s record (``tables.json``) and its steps, a block of columns per layout, every part
-    checked (module docstring); ``checker`` (the server's) learns each table's item length."""
+def read_checkpoint(path: str, checker: CallChecker) -> tuple[dict[str, Any], list[list[Any]]]:
+    """``path``'s record (``tables.json``) and its steps, a block of columns per layout (an
+    array, or ``Pooled`` for a column of frame stacks: rebuilt by the restore a chunk at a time),
+    every part checked (module docstring); ``checker`` (the server's) learns each table's item
+    length."""
     _complete(path)
     record = read_record(path)
     arrays = _arrays(path)
     _check_places(path, record, {name: (array.shape, array.dtype) for name, array in arrays.items()})
-    blocks = [[arrays[f"l{n}_c{c}"] for c in range(count)] for n, count in enumerate(record["layouts"])]
     file = os.path.join(path, "steps.npz")
+    blocks = [[_column(file, arrays, n, c) for c in range(count)] for n, count in enumerate(record["layouts"])]
     layouts = []
     for n, block in enumerate(blocks):
+        rows = len(block[0].indices if isinstance(block[0], Pooled) else block[0])
+        # (a column of frame stacks is checked as a view of its first stack on every row: no copy)
+        shown = [
+            np.broadcast_to(c.rebuilt(0, 1), (rows, *c.indices.shape[1:], *c.frames.shape[1:]))
+            if isinstance(c, Pooled)
+            else c
+            for c in block
+        ]
         try:
-            layouts.append(check_columns(block, len(block[0]), f"layout {n}"))
+            layouts.append(check_columns(shown, rows, f"layout {n}"))
         except ValueError as e:
             raise Damaged(f"{file}: {e}: the replay checkpoint is damaged and cannot be restored") from None
     unknown = sorted(set(record["tables"]) - set(checker.table_names))
@@ -70,6 +83,20 @@ def read_checkpoint(path: str, checker: CallChecker) -> tuple[dict[str, Any], li
         except ValueError as e:
             raise Damaged(f"{path}: {e}: the checkpoint does not fit this server's tables") from None
     return record, blocks
+
+
+def _column(file: str, arrays: dict[str, np.ndarray], n: int, c: int) -> Any:
+    """Column ``c`` of layout ``n``: its array, or ``Pooled`` (its indices checked to lie in its frames)."""
+    name = f"l{n}_c{c}"
+    if name in arrays:
+        return arrays[name]
+    frames, index = arrays[f"{name}_frames"], arrays[f"{name}_index"]
+    if index.size and (int(index.min()) < 0 or int(index.max()) >= len(frames)):
+        raise Damaged(
+            f"{file}: {name}_index names frames outside the {len(frames)} of {name}_frames: the replay "
+            "checkpoint is damaged"
+        )
+    return Pooled(frames, index)
 
 
 def read_record(path: str) -> dict[str, Any]:
@@ -176,7 +203,7 @@ def _check_places(path: str, record: dict[str, Any], headers: dict[str, tuple]) 
     file = os.path.join(path, "steps.npz")
     rows = []
     for n, count in enumerate(record["layouts"]):
-        shapes: list[Any] = [headers.get(f"l{n}_c{c}") for c in range(count)]
+        shapes: list[Any] = [_header(file, headers, f"l{n}_c{c}") for c in range(count)]
         if None in shapes:
             c = shapes.index(None)
             raise Damaged(
@@ -197,6 +224,19 @@ def _check_places(path: str, record: dict[str, Any], headers: dict[str, tuple]) 
                         f"{row} of layout {number}, which holds {rows[number]}: the replay checkpoint is "
                         "damaged"
                     )
+
+
+def _header(file: str, headers: dict[str, tuple], name: str) -> tuple | None:
+    """Column ``name``'s shape and dtype: its array's, or those its frames and indices make."""
+    if name in headers or f"{name}_frames" not in headers or f"{name}_index" not in headers:
+        return headers.get(name)
+    (frames, frames_dtype), (index, index_dtype) = headers[f"{name}_frames"], headers[f"{name}_index"]
+    if len(frames) != 3 or frames_dtype != np.uint8 or not len(index) or index_dtype.kind not in "iu":
+        raise Damaged(
+            f"{file}: {name}_frames must be [count, height, width] uint8 and {name}_index integers with the steps "
+            "on their leading axis: the replay checkpoint is damaged"
+        )
+    return (*index, *frames[1:]), frames_dtype
 
 
 def _complete(path: str) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import mmap
 import sys
 import threading
-from typing import Any, Hashable, Sequence
+from typing import Any, Hashable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -76,6 +76,18 @@ def layout_of(columns: Sequence[np.ndarray]) -> Layout:
 def _with_room(reserved: int) -> int:
     """Rows for a lane of ``reserved`` rows and a little room for the writers' windows."""
     return max(MIN_ROWS, reserved + max(64, reserved // 32))
+
+
+class Pooled(NamedTuple):
+    """A column of frame stacks kept as its distinct frames once: row ``i`` is
+    ``frames[indices[i]]`` (``indices`` ``[rows, *stack]``, ``frames`` ``[count, height, width]``)."""
+
+    frames: np.ndarray
+    indices: np.ndarray
+
+    def rebuilt(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of the column, their stacks rebuilt."""
+        return self.frames[self.indices[start:stop]]
 
 
 class Rows:
@@ -145,6 +157,20 @@ class Lane:
             column[index] if pool is None else pool.frames[column[index]]
             for column, pool in zip(self.columns, self.pools)
         ]
+
+    def read_pooled(self, index: np.ndarray) -> list[Any]:
+        """Rows ``index``'s columns as a checkpoint keeps them: a column of pooled frames as
+        ``Pooled`` (the distinct frames its rows show, once, and per row their indices into them),
+        the others as arrays."""
+        out: list[Any] = []
+        for column, pool in zip(self.columns, self.pools):
+            if pool is None:
+                out.append(column[index])
+                continue
+            shown = column[index]
+            distinct, inverse = np.unique(shown, return_inverse=True)
+            out.append(Pooled(pool.frames[distinct], inverse.reshape(shown.shape).astype(np.int32)))
+        return out
 
     def drop_frames(self, rows: np.ndarray | list[int]) -> None:
         """Rows ``rows`` (freed) let go of their frames."""
@@ -411,9 +437,9 @@ class ColumnStore:
             lanes = self._lanes
             return [None if (place := self._where.get(s)) is None else lanes[place[0]].checked for s in step_ids]
 
-    def rows_by_lane(self, items: Sequence[tuple[int, np.ndarray]]) -> dict[int, tuple[np.ndarray, list[np.ndarray]]]:
+    def rows_by_lane(self, items: Sequence[tuple[int, np.ndarray]]) -> dict[int, tuple[np.ndarray, list[Any]]]:
         """For a checkpoint: per lane, the distinct rows ``items`` (``(lane, rows)`` each) use
-        (sorted) and their columns."""
+        (sorted) and their columns (``Lane.read_pooled``: frame stacks as their frames once)."""
         with self._lock:
             used: dict[int, list[np.ndarray]] = {}
             for lane, rows in items:
@@ -421,7 +447,7 @@ class ColumnStore:
             out = {}
             for lane, parts in used.items():
                 rows = np.unique(np.concatenate(parts))
-                out[lane] = (rows, self._lanes[lane].read(rows))
+                out[lane] = (rows, self._lanes[lane].read_pooled(rows))
             return out
 
     # -- accounting --------------------------------------------------------------------------------
@@ -451,4 +477,4 @@ class ColumnStore:
             return sum(len(pool) for pool in self._pools.values())
 
 
-__all__ = ["ColumnStore", "Lane", "Rows", "layout_of"]
+__all__ = ["ColumnStore", "Lane", "Pooled", "Rows", "layout_of"]

@@ -31,8 +31,8 @@ them come the items' keys,
 sampling probabilities, table sizes, priorities and times sampled.
 
 **Checkpoints** go to ``checkpoint_dir/<name>/``: ``tables.json`` (counts, sampler states,
-items) and ``steps.npz`` (the steps, read back with ``allow_pickle=False``), then a ``DONE``
-file; a server started on a ``checkpoint_dir`` restores the newest complete one, as Reverb's
+items) and ``steps.npz`` (the steps, read back with ``allow_pickle=False``; a column of frame
+stacks as its distinct frames once and per step their indices), then a ``DONE`` file; a server started on a ``checkpoint_dir`` restores the newest complete one, as Reverb's
 default checkpointer does.
 """
 
@@ -49,7 +49,7 @@ import numpy as np
 import tree
 
 from shoal.replay.checkpoints import latest_checkpoint
-from shoal.replay.native.columns import ColumnStore
+from shoal.replay.native.columns import ColumnStore, Pooled
 from shoal.replay.native.payload import stacked_groups
 from shoal.core.shared_memory import Attached
 from shoal.replay.native.table import ReplayClosed, Saved, Table
@@ -68,6 +68,7 @@ SERVICE_METHODS = (
     "insert_shared",
     "sample_shared",
 )
+RESTORE_ROWS = 4096  # rows of frame stacks a restore rebuilds at a time
 MAX_SEGMENTS = 256  # client segments mapped at once (those of exited clients go first)
 
 
@@ -341,7 +342,10 @@ class NativeReplayServer:
         for number, (lane, (rows, columns)) in enumerate(sorted(lanes.items())):
             numbers[lane] = (number, rows)
             for c, column in enumerate(columns):
-                arrays[f"l{number}_c{c}"] = column
+                if isinstance(column, Pooled):  # (frame stacks: their frames once, indices per row)
+                    arrays[f"l{number}_c{c}_frames"], arrays[f"l{number}_c{c}_index"] = column
+                else:
+                    arrays[f"l{number}_c{c}"] = column
 
         def where(steps: tuple[int, np.ndarray]) -> list[list[int]]:  # [layout number, row] pairs
             number, rows = numbers[steps[0]]
@@ -385,8 +389,15 @@ class NativeReplayServer:
         record, blocks = read_checkpoint(path, self._checker)
         ids = []  # (each layout's steps go into the store at once, held until the items hold them)
         for number, block in enumerate(blocks):
-            ids.append([("checkpoint", number, row) for row in range(len(block[0]) if block else 0)])
-            self._store.add_rows(ids[-1], block)
+            count = len(block[0].indices if isinstance(block[0], Pooled) else block[0]) if block else 0
+            ids.append([("checkpoint", number, row) for row in range(count)])
+            if not any(isinstance(column, Pooled) for column in block):
+                self._store.add_rows(ids[-1], block)
+                continue
+            for start in range(0, count, RESTORE_ROWS):  # (frame stacks rebuilt a chunk at a time)
+                stop = min(count, start + RESTORE_ROWS)
+                chunk = [c.rebuilt(start, stop) if isinstance(c, Pooled) else c[start:stop] for c in block]
+                self._store.add_rows(ids[-1][start:stop], chunk)
         for name, saved in record["tables"].items():
             items = []
             for key, priority, times_sampled, steps in saved["items"]:

@@ -504,10 +504,7 @@ class Table:
                 else:
                     placed.append((-1, key, steps, priority, times))
             for n, (slot, key, steps, priority, times) in enumerate(placed):
-                if slot < 0:
-                    if not free:
-                        self._grow(min(self._slot_limit, 2 * len(self._key)))
-                        free = set(self._free[: self._top].tolist()) - {p[0] for p in placed}
+                if slot < 0:  # (capacity >= len(items): a free slot is left for it)
                     slot = free.pop()
                     self._foreign[key] = slot
                 self._put(slot, key, n + 1, steps.lane, steps.index, float(priority), int(times))
