@@ -21,6 +21,9 @@ import numpy as np
 
 from shoal.actors import memory_tasks
 from shoal.actors.env_sources import EnvFactory, check_env_module, make_single_env
+from shoal.actors.envpool_env import EnvPoolVectorEnv, is_envpool
+from shoal.actors.envpool_env import is_atari_task as envpool_is_atari
+from shoal.actors.envpool_env import task_id as envpool_task
 from shoal.actors.observations import adapt_env
 from shoal.actors.multiagent import AgentRows, agent_rows, env_maker, is_pettingzoo
 from shoal.actors.selfplay import SelfPlayRows
@@ -35,6 +38,9 @@ def resolve_env_id(env_id: str) -> str:
     ``module:EnvId`` (an empty part, a relative module, a second colon)."""
     if is_pettingzoo(env_id):
         env_maker(env_id)  # (imports it, or one line)
+        return env_id
+    if is_envpool(env_id):
+        envpool_task(env_id)  # (or one line)
         return env_id
     if ":" in env_id:
         module, _, name = env_id.partition(":")
@@ -52,6 +58,9 @@ def check_env_id(env_id: str) -> None:
     """Raises a ``ValueError`` naming close matches if ``env_id`` is not registered."""
     if is_pettingzoo(env_id):
         env_maker(env_id)
+        return
+    if is_envpool(env_id):
+        envpool_task(env_id)
         return
     if ":" in env_id:
         resolve_env_id(env_id)
@@ -206,6 +215,9 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
                            "lookahead" if evaluation else "pool", env_id)
         env.reset(seed=seed)
         env.action_space.seed(seed)
+    elif is_envpool(env_id) and env_factory is None:  # (EnvPool: its own Atari protocol, same-step autoreset)
+        env = EnvPoolVectorEnv(envpool_task(env_id), num_envs, seed, sticky_actions, env_args)
+        env.reset(seed=seed)
     elif is_pettingzoo(env_id) and env_factory is None:
         env = agent_rows(env_id, num_envs, seed, env_args, agent_ids, global_state)
         env.action_space.seed(seed)
@@ -227,7 +239,8 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
             raise _missing_extra(env_id, e) from None
         env.reset(seed=seed)
         env.action_space.seed(seed)
-    if not evaluation and (clip_rewards if clip_rewards is not None else is_atari(env_id)):
+    atari = is_atari(env_id) or (isinstance(env, EnvPoolVectorEnv) and envpool_is_atari(env.task))
+    if not evaluation and (clip_rewards if clip_rewards is not None else atari):
         env = ClipTrainingRewards(env)
     return env
 
@@ -255,6 +268,12 @@ def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | N
             return make_environment_spec(_Spaces(game.single_observation_space, game.single_action_space), num_envs)
         finally:
             game.close()
+    if is_envpool(env_id) and env_factory is None:  # (one 1-env pool, read and closed)
+        pool = EnvPoolVectorEnv(envpool_task(env_id), 1, 0, env_args=env_args)
+        try:
+            return make_environment_spec(_Spaces(pool.single_observation_space, pool.single_action_space), num_envs)
+        finally:
+            pool.close()
     if is_pettingzoo(env_id) and env_factory is None:  # (rows: num_envs copies of every agent)
         rows = AgentRows(env_maker(env_id, env_args), 1, 0, agent_ids, name=env_id, global_state=global_state)
         try:
