@@ -337,7 +337,7 @@ class ColumnStore:
         with self._lock:
             _add(self._lanes[lane].refs, rows, 1)
 
-    def release_rows(self, lane: int, rows: np.ndarray) -> None:
+    def release_rows(self, lane: int, rows: np.ndarray | list[int]) -> None:
         """One reference less to rows ``rows`` of lane ``lane`` (an item's, let go of)."""
         with self._lock:
             self._release_rows(lane, rows)

@@ -165,12 +165,14 @@ class Table:
 
     def _put(self, slot: int, key: int, serial: int, lane: int, rows: Any, priority: float, times: int = 0) -> None:
         """Item ``key`` in ``slot`` (its steps held for it), known to the selectors."""
-        length = 1 if np.ndim(rows) == 0 else len(rows)
-        self._width(length)
+        single = not isinstance(rows, np.ndarray)  # (one step: its row as an int)
+        length = 1 if single else len(rows)
+        if length != self._rows.shape[1]:
+            self._width(length)
         self._key[slot], self._serial[slot], self._priority[slot] = key, serial, priority
         self._times[slot], self._lane[slot], self._length[slot] = times, lane, length
-        if length == 1:
-            self._rows[slot, 0] = rows if np.ndim(rows) == 0 else rows[0]
+        if single:
+            self._rows[slot, 0] = rows
         else:
             self._rows[slot, :length] = rows
         self._sampler.insert(slot, priority)
@@ -229,7 +231,7 @@ class Table:
         """Inserts ``(steps, priority)`` items in order (their steps already held in the store
         for them: ``Rows``), each as the rate limiter lets it through before ``deadline``, under
         one hold of the lock; returns how many went in (the rest were held back)."""
-        release: list[tuple[int, np.ndarray]] = []
+        release: list[tuple[int, Any]] = []
         try:
             with self._lock:
                 for done, (steps, priority) in enumerate(items):
@@ -250,10 +252,12 @@ class Table:
         finally:
             self._release(release)
 
-    def _delete(self, slot: int, release: list[tuple[int, np.ndarray]]) -> None:
+    def _delete(self, slot: int, release: list[tuple[int, Any]]) -> None:
         """Removes the item in ``slot``; its rows (a copy) are appended to ``release`` for the
         caller to let go of (``_release``) once it read what it needs."""
-        release.append((int(self._lane[slot]), self._rows[slot, : self._length[slot]].copy()))
+        length = int(self._length[slot])
+        rows = [int(self._rows[slot, 0])] if length == 1 else self._rows[slot, :length].copy()
+        release.append((int(self._lane[slot]), rows))
         self._sampler.delete(slot)
         self._remover.delete(slot)
         if self._foreign:
@@ -264,7 +268,7 @@ class Table:
         self._size -= 1
         self.deletes += 1
 
-    def _release(self, release: list[tuple[int, np.ndarray]]) -> None:
+    def _release(self, release: list[tuple[int, Any]]) -> None:
         for lane, rows in release:
             self._store.release_rows(lane, rows)
 
@@ -336,7 +340,7 @@ class Table:
         one at a time); the rest one by one as the limiter admits them."""
         parts: list[Sampled] = []
         taken = 0
-        release: list[tuple[int, np.ndarray]] = []
+        release: list[tuple[int, Any]] = []
         batched = self.spec.sampler in ("uniform", "prioritized") and not self.spec.max_times_sampled
         cap = self.spec.max_times_sampled
         try:
@@ -403,7 +407,7 @@ class Table:
         keys, priorities = _keys(keys), np.asarray(priorities, np.float64).reshape(-1)
         keys, priorities = keys[keys > 0], priorities[keys > 0]  # (0: a key no table makes, or too big)
         deletes = _keys(deletes)
-        release: list[tuple[int, np.ndarray]] = []
+        release: list[tuple[int, Any]] = []
         try:
             with self._lock:
                 if len(keys):
