@@ -10,7 +10,8 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-from shoal.actors import BatchedActor, VariableClient, make_vector_env
+from shoal.actors import BatchedActor, VariableClient
+from shoal.envs import make_vector_env
 from shoal.actors.loops import EnvironmentLoop
 from shoal.agents import get_builder
 from shoal.core.interfaces import VariableSource
@@ -169,3 +170,34 @@ def scaling_actor_steps(index: int, address: str, ready, go, start_at, phase_s: 
             steps[phase] += 16
     adder.close()
     return [int(s / 0.9) for s in steps]
+
+
+def main() -> None:
+    """``python benchmarks/actor_bench.py [--env ID] [--num-envs N] [--seconds S] [--replay-backend B]``:
+    one JSON line of ``actor_rates`` for any env (``envpool:CartPole-v1`` against ``CartPole-v1``;
+    an Atari id, ``ALE/...`` or ``envpool:<Game>-v5``, acts with DQN's ``atari`` preset)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--replay-backend", choices=["reverb", "native"], default=None)
+    args = parser.parse_args()
+    if args.replay_backend:
+        os.environ["SHOAL_BENCH_REPLAY"] = args.replay_backend
+    settings: dict = {}
+    if args.env.startswith("ALE/") or (args.env.startswith("envpool:") and args.env.endswith("-v5")):
+        from shoal.agents.presets import find_preset
+
+        settings = find_preset("dqn", "ALE/Breakout-v5").settings
+    rates, costs = actor_rates(args.env, args.num_envs, args.seconds, **settings)
+    print(json.dumps({"env": args.env, "num_envs": args.num_envs,
+                      "actor_efficiency": round(rates["actor_adder_sps"] / rates["raw_env_sps"], 3),
+                      "actor_policy_efficiency": round(rates["actor_sps"] / rates["raw_env_sps"], 3),
+                      "actor_sps": {k: round(v) for k, v in rates.items()}, "actor_step_us": costs}))
+
+
+if __name__ == "__main__":
+    main()

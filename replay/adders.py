@@ -165,18 +165,60 @@ class NStepTransitionAdder(_WriterAdder):
         self._steps: collections.deque[Step] = collections.deque(maxlen=n_step)
         self._n_step = n_step
         self._items = 0
+        self._flags: np.ndarray | None = None  # (rewards and episode ends of the steps held, as arrays)
 
     def add(self, step: Step) -> None:
-        self._steps.append(_cast_step(step, self._spec))
-        if len(self._steps) < self._n_step:
+        step = _cast_step(step, self._spec)
+        self._steps.append(step)
+        n = self._n_step
+        if self._flags is None:  # [3, n, num_envs] rewards, terminated, ended, the last n steps'
+            self._flags = np.zeros((3, n, np.shape(step.reward)[0]))
+        flags = self._flags
+        flags[:, :-1] = flags[:, 1:]  # (the window moves one step: one copy of a few hundred bytes)
+        flags[0, -1], flags[1, -1] = step.reward, step.terminated
+        np.logical_or(step.terminated, step.truncated, out=flags[2, -1])
+        if len(self._steps) < n:
             return
-        self._append(n_step_transition(self._steps, self._discount))
+        self._append(_n_step_from_window(self._steps, flags, _powers(self._discount, n)))
         self._create_item(1)
         self._commit()
         self._items += 1
         if self._items % self._max_in_flight == 0:
             # Items stream to the server in the background; this only bounds how many are pending.
             self.flush(block_until_num_items=self._max_in_flight)
+
+
+def _n_step_from_window(steps: Sequence[Step], flags: np.ndarray, powers: np.ndarray) -> dict:
+    """``n_step_transition`` of the ``n`` steps held, from their rewards and episode ends kept as
+    arrays (``flags``: ``[3, n, num_envs]`` rewards, terminated, terminated | truncated): the
+    same numbers, with no array built from the steps unless an episode ends inside the window."""
+    rewards, terminated, ended = flags
+    first, last_step, n = steps[0], steps[-1], len(steps)
+    next_obs = last_step.next_observation
+    if not ended[:-1].any():  # no episode ends before the last step: every env's window is whole
+        ret = powers[:n] @ rewards
+        disc = powers[n] * (1.0 - terminated[-1])
+    else:
+        alive = np.ones(terminated.shape, bool)  # alive[k]: no episode end before step k
+        np.logical_not(np.logical_or.accumulate(ended[:-1] > 0, axis=0), out=alive[1:])
+        last = alive.sum(axis=0) - 1  # the window's last step, m - 1, per env
+        ret = powers[:n] @ (rewards * alive)
+        envs = np.arange(last.size)
+        disc = powers[last + 1] * (1.0 - terminated[last, envs])
+        if isinstance(next_obs, np.ndarray):  # an episode ended inside the window: its final observation
+            next_obs = np.array([step.next_observation for step in steps])[last, envs]
+        else:
+            next_obs = tree.map_structure(lambda *xs: np.array(xs)[last, envs], *[s.next_observation for s in steps])
+    transition = {
+        "observation": first.observation,
+        "action": first.action,
+        "reward": ret.astype(np.float32),
+        "discount": disc.astype(np.float32),
+        "next_observation": next_obs,
+    }
+    if first.extras:
+        transition["extras"] = dict(first.extras)
+    return transition
 
 
 class SequenceAdder(_WriterAdder):
