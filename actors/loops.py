@@ -12,8 +12,8 @@ from typing import Any, Callable, Mapping
 import gymnasium as gym
 import numpy as np
 
-from shoal.actors.environments import action_clipper, final_observations
-from shoal.actors.observations import check_action_mask
+from shoal.envs.environments import action_clipper, final_observations
+from shoal.envs.observations import check_action_mask
 from shoal.core.counting import Counter
 from shoal.core.environment_variables import value
 from shoal.core.interfaces import Actor

@@ -26,7 +26,7 @@ from shoal.agents.registry import builder_class, builtin_agents
 
 FAMILIES = {"gymnasium.envs.classic_control": "classic", "gymnasium.envs.box2d": "box2d",
             "gymnasium.envs.mujoco": "mujoco", "ale_py": "atari", "shimmy.atari": "atari", "minatar": "minatar",
-            "shoal.actors.memory_tasks": "memory", "popgym": "memory"}
+            "shoal.envs.memory_tasks": "memory", "popgym": "memory"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ def task_family(env_id: str) -> str | None:
     """The family of a registered gymnasium id (``None`` for one outside those above)."""
     import gymnasium as gym
 
-    from shoal.actors.environments import is_atari, resolve_env_id
+    from shoal.envs.environments import is_atari, resolve_env_id
 
     if is_atari(env_id):
         return "atari"

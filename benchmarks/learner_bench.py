@@ -41,7 +41,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from shoal.actors import make_vector_env  # noqa: E402
+from shoal.envs import make_vector_env  # noqa: E402
 from shoal.agents import get_builder  # noqa: E402
 from shoal.core.interfaces import Dataset  # noqa: E402
 from shoal.core.specs import make_environment_spec  # noqa: E402

@@ -124,7 +124,7 @@ def _native(game: str, env_steps: int, frames: bool, queue) -> None:
     """(In a process of its own) the native store's bytes per transition, ``frames`` or not."""
     import numpy as np
 
-    from shoal.actors.environments import final_observations
+    from shoal.envs.environments import final_observations
     from shoal.core.specs import make_environment_spec
     from shoal.core.types import Step
     from shoal.launch.experiments.config import experiment_config

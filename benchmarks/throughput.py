@@ -171,7 +171,7 @@ def atari_training_ratio(env_steps: int, seconds: float, num_envs: int = 8) -> d
 
     import numpy as np
 
-    from shoal.actors.environments import make_atari_vector_env
+    from shoal.envs.environments import make_atari_vector_env
 
     env = make_atari_vector_env("ALE/Breakout-v5", num_envs, seed=0)
     env.step(env.action_space.sample())

@@ -8,14 +8,14 @@ a ``dict`` of them, and observations flow as arrays or dicts of arrays from the 
 actor, replay and batches to the learner. Float arrays are stored as float32, others keep
 their dtype (uint8 frames stay uint8). Nested ``Dict`` spaces are refused (flatten them, e.g.
 with ``gymnasium.wrappers.FlattenObservation`` on the inner one). ``Discrete`` observations are
-not taken here: ``shoal.actors.make_vector_env`` turns them into one-hot float32 vectors first
-(``shoal.actors.observations``).
+not taken here: ``shoal.envs.make_vector_env`` turns them into one-hot float32 vectors first
+(``shoal.envs.observations``).
 
 An ``action_mask`` key (``ACTION_MASK``) of a Dict observation is the set of allowed actions
 (non-zero: allowed; one entry per discrete action), as PettingZoo and SB3-contrib have it:
 networks do not read it, policies never choose a masked action. With a 1-d ``Box`` action it is
 the set of the action's entries in use (one per entry; e.g. agents of different action sizes in
-one padded layout, ``shoal.actors.multiagent``, which cuts them off): PPO's Gaussian policy
+one padded layout, ``shoal.envs.multiagent``, which cuts them off): PPO's Gaussian policy
 gives an entry not in use a fixed N(0, 1), which no parameter shapes, and acts 0 there.
 """
 
@@ -108,8 +108,8 @@ def _array_spec(space: gym.Space, where: str) -> ArraySpec:
     if isinstance(space, gym.spaces.Discrete):
         raise ValueError(
             f"observation space {where}{space} is Discrete; Shoal takes it one-hot encoded "
-            "(shoal.actors.make_vector_env does it; or wrap the env with "
-            "shoal.actors.observations.OneHotObservation)"
+            "(shoal.envs.make_vector_env does it; or wrap the env with "
+            "shoal.envs.observations.OneHotObservation)"
         )
     if isinstance(space, gym.spaces.Dict):
         raise ValueError(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from shoal.actors import make_vector_env
+from shoal.envs import make_vector_env
 from shoal.agents import get_builder
 from shoal.agents.components import distributions
 from shoal.agents.dqn.learning import double_q_bootstrap

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import tests.dict_env  # noqa: F401 -- registers DictCartPole-v0, DictPendulum-v0
-from shoal.actors import EnvironmentLoop, make_vector_env
-from shoal.actors.environments import final_observations
+from shoal.actors import EnvironmentLoop
+from shoal.envs import make_vector_env
+from shoal.envs.environments import final_observations
 from shoal.agents import get_builder
 from shoal.agents.learner_memory import learner_bytes
 from shoal.core.specs import ArraySpec, make_environment_spec
@@ -157,7 +158,7 @@ def test_a_dict_observation_env_with_masks_trains_under_processes(tmp_path):
 
 
 def test_discrete_entries_become_one_hot_and_box_networks_are_as_before():
-    from shoal.actors.observations import OneHotObservation
+    from shoal.envs.observations import OneHotObservation
 
     class Mixed(gym.Env):
         observation_space = gym.spaces.Dict({"cell": gym.spaces.Discrete(4, start=1), "x": gym.spaces.Box(-1, 1, (2,))})

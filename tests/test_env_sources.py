@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import pytest
 
-from shoal.actors.env_sources import load_env_factory, parse_env_value
-from shoal.actors.environments import environment_spec, make_vector_env
+from shoal.envs.env_sources import load_env_factory, parse_env_value
+from shoal.envs.environments import environment_spec, make_vector_env
 from shoal.agents import get_builder
 from shoal.launch import ExperimentConfig, run_experiment
 from shoal.launch.experiments.config_record import flat_record

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from shoal.actors import environment_spec, make_vector_env
+from shoal.envs import environment_spec, make_vector_env
 from shoal.launch.experiments.cli.main import main
 
 NO_VELOCITY = "shoal/CartPoleNoVelocity-v1"
@@ -33,7 +33,7 @@ def test_shoal_train_finds_it_by_its_id_alone(tmp_path, capsys):
 
 
 def test_a_multi_discrete_observation_is_the_one_hots_of_its_entries():
-    from shoal.actors.observations import OneHotObservation
+    from shoal.envs.observations import OneHotObservation
 
     class Cards(gym.Env):
         observation_space = gym.spaces.MultiDiscrete([2, 3], start=[0, 1])

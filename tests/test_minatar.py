@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shoal.actors import environment_spec, make_vector_env
+from shoal.envs import environment_spec, make_vector_env
 from shoal.agents.presets import find_preset, task_family
 from shoal.agents.components.torsos import MinAtarCNN, NatureCNN, Torso, choose_torso
 from shoal.launch import run_experiment

@@ -1,4 +1,4 @@
-"""PettingZoo envs as vector envs of (env copy, agent) rows (``shoal.actors.multiagent``).
+"""PettingZoo envs as vector envs of (env copy, agent) rows (``shoal.envs.multiagent``).
 
 A policy shared by every agent learns a game whose best joint policy needs the agents to act
 differently (``tests.multiagent_envs``: *pick different*), because each row carries its agent's
@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("pettingzoo")
 
-from shoal.actors import make_vector_env  # noqa: E402
-from shoal.actors.environments import environment_spec  # noqa: E402
-from shoal.actors.multiagent import AgentRows, env_maker  # noqa: E402
+from shoal.envs import make_vector_env  # noqa: E402
+from shoal.envs.environments import environment_spec  # noqa: E402
+from shoal.envs.multiagent import AgentRows, env_maker  # noqa: E402
 from shoal.launch import run_experiment  # noqa: E402
 from shoal.launch.experiments.config import experiment_config  # noqa: E402
 from tests.shoal_cli import run_shoal  # noqa: E402
@@ -409,7 +409,7 @@ def test_a_centralised_critic_reads_the_global_state_and_the_policy_does_not():
     reads it, its policy head (what the actors act with) does not."""
     import jax
 
-    from shoal.actors.multiagent import GLOBAL_STATE
+    from shoal.envs.multiagent import GLOBAL_STATE
     from shoal.agents.components.dict_observations import observation_keys
     from shoal.agents.components.networks import DictActorCritic
 

@@ -76,7 +76,7 @@ def test_the_quantile_loss_moves_each_quantile_to_its_fraction_of_the_samples(qr
 
 def test_the_network_gives_quantiles_per_action(qrdqn):
     builder = qrdqn.QRDQNBuilder(qrdqn.QRDQNConfig(num_quantiles=5, hidden_sizes=(8,)))
-    from shoal.actors import environment_spec
+    from shoal.envs import environment_spec
 
     networks = builder.make_networks(environment_spec("CartPole-v1", 3))
     network = networks.q_network
@@ -88,7 +88,7 @@ def test_the_network_gives_quantiles_per_action(qrdqn):
 
 def test_the_loss_seam_gives_dqns_update_the_quantile_loss(qrdqn):
     # (QR-DQN is DQN's builder with its network and loss: the update, its metrics and |TD| are DQN's)
-    from shoal.actors import environment_spec
+    from shoal.envs import environment_spec
 
     builder = qrdqn.QRDQNBuilder(qrdqn.QRDQNConfig(num_quantiles=3, hidden_sizes=(8,)))
     networks = builder.make_networks(environment_spec("CartPole-v1", 2))
@@ -220,7 +220,7 @@ def test_qrdqn_runs_as_a_program_of_processes(tmp_path):
 def test_a_plug_ins_learner_memory_is_estimated_from_its_init_state(qrdqn):
     """The memory check traces ``builder.init_state`` (built-ins and plug-ins alike); a builder
     without one is not estimated."""
-    from shoal.actors import make_vector_env
+    from shoal.envs import make_vector_env
     from shoal.agents import get_builder
     from shoal.agents.learner_memory import learner_bytes
     from shoal.core.specs import make_environment_spec
@@ -305,7 +305,7 @@ def ppo_kl(monkeypatch):
 def kl_minibatch(ppo_kl, builder, shift):
     """Networks, params and a minibatch of CartPole rows whose behaviour log-probabilities are the
     policy's own plus ``shift``."""
-    from shoal.actors import environment_spec
+    from shoal.envs import environment_spec
     from shoal.agents.ppo import learning
 
     networks = builder.make_networks(environment_spec("CartPole-v1", 2))
@@ -343,7 +343,7 @@ def test_the_kl_penalty_is_zero_on_the_behaviour_policy_and_positive_off_it(ppo_
 def test_the_loss_seam_gives_ppos_update_the_kl_loss(ppo_kl, lstm_size):
     # (the variant is PPO's builder with its config and loss: the learner, feed-forward or
     # recurrent, trains on the KL-penalized loss and logs its metrics beside PPO's schedules)
-    from shoal.actors import environment_spec
+    from shoal.envs import environment_spec
 
     builder = ppo_kl.KLPPOBuilder(ppo_kl.KLPPOConfig(lstm_size=lstm_size, num_minibatches=2, rollout_length=8,
                                                      num_epochs=1, hidden_sizes=(16,)))
@@ -407,7 +407,7 @@ SEAM_CASES = {  # (small: each compiles one update)
 def test_every_agents_update_trains_on_the_loss_its_builder_names(agent):
     # A variant whose loss is the agent's own times 0: its learner takes a step, and every
     # parameter stays as initialized (zero gradients: Adam moves nothing).
-    from shoal.actors import environment_spec
+    from shoal.envs import environment_spec
     from shoal.agents.registry import builder_class, config_class
 
     base, (env_id, settings) = builder_class(agent), SEAM_CASES[agent]

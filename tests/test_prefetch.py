@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shoal.actors import BatchedActor, EnvironmentLoop, VariableClient, make_vector_env
+from shoal.actors import BatchedActor, EnvironmentLoop, VariableClient
+from shoal.envs import make_vector_env
 from shoal.core.interfaces import Adder, VariableSource
 from shoal.core.types import Policy
 

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import tree
 
-from shoal.actors import BatchedActor, VariableClient, make_vector_env
-from shoal.actors.environments import final_observations
+from shoal.actors import BatchedActor, VariableClient
+from shoal.envs import make_vector_env
+from shoal.envs.environments import final_observations
 from shoal.agents.r2d2 import R2D2Builder, R2D2Config, learning
 from shoal.agents.components.recurrent import STATE_KEY
 from shoal.core.interfaces import VariableSource

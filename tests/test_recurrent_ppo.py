@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shoal.actors import BatchedActor, VariableClient, make_vector_env
+from shoal.actors import BatchedActor, VariableClient
+from shoal.envs import make_vector_env
 from shoal.agents.components import recurrent as core
 from shoal.agents.ppo import PPOBuilder, PPOConfig, learning, recurrent
 from shoal.core.interfaces import VariableSource

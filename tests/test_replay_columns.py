@@ -327,7 +327,7 @@ def _atari_transitions(env_id: str, n_step: int, steps: int, num_envs: int = 4):
     """A real DQN Atari table's inserts: ale-py's frame-stacked env (episodes cut at 100 steps,
     so that several end and reset inside ``steps``), random actions, DQN's own n-step adder into
     a native server; ``(server, spec)``, every step inserted and flushed."""
-    from shoal.actors.environments import final_observations
+    from shoal.envs.environments import final_observations
     from shoal.core.specs import make_environment_spec
     from shoal.core.types import Step
     from shoal.launch.experiments.config import experiment_config

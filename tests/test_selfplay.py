@@ -1,4 +1,4 @@
-"""Self-play on two-player turn-based PettingZoo games (``shoal.actors.selfplay``): the learner's
+"""Self-play on two-player turn-based PettingZoo games (``shoal.envs.selfplay``): the learner's
 seat as a row, seats alternating, the opponents (random, one-step lookahead, snapshots), the
 snapshot pool saved and restored with a resume, win rates in ``eval.csv``, and bad input in one
 line before anything starts."""
@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("pettingzoo.classic")
 
-from shoal.actors import make_vector_env  # noqa: E402
-from shoal.actors.selfplay import SnapshotPool  # noqa: E402
+from shoal.envs import make_vector_env  # noqa: E402
+from shoal.envs.selfplay import SnapshotPool  # noqa: E402
 from shoal.launch.experiments.config import experiment_config  # noqa: E402
 from tests.shoal_cli import run_shoal  # noqa: E402
 

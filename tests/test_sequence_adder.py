@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tree
 
-from shoal.actors.environments import final_observations
+from shoal.envs.environments import final_observations
 from shoal.core.specs import ArraySpec, make_environment_spec
 from shoal.core.types import Step
 from shoal.replay import make_replay_server, SequenceAdder, make_queue_table, sequence_batches, sequence_signature

@@ -19,7 +19,7 @@ ENVS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "impala": "CartPole-v1", "r2
 
 
 def _spec(env_id: str, num_envs: int = 2):
-    from shoal.actors import make_vector_env
+    from shoal.envs import make_vector_env
 
     env = make_vector_env(env_id, num_envs, seed=0)
     try:

@@ -197,7 +197,7 @@ def test_increments_from_many_threads_lose_nothing():
 @pytest.mark.parametrize("env_id, num_envs", [("CartPole-v1", 3), ("Pendulum-v1", 2), ("ALE/Pong-v5", 2)])
 def test_the_spec_read_off_one_single_env_is_the_vector_envs(env_id, num_envs):
     """What a distributed run's driver hands its nodes (no vector env built) is what they step."""
-    from shoal.actors import environment_spec, make_vector_env
+    from shoal.envs import environment_spec, make_vector_env
 
     if env_id.startswith("ALE/"):
         pytest.importorskip("ale_py")

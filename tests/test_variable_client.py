@@ -6,7 +6,8 @@ import time
 import jax
 import numpy as np
 
-from shoal.actors import BatchedActor, VariableClient, make_vector_env
+from shoal.actors import BatchedActor, VariableClient
+from shoal.envs import make_vector_env
 from shoal.agents.dqn import DQNConfig, make_networks
 from shoal.agents.dqn.learning import init_state, make_policy
 from shoal.core.interfaces import VariableSource

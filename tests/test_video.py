@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shoal.actors import BatchedActor, VariableClient
-from shoal.actors.video import RenderedAtari, check_video_extra, encode_mp4, record_episode, video_env
+from shoal.envs.video import RenderedAtari, check_video_extra, encode_mp4, record_episode, video_env
 from shoal.agents.ppo import PPOBuilder, PPOConfig
 from shoal.core.interfaces import VariableSource
 from shoal.core.types import Policy
@@ -92,7 +92,7 @@ def test_a_long_episode_is_cut():
 
 
 def test_the_atari_video_env_observes_as_the_vector_env_and_renders_the_game_in_colour():
-    from shoal.actors.environments import make_atari_vector_env
+    from shoal.envs.environments import make_atari_vector_env
 
     rendered = RenderedAtari("breakout", 0.0, noop_max=0)
     vector = make_atari_vector_env("ALE/Breakout-v5", 1, seed=0, sticky_actions=0.0, env_args={"noop_max": 0})

@@ -1,5 +1,5 @@
 """A policy per group of agents: one copy of a network's parameters per group, each row answered
-by its agent's group's copy (``shoal train --agent-group``; ``shoal.actors.multiagent``).
+by its agent's group's copy (``shoal train --agent-group``; ``shoal.envs.multiagent``).
 
 A multi-agent env's rows (one per env copy and agent) carry the agent's identity, a one-hot of
 its index (the last ``num_agents`` entries of a vector observation, or the ``agent_id`` key of a
@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.actors.multiagent import AGENT_ID
+from shoal.envs.multiagent import AGENT_ID
 
 
 class GroupedNetwork:

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.actors.multiagent import GLOBAL_STATE
+from shoal.envs.multiagent import GLOBAL_STATE
 from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, observation_keys
 from shoal.agents.components.torsos import Torso, choose_torso, frame_scale, image_spec, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec, ObservationSpec

@@ -1,6 +1,6 @@
 """Convolutional torsos for image observations: ``[batch, channels, height, width]`` uint8 frames
 (what the Atari preprocessing gives: a stack of 4 grayscale 84x84 frames; MinAtar's 10x10
-binary planes, ``shoal.actors.observations``) -> features.
+binary planes, ``shoal.envs.observations``) -> features.
 
 Frames stay uint8 from the env to the learner's device; they are scaled to [0, 1] here, inside
 the network (by ``1 / high``, the observation space's upper bound: 255 for Atari's frames, 1

@@ -1,7 +1,7 @@
 """What an ``ExperimentConfig`` checks before a run starts: its settings (no env needed), then
 the agent against the env's spec. Each raises a one-line ``ValueError`` naming the first bad
 setting; the runners call both before any process, file or server starts. And what a config
-adds for a PettingZoo env (``shoal.actors.multiagent``, ``shoal.actors.selfplay``): its settings
+adds for a PettingZoo env (``shoal.envs.multiagent``, ``shoal.envs.selfplay``): its settings
 checked against the env, and its networks per group of agents or with a centralised critic."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any, Mapping
 import gymnasium as gym
 import jax
 
-from shoal.actors import check_env_id
-from shoal.actors.env_sources import check_env_args, load_env_factory
-from shoal.actors.environments import is_atari, resolve_env_id
-from shoal.actors.multiagent import GLOBAL_STATE, env_maker, is_pettingzoo, policy_groups
+from shoal.envs import check_env_id
+from shoal.envs.env_sources import check_env_args, load_env_factory
+from shoal.envs.environments import is_atari, resolve_env_id
+from shoal.envs.multiagent import GLOBAL_STATE, env_maker, is_pettingzoo, policy_groups
 from shoal.agents.components.groups import group_networks
 from shoal.agents.components.networks import check_critic_only
 from shoal.agents.learner_memory import check_learner_fits
@@ -49,7 +49,7 @@ def check_experiment_settings(config: Any) -> None:
     config.agent_group_indices()
     warn_of_a_target_out_of_reach(config)
     if config.tracking.video_every:
-        from shoal.actors.video import check_video_extra
+        from shoal.envs.video import check_video_extra
 
         check_video_extra()
     if config.tracking.tracker is not None:
@@ -97,7 +97,7 @@ def warn_of_a_target_out_of_reach(config: Any) -> None:
 
 def agent_groups(config: Any) -> tuple[list[str], list[int]] | None:
     """``config.multiagent.agent_groups`` resolved against the env's agents: the groups' names and each
-    agent's group (``shoal.actors.multiagent.policy_groups``), or ``None`` (one shared policy).
+    agent's group (``shoal.envs.multiagent.policy_groups``), or ``None`` (one shared policy).
     A one-line ``ValueError`` for multi-agent settings the env or each other rule out."""
     if not is_pettingzoo(config.env.id) or config.env.factory is not None:
         if config.multiagent.agent_groups or config.multiagent.global_state or config.multiagent.self_play:

@@ -9,10 +9,10 @@ from typing import Any, Callable, Mapping
 import gymnasium as gym
 import jax
 
-from shoal.actors import environment_spec, make_vector_env
-from shoal.actors.env_sources import factory_path
-from shoal.actors.environments import resolve_env_id
-from shoal.actors.multiagent import is_pettingzoo
+from shoal.envs import environment_spec, make_vector_env
+from shoal.envs.env_sources import factory_path
+from shoal.envs.environments import resolve_env_id
+from shoal.envs.multiagent import is_pettingzoo
 from shoal.agents.builders import AgentBuilder
 from shoal.agents.registry import agent_name
 from shoal.core.specs import EnvironmentSpec

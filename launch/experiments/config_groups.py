@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
-from shoal.actors.environments import STICKY_ACTIONS
+from shoal.envs.environments import STICKY_ACTIONS
 from shoal.core.settings import setting
 
 
@@ -39,7 +39,7 @@ class EnvConfig:
       clip_rewards: clip training rewards to [-1, 1] (evaluation reports the unclipped return);
         ``None``: for Atari, as its protocol does.
       action_masks: use the env's action masks (``info["action_mask"]``, or an ``action_mask``
-        key of a Dict observation; ``shoal.actors.observations``). ``False``: masks are dropped.
+        key of a Dict observation; ``shoal.envs.observations``). ``False``: masks are dropped.
     """
 
     id: str
@@ -53,7 +53,7 @@ class EnvConfig:
 
 @dataclasses.dataclass(frozen=True)
 class MultiAgentConfig:
-    """A PettingZoo env's agents (``shoal.actors.multiagent``, ``shoal.actors.selfplay``).
+    """A PettingZoo env's agents (``shoal.envs.multiagent``, ``shoal.envs.selfplay``).
 
     Attributes:
       agent_ids: each agent's row carries its identity (a one-hot), so that a shared policy

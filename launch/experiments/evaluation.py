@@ -11,8 +11,8 @@ import jax
 import numpy as np
 
 from shoal.actors import evaluate
-from shoal.actors.environments import env_protocol
-from shoal.actors.multiagent import agent_returns
+from shoal.envs.environments import env_protocol
+from shoal.envs.multiagent import agent_returns
 from shoal.core.interfaces import VariableSource
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
@@ -84,7 +84,7 @@ class Evaluator:
         self.last_return, self.last_at = float(np.mean(returns)), env_steps
         row = {"env_steps": env_steps, "eval_return": self.last_return,
                "eval_return_min": float(np.min(returns)), "eval_return_max": float(np.max(returns))}
-        agents = getattr(self._env, "agents", None)  # (a PettingZoo env's rows: shoal.actors.multiagent)
+        agents = getattr(self._env, "agents", None)  # (a PettingZoo env's rows: shoal.envs.multiagent)
         if agents:
             row.update(agent_returns(returns, agents))
         row.update(rates)
@@ -111,10 +111,10 @@ class Evaluator:
         self._env.play_against(pool, policy)
 
     def _win_rates(self, returns: np.ndarray) -> dict[str, float] | None:
-        """The share of games won (return > 0) against each opponent of ``shoal.actors.selfplay``:
+        """The share of games won (return > 0) against each opponent of ``shoal.envs.selfplay``:
         the evaluation's own (a lookahead player: ``returns``), a random player and the pool
         (``None``: a stopping run interrupted them)."""
-        from shoal.actors.selfplay import OPPONENTS
+        from shoal.envs.selfplay import OPPONENTS
 
         rates, default = {}, self._env.opponent
         try:
@@ -134,10 +134,10 @@ class Evaluator:
 
     def _record_video(self, env_steps: int) -> None:
         """One episode of the evaluation policy, to ``<run_dir>/videos/eval-<env steps>.mp4``
-        and to TensorBoard (``tb/eval``, an animated GIF; ``shoal.actors.video``); a failure is one
+        and to TensorBoard (``tb/eval``, an animated GIF; ``shoal.envs.video``); a failure is one
         warning line, and no more videos are tried. A frame that takes longer than
         ``SHOAL_STEP_TIMEOUT_S`` (a renderer that hangs) is such a failure."""
-        from shoal.actors.video import TensorBoardVideos, encode_mp4, record_episode_within, video_env
+        from shoal.envs.video import TensorBoardVideos, encode_mp4, record_episode_within, video_env
         from shoal.core.files import make_dirs, write_atomic
         from shoal.core.environment_variables import value
 

@@ -159,11 +159,11 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
 
 
 def _self_play(config: ExperimentConfig, env, evaluator, policy, learner) -> Any:
-    """A self-play run's snapshot pool (``shoal.actors.selfplay``), its first snapshot taken, that
+    """A self-play run's snapshot pool (``shoal.envs.selfplay``), its first snapshot taken, that
     the training env's and the evaluator's opponents play; ``None`` for other runs."""
     if not config.multiagent.self_play:
         return None
-    from shoal.actors.selfplay import SnapshotPool
+    from shoal.envs.selfplay import SnapshotPool
 
     pool = SnapshotPool(config.multiagent.self_play_pool, config.multiagent.self_play_every)
     pool.maybe_add(learner)

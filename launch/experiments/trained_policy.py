@@ -272,7 +272,7 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
             if copies not in envs:
                 envs[copies] = config.make_env(copies, seed + first, evaluation=True)
             env = envs[copies]
-            rows = env.num_envs  # (a PettingZoo env's: copies x agents, copy by copy; shoal.actors.multiagent)
+            rows = env.num_envs  # (a PettingZoo env's: copies x agents, copy by copy; shoal.envs.multiagent)
             agents = getattr(env, "agents", None) if rows != copies else None
             row_lengths = np.zeros(rows, np.int64)
             row_returns = evaluate(env, progress.actor(policy.actor(rows), rows), seed=seed + first,

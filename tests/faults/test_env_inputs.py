@@ -9,9 +9,10 @@ import re
 import numpy as np
 import pytest
 
-from shoal.actors import EnvironmentLoop, make_vector_env
-from shoal.actors.environments import environment_spec
-from shoal.actors.video import encode_mp4, record_episode
+from shoal.actors import EnvironmentLoop
+from shoal.envs import make_vector_env
+from shoal.envs.environments import environment_spec
+from shoal.envs.video import encode_mp4, record_episode
 from shoal.agents.components.dict_observations import action_mask
 from shoal.core.specs import ArraySpec
 from tests.faults import faulty_envs  # noqa: F401 -- (registers the envs)

@@ -17,7 +17,7 @@ def parse_override(text: str) -> tuple[str, str]:
 
 def parse_env_arg(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` -> ``(key, value)``, the value a Python literal where it reads as one."""
-    from shoal.actors.env_sources import parse_env_value
+    from shoal.envs.env_sources import parse_env_value
 
     key, sep, value = text.partition("=")
     if not sep or not key.strip().isidentifier():

@@ -56,7 +56,7 @@ class LearnerWorker:
             print(f"[learner] resumed at env step {resume['env_steps']:,}: {self._resumed}", flush=True)
         self._run_dir, self._pool = config.run.dir, None
         if config.multiagent.self_play:  # (its snapshot pool: taken here, served to the actors and the evaluator)
-            from shoal.actors.snapshot_pool import SnapshotPool
+            from shoal.envs.snapshot_pool import SnapshotPool
 
             self._pool = SnapshotPool(config.multiagent.self_play_pool, config.multiagent.self_play_every)
             if resume is None or not restore_pool(self._pool, config.run.dir, resume, self._learner.get_variables()[1]):
@@ -84,7 +84,7 @@ class LearnerWorker:
         return self._learner.version
 
     def snapshot_versions(self) -> list[int]:
-        """A self-play run's snapshot pool: the versions it holds (``shoal.actors.snapshot_pool``)."""
+        """A self-play run's snapshot pool: the versions it holds (``shoal.envs.snapshot_pool``)."""
         return self._pool.versions if self._pool is not None else []
 
     def snapshot(self, version: int) -> Any:

@@ -224,10 +224,10 @@ def failure(error: BaseException) -> str:
 
 def self_play_pool(config: ExperimentConfig, learner) -> Any:
     """A self-play run's mirror of the learner node's snapshot pool (synced once; ``None`` for
-    other runs): the opponents of this node's games (``shoal.actors.snapshot_pool``)."""
+    other runs): the opponents of this node's games (``shoal.envs.snapshot_pool``)."""
     if not config.multiagent.self_play:
         return None
-    from shoal.actors.snapshot_pool import PoolMirror
+    from shoal.envs.snapshot_pool import PoolMirror
 
     pool = PoolMirror(learner)
     pool.sync()

@@ -112,7 +112,7 @@ def check_named_code(path: str, saved: dict[str, Any], named: dict[str, Any], tr
     a value in ``named`` that is not the run's is refused too. Reads ``saved`` only: nothing is
     imported (a field of the wrong type is ``check_config``'s to refuse, before any import).
     ``saved`` is in the flat layout of schema version 1 (``config_record.flat_record``)."""
-    from shoal.actors.env_sources import factory_path
+    from shoal.envs.env_sources import factory_path
     from shoal.agents.registry import builtin_agents
 
     launch = saved.get("launch")

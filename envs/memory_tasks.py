@@ -5,7 +5,7 @@
   500-step limit and threshold (475) are CartPole-v1's. An agent must infer the velocities from
   what it saw before: a feed-forward policy sees one frame and cannot.
 
-``shoal.actors.environments.check_env_id`` registers them the first time a ``shoal/`` id is
+``shoal.envs.environments.check_env_id`` registers them the first time a ``shoal/`` id is
 asked for, so ``shoal train --env shoal/CartPoleNoVelocity-v1`` needs no import of the user's.
 """
 
@@ -41,5 +41,5 @@ def register() -> None:
     """Registers the ``shoal/`` ids (once)."""
     if f"{NAMESPACE}CartPoleNoVelocity-v1" in gym.registry:
         return
-    gym.register(f"{NAMESPACE}CartPoleNoVelocity-v1", entry_point="shoal.actors.memory_tasks:cart_pole_no_velocity",
+    gym.register(f"{NAMESPACE}CartPoleNoVelocity-v1", entry_point="shoal.envs.memory_tasks:cart_pole_no_velocity",
                  max_episode_steps=500, reward_threshold=475.0)

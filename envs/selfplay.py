@@ -23,7 +23,7 @@ Opponents (``opponent``):
   legal move; ties drawn at random. The evaluation plays it, and the evaluator also reports the
   win rate against each opponent (``eval_win_rate_<opponent>``).
 
-The pool (``SnapshotPool``, ``shoal.actors.snapshot_pool``) takes a snapshot every ``every``
+The pool (``SnapshotPool``, ``shoal.envs.snapshot_pool``) takes a snapshot every ``every``
 learner updates and keeps the latest ``size``; each checkpoint saves it (``save``: arrays only, a
 file its ``run.json`` names) and a resume restores it. It lives beside the learner; in a
 distributed run the learner node serves it and each actor and the evaluator play a
@@ -39,8 +39,8 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-from shoal.actors.observations import allowed_actions
-from shoal.actors.snapshot_pool import PoolMirror, SnapshotPool
+from shoal.envs.observations import allowed_actions
+from shoal.envs.snapshot_pool import PoolMirror, SnapshotPool
 from shoal.core.specs import ACTION_MASK
 from shoal.core.types import ActorInfo
 

@@ -1,4 +1,4 @@
-"""The snapshot pool of a self-play run (``shoal.actors.selfplay``): frozen copies of the
+"""The snapshot pool of a self-play run (``shoal.envs.selfplay``): frozen copies of the
 learner's parameters that the opponents play.
 
 ``SnapshotPool`` lives beside the learner: one process's runner, or a distributed run's learner

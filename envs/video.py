@@ -184,9 +184,9 @@ class TensorBoardVideos:
 def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[], np.ndarray]]:
     """A 1-env evaluation env of ``config`` (an ``ExperimentConfig``) that renders, and the
     function that returns its current RGB frame (see the module docstring)."""
-    from shoal.actors.environments import _atari_game, is_atari, make_vector_env
-    from shoal.actors.multiagent import AgentRows
-    from shoal.actors.selfplay import SelfPlayRows
+    from shoal.envs.environments import _atari_game, is_atari, make_vector_env
+    from shoal.envs.multiagent import AgentRows
+    from shoal.envs.selfplay import SelfPlayRows
 
     if is_atari(config.env.id) and config.env.factory is None:
         game = _atari_game(config.env.id)

@@ -19,14 +19,14 @@ from typing import Any, Mapping
 import gymnasium as gym
 import numpy as np
 
-from shoal.actors import memory_tasks
-from shoal.actors.env_sources import EnvFactory, check_env_module, make_single_env
-from shoal.actors.envpool_env import EnvPoolVectorEnv, is_envpool
-from shoal.actors.envpool_env import is_atari_task as envpool_is_atari
-from shoal.actors.envpool_env import task_id as envpool_task
-from shoal.actors.observations import adapt_env
-from shoal.actors.multiagent import AgentRows, agent_rows, env_maker, is_pettingzoo
-from shoal.actors.selfplay import SelfPlayRows
+from shoal.envs import memory_tasks
+from shoal.envs.env_sources import EnvFactory, check_env_module, make_single_env
+from shoal.envs.envpool_env import EnvPoolVectorEnv, is_envpool
+from shoal.envs.envpool_env import is_atari_task as envpool_is_atari
+from shoal.envs.envpool_env import task_id as envpool_task
+from shoal.envs.observations import adapt_env
+from shoal.envs.multiagent import AgentRows, agent_rows, env_maker, is_pettingzoo
+from shoal.envs.selfplay import SelfPlayRows
 from shoal.core.importing import import_module_for
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 
@@ -199,14 +199,14 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     ``make_atari_vector_env`` (``sticky_actions``); others a synchronous gymnasium vector env.
     A training env (not ``evaluation``) clips its rewards to [-1, 1] where ``clip_rewards``
     says so (``None``: for Atari, as its protocol does). ``env_args`` go to each env's
-    constructor (to ``AtariVectorEnv`` for Atari); an ``env_factory`` (``shoal.actors.env_sources``)
+    constructor (to ``AtariVectorEnv`` for Atari); an ``env_factory`` (``shoal.envs.env_sources``)
     makes each env instead of ``env_id``'s registration. Every env but Atari's is adapted
-    (``shoal.actors.observations.adapt_env``): Discrete observations one-hot, action masks into
+    (``shoal.envs.observations.adapt_env``): Discrete observations one-hot, action masks into
     the observation (or dropped, without ``action_masks``). A PettingZoo env (``pettingzoo:...``)
-    is ``num_envs`` copies of it, a row per agent (``shoal.actors.multiagent.AgentRows``; each
+    is ``num_envs`` copies of it, a row per agent (``shoal.envs.multiagent.AgentRows``; each
     row's identity in its observation where ``agent_ids``, the env's global state where ``global_state``);
     with ``self_play``, a two-player turn-based game's copies, a row per copy: the learner's seat,
-    against the snapshot pool, or for ``evaluation`` a lookahead player (``shoal.actors.selfplay``).
+    against the snapshot pool, or for ``evaluation`` a lookahead player (``shoal.envs.selfplay``).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")

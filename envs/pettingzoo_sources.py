@@ -1,7 +1,7 @@
 """Where a PettingZoo env comes from: the constructor a ``pettingzoo:<module>[:<function>]`` id
-names (checked before it is imported and called: ``shoal.actors.env_sources``), its arguments
+names (checked before it is imported and called: ``shoal.envs.env_sources``), its arguments
 checked, and the env it makes as a parallel env (an AEC env converted) or, for self-play, as
-the AEC env it is. ``shoal.actors.multiagent`` lays these envs out as rows (and exports
+the AEC env it is. ``shoal.envs.multiagent`` lays these envs out as rows (and exports
 ``env_maker`` and ``is_pettingzoo`` too).
 """
 
@@ -12,7 +12,7 @@ import importlib
 import inspect
 from typing import Any, Callable, Mapping
 
-from shoal.actors.env_sources import check_env_callable, check_env_module
+from shoal.envs.env_sources import check_env_callable, check_env_module
 
 PREFIX = "pettingzoo:"
 
@@ -76,7 +76,7 @@ def _as_parallel(env: Any, env_id: str) -> Any:
 def env_maker(env_id: str, env_args: Mapping[str, Any] | None = None, turns: bool = False) -> Callable[[], Any]:
     """A function that makes one parallel env of ``env_id`` with ``env_args`` (checked now:
     unknown keyword arguments are refused in one line); ``turns``: one AEC env, as it is (a
-    turn-based game, for ``shoal.actors.selfplay``)."""
+    turn-based game, for ``shoal.envs.selfplay``)."""
     make = _constructor(env_id)
     env_args = dict(env_args or {})
     try:

@@ -4,7 +4,7 @@
 parallel API; e.g. ``pettingzoo:mpe2.simple_spread_v3``) or ``env(**kwargs)`` (its AEC API,
 converted with PettingZoo's ``aec_to_parallel`` where the env allows it), and
 ``pettingzoo:<module>:<function>`` a function of the user's that returns either. ``--env-arg``
-values go to that constructor (``shoal.actors.pettingzoo_sources`` finds it and makes the env).
+values go to that constructor (``shoal.envs.pettingzoo_sources`` finds it and makes the env).
 
 ``AgentRows`` steps ``num_copies`` copies of the env together and lays every copy's agents out as
 rows, copy by copy, agents in ``possible_agents`` order: ``num_copies * num_agents`` rows, so
@@ -16,7 +16,7 @@ agent (parameters shared). Each row is one agent's view:
   a rank-1 Box observation, or as an ``agent_id`` key of a Dict one (``{"observation": ...,
   "agent_id": ...}`` for any other Box). An ``action_mask`` (a Dict key, PettingZoo's
   convention, or ``info["action_mask"]``) stays in, or moves into, the observation, as
-  single-agent envs have it (``shoal.actors.observations``);
+  single-agent envs have it (``shoal.envs.observations``);
 * its **reward**, **termination** and **truncation**; when every agent of a copy is done, the
   copy resets in the same step (gymnasium's ``SAME_STEP`` autoreset: ``info["final_obs"]``
   holds each row's final observation).
@@ -49,8 +49,8 @@ from typing import Any, Callable, Mapping, Sequence
 import gymnasium as gym
 import numpy as np
 
-from shoal.actors.observations import allowed_actions
-from shoal.actors.pettingzoo_sources import PREFIX, env_maker, is_pettingzoo  # noqa: F401 -- (PREFIX: importable here as before)
+from shoal.envs.observations import allowed_actions
+from shoal.envs.pettingzoo_sources import PREFIX, env_maker, is_pettingzoo  # noqa: F401 -- (PREFIX: importable here as before)
 from shoal.core.specs import ACTION_MASK
 
 AGENT_ID = "agent_id"

@@ -196,7 +196,7 @@ def check_action_mask(observation: Any, env_steps: int, action_space: gym.Space 
     """Raises ``RuntimeError`` (one line) if the ``action_mask`` of a batch of observations
     ``[num_envs, ...]`` allows no action in some env. (A mask of continuous actions, where
     ``action_space`` is a ``Box``, names the entries in use: none in use is a valid row, e.g. an
-    agent absent from its episode, ``shoal.actors.multiagent``.)"""
+    agent absent from its episode, ``shoal.envs.multiagent``.)"""
     if not isinstance(observation, dict) or ACTION_MASK not in observation or isinstance(action_space, gym.spaces.Box):
         return
     allowed = np.asarray(observation[ACTION_MASK]).any(axis=-1)
