@@ -16,7 +16,7 @@ from shoal.agents.components.dict_observations import mask_logits
 from shoal.core.specs import ArraySpec, EnvironmentSpec, make_environment_spec
 from shoal.core.types import ActorInfo
 from shoal.launch import ExperimentConfig, run_experiment
-from shoal.launch.experiments.config_record import flat_record
+from shoal.launch.experiments.run_directory.config_record import flat_record
 
 NUM_ACTIONS, BATCH = 6, 8
 SPEC = EnvironmentSpec(None, None, {"observation": ArraySpec((5,), np.float32),

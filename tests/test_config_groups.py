@@ -23,7 +23,7 @@ from shoal.launch import (EnvConfig, EvaluationConfig, ExperimentConfig, RunConf
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import config_from_dict, experiment_config
 from shoal.launch.experiments.config_groups import FLAT_FIELDS, GROUPS
-from shoal.launch.experiments.config_record import SCHEMA_VERSION, flat_record, grouped_record
+from shoal.launch.experiments.run_directory.config_record import SCHEMA_VERSION, flat_record, grouped_record
 from shoal.launch.experiments.run_directory.schemas import check_config
 from tests.faults.harness import shoal_main
 

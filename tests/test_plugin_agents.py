@@ -132,7 +132,7 @@ def test_an_installed_entry_point_names_the_plugin(qrdqn, tmp_path, monkeypatch)
     config = json.loads(out.splitlines()[0])
     assert config["agent"] == "qrdqn" and config["preset"] == "qrdqn/classic", config
     assert named[0] == 0, named[2]
-    assert json.loads(named[1].splitlines()[0])["run_dir"].startswith(os.path.join("runs", "qrdqn-CartPole-v1-s0-"))
+    assert json.loads(named[1].splitlines()[0])["run"]["dir"].startswith(os.path.join("runs", "qrdqn-CartPole-v1-s0-"))
 
 
 BAD_PLUGINS = '''

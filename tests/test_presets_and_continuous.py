@@ -14,7 +14,7 @@ from shoal.agents.ppo import PPOBuilder, PPOConfig
 from shoal.launch import ExperimentConfig, run_experiment
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import experiment_config
-from shoal.launch.experiments.config_record import flat_record
+from shoal.launch.experiments.run_directory.config_record import flat_record
 from tests.shoal_cli import run_shoal
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from shoal.launch import FunctionNode, Program, launch
 from shoal.launch.experiments.cli.main import main
-from shoal.launch.experiments.config_record import flat_record
+from shoal.launch.experiments.run_directory.config_record import flat_record
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

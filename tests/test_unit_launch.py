@@ -14,7 +14,7 @@ from shoal.launch import (ExperimentConfig, Program, launch, resume_experiment, 
                           run_experiment)
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import experiment_config
-from shoal.launch.experiments.config_record import flat_record
+from shoal.launch.experiments.run_directory.config_record import flat_record
 from shoal.launch.experiments.run_directory.schemas import check_config, check_run
 from shoal.core import environment_variables as variables
 

@@ -20,7 +20,7 @@ from shoal.launch.experiments.checks import (agent_groups, check_experiment_agen
                                              multiagent_networks)
 from shoal.launch.experiments.config_groups import (FLAT_FIELDS, GROUPS, EnvConfig, EvaluationConfig, MultiAgentConfig, ReplayConfig,
                                                     RunConfig, TrackingConfig, split_flat)
-from shoal.launch.experiments.config_record import SCHEMA_VERSION, grouped_record, record_version
+from shoal.launch.experiments.run_directory.config_record import SCHEMA_VERSION, grouped_record, record_version
 
 __all__ = ["ExperimentConfig", "EnvConfig", "RunConfig", "EvaluationConfig", "ReplayConfig", "TrackingConfig",
            "MultiAgentConfig", "config_from_dict", "experiment_config"]

@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Any
 
+from shoal.launch.experiments.run_directory.config_record import flat_record
 from shoal.launch.experiments.run_directory.directory import read_json, write_json
 from shoal.launch.experiments.trackers import BACKENDS
 
@@ -141,7 +142,9 @@ class RunTracker:
         backend = BACKENDS[self._name]()
         self._closing.wait(self._every_s)  # (the backend starts after the run's own start, not beside it)
         try:
-            config = read_json(os.path.join(self._run_dir, "config.json"), "the run's config") or {}
+            # (the tracker's config is the flat layout, one key per setting, as it was before
+            # config.json grouped them: a dashboard's filters and columns stay the same)
+            config = flat_record(read_json(os.path.join(self._run_dir, "config.json"), "the run's config") or {})
             run_id = backend.start(self._run_dir, config, self._resume_id)
             print(f"shoal: tracking to {backend.where()}", file=sys.stderr, flush=True)
             while not self._closing.wait(self._every_s):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shoal.launch.experiments.config_record import flat_record, grouped_record
+from shoal.launch.experiments.run_directory.config_record import flat_record, grouped_record
 from shoal.core import files
 from shoal.launch import resume_experiment
 from shoal.launch.experiments.run_directory.directory import RunDirectory

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from shoal.launch.experiments.config_record import flat_record
+from shoal.launch.experiments.run_directory.config_record import flat_record
 from shoal.core.counting import Counter
 from shoal.launch.experiments.cli.main import main
 from tests.faults.harness import SMALL, errors, start

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from shoal.launch.experiments.config_record import flat_record
+from shoal.launch.experiments.run_directory.config_record import flat_record
 from shoal.launch.experiments.run_directory.directory import read_json
 from shoal.launch.experiments.run_directory.schemas import _check, _fail
 

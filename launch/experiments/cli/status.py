@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any
 
-from shoal.launch.experiments.config_record import flat_record
+from shoal.launch.experiments.run_directory.config_record import flat_record
 
 
 def _json(path: str) -> Any:

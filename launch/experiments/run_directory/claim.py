@@ -30,7 +30,7 @@ from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.run_directory.checkpoints import check_resumable, read_run
 from shoal.launch.experiments.run_directory.replay_checkpoints import keep_only_replay_checkpoint, recover_committed_replay
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
-from shoal.launch.experiments.config_record import flat_record
+from shoal.launch.experiments.run_directory.config_record import flat_record
 from shoal.launch.experiments.distributed.settings import LaunchSettings
 from shoal.launch.experiments.run_directory.schemas import check_config
 from shoal.launch.experiments.run_directory.directory import RunDirectory, read_json

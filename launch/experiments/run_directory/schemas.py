@@ -23,7 +23,7 @@ import typing
 from typing import Any
 
 from shoal.launch.experiments.config_groups import FLAT_NAMES, GROUPS
-from shoal.launch.experiments.config_record import record_version
+from shoal.launch.experiments.run_directory.config_record import record_version
 from shoal.launch.experiments.distributed.autoscale import AUTO  # (its bounds are checked with the other settings)
 
 LAUNCH_FIELDS = {"launcher": str, "num_actors": int | str, "ray_address": str | None, "resources": list[str],
