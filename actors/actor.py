@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -72,7 +73,7 @@ class BatchedActor(Actor, Saveable):
             return np.asarray(pending.actions), jax.tree_util.tree_map(np.asarray, pending.extras)
         return jax.device_get((pending.actions, pending.extras))  # one transfer for actions and extras
 
-    def _dispatch(self, observation) -> "_Pending":
+    def _dispatch(self, observation) -> _Pending:
         """Starts the policy on ``observation`` (JAX dispatches it asynchronously: this returns
         while the computation runs); nothing of the actor changes until ``select_action`` takes it."""
         if self._device_version != self._client.version:  # one host->device copy per version

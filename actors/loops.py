@@ -7,13 +7,12 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from shoal.envs.environments import action_clipper, final_observations
-from shoal.envs.observations import check_action_mask
 from shoal.core.counting import Counter
 from shoal.core.environment_variables import value
 from shoal.core.interfaces import Actor
@@ -21,6 +20,8 @@ from shoal.core.loggers import Logger, NoOpLogger
 from shoal.core.native_log_filter import restore_stderr
 from shoal.core.timing import Stopwatch, breakdown
 from shoal.core.types import Step
+from shoal.envs.environments import action_clipper, final_observations
+from shoal.envs.observations import check_action_mask
 
 
 class EnvironmentLoop:
@@ -139,7 +140,7 @@ class EnvironmentLoop:
         return row
 
 
-def _watch(loop_ref: "weakref.ref[EnvironmentLoop]", bound_s: float, on_stall: Callable[[str], None]) -> None:
+def _watch(loop_ref: weakref.ref[EnvironmentLoop], bound_s: float, on_stall: Callable[[str], None]) -> None:
     """Every ``bound_s / 4`` seconds (at most 1 s), whether the loop's env step has taken longer
     than ``bound_s``: then ``on_stall(line)``, once. Ends with the loop (a weak reference)."""
     while (loop := loop_ref()) is not None:

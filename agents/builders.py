@@ -34,7 +34,8 @@ import copy
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, ClassVar, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Protocol
 
 import jax
 
@@ -49,7 +50,6 @@ from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy, Sample
 from shoal.replay.contract import ReplayClient
 
-
 ExtrasSpec = Mapping[str, ArraySpec]
 
 
@@ -60,7 +60,7 @@ class AgentConfig(Protocol):
     variable_update_period: int  # vector steps between an actor's parameter pulls
 
 
-def extras_of(spec_or_policy: ExtrasSpec | Policy | None, builder: "AgentBuilder", spec: EnvironmentSpec) -> ExtrasSpec:
+def extras_of(spec_or_policy: ExtrasSpec | Policy | None, builder: AgentBuilder, spec: EnvironmentSpec) -> ExtrasSpec:
     """The extras spec a replay factory was given: ``None`` -> ``builder.extras_spec(spec)``;
     a ``Policy`` (what earlier versions passed) -> the builder's own (the replay items'
     extras, which may hold more than the policy's, e.g. PPO's discounted return)."""
@@ -117,7 +117,7 @@ def _guarded(factory: str, method: Callable) -> Callable:
     return call
 
 
-def try_factories(builder: "AgentBuilder", spec: EnvironmentSpec, make_networks: Callable[[EnvironmentSpec], Any]) -> None:
+def try_factories(builder: AgentBuilder, spec: EnvironmentSpec, make_networks: Callable[[EnvironmentSpec], Any]) -> None:
     """Calls the factories a run calls that build nothing heavy (no parameters, no replay
     server, nothing compiled): ``extras_spec``, ``make_replay_tables``, ``make_networks`` (or
     the run's ``network_factory``) and ``make_policy`` for acting and for evaluation, so that a
@@ -165,7 +165,7 @@ class AgentBuilder(abc.ABC):
         the environment or on several fields (a subclass extends this)."""
         check_settings(self.config)
 
-    def for_budget(self, max_env_steps: int) -> "AgentBuilder":
+    def for_budget(self, max_env_steps: int) -> AgentBuilder:
         """This builder for a run of ``max_env_steps`` env steps (the experiment calls it once,
         before anything is built; the builder given is not changed). By default: an agent whose
         config has a schedule that decays over the run (a ``*_schedule`` field other than

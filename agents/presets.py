@@ -20,7 +20,8 @@ The family of a gymnasium id is read off its registered entry point:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from shoal.agents.registry import builder_class, builtin_agents
 

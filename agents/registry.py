@@ -86,7 +86,7 @@ def declared_config_class(builder_cls: Any, agent: str) -> type:
     return config_cls
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(name: str) -> tuple[type, type]:
     """``(builder class, config class)`` of agent ``name`` (a built-in, a plug-in, ``module:Class``)."""
     path = _AGENTS.get(name) or _plugins().get(name, name)

@@ -8,14 +8,12 @@ from __future__ import annotations
 from typing import Protocol
 
 from shoal.agents.builders import AgentBuilder, AgentConfig, ExtrasSpec, extras_of
-from shoal.replay.contract import ReplayClient
 from shoal.core.interfaces import Adder, Dataset
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Sample
+from shoal.replay import NStepTransitionAdder, make_transition_table, transition_batches, transition_signature
+from shoal.replay.contract import ReplayClient
 from shoal.replay.layouts import transition_example
-from shoal.replay import transition_batches
-from shoal.replay import make_transition_table, transition_signature
-from shoal.replay import NStepTransitionAdder
 
 TABLE = "transitions"
 

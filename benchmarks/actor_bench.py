@@ -11,11 +11,11 @@ import jax
 import numpy as np
 
 from shoal.actors import BatchedActor, VariableClient
-from shoal.envs import make_vector_env
 from shoal.actors.loops import EnvironmentLoop
 from shoal.agents import get_builder
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import make_environment_spec
+from shoal.envs import make_vector_env
 from shoal.replay import make_replay_server, make_transition_table, transition_signature
 
 SLEEP_ENV = "SleepyCartPole-v1"

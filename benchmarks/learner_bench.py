@@ -41,11 +41,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from shoal.envs import make_vector_env  # noqa: E402
 from shoal.agents import get_builder  # noqa: E402
 from shoal.core.interfaces import Dataset  # noqa: E402
 from shoal.core.specs import make_environment_spec  # noqa: E402
 from shoal.core.types import Sample  # noqa: E402
+from shoal.envs import make_vector_env  # noqa: E402
 
 # agent -> (env, num_envs, {config name: settings})
 CONFIGS = {
@@ -258,9 +258,10 @@ def replay_feed_ratio(name: str, seconds: float) -> dict:
     """Updates/s of ``name``'s learner fed from a filled table (Reverb, or native with
     ``SHOAL_BENCH_REPLAY=native``), against in memory: ``ROUNDS`` windows of each in turns,
     ``seconds`` of each in all."""
+    from actor_bench import replay_backend
+
     from shoal.actors import EnvironmentLoop
     from shoal.core.counting import Counter
-    from actor_bench import replay_backend
     from shoal.replay import make_replay_server
 
     setting = REPLAY_AGENTS[name]

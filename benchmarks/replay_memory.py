@@ -124,9 +124,9 @@ def _native(game: str, env_steps: int, frames: bool, queue) -> None:
     """(In a process of its own) the native store's bytes per transition, ``frames`` or not."""
     import numpy as np
 
-    from shoal.envs.environments import final_observations
     from shoal.core.specs import make_environment_spec
     from shoal.core.types import Step
+    from shoal.envs.environments import final_observations
     from shoal.launch.experiments.config import experiment_config
     from shoal.replay import without_insert_blocking
     from shoal.replay.native import columns

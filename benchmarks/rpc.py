@@ -39,9 +39,8 @@ class ParamsService:
 
 
 def serve(num_params: int, conn) -> None:
-    from shoal.launch.programs.rpc import RpcServer
-
     from shoal.core.shared_memory import SharedValuePublisher
+    from shoal.launch.programs.rpc import RpcServer
 
     service = ParamsService(num_params)
     publisher = SharedValuePublisher("bench", 2 * 4 * num_params + 65536)

@@ -138,7 +138,8 @@ def main() -> None:
              TARGETS.get(env))
     evaluated = {r["run_dir"]: r["agent"] for r in runs if not math.isnan(best_eval_return(r["run_dir"]))}
     if evaluated:  # (shoal compare: IQM and optimality gap with bootstrap intervals, mean curves per agent)
-        from shoal.launch.experiments.cli.compare import compare, markdown_table as compare_table
+        from shoal.launch.experiments.cli.compare import compare
+        from shoal.launch.experiments.cli.compare import markdown_table as compare_table
 
         table += "\n" + compare_table(compare(list(evaluated), out=os.path.join(args.out, "compare"), labels=evaluated))
         # (compare/table.md holds this second table; table.md the first)

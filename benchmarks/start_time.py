@@ -28,8 +28,9 @@ import sys
 import tempfile
 import time
 
-from shoal.core.files import json_text
 from stop_time import node_pids  # (benchmarks/, the script's directory)
+
+from shoal.core.files import json_text
 
 NODES = ("replay", "counter", "learner", "actor_0", "actor_1", "evaluator")
 

@@ -88,7 +88,7 @@ def one_stop(hogs: int, at: str = "serving", sig: int = signal.SIGINT) -> dict:
            "--num-envs", "8", "--max-env-steps", str(10**9), "--target-return", "1e9", "--quiet",
            "--launcher", "processes", "--num-actors", "2", "--run-dir", run_dir]
     # (SIGINT as a terminal gives it, even where this script runs in the background with it ignored)
-    log = open(os.path.join(os.path.dirname(run_dir), "stderr.log"), "w")
+    log = open(os.path.join(os.path.dirname(run_dir), "stderr.log"), "w")  # noqa: SIM115 -- the child's stderr while it runs
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     moments = {"start": lambda: handles_sigterm(proc.pid),

@@ -110,6 +110,7 @@ def _gather(queue, procs, timeout_s: float, what: str) -> dict[int, object]:
 
 def actor_scaling(phase_s: float, scaling: tuple[int, ...]) -> dict:
     from actor_bench import scaling_table
+
     from shoal.replay import ReverbServer
 
     server = ReverbServer([scaling_table()])

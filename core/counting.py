@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import numbers
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -26,9 +27,7 @@ def _count(name: str, value: Any) -> int:
     if isinstance(value, np.generic):
         value = value.item()
     number = None
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        number = int(value)
-    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) or isinstance(value, float) and math.isfinite(value) and value.is_integer():
         number = int(value)
     if number is None or not 0 <= number < LIMIT:
         raise ValueError(f"counter values must be non-negative integers below 2**53; got {name}={value!r:.60}")

@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)

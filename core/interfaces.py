@@ -7,7 +7,8 @@ Shoal package, and adders, datasets, runners and launchers import the contract f
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterator, Mapping, Protocol, runtime_checkable
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -126,10 +127,10 @@ class Adder(abc.ABC):
     def add(self, step: Step) -> None:
         """Adds one vector step (every field has a leading ``[num_envs]`` dimension)."""
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # noqa: B027 -- an optional hook: nothing by default
         """Blocks until everything written so far reached the replay service."""
 
-    def send_pending(self) -> None:
+    def send_pending(self) -> None:  # noqa: B027 -- an optional hook: nothing by default
         """Sends, without waiting, what the adder holds back for a later call (a native writer
         gathers items behind the call in flight until the next step): an actor that stops
         stepping for a while (paced, or at its step budget) calls it, so that a learner waiting
@@ -159,7 +160,7 @@ class Actor(abc.ABC):
     def update(self, wait: bool = False) -> None:
         """Lets the actor refresh its parameters (``wait``: block for the newest ones)."""
 
-    def end_episodes(self, ended: np.ndarray) -> None:
+    def end_episodes(self, ended: np.ndarray) -> None:  # noqa: B027 -- an optional hook: nothing by default
         """Tells the actor which envs' episodes ended (``[num_envs]`` bool; their next
         observation starts a new one): a recurrent actor resets their state. ``observe`` calls
         it for a training actor; an evaluation loop calls it itself. Feed-forward: nothing."""

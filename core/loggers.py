@@ -16,7 +16,8 @@ import numbers
 import os
 import sys
 import time
-from typing import Any, Mapping, Sequence, TextIO
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
 
 from shoal.core.files import open_append, write_atomic
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Iterator, TextIO
+from collections.abc import Iterator
+from typing import TextIO
 
 COMPILE_HINT = (
     "; an agent's first run compiles its update (minutes for a convolutional network on a CPU), "

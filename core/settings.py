@@ -16,7 +16,8 @@ import dataclasses
 import math
 import numbers
 import typing
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)

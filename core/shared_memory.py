@@ -60,7 +60,8 @@ import stat
 import subprocess
 import time
 import warnings
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -192,7 +193,7 @@ class SharedValuePublisher:
         self._map.close()
 
 
-def _keep(path: str) -> "subprocess.Popen | None":
+def _keep(path: str) -> subprocess.Popen | None:
     """The keeper of the segment at ``path`` (see the module): removes it once this process
     is gone, or ``close`` closed its pipe. ``None`` where none can be started (then only the
     sweeps remove a segment its publisher could not)."""
@@ -225,7 +226,7 @@ class SharedValueReader:
         self._header = _header(self._map)
 
     @classmethod
-    def attach(cls, location: dict[str, str] | None) -> "SharedValueReader | None":
+    def attach(cls, location: dict[str, str] | None) -> SharedValueReader | None:
         """A reader of the segment at ``location``, or ``None`` if it is on another host or gone."""
         if not location or location.get("host") != host_id():
             return None

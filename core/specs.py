@@ -22,7 +22,8 @@ gives an entry not in use a fixed N(0, 1), which no parameter shapes, and acts 0
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, TypeVar, Union
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -49,7 +50,7 @@ class ArraySpec:
 T = TypeVar("T")
 
 # One array, or a flat mapping key -> array (a Dict observation space).
-ObservationSpec = Union[ArraySpec, Mapping[str, ArraySpec]]
+ObservationSpec = ArraySpec | Mapping[str, ArraySpec]
 
 
 def map_observation(fn: Callable[[ArraySpec], T], observation_spec: ObservationSpec) -> T | dict[str, T]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from typing import Mapping
+from collections.abc import Mapping
 
 _IMPORTED = time.monotonic()
 
@@ -53,7 +53,7 @@ class Stopwatch:
         self._since = 0.0
         self._timings: dict[str, _Timing] = {}
 
-    def time(self, component: str) -> "_Timing":
+    def time(self, component: str) -> _Timing:
         """A context manager timing ``component`` (the same small object each time: cheap)."""
         timing = self._timings.get(component)
         if timing is None:

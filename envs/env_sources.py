@@ -24,7 +24,8 @@ import functools
 import inspect
 import math
 import sys
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import gymnasium as gym
 
@@ -70,7 +71,7 @@ def check_env_callable(target: Any, name: str, what: str, classes: tuple[type, .
     if isinstance(target, functools.partial):  # (what it calls is its function: checked as named)
         check_env_callable(target.func, name, what, classes)
         return
-    call = getattr(type(target), "__call__", None)
+    call = getattr(type(target), "__call__", None)  # noqa: B004 -- the function itself, not whether it is callable
     if not inspect.isclass(target) and not inspect.isroutine(target) and inspect.isfunction(call):
         check_env_callable(call, name, what)  # (an instance of a class of Python code: its __call__ is called)
         return

@@ -14,21 +14,22 @@ from __future__ import annotations
 import difflib
 import functools
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.importing import import_module_for
+from shoal.core.specs import EnvironmentSpec, make_environment_spec
 from shoal.envs import memory_tasks
 from shoal.envs.env_sources import EnvFactory, check_env_module, make_single_env
 from shoal.envs.envpool_env import EnvPoolVectorEnv, is_envpool
 from shoal.envs.envpool_env import is_atari_task as envpool_is_atari
 from shoal.envs.envpool_env import task_id as envpool_task
-from shoal.envs.observations import adapt_env
 from shoal.envs.multiagent import AgentRows, agent_rows, env_maker, is_pettingzoo
+from shoal.envs.observations import adapt_env
 from shoal.envs.selfplay import SelfPlayRows
-from shoal.core.importing import import_module_for
-from shoal.core.specs import EnvironmentSpec, make_environment_spec
 
 
 def resolve_env_id(env_id: str) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import difflib
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

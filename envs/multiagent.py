@@ -44,14 +44,15 @@ policy must have the same spaces (``policy_groups``: a policy per group, ``shoal
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from shoal.core.specs import ACTION_MASK
 from shoal.envs.observations import allowed_actions
 from shoal.envs.pettingzoo_sources import PREFIX, env_maker, is_pettingzoo  # noqa: F401 -- (PREFIX: importable here as before)
-from shoal.core.specs import ACTION_MASK
 
 AGENT_ID = "agent_id"
 GLOBAL_STATE = "global_state"

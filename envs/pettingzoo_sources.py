@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from shoal.envs.env_sources import check_env_callable, check_env_module
 

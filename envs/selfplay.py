@@ -33,16 +33,17 @@ distributed run the learner node serves it and each actor and the evaluator play
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import gymnasium as gym
 import jax
 import numpy as np
 
-from shoal.envs.observations import allowed_actions
-from shoal.envs.snapshot_pool import PoolMirror, SnapshotPool
 from shoal.core.specs import ACTION_MASK
 from shoal.core.types import ActorInfo
+from shoal.envs.observations import allowed_actions
+from shoal.envs.snapshot_pool import PoolMirror, SnapshotPool
 
 OPPONENTS = ("random", "lookahead", "pool")
 SCHEDULES_DONE = 2**30  # (the env steps a snapshot acts at: its exploration schedule at its end, e.g. DQN's epsilon)

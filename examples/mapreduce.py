@@ -21,8 +21,7 @@ import numpy as np
 
 from shoal.launch import FunctionNode, Program, ServiceNode, launch
 
-VOCABULARY = ("actor learner replay shard device gradient reward policy value batch "
-              "trajectory episode environment step update parameter server worker").split()
+VOCABULARY = ["actor", "learner", "replay", "shard", "device", "gradient", "reward", "policy", "value", "batch", "trajectory", "episode", "environment", "step", "update", "parameter", "server", "worker"]
 
 
 def make_text(lines: int, seed: int = 0) -> list[str]:

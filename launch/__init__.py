@@ -12,8 +12,18 @@ The experiment names load on first use (they import JAX, gymnasium and Reverb), 
 process which needs none of them (or must set XLA flags first) starts fast.
 """
 
-from shoal.launch.programs import (FunctionNode, Handle, Program, ProgramFailed, ProgramRun,
-                                   Resources, ServiceNode, current_context, launch, should_stop)
+from shoal.launch.programs import (
+    FunctionNode,
+    Handle,
+    Program,
+    ProgramFailed,
+    ProgramRun,
+    Resources,
+    ServiceNode,
+    current_context,
+    launch,
+    should_stop,
+)
 
 _LAZY = {"ExperimentConfig": "shoal.launch.experiments.config",
          **{group: "shoal.launch.experiments.config_groups" for group in (

@@ -6,8 +6,8 @@ from shoal.learners.updates import (
     UpdateFn,
     UpdateOutput,
     minibatch_epochs,
-    sequence_minibatch_epochs,
     scan_sgd_steps,
+    sequence_minibatch_epochs,
 )
 
 __all__ = [

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from shoal.core.interfaces import Dataset, as_dataset
 
@@ -63,7 +64,7 @@ class DevicePrefetcher:
         self._ensure_started()
         return self._delivering or not self._queue.empty()
 
-    def __iter__(self) -> "DevicePrefetcher":
+    def __iter__(self) -> DevicePrefetcher:
         return self
 
     def __next__(self) -> tuple[Any, Any]:

@@ -9,7 +9,8 @@ batches split along their leading axis (``P(AXIS_NAME)``: device ``d`` gets rows
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -12,7 +12,8 @@ is a ``FloatingPointError`` naming the update and the statistics of its batch
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import numpy as np

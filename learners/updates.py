@@ -18,7 +18,8 @@ Nothing here is specific to how the function is replicated (``shard_map`` in
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -60,7 +61,7 @@ def _loop(
         return jax.lax.scan(body, carry, xs, length=length)
     outputs = []
     for i in range(length):
-        carry, out = body(carry, jax.tree_util.tree_map(lambda x: x[i], xs))
+        carry, out = body(carry, jax.tree_util.tree_map(lambda x, i=i: x[i], xs))
         outputs.append(out)
     return carry, jax.tree_util.tree_map(lambda *o: jnp.stack(o), *outputs)
 

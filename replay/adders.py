@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import tree
@@ -320,7 +320,7 @@ class EnvSequenceAdder(_WriterAdder):
         # [length, num_envs, ...] -> one [length, ...] item per env
         window = tree.map_structure(lambda *xs: np.stack(xs), *self._steps)
         for env in range(self._spec.num_envs):
-            self._append(tree.map_structure(lambda x: x[:, env], window))
+            self._append(tree.map_structure(lambda x, env=env: x[:, env], window))
             self._create_item(1)
             self._items += 1
             if self._items % self._max_in_flight == 0:

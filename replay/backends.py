@@ -20,13 +20,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from shoal.replay.contract import ReplayClient, ReplayServer
 from shoal.replay.native.checkpoint_files import FILES as NATIVE_CHECKPOINT_FILES
 from shoal.replay.native.checkpoint_files import check_checkpoint as check_native_checkpoint
 from shoal.replay.native.client import SCHEME, NativeReplayClient, client_for
-from shoal.replay.native.server import SERVICE_METHODS as NATIVE_SERVICE_METHODS, NativeReplayServer
+from shoal.replay.native.server import SERVICE_METHODS as NATIVE_SERVICE_METHODS
+from shoal.replay.native.server import NativeReplayServer
 from shoal.replay.reverb.client import ReverbClient
 from shoal.replay.reverb.server import ReverbServer
 

@@ -24,7 +24,8 @@ Every member here is implemented by both backends: callers never ask an object w
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 

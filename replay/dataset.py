@@ -35,7 +35,8 @@ a time on one worker, and nothing is fetched ahead to drop (0 of 3,000 lost in t
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tree

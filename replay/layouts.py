@@ -13,7 +13,7 @@ random numbers to feed a learner where no replay server runs (a GPU machine with
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

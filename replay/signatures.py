@@ -19,7 +19,7 @@ bytes). Reverb serves them back as ``tf.TensorSpec``s (``server_info``).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 SELECTORS = ("uniform", "prioritized", "fifo", "lifo")
 

@@ -38,11 +38,11 @@ class PickDifferent(ParallelEnv):
         self.vanish = vanish
         self.agents: list[str] = []
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache  # noqa: B019 -- PettingZoo asks for one space object per agent; test envs are few
     def observation_space(self, agent):
         return spaces.Box(0.0, 1.0, (2 if self.mixed and agent == "b" else 1,), np.float32)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache  # noqa: B019 -- PettingZoo asks for one space object per agent; test envs are few
     def action_space(self, agent):
         return spaces.Discrete(3 if self.wide_b and agent == "b" else 2)
 
@@ -136,11 +136,11 @@ class ReachTargets(ParallelEnv):
         self.bounds = {"a": a_bound, "b": 3.0}
         self.targets = {"a": self.TARGETS["a"], "b": self.TARGETS["b"][:b_size]}
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache  # noqa: B019 -- PettingZoo asks for one space object per agent; test envs are few
     def observation_space(self, agent):
         return spaces.Box(0.0, 1.0, (1,), np.float32)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache  # noqa: B019 -- PettingZoo asks for one space object per agent; test envs are few
     def action_space(self, agent):
         return spaces.Box(-self.bounds[agent], self.bounds[agent], self.targets[agent].shape, np.float32)
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from shoal.agents.dqn import DQNConfig, QNetwork
 from shoal.agents.dqn import learning as dqn
-from shoal.learners import Placement, ReplicatedLearner
 from shoal.core.types import Sample
+from shoal.learners import Placement, ReplicatedLearner
 
 STEPS, BATCH, OBS = 3, 8, 4
 
@@ -77,9 +77,9 @@ def ppo_case():
 def ppo_dict_masked_case():
     """PPO on Dict observations (a float vector, normalized, and an action mask) and batches whose
     masks hold the actions taken."""
+    from shoal.agents.components.networks import make_actor_critic_networks
     from shoal.agents.ppo import PPOConfig
     from shoal.agents.ppo import learning as ppo
-    from shoal.agents.components.networks import make_actor_critic_networks
     from shoal.core.specs import ArraySpec, EnvironmentSpec
 
     spec = EnvironmentSpec(None, None, {"x": ArraySpec((OBS,), np.float32), "action_mask": ArraySpec((ACTIONS,), np.int8)},
@@ -103,9 +103,9 @@ def ppo_dict_masked_case():
 def ppo_recurrent_case():
     """Recurrent PPO (an LSTM core; one minibatch of whole sequences per epoch, so the 2-device
     minibatch is the 1-device one: every row)."""
+    from shoal.agents.components.recurrent import RecurrentActorCritic
     from shoal.agents.ppo import PPOConfig, PPONetworks
     from shoal.agents.ppo import learning as ppo
-    from shoal.agents.components.recurrent import RecurrentActorCritic
 
     config = PPOConfig(num_epochs=2, num_minibatches=1, learning_rate=1e-2, lstm_size=4)
     networks = PPONetworks(RecurrentActorCritic((16,), 4, ACTIONS), (OBS,), ACTIONS)
@@ -117,9 +117,9 @@ def ppo_recurrent_case():
 
 
 def impala_case():
+    from shoal.agents.components.networks import ActorCritic
     from shoal.agents.impala import IMPALAConfig, IMPALANetworks
     from shoal.agents.impala import learning as impala
-    from shoal.agents.components.networks import ActorCritic
 
     config = IMPALAConfig(learning_rate=1e-2)
     networks = IMPALANetworks(ActorCritic((16,), ACTIONS), (OBS,), ACTIONS)

@@ -89,7 +89,7 @@ def _start_cluster(temp_dir: str) -> Cluster:
     # Ray 2.60's OpenTelemetry metrics thread segfaulted a pooled worker once in CI
     # (TemporalMetricStorage::buildMetrics) and that run's program never started; the tests
     # need no metrics.
-    os.environ["RAY_enable_metrics_collection"] = "0"
+    os.environ["RAY_enable_metrics_collection"] = "0"  # noqa: SIM112 -- Ray's own name
     try:
         for args in (["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=true",
                       f"--dashboard-port={dashboard_port}", '--resources={"learner_host": 1}'],

@@ -6,15 +6,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shoal.envs import make_vector_env
 from shoal.agents import get_builder
 from shoal.agents.components import distributions
-from shoal.agents.dqn.learning import double_q_bootstrap
 from shoal.agents.components.dict_observations import mask_logits
+from shoal.agents.dqn.learning import double_q_bootstrap
 from shoal.core.specs import ArraySpec, EnvironmentSpec, make_environment_spec
 from shoal.core.types import ActorInfo
+from shoal.envs import make_vector_env
 from shoal.launch import ExperimentConfig, run_experiment
 from shoal.launch.experiments.run_directory.config_record import flat_record
 

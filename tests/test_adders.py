@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import tree
 
-from shoal.envs.environments import final_observations
 from shoal.core.specs import make_environment_spec
 from shoal.core.types import Step
-from shoal.replay import NStepTransitionAdder, make_replay_server, make_queue_table, transition_signature
+from shoal.envs.environments import final_observations
+from shoal.replay import NStepTransitionAdder, make_queue_table, make_replay_server, transition_signature
 from tests.scripted_env import ScriptedEnv
 
 GAMMA = 0.5

@@ -56,7 +56,7 @@ def test_agent_runs_under_launcher(agent, launcher, tmp_path, request):
     # Where each node's time went: shares of its own wall time, the rest as "other".
     times = result["time_breakdown"]
     assert set(times) == {"learner", "evaluator", *(f"actor_{i}" for i in range(num_actors))}, times
-    for node, shares in times.items():
+    for _node, shares in times.items():
         assert all(0 <= share <= 1 for share in shares.values()) and abs(sum(shares.values()) - 1) < 0.02, times
     assert {"env_step", "policy", "replay_insert"} <= set(times["actor_0"]) and times["evaluator"]["evaluation"] > 0
     actor_log = (tmp_path / "run" / "logs" / "actor_0.log").read_text() if launcher == "processes" else ""

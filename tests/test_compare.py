@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from shoal.launch.experiments.cli import aggregates
-from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.cli.compare import compare, load_run
 from shoal.launch.experiments.cli.compare_plots import curve
+from shoal.launch.experiments.cli.main import main
 
 
 def test_the_interquartile_mean_cuts_a_quarter_from_each_end():

@@ -18,8 +18,16 @@ import shutil
 import pytest
 
 from shoal.agents import get_builder
-from shoal.launch import (EnvConfig, EvaluationConfig, ExperimentConfig, RunConfig, TrackingConfig, evaluate_run,
-                          export_policy, run_experiment)
+from shoal.launch import (
+    EnvConfig,
+    EvaluationConfig,
+    ExperimentConfig,
+    RunConfig,
+    TrackingConfig,
+    evaluate_run,
+    export_policy,
+    run_experiment,
+)
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import config_from_dict, experiment_config
 from shoal.launch.experiments.config_groups import FLAT_FIELDS, GROUPS

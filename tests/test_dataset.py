@@ -7,12 +7,21 @@ import numpy as np
 import pytest
 import tree
 
-from shoal.envs import make_vector_env
 from shoal.core.specs import make_environment_spec
 from shoal.core.types import Step
-from shoal.replay import (make_replay_server, SequenceAdder, item_priorities, make_queue_table,
-                          make_transition_table, sequence_batches, sequence_signature, transition_batches,
-                          transition_signature, update_item_priorities)
+from shoal.envs import make_vector_env
+from shoal.replay import (
+    SequenceAdder,
+    item_priorities,
+    make_queue_table,
+    make_replay_server,
+    make_transition_table,
+    sequence_batches,
+    sequence_signature,
+    transition_batches,
+    transition_signature,
+    update_item_priorities,
+)
 
 NUM_ENVS = 4
 
@@ -116,9 +125,9 @@ def scripted_step(t):
 def test_an_agents_example_batch_is_laid_out_as_its_dataset_yields(agent, env_id):
     # example_batch needs no replay server (what feeds a learner where Reverb is not installed);
     # it must match what the dataset of a real table yields, field by field.
-    from shoal.envs import make_vector_env
     from shoal.agents import get_builder
     from shoal.core.specs import make_environment_spec
+    from shoal.envs import make_vector_env
 
     builder = get_builder(agent)
     env = make_vector_env(env_id, 4, 0)

@@ -9,11 +9,11 @@ import pytest
 
 import tests.dict_env  # noqa: F401 -- registers DictCartPole-v0, DictPendulum-v0
 from shoal.actors import EnvironmentLoop
-from shoal.envs import make_vector_env
-from shoal.envs.environments import final_observations
 from shoal.agents import get_builder
 from shoal.agents.learner_memory import learner_bytes
 from shoal.core.specs import ArraySpec, make_environment_spec
+from shoal.envs import make_vector_env
+from shoal.envs.environments import final_observations
 from shoal.launch.experiments.run_directory.checkpoints import spec_record
 from shoal.replay import make_replay_server, without_insert_blocking
 

@@ -5,11 +5,12 @@ one line before anything starts."""
 from __future__ import annotations
 
 import json
+
 import pytest
 
+from shoal.agents import get_builder
 from shoal.envs.env_sources import load_env_factory, parse_env_value
 from shoal.envs.environments import environment_spec, make_vector_env
-from shoal.agents import get_builder
 from shoal.launch import ExperimentConfig, run_experiment
 from shoal.launch.experiments.run_directory.config_record import flat_record
 from tests.faults.harness import shoal_main

@@ -10,11 +10,11 @@ import pytest
 pytest.importorskip("envpool")
 
 from shoal.actors import BatchedActor, VariableClient  # noqa: E402
-from shoal.envs import make_vector_env  # noqa: E402
-from shoal.envs.environments import environment_spec, resolve_env_id  # noqa: E402
 from shoal.actors.loops import EnvironmentLoop  # noqa: E402
 from shoal.agents import get_builder  # noqa: E402
 from shoal.core.specs import make_environment_spec  # noqa: E402
+from shoal.envs import make_vector_env  # noqa: E402
+from shoal.envs.environments import environment_spec, resolve_env_id  # noqa: E402
 
 
 def _rollout(seed: int, steps: int):

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shoal.envs import environment_spec, make_vector_env
-from shoal.agents.presets import find_preset, task_family
 from shoal.agents.components.torsos import MinAtarCNN, NatureCNN, Torso, choose_torso
+from shoal.agents.presets import find_preset, task_family
+from shoal.envs import environment_spec, make_vector_env
 from shoal.launch import run_experiment
 from shoal.launch.experiments.config import experiment_config
 

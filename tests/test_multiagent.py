@@ -30,7 +30,7 @@ def test_rows_are_copies_times_agents_with_each_agents_identity_and_same_step_au
     obs, _ = env.reset(seed=0)
     assert obs.shape == (6, 3)  # (the observation, then a one-hot of the agent: a, b)
     np.testing.assert_array_equal(obs[:, 1:], np.tile(np.eye(2, dtype=np.float32), (3, 1)))
-    for t in range(1, 5):
+    for _t in range(1, 5):
         obs, reward, terminated, truncated, info = env.step(np.array([0, 1, 0, 0, 1, 0]))
         np.testing.assert_array_equal(reward, [1, 1, 0, 0, 1, 1])  # (copy by copy: picks differ or not)
     assert terminated.all() and not truncated.any()
@@ -409,9 +409,9 @@ def test_a_centralised_critic_reads_the_global_state_and_the_policy_does_not():
     reads it, its policy head (what the actors act with) does not."""
     import jax
 
-    from shoal.envs.multiagent import GLOBAL_STATE
     from shoal.agents.components.dict_observations import observation_keys
     from shoal.agents.components.networks import DictActorCritic
+    from shoal.envs.multiagent import GLOBAL_STATE
 
     spec = environment_spec(f"{TOY}:state_env", 2, global_state=True)
     assert spec.observation[GLOBAL_STATE].shape == (2,)

@@ -220,10 +220,10 @@ def test_qrdqn_runs_as_a_program_of_processes(tmp_path):
 def test_a_plug_ins_learner_memory_is_estimated_from_its_init_state(qrdqn):
     """The memory check traces ``builder.init_state`` (built-ins and plug-ins alike); a builder
     without one is not estimated."""
-    from shoal.envs import make_vector_env
     from shoal.agents import get_builder
     from shoal.agents.learner_memory import learner_bytes
     from shoal.core.specs import make_environment_spec
+    from shoal.envs import make_vector_env
 
     spec = make_environment_spec(make_vector_env("CartPole-v1", 2, seed=0))
     builder = qrdqn.QRDQNBuilder(qrdqn.QRDQNConfig())
@@ -280,8 +280,8 @@ def test_a_plugin_named_by_its_file_trains_as_a_program_of_processes(tmp_path):
 
 def test_built_in_agents_load_as_plugins_do_with_their_presets_on_the_builder():
     from shoal.agents import config_class, registered_agents
-    from shoal.agents.registry import builder_class
     from shoal.agents.presets import presets
+    from shoal.agents.registry import builder_class
 
     for name in ("dqn", "ppo", "impala", "sac", "r2d2"):
         assert name in registered_agents()
@@ -305,8 +305,8 @@ def ppo_kl(monkeypatch):
 def kl_minibatch(ppo_kl, builder, shift):
     """Networks, params and a minibatch of CartPole rows whose behaviour log-probabilities are the
     policy's own plus ``shift``."""
-    from shoal.envs import environment_spec
     from shoal.agents.ppo import learning
+    from shoal.envs import environment_spec
 
     networks = builder.make_networks(environment_spec("CartPole-v1", 2))
     params = networks.network.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
@@ -407,8 +407,8 @@ SEAM_CASES = {  # (small: each compiles one update)
 def test_every_agents_update_trains_on_the_loss_its_builder_names(agent):
     # A variant whose loss is the agent's own times 0: its learner takes a step, and every
     # parameter stays as initialized (zero gradients: Adam moves nothing).
-    from shoal.envs import environment_spec
     from shoal.agents.registry import builder_class, config_class
+    from shoal.envs import environment_spec
 
     base, (env_id, settings) = builder_class(agent), SEAM_CASES[agent]
     own_loss = base.loss

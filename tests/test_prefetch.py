@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from shoal.actors import BatchedActor, EnvironmentLoop, VariableClient
-from shoal.envs import make_vector_env
 from shoal.core.interfaces import Adder, VariableSource
 from shoal.core.types import Policy
+from shoal.envs import make_vector_env
 
 NUM_ENVS = 4
 

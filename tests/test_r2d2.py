@@ -12,13 +12,13 @@ import pytest
 import tree
 
 from shoal.actors import BatchedActor, VariableClient
-from shoal.envs import make_vector_env
-from shoal.envs.environments import final_observations
-from shoal.agents.r2d2 import R2D2Builder, R2D2Config, learning
 from shoal.agents.components.recurrent import STATE_KEY
+from shoal.agents.r2d2 import R2D2Builder, R2D2Config, learning
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import make_environment_spec
 from shoal.core.types import Step
+from shoal.envs import make_vector_env
+from shoal.envs.environments import final_observations
 
 ENV = "shoal/CartPoleNoVelocity-v1"
 

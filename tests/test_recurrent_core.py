@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.actors import BatchedActor, VariableClient
-from shoal.envs import make_vector_env
 from shoal.actors.loops import evaluate
 from shoal.core.interfaces import VariableSource
 from shoal.core.types import Policy, Step
+from shoal.envs import make_vector_env
 
 NUM_ENVS = 3
 

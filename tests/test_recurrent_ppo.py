@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from shoal.actors import BatchedActor, VariableClient
-from shoal.envs import make_vector_env
 from shoal.agents.components import recurrent as core
 from shoal.agents.ppo import PPOBuilder, PPOConfig, learning, recurrent
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import make_environment_spec
 from shoal.core.types import Step
+from shoal.envs import make_vector_env
 from shoal.learners.updates import sequence_minibatch_epochs
 
 NUM_ENVS = 3

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
 import numpy as np
 import pytest
@@ -327,9 +328,9 @@ def _atari_transitions(env_id: str, n_step: int, steps: int, num_envs: int = 4):
     """A real DQN Atari table's inserts: ale-py's frame-stacked env (episodes cut at 100 steps,
     so that several end and reset inside ``steps``), random actions, DQN's own n-step adder into
     a native server; ``(server, spec)``, every step inserted and flushed."""
-    from shoal.envs.environments import final_observations
     from shoal.core.specs import make_environment_spec
     from shoal.core.types import Step
+    from shoal.envs.environments import final_observations
     from shoal.launch.experiments.config import experiment_config
 
     config = experiment_config("dqn", env_id, num_envs=num_envs, env_args={"max_num_frames_per_episode": 400},
@@ -510,17 +511,16 @@ def test_a_checkpoint_whose_keys_name_no_slot_here_restores_item_for_item(tmp_pa
     """Keys of another numbering (an older server's counter: 1, 2, 3, ...) go back as they were,
     found through a dict: sampled with their values, updated and deleted by them."""
     import json
-    import os
 
     server = _small_server(8, sampler="prioritized", checkpoint_dir=str(tmp_path))
     _insert(server, [10.0, 11.0, 12.0, 13.0])
     path = server.checkpoint()
     server.stop()
-    record = json.loads(open(os.path.join(path, "tables.json")).read())
+    record = json.loads(pathlib.Path(path, "tables.json").read_text())
     items = record["tables"]["t"]["items"]
     for item, key in zip(items, [1, 9, 17, 28]):  # (an 8-slot table reads slot key & 7: 1, 1, 1, 4)
         item[0] = key  # (9 and 17 name slot 1, which key 1 takes: they go elsewhere)
-    open(os.path.join(path, "tables.json"), "w").write(json.dumps(record))
+    pathlib.Path(path, "tables.json").write_text(json.dumps(record))
     restored = _small_server(8, sampler="prioritized", checkpoint_dir=str(tmp_path))
     served = restored.sample("t", 200, 5.0)
     by_key = dict(zip(served["key"].tolist(), served["columns"][0].tolist()))

@@ -10,9 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shoal.agents.components import distributions
-
-from shoal.agents.components import normalization
+from shoal.agents.components import distributions, normalization
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.learning import vtrace_targets
 from shoal.agents.ppo.learning import gae

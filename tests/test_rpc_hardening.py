@@ -108,7 +108,7 @@ def test_depth_bomb_and_fuzz_frames_get_invalid_argument_and_the_server_serves_o
         assert call(server.address, bomb) == grpc.StatusCode.INVALID_ARGUMENT
         rng = np.random.default_rng(0)
         good = encode({"method": "increment", "args": [1], "kwargs": {}})
-        for i in range(200):  # mutated calls: rejected or served, never a crash
+        for _i in range(200):  # mutated calls: rejected or served, never a crash
             frame = bytearray(good)
             frame[rng.integers(len(frame))] = rng.integers(256)
             assert call(server.address, bytes(frame)) in (

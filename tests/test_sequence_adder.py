@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import tree
 
-from shoal.envs.environments import final_observations
 from shoal.core.specs import ArraySpec, make_environment_spec
 from shoal.core.types import Step
-from shoal.replay import make_replay_server, SequenceAdder, make_queue_table, sequence_batches, sequence_signature
+from shoal.envs.environments import final_observations
+from shoal.replay import SequenceAdder, make_queue_table, make_replay_server, sequence_batches, sequence_signature
 from tests.scripted_env import ScriptedEnv
 
 LENGTH = 3

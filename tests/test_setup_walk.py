@@ -81,8 +81,8 @@ class Calls:
 
 def _count_everything(monkeypatch) -> Calls:
     from shoal.agents.ppo.builder import PPOBuilder
-    from shoal.launch.experiments.distributed import preflight
     from shoal.launch.experiments.config import ExperimentConfig
+    from shoal.launch.experiments.distributed import preflight
     from shoal.launch.experiments.distributed.settings import LaunchSettings
 
     calls = Calls(monkeypatch)

@@ -9,8 +9,8 @@ import portpicker
 import pytest
 
 reverb = pytest.importorskip("reverb")  # (Reverb's own client and protos: Python 3.11)
-import tree
 import tensorflow as tf
+import tree
 from tensorflow.core.protobuf import struct_pb2
 from tensorflow.python.saved_model import nested_structure_coder
 

@@ -33,7 +33,7 @@ def wandb_records(run_dir) -> list[tuple[str, str, dict]]:
     (``run.finish()`` may return while W&B's service still holds the file's last blocks, and a
     read may meet a record cut short: both are read again)."""
     return [record for path in sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb")))
-            for record in wait_for(lambda: _finished_run_records(path), 60, f"W&B's exit record in {path}")]
+            for record in wait_for(lambda path=path: _finished_run_records(path), 60, f"W&B's exit record in {path}")]
 
 
 def _finished_run_records(path) -> list[tuple[str, str, dict]] | None:
@@ -189,7 +189,8 @@ def tensorboard_images(directory) -> list[tuple[int, str, bytes]]:
 
     images = []
     for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
-        data = open(path, "rb").read()
+        with open(path, "rb") as f:
+            data = f.read()
         while data:
             (length,) = struct.unpack("<Q", data[:8])
             event = Event.FromString(data[12:12 + length])

@@ -34,7 +34,7 @@ def env_for(agent, family):
     return ENVS.get((family, ACTIONS[agent])) or ENVS[next(key for key in ENVS if key[0] == family)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spec_of(env_id, num_envs):
     """The spec of ``env_id`` (built once per id and size in this module)."""
     return ExperimentConfig.from_flat(builder=get_builder("ppo"), env_id=env_id, num_envs=num_envs).environment_spec()

@@ -10,13 +10,19 @@ import json
 import pytest
 
 from shoal.agents import get_builder
-from shoal.launch import (ExperimentConfig, Program, launch, resume_experiment, run_distributed_experiment,
-                          run_experiment)
+from shoal.core import environment_variables as variables
+from shoal.launch import (
+    ExperimentConfig,
+    Program,
+    launch,
+    resume_experiment,
+    run_distributed_experiment,
+    run_experiment,
+)
 from shoal.launch.experiments.cli.main import main
 from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.run_directory.config_record import flat_record
 from shoal.launch.experiments.run_directory.schemas import check_config, check_run
-from shoal.core import environment_variables as variables
 
 # --- the SHOAL_* variables: (name, a good text, what it parses to, a bad text)
 VARIABLES = [

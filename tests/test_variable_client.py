@@ -7,11 +7,11 @@ import jax
 import numpy as np
 
 from shoal.actors import BatchedActor, VariableClient
-from shoal.envs import make_vector_env
 from shoal.agents.dqn import DQNConfig, make_networks
 from shoal.agents.dqn.learning import init_state, make_policy
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import make_environment_spec
+from shoal.envs import make_vector_env
 
 
 class CountingSource(VariableSource):

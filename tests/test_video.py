@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from shoal.actors import BatchedActor, VariableClient
-from shoal.envs.video import RenderedAtari, check_video_extra, encode_mp4, record_episode, video_env
 from shoal.agents.ppo import PPOBuilder, PPOConfig
 from shoal.core.interfaces import VariableSource
 from shoal.core.types import Policy
+from shoal.envs.video import RenderedAtari, check_video_extra, encode_mp4, record_episode, video_env
 from shoal.launch import ExperimentConfig, run_experiment
 
 

@@ -17,14 +17,14 @@ network's greedy action and its targets' max are taken over the allowed actions 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import flax.linen as nn
+import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-import gymnasium as gym
 
 from shoal.agents.components.torsos import Torso, choose_torso, is_image_array, make_torso
 from shoal.core.specs import ACTION_MASK, ArraySpec

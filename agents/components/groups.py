@@ -23,7 +23,8 @@ groups of small networks. Recurrent networks (an LSTM core and its state) are re
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.envs.multiagent import GLOBAL_STATE
 from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, observation_keys
 from shoal.agents.components.torsos import Torso, choose_torso, frame_scale, image_spec, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
-
+from shoal.envs.multiagent import GLOBAL_STATE
 
 CRITIC_ONLY = (GLOBAL_STATE,)  # (observation keys only a value function reads)
 

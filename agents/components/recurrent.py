@@ -21,7 +21,8 @@ actor already reset the state it recorded there (``shoal.actors.BatchedActor``).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax

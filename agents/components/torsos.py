@@ -20,11 +20,12 @@ uint8 observations get one of these, flat ones an MLP.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
-import jax
 import gymnasium as gym
+import jax
 import jax.numpy as jnp
 import numpy as np
 

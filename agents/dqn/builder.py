@@ -8,21 +8,21 @@ import jax
 import numpy as np
 import optax
 
+from shoal.agents.components.torsos import check_torso
 from shoal.agents.dqn import learning
 from shoal.agents.dqn.config import DQNConfig
-from shoal.agents.dqn.presets import PRESETS
 from shoal.agents.dqn.networks import DQNNetworks, make_networks
-from shoal.agents.components.torsos import check_torso
+from shoal.agents.dqn.presets import PRESETS
 from shoal.agents.transition_replay import TABLE, TransitionReplayBuilder
-from shoal.core.specs import EnvironmentSpec
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Dataset
 from shoal.core.loggers import Logger
+from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.core.types import Batch, Policy, Sample
-from shoal.replay.contract import ReplayClient
 from shoal.learners import ReplicatedLearner
 from shoal.replay import item_priorities, transition_items_per_batch, update_item_priorities
+from shoal.replay.contract import ReplayClient
 
 
 class DQNBuilder(TransitionReplayBuilder):

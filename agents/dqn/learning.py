@@ -25,16 +25,17 @@ allowed ones too (a random action is uniform over the allowed set).
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from shoal.agents.components.dict_observations import MASKED_LOGIT, action_mask, example_observation, mask_logits
+from shoal.agents.components.flax_apply import apply_network
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.networks import QNetwork
-from shoal.agents.components.flax_apply import apply_network
-from shoal.agents.components.dict_observations import MASKED_LOGIT, action_mask, example_observation, mask_logits
 from shoal.core.types import ActorInfo, Batch, Policy, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, scan_sgd_steps
 

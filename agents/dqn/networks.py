@@ -4,7 +4,8 @@ per key (Dict observations, ``shoal.agents.components.dict_observations``)."""
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax.numpy as jnp

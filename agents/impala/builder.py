@@ -5,24 +5,22 @@ from __future__ import annotations
 import jax
 
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
+from shoal.agents.components.policy_lag import PolicyLag
 from shoal.agents.components.torsos import check_torso
 from shoal.agents.impala import learning
 from shoal.agents.impala.config import IMPALAConfig
-from shoal.agents.impala.presets import PRESETS
 from shoal.agents.impala.networks import IMPALANetworks, make_networks
-from shoal.agents.components.policy_lag import PolicyLag
-from shoal.replay.contract import ReplayClient
-from shoal.core.specs import EnvironmentSpec
+from shoal.agents.impala.presets import PRESETS
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Adder, Dataset
 from shoal.core.loggers import Logger
+from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy, Sample
 from shoal.learners import ReplicatedLearner
+from shoal.replay import SequenceAdder, make_dropping_fifo_table, sequence_batches, sequence_signature
+from shoal.replay.contract import ReplayClient
 from shoal.replay.layouts import sequence_example
-from shoal.replay import sequence_batches
-from shoal.replay import make_dropping_fifo_table, sequence_signature
-from shoal.replay import SequenceAdder
 
 TABLE = "sequences"
 

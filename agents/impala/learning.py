@@ -32,7 +32,8 @@ and a builder whose ``loss`` is another one.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -41,11 +42,11 @@ import numpy as np
 import optax
 
 from shoal.agents.components import distributions
+from shoal.agents.components.dict_observations import action_mask, example_observation, mask_logits
+from shoal.agents.components.flax_apply import apply_network
 from shoal.agents.impala.config import IMPALAConfig
 from shoal.agents.impala.networks import IMPALANetworks
 from shoal.agents.impala.vtrace import vtrace
-from shoal.agents.components.dict_observations import action_mask, example_observation, mask_logits
-from shoal.agents.components.flax_apply import apply_network
 from shoal.core.specs import ArraySpec
 from shoal.core.types import ActorInfo, Batch, Policy, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput

@@ -23,7 +23,7 @@ With ``stop_target_gradients`` the targets vs are constants, so ``errors = vs - 
 carries gradient through ``-V(x_t)``. The advantages are not stopped: callers stop them.
 """
 
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +43,7 @@ def vtrace(
     r_t: Array,
     discount_t: Array,
     rho_tm1: Array,
-    lambda_: Union[float, Array] = 1.0,
+    lambda_: float | Array = 1.0,
     clip_rho_threshold: float = 1.0,
     clip_pg_rho_threshold: float = 1.0,
     stop_target_gradients: bool = True,

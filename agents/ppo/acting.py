@@ -7,14 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.agents.components.networks import ActorCriticNetworks
 from shoal.agents.components.dict_observations import action_mask
+from shoal.agents.components.flax_apply import apply_network
+from shoal.agents.components.networks import ActorCriticNetworks
+from shoal.agents.components.recurrent import STATE_KEY, initial_state, state_spec
 from shoal.agents.ppo import recurrent
 from shoal.agents.ppo.config import PPOConfig
 from shoal.agents.ppo.learning import PolicyOutput, head, masked, observe
-from shoal.agents.components.recurrent import STATE_KEY, initial_state, state_spec
 from shoal.core.specs import ArraySpec
-from shoal.agents.components.flax_apply import apply_network
 from shoal.core.types import ActorInfo, Policy, Pytree
 
 

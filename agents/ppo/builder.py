@@ -7,25 +7,23 @@ import jax
 
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
 from shoal.agents.components.networks import check_activation, check_actor_critic_actions
-from shoal.agents.components.torsos import check_torso, is_image
 from shoal.agents.components.normalization import DiscountedReturns
 from shoal.agents.components.policy_lag import PolicyLag
+from shoal.agents.components.torsos import check_torso, is_image
 from shoal.agents.ppo import acting, learning
 from shoal.agents.ppo.config import PPOConfig, check_schedules
-from shoal.agents.ppo.presets import PRESETS
 from shoal.agents.ppo.networks import PPONetworks, make_networks
-from shoal.replay.contract import ReplayClient
-from shoal.core.specs import EnvironmentSpec
+from shoal.agents.ppo.presets import PRESETS
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Adder, Dataset
 from shoal.core.loggers import Logger
+from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy, Sample
 from shoal.learners import ReplicatedLearner
+from shoal.replay import SequenceAdder, make_queue_table, sequence_batches, sequence_signature
+from shoal.replay.contract import ReplayClient
 from shoal.replay.layouts import sequence_example
-from shoal.replay import sequence_batches
-from shoal.replay import make_queue_table, sequence_signature
-from shoal.replay import SequenceAdder
 
 TABLE = "rollouts"
 

@@ -67,23 +67,22 @@ optimizer, the minibatch epochs over devices). A PPO variant (PPO with an adapti
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
-from shoal.agents.components import distributions
-
-from shoal.agents.components import normalization
-from shoal.agents.components.networks import ActorCriticNetworks, has_convolutions
-from shoal.agents.components.normalization import RunningStats
+from shoal.agents.components import distributions, normalization
 from shoal.agents.components.dict_observations import action_mask, example_observation, mask_logits, normalized_keys
 from shoal.agents.components.flax_apply import apply_network
+from shoal.agents.components.networks import ActorCriticNetworks, has_convolutions
+from shoal.agents.components.normalization import RunningStats
+from shoal.agents.components.recurrent import init_params
 from shoal.agents.ppo import recurrent
 from shoal.agents.ppo.config import PPOConfig
-from shoal.agents.components.recurrent import init_params
 from shoal.core.types import Batch, Params, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput, minibatch_epochs, sequence_minibatch_epochs
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from shoal.agents.components.networks import ActorCriticNetworks, make_actor_critic_networks
 from shoal.core.specs import EnvironmentSpec

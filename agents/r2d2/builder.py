@@ -7,24 +7,27 @@ import jax
 import numpy as np
 
 from shoal.agents.builders import AgentBuilder, ExtrasSpec, extras_of
+from shoal.agents.components.torsos import check_torso
 from shoal.agents.r2d2 import learning
 from shoal.agents.r2d2.config import R2D2Config
-from shoal.agents.r2d2.presets import PRESETS
 from shoal.agents.r2d2.networks import R2D2Networks, make_networks
-from shoal.agents.components.torsos import check_torso
-from shoal.replay.contract import ReplayClient
-from shoal.core.specs import EnvironmentSpec
+from shoal.agents.r2d2.presets import PRESETS
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Adder, Dataset
 from shoal.core.loggers import Logger
+from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy, Sample
 from shoal.learners import ReplicatedLearner
+from shoal.replay import (
+    EnvSequenceAdder,
+    env_sequence_batches,
+    env_sequence_signature,
+    make_sequence_table,
+    update_item_priorities,
+)
+from shoal.replay.contract import ReplayClient
 from shoal.replay.layouts import env_sequence_example
-from shoal.replay import update_item_priorities
-from shoal.replay import env_sequence_signature, make_sequence_table
-from shoal.replay import env_sequence_batches
-from shoal.replay import EnvSequenceAdder
 
 TABLE = "sequences"
 

@@ -45,7 +45,8 @@ builder whose ``loss`` is another one.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,10 +56,10 @@ import optax
 from shoal.agents.components import recurrent
 from shoal.agents.components.dict_observations import MASKED_LOGIT, action_mask, mask_logits
 from shoal.agents.components.flax_apply import apply_network
-from shoal.agents.r2d2.config import R2D2Config
-from shoal.agents.r2d2.networks import R2D2Networks
 from shoal.agents.components.recurrent import STATE_KEY
 from shoal.agents.components.value_rescaling import rescale, unrescale
+from shoal.agents.r2d2.config import R2D2Config
+from shoal.agents.r2d2.networks import R2D2Networks
 from shoal.core.specs import ArraySpec
 from shoal.core.types import ActorInfo, Batch, Policy, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput

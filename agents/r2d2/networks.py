@@ -3,7 +3,8 @@ gives the state, the unroll and the torso)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax

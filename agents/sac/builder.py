@@ -6,17 +6,17 @@ import jax
 
 from shoal.agents.sac import learning
 from shoal.agents.sac.config import SACConfig
-from shoal.agents.sac.presets import PRESETS
 from shoal.agents.sac.networks import SACNetworks, check_action_space, make_networks
+from shoal.agents.sac.presets import PRESETS
 from shoal.agents.transition_replay import TransitionReplayBuilder
-from shoal.core.specs import EnvironmentSpec
 from shoal.core.counting import Counter
 from shoal.core.interfaces import Dataset
 from shoal.core.loggers import Logger
+from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy
-from shoal.replay.contract import ReplayClient
 from shoal.learners import ReplicatedLearner
+from shoal.replay.contract import ReplayClient
 
 
 class SACBuilder(TransitionReplayBuilder):

@@ -24,16 +24,17 @@ variant is a config subclass and a builder whose ``loss`` is another one.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from shoal.agents.components.dict_observations import example_observation
+from shoal.agents.components.flax_apply import apply_network
 from shoal.agents.sac.config import SACConfig
 from shoal.agents.sac.networks import SACNetworks, sample_action, squash
-from shoal.agents.components.flax_apply import apply_network
 from shoal.core.types import ActorInfo, Batch, Params, Policy, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, global_row_keys, scan_sgd_steps
 

@@ -15,7 +15,8 @@ concatenates them with the action before its MLP.
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import gymnasium as gym

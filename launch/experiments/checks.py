@@ -7,23 +7,24 @@ checked against the env, and its networks per group of agents or with a centrali
 from __future__ import annotations
 
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import gymnasium as gym
 import jax
 
+from shoal.agents.components.groups import group_networks
+from shoal.agents.components.networks import check_critic_only
+from shoal.agents.learner_memory import check_learner_fits
+from shoal.core.environment_variables import check_environment
+from shoal.core.settings import check_settings
+from shoal.core.specs import EnvironmentSpec
 from shoal.envs import check_env_id
 from shoal.envs.env_sources import check_env_args, load_env_factory
 from shoal.envs.environments import is_atari, resolve_env_id
 from shoal.envs.multiagent import GLOBAL_STATE, env_maker, is_pettingzoo, policy_groups
-from shoal.agents.components.groups import group_networks
-from shoal.agents.components.networks import check_critic_only
-from shoal.agents.learner_memory import check_learner_fits
-from shoal.core.settings import check_settings
-from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.callbacks import check_callbacks
 from shoal.launch.experiments.config_groups import FLAT_NAMES, GROUPS
-from shoal.core.environment_variables import check_environment
 
 
 def check_experiment_settings(config: Any) -> None:

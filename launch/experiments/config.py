@@ -4,22 +4,36 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import gymnasium as gym
 import jax
 
+from shoal.agents.builders import AgentBuilder
+from shoal.agents.registry import agent_name
+from shoal.core.specs import EnvironmentSpec
 from shoal.envs import environment_spec, make_vector_env
 from shoal.envs.env_sources import factory_path
 from shoal.envs.environments import resolve_env_id
 from shoal.envs.multiagent import is_pettingzoo
-from shoal.agents.builders import AgentBuilder
-from shoal.agents.registry import agent_name
-from shoal.core.specs import EnvironmentSpec
-from shoal.launch.experiments.checks import (agent_groups, check_experiment_agent, check_experiment_settings,
-                                             multiagent_networks)
-from shoal.launch.experiments.config_groups import (FLAT_FIELDS, GROUPS, EnvConfig, EvaluationConfig, MultiAgentConfig, ReplayConfig,
-                                                    RunConfig, TrackingConfig, split_flat)
+from shoal.launch.experiments.checks import (
+    agent_groups,
+    check_experiment_agent,
+    check_experiment_settings,
+    multiagent_networks,
+)
+from shoal.launch.experiments.config_groups import (
+    FLAT_FIELDS,
+    GROUPS,
+    EnvConfig,
+    EvaluationConfig,
+    MultiAgentConfig,
+    ReplayConfig,
+    RunConfig,
+    TrackingConfig,
+    split_flat,
+)
 from shoal.launch.experiments.run_directory.config_record import SCHEMA_VERSION, grouped_record, record_version
 
 __all__ = ["ExperimentConfig", "EnvConfig", "RunConfig", "EvaluationConfig", "ReplayConfig", "TrackingConfig",

@@ -13,12 +13,13 @@ flat name, as the flags and ``config.json`` v1 do.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 
-from shoal.envs.environments import STICKY_ACTIONS
 from shoal.core.settings import setting
+from shoal.envs.environments import STICKY_ACTIONS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,18 +5,19 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
 
 from shoal.actors import evaluate
-from shoal.envs.environments import env_protocol
-from shoal.envs.multiagent import agent_returns
 from shoal.core.interfaces import VariableSource
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
 from shoal.core.timing import Stopwatch
+from shoal.envs.environments import env_protocol
+from shoal.envs.multiagent import agent_returns
 from shoal.launch.experiments.callbacks import Callbacks, Evaluation
 
 EVAL_SEED_OFFSET = 1_000_003
@@ -137,9 +138,9 @@ class Evaluator:
         and to TensorBoard (``tb/eval``, an animated GIF; ``shoal.envs.video``); a failure is one
         warning line, and no more videos are tried. A frame that takes longer than
         ``SHOAL_STEP_TIMEOUT_S`` (a renderer that hangs) is such a failure."""
-        from shoal.envs.video import TensorBoardVideos, encode_mp4, record_episode_within, video_env
-        from shoal.core.files import make_dirs, write_atomic
         from shoal.core.environment_variables import value
+        from shoal.core.files import make_dirs, write_atomic
+        from shoal.envs.video import TensorBoardVideos, encode_mp4, record_episode_within, video_env
 
         config = self._config
         try:

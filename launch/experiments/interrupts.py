@@ -53,7 +53,7 @@ class StopRequest(threading.Event):
         self.hurry = threading.Event()
 
 
-_installed: "_Handler | None" = None
+_installed: _Handler | None = None
 
 
 class _Handler:

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, ContextManager, Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +44,7 @@ class LearningActor(Actor):
 
     def __init__(self, actor: Actor, learner: Learner, server: Any, table: str,
                  items_per_update: int, pull_after: bool, timeout_s: float = 600.0,
-                 first_update: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
+                 first_update: Callable[[], AbstractContextManager] = contextlib.nullcontext) -> None:
         self._actor, self._learner, self._server, self._table = actor, learner, server, table
         self._items_per_update, self._pull_after, self._timeout_s = items_per_update, pull_after, timeout_s
         self._items_consumed = 0

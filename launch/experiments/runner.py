@@ -17,23 +17,30 @@ import functools
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 
 from shoal.actors import EnvironmentLoop
 from shoal.core.counting import Counter
 from shoal.core.loggers import TerminalLogger, make_logger
+from shoal.core.native_log_filter import native_log_lines_dropped
 from shoal.core.notices import COMPILE_HINT, while_slow
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
-from shoal.launch.experiments.run_directory.checkpoints import (Checkpointer, Periodic, commit, read_run, restore_learner,
-                                                    spec_record)
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.learner_pacing import LearningActor
-from shoal.core.native_log_filter import native_log_lines_dropped
+from shoal.launch.experiments.run_directory.checkpoints import (
+    Checkpointer,
+    Periodic,
+    commit,
+    read_run,
+    restore_learner,
+    spec_record,
+)
 from shoal.launch.experiments.run_directory.claim import claim_run_directory
 from shoal.launch.experiments.run_directory.self_play_pools import restore_pool, save_pool
 from shoal.launch.experiments.tracking import start_tracking

@@ -18,7 +18,8 @@ import importlib.util
 import logging
 import os
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 def check_backend(name: str) -> None:

@@ -52,7 +52,7 @@ class CsvTail:
 
     def read(self) -> list[dict[str, float]]:
         try:
-            f = open(self.path, "rb")
+            f = open(self.path, "rb")  # noqa: SIM115 -- opened once, used in the with below
         except FileNotFoundError:
             return []
         with f:  # (one open file: a rewrite between a look at the path and the read cannot mislead it)
@@ -103,7 +103,7 @@ class RunTracker:
         self._done = threading.Event()  # (set when the thread ends, however it ends)
         self._thread = threading.Thread(target=self._follow, name="shoal-tracking", daemon=True)
 
-    def start(self) -> "RunTracker":
+    def start(self) -> RunTracker:
         self._thread.start()
         return self
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
+from shoal.core.environment_variables import parse_ports
 from shoal.core.files import make_dirs
+from shoal.core.shared_memory import sweep_segments
 from shoal.launch.programs.addressing import FileAddressBook
 from shoal.launch.programs.local import ProcessWorker, ThreadWorker
 from shoal.launch.programs.program import Node, Program
-from shoal.core.shared_memory import sweep_segments
 from shoal.launch.programs.states import Worker
 from shoal.launch.programs.supervision import ProgramRun
-from shoal.core.environment_variables import parse_ports
 
 LAUNCHERS = ("processes", "inprocess", "ray")
 

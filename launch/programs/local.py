@@ -17,7 +17,8 @@ import subprocess
 import sys
 import threading
 import traceback
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from shoal.core.files import open_append
 from shoal.launch.programs.addressing import FileAddressBook

@@ -22,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import socket
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from shoal.launch.programs.addressing import AddressBook
 from shoal.launch.programs.program import Handle, Node, dereference
 
 _local = threading.local()
-_process_context: "NodeContext | None" = None
+_process_context: NodeContext | None = None
 
 
 @dataclasses.dataclass

@@ -29,7 +29,8 @@ machine of node ``label`` (the Ray launcher honours it for each such group that 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from shoal.launch.programs.resources import Resources
 
@@ -37,7 +38,7 @@ from shoal.launch.programs.resources import Resources
 class Handle:
     """A reference to a node, resolved into a client where it is used."""
 
-    def __init__(self, node: "Node") -> None:
+    def __init__(self, node: Node) -> None:
         self.node = node
 
     def __repr__(self) -> str:
@@ -61,7 +62,7 @@ class Node:
         self.label: str = ""
         self.group: str = ""
 
-    def dependencies(self) -> list["Node"]:
+    def dependencies(self) -> list[Node]:
         return [h.node for h in find_handles((self.args, self.kwargs))]
 
     def run(self, ctx: Any) -> Any:  # pragma: no cover -- overridden

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Resources:
                 raise ValueError(f"resource {name} must be a finite number >= 0, got {value!r}")
 
     @classmethod
-    def parse(cls, text: str) -> "Resources":
+    def parse(cls, text: str) -> Resources:
         """``NAME=VALUE[,NAME=VALUE...]`` (``num_cpus``, ``num_gpus``, ``memory`` in bytes, or a
         custom resource) -> ``Resources``; raises ``ValueError`` naming what is wrong."""
         try:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.states import LIVE, NodeState, Worker
-
 
 # How long a node asked to stop by a scale-down has to finish before it is killed: longer than a
 # program's stop (nothing waits on it), so that an actor held by the rate limiter in an insert

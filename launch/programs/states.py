@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from shoal.launch.programs.program import Node
 
 
-class NodeState(str, enum.Enum):
+class NodeState(str, enum.Enum):  # noqa: UP042 -- StrEnum would change str(state) and f-strings
     PENDING = "pending"
     RUNNING = "running"
     RESTARTING = "restarting"

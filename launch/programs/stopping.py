@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from shoal.launch.programs.program import Program
 from shoal.launch.programs.states import NodeState, Worker

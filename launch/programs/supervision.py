@@ -26,17 +26,18 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from shoal.launch.programs.addressing import AddressBook
-from shoal.launch.programs.stopping import ProgramEnding
 from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node, Program
 from shoal.launch.programs.scaling import ElasticGroups
 from shoal.launch.programs.states import LIVE, NodeState, Worker
+from shoal.launch.programs.stopping import ProgramEnding
 
 
-def _placed_state(worker: "Worker") -> NodeState:
+def _placed_state(worker: Worker) -> NodeState:
     """``pending`` while an engine that places nodes (Ray) has not placed it, else ``running``."""
     return NodeState.PENDING if getattr(worker, "pending", False) else NodeState.RUNNING
 
@@ -45,7 +46,7 @@ class ProgramRun(ElasticGroups, ProgramEnding):
     def __init__(self, program: Program, make_worker: Callable[[Node], Worker], *, launcher: str,
                  address_book: AddressBook, token: str | None, max_restarts: int = 3, grace_s: float = 5.0,
                  run_dir: str | None = None, on_close: Callable[[], None] | None = None,
-                 before_stop: Callable[["ProgramRun"], None] | None = None) -> None:
+                 before_stop: Callable[[ProgramRun], None] | None = None) -> None:
         self.program, self.launcher, self.run_dir = program, launcher, run_dir
         self._make_worker, self._before_stop = make_worker, before_stop
         self.closers: list[Callable[[], None]] = [on_close] if on_close is not None else []  # run at the end

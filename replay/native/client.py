@@ -14,14 +14,15 @@ without pickling). It is the native backend's ``shoal.replay.contract.ReplayClie
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Iterator, Mapping
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import tree
 
-from shoal.core.specs import ArraySpec
 from shoal.core.shared_memory import Segment
+from shoal.core.specs import ArraySpec
 from shoal.replay.native.sampler import NativeSampler
 from shoal.replay.native.table import ReplayClosed, ReplayServerGone
 from shoal.replay.native.validation import MAX_SAMPLE_ITEMS
@@ -35,10 +36,10 @@ from shoal.replay.native.writer import (  # (named here too: where they were)
 )
 
 SCHEME = "native://"
-_CLIENTS: "weakref.WeakValueDictionary[str, NativeReplayClient]" = weakref.WeakValueDictionary()
+_CLIENTS: weakref.WeakValueDictionary[str, NativeReplayClient] = weakref.WeakValueDictionary()
 
 
-def client_for(address: str) -> "NativeReplayClient":
+def client_for(address: str) -> NativeReplayClient:
     """The client whose ``server_address`` is ``address`` (``native://...``), made in this process."""
     client = _CLIENTS.get(address)
     if client is None:
@@ -106,7 +107,7 @@ class NativeReplayClient:
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._settle(method, lambda: getattr(self._service, method)(*args, **kwargs))
 
-    def _call_later(self, method: str, *args: Any) -> "_Pending":
+    def _call_later(self, method: str, *args: Any) -> _Pending:
         """Starts ``method`` (over RPC: a future; in one process: at once) and returns what
         waits for its result (``_Pending``)."""
         if self.in_process:  # (the server itself: a direct call, done now)
@@ -131,7 +132,7 @@ class NativeReplayClient:
                 ) from None
             raise
 
-    def writer(self, num_keep_alive_refs: int, timeout_s: float = 120.0) -> "NativeWriter":
+    def writer(self, num_keep_alive_refs: int, timeout_s: float = 120.0) -> NativeWriter:
         """A writer that keeps the last ``num_keep_alive_refs`` steps for its items."""
         if num_keep_alive_refs < 1:
             raise ValueError(f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer")

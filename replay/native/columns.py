@@ -31,7 +31,8 @@ from __future__ import annotations
 import mmap
 import sys
 import threading
-from typing import Any, Hashable, NamedTuple, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 

@@ -21,7 +21,7 @@ Selectors are not thread-safe: the table calls them under its lock. ``rng`` is a
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

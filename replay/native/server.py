@@ -43,15 +43,16 @@ import os
 import shutil
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tree
 
+from shoal.core.shared_memory import Attached
 from shoal.replay.checkpoints import latest_checkpoint
 from shoal.replay.native.columns import ColumnStore, Pooled
 from shoal.replay.native.payload import stacked_groups
-from shoal.core.shared_memory import Attached
 from shoal.replay.native.table import ReplayClosed, Saved, Table
 from shoal.replay.native.validation import CallChecker, check_num_items, check_priorities, check_timeout
 from shoal.replay.tables import TableSpec

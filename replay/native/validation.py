@@ -31,7 +31,8 @@ import dataclasses
 import itertools
 import math
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tree
@@ -60,7 +61,7 @@ class Accepts:
     names: tuple[str, ...]
 
     @classmethod
-    def of(cls, signature: Any) -> "Accepts":
+    def of(cls, signature: Any) -> Accepts:
         if signature is None:
             return cls(None, None, ())
         paths = tree.flatten_with_path(signature)

@@ -17,15 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from shoal.core.shared_memory import Segment, footprint
 from shoal.replay.native.payload import groups as _groups
 from shoal.replay.native.payload import indices as _indices
 from shoal.replay.native.payload import item_payload as _item_payload
 from shoal.replay.native.payload import layouts as _layouts
 from shoal.replay.native.payload import stacked as _stacked
 from shoal.replay.native.payload import stacked_groups
-from shoal.core.shared_memory import Segment, footprint
 from shoal.replay.native.table import ReplayClosed, ReplayServerGone
-
 
 _writer_ids = itertools.count()
 RPC_BATCH = 8  # items a writer sends in one RPC at least (adders flush at least this often) ...

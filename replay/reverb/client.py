@@ -22,10 +22,10 @@ import importlib.util
 import os
 import sys
 import types
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from shoal.replay.reverb.sampler import ReverbSampler
-
 
 _native: tuple[Any, Any, Any] | None = None  # (pybind, trajectory_writer, errors) modules
 
@@ -125,7 +125,7 @@ class ReverbClient:
         self._cpp = self._pybind.Client(address)
         self._reverb: Any = None
 
-    def writer(self, num_keep_alive_refs: int, timeout_s: float = 120.0) -> "ReverbWriter":
+    def writer(self, num_keep_alive_refs: int, timeout_s: float = 120.0) -> ReverbWriter:
         """The writer Shoal's adders use (``ReverbWriter``) around ``trajectory_writer``'s."""
         return ReverbWriter(self.trajectory_writer(num_keep_alive_refs), num_keep_alive_refs, timeout_s)
 

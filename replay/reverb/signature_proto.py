@@ -18,7 +18,8 @@ parses these bytes with TensorFlow's own proto classes and compares them with it
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -14,8 +14,9 @@ decoded here from protobuf's wire format (``reverb/cc/schema.proto``):
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
 
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 

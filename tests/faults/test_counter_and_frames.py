@@ -161,9 +161,11 @@ def test_a_hostile_call_through_a_real_server_is_refused_without_its_memory():
         before = client.reset_peak()
         header = encode({"method": "peak", "args": [], "kwargs": {}})[8:].rstrip(b"\0")
         call = frame(header.replace(b"\x90", array_header(N) + b"\xc0" * N, 1))  # a call with 20 M nil args
-        with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", -1)]) as channel:
-            with pytest.raises(grpc.RpcError) as refused:
-                channel.unary_unary(METHOD)(call, timeout=60, metadata=((TOKEN_KEY, "s3cret"),))
+        with (
+            grpc.insecure_channel(address, options=[("grpc.max_send_message_length", -1)]) as channel,
+            pytest.raises(grpc.RpcError) as refused,
+        ):
+            channel.unary_unary(METHOD)(call, timeout=60, metadata=((TOKEN_KEY, "s3cret"),))
         grown = client.peak() - before  # the frame itself is held by gRPC and Python: ~3x its size
         assert grown <= 4 * len(call) + 16 * MB, f"a {len(call) / MB:.0f} MB call grew the peak by {grown / MB:.0f} MB"
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value

@@ -82,7 +82,11 @@ def test_the_replay_checkpoint_run_json_names_survives_reverb_removing_it(tmp_pa
     and the commit of the new one (a double Ctrl-C) left run.json naming a checkpoint that was
     gone (a resume refused it). The committed one is hard-linked aside first and put back."""
     from shoal.launch.experiments.run_directory.checkpoints import commit
-    from shoal.launch.experiments.run_directory.replay_checkpoints import KEPT, keep_committed_replay, recover_committed_replay
+    from shoal.launch.experiments.run_directory.replay_checkpoints import (
+        KEPT,
+        keep_committed_replay,
+        recover_committed_replay,
+    )
 
     checkpoints = tmp_path / "checkpoints"
     old = checkpoints / "replay" / "A"

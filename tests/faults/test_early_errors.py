@@ -12,11 +12,10 @@ import pytest
 
 from shoal.agents import get_builder
 from shoal.agents import learner_memory as memory
-from shoal.launch import ExperimentConfig, Program, ServiceNode, run_distributed_experiment
 from shoal.core import environment_variables as variables
+from shoal.launch import ExperimentConfig, Program, ServiceNode, run_distributed_experiment
 from shoal.launch.programs.launching import check_ports, servers
 from shoal.launch.programs.rpc.server import max_message_bytes
-
 from tests.faults.harness import shoal_main as shoal
 from tests.shoal_cli import run_shoal
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from shoal.actors import EnvironmentLoop
+from shoal.agents.components.dict_observations import action_mask
+from shoal.core.specs import ArraySpec
 from shoal.envs import make_vector_env
 from shoal.envs.environments import environment_spec
 from shoal.envs.video import encode_mp4, record_episode
-from shoal.agents.components.dict_observations import action_mask
-from shoal.core.specs import ArraySpec
 from tests.faults import faulty_envs  # noqa: F401 -- (registers the envs)
 from tests.faults.harness import shoal_main
 

@@ -9,12 +9,13 @@ import time
 
 import pytest
 
-from shoal.launch import Program, ServiceNode, launch
 from shoal.core.counting import Counter
+from shoal.launch import Program, ServiceNode, launch
 from shoal.launch.experiments.run_directory.directory import RunDirectory
 from shoal.launch.experiments.tracking import RunTracker
 from shoal.launch.programs.control import serve_control
-from tests.faults.harness import errors, shoal_main as shoal
+from tests.faults.harness import errors
+from tests.faults.harness import shoal_main as shoal
 from tests.shoal_cli import run_shoal
 
 

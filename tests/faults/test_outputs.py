@@ -4,6 +4,7 @@ strict, and a return that is not finite is an error, not a solved run (issue 36,
 import csv
 import json
 import os
+import pathlib
 import re
 
 import gymnasium as gym
@@ -125,5 +126,5 @@ def test_an_overflowing_reward_is_an_error_not_a_solved_run_and_no_json_holds_in
     for root, _, names in os.walk(run_dir):
         for name in names:
             if name.endswith(".json"):
-                _strict(open(os.path.join(root, name)).read())
+                _strict(pathlib.Path(root, name).read_text())
     assert not (run_dir / "result.json").exists() or not _strict((run_dir / "result.json").read_text())["solved"]

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from shoal.core.counting import Counter
+from shoal.core.shared_memory import SharedValuePublisher, sweep_segments
 from shoal.launch import Program, Resources, ServiceNode, launch
 from shoal.launch.programs.control import connect_control, serve_control
 from shoal.launch.programs.rpc import RemoteError
-from shoal.core.shared_memory import SharedValuePublisher, sweep_segments
 from tests.faults.harness import shoal_main as shoal
 
 

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from shoal.launch.experiments.run_directory.config_record import flat_record, grouped_record
 from shoal.core import files
 from shoal.launch import resume_experiment
-from shoal.launch.experiments.run_directory.directory import RunDirectory
 from shoal.launch.experiments.run_directory.claim import load_run
+from shoal.launch.experiments.run_directory.config_record import flat_record, grouped_record
+from shoal.launch.experiments.run_directory.directory import RunDirectory
 from tests.faults.harness import shoal_main
 
 

@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from shoal.launch.experiments.run_directory.config_record import flat_record
 from shoal.core.counting import Counter
 from shoal.launch.experiments.cli.main import main
+from shoal.launch.experiments.run_directory.config_record import flat_record
 from tests.faults.harness import SMALL, errors, start
 from tests.shoal_cli import run_shoal
 

@@ -12,9 +12,8 @@ import time
 import psutil
 import pytest
 
-from shoal.replay import default_backend
-
 from shoal.launch.experiments.run_directory.directory import RunDirectory
+from shoal.replay import default_backend
 from tests.faults.harness import alive, errors, node_pids, running, start
 from tests.shoal_cli import run_shoal
 from tests.waiting import csv_rows, wait_for

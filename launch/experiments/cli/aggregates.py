@@ -18,7 +18,7 @@ aggregate over the resamples (at most ``MAX_SAMPLES`` of them; scores must be fi
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 

@@ -40,8 +40,8 @@ def train(args: argparse.Namespace, given: list[str], started: float,
     # Each setting is checked once, by the runner this hands the config to (run_experiment, or
     # preflight.prepare for a distributed run and its --dry-run), before any file or server is made.
     if args.dry_run:  # what would run, checked as a run checks it: the resolved config, and the program's graph
-        from shoal.core.files import json_text
         from shoal.agents.builders import try_factories
+        from shoal.core.files import json_text
         from shoal.launch.experiments.distributed.preflight import prepare
 
         if launch is None:  # one process: checked as run_experiment checks it; no program graph
@@ -229,7 +229,8 @@ def export(args: argparse.Namespace) -> dict:
 
 def compare(args: argparse.Namespace) -> None:
     """``shoal compare``: prints the markdown table, writes it and the plots to ``--out``."""
-    from shoal.launch.experiments.cli.compare import compare as compare_runs, markdown_table
+    from shoal.launch.experiments.cli.compare import compare as compare_runs
+    from shoal.launch.experiments.cli.compare import markdown_table
 
     summary = compare_runs(args.run_dirs, by=args.by, out=args.out, samples=args.bootstrap_samples)
     print(markdown_table(summary), end="", flush=True)

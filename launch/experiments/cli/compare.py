@@ -33,14 +33,16 @@ import collections
 import os
 import re
 import sys
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from shoal.core.files import check_output, json_text, write_output
 from shoal.launch.experiments.cli import aggregates
 from shoal.launch.experiments.cli.compare_inputs import load_run
 from shoal.launch.experiments.cli.compare_plots import plot_task, pyplot
-from shoal.core.files import check_output, json_text, write_output
+
 
 def group_of(config: dict[str, Any], by: str, path: str = "config.json") -> str:
     """The group label of a run's ``config`` (read from ``path``, which an error names) under

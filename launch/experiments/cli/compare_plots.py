@@ -8,7 +8,8 @@ when a figure is drawn: training never imports it."""
 from __future__ import annotations
 
 import io
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

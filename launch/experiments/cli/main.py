@@ -22,7 +22,8 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, NoReturn, Sequence
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from shoal.core.files import json_text
 from shoal.launch.experiments.cli.arguments import build_parser, given_flags

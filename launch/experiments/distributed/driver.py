@@ -13,12 +13,12 @@ import time
 from typing import Any
 
 from shoal.core.loggers import TerminalLogger, make_logger
-from shoal.launch.experiments.run_directory.checkpoints import Periodic, commit, spec_record
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.evaluation import next_evaluation
 from shoal.launch.experiments.distributed.results import program_result
 from shoal.launch.experiments.distributed.settings import max_actors
 from shoal.launch.experiments.distributed.step_grants import LEARNING
+from shoal.launch.experiments.evaluation import next_evaluation
+from shoal.launch.experiments.run_directory.checkpoints import Periodic, commit, spec_record
 from shoal.launch.programs.control import serve_control
 from shoal.launch.programs.states import NodeState
 

@@ -10,10 +10,10 @@ from typing import Any
 import jax
 
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
 from shoal.launch.experiments.distributed.step_grants import ALIVE, STALL_S, committed_env_steps, holders
 from shoal.launch.experiments.distributed.workers import self_play_pool, summary
+from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.programs.nodes import should_stop
 
 

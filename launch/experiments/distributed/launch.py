@@ -15,15 +15,16 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from shoal.core.timing import process_seconds
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.driver import ProgramDriver
-from shoal.launch.experiments.interrupts import run_begins
-from shoal.launch.experiments.distributed.settings import LaunchSettings
 from shoal.launch.experiments.distributed.preflight import prepare
 from shoal.launch.experiments.distributed.program import CPU_ENV
+from shoal.launch.experiments.distributed.settings import LaunchSettings
+from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.run_directory.claim import claim_run_directory
 from shoal.launch.experiments.tracking import start_tracking
 from shoal.launch.programs import Resources, launch

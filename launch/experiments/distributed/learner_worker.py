@@ -15,18 +15,18 @@ from typing import Any
 import jax
 
 from shoal.core.counting import Counter
-from shoal.replay.contract import ReplayClient
 from shoal.core.loggers import make_logger
 from shoal.core.notices import COMPILE_HINT, while_slow
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
-from shoal.launch.experiments.run_directory.checkpoints import Checkpointer, restore_learner
-from shoal.launch.experiments.run_directory.self_play_pools import restore_pool, save_pool
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.shared_params import ParamsPublisher
 from shoal.launch.experiments.distributed.step_grants import LEARNING
 from shoal.launch.experiments.distributed.workers import failure, summary
+from shoal.launch.experiments.run_directory.checkpoints import Checkpointer, restore_learner
+from shoal.launch.experiments.run_directory.self_play_pools import restore_pool, save_pool
 from shoal.launch.programs.nodes import should_stop
+from shoal.replay.contract import ReplayClient
 
 
 class LearnerWorker:

@@ -10,7 +10,8 @@ resetting it: no vector env), the program's graph against ``--resources`` and ``
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.config import ExperimentConfig
@@ -40,8 +41,8 @@ def prepare(config: ExperimentConfig, settings: LaunchSettings, launched_at: flo
     learner's memory) and builds its program. Reads the run's checkpoint when resuming; writes nothing. The learner's memory is
     checked against this machine's unless it runs on a Ray cluster (``ray_address``: its host
     is the cluster's choice); the cluster itself is not joined here."""
-    from shoal.launch.experiments.run_directory.checkpoints import read_run
     from shoal.launch.experiments.distributed.program import program_graph
+    from shoal.launch.experiments.run_directory.checkpoints import read_run
     from shoal.launch.programs.launching import check_ports
 
     settings.check(actors_flag)

@@ -26,9 +26,9 @@ from typing import Any
 from shoal.core.counting import Counter
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.config import ExperimentConfig
-from shoal.launch.experiments.distributed.replay_node import ReplayNode
-from shoal.launch.experiments.distributed.learner_worker import LearnerWorker
 from shoal.launch.experiments.distributed.evaluator_worker import EvaluatorWorker
+from shoal.launch.experiments.distributed.learner_worker import LearnerWorker
+from shoal.launch.experiments.distributed.replay_node import ReplayNode
 from shoal.launch.experiments.distributed.workers import ActorWorker
 from shoal.launch.programs.nodes import ServiceNode
 from shoal.launch.programs.program import Program

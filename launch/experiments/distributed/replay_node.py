@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node
-
 
 NATIVE_CALL_TIMEOUT_S = 180.0
 NATIVE_WORKERS = 64  # (threads serving calls: an insert or a sample may wait on the rate limiter)

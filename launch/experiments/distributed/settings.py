@@ -13,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from shoal.launch.programs.launching import LAUNCHERS
 from shoal.core.environment_variables import parse_ports
+from shoal.launch.programs.launching import LAUNCHERS
 from shoal.launch.programs.resources import Resources
 
 PARAMS_VIA = ("auto", "rpc")
@@ -93,7 +94,7 @@ class LaunchSettings:
                 "params_via": self.params_via}
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> "LaunchSettings":
+    def from_record(cls, record: Mapping[str, Any]) -> LaunchSettings:
         """What ``record()`` wrote (a missing field takes its default, as earlier versions' files do)."""
         resources = {}
         for text in record.get("resources") or []:
@@ -103,5 +104,5 @@ class LaunchSettings:
                    ray_address=record.get("ray_address"), resources=resources,
                    ports=parse_ports(record.get("ports")), params_via=record.get("params_via") or "auto")
 
-    def replace(self, **changes: Any) -> "LaunchSettings":
+    def replace(self, **changes: Any) -> LaunchSettings:
         return dataclasses.replace(self, **changes)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from shoal.core.interfaces import Learner, VariableSource
-from shoal.core.environment_variables import value
 from shoal.core.codec import encode
+from shoal.core.environment_variables import value
+from shoal.core.interfaces import Learner, VariableSource
 from shoal.core.shared_memory import SharedValuePublisher, SharedValueReader
 
 

@@ -19,15 +19,15 @@ from typing import Any
 import jax
 
 from shoal.actors import EnvironmentLoop
-from shoal.core.loggers import make_logger
 from shoal.core.interfaces import Adder
+from shoal.core.loggers import make_logger
 from shoal.core.specs import EnvironmentSpec, make_environment_spec, map_observation
 from shoal.core.timing import Stopwatch
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
 from shoal.launch.experiments.distributed.step_grants import Heartbeat, StepGrants
-from shoal.launch.programs.stopping import failure_line
 from shoal.launch.programs.nodes import current_context, should_stop
+from shoal.launch.programs.stopping import failure_line
 from shoal.replay.contract import ReplayClient
 
 STOP_FLUSH_S = 1.0  # how long a stopping actor waits for replay to take its last items

@@ -27,16 +27,21 @@ import os
 import re
 import shutil
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import numpy as np
 
 from shoal.core.specs import EnvironmentSpec, map_observation
-from shoal.launch.experiments.run_directory.self_play_pools import keep_only_pool, pool_path
-from shoal.launch.experiments.run_directory.replay_checkpoints import KEPT, keep_committed_replay, keep_only_replay_checkpoint
-from shoal.launch.experiments.run_directory.schemas import check_run
 from shoal.launch.experiments.run_directory.directory import read_json, write_json
+from shoal.launch.experiments.run_directory.replay_checkpoints import (
+    KEPT,
+    keep_committed_replay,
+    keep_only_replay_checkpoint,
+)
+from shoal.launch.experiments.run_directory.schemas import check_run
+from shoal.launch.experiments.run_directory.self_play_pools import keep_only_pool, pool_path
 
 
 def digest(tree: Any) -> str:

@@ -27,13 +27,16 @@ from typing import Any
 
 from shoal.core.files import check_run_directory
 from shoal.core.specs import EnvironmentSpec
-from shoal.launch.experiments.run_directory.checkpoints import check_resumable, read_run
-from shoal.launch.experiments.run_directory.replay_checkpoints import keep_only_replay_checkpoint, recover_committed_replay
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
-from shoal.launch.experiments.run_directory.config_record import flat_record
 from shoal.launch.experiments.distributed.settings import LaunchSettings
-from shoal.launch.experiments.run_directory.schemas import check_config
+from shoal.launch.experiments.run_directory.checkpoints import check_resumable, read_run
+from shoal.launch.experiments.run_directory.config_record import flat_record
 from shoal.launch.experiments.run_directory.directory import RunDirectory, read_json
+from shoal.launch.experiments.run_directory.replay_checkpoints import (
+    keep_only_replay_checkpoint,
+    recover_committed_replay,
+)
+from shoal.launch.experiments.run_directory.schemas import check_config
 
 # What ``resume_experiment`` may change of a saved run (the rest is the run's own).
 RESUMABLE_CHANGES = ("max_env_steps", "checkpoint_every_s", "progress", "progress_every_s", "track", "callbacks")
@@ -112,8 +115,8 @@ def check_named_code(path: str, saved: dict[str, Any], named: dict[str, Any], tr
     a value in ``named`` that is not the run's is refused too. Reads ``saved`` only: nothing is
     imported (a field of the wrong type is ``check_config``'s to refuse, before any import).
     ``saved`` is in the flat layout of schema version 1 (``config_record.flat_record``)."""
-    from shoal.envs.env_sources import factory_path
     from shoal.agents.registry import builtin_agents
+    from shoal.envs.env_sources import factory_path
 
     launch = saved.get("launch")
     recorded = {"env_factory": saved.get("env_factory"), "env_id": saved.get("env_id"), "agent": saved.get("agent"),

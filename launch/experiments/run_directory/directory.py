@@ -28,7 +28,7 @@ class RunDirectory:
         self.path = path
         self._lock_fd: int | None = None
 
-    def lock(self, resume: bool = False) -> "RunDirectory":
+    def lock(self, resume: bool = False) -> RunDirectory:
         """Checks the directory (``resume``: as a resumed run's, ``check_run_directory``), then
         takes it; ``ValueError`` (one line) if it is refused or another run holds it."""
         check_run_directory(self.path, resume=resume)
@@ -77,7 +77,7 @@ class RunDirectory:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def __enter__(self) -> "RunDirectory":
+    def __enter__(self) -> RunDirectory:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 
 from shoal.launch.experiments.run_directory.directory import read_json
 
-
 KEPT = "replay-kept"  # checkpoints/replay-kept/<name>/: hard links of the committed replay checkpoint
 
 

@@ -23,8 +23,8 @@ import typing
 from typing import Any
 
 from shoal.launch.experiments.config_groups import FLAT_NAMES, GROUPS
-from shoal.launch.experiments.run_directory.config_record import record_version
 from shoal.launch.experiments.distributed.autoscale import AUTO  # (its bounds are checked with the other settings)
+from shoal.launch.experiments.run_directory.config_record import record_version
 
 LAUNCH_FIELDS = {"launcher": str, "num_actors": int | str, "ray_address": str | None, "resources": list[str],
                  "ports": str | None, "params_via": str}

@@ -35,21 +35,22 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from shoal.core.environment_variables import value
+from shoal.core.files import open_append
+from shoal.core.shared_memory import process_alive, sweep_segments
 from shoal.launch.programs.nodes import NodeContext, set_context
-from shoal.launch.programs.ray.addresses import Addresses, RayAddressBook
 from shoal.launch.programs.program import Node, Program
+from shoal.launch.programs.ray.addresses import Addresses, RayAddressBook
 from shoal.launch.programs.ray.cluster import connect, shutdown_local, started_local
 from shoal.launch.programs.ray.worker import RayWorker
 from shoal.launch.programs.resources import Resources
-from shoal.core.shared_memory import process_alive, sweep_segments
 from shoal.launch.programs.supervision import ProgramRun
-from shoal.core.files import open_append
-from shoal.core.environment_variables import value
 
 FORWARDED_ENV = ("SHOAL_", "JAX_", "XLA_", "TF_CPP_")
 DEFAULT_PORTS = (47000, 47099)
@@ -139,8 +140,8 @@ def _output_to(log_dir: str | None, label: str) -> str | None:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     # (Python's streams too, whatever Ray made of them: line-buffered onto the new descriptors)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # (the process's own, never closed)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 -- the process's own, never closed
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 -- as stdout
     return path
 
 

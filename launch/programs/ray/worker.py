@@ -19,7 +19,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -85,7 +86,7 @@ class RayWorker:
     managed_restarts = True
 
     def __init__(self, node: Node, make_actor: Callable[[dict[str, Any]], Any], options: dict[str, Any],
-                 beside: Callable[[], "RayWorker | None"] | None, starts: Callable[[], dict[str, int]],
+                 beside: Callable[[], RayWorker | None] | None, starts: Callable[[], dict[str, int]],
                  peer_timeout_s: float) -> None:
         self.node, self._make_actor, self._options = node, make_actor, options
         self._beside, self._starts, self._peer_timeout_s = beside, starts, peer_timeout_s

@@ -23,7 +23,7 @@ class RemoteError(RuntimeError):
 
 
 class _Future:
-    def __init__(self, client: "RpcClient", method: str, inner: grpc.Future) -> None:
+    def __init__(self, client: RpcClient, method: str, inner: grpc.Future) -> None:
         self._client, self._method, self._inner = client, method, inner
 
     def done(self) -> bool:
@@ -39,7 +39,7 @@ class _Future:
 
 
 class _Futures:
-    def __init__(self, client: "RpcClient") -> None:
+    def __init__(self, client: RpcClient) -> None:
         self._client = client
 
     def __getattr__(self, method: str):
@@ -55,7 +55,7 @@ class RpcClient:
         self._stub = self._channel.unary_unary(METHOD)
         self.futures = _Futures(self)
 
-    def wait_for_ready(self, timeout_s: float = 30.0) -> "RpcClient":
+    def wait_for_ready(self, timeout_s: float = 30.0) -> RpcClient:
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
         except grpc.FutureTimeoutError:

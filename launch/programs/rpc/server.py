@@ -26,7 +26,8 @@ import concurrent.futures
 import hmac
 import ipaddress
 import traceback
-from typing import Any, Iterator, NoReturn, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
 
 import grpc
 
@@ -96,7 +97,7 @@ class RpcServer:
             raise OSError(f"could not bind an RPC server to {host}:{port}")
         self.address = f"{host}:{self.port}"
 
-    def start(self) -> "RpcServer":
+    def start(self) -> RpcServer:
         self._server.start()
         return self
 
