@@ -31,15 +31,35 @@ def main(pyproject: str, run_dir: str) -> None:
         builder = get_builder(name)
         config_class(name)()  # (every field has a default)
         assert builder is not None, name
-    done = subprocess.run([sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", "CartPole-v1",
-                           "--seed", "0", "--max-env-steps", "3000", "--run-dir", run_dir],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shoal",
+            "train",
+            "--agent",
+            "dqn",
+            "--env",
+            "CartPole-v1",
+            "--seed",
+            "0",
+            "--max-env-steps",
+            "3000",
+            "--run-dir",
+            run_dir,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["env_steps"] >= 3000 or result["solved"], result
     assert result["learner_steps"] > 0, result
-    print(f"wheel: {len(packages)} packages and {len(agents)} agents import from {installed}; "
-          f"dqn trained {result['env_steps']} env steps ({result['learner_steps']} learner steps)")
+    print(
+        f"wheel: {len(packages)} packages and {len(agents)} agents import from {installed}; "
+        f"dqn trained {result['env_steps']} env steps ({result['learner_steps']} learner steps)"
+    )
 
 
 if __name__ == "__main__":

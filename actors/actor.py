@@ -42,9 +42,16 @@ class BatchedActor(Actor, Saveable):
 
     prefetches = True  # (``observe`` takes the next observation: ``EnvironmentLoop`` gives it)
 
-    def __init__(self, policy: Policy, key: jax.Array, variable_client: VariableClient,
-                 adder: Adder | None = None, num_envs: int = 1, env_steps_offset: int = 0,
-                 device: jax.Device | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        key: jax.Array,
+        variable_client: VariableClient,
+        adder: Adder | None = None,
+        num_envs: int = 1,
+        env_steps_offset: int = 0,
+        device: jax.Device | None = None,
+    ) -> None:
         self._device = device or cpu_device()
         self._on_cpu = self._device is not None and self._device.platform == "cpu"
         self._apply = ClassicCpuJit(policy.apply) if self._on_cpu else jax.jit(policy.apply)
@@ -92,8 +99,9 @@ class BatchedActor(Actor, Saveable):
             self._state = self._reset(self._state, self._fresh, jax.device_put(np.asarray(ended, bool), self._device))
             self._pending = None  # (computed from the states before the reset)
 
-    def observe(self, step: Step, next_observation: np.ndarray | None = None,
-                stopwatch: Stopwatch | None = None) -> None:
+    def observe(
+        self, step: Step, next_observation: np.ndarray | None = None, stopwatch: Stopwatch | None = None
+    ) -> None:
         """Records ``step`` and hands it to the adder. With ``next_observation`` (the array the
         next ``select_action`` will be given) it first starts the policy on it, so that the
         policy computes while the adder writes (``select_action`` then only collects the
@@ -120,9 +128,14 @@ class BatchedActor(Actor, Saveable):
 
     def save(self) -> dict:
         """Where the actor's schedules stand (env steps taken) and its RNG key."""
-        return {"env_steps": int(self._offset + self.steps * self._num_envs),
-                "key": np.asarray(jax.random.key_data(self._key) if jax.dtypes.issubdtype(
-                    self._key.dtype, jax.dtypes.prng_key) else self._key).tolist()}
+        return {
+            "env_steps": int(self._offset + self.steps * self._num_envs),
+            "key": np.asarray(
+                jax.random.key_data(self._key)
+                if jax.dtypes.issubdtype(self._key.dtype, jax.dtypes.prng_key)
+                else self._key
+            ).tolist(),
+        }
 
     def restore(self, state: dict) -> None:
         self._offset, self.steps = int(state["env_steps"]), 0
@@ -175,7 +188,8 @@ class _Pending(NamedTuple):
 def _reset_rows(state, fresh, ended):
     """``state`` with the rows of the envs in ``ended`` (``[num_envs]`` bool) taken from ``fresh``."""
     return jax.tree_util.tree_map(
-        lambda s, f: jax.numpy.where(ended.reshape(-1, *([1] * (s.ndim - 1))), f, s), state, fresh)
+        lambda s, f: jax.numpy.where(ended.reshape(-1, *([1] * (s.ndim - 1))), f, s), state, fresh
+    )
 
 
 def cpu_device() -> jax.Device | None:

@@ -46,10 +46,17 @@ class EnvironmentLoop:
     thread of the loop's own checks it (``_watch``); the step only writes when it started.
     """
 
-    def __init__(self, env: gym.vector.VectorEnv, actor: Actor, counter: Counter | None = None,
-                 logger: Logger | None = None, stopwatch: Stopwatch | None = None,
-                 prefetch: bool | None = None, on_stall: Callable[[str], None] | None = None,
-                 label: str = "the actor") -> None:
+    def __init__(
+        self,
+        env: gym.vector.VectorEnv,
+        actor: Actor,
+        counter: Counter | None = None,
+        logger: Logger | None = None,
+        stopwatch: Stopwatch | None = None,
+        prefetch: bool | None = None,
+        on_stall: Callable[[str], None] | None = None,
+        label: str = "the actor",
+    ) -> None:
         self._env = env
         self._label = label
         self._actor = actor
@@ -71,14 +78,20 @@ class EnvironmentLoop:
         self._last_log, self._last_seconds = self._start, {}
         self._stepping_since: float | None = None  # (the watch's one reading: when the env step began)
         self._step_timeout_s = float(value("SHOAL_STEP_TIMEOUT_S"))
-        threading.Thread(target=_watch, args=(weakref.ref(self), self._step_timeout_s, on_stall or _stalled),
-                         name="shoal-step-watch", daemon=True).start()
+        threading.Thread(
+            target=_watch,
+            args=(weakref.ref(self), self._step_timeout_s, on_stall or _stalled),
+            name="shoal-step-watch",
+            daemon=True,
+        ).start()
 
     def stall_message(self, stuck_s: float) -> str:
         """The line for a step that has taken ``stuck_s`` seconds."""
-        return (f"shoal: error: {self._label}: the environment's step() "
-                f"({_env_name(self._env)}) has not returned in {stuck_s:.0f} s, after {self.env_steps:,} env "
-                f"steps (SHOAL_STEP_TIMEOUT_S={self._step_timeout_s:g}); a stuck environment: its process ends")
+        return (
+            f"shoal: error: {self._label}: the environment's step() "
+            f"({_env_name(self._env)}) has not returned in {stuck_s:.0f} s, after {self.env_steps:,} env "
+            f"steps (SHOAL_STEP_TIMEOUT_S={self._step_timeout_s:g}); a stuck environment: its process ends"
+        )
 
     def step(self) -> None:
         obs, stopwatch = self._obs, self.stopwatch
@@ -92,18 +105,28 @@ class EnvironmentLoop:
                 finally:
                     self._stepping_since = None
         except Exception as e:  # noqa: BLE001 -- named, once, instead of a traceback
-            raise RuntimeError(f"the environment raised in step() after {self.env_steps} env steps: "
-                               f"{type(e).__name__}: {e}") from e
+            raise RuntimeError(
+                f"the environment raised in step() after {self.env_steps} env steps: {type(e).__name__}: {e}"
+            ) from e
         bad = _non_finite_envs(next_obs, self._float_keys) if self._float_keys else None
         if bad:
-            raise RuntimeError(f"the environment returned a non-finite observation after "
-                               f"{self.env_steps} env steps (NaN or inf in envs {bad})")
+            raise RuntimeError(
+                f"the environment returned a non-finite observation after "
+                f"{self.env_steps} env steps (NaN or inf in envs {bad})"
+            )
         with np.errstate(over="ignore", invalid="ignore"):  # (an overflow is the check's to report)
             returns = self._returns + info.get("game_reward", reward)  # (the game's own score, where training clips it)
         _check_rewards(reward, returns, self.env_steps)  # (before the actor, and replay, sees the step)
         check_action_mask(next_obs, self.env_steps + self._num_envs, self._actions)
-        step = Step(obs, action, reward, terminated, truncated,
-                    final_observations(next_obs, terminated, truncated, info), extras)
+        step = Step(
+            obs,
+            action,
+            reward,
+            terminated,
+            truncated,
+            final_observations(next_obs, terminated, truncated, info),
+            extras,
+        )
         with stopwatch.time("replay_insert"):
             if self._prefetch:
                 self._actor.observe(step, next_obs, stopwatch)
@@ -194,10 +217,12 @@ def _check_rewards(reward: np.ndarray, returns: np.ndarray, env_steps: int, what
     if finite.all():
         return
     bad = np.nonzero(~finite)[0][:4]  # (the first few)
-    raise RuntimeError(f"{what}the environment's rewards are not finite after {env_steps} env steps (envs "
-                       f"{bad.tolist()}: rewards {np.asarray(reward)[bad].tolist()}, episode returns "
-                       f"{returns[bad].tolist()}); a reward must be a finite float32 (|r| < 3.4e38) and an "
-                       "episode's return finite")
+    raise RuntimeError(
+        f"{what}the environment's rewards are not finite after {env_steps} env steps (envs "
+        f"{bad.tolist()}: rewards {np.asarray(reward)[bad].tolist()}, episode returns "
+        f"{returns[bad].tolist()}); a reward must be a finite float32 (|r| < 3.4e38) and an "
+        "episode's return finite"
+    )
 
 
 class _EvaluationSteps:
@@ -209,9 +234,11 @@ class _EvaluationSteps:
         self.env_steps = 0
 
     def stall_message(self, stuck_s: float) -> str:
-        return (f"shoal: error: an evaluation: the environment's step() ({_env_name(self._env)}) has not returned "
-                f"in {stuck_s:.0f} s, after {self.env_steps:,} env steps of the evaluation (SHOAL_STEP_TIMEOUT_S="
-                f"{self._bound_s:g}); a stuck environment: its process ends")
+        return (
+            f"shoal: error: an evaluation: the environment's step() ({_env_name(self._env)}) has not returned "
+            f"in {stuck_s:.0f} s, after {self.env_steps:,} env steps of the evaluation (SHOAL_STEP_TIMEOUT_S="
+            f"{self._bound_s:g}); a stuck environment: its process ends"
+        )
 
 
 _WARNED_CUT: list[bool] = []  # (the cut episodes' warning: once per process)
@@ -220,14 +247,23 @@ _WARNED_CUT: list[bool] = []  # (the cut episodes' warning: once per process)
 def _warn_cut(running: np.ndarray, max_length: int, env: gym.vector.VectorEnv) -> None:
     if not _WARNED_CUT:
         _WARNED_CUT.append(True)
-        print(f"shoal: warning: evaluation episodes of {_env_name(env)} still running after {max_length:,} steps "
-              f"(envs {running.nonzero()[0].tolist()}): cut there, their returns so far counted (does the env set "
-              "no time limit? SHOAL_EVAL_MAX_EPISODE_STEPS sets the bound)", file=sys.stderr, flush=True)
+        print(
+            f"shoal: warning: evaluation episodes of {_env_name(env)} still running after {max_length:,} steps "
+            f"(envs {running.nonzero()[0].tolist()}): cut there, their returns so far counted (does the env set "
+            "no time limit? SHOAL_EVAL_MAX_EPISODE_STEPS sets the bound)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
-def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
-             should_stop: Callable[[], bool] | None = None, lengths: np.ndarray | None = None,
-             on_stall: Callable[[str], None] | None = None) -> np.ndarray | None:
+def evaluate(
+    env: gym.vector.VectorEnv,
+    actor: Actor,
+    seed: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    lengths: np.ndarray | None = None,
+    on_stall: Callable[[str], None] | None = None,
+) -> np.ndarray | None:
     """Runs exactly one episode in each env of ``env`` and returns the ``num_envs`` returns
     (``None`` if ``should_stop()`` turned true first: it is asked before every vector step);
     ``lengths`` (``[num_envs]`` integers), if given, gets each episode's length added. An env
@@ -246,8 +282,12 @@ def evaluate(env: gym.vector.VectorEnv, actor: Actor, seed: int | None = None,
     check_action_mask(obs, 0, getattr(env, "single_action_space", None))
     actor.end_episodes(np.ones(env.num_envs, bool))  # (every env starts an episode: fresh states)
     watched = _EvaluationSteps(env, float(value("SHOAL_STEP_TIMEOUT_S")))
-    threading.Thread(target=_watch, args=(weakref.ref(watched), watched._bound_s, on_stall or _stalled),
-                     name="shoal-eval-step-watch", daemon=True).start()
+    threading.Thread(
+        target=_watch,
+        args=(weakref.ref(watched), watched._bound_s, on_stall or _stalled),
+        name="shoal-eval-step-watch",
+        daemon=True,
+    ).start()
     returns = np.zeros(env.num_envs)
     running = np.ones(env.num_envs, bool)
     clip = action_clipper(env)

@@ -17,15 +17,17 @@ from shoal.core.interfaces import VariableSource
 
 
 class VariableClient:
-    def __init__(self, source: VariableSource, update_period: int = 1,
-                 asynchronous: bool = True, initial_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, source: VariableSource, update_period: int = 1, asynchronous: bool = True, initial_timeout_s: float = 60.0
+    ) -> None:
         if update_period < 1:
             raise ValueError(f"update_period must be >= 1, got {update_period}")
         self._source = source
         self._update_period = update_period
         self._calls = 0
-        self._executor = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="variables")
-                          if asynchronous else None)
+        self._executor = (
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="variables") if asynchronous else None
+        )
         self._future: concurrent.futures.Future | None = None
         self.version = -1
         self.params: Any = None
@@ -60,8 +62,7 @@ class VariableClient:
         try:
             self._adopt(future.result(timeout=timeout_s))
         except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"variable source {self._source!r} sent no parameters within "
-                               f"{timeout_s}s") from None
+            raise TimeoutError(f"variable source {self._source!r} sent no parameters within {timeout_s}s") from None
 
     def close(self) -> None:
         if self._executor is not None:

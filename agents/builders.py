@@ -70,9 +70,19 @@ def extras_of(spec_or_policy: ExtrasSpec | Policy | None, builder: AgentBuilder,
 
 
 # The factories a builder defines, each called through ``_guarded`` (module docstring).
-FACTORIES = ("validate", "env_steps_before_learning", "make_networks", "make_policy", "extras_spec",
-             "make_replay_tables", "make_dataset_iterator", "example_batch", "make_adder", "make_learner",
-             "make_actor")
+FACTORIES = (
+    "validate",
+    "env_steps_before_learning",
+    "make_networks",
+    "make_policy",
+    "extras_spec",
+    "make_replay_tables",
+    "make_dataset_iterator",
+    "example_batch",
+    "make_adder",
+    "make_learner",
+    "make_actor",
+)
 # What a factory may raise as it is: its own one-line message.
 OWN_ERRORS = (ValueError, RuntimeError, OSError)
 
@@ -107,8 +117,9 @@ def _guarded(factory: str, method: Callable) -> Callable:
         except OWN_ERRORS:
             raise
         except (Exception, SystemExit) as e:  # noqa: BLE001 -- named, once; the traceback is its cause
-            raise BuilderError(f"{builder_label(self)}: {factory}() raised {raised(e)} (--verbose shows the "
-                               "traceback)") from e
+            raise BuilderError(
+                f"{builder_label(self)}: {factory}() raised {raised(e)} (--verbose shows the traceback)"
+            ) from e
         if out is None and factory != "validate":
             raise BuilderError(f"{builder_label(self)}: {factory}() returned None")
         return out
@@ -117,7 +128,9 @@ def _guarded(factory: str, method: Callable) -> Callable:
     return call
 
 
-def try_factories(builder: AgentBuilder, spec: EnvironmentSpec, make_networks: Callable[[EnvironmentSpec], Any]) -> None:
+def try_factories(
+    builder: AgentBuilder, spec: EnvironmentSpec, make_networks: Callable[[EnvironmentSpec], Any]
+) -> None:
     """Calls the factories a run calls that build nothing heavy (no parameters, no replay
     server, nothing compiled): ``extras_spec``, ``make_replay_tables``, ``make_networks`` (or
     the run's ``network_factory``) and ``make_policy`` for acting and for evaluation, so that a
@@ -175,8 +188,9 @@ class AgentBuilder(abc.ABC):
         config = self.config
         if not dataclasses.is_dataclass(config) or getattr(config, "schedule_env_steps", None) != 0:
             return self
-        if not any(f.name.endswith("_schedule") and getattr(config, f.name) != "constant"
-                   for f in dataclasses.fields(config)):
+        if not any(
+            f.name.endswith("_schedule") and getattr(config, f.name) != "constant" for f in dataclasses.fields(config)
+        ):
             return self
         budgeted = copy.copy(self)
         budgeted.config = dataclasses.replace(config, schedule_env_steps=int(max_env_steps))
@@ -228,23 +242,35 @@ class AgentBuilder(abc.ABC):
         """What turns the actor's vector steps into replay items (``extras``: as for the tables)."""
 
     @abc.abstractmethod
-    def make_learner(self, key: jax.Array, networks: Any, dataset: Dataset, logger: Logger | None = None,
-                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
-                     stopwatch: Stopwatch | None = None) -> Learner:
+    def make_learner(
+        self,
+        key: jax.Array,
+        networks: Any,
+        dataset: Dataset,
+        logger: Logger | None = None,
+        counter: Counter | None = None,
+        replay_client: ReplayClient | None = None,
+        stopwatch: Stopwatch | None = None,
+    ) -> Learner:
         """The learner, fed by ``dataset`` (from ``make_dataset_iterator``); it counts its SGD
         steps in ``counter``, logs to ``logger``, times itself with ``stopwatch``, and writes
         priorities through ``replay_client`` if the agent needs to."""
 
-    def make_actor(self, key: jax.Array, policy: Policy, spec: EnvironmentSpec,
-                   variable_source: VariableSource, adder: Adder | None = None,
-                   asynchronous_updates: bool = True, env_steps_offset: int = 0) -> TrainingActor:
+    def make_actor(
+        self,
+        key: jax.Array,
+        policy: Policy,
+        spec: EnvironmentSpec,
+        variable_source: VariableSource,
+        adder: Adder | None = None,
+        asynchronous_updates: bool = True,
+        env_steps_offset: int = 0,
+    ) -> TrainingActor:
         """A batched actor acting with ``policy`` on params pulled from ``variable_source``
         every ``config.variable_update_period`` vector steps (in the background if
         ``asynchronous_updates``, inline otherwise: a seeded single-process run acts reproducibly)."""
-        client = VariableClient(variable_source, self.config.variable_update_period,
-                                asynchronous=asynchronous_updates)
-        return BatchedActor(policy, key, client, adder, num_envs=spec.num_envs,
-                            env_steps_offset=env_steps_offset)
+        client = VariableClient(variable_source, self.config.variable_update_period, asynchronous=asynchronous_updates)
+        return BatchedActor(policy, key, client, adder, num_envs=spec.num_envs, env_steps_offset=env_steps_offset)
 
 
 for _factory in ("validate", "make_actor"):  # (the base's own; the abstract ones are a subclass's)

@@ -88,4 +88,5 @@ def check_learner_fits(builder: Any, spec: EnvironmentSpec, networks: Any, num_d
             f"{builder.name}'s networks cannot fit: its learner needs at least {_gib(needed)} (a training "
             f"state of {_gib(state)}: parameters, target networks, optimiser moments; then gradients and "
             f"copies of the parameters{f'; on {copies} devices' if copies > 1 else ''}), more than "
-            f"{what} ({_gib(memory)}); choose smaller hidden_sizes")
+            f"{what} ({_gib(memory)}); choose smaller hidden_sizes"
+        )

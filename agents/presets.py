@@ -25,9 +25,16 @@ from typing import Any
 
 from shoal.agents.registry import builder_class, builtin_agents
 
-FAMILIES = {"gymnasium.envs.classic_control": "classic", "gymnasium.envs.box2d": "box2d",
-            "gymnasium.envs.mujoco": "mujoco", "ale_py": "atari", "shimmy.atari": "atari", "minatar": "minatar",
-            "shoal.envs.memory_tasks": "memory", "popgym": "memory"}
+FAMILIES = {
+    "gymnasium.envs.classic_control": "classic",
+    "gymnasium.envs.box2d": "box2d",
+    "gymnasium.envs.mujoco": "mujoco",
+    "ale_py": "atari",
+    "shimmy.atari": "atari",
+    "minatar": "minatar",
+    "shoal.envs.memory_tasks": "memory",
+    "popgym": "memory",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +88,10 @@ def find_preset(agent: str, env_id: str, name: str | None = "auto") -> Preset | 
         return available.get(detected) if detected is not None else None
     family = name.split("/", 1)[1] if "/" in name else name  # (agent/family: a plug-in's own name for it)
     if family not in available:
-        raise ValueError(f"{agent} has no preset {name!r}; its presets: {', '.join(sorted(available)) or 'none'}, "
-                         "or none (the plain defaults)")
+        raise ValueError(
+            f"{agent} has no preset {name!r}; its presets: {', '.join(sorted(available)) or 'none'}, "
+            "or none (the plain defaults)"
+        )
     return available[family]
 
 

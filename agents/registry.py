@@ -41,8 +41,9 @@ ENTRY_POINT_GROUP = "shoal.agents"
 def _plugins() -> dict[str, str]:
     """Plug-in name -> ``module:Class``, from installed packages' ``shoal.agents`` entry points
     (a built-in's name is never taken over)."""
-    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-            if ep.name not in _AGENTS}
+    return {
+        ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name not in _AGENTS
+    }
 
 
 def registered_agents() -> list[str]:
@@ -57,8 +58,10 @@ def builtin_agents() -> list[str]:
 def _import_builder(path: str, agent: str) -> type:
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute or ":" in attribute:
-        raise ValueError(f"agent {agent!r} is neither a registered name ({', '.join(registered_agents())}) nor "
-                         "module:BuilderClass (e.g. my_package.qrdqn:QRDQNBuilder)")
+        raise ValueError(
+            f"agent {agent!r} is neither a registered name ({', '.join(registered_agents())}) nor "
+            "module:BuilderClass (e.g. my_package.qrdqn:QRDQNBuilder)"
+        )
     target = import_attribute(module_name, attribute, f"agent {agent!r}")
     if target is None:
         raise ValueError(f"agent {agent!r}: module {module_name!r} has no {attribute!r}")
@@ -77,12 +80,16 @@ def declared_config_class(builder_cls: Any, agent: str) -> type:
         except Exception:  # noqa: BLE001 -- an annotation that does not resolve: said below
             config_cls = None
     if not (isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls)):
-        raise ValueError(f"agent {agent!r}: {builder_cls.__name__} must declare its config dataclass "
-                         f"(config_class = MyConfig, or the annotation config: MyConfig); found {config_cls!r}")
+        raise ValueError(
+            f"agent {agent!r}: {builder_cls.__name__} must declare its config dataclass "
+            f"(config_class = MyConfig, or the annotation config: MyConfig); found {config_cls!r}"
+        )
     missing = sorted(getattr(builder_cls, "__abstractmethods__", ()))
     if missing:
-        raise ValueError(f"agent {agent!r}: {builder_cls.__name__} does not define {', '.join(missing)} "
-                         "(every abstract AgentBuilder factory must be)")
+        raise ValueError(
+            f"agent {agent!r}: {builder_cls.__name__} does not define {', '.join(missing)} "
+            "(every abstract AgentBuilder factory must be)"
+        )
     return config_cls
 
 
@@ -91,8 +98,10 @@ def _load(name: str) -> tuple[type, type]:
     """``(builder class, config class)`` of agent ``name`` (a built-in, a plug-in, ``module:Class``)."""
     path = _AGENTS.get(name) or _plugins().get(name, name)
     if ":" not in path:
-        raise ValueError(f"unknown agent {name!r}; available: {', '.join(registered_agents())}, or "
-                         "module:BuilderClass for a builder of your own")
+        raise ValueError(
+            f"unknown agent {name!r}; available: {', '.join(registered_agents())}, or "
+            "module:BuilderClass for a builder of your own"
+        )
     builder_cls = _import_builder(path, name)
     return builder_cls, declared_config_class(builder_cls, name)
 
@@ -135,7 +144,9 @@ def get_builder(name: str, **config_overrides: Any) -> AgentBuilder:
     except (ValueError, RuntimeError, OSError):
         raise
     except (Exception, SystemExit) as e:  # noqa: BLE001 -- a plug-in's constructor: one line, as its factories
-        raise BuilderError(f"agent {name!r}: {builder_cls.__name__}({config_cls.__name__}(...)) raised {raised(e)} "
-                           "(--verbose shows the traceback)") from e
+        raise BuilderError(
+            f"agent {name!r}: {builder_cls.__name__}({config_cls.__name__}(...)) raised {raised(e)} "
+            "(--verbose shows the traceback)"
+        ) from e
     builder._agent_name = name
     return builder

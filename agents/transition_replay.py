@@ -38,11 +38,11 @@ class TransitionReplayBuilder(AgentBuilder):
         super().validate(spec, num_devices)
         c = self.config
         if c.batch_size % num_devices:
-            raise ValueError(f"batch_size={c.batch_size} must be a positive multiple of the "
-                             f"number of local devices ({num_devices})")
+            raise ValueError(
+                f"batch_size={c.batch_size} must be a positive multiple of the number of local devices ({num_devices})"
+            )
         if c.max_replay_size < c.min_replay_size:
-            raise ValueError(f"max_replay_size={c.max_replay_size} is below "
-                             f"min_replay_size={c.min_replay_size}")
+            raise ValueError(f"max_replay_size={c.max_replay_size} is below min_replay_size={c.min_replay_size}")
 
     def env_steps_before_learning(self, spec: EnvironmentSpec) -> int:
         return self.config.min_replay_size + (self.config.n_step - 1) * spec.num_envs
@@ -57,24 +57,40 @@ class TransitionReplayBuilder(AgentBuilder):
 
     def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
         c = self.config
-        return [make_transition_table(
-            TABLE, transition_signature(spec, extras_of(extras, self, spec)), num_envs=spec.num_envs,
-            batch_size=c.batch_size, sgd_steps_per_update=c.sgd_steps_per_update,
-            samples_per_insert=c.samples_per_insert,
-            samples_per_insert_tolerance=c.samples_per_insert_tolerance,
-            min_replay_size=c.min_replay_size, max_replay_size=c.max_replay_size,
-            priority_exponent=self.priority_exponent())]
+        return [
+            make_transition_table(
+                TABLE,
+                transition_signature(spec, extras_of(extras, self, spec)),
+                num_envs=spec.num_envs,
+                batch_size=c.batch_size,
+                sgd_steps_per_update=c.sgd_steps_per_update,
+                samples_per_insert=c.samples_per_insert,
+                samples_per_insert_tolerance=c.samples_per_insert_tolerance,
+                min_replay_size=c.min_replay_size,
+                max_replay_size=c.max_replay_size,
+                priority_exponent=self.priority_exponent(),
+            )
+        ]
 
     def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
-        return transition_batches(replay_client, TABLE, num_envs=spec.num_envs,
-                                  batch_size=self.config.batch_size,
-                                  num_steps=self.config.sgd_steps_per_update)
+        return transition_batches(
+            replay_client,
+            TABLE,
+            num_envs=spec.num_envs,
+            batch_size=self.config.batch_size,
+            num_steps=self.config.sgd_steps_per_update,
+        )
 
     def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Sample:
-        return transition_example(spec, extras_of(extras, self, spec), self.config.batch_size,
-                                  self.config.sgd_steps_per_update)
+        return transition_example(
+            spec, extras_of(extras, self, spec), self.config.batch_size, self.config.sgd_steps_per_update
+        )
 
-    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None,
-                   ) -> Adder:
+    def make_adder(
+        self,
+        replay_client: ReplayClient,
+        spec: EnvironmentSpec,
+        extras: ExtrasSpec | None = None,
+    ) -> Adder:
 
         return NStepTransitionAdder(replay_client, TABLE, spec, self.config.n_step, self.config.discount)

@@ -55,10 +55,17 @@ def free_table(builder, spec, policy):
     from shoal.agents.dqn.builder import TABLE
 
     c = builder.config
-    return make_transition_table(TABLE, transition_signature(spec, policy.extras_spec), num_envs=spec.num_envs,
-                                 batch_size=c.batch_size, sgd_steps_per_update=c.sgd_steps_per_update,
-                                 samples_per_insert=1.0, samples_per_insert_tolerance=1e12, min_replay_size=1,
-                                 max_replay_size=100_000)
+    return make_transition_table(
+        TABLE,
+        transition_signature(spec, policy.extras_spec),
+        num_envs=spec.num_envs,
+        batch_size=c.batch_size,
+        sgd_steps_per_update=c.sgd_steps_per_update,
+        samples_per_insert=1.0,
+        samples_per_insert_tolerance=1e12,
+        min_replay_size=1,
+        max_replay_size=100_000,
+    )
 
 
 class _Window:
@@ -86,8 +93,9 @@ def replay_backend() -> str | None:
     return os.environ.get("SHOAL_BENCH_REPLAY") or None
 
 
-def actor_rates(env_id: str, num_envs: int, seconds: float, rounds: int = 4,
-                **settings) -> tuple[dict[str, float], dict]:
+def actor_rates(
+    env_id: str, num_envs: int, seconds: float, rounds: int = 4, **settings
+) -> tuple[dict[str, float], dict]:
     """Env steps/s of: the raw vector env (random actions), the actor loop (``EnvironmentLoop``)
     with the DQN policy (``settings``: its config overrides), and the loop with the policy and
     its adder, each over ``seconds`` in ``rounds`` windows taken in turns (each on an env of its
@@ -100,11 +108,15 @@ def actor_rates(env_id: str, num_envs: int, seconds: float, rounds: int = 4,
     server = make_replay_server([free_table(builder, spec, policy)], replay_backend())
     try:
         adder = builder.make_adder(server.client, spec, policy)
-        loops = [EnvironmentLoop(env, BatchedActor(policy, jax.random.PRNGKey(0), client, a, num_envs=num_envs))
-                 for env, a in zip(envs[1:], (None, adder))]
+        loops = [
+            EnvironmentLoop(env, BatchedActor(policy, jax.random.PRNGKey(0), client, a, num_envs=num_envs))
+            for env, a in zip(envs[1:], (None, adder))
+        ]
         envs[0].reset(seed=0)
-        windows = [_Window(envs[0], lambda: envs[0].step(envs[0].action_space.sample())),
-                   *(_Window(env, loop.step) for env, loop in zip(envs[1:], loops))]
+        windows = [
+            _Window(envs[0], lambda: envs[0].step(envs[0].action_space.sample())),
+            *(_Window(env, loop.step) for env, loop in zip(envs[1:], loops)),
+        ]
         for window in windows:
             window.step()  # (compiles the policy)
         before = loops[1].stopwatch.snapshot()
@@ -133,8 +145,9 @@ def scaling_table():
     return free_table(builder, spec, policy)
 
 
-def scaling_actor_steps(index: int, address: str, ready, go, start_at, phase_s: float,
-                        actors_per_phase: tuple[int, ...]) -> list[int]:
+def scaling_actor_steps(
+    index: int, address: str, ready, go, start_at, phase_s: float, actors_per_phase: tuple[int, ...]
+) -> list[int]:
     """One actor process: builds and compiles, puts its index on ``ready``, waits for ``go``;
     from Unix time ``start_at.value``, phase k lasts ``phase_s`` and this actor acts in it if
     ``index < actors_per_phase[k]``. Returns env steps per phase (a step counts in the phase it
@@ -149,8 +162,9 @@ def scaling_actor_steps(index: int, address: str, ready, go, start_at, phase_s: 
     # (Shoal's client of the Reverb server, as a run's actors have: Reverb's own ``Client`` has
     # another writer, whose create_item the adder's call does not fit)
     adder = builder.make_adder(make_replay_client(address), spec, policy)
-    actor = BatchedActor(policy, jax.random.PRNGKey(index), VariableClient(FixedParams(params), asynchronous=False),
-                         adder, num_envs=16)
+    actor = BatchedActor(
+        policy, jax.random.PRNGKey(index), VariableClient(FixedParams(params), asynchronous=False), adder, num_envs=16
+    )
     env.reset(seed=index)
     loop = EnvironmentLoop(env, actor)
     loop.step()  # compiled before the phases begin
@@ -193,10 +207,18 @@ def main() -> None:
 
         settings = find_preset("dqn", "ALE/Breakout-v5").settings
     rates, costs = actor_rates(args.env, args.num_envs, args.seconds, **settings)
-    print(json.dumps({"env": args.env, "num_envs": args.num_envs,
-                      "actor_efficiency": round(rates["actor_adder_sps"] / rates["raw_env_sps"], 3),
-                      "actor_policy_efficiency": round(rates["actor_sps"] / rates["raw_env_sps"], 3),
-                      "actor_sps": {k: round(v) for k, v in rates.items()}, "actor_step_us": costs}))
+    print(
+        json.dumps(
+            {
+                "env": args.env,
+                "num_envs": args.num_envs,
+                "actor_efficiency": round(rates["actor_adder_sps"] / rates["raw_env_sps"], 3),
+                "actor_policy_efficiency": round(rates["actor_sps"] / rates["raw_env_sps"], 3),
+                "actor_sps": {k: round(v) for k, v in rates.items()},
+                "actor_step_us": costs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -37,9 +37,28 @@ SCENARIOS = {"actor_bound": ("ppo", "CartPole-v1"), "learner_bound": ("dqn", "Lu
 def run(agent: str, env: str, num_actors: str, seconds: float, seed: int = 0) -> dict:
     """One ``shoal train`` for ``seconds``; its progress samples and its result."""
     run_dir = tempfile.mkdtemp(prefix="shoal-autoscale-")
-    cmd = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env, "--launcher", "processes",
-           "--num-actors", num_actors, "--max-env-steps", str(10**9), "--eval-every", str(10**9),
-           "--seed", str(seed), "--run-dir", run_dir]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shoal",
+        "train",
+        "--agent",
+        agent,
+        "--env",
+        env,
+        "--launcher",
+        "processes",
+        "--num-actors",
+        num_actors,
+        "--max-env-steps",
+        str(10**9),
+        "--eval-every",
+        str(10**9),
+        "--seed",
+        str(seed),
+        "--run-dir",
+        run_dir,
+    ]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=os.path.dirname(HERE))
     samples: list[tuple[float, int]] = []
@@ -74,17 +93,24 @@ def scenario(agent: str, env: str, seconds: float) -> dict:
     for num_actors in ("1", "2", "4", "auto:1-4"):
         print(f"{agent} {env} --num-actors {num_actors} ({seconds:g} s)", file=sys.stderr, flush=True)
         out = run(agent, env, num_actors, seconds)
-        rows[num_actors] = {"steady_steps_per_s": round(rate(out["samples"], seconds * 2 / 3, seconds), 1),
-                            "samples": out["samples"], "result": out["result"]}
+        rows[num_actors] = {
+            "steady_steps_per_s": round(rate(out["samples"], seconds * 2 / 3, seconds), 1),
+            "samples": out["samples"],
+            "result": out["result"],
+        }
     best = max(("1", "2", "4"), key=lambda k: rows[k]["steady_steps_per_s"])
     target = 0.9 * rows[best]["steady_steps_per_s"]
     auto = rows["auto:1-4"]
     reached = next((t for t, _ in auto["samples"] if t >= 15 and rate(auto["samples"], t - 15, t) >= target), None)
     summary = {f"fixed_{k}": rows[k]["steady_steps_per_s"] for k in ("1", "2", "4")}
-    summary.update(best_fixed=int(best), auto=auto["steady_steps_per_s"],
-                   ratio_to_best_fixed=round(auto["steady_steps_per_s"] / max(rows[best]["steady_steps_per_s"], 1e-9), 3),
-                   reached_s=None if reached is None else round(reached, 1),
-                   final_actors=auto["result"].get("num_actors"), actor_counts=auto["result"].get("actor_counts"))
+    summary.update(
+        best_fixed=int(best),
+        auto=auto["steady_steps_per_s"],
+        ratio_to_best_fixed=round(auto["steady_steps_per_s"] / max(rows[best]["steady_steps_per_s"], 1e-9), 3),
+        reached_s=None if reached is None else round(reached, 1),
+        final_actors=auto["result"].get("num_actors"),
+        actor_counts=auto["result"].get("actor_counts"),
+    )
     return summary
 
 
@@ -96,8 +122,11 @@ def main() -> None:
     args = parser.parse_args()
     seconds = 30.0 if args.quick else args.seconds
     names = ["actor_bound"] if args.quick else list(SCENARIOS)
-    report = {"seconds_per_run": seconds, "cores": os.cpu_count(),
-              **{name: scenario(*SCENARIOS[name], seconds) for name in names}}
+    report = {
+        "seconds_per_run": seconds,
+        "cores": os.cpu_count(),
+        **{name: scenario(*SCENARIOS[name], seconds) for name in names},
+    }
     from shoal.core.files import json_text, write_output
 
     text = json_text(report, "the report", indent=1)  # (strict JSON; never written through a link)

@@ -51,11 +51,22 @@ from shoal.envs import make_vector_env  # noqa: E402
 CONFIGS = {
     "dqn": ("CartPole-v1", 16, {"default": {}, "large": {"batch_size": 4096, "hidden_sizes": (512, 512)}}),
     # (synthetic rollouts carry no policy version to go by: PPO's staleness rule is off here)
-    "ppo": ("CartPole-v1", 16, {"default": {"max_policy_lag": 10**9},
-                                "large": {"rollout_length": 128, "hidden_sizes": (256, 256), "num_envs": 64,
-                                          "max_policy_lag": 10**9}}),
-    "impala": ("CartPole-v1", 16, {"default": {}, "large": {"rollout_length": 64, "sequences_per_update": 256,
-                                                            "hidden_sizes": (256, 256), "num_envs": 64}}),
+    "ppo": (
+        "CartPole-v1",
+        16,
+        {
+            "default": {"max_policy_lag": 10**9},
+            "large": {"rollout_length": 128, "hidden_sizes": (256, 256), "num_envs": 64, "max_policy_lag": 10**9},
+        },
+    ),
+    "impala": (
+        "CartPole-v1",
+        16,
+        {
+            "default": {},
+            "large": {"rollout_length": 64, "sequences_per_update": 256, "hidden_sizes": (256, 256), "num_envs": 64},
+        },
+    ),
     "sac": ("Pendulum-v1", 16, {"default": {}, "large": {"batch_size": 1024, "hidden_sizes": (256, 256)}}),
 }
 
@@ -69,8 +80,10 @@ class SyntheticDataset(Dataset):
         rng = np.random.default_rng(seed)
         self.num_envs = spec.num_envs
         self._example, self._i = example, 0
-        self._batches = [Sample(jax.tree_util.tree_map_with_path(lambda p, x: _fill(p, x, spec, rng), example.data),
-                                example.keys) for _ in range(pool)]
+        self._batches = [
+            Sample(jax.tree_util.tree_map_with_path(lambda p, x: _fill(p, x, spec, rng), example.data), example.keys)
+            for _ in range(pool)
+        ]
 
     def __next__(self) -> Sample:
         self._i += 1
@@ -96,7 +109,7 @@ def _fill(path, x: np.ndarray, spec, rng: np.random.Generator) -> np.ndarray:
     if name in ("terminated", "truncated"):
         return rng.random(x.shape) < 0.02
     if name == "discount":
-        return np.where(rng.random(x.shape) < 0.02, 0.0, 0.99 ** 3).astype(x.dtype)
+        return np.where(rng.random(x.shape) < 0.02, 0.0, 0.99**3).astype(x.dtype)
     if name in ("probability", "table_size"):
         return np.full(x.shape, 1e-3 if name == "probability" else 1e4, x.dtype)
     if name == "log_prob":
@@ -148,8 +161,9 @@ def python_dispatches():
         setattr(pjit, name, original)
 
 
-def learner_speed(agent: str, config_name: str, seconds: float, env_id: str | None = None,
-                  settings: dict | None = None) -> dict:
+def learner_speed(
+    agent: str, config_name: str, seconds: float, env_id: str | None = None, settings: dict | None = None
+) -> dict:
     """One agent's learner with config ``config_name`` of ``CONFIGS`` (or ``settings`` on
     ``env_id``): its compile and update speeds."""
     default_env, num_envs, configs = CONFIGS.get(agent, ("CartPole-v1", 16, {}))
@@ -182,11 +196,16 @@ def learner_speed(agent: str, config_name: str, seconds: float, env_id: str | No
     finally:
         learner.close()
     samples = samples_per_update(builder, example)
-    return {"compile_s": round(compile_s, 2), "updates_per_s": {"fed": round(fed, 1), "in_memory": round(in_memory, 1)},
-            "sgd_steps_per_s": {"fed": round(fed * sgd_steps), "in_memory": round(in_memory * sgd_steps)},
-            "samples_per_s": {"fed": round(fed * samples), "in_memory": round(in_memory * samples)},
-            "ratio": round(fed / in_memory, 3), "sgd_steps_per_update": sgd_steps, "samples_per_update": samples,
-            "python_dispatches_per_update": round(missed[0] / (calls[0] + 1), 3)}
+    return {
+        "compile_s": round(compile_s, 2),
+        "updates_per_s": {"fed": round(fed, 1), "in_memory": round(in_memory, 1)},
+        "sgd_steps_per_s": {"fed": round(fed * sgd_steps), "in_memory": round(in_memory * sgd_steps)},
+        "samples_per_s": {"fed": round(fed * samples), "in_memory": round(in_memory * samples)},
+        "ratio": round(fed / in_memory, 3),
+        "sgd_steps_per_update": sgd_steps,
+        "samples_per_update": samples,
+        "python_dispatches_per_update": round(missed[0] / (calls[0] + 1), 3),
+    }
 
 
 def in_memory_table(agents, configs, seconds: float) -> dict:
@@ -195,14 +214,23 @@ def in_memory_table(agents, configs, seconds: float) -> dict:
         for name in configs:
             print(f"[learner_bench] {agent} {name} ...", file=sys.stderr, flush=True)
             results.setdefault(agent, {})[name] = learner_speed(agent, name, seconds)
-    return {"jax": jax.__version__, "backend": jax.default_backend(),
-            "devices": [str(d) for d in jax.local_devices()], "results": results}
+    return {
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.local_devices()],
+        "results": results,
+    }
 
 
 # a task family's env for the presets' compile times: (discrete actions, continuous)
-FAMILY_ENVS = {"classic": ("CartPole-v1", "Pendulum-v1"), "box2d": ("LunarLander-v3", "BipedalWalker-v3"),
-               "mujoco": (None, "HalfCheetah-v5"), "atari": ("ALE/Breakout-v5", None),
-               "minatar": ("MinAtar/Breakout-v1", None), "memory": ("shoal/CartPoleNoVelocity-v1", None)}
+FAMILY_ENVS = {
+    "classic": ("CartPole-v1", "Pendulum-v1"),
+    "box2d": ("LunarLander-v3", "BipedalWalker-v3"),
+    "mujoco": (None, "HalfCheetah-v5"),
+    "atari": ("ALE/Breakout-v5", None),
+    "minatar": ("MinAtar/Breakout-v1", None),
+    "memory": ("shoal/CartPoleNoVelocity-v1", None),
+}
 
 
 def preset_table(agents, families, seconds: float) -> dict:
@@ -218,37 +246,55 @@ def preset_table(agents, families, seconds: float) -> dict:
         settings = {**preset.settings, "num_envs": preset.experiment.get("num_envs", 16)}
         if preset.agent == "ppo":
             settings["max_policy_lag"] = 10**9  # (synthetic rollouts carry no policy version)
-            settings.setdefault("schedule_env_steps", preset.experiment.get("max_env_steps", 10**6))  # (the run's budget)
+            settings.setdefault(
+                "schedule_env_steps", preset.experiment.get("max_env_steps", 10**6)
+            )  # (the run's budget)
         print(f"[learner_bench] {preset.name} on {env_id} ...", file=sys.stderr, flush=True)
         try:
             results.setdefault(preset.agent, {})[preset.family] = {
-                "env": env_id, **learner_speed(preset.agent, preset.family, seconds, env_id, settings)}
+                "env": env_id,
+                **learner_speed(preset.agent, preset.family, seconds, env_id, settings),
+            }
         except Exception as e:  # noqa: BLE001 -- an extra not installed, or an env the agent cannot act in
             results.setdefault(preset.agent, {})[preset.family] = {"env": env_id, "skipped": f"{type(e).__name__}: {e}"}
-    return {"jax": jax.__version__, "backend": jax.default_backend(),
-            "devices": [str(d) for d in jax.local_devices()], "results": results}
+    return {
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.local_devices()],
+        "results": results,
+    }
 
 
 def markdown(out: dict) -> str:
-    lines = [f"devices: {', '.join(out['devices'])} (JAX {out['jax']})", "",
-             "| agent | config | compile s | updates/s fed | updates/s in memory | fed / in memory | SGD steps/s fed "
-             "| samples/s fed |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"devices: {', '.join(out['devices'])} (JAX {out['jax']})",
+        "",
+        "| agent | config | compile s | updates/s fed | updates/s in memory | fed / in memory | SGD steps/s fed "
+        "| samples/s fed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for agent, configs in out["results"].items():
         for name, r in configs.items():
             if "skipped" in r:
                 lines.append(f"| {agent} | {name} | skipped: {r['skipped'][:80]} |")
                 continue
-            lines.append(f"| {agent} | {name} | {r['compile_s']:.1f} | {r['updates_per_s']['fed']:,.0f} "
-                         f"| {r['updates_per_s']['in_memory']:,.0f} | {r['ratio']:.2f} | {r['sgd_steps_per_s']['fed']:,} "
-                         f"| {r['samples_per_s']['fed']:,} |")
+            lines.append(
+                f"| {agent} | {name} | {r['compile_s']:.1f} | {r['updates_per_s']['fed']:,.0f} "
+                f"| {r['updates_per_s']['in_memory']:,.0f} | {r['ratio']:.2f} | {r['sgd_steps_per_s']['fed']:,} "
+                f"| {r['samples_per_s']['fed']:,} |"
+            )
     return "\n".join(lines)
 
 
 # -- fed from Reverb (--replay) ---------------------------------------------------------------
-REPLAY_AGENTS = {"dqn": {"num_envs": 16, "overrides": {}},
-                 "ppo": {"num_envs": 8, "overrides": {"queue_capacity": 100_000, "max_policy_lag": 10**9}},
-                 "r2d2": {"num_envs": 8, "overrides": {"samples_per_insert": 10_000.0, "samples_per_insert_tolerance": 1_000.0,
-                                                       "min_replay_size": 50}}}
+REPLAY_AGENTS = {
+    "dqn": {"num_envs": 16, "overrides": {}},
+    "ppo": {"num_envs": 8, "overrides": {"queue_capacity": 100_000, "max_policy_lag": 10**9}},
+    "r2d2": {
+        "num_envs": 8,
+        "overrides": {"samples_per_insert": 10_000.0, "samples_per_insert_tolerance": 1_000.0, "min_replay_size": 50},
+    },
+}
 
 
 ROUNDS = 3  # windows of each kind per feed ratio, taken in turns
@@ -277,11 +323,18 @@ def replay_feed_ratio(name: str, seconds: float) -> dict:
     else:
         tables = builder.make_replay_tables(spec, policy)
     server = make_replay_server(tables, replay_backend())
-    learner = builder.make_learner(jax.random.PRNGKey(0), networks, builder.make_dataset_iterator(server.client, spec),
-                                   None, Counter(), server.client)
+    learner = builder.make_learner(
+        jax.random.PRNGKey(0),
+        networks,
+        builder.make_dataset_iterator(server.client, spec),
+        None,
+        Counter(),
+        server.client,
+    )
     adder = builder.make_adder(server.client, spec, policy)
-    loop = EnvironmentLoop(env, builder.make_actor(jax.random.PRNGKey(1), policy, spec, learner, adder,
-                                                   asynchronous_updates=False))
+    loop = EnvironmentLoop(
+        env, builder.make_actor(jax.random.PRNGKey(1), policy, spec, learner, adder, asynchronous_updates=False)
+    )
     steps_per_update = getattr(builder.config, "rollout_length", 1)
 
     def fill(updates: int) -> None:
@@ -317,8 +370,7 @@ def replay_feed_ratio(name: str, seconds: float) -> dict:
 
 def feed_ratios(seconds: float) -> dict:
     out = {name: replay_feed_ratio(name, seconds) for name in REPLAY_AGENTS}
-    return {"devices": len(jax.local_devices()), "ratio": {k: v["ratio"] for k, v in out.items()},
-            "updates_per_s": out}
+    return {"devices": len(jax.local_devices()), "ratio": {k: v["ratio"] for k, v in out.items()}, "updates_per_s": out}
 
 
 def main() -> None:
@@ -326,12 +378,26 @@ def main() -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--in-memory", action="store_true", help="synthetic batches, no replay server (default)")
     mode.add_argument("--replay", action="store_true", help="DQN, PPO and R2D2 fed from a real replay table")
-    parser.add_argument("--replay-backend", choices=["reverb", "native"], default=None,
-                        help="with --replay: the backend (default: reverb where installed, else native)")
-    mode.add_argument("--presets", nargs="*", metavar="FAMILY", choices=sorted(FAMILY_ENVS),
-                      help="each agent's presets (of these task families; default all): compile seconds and speed")
-    parser.add_argument("--agents", nargs="+", default=None, choices=sorted({*CONFIGS, "r2d2"}),
-                        help=f"default: {' '.join(sorted(CONFIGS))} (with --presets: every agent)")
+    parser.add_argument(
+        "--replay-backend",
+        choices=["reverb", "native"],
+        default=None,
+        help="with --replay: the backend (default: reverb where installed, else native)",
+    )
+    mode.add_argument(
+        "--presets",
+        nargs="*",
+        metavar="FAMILY",
+        choices=sorted(FAMILY_ENVS),
+        help="each agent's presets (of these task families; default all): compile seconds and speed",
+    )
+    parser.add_argument(
+        "--agents",
+        nargs="+",
+        default=None,
+        choices=sorted({*CONFIGS, "r2d2"}),
+        help=f"default: {' '.join(sorted(CONFIGS))} (with --presets: every agent)",
+    )
     parser.add_argument("--configs", nargs="+", default=["default", "large"], choices=["default", "large"])
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--out", default=None, help="also write the JSON object to this file")

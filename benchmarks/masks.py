@@ -26,8 +26,14 @@ from shoal.core.files import json_text
 TAXI_THRESHOLD = 8.0
 COUNTS = {"taken": 0, "masked": 0}  # every env of this process (one-process runs)
 SETTINGS = {  # tuned by hand for Taxi-v4 (one-hot states; a -1 per step, -10 for an illegal pickup or drop-off)
-    "dqn": {"learning_rate": 1e-3, "epsilon_decay_steps": 20_000, "epsilon_end": 0.05, "samples_per_insert": 8.0,
-            "target_update_period": 250, "hidden_sizes": (64, 64)},
+    "dqn": {
+        "learning_rate": 1e-3,
+        "epsilon_decay_steps": 20_000,
+        "epsilon_end": 0.05,
+        "samples_per_insert": 8.0,
+        "target_update_period": 250,
+        "hidden_sizes": (64, 64),
+    },
     "ppo": {"learning_rate": 1e-3, "entropy_coef": 0.01, "rollout_length": 64, "num_minibatches": 4, "num_epochs": 4},
 }
 
@@ -58,10 +64,19 @@ def run(agent: str, seed: int, masked: bool, max_env_steps: int, time_limit_s: f
     from shoal.launch import ExperimentConfig, run_experiment
 
     COUNTS.update(taken=0, masked=0)
-    config = ExperimentConfig.from_flat(builder=get_builder(agent, **SETTINGS[agent]), env_id="Taxi-v4",
-                                        env_factory=counted_taxi, action_masks=masked, seed=seed, num_envs=8,
-                                        max_env_steps=max_env_steps, eval_every=2_500, eval_episodes=10,
-                                        target_return=TAXI_THRESHOLD, progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder(agent, **SETTINGS[agent]),
+        env_id="Taxi-v4",
+        env_factory=counted_taxi,
+        action_masks=masked,
+        seed=seed,
+        num_envs=8,
+        max_env_steps=max_env_steps,
+        eval_every=2_500,
+        eval_episodes=10,
+        target_return=TAXI_THRESHOLD,
+        progress=False,
+    )
     stop = threading.Event()
     timer = threading.Timer(time_limit_s, stop.set)
     timer.start()
@@ -69,11 +84,19 @@ def run(agent: str, seed: int, masked: bool, max_env_steps: int, time_limit_s: f
         result = run_experiment(config, stop)
     finally:
         timer.cancel()
-    return {"agent": agent, "seed": seed, "masked": masked, "solved": result["solved"],
-            "env_steps_to_threshold": result["env_steps"] if result["solved"] else None,
-            "env_steps": result["env_steps"], "final_eval_return": result["final_eval_return"],
-            "masked_actions_taken": COUNTS["masked"], "actions_taken": COUNTS["taken"],
-            "wall_s": result["wall_s"], **({"terminated": "time limit"} if "terminated" in result else {})}
+    return {
+        "agent": agent,
+        "seed": seed,
+        "masked": masked,
+        "solved": result["solved"],
+        "env_steps_to_threshold": result["env_steps"] if result["solved"] else None,
+        "env_steps": result["env_steps"],
+        "final_eval_return": result["final_eval_return"],
+        "masked_actions_taken": COUNTS["masked"],
+        "actions_taken": COUNTS["taken"],
+        "wall_s": result["wall_s"],
+        **({"terminated": "time limit"} if "terminated" in result else {}),
+    }
 
 
 def main() -> None:
@@ -93,9 +116,11 @@ def main() -> None:
         runs = [r for r in records if r["masked"] == masked]
         solved = [r["env_steps_to_threshold"] for r in runs if r["solved"]]
         summary["masked" if masked else "unmasked"] = {
-            "solved": f"{len(solved)}/{len(runs)}", "median_env_steps_to_threshold": statistics.median(solved) if solved else None,
+            "solved": f"{len(solved)}/{len(runs)}",
+            "median_env_steps_to_threshold": statistics.median(solved) if solved else None,
             "env_steps_to_threshold": [r["env_steps_to_threshold"] for r in runs],
-            "masked_actions_taken": sum(r["masked_actions_taken"] for r in runs)}
+            "masked_actions_taken": sum(r["masked_actions_taken"] for r in runs),
+        }
     print(json_text(summary), flush=True)
     if any(r["masked_actions_taken"] for r in records if r["masked"]):
         sys.exit("a masked run took a masked action")

@@ -61,15 +61,34 @@ def throughput(backend: str, quick: bool) -> dict:
 
 def solve(backend: str, agent: str, seed: int, run_root: str) -> dict:
     run_dir = os.path.join(run_root, f"{backend}-{agent}-s{seed}")
-    command = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", "CartPole-v1", "--seed", str(seed),
-               "--replay", backend, "--quiet", "--run-dir", run_dir]
+    command = [
+        sys.executable,
+        "-m",
+        "shoal",
+        "train",
+        "--agent",
+        agent,
+        "--env",
+        "CartPole-v1",
+        "--seed",
+        str(seed),
+        "--replay",
+        backend,
+        "--quiet",
+        "--run-dir",
+        run_dir,
+    ]
     started = time.monotonic()
     proc = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(command)}: {proc.stderr[-3000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"solved": result["solved"], "env_steps": result["env_steps"], "wall_s": result["wall_s"],
-            "process_s": result.get("process_s", round(time.monotonic() - started, 3))}
+    return {
+        "solved": result["solved"],
+        "env_steps": result["env_steps"],
+        "wall_s": result["wall_s"],
+        "process_s": result.get("process_s", round(time.monotonic() - started, 3)),
+    }
 
 
 def main() -> None:
@@ -93,8 +112,9 @@ def main() -> None:
     for backend in backends:
         figures = in_process(backend, seconds)
         figures.update({"throughput": throughput(backend, args.quick)})
-        figures["solve"] = {f"{agent}/s{seed}": solve(backend, agent, seed, run_root)
-                            for agent in ("dqn", "ppo") for seed in seeds}
+        figures["solve"] = {
+            f"{agent}/s{seed}": solve(backend, agent, seed, run_root) for agent in ("dqn", "ppo") for seed in seeds
+        }
         result[backend] = figures
         print(json.dumps({backend: figures}), file=sys.stderr, flush=True)
     from shoal.core.files import json_text, write_output

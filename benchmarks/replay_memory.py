@@ -92,8 +92,9 @@ def measure(game: str, env_steps: int) -> dict:
                 return 0, params
 
         adder = builder.make_adder(client, spec, policy)
-        loop = EnvironmentLoop(env, builder.make_actor(jax.random.PRNGKey(1), policy, spec, Source(), adder,
-                                                       asynchronous_updates=False))
+        loop = EnvironmentLoop(
+            env, builder.make_actor(jax.random.PRNGKey(1), policy, spec, Source(), adder, asynchronous_updates=False)
+        )
         for _ in range(200):  # a first chunk of everything (allocator pools, Reverb's structures)
             loop.step()
         adder.flush()
@@ -114,10 +115,16 @@ def measure(game: str, env_steps: int) -> dict:
             server.kill()
     per_step = (after - before) / inserted
     frames = int(np.prod(spec.observation.shape))
-    return {"game": game, "env_steps_inserted": inserted, "items": items,
-            "transition_bytes_uncompressed": 2 * frames + 4 * 4,
-            "bytes_per_env_step": round(per_step), "checkpoint_bytes_per_env_step": round(checkpoint_bytes / (loop.env_steps)),
-            "env_steps_in_8GB": int(8e9 / per_step), "compression": round((2 * frames) / per_step, 1)}
+    return {
+        "game": game,
+        "env_steps_inserted": inserted,
+        "items": items,
+        "transition_bytes_uncompressed": 2 * frames + 4 * 4,
+        "bytes_per_env_step": round(per_step),
+        "checkpoint_bytes_per_env_step": round(checkpoint_bytes / (loop.env_steps)),
+        "env_steps_in_8GB": int(8e9 / per_step),
+        "compression": round((2 * frames) / per_step, 1),
+    }
 
 
 def _native(game: str, env_steps: int, frames: bool, queue) -> None:
@@ -165,13 +172,18 @@ def _native(game: str, env_steps: int, frames: bool, queue) -> None:
     after, after_bytes = _rss(os.getpid()), server._store.used_bytes()
     inserted = items - before_items
     per_item, rss_per_item = after_bytes / items, (after - before) / inserted
-    result = {"frames_pooled": frames, "transitions": items, "store_bytes": after_bytes,
-              "store_bytes_per_transition": round(per_item, 1), "rss_bytes_per_transition": round(rss_per_item, 1),
-              "frames_held": server._store.frames_held(),
-              "store_GB_per_1M_transitions": round(per_item * 1e6 / 1e9, 2),
-              "rss_GB_per_1M_transitions": round(rss_per_item * 1e6 / 1e9, 2),
-              "store_growth_per_transition": round((after_bytes - before_bytes) / inserted, 1),
-              "adder_us_per_vector_step": round(add_us, 1)}
+    result = {
+        "frames_pooled": frames,
+        "transitions": items,
+        "store_bytes": after_bytes,
+        "store_bytes_per_transition": round(per_item, 1),
+        "rss_bytes_per_transition": round(rss_per_item, 1),
+        "frames_held": server._store.frames_held(),
+        "store_GB_per_1M_transitions": round(per_item * 1e6 / 1e9, 2),
+        "rss_GB_per_1M_transitions": round(rss_per_item * 1e6 / 1e9, 2),
+        "store_growth_per_transition": round((after_bytes - before_bytes) / inserted, 1),
+        "adder_us_per_vector_step": round(add_us, 1),
+    }
     adder.close()
     server.stop()
     env.close()
@@ -183,16 +195,21 @@ def measure_native(game: str, env_steps: int) -> dict:
     import numpy as np
 
     ctx = mp.get_context("spawn")
-    out: dict = {"game": game, "backend": "native", "env_steps": env_steps,
-                 "transition_bytes_raw": 2 * 4 * 84 * 84 + 4 * 3}
+    out: dict = {
+        "game": game,
+        "backend": "native",
+        "env_steps": env_steps,
+        "transition_bytes_raw": 2 * 4 * 84 * 84 + 4 * 3,
+    }
     for frames in (True, False):
         queue = ctx.Queue()
         child = ctx.Process(target=_native, args=(game, env_steps, frames, queue))
         child.start()
         out["pooled" if frames else "plain"] = queue.get(timeout=3600)
         child.join(60)
-    out["ratio_plain_over_pooled"] = round(float(np.divide(out["plain"]["store_bytes_per_transition"],
-                                                           out["pooled"]["store_bytes_per_transition"])), 2)
+    out["ratio_plain_over_pooled"] = round(
+        float(np.divide(out["plain"]["store_bytes_per_transition"], out["pooled"]["store_bytes_per_transition"])), 2
+    )
     return out
 
 

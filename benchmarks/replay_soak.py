@@ -72,8 +72,14 @@ def soak(seconds: float, max_size: int) -> dict:
     from shoal.replay import RateLimit, TableSpec
     from shoal.replay.native import SERVICE_METHODS, NativeReplayServer
 
-    table = TableSpec("t", sampler="uniform", remover="fifo", max_size=max_size,
-                      rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature=_signature(SIZE))
+    table = TableSpec(
+        "t",
+        sampler="uniform",
+        remover="fifo",
+        max_size=max_size,
+        rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+        signature=_signature(SIZE),
+    )
     replay = NativeReplayServer([table])
     token = secrets.token_hex(16)
     rpc = RpcServer(replay, token=token, methods=SERVICE_METHODS, max_workers=64).start()
@@ -81,8 +87,10 @@ def soak(seconds: float, max_size: int) -> dict:
     ctx = mp.get_context("spawn")
     start, stop = ctx.Event(), ctx.Event()
     written, sampled = ctx.Value("q", 0), ctx.Value("q", 0)
-    procs = [ctx.Process(target=_writer, args=(rpc.address, token, start, stop, written)),
-             ctx.Process(target=_sampler, args=(rpc.address, token, start, stop, sampled))]
+    procs = [
+        ctx.Process(target=_writer, args=(rpc.address, token, start, stop, written)),
+        ctx.Process(target=_sampler, args=(rpc.address, token, start, stop, sampled)),
+    ]
     try:
         for p in procs:
             p.start()
@@ -108,12 +116,20 @@ def soak(seconds: float, max_size: int) -> dict:
             time.sleep(1.0)
         last = me.memory_info().rss
         item_bytes = sum(c.nbytes for c in _item(SIZE, 0))
-        return {"seconds_after_fill": seconds, "max_size_items": max_size, "filled_after_s": round(filled_s, 1),
-                "rss_at_fill_mib": round(at_fill / 2**20, 1), "rss_max_mib": round(peak / 2**20, 1),
-                "rss_last_mib": round(last / 2**20, 1), "growth_after_fill_mib": round((last - at_fill) / 2**20, 1),
-                "growth_after_first_minute_mib": round(last / 2**20 - series[min(1, len(series) - 1)], 1),
-                "rss_per_minute_mib": series, "items_written": written.value, "items_sampled": sampled.value,
-                "table_raw_mib": round(max_size * item_bytes / 2**20, 1)}
+        return {
+            "seconds_after_fill": seconds,
+            "max_size_items": max_size,
+            "filled_after_s": round(filled_s, 1),
+            "rss_at_fill_mib": round(at_fill / 2**20, 1),
+            "rss_max_mib": round(peak / 2**20, 1),
+            "rss_last_mib": round(last / 2**20, 1),
+            "growth_after_fill_mib": round((last - at_fill) / 2**20, 1),
+            "growth_after_first_minute_mib": round(last / 2**20 - series[min(1, len(series) - 1)], 1),
+            "rss_per_minute_mib": series,
+            "items_written": written.value,
+            "items_sampled": sampled.value,
+            "table_raw_mib": round(max_size * item_bytes / 2**20, 1),
+        }
     finally:
         stop.set()
         for p in procs:

@@ -56,8 +56,13 @@ def _signature(size: str) -> dict:
     envs, shape, dtype = SIZES[size]
     obs = ArraySpec((envs, *shape), np.dtype(dtype))
     scalar = ArraySpec((envs,), np.float32)
-    return {"observation": obs, "action": ArraySpec((envs,), np.int32), "reward": scalar, "discount": scalar,
-            "next_observation": obs}
+    return {
+        "observation": obs,
+        "action": ArraySpec((envs,), np.int32),
+        "reward": scalar,
+        "discount": scalar,
+        "next_observation": obs,
+    }
 
 
 def _item(size: str, seed: int) -> list:
@@ -71,8 +76,14 @@ def _item(size: str, seed: int) -> list:
 def _table(size: str):
     from shoal.replay import RateLimit, TableSpec
 
-    return TableSpec("t", sampler="uniform", remover="fifo", max_size=2000,
-                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature=_signature(size))
+    return TableSpec(
+        "t",
+        sampler="uniform",
+        remover="fifo",
+        max_size=2000,
+        rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+        signature=_signature(size),
+    )
 
 
 def _client(backend: str, address: str, token: str | None):
@@ -81,8 +92,11 @@ def _client(backend: str, address: str, token: str | None):
         from shoal.replay.native import NativeReplayClient
 
         # (as a distributed run's nodes make it: shared memory with a server on this host)
-        return NativeReplayClient(RpcClient(address, token=token, timeout_s=120), address,
-                                  shared_memory=os.environ.get("SHOAL_REPLAY_VIA") != "rpc")
+        return NativeReplayClient(
+            RpcClient(address, token=token, timeout_s=120),
+            address,
+            shared_memory=os.environ.get("SHOAL_REPLAY_VIA") != "rpc",
+        )
     from shoal.replay import make_replay_client
 
     return make_replay_client(address)
@@ -147,8 +161,10 @@ def measure(backend: str, size: str, writers: int, window_s: float) -> dict:
         out = {}
         start, stop = ctx.Event(), ctx.Event()
         counts = ctx.Array("q", writers)
-        procs = [ctx.Process(target=_writer, args=(backend, address, token, size, start, stop, counts, i))
-                 for i in range(writers)]
+        procs = [
+            ctx.Process(target=_writer, args=(backend, address, token, size, start, stop, counts, i))
+            for i in range(writers)
+        ]
         for p in procs:
             p.start()
         time.sleep(2.0 + 0.5 * writers)  # (the writers import and connect before the window)
@@ -188,8 +204,15 @@ def _in_process_server(backend: str, sampler: str, max_items: int):
     """(client, stop()) of a server in this process with one table ``t`` of ``max_items`` items."""
     from shoal.replay import RateLimit, TableSpec
 
-    spec = TableSpec("t", sampler=sampler, remover="fifo", max_size=max_items, priority_exponent=0.6,
-                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature=_signature("cartpole"))
+    spec = TableSpec(
+        "t",
+        sampler=sampler,
+        remover="fifo",
+        max_size=max_items,
+        priority_exponent=0.6,
+        rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+        signature=_signature("cartpole"),
+    )
     if backend == "native":
         from shoal.replay.native import NativeReplayServer
 
@@ -221,8 +244,12 @@ def measure_in_process(backend: str, window_s: float) -> dict:
 
     columns = _item("cartpole", 0)
     max_items = IN_PROCESS_TRANSITIONS // IN_PROCESS_ENVS
-    out: dict = {"transitions_per_item": IN_PROCESS_ENVS, "table_transitions": max_items * IN_PROCESS_ENVS,
-                 "batch_transitions": IN_PROCESS_BATCH, "sample": {}}
+    out: dict = {
+        "transitions_per_item": IN_PROCESS_ENVS,
+        "table_transitions": max_items * IN_PROCESS_ENVS,
+        "batch_transitions": IN_PROCESS_BATCH,
+        "sample": {},
+    }
     for sampler in ("uniform", "prioritized"):
         client, stop = _in_process_server(backend, sampler, max_items)
         try:
@@ -234,13 +261,19 @@ def measure_in_process(backend: str, window_s: float) -> dict:
                 _fill(writer, columns, max_items - n)
                 grown = psutil.Process().memory_info().rss - rss
                 raw = sum(c.nbytes for c in columns) / IN_PROCESS_ENVS
-                out["memory"] = {"raw_bytes_per_transition": raw,
-                                 "rss_bytes_per_transition": round(grown / (max_items * IN_PROCESS_ENVS), 1),
-                                 "rss_over_raw": round(grown / (max_items * IN_PROCESS_ENVS) / raw, 2)}
+                out["memory"] = {
+                    "raw_bytes_per_transition": raw,
+                    "rss_bytes_per_transition": round(grown / (max_items * IN_PROCESS_ENVS), 1),
+                    "rss_over_raw": round(grown / (max_items * IN_PROCESS_ENVS) / raw, 2),
+                }
             else:
                 _fill(writer, columns, max_items)
-            dataset = transition_batches(client if backend == "native" else client.server_address, "t",
-                                         num_envs=IN_PROCESS_ENVS, batch_size=IN_PROCESS_BATCH)
+            dataset = transition_batches(
+                client if backend == "native" else client.server_address,
+                "t",
+                num_envs=IN_PROCESS_ENVS,
+                batch_size=IN_PROCESS_BATCH,
+            )
             batch = next(dataset)  # (opens the dataset: TensorFlow's import on Reverb)
             keys = np.asarray(batch.keys).reshape(-1)
             begin, batches = time.perf_counter(), 0
@@ -253,8 +286,10 @@ def measure_in_process(backend: str, window_s: float) -> dict:
             seconds = time.perf_counter() - begin
             dataset.close()
             writer.close()
-            out["sample"][sampler] = {"items_per_s": round(batches * IN_PROCESS_BATCH / seconds),
-                                      "batches_per_s": round(batches / seconds, 1)}
+            out["sample"][sampler] = {
+                "items_per_s": round(batches * IN_PROCESS_BATCH / seconds),
+                "batches_per_s": round(batches / seconds, 1),
+            }
         finally:
             stop()
     return out
@@ -265,8 +300,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 s windows instead of 5 s")
     parser.add_argument("--backends", default=None, help="comma-separated (default: every installed one)")
     parser.add_argument("--out", default=None, help="also write the JSON here")
-    parser.add_argument("--in-process", action="store_true",
-                        help="server, writer and sampler in this process, batches of 256 from 500,000 transitions")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="server, writer and sampler in this process, batches of 256 from 500,000 transitions",
+    )
     args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from shoal.replay import reverb_installed
@@ -281,8 +319,11 @@ def main() -> None:
         for size in SIZES:
             for writers in (1, 4, 16):
                 result[f"{backend}/{size}/{writers}_writers"] = measure(backend, size, writers, window)
-                print(json.dumps({f"{backend}/{size}/{writers}_writers": result[f"{backend}/{size}/{writers}_writers"]}),
-                      file=sys.stderr, flush=True)
+                print(
+                    json.dumps({f"{backend}/{size}/{writers}_writers": result[f"{backend}/{size}/{writers}_writers"]}),
+                    file=sys.stderr,
+                    flush=True,
+                )
     text = json.dumps(result)
     print(text)
     if args.out:

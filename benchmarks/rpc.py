@@ -83,9 +83,15 @@ def measure(address: str, num_clients: int, calls: int, shared: bool = False) ->
     all_ms = np.array([x for per in latencies for x in per]) * 1e3
     for c in rpc:
         c.close()
-    return {"clients": num_clients, "path": "shared_memory" if shared else "grpc", "calls": int(all_ms.size), "p50_ms": float(np.percentile(all_ms, 50)),
-            "p99_ms": float(np.percentile(all_ms, 99)), "calls_per_s": all_ms.size / elapsed,
-            "calls_MB_per_s": all_ms.size / elapsed}
+    return {
+        "clients": num_clients,
+        "path": "shared_memory" if shared else "grpc",
+        "calls": int(all_ms.size),
+        "p50_ms": float(np.percentile(all_ms, 50)),
+        "p99_ms": float(np.percentile(all_ms, 99)),
+        "calls_per_s": all_ms.size / elapsed,
+        "calls_MB_per_s": all_ms.size / elapsed,
+    }
 
 
 def measure_latencies(num_params: int, calls: int) -> list[dict]:
@@ -100,8 +106,12 @@ def measure_latencies(num_params: int, calls: int) -> list[dict]:
         if not parent.poll(120):
             raise TimeoutError("the RPC server process did not start within 120 s")
         address = parent.recv()
-        results = [measure(address, 1, calls), measure(address, 32, max(calls // 8, 10)),
-                   measure(address, 1, calls, shared=True), measure(address, 32, max(calls // 8, 10), shared=True)]
+        results = [
+            measure(address, 1, calls),
+            measure(address, 32, max(calls // 8, 10)),
+            measure(address, 1, calls, shared=True),
+            measure(address, 32, max(calls // 8, 10), shared=True),
+        ]
     finally:
         parent.send("stop")
         proc.join(10)
@@ -116,8 +126,16 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200, help="calls per client")
     args = parser.parse_args()
     results = measure_latencies(args.params, args.calls)
-    print(json_text({"benchmark": "rpc_get_variables", "params": args.params,
-                      "payload_MB": args.params * 4 / 1e6, "results": results}))
+    print(
+        json_text(
+            {
+                "benchmark": "rpc_get_variables",
+                "params": args.params,
+                "payload_MB": args.params * 4 / 1e6,
+                "results": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -61,18 +61,33 @@ from shoal.launch.experiments.cli.compare_plots import label_axes, pyplot
 
 SPREAD = "pettingzoo:mpe2.simple_spread_v3"
 POPGYM = ("popgym-RepeatPreviousEasy-v0", "popgym-CountRecallEasy-v0", "popgym-PositionOnlyCartPoleEasy-v0")
-TARGETS = {"CartPole-v1": 475.0, "shoal/CartPoleNoVelocity-v1": 475.0, "Acrobot-v1": -100.0, "LunarLander-v3": 200.0, "Pendulum-v1": -200.0}
-SUITES = {"cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
-          "box2d": [(a, "LunarLander-v3") for a in ("ppo", "dqn")],
-          "mujoco": [(a, e) for a in ("sac", "ppo") for e in ("HalfCheetah-v5", "Hopper-v5")],
-          "atari": [(a, e) for a in ("ppo", "dqn", "impala") for e in ("ALE/Pong-v5", "ALE/Breakout-v5")],
-          "minatar": [(a, e) for a in ("dqn", "ppo") for e in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")],
-          "memory": [(a, e) for e in ("shoal/CartPoleNoVelocity-v1", *POPGYM) for a in ("ppo", "ppo lstm_size=0", "r2d2")],
-          "multiagent": [(a, SPREAD) for a in ("ppo", "ppo --global-state")]
-          + [("ppo --agent-group=adversary_*=red --agent-group=agent_*=blue", "pettingzoo:mpe2.simple_adversary_v3"),
-             ("ppo --self-play", "pettingzoo:pettingzoo.classic.connect_four_v3")]}
-SUITES["full"] = (SUITES["cartpole"] + [(a, "Acrobot-v1") for a in ("dqn", "ppo", "impala")]
-                  + [("sac", "Pendulum-v1")] + SUITES["box2d"] + SUITES["mujoco"])
+TARGETS = {
+    "CartPole-v1": 475.0,
+    "shoal/CartPoleNoVelocity-v1": 475.0,
+    "Acrobot-v1": -100.0,
+    "LunarLander-v3": 200.0,
+    "Pendulum-v1": -200.0,
+}
+SUITES = {
+    "cartpole": [(a, "CartPole-v1") for a in ("dqn", "ppo", "impala")],
+    "box2d": [(a, "LunarLander-v3") for a in ("ppo", "dqn")],
+    "mujoco": [(a, e) for a in ("sac", "ppo") for e in ("HalfCheetah-v5", "Hopper-v5")],
+    "atari": [(a, e) for a in ("ppo", "dqn", "impala") for e in ("ALE/Pong-v5", "ALE/Breakout-v5")],
+    "minatar": [(a, e) for a in ("dqn", "ppo") for e in ("MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1")],
+    "memory": [(a, e) for e in ("shoal/CartPoleNoVelocity-v1", *POPGYM) for a in ("ppo", "ppo lstm_size=0", "r2d2")],
+    "multiagent": [(a, SPREAD) for a in ("ppo", "ppo --global-state")]
+    + [
+        ("ppo --agent-group=adversary_*=red --agent-group=agent_*=blue", "pettingzoo:mpe2.simple_adversary_v3"),
+        ("ppo --self-play", "pettingzoo:pettingzoo.classic.connect_four_v3"),
+    ],
+}
+SUITES["full"] = (
+    SUITES["cartpole"]
+    + [(a, "Acrobot-v1") for a in ("dqn", "ppo", "impala")]
+    + [("sac", "Pendulum-v1")]
+    + SUITES["box2d"]
+    + SUITES["mujoco"]
+)
 
 
 def run_one(label: str, env: str, seed: int, root: str, max_env_steps: int | None, extra: list[str]) -> dict:
@@ -85,9 +100,27 @@ def run_one(label: str, env: str, seed: int, root: str, max_env_steps: int | Non
     shutil.rmtree(run_dir, ignore_errors=True)  # a run the last sweep did not finish starts over
     target = TARGETS.get(env)
     budget = ["--max-env-steps", str(max_env_steps)] if max_env_steps else []
-    cmd = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env, "--seed", str(seed), *budget,
-           "--run-dir", run_dir, "--quiet", "--target-return", str(target if target is not None else 1e12), *extra,
-           *flags, *[arg for setting in settings for arg in ("--set", setting)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shoal",
+        "train",
+        "--agent",
+        agent,
+        "--env",
+        env,
+        "--seed",
+        str(seed),
+        *budget,
+        "--run-dir",
+        run_dir,
+        "--quiet",
+        "--target-return",
+        str(target if target is not None else 1e12),
+        *extra,
+        *flags,
+        *[arg for setting in settings for arg in ("--set", setting)],
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{agent} {env} seed {seed} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -111,31 +144,44 @@ def main() -> None:
         pyplot("benchmarks/solve.py's figures")
     except RuntimeError as e:
         raise SystemExit(f"solve.py: error: {e}") from None
-    tasks = SUITES[args.suite] if args.suite else [(a, e) for a in args.agents or ["dqn"]
-                                                   for e in args.envs or ["CartPole-v1"]]
+    tasks = (
+        SUITES[args.suite]
+        if args.suite
+        else [(a, e) for a in args.agents or ["dqn"] for e in args.envs or ["CartPole-v1"]]
+    )
     extra = [a for a in args.extra if a != "--"]
     os.makedirs(args.out, exist_ok=True)
     log_path = os.path.join(args.out, "runs.jsonl")
     done = {(r["agent"], r["env"], r["seed"]): r for r in read_runs(log_path)}
     todo = [(a, e, s) for a, e in tasks for s in args.seeds if (a, e, s) not in done]
-    print(f"[solve] {len(tasks) * len(args.seeds)} runs, {len(todo)} to go ({len(done)} already in {log_path})",
-          file=sys.stderr, flush=True)
+    print(
+        f"[solve] {len(tasks) * len(args.seeds)} runs, {len(todo)} to go ({len(done)} already in {log_path})",
+        file=sys.stderr,
+        flush=True,
+    )
     started = time.monotonic()
     for i, (agent, env, seed) in enumerate(todo, 1):
         result = run_one(agent, env, seed, args.out, args.max_env_steps, extra)
         with open_append(log_path) as f:  # (never through a link)
             f.write(json_text(result, log_path) + "\n")
         done[(agent, env, seed)] = result
-        print(f"[solve] {i}/{len(todo)} {agent} {env} seed {seed}: "
-              f"{'solved' if result['solved'] else 'not solved'} at {result['env_steps']:,} env steps, "
-              f"{result['wall_s']:.1f} s (sweep {time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+        print(
+            f"[solve] {i}/{len(todo)} {agent} {env} seed {seed}: "
+            f"{'solved' if result['solved'] else 'not solved'} at {result['env_steps']:,} env steps, "
+            f"{result['wall_s']:.1f} s (sweep {time.monotonic() - started:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     runs = list(done.values())  # (the table and plots hold every run recorded in --out)
     table = markdown_table(runs)
     write_output(os.path.join(args.out, "table.md"), table)
     for agent, env in groups(runs):
-        plot([r for r in runs if r["agent"] == agent and r["env"] == env],
-             os.path.join(args.out, f"{_file_name(agent)}-{_file_name(env)}.png"), f"{agent} on {env}",
-             TARGETS.get(env))
+        plot(
+            [r for r in runs if r["agent"] == agent and r["env"] == env],
+            os.path.join(args.out, f"{_file_name(agent)}-{_file_name(env)}.png"),
+            f"{agent} on {env}",
+            TARGETS.get(env),
+        )
     evaluated = {r["run_dir"]: r["agent"] for r in runs if not math.isnan(best_eval_return(r["run_dir"]))}
     if evaluated:  # (shoal compare: IQM and optimality gap with bootstrap intervals, mean curves per agent)
         from shoal.launch.experiments.cli.compare import compare
@@ -168,12 +214,16 @@ def groups(runs: list[dict]) -> dict[tuple[str, str], list[dict]]:
 
 def summary(key: tuple[str, str], runs: list[dict]) -> dict:
     solved = [r for r in runs if r["solved"]]
-    return {"agent": key[0], "env": key[1], "seeds": [r["seed"] for r in runs],
-            "solved": f"{len(solved)}/{len(runs)}",
-            "median_env_steps": statistics.median(r["env_steps"] for r in runs),
-            "median_wall_s": statistics.median(r["wall_s"] for r in runs),
-            "median_final_return": statistics.median(r["final_eval_return"] for r in runs),
-            "time_breakdown": median_breakdown(runs)}
+    return {
+        "agent": key[0],
+        "env": key[1],
+        "seeds": [r["seed"] for r in runs],
+        "solved": f"{len(solved)}/{len(runs)}",
+        "median_env_steps": statistics.median(r["env_steps"] for r in runs),
+        "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+        "median_final_return": statistics.median(r["final_eval_return"] for r in runs),
+        "time_breakdown": median_breakdown(runs),
+    }
 
 
 def median_breakdown(runs: list[dict]) -> dict[str, float]:
@@ -195,21 +245,25 @@ def _range(values: list[float], fmt: str) -> str:
 
 
 def markdown_table(runs: list[dict]) -> str:
-    lines = ["| agent | env | target | solved | env steps, median [range] | wall s, median [range] "
-             "| final eval return | best eval return | last 100 training episodes | env steps/s | time: largest shares |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| agent | env | target | solved | env steps, median [range] | wall s, median [range] "
+        "| final eval return | best eval return | last 100 training episodes | env steps/s | time: largest shares |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for (agent, env), group in groups(runs).items():
         s = summary((agent, env), group)
         top = sorted(((v, k) for k, v in s["time_breakdown"].items()), reverse=True)[:3]
         target = group[0]["target"]
-        lines.append(f"| {agent} | {env} | {target if target is not None else 'fixed budget'} | {s['solved'] if target is not None else '—'} | "
-                     f"{_range([r['env_steps'] for r in group], ',.0f')} | "
-                     f"{_range([r['wall_s'] for r in group], '.1f')} | "
-                     f"{_range([r['final_eval_return'] for r in group], '.4g')} | "
-                     f"{_range([best_eval_return(r['run_dir']) for r in group], '.4g')} | "
-                     f"{_range([training_return(r['run_dir']) for r in group], '.4g')} | "
-                     f"{statistics.median(r['env_steps'] / max(r['train_s'], 1e-9) for r in group):,.0f} | "
-                     f"{', '.join(f'{k} {v:.0%}' for v, k in top)} |")
+        lines.append(
+            f"| {agent} | {env} | {target if target is not None else 'fixed budget'} | {s['solved'] if target is not None else '—'} | "
+            f"{_range([r['env_steps'] for r in group], ',.0f')} | "
+            f"{_range([r['wall_s'] for r in group], '.1f')} | "
+            f"{_range([r['final_eval_return'] for r in group], '.4g')} | "
+            f"{_range([best_eval_return(r['run_dir']) for r in group], '.4g')} | "
+            f"{_range([training_return(r['run_dir']) for r in group], '.4g')} | "
+            f"{statistics.median(r['env_steps'] / max(r['train_s'], 1e-9) for r in group):,.0f} | "
+            f"{', '.join(f'{k} {v:.0%}' for v, k in top)} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -52,12 +52,38 @@ def _tensorflow_loaded(pid: int) -> bool:
 def processes() -> dict:
     base = tempfile.mkdtemp(prefix="shoal-start-")
     run_dir = os.path.join(base, "run")
-    cmd = [sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", "CartPole-v1", "--seed", "0",
-           "--num-envs", "8", "--max-env-steps", str(10**9), "--target-return", "1e9", "--quiet",
-           "--launcher", "processes", "--num-actors", "2", "--run-dir", run_dir]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shoal",
+        "train",
+        "--agent",
+        "dqn",
+        "--env",
+        "CartPole-v1",
+        "--seed",
+        "0",
+        "--num-envs",
+        "8",
+        "--max-env-steps",
+        str(10**9),
+        "--target-return",
+        "1e9",
+        "--quiet",
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "2",
+        "--run-dir",
+        run_dir,
+    ]
     started = time.time()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     serving: dict[str, float] = {}
     try:
         while len(serving) < len(NODES):
@@ -76,8 +102,11 @@ def processes() -> dict:
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(base, ignore_errors=True)
-    return {"serving_s": max(serving.values()), "nodes": serving,
-            "tensorflow": sorted(node for node, has in loaded.items() if has)}
+    return {
+        "serving_s": max(serving.values()),
+        "nodes": serving,
+        "tensorflow": sorted(node for node, has in loaded.items() if has),
+    }
 
 
 def main() -> None:
@@ -89,8 +118,10 @@ def main() -> None:
         for name in runs:
             runs[name].append(processes() if name == "processes" else one_process(name))
             print(f"[start_time] {name} {i + 1}/{args.repeats}: {runs[name][-1]}", file=sys.stderr, flush=True)
-    median = {name: {k: statistics.median(r[k] for r in these) for k in these[0] if isinstance(these[0][k], float)}
-              for name, these in runs.items()}
+    median = {
+        name: {k: statistics.median(r[k] for r in these) for k in these[0] if isinstance(these[0][k], float)}
+        for name, these in runs.items()
+    }
     print(json_text({"cpu_count": os.cpu_count(), "median": median, "runs": runs}), flush=True)
 
 

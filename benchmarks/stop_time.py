@@ -29,7 +29,14 @@ import psutil
 
 from shoal.core.files import json_text
 
-SERVING = ("replay", "counter", "learner", "actor_0", "actor_1", "evaluator")  # (each publishes its address once it serves)
+SERVING = (
+    "replay",
+    "counter",
+    "learner",
+    "actor_0",
+    "actor_1",
+    "evaluator",
+)  # (each publishes its address once it serves)
 
 
 def handles_sigterm(pid: int) -> bool:
@@ -84,23 +91,51 @@ def one_stop(hogs: int, at: str = "serving", sig: int = signal.SIGINT) -> dict:
     workers = [mp.Process(target=_hog, daemon=True) for _ in range(hogs)]
     for w in workers:
         w.start()
-    cmd = [sys.executable, "-m", "shoal", "train", "--agent", "dqn", "--env", "CartPole-v1", "--seed", "0",
-           "--num-envs", "8", "--max-env-steps", str(10**9), "--target-return", "1e9", "--quiet",
-           "--launcher", "processes", "--num-actors", "2", "--run-dir", run_dir]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shoal",
+        "train",
+        "--agent",
+        "dqn",
+        "--env",
+        "CartPole-v1",
+        "--seed",
+        "0",
+        "--num-envs",
+        "8",
+        "--max-env-steps",
+        str(10**9),
+        "--target-return",
+        "1e9",
+        "--quiet",
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "2",
+        "--run-dir",
+        run_dir,
+    ]
     # (SIGINT as a terminal gives it, even where this script runs in the background with it ignored)
     log = open(os.path.join(os.path.dirname(run_dir), "stderr.log"), "w")  # noqa: SIM115 -- the child's stderr while it runs
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    moments = {"start": lambda: handles_sigterm(proc.pid),
-               "claimed": lambda: os.path.exists(os.path.join(run_dir, "config.json")),
-               "serving": lambda: all(os.path.exists(os.path.join(run_dir, "addresses", n)) for n in SERVING)}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+    )
+    moments = {
+        "start": lambda: handles_sigterm(proc.pid),
+        "claimed": lambda: os.path.exists(os.path.join(run_dir, "config.json")),
+        "serving": lambda: all(os.path.exists(os.path.join(run_dir, "addresses", n)) for n in SERVING),
+    }
     try:
         start_s = _wait(moments[at], 600, f"moment {at!r}")
         pids = list(node_pids(proc.pid).values())
         signalled = time.monotonic()
         proc.send_signal(sig)
-        nodes_gone_s = _wait(lambda: not _alive(pids + list(node_pids(proc.pid).values())) if proc.poll() is None
-                             else not _alive(pids), 300, "exit of every node")
+        nodes_gone_s = _wait(
+            lambda: not _alive(pids + list(node_pids(proc.pid).values())) if proc.poll() is None else not _alive(pids),
+            300,
+            "exit of every node",
+        )
         proc.wait(timeout=300)
         exit_s = time.monotonic() - signalled
     finally:
@@ -108,8 +143,14 @@ def one_stop(hogs: int, at: str = "serving", sig: int = signal.SIGINT) -> dict:
         log.close()
         for w in workers:
             w.terminate()
-    return {"at": at, "start_s": round(start_s, 2), "nodes_gone_s": round(nodes_gone_s, 2),
-            "exit_s": round(exit_s, 2), "exit_status": proc.returncode, "nodes": len(pids)}
+    return {
+        "at": at,
+        "start_s": round(start_s, 2),
+        "nodes_gone_s": round(nodes_gone_s, 2),
+        "exit_s": round(exit_s, 2),
+        "exit_status": proc.returncode,
+        "nodes": len(pids),
+    }
 
 
 def main() -> None:
@@ -128,8 +169,18 @@ def main() -> None:
             print(f"[stop_time] {at} {i + 1}/{args.repeats}: {these[-1]}", file=sys.stderr, flush=True)
         median[at] = {k: statistics.median(r[k] for r in these) for k in ("start_s", "nodes_gone_s", "exit_s")}
         runs += these
-    print(json_text({"hogs": args.hogs, "signal": f"SIG{args.signal}", "cpu_count": os.cpu_count(),
-                      "median": median, "runs": runs}), flush=True)
+    print(
+        json_text(
+            {
+                "hogs": args.hogs,
+                "signal": f"SIG{args.signal}",
+                "cpu_count": os.cpu_count(),
+                "median": median,
+                "runs": runs,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -57,10 +57,12 @@ def actor_efficiency(seconds: float, atari: bool = False) -> dict:
     else:
         env_id, num_envs, suffix, settings = "CartPole-v1", 16, "", {}
     rates, costs = actor_rates(env_id, num_envs, seconds, **settings)
-    return {f"actor_efficiency{suffix}": round(rates["actor_adder_sps"] / rates["raw_env_sps"], 3),
-            f"actor_policy_efficiency{suffix}": round(rates["actor_sps"] / rates["raw_env_sps"], 3),
-            f"actor_sps{suffix}": {k: round(v) for k, v in rates.items()},
-            f"actor_step_us{suffix}": costs}
+    return {
+        f"actor_efficiency{suffix}": round(rates["actor_adder_sps"] / rates["raw_env_sps"], 3),
+        f"actor_policy_efficiency{suffix}": round(rates["actor_sps"] / rates["raw_env_sps"], 3),
+        f"actor_sps{suffix}": {k: round(v) for k, v in rates.items()},
+        f"actor_step_us{suffix}": costs,
+    }
 
 
 def _scaling_actor(index: int, address: str, ready, go, start_at, phase_s: float, scaling, out) -> None:
@@ -96,8 +98,9 @@ def _gather(queue, procs, timeout_s: float, what: str) -> dict[int, object]:
             missing = [i for i in range(len(procs)) if i not in got]
             dead = [i for i in missing if procs[i].exitcode not in (None, 0)]
             if dead:
-                raise RuntimeError(f"actor process {dead[0]} exited with code {procs[dead[0]].exitcode} before it "
-                                   f"{what}") from None
+                raise RuntimeError(
+                    f"actor process {dead[0]} exited with code {procs[dead[0]].exitcode} before it {what}"
+                ) from None
             if time.monotonic() > deadline:
                 raise RuntimeError(f"actor processes {missing} did not {what} within {timeout_s:g}s") from None
             continue
@@ -117,11 +120,17 @@ def actor_scaling(phase_s: float, scaling: tuple[int, ...]) -> dict:
     ctx = mp.get_context("spawn")
     ready, results, go, start_at = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
     # Each actor process: one XLA thread on the CPU (as the distributed program's actors).
-    os.environ.update({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false "
-                       "intra_op_parallelism_threads=1"})
-    procs = [ctx.Process(target=_scaling_actor, daemon=True,
-                         args=(i, f"localhost:{server.port}", ready, go, start_at, phase_s, scaling, results))
-             for i in range(scaling[-1])]
+    os.environ.update(
+        {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+    )
+    procs = [
+        ctx.Process(
+            target=_scaling_actor,
+            daemon=True,
+            args=(i, f"localhost:{server.port}", ready, go, start_at, phase_s, scaling, results),
+        )
+        for i in range(scaling[-1])
+    ]
     try:
         for p in procs:
             p.start()
@@ -138,8 +147,10 @@ def actor_scaling(phase_s: float, scaling: tuple[int, ...]) -> dict:
                 p.kill()
         server.stop()
     totals = [sum(per_phase[k] for _, per_phase in steps) / phase_s for k in range(len(scaling))]
-    return {"actor_scaling": {str(n): round(total / (n * totals[0]), 3) for n, total in zip(scaling, totals)},
-            "actor_scaling_sps": {str(n): round(total) for n, total in zip(scaling, totals)}}
+    return {
+        "actor_scaling": {str(n): round(total / (n * totals[0]), 3) for n, total in zip(scaling, totals)},
+        "actor_scaling_sps": {str(n): round(total) for n, total in zip(scaling, totals)},
+    }
 
 
 def learner_feed(seconds: float, devices: int) -> dict:
@@ -148,10 +159,17 @@ def learner_feed(seconds: float, devices: int) -> dict:
 
         return feed_ratios(seconds)
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "learner_bench.py"), "--replay", "--seconds", str(seconds)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "learner_bench.py"), "--replay", "--seconds", str(seconds)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     if proc.returncode:
-        raise RuntimeError(f"the {devices}-device learner benchmark failed (exit {proc.returncode}): {_last_line(proc.stderr)}")
+        raise RuntimeError(
+            f"the {devices}-device learner benchmark failed (exit {proc.returncode}): {_last_line(proc.stderr)}"
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -161,9 +179,14 @@ def rpc(calls: int) -> dict:
     from rpc import measure_latencies
 
     out = measure_latencies(1_000_000, calls)
-    return {key: {str(r["clients"]): {"p50_ms": round(r["p50_ms"], 2), "p99_ms": round(r["p99_ms"], 2)}
-                  for r in out if r["path"] == path}
-            for key, path in (("rpc", "shared_memory"), ("rpc_grpc", "grpc"))}
+    return {
+        key: {
+            str(r["clients"]): {"p50_ms": round(r["p50_ms"], 2), "p99_ms": round(r["p99_ms"], 2)}
+            for r in out
+            if r["path"] == path
+        }
+        for key, path in (("rpc", "shared_memory"), ("rpc_grpc", "grpc"))
+    }
 
 
 def atari_training_ratio(env_steps: int, seconds: float, num_envs: int = 8) -> dict:
@@ -183,21 +206,49 @@ def atari_training_ratio(env_steps: int, seconds: float, num_envs: int = 8) -> d
     raw_sps = steps / (time.monotonic() - started)
     env.close()
     run_dir = os.path.join(tempfile.mkdtemp(prefix="shoal-atari-ratio-"), "run")
-    cmd = [sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", "ALE/Breakout-v5", "--seed", "0",
-           "--num-envs", str(num_envs), "--max-env-steps", str(env_steps), "--eval-every", str(10 * env_steps),
-           "--target-return", "1e12", "--run-dir", run_dir, "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "shoal",
+        "train",
+        "--agent",
+        "ppo",
+        "--env",
+        "ALE/Breakout-v5",
+        "--seed",
+        "0",
+        "--num-envs",
+        str(num_envs),
+        "--max-env-steps",
+        str(env_steps),
+        "--eval-every",
+        str(10 * env_steps),
+        "--target-return",
+        "1e12",
+        "--run-dir",
+        run_dir,
+        "--quiet",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"shoal train failed (exit {proc.returncode}): {_last_line(proc.stderr)}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     with open(os.path.join(run_dir, "train.csv")) as f:
         rows = list(csv.DictReader(f))
-    steady = [float(r["steps_per_s"]) for r in rows[len(rows) // 2:]]
+    steady = [float(r["steps_per_s"]) for r in rows[len(rows) // 2 :]]
     train_sps = float(np.mean(steady)) if steady else result["env_steps"] / result["train_s"]
-    return {"atari_training_ratio": round(train_sps / raw_sps, 3),
-            "atari": {"train_env_steps_per_s": round(train_sps, 1), "random_env_steps_per_s": round(raw_sps, 1),
-                      "num_envs": num_envs, "env_steps": result["env_steps"], "wall_s": result["wall_s"],
-                      "time_breakdown": result.get("time_breakdown"), "run_dir": run_dir}}
+    return {
+        "atari_training_ratio": round(train_sps / raw_sps, 3),
+        "atari": {
+            "train_env_steps_per_s": round(train_sps, 1),
+            "random_env_steps_per_s": round(raw_sps, 1),
+            "num_envs": num_envs,
+            "env_steps": result["env_steps"],
+            "wall_s": result["wall_s"],
+            "time_breakdown": result.get("time_breakdown"),
+            "run_dir": run_dir,
+        },
+    }
 
 
 def _last_line(text: str) -> str:
@@ -210,16 +261,27 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short windows (same keys)")
     parser.add_argument("--out", default=None, help="also write the JSON object to this file")
     parser.add_argument("--scaling", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="actor counts")
-    parser.add_argument("--learner-devices", type=int, nargs="+", default=[1, 2], choices=[1, 2],
-                        help="learner_feed_ratio on 1 device and/or 2 forced CPU devices (default: both)")
+    parser.add_argument(
+        "--learner-devices",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        choices=[1, 2],
+        help="learner_feed_ratio on 1 device and/or 2 forced CPU devices (default: both)",
+    )
     parser.add_argument("--window", type=float, default=None, help="seconds per measurement (overrides)")
-    parser.add_argument("--atari", action="store_true",
-                        help="also actor_efficiency_atari and atari_training_ratio (the atari extra)")
+    parser.add_argument(
+        "--atari", action="store_true", help="also actor_efficiency_atari and atari_training_ratio (the atari extra)"
+    )
     parser.add_argument("--only-atari", action="store_true", help="atari_training_ratio alone")
     parser.add_argument("--atari-steps", type=int, default=None, help="PPO Breakout budget (default 32768; quick 8192)")
-    parser.add_argument("--replay-backend", choices=["reverb", "native"], default=None,
-                        help="the replay backend of actor_efficiency and learner_feed_ratio (default: reverb "
-                        "where installed, else native)")
+    parser.add_argument(
+        "--replay-backend",
+        choices=["reverb", "native"],
+        default=None,
+        help="the replay backend of actor_efficiency and learner_feed_ratio (default: reverb "
+        "where installed, else native)",
+    )
     parser.add_argument("--verbose", action="store_true", help="keep Reverb's and TensorFlow's log lines")
     args = parser.parse_args()
     if args.scaling[0] != 1:
@@ -234,13 +296,19 @@ def main() -> None:
     window = args.window or (0.75 if args.quick else 4.0)
     phase = args.window or (1.5 if args.quick else 5.0)
     started, out = time.monotonic(), {"quick": args.quick, "cpu_count": os.cpu_count()}
-    parts = [("actor", lambda: actor_efficiency(window)),
-             *([("actor_atari", lambda: actor_efficiency(window, atari=True))] if args.atari else []),
-             ("rpc", lambda: rpc(10 if args.window else 40 if args.quick else 200)),
-             ("learner", lambda: _learner(window, args.learner_devices)),
-             ("scaling", lambda: actor_scaling(phase, tuple(args.scaling)))]
-    atari = ("atari", lambda: atari_training_ratio(args.atari_steps or (8_192 if args.quick else 32_768),
-                                                   3.0 if args.quick else 10.0))
+    parts = [
+        ("actor", lambda: actor_efficiency(window)),
+        *([("actor_atari", lambda: actor_efficiency(window, atari=True))] if args.atari else []),
+        ("rpc", lambda: rpc(10 if args.window else 40 if args.quick else 200)),
+        ("learner", lambda: _learner(window, args.learner_devices)),
+        ("scaling", lambda: actor_scaling(phase, tuple(args.scaling))),
+    ]
+    atari = (
+        "atari",
+        lambda: atari_training_ratio(
+            args.atari_steps or (8_192 if args.quick else 32_768), 3.0 if args.quick else 10.0
+        ),
+    )
     parts = [atari] if args.only_atari else parts + [atari] if args.atari else parts
     failed: dict[str, str] = {}
     for name, measure in parts:

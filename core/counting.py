@@ -27,7 +27,13 @@ def _count(name: str, value: Any) -> int:
     if isinstance(value, np.generic):
         value = value.item()
     number = None
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) or isinstance(value, float) and math.isfinite(value) and value.is_integer():
+    if (
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, bool)
+        or isinstance(value, float)
+        and math.isfinite(value)
+        and value.is_integer()
+    ):
         number = int(value)
     if number is None or not 0 <= number < LIMIT:
         raise ValueError(f"counter values must be non-negative integers below 2**53; got {name}={value!r:.60}")

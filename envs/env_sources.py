@@ -59,8 +59,10 @@ def check_env_module(module: str, what: str) -> None:
     before it is imported: none is an env's (``antigravity`` opens a browser, ``this`` prints).
     A ``.py`` file's path is the user's own module."""
     if not module.endswith(".py") and _standard(module):
-        raise ValueError(f"{what}: {module} is a module of Python's standard library, not an env's; name a "
-                         "module of yours or of an env package")
+        raise ValueError(
+            f"{what}: {module} is a module of Python's standard library, not an env's; name a "
+            "module of yours or of an env package"
+        )
 
 
 def check_env_callable(target: Any, name: str, what: str, classes: tuple[type, ...] = ()) -> None:
@@ -80,12 +82,15 @@ def check_env_callable(target: Any, name: str, what: str, classes: tuple[type, .
     where = "os" if where in ("posix", "nt") else where  # (os.system's own module)
     full = f"{where}.{getattr(target, '__qualname__', name)}" if where else name
     if inspect.isbuiltin(function) or inspect.ismethoddescriptor(function):
-        raise ValueError(f"{what}: {name} is {full}, a built-in function, not an env's maker; nothing is called "
-                         "but a function of Python code or an env class")
+        raise ValueError(
+            f"{what}: {name} is {full}, a built-in function, not an env's maker; nothing is called "
+            "but a function of Python code or an env class"
+        )
     if inspect.isclass(target):
         if classes and not issubclass(target, classes):
-            raise ValueError(f"{what}: {name} is the class {full}, not a subclass of "
-                             f"{' or '.join(c.__name__ for c in classes)}")
+            raise ValueError(
+                f"{what}: {name} is the class {full}, not a subclass of {' or '.join(c.__name__ for c in classes)}"
+            )
     elif not inspect.isfunction(function):
         raise ValueError(f"{what}: {name} is a {type(target).__name__}, not a function that makes an env")
     if _standard(where):
@@ -148,17 +153,22 @@ def check_env_args(env_id: str, env_args: Mapping[str, Any]) -> None:
     accepted = sorted({*parameters, *MAKE_ARGS}) if parameters is not None else None
     unknown = sorted(set(env_args) - set(accepted)) if accepted is not None else []
     if unknown:
-        raise ValueError(f"{env_id} takes no argument {', '.join(repr(k) for k in unknown)} (--env-arg); "
-                         f"its arguments: {', '.join(accepted) or 'none'}")
+        raise ValueError(
+            f"{env_id} takes no argument {', '.join(repr(k) for k in unknown)} (--env-arg); "
+            f"its arguments: {', '.join(accepted) or 'none'}"
+        )
     for key, value in env_args.items():
         default = parameters[key].default if parameters and key in parameters else None
         if _is_number(default) and not (_is_number(value) and math.isfinite(value)):
-            raise ValueError(f"{env_id}'s argument {key} is a number (default {default!r}); --env-arg "
-                             f"{key}={value!r} is not a finite number")
+            raise ValueError(
+                f"{env_id}'s argument {key} is a number (default {default!r}); --env-arg "
+                f"{key}={value!r} is not a finite number"
+            )
 
 
-def make_single_env(env_id: str, env_args: Mapping[str, Any] | None = None,
-                    env_factory: str | EnvFactory | None = None) -> gym.Env:
+def make_single_env(
+    env_id: str, env_args: Mapping[str, Any] | None = None, env_factory: str | EnvFactory | None = None
+) -> gym.Env:
     """One env: ``env_factory(**env_args)`` if a factory is given, else ``gym.make(env_id,
     **env_args)``; a factory that returns something else than a ``gymnasium.Env``, or
     arguments the env refuses (a ``TypeError``, ``ValueError`` or failed assertion in its

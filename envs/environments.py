@@ -46,8 +46,10 @@ def resolve_env_id(env_id: str) -> str:
     if ":" in env_id:
         module, _, name = env_id.partition(":")
         if not module or not name or ":" in name or module.startswith(".") or "" in module.split("."):
-            raise ValueError(f"environment id {env_id!r} is neither EnvId nor module:EnvId (e.g. CartPole-v1, "
-                             "or my_package.envs:MyEnv-v0 to import my_package.envs, which registers MyEnv-v0)")
+            raise ValueError(
+                f"environment id {env_id!r} is neither EnvId nor module:EnvId (e.g. CartPole-v1, "
+                "or my_package.envs:MyEnv-v0 to import my_package.envs, which registers MyEnv-v0)"
+            )
         check_env_module(module, f"environment {env_id!r}")  # (before it is imported)
         import_module_for(module, f"environment {env_id!r}")
         env_id = name
@@ -78,8 +80,10 @@ def check_env_id(env_id: str) -> None:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    raise ValueError(f"unknown gymnasium environment id {env_id!r}{hint} "
-                     "(see `python -c \"import gymnasium; gymnasium.pprint_registry()\"`)")
+    raise ValueError(
+        f"unknown gymnasium environment id {env_id!r}{hint} "
+        '(see `python -c "import gymnasium; gymnasium.pprint_registry()"`)'
+    )
 
 
 # gymnasium env families that need an optional dependency, and the Shoal extra that installs it
@@ -91,8 +95,10 @@ def _missing_extra(env_id: str, error: Exception) -> ValueError:
     extra = next((name for prefix, name in EXTRAS.items() if entry_point.startswith(prefix)), None)
     if extra is None:
         return ValueError(f"{env_id} needs a package that is not installed: {error}")
-    return ValueError(f"{env_id} needs the '{extra}' extra, which is not installed; run "
-                      f"pip install -e '.[{extra}]' (from the Shoal repository)")
+    return ValueError(
+        f"{env_id} needs the '{extra}' extra, which is not installed; run "
+        f"pip install -e '.[{extra}]' (from the Shoal repository)"
+    )
 
 
 ATARI_PREFIX = "ALE/"
@@ -103,8 +109,10 @@ def _import_ale(env_id: str) -> None:
     try:
         import ale_py  # noqa: F401 -- registers the ALE/ ids with gymnasium
     except ImportError:
-        raise ValueError(f"{env_id} needs the 'atari' extra, which is not installed; run "
-                         "pip install -e '.[atari]' (from the Shoal repository)") from None
+        raise ValueError(
+            f"{env_id} needs the 'atari' extra, which is not installed; run "
+            "pip install -e '.[atari]' (from the Shoal repository)"
+        ) from None
 
 
 MINATAR_PREFIX = "MinAtar/"
@@ -119,8 +127,10 @@ def _register_minatar(env_id: str) -> None:
     try:
         import minatar.gym
     except ImportError:
-        raise ValueError(f"{env_id} needs the 'minatar' extra, which is not installed; run "
-                         "pip install -e '.[minatar]' (from the Shoal repository)") from None
+        raise ValueError(
+            f"{env_id} needs the 'minatar' extra, which is not installed; run "
+            "pip install -e '.[minatar]' (from the Shoal repository)"
+        ) from None
     minatar.gym.register_envs()
 
 
@@ -132,8 +142,10 @@ def _register_popgym(env_id: str) -> None:
     try:
         import popgym  # noqa: F401 -- registers the popgym- ids with gymnasium
     except ImportError:
-        raise ValueError(f"{env_id} needs the 'popgym' extra, which is not installed; run "
-                         "pip install -e '.[popgym]' (from the Shoal repository)") from None
+        raise ValueError(
+            f"{env_id} needs the 'popgym' extra, which is not installed; run "
+            "pip install -e '.[popgym]' (from the Shoal repository)"
+        ) from None
 
 
 def is_atari(env_id: str) -> bool:
@@ -144,15 +156,22 @@ def env_protocol(env_id: str, sticky_actions: float = STICKY_ACTIONS) -> dict | 
     """How ``env_id`` is run, where it matters for comparing results (Atari), else ``None``."""
     if not is_atari(env_id):
         return None
-    return {"name": "Machado et al. (2018)", "sticky_actions": sticky_actions, "frame_skip": 4,
-            "frames": "stack of 4, 84x84 grayscale, max-pooled", "noop_max": 30, "full_action_space": False,
-            "max_frames_per_episode": 108_000, "training_rewards": "clipped to [-1, 1]",
-            "evaluation": "whole games (a lost life ends nothing), unclipped scores"}
+    return {
+        "name": "Machado et al. (2018)",
+        "sticky_actions": sticky_actions,
+        "frame_skip": 4,
+        "frames": "stack of 4, 84x84 grayscale, max-pooled",
+        "noop_max": 30,
+        "full_action_space": False,
+        "max_frames_per_episode": 108_000,
+        "training_rewards": "clipped to [-1, 1]",
+        "evaluation": "whole games (a lost life ends nothing), unclipped scores",
+    }
 
 
 def _atari_game(env_id: str) -> str:
     """``ALE/MsPacman-v5`` -> ``ms_pacman`` (ale-py's ROM id)."""
-    name = env_id[len(ATARI_PREFIX):].rsplit("-v", 1)[0]
+    name = env_id[len(ATARI_PREFIX) :].rsplit("-v", 1)[0]
     return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
 
@@ -166,19 +185,39 @@ class ClipTrainingRewards(gym.vector.VectorWrapper):
         return obs, np.clip(reward, -1.0, 1.0).astype(np.float32), terminated, truncated, info
 
 
-def make_atari_vector_env(env_id: str, num_envs: int, seed: int, sticky_actions: float = STICKY_ACTIONS,
-                          env_args: Mapping[str, Any] | None = None) -> gym.vector.VectorEnv:
+def make_atari_vector_env(
+    env_id: str,
+    num_envs: int,
+    seed: int,
+    sticky_actions: float = STICKY_ACTIONS,
+    env_args: Mapping[str, Any] | None = None,
+) -> gym.vector.VectorEnv:
     """ale-py's ``AtariVectorEnv`` with the protocol in the module docstring (unclipped rewards;
     ``env_args`` override its settings)."""
     check_env_id(env_id)  # (imports ale-py, or names the extra)
     from ale_py.vector_env import AtariVectorEnv
 
-    protocol = dict(repeat_action_probability=sticky_actions, frameskip=4, stack_num=4, img_height=84,
-                    img_width=84, grayscale=True, maxpool=True, noop_max=30, use_fire_reset=True,
-                    episodic_life=False, reward_clipping=False, autoreset_mode="SameStep")
+    protocol = dict(
+        repeat_action_probability=sticky_actions,
+        frameskip=4,
+        stack_num=4,
+        img_height=84,
+        img_width=84,
+        grayscale=True,
+        maxpool=True,
+        noop_max=30,
+        use_fire_reset=True,
+        episodic_life=False,
+        reward_clipping=False,
+        autoreset_mode="SameStep",
+    )
     try:
-        env = AtariVectorEnv(_atari_game(env_id), num_envs, num_threads=min(num_envs, os.cpu_count() or 1),
-                             **{**protocol, **(env_args or {})})
+        env = AtariVectorEnv(
+            _atari_game(env_id),
+            num_envs,
+            num_threads=min(num_envs, os.cpu_count() or 1),
+            **{**protocol, **(env_args or {})},
+        )
     except TypeError as e:
         raise ValueError(f"{env_id} with arguments {dict(env_args or {})}: {e}") from None
     env.reset(seed=seed)
@@ -186,12 +225,21 @@ def make_atari_vector_env(env_id: str, num_envs: int, seed: int, sticky_actions:
     return env
 
 
-def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: float = STICKY_ACTIONS,
-                    evaluation: bool = False, clip_rewards: bool | None = None,
-                    env_args: Mapping[str, Any] | None = None,
-                    env_factory: str | EnvFactory | None = None,
-                    action_masks: bool = True, agent_ids: bool = True,
-                    global_state: bool = False, self_play: bool = False) -> gym.vector.VectorEnv:
+def make_vector_env(
+    env_id: str,
+    num_envs: int,
+    seed: int,
+    *,
+    sticky_actions: float = STICKY_ACTIONS,
+    evaluation: bool = False,
+    clip_rewards: bool | None = None,
+    env_args: Mapping[str, Any] | None = None,
+    env_factory: str | EnvFactory | None = None,
+    action_masks: bool = True,
+    agent_ids: bool = True,
+    global_state: bool = False,
+    self_play: bool = False,
+) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` copies, reset with seeds ``seed, seed+1, ...``.
 
     Autoreset is ``SAME_STEP``: when an env's episode ends, ``step`` already returns the first
@@ -212,8 +260,9 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if is_pettingzoo(env_id) and env_factory is None and self_play:
-        env = SelfPlayRows(env_maker(env_id, env_args, turns=True), num_envs, seed,
-                           "lookahead" if evaluation else "pool", env_id)
+        env = SelfPlayRows(
+            env_maker(env_id, env_args, turns=True), num_envs, seed, "lookahead" if evaluation else "pool", env_id
+        )
         env.reset(seed=seed)
         env.action_space.seed(seed)
     elif is_envpool(env_id) and env_factory is None:  # (EnvPool: its own Atari protocol, same-step autoreset)
@@ -223,8 +272,9 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
         env = agent_rows(env_id, num_envs, seed, env_args, agent_ids, global_state)
         env.action_space.seed(seed)
     elif env_factory is not None or (env_args and not is_atari(env_id)):
-        make = functools.partial(_adapted_env, resolve_env_id(env_id) if env_factory is None else env_id,
-                                 env_args, env_factory, action_masks)
+        make = functools.partial(
+            _adapted_env, resolve_env_id(env_id) if env_factory is None else env_id, env_args, env_factory, action_masks
+        )
         env = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         env.reset(seed=seed)
         env.action_space.seed(seed)
@@ -233,9 +283,13 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     else:
         env_id = resolve_env_id(env_id)
         try:
-            env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                               wrappers=[functools.partial(adapt_env, action_masks=action_masks)],
-                               vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+            env = gym.make_vec(
+                env_id,
+                num_envs=num_envs,
+                vectorization_mode="sync",
+                wrappers=[functools.partial(adapt_env, action_masks=action_masks)],
+                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+            )
         except gym.error.DependencyNotInstalled as e:
             raise _missing_extra(env_id, e) from None
         env.reset(seed=seed)
@@ -246,14 +300,22 @@ def make_vector_env(env_id: str, num_envs: int, seed: int, *, sticky_actions: fl
     return env
 
 
-def _adapted_env(env_id: str, env_args: Mapping[str, Any] | None, env_factory: str | EnvFactory | None,
-                 action_masks: bool) -> gym.Env:
+def _adapted_env(
+    env_id: str, env_args: Mapping[str, Any] | None, env_factory: str | EnvFactory | None, action_masks: bool
+) -> gym.Env:
     return adapt_env(make_single_env(env_id, env_args, env_factory), action_masks)
 
 
-def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | None = None,
-                     env_factory: str | EnvFactory | None = None, action_masks: bool = True,
-                     agent_ids: bool = True, global_state: bool = False, self_play: bool = False) -> EnvironmentSpec:
+def environment_spec(
+    env_id: str,
+    num_envs: int,
+    env_args: Mapping[str, Any] | None = None,
+    env_factory: str | EnvFactory | None = None,
+    action_masks: bool = True,
+    agent_ids: bool = True,
+    global_state: bool = False,
+    self_play: bool = False,
+) -> EnvironmentSpec:
     """The spec of ``make_vector_env(env_id, num_envs, ...)``, read off one single env that is
     built and closed, never stepped (no vector env, no Atari threads; reset once by ``adapt_env``,
     to see whether its info holds an action mask): what a process
@@ -283,8 +345,9 @@ def environment_spec(env_id: str, num_envs: int, env_args: Mapping[str, Any] | N
         finally:
             rows.close()
     if env_factory is not None or (env_args and not is_atari(env_id)):
-        env = _adapted_env(resolve_env_id(env_id) if env_factory is None else env_id, env_args, env_factory,
-                           action_masks)
+        env = _adapted_env(
+            resolve_env_id(env_id) if env_factory is None else env_id, env_args, env_factory, action_masks
+        )
         observation_space = env.observation_space
     elif is_atari(env_id) and env_args:
         env = make_atari_vector_env(env_id, 1, 0, env_args=env_args)

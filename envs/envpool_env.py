@@ -31,21 +31,24 @@ def _envpool():
     try:
         import envpool
     except ImportError:
-        raise ValueError("envpool: ids need the envpool package: pip install 'shoal[envpool]' "
-                         "(wheels for Linux x86-64, CPython 3.11 and 3.12)") from None
+        raise ValueError(
+            "envpool: ids need the envpool package: pip install 'shoal[envpool]' "
+            "(wheels for Linux x86-64, CPython 3.11 and 3.12)"
+        ) from None
     return envpool
 
 
 def task_id(env_id: str) -> str:
     """The EnvPool task of ``envpool:<task>``; a ``ValueError`` naming close matches if EnvPool has none."""
     envpool = _envpool()
-    task = env_id[len(PREFIX):]
+    task = env_id[len(PREFIX) :]
     tasks = envpool.list_all_envs()
     if task not in tasks:
         close = difflib.get_close_matches(task, tasks, n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(repr(PREFIX + c) for c in close)}?" if close else ""
-        raise ValueError(f"unknown EnvPool task {env_id!r}{hint} (see `python -c \"import envpool; "
-                         "print(envpool.list_all_envs())\"`)")
+        raise ValueError(
+            f'unknown EnvPool task {env_id!r}{hint} (see `python -c "import envpool; print(envpool.list_all_envs())"`)'
+        )
     return task
 
 
@@ -61,8 +64,18 @@ def _protocol(task: str, sticky_actions: float) -> dict:
     """EnvPool's settings of Shoal's Atari protocol (``environments.make_atari_vector_env``'s)."""
     if not is_atari_task(task):
         return {}
-    return dict(repeat_action_probability=sticky_actions, frame_skip=4, stack_num=4, img_height=84, img_width=84,
-                gray_scale=True, noop_max=30, use_fire_reset=True, episodic_life=False, reward_clip=False)
+    return dict(
+        repeat_action_probability=sticky_actions,
+        frame_skip=4,
+        stack_num=4,
+        img_height=84,
+        img_width=84,
+        gray_scale=True,
+        noop_max=30,
+        use_fire_reset=True,
+        episodic_life=False,
+        reward_clip=False,
+    )
 
 
 def default_threads(task: str, num_envs: int) -> int:
@@ -84,12 +97,25 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
-    def __init__(self, task: str, num_envs: int, seed: int, sticky_actions: float = 0.25,
-                 env_args: Mapping[str, Any] | None = None, num_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        seed: int,
+        sticky_actions: float = 0.25,
+        env_args: Mapping[str, Any] | None = None,
+        num_threads: int | None = None,
+    ) -> None:
         envpool = _envpool()
         settings = {**_protocol(task, sticky_actions), **dict(env_args or {})}
-        self._pool = envpool.make(task, env_type="gymnasium", num_envs=num_envs, seed=seed,
-                                  num_threads=num_threads or default_threads(task, num_envs), **settings)
+        self._pool = envpool.make(
+            task,
+            env_type="gymnasium",
+            num_envs=num_envs,
+            seed=seed,
+            num_threads=num_threads or default_threads(task, num_envs),
+            **settings,
+        )
         self.num_envs = num_envs
         self.single_observation_space = self._pool.observation_space
         self.single_action_space = self._pool.action_space

@@ -41,5 +41,9 @@ def register() -> None:
     """Registers the ``shoal/`` ids (once)."""
     if f"{NAMESPACE}CartPoleNoVelocity-v1" in gym.registry:
         return
-    gym.register(f"{NAMESPACE}CartPoleNoVelocity-v1", entry_point="shoal.envs.memory_tasks:cart_pole_no_velocity",
-                 max_episode_steps=500, reward_threshold=475.0)
+    gym.register(
+        f"{NAMESPACE}CartPoleNoVelocity-v1",
+        entry_point="shoal.envs.memory_tasks:cart_pole_no_velocity",
+        max_episode_steps=500,
+        reward_threshold=475.0,
+    )

@@ -62,8 +62,9 @@ def _state_space(env: Any, name: str) -> gym.spaces.Box:
     """The space of ``env``'s global state, flat (``state_space`` and ``state()``: PettingZoo's)."""
     space = getattr(env, "state_space", None)
     if not callable(getattr(env, "state", None)) or not isinstance(space, gym.spaces.Box):
-        raise ValueError(f"{name} gives no global state (PettingZoo's state() and a Box state_space); "
-                         "--global-state needs one")
+        raise ValueError(
+            f"{name} gives no global state (PettingZoo's state() and a Box state_space); --global-state needs one"
+        )
     return gym.spaces.Box(-np.inf, np.inf, (int(np.prod(space.shape)),), np.float32)
 
 
@@ -75,13 +76,16 @@ def _sizes(spaces: Mapping[str, gym.Space], what: str, name: str) -> list[int] |
         return None
     agents = list(spaces)
     other = next(a for a in agents if spaces[a] != first)
-    flat_boxes = all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 and s.dtype == first.dtype
-                     for s in spaces.values())
+    flat_boxes = all(
+        isinstance(s, gym.spaces.Box) and len(s.shape) == 1 and s.dtype == first.dtype for s in spaces.values()
+    )
     discrete = all(isinstance(s, gym.spaces.Discrete) and int(s.start) == 0 for s in spaces.values())
     if not (flat_boxes or (discrete and what == "action")):
-        raise ValueError(f"{name}: agents {agents[0]} and {other} have different {what} spaces ({first} and "
-                         f"{spaces[other]}); agents of different spaces are padded to one row layout only for "
-                         f"1-d Box {what}s{' and Discrete actions' if what == 'action' else ''}")
+        raise ValueError(
+            f"{name}: agents {agents[0]} and {other} have different {what} spaces ({first} and "
+            f"{spaces[other]}); agents of different spaces are padded to one row layout only for "
+            f"1-d Box {what}s{' and Discrete actions' if what == 'action' else ''}"
+        )
     return [int(s.n) if discrete else int(s.shape[0]) for s in spaces.values()]
 
 
@@ -120,8 +124,15 @@ class AgentRows(gym.vector.VectorEnv):
     """``num_copies`` copies of a PettingZoo parallel env (``make()`` each), one row per (copy,
     agent) pair; see the module docstring. ``seed``: copy ``i`` resets with ``seed + i``."""
 
-    def __init__(self, make: Callable[[], Any], num_copies: int, seed: int | None = None,
-                 agent_ids: bool = True, name: str = "the PettingZoo env", global_state: bool = False) -> None:
+    def __init__(
+        self,
+        make: Callable[[], Any],
+        num_copies: int,
+        seed: int | None = None,
+        agent_ids: bool = True,
+        name: str = "the PettingZoo env",
+        global_state: bool = False,
+    ) -> None:
         if num_copies < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_copies}")
         self.name = name
@@ -143,7 +154,8 @@ class AgentRows(gym.vector.VectorEnv):
         self._steps: dict[int, int] = {}  # (each copy's steps in its episode, by id: for the messages)
         observations, infos = self._reset(first, seed=seed)
         self._info_mask = any(ACTION_MASK in (infos.get(a) or {}) for a in self.agents) and not (
-            isinstance(self._inner, gym.spaces.Dict) and ACTION_MASK in self._inner.spaces)
+            isinstance(self._inner, gym.spaces.Dict) and ACTION_MASK in self._inner.spaces
+        )
         # (each row's own actions, or action entries, where agents have different numbers of them)
         self._size_mask = self._action_sizes is not None and len(set(self._action_sizes)) > 1
         self._action_spaces = [act_spaces[a] for a in self.agents]  # (an agent's action: within its own bounds)
@@ -175,8 +187,10 @@ class AgentRows(gym.vector.VectorEnv):
                 return gym.spaces.Box(low, high, dtype=np.float32)
             spaces = {"observation": inner}
         else:
-            raise ValueError(f"{self.name}: observations of space {inner} are not supported here (a Box, or a "
-                             "Dict of Boxes with an optional action_mask)")
+            raise ValueError(
+                f"{self.name}: observations of space {inner} are not supported here (a Box, or a "
+                "Dict of Boxes with an optional action_mask)"
+            )
         if mask_space is not None:
             spaces[ACTION_MASK] = mask_space
         if self._ids:
@@ -218,7 +232,7 @@ class AgentRows(gym.vector.VectorEnv):
         if isinstance(space, gym.spaces.Box):
             row = np.zeros(space.shape, space.dtype)
             if self._ids:
-                row[-len(self.agents):] = _one_hot(index, len(self.agents))
+                row[-len(self.agents) :] = _one_hot(index, len(self.agents))
             return row
         row = {k: np.zeros(s.shape, s.dtype) for k, s in space.spaces.items()}
         if ACTION_MASK in row and isinstance(self.single_action_space, gym.spaces.Discrete):
@@ -227,17 +241,21 @@ class AgentRows(gym.vector.VectorEnv):
             row[AGENT_ID] = _one_hot(index, len(self.agents))
         return row
 
-    def _rows(self, env: Any, observations: Mapping[str, Any], infos: Mapping[str, Any],
-              playing: Any = None) -> list[Any]:
+    def _rows(
+        self, env: Any, observations: Mapping[str, Any], infos: Mapping[str, Any], playing: Any = None
+    ) -> list[Any]:
         """Each agent's row: its observation if it is among ``playing`` (default: ``env.agents``),
         else ``_absent``; with the env's global state, each row has it."""
         playing = set(env.agents) if playing is None else playing
         unknown = set(playing) - set(self.agents)
         if unknown:
-            raise RuntimeError(f"{self.name}: agents {', '.join(sorted(map(str, unknown)))} play but are not "
-                               "among its possible_agents")
-        rows = [self._row(i, observations[a], infos.get(a) or {}) if a in playing and a in observations
-                else self._absent(i) for i, a in enumerate(self.agents)]
+            raise RuntimeError(
+                f"{self.name}: agents {', '.join(sorted(map(str, unknown)))} play but are not among its possible_agents"
+            )
+        rows = [
+            self._row(i, observations[a], infos.get(a) or {}) if a in playing and a in observations else self._absent(i)
+            for i, a in enumerate(self.agents)
+        ]
         if self._state is not None:
             state = np.asarray(env.state(), np.float32).reshape(-1)
             for row in rows:
@@ -268,7 +286,8 @@ class AgentRows(gym.vector.VectorEnv):
             base = c * n
             playing = set(env.agents)  # (only their actions go to the env)
             observations, reward, terms, truncs, infos = env.step(
-                {a: self._own(i, actions[base + i]) for i, a in enumerate(self.agents) if a in playing})
+                {a: self._own(i, actions[base + i]) for i, a in enumerate(self.agents) if a in playing}
+            )
             self._check_left(env, playing, terms, truncs)
             last = self._rows(env, observations, infos, playing)  # (what each agent that played saw last)
             for i, a in enumerate(self.agents):
@@ -281,7 +300,7 @@ class AgentRows(gym.vector.VectorEnv):
                     final[base + i] = last[i]
             if not env.agents:  # (every agent is done: the copy starts its next episode now)
                 observations, infos = self._reset(env)
-            self._obs[base:base + n] = self._rows(env, observations, infos)
+            self._obs[base : base + n] = self._rows(env, observations, infos)
         info: dict[str, Any] = {}
         ended = terminated | truncated
         if ended.any():
@@ -293,8 +312,9 @@ class AgentRows(gym.vector.VectorEnv):
         """``env.reset(**kwargs)``; one with no agent playing is one line (every step would reset it)."""
         observations, infos = env.reset(**kwargs)
         if not env.agents:
-            raise RuntimeError(f"{self.name}: no agent plays after reset() (its agents are empty): its episodes "
-                               "could never start")
+            raise RuntimeError(
+                f"{self.name}: no agent plays after reset() (its agents are empty): its episodes could never start"
+            )
         self._steps[id(env)] = 0
         return observations, infos
 
@@ -307,10 +327,12 @@ class AgentRows(gym.vector.VectorEnv):
         left = playing.difference(env.agents)  # (almost always empty: nothing more to look at)
         silent = [a for a in self.agents if a in left and not (terms.get(a, False) or truncs.get(a, False))]
         if silent:
-            raise RuntimeError(f"{self.name}: agent{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} left (no longer in its agents) "
-                               f"after step {step} of an episode with no termination nor truncation reported; "
-                               "PettingZoo's parallel API removes an agent only when its terminations or "
-                               "truncations entry is True (pettingzoo.test.parallel_api_test checks it)")
+            raise RuntimeError(
+                f"{self.name}: agent{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} left (no longer in its agents) "
+                f"after step {step} of an episode with no termination nor truncation reported; "
+                "PettingZoo's parallel API removes an agent only when its terminations or "
+                "truncations entry is True (pettingzoo.test.parallel_api_test checks it)"
+            )
 
     def _own(self, index: int, action: Any) -> Any:
         """Agent ``index``'s action as its env takes it: a padded Box action cut to its own size
@@ -318,7 +340,7 @@ class AgentRows(gym.vector.VectorEnv):
         if self._action_sizes is None or isinstance(self.single_action_space, gym.spaces.Discrete):
             return action
         space = self._action_spaces[index]
-        return np.clip(np.asarray(action)[:self._action_sizes[index]], space.low, space.high).astype(space.dtype)
+        return np.clip(np.asarray(action)[: self._action_sizes[index]], space.low, space.high).astype(space.dtype)
 
     def render(self) -> Any:
         """The first copy's frame (its ``render()``; made with ``render_mode``, an env argument)."""
@@ -329,8 +351,9 @@ class AgentRows(gym.vector.VectorEnv):
             env.close()
 
 
-def policy_groups(env_id: str, env_args: Mapping[str, Any] | None = None,
-                  mapping: Mapping[str, str] | None = None) -> tuple[list[str], list[int]]:
+def policy_groups(
+    env_id: str, env_args: Mapping[str, Any] | None = None, mapping: Mapping[str, str] | None = None
+) -> tuple[list[str], list[int]]:
     """The policies of ``env_id``'s agents (read off one env made and closed): with ``mapping``,
     its groups (``resolve_groups``); without, one policy for all. A one-line ``ValueError``
     where two agents of one policy have different observation or action spaces (agents of
@@ -338,8 +361,9 @@ def policy_groups(env_id: str, env_args: Mapping[str, Any] | None = None,
     env = env_maker(env_id, env_args)()
     try:
         agents = list(env.possible_agents)
-        names, indices = (resolve_groups([str(a) for a in agents], mapping, env_id) if mapping
-                          else (["shared"], [0] * len(agents)))
+        names, indices = (
+            resolve_groups([str(a) for a in agents], mapping, env_id) if mapping else (["shared"], [0] * len(agents))
+        )
         for what in ("observation", "action"):
             first: dict[int, Any] = {}
             for agent, group in zip(agents, indices):
@@ -350,39 +374,52 @@ def policy_groups(env_id: str, env_args: Mapping[str, Any] | None = None,
                     other, seen = first[group]
                     raise ValueError(
                         f"{env_id}: agents {other} and {agent} have different {what} spaces ({seen} and {space}); "
-                        + (f"group {names[group]!r} shares one policy, so its agents' spaces must be the same"
-                           if mapping else f"one policy acts for every agent: give agents of different spaces "
-                           f"their own groups (--agent-group {other}=GROUP --agent-group {agent}=OTHER)"))
+                        + (
+                            f"group {names[group]!r} shares one policy, so its agents' spaces must be the same"
+                            if mapping
+                            else f"one policy acts for every agent: give agents of different spaces "
+                            f"their own groups (--agent-group {other}=GROUP --agent-group {agent}=OTHER)"
+                        )
+                    )
         return names, indices
     finally:
         env.close()
 
 
-def resolve_groups(agents: Sequence[str], mapping: Mapping[str, str], name: str = "the env") -> tuple[list[str], list[int]]:
+def resolve_groups(
+    agents: Sequence[str], mapping: Mapping[str, str], name: str = "the env"
+) -> tuple[list[str], list[int]]:
     """The groups of a policy per group (``--agent-group PATTERN=GROUP``): ``mapping`` from a
     pattern of agent names (``fnmatch``: ``adversary_*``; or a name) to a group's name. Returns
     the groups' names (in the order their first agent comes) and each agent's group index.
     A one-line ``ValueError`` for a pattern that names no agent, an agent no pattern names, or an
     agent two patterns put in different groups."""
-    if not isinstance(mapping, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and k and v
-                                                   for k, v in mapping.items()):
+    if not isinstance(mapping, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and k and v for k, v in mapping.items()
+    ):
         raise ValueError(f"agent groups must map agent-name patterns to group names (strings), got {mapping!r}")
     if len(agents) < 2:
         raise ValueError(f"agent groups (--agent-group) need two agents or more; {name} has {', '.join(agents)}")
     for pattern in mapping:
         if not fnmatch.filter(agents, pattern):
-            raise ValueError(f"agent group pattern {pattern!r} (-> {mapping[pattern]!r}) names no agent of {name}; "
-                             f"its agents: {', '.join(agents)}")
+            raise ValueError(
+                f"agent group pattern {pattern!r} (-> {mapping[pattern]!r}) names no agent of {name}; "
+                f"its agents: {', '.join(agents)}"
+            )
     names: list[str] = []
     indices: list[int] = []
     for agent in agents:
         chosen = {group for pattern, group in mapping.items() if fnmatch.fnmatchcase(agent, pattern)}
         if not chosen:
-            raise ValueError(f"agent {agent!r} of {name} is in no group (give it one: --agent-group "
-                             f"{agent}=GROUP; groups so far: {', '.join(sorted(set(mapping.values())))})")
+            raise ValueError(
+                f"agent {agent!r} of {name} is in no group (give it one: --agent-group "
+                f"{agent}=GROUP; groups so far: {', '.join(sorted(set(mapping.values())))})"
+            )
         if len(chosen) > 1:
-            raise ValueError(f"agent {agent!r} of {name} is put in groups {', '.join(sorted(chosen))} by "
-                             "different patterns; each agent belongs to one group")
+            raise ValueError(
+                f"agent {agent!r} of {name} is put in groups {', '.join(sorted(chosen))} by "
+                "different patterns; each agent belongs to one group"
+            )
         group = chosen.pop()
         if group not in names:
             names.append(group)
@@ -400,13 +437,28 @@ def agent_returns(returns: np.ndarray, agents: list[str]) -> dict[str, float]:
     return out
 
 
-def agent_rows(env_id: str, num_copies: int, seed: int | None, env_args: Mapping[str, Any] | None = None,
-               agent_ids: bool = True, global_state: bool = False) -> AgentRows:
+def agent_rows(
+    env_id: str,
+    num_copies: int,
+    seed: int | None,
+    env_args: Mapping[str, Any] | None = None,
+    agent_ids: bool = True,
+    global_state: bool = False,
+) -> AgentRows:
     """``AgentRows`` of ``num_copies`` copies of ``env_id`` (``pettingzoo:...``)."""
     env = AgentRows(env_maker(env_id, env_args), num_copies, seed, agent_ids, name=env_id, global_state=global_state)
     env.reset(seed=seed)
     return env
 
 
-__all__ = ["AGENT_ID", "GLOBAL_STATE", "AgentRows", "agent_returns", "agent_rows", "env_maker", "is_pettingzoo", "policy_groups",
-           "resolve_groups"]
+__all__ = [
+    "AGENT_ID",
+    "GLOBAL_STATE",
+    "AgentRows",
+    "agent_returns",
+    "agent_rows",
+    "env_maker",
+    "is_pettingzoo",
+    "policy_groups",
+    "resolve_groups",
+]

@@ -37,8 +37,9 @@ from shoal.core.specs import ACTION_MASK
 
 
 def _is_categorical(space: gym.Space) -> bool:
-    return isinstance(space, gym.spaces.Discrete) or (isinstance(space, gym.spaces.MultiDiscrete)
-                                                      and len(space.nvec.shape) == 1)
+    return isinstance(space, gym.spaces.Discrete) or (
+        isinstance(space, gym.spaces.MultiDiscrete) and len(space.nvec.shape) == 1
+    )
 
 
 def _one_hot_space(space: gym.Space) -> gym.Space:
@@ -109,8 +110,10 @@ def allowed_actions(mask: Any) -> np.ndarray:
 def _mask(info: dict, num_actions: int) -> np.ndarray:
     mask = np.asarray(info[ACTION_MASK])
     if mask.shape != (num_actions,):
-        raise ValueError(f"the environment's info['action_mask'] has shape {mask.shape}; it must have one "
-                         f"entry per action, ({num_actions},)")
+        raise ValueError(
+            f"the environment's info['action_mask'] has shape {mask.shape}; it must have one "
+            f"entry per action, ({num_actions},)"
+        )
     return allowed_actions(mask)
 
 
@@ -122,8 +125,10 @@ class InfoActionMask(gym.Wrapper):
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         if not isinstance(env.action_space, gym.spaces.Discrete):
-            raise ValueError(f"the environment gives info['action_mask'], but its action space {env.action_space} "
-                             "is not Discrete (action masks are for discrete actions)")
+            raise ValueError(
+                f"the environment gives info['action_mask'], but its action space {env.action_space} "
+                "is not Discrete (action masks are for discrete actions)"
+            )
         self._n = int(env.action_space.n)
         mask_space = gym.spaces.Box(0, 1, (self._n,), np.int8)
         inner = env.observation_space
@@ -165,7 +170,8 @@ class DropActionMask(gym.ObservationWrapper):
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self.observation_space = gym.spaces.Dict(
-            {k: s for k, s in env.observation_space.spaces.items() if k != ACTION_MASK})
+            {k: s for k, s in env.observation_space.spaces.items() if k != ACTION_MASK}
+        )
 
     def observation(self, observation: dict) -> dict:
         return {k: v for k, v in observation.items() if k != ACTION_MASK}
@@ -201,5 +207,7 @@ def check_action_mask(observation: Any, env_steps: int, action_space: gym.Space 
         return
     allowed = np.asarray(observation[ACTION_MASK]).any(axis=-1)
     if not allowed.all():
-        raise RuntimeError(f"the environment's action_mask allows no action at step {env_steps} "
-                           f"(envs {np.nonzero(~allowed)[0].tolist()})")
+        raise RuntimeError(
+            f"the environment's action_mask allows no action at step {env_steps} "
+            f"(envs {np.nonzero(~allowed)[0].tolist()})"
+        )

@@ -25,18 +25,22 @@ def is_pettingzoo(env_id: Any) -> bool:
 
 def _constructor(env_id: str) -> Callable[..., Any]:
     """The constructor a ``pettingzoo:`` id names; one-line ``ValueError`` if bad."""
-    target = env_id[len(PREFIX):]
+    target = env_id[len(PREFIX) :]
     module_name, _, function = target.partition(":")
     if not module_name or ":" in function or module_name.startswith("."):
-        raise ValueError(f"environment id {env_id!r} is neither pettingzoo:<module> (e.g. "
-                         "pettingzoo:mpe2.simple_spread_v3) nor pettingzoo:<module>:<function>")
+        raise ValueError(
+            f"environment id {env_id!r} is neither pettingzoo:<module> (e.g. "
+            "pettingzoo:mpe2.simple_spread_v3) nor pettingzoo:<module>:<function>"
+        )
     what = f"environment {env_id!r}"
     check_env_module(module_name, what)  # (before it is imported)
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ValueError(f"{what}: cannot import {module_name} ({e}); PettingZoo's own "
-                         "envs need the pettingzoo extra: pip install 'shoal[pettingzoo]'") from None
+        raise ValueError(
+            f"{what}: cannot import {module_name} ({e}); PettingZoo's own "
+            "envs need the pettingzoo extra: pip install 'shoal[pettingzoo]'"
+        ) from None
     if function:
         make = getattr(module, function, None)
         if not callable(make):
@@ -44,8 +48,10 @@ def _constructor(env_id: str) -> Callable[..., Any]:
     else:
         function = next((name for name in ("parallel_env", "env") if callable(getattr(module, name, None))), "")
         if not function:
-            raise ValueError(f"{what}: {module_name} has neither parallel_env() nor env() "
-                             "(PettingZoo's parallel and AEC constructors)")
+            raise ValueError(
+                f"{what}: {module_name} has neither parallel_env() nor env() "
+                "(PettingZoo's parallel and AEC constructors)"
+            )
         make = getattr(module, function)
     from pettingzoo.utils.env import AECEnv, ParallelEnv
 
@@ -57,8 +63,9 @@ def _as_parallel(env: Any, env_id: str) -> Any:
     """``env`` as a PettingZoo parallel env (an AEC env converted), or a one-line ``ValueError``."""
     from pettingzoo.utils.env import AECEnv, ParallelEnv
 
-    if isinstance(env, ParallelEnv) or (hasattr(env, "possible_agents") and hasattr(env, "step")
-                                        and not isinstance(env, AECEnv)):
+    if isinstance(env, ParallelEnv) or (
+        hasattr(env, "possible_agents") and hasattr(env, "step") and not isinstance(env, AECEnv)
+    ):
         return env
     if isinstance(env, AECEnv):
         from pettingzoo.utils.conversions import aec_to_parallel
@@ -68,10 +75,13 @@ def _as_parallel(env: Any, env_id: str) -> Any:
         except AssertionError as e:  # (PettingZoo refuses envs whose agents act in turns)
             env.close()
             reason = " ".join(str(e).split())
-            raise ValueError(f"environment {env_id!r} is an AEC env that cannot be converted to the parallel "
-                             f"API ({reason[:160]}); a turn-based game trains by self-play: --self-play") from None
-    raise ValueError(f"environment {env_id!r} made a {type(env).__name__}, not a PettingZoo env "
-                     "(pettingzoo.ParallelEnv or AECEnv)")
+            raise ValueError(
+                f"environment {env_id!r} is an AEC env that cannot be converted to the parallel "
+                f"API ({reason[:160]}); a turn-based game trains by self-play: --self-play"
+            ) from None
+    raise ValueError(
+        f"environment {env_id!r} made a {type(env).__name__}, not a PettingZoo env (pettingzoo.ParallelEnv or AECEnv)"
+    )
 
 
 def env_maker(env_id: str, env_args: Mapping[str, Any] | None = None, turns: bool = False) -> Callable[[], Any]:
@@ -87,8 +97,10 @@ def env_maker(env_id: str, env_args: Mapping[str, Any] | None = None, turns: boo
     if parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         unknown = sorted(set(env_args) - set(parameters))
         if unknown:
-            raise ValueError(f"environment {env_id!r} takes no argument(s) {', '.join(unknown)}; it takes: "
-                             f"{', '.join(parameters) or 'none'}")
+            raise ValueError(
+                f"environment {env_id!r} takes no argument(s) {', '.join(unknown)}; it takes: "
+                f"{', '.join(parameters) or 'none'}"
+            )
 
     return functools.partial(_make_turns if turns else _make, make, env_id, env_args)
 
@@ -112,6 +124,8 @@ def _make_turns(make: Callable[..., Any], env_id: str, env_args: Mapping[str, An
     env = _called(make, env_id, env_args)
     if not isinstance(env, AECEnv):
         env.close()
-        raise ValueError(f"--self-play takes a turn-based game (a PettingZoo AEC env, e.g. "
-                         f"pettingzoo.classic.connect_four_v3); {env_id} made {type(env).__name__}, a parallel env")
+        raise ValueError(
+            f"--self-play takes a turn-based game (a PettingZoo AEC env, e.g. "
+            f"pettingzoo.classic.connect_four_v3); {env_id} made {type(env).__name__}, a parallel env"
+        )
     return env

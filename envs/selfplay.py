@@ -53,8 +53,14 @@ class SelfPlayRows(gym.vector.VectorEnv):
     """``num_copies`` copies of a two-player turn-based game, one row per copy: the learner's
     seat (see the module docstring). ``make()`` makes one PettingZoo AEC env."""
 
-    def __init__(self, make: Callable[[], Any], num_copies: int, seed: int | None = None,
-                 opponent: str = "pool", name: str = "the game") -> None:
+    def __init__(
+        self,
+        make: Callable[[], Any],
+        num_copies: int,
+        seed: int | None = None,
+        opponent: str = "pool",
+        name: str = "the game",
+    ) -> None:
         if num_copies < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_copies}")
         self.name = name
@@ -66,11 +72,15 @@ class SelfPlayRows(gym.vector.VectorEnv):
         spaces = [first.observation_space(a) for a in self.seats]
         actions = [first.action_space(a) for a in self.seats]
         if spaces[0] != spaces[1] or actions[0] != actions[1] or not isinstance(actions[0], gym.spaces.Discrete):
-            raise ValueError(f"{name}: self-play takes games whose two players have the same observation space "
-                             f"and the same Discrete action space; got {spaces} and {actions}")
+            raise ValueError(
+                f"{name}: self-play takes games whose two players have the same observation space "
+                f"and the same Discrete action space; got {spaces} and {actions}"
+            )
         space = spaces[0]
         if isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces:
-            space = gym.spaces.Dict({**space.spaces, ACTION_MASK: gym.spaces.Box(0, 1, space[ACTION_MASK].shape, np.int8)})
+            space = gym.spaces.Dict(
+                {**space.spaces, ACTION_MASK: gym.spaces.Box(0, 1, space[ACTION_MASK].shape, np.int8)}
+            )
         self.single_observation_space = space
         self.single_action_space = actions[0]
         self.num_envs = num_copies
@@ -238,8 +248,12 @@ def _clone(env: Any) -> Any:
     """A copy of ``env``'s state (its wrappers' too, through their ``env``). Not ``deepcopy``:
     PettingZoo's envs pickle as their constructor's arguments (``EzPickle``), a fresh game."""
     twin = object.__new__(type(env))
-    twin.__dict__.update({key: _clone(value) if key == "env" else value if _fixed(value) else copy.deepcopy(value)
-                          for key, value in vars(env).items()})
+    twin.__dict__.update(
+        {
+            key: _clone(value) if key == "env" else value if _fixed(value) else copy.deepcopy(value)
+            for key, value in vars(env).items()
+        }
+    )
     return twin
 
 

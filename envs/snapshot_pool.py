@@ -33,7 +33,7 @@ class SnapshotPool:
 
     def add(self, version: int, params: Any) -> None:
         # (a new list, not an append: a thread that reads the pool meanwhile sees the old one whole)
-        self.snapshots = [*self.snapshots, (int(version), params)][-self.size:]
+        self.snapshots = [*self.snapshots, (int(version), params)][-self.size :]
 
     def maybe_add(self, source: Any) -> bool:
         """Takes a snapshot of ``source`` (a learner: ``version``, ``get_variables``) if ``every``
@@ -70,14 +70,21 @@ class SnapshotPool:
         """Reads what ``save`` wrote; ``like``: parameters of the same structure (the learner's)."""
         treedef = jax.tree_util.tree_structure(like)
         with np.load(path, allow_pickle=False) as saved:
-            versions = saved["versions"].tolist()[-self.size:]
+            versions = saved["versions"].tolist()[-self.size :]
             skipped = len(saved["versions"]) - len(versions)
             if any(f"s{skipped + i}_{treedef.num_leaves - 1}" not in saved for i in range(len(versions))):
-                raise ValueError(f"{path} holds snapshots of other parameters than this run's "
-                                 f"({treedef.num_leaves} arrays each)")
-            self.snapshots = [(int(v), jax.tree_util.tree_unflatten(
-                treedef, [saved[f"s{skipped + i}_{j}"] for j in range(treedef.num_leaves)]))
-                for i, v in enumerate(versions)]
+                raise ValueError(
+                    f"{path} holds snapshots of other parameters than this run's ({treedef.num_leaves} arrays each)"
+                )
+            self.snapshots = [
+                (
+                    int(v),
+                    jax.tree_util.tree_unflatten(
+                        treedef, [saved[f"s{skipped + i}_{j}"] for j in range(treedef.num_leaves)]
+                    ),
+                )
+                for i, v in enumerate(versions)
+            ]
 
 
 class PoolMirror(SnapshotPool):

@@ -36,8 +36,10 @@ def check_video_extra() -> None:
 
         del imageio_ffmpeg
     except ImportError:
-        raise ValueError("evaluation videos need the 'video' extra, which is not installed; run "
-                         "pip install -e '.[video]' (from the Shoal repository)") from None
+        raise ValueError(
+            "evaluation videos need the 'video' extra, which is not installed; run "
+            "pip install -e '.[video]' (from the Shoal repository)"
+        ) from None
 
 
 def check_frame(frame: Any, index: int, first: np.ndarray | None = None) -> np.ndarray:
@@ -46,18 +48,26 @@ def check_frame(frame: Any, index: int, first: np.ndarray | None = None) -> np.n
     RGBA or grayscale one, ``None``) is a ``ValueError`` (one line): ffmpeg would write a broken
     file of it (a size it was not told), or a black one (floats in [0, 1] cast to uint8)."""
     if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
-        what = (f"a {type(frame).__name__}" if not isinstance(frame, np.ndarray)
-                else f"{frame.dtype} of shape {frame.shape}")
-        raise ValueError(f"render() gave frame {index} as {what}; a video takes [height, width, 3] uint8 RGB "
-                         "frames (render_mode='rgb_array')")
+        what = (
+            f"a {type(frame).__name__}"
+            if not isinstance(frame, np.ndarray)
+            else f"{frame.dtype} of shape {frame.shape}"
+        )
+        raise ValueError(
+            f"render() gave frame {index} as {what}; a video takes [height, width, 3] uint8 RGB "
+            "frames (render_mode='rgb_array')"
+        )
     if first is not None and frame.shape != first.shape:
-        raise ValueError(f"render() gave frame {index} of {frame.shape[1]}x{frame.shape[0]} pixels, frame 0 of "
-                         f"{first.shape[1]}x{first.shape[0]}; a video's frames all have one size")
+        raise ValueError(
+            f"render() gave frame {index} of {frame.shape[1]}x{frame.shape[0]} pixels, frame 0 of "
+            f"{first.shape[1]}x{first.shape[0]}; a video's frames all have one size"
+        )
     return frame
 
 
-def record_episode(env: gym.vector.VectorEnv, actor: Actor, seed: int,
-                   render: Callable[[], np.ndarray], max_frames: int = MAX_FRAMES) -> tuple[list[np.ndarray], float]:
+def record_episode(
+    env: gym.vector.VectorEnv, actor: Actor, seed: int, render: Callable[[], np.ndarray], max_frames: int = MAX_FRAMES
+) -> tuple[list[np.ndarray], float]:
     """Frames (``[H, W, 3]`` uint8) of one episode of ``actor`` in the 1-env ``env`` from its
     reset with ``seed`` (the first frame, then one after each step but the last: autoreset
     has already started the next episode by then), and the episode's return. A frame a video
@@ -80,8 +90,14 @@ def record_episode(env: gym.vector.VectorEnv, actor: Actor, seed: int,
     return frames, total
 
 
-def record_episode_within(env: gym.vector.VectorEnv, actor: Actor, seed: int, render: Callable[[], np.ndarray],
-                          frame_timeout_s: float, max_frames: int = MAX_FRAMES) -> tuple[list[np.ndarray], float]:
+def record_episode_within(
+    env: gym.vector.VectorEnv,
+    actor: Actor,
+    seed: int,
+    render: Callable[[], np.ndarray],
+    frame_timeout_s: float,
+    max_frames: int = MAX_FRAMES,
+) -> tuple[list[np.ndarray], float]:
     """``record_episode`` in a thread of its own, each frame (its step and its ``render()``)
     given at most ``frame_timeout_s`` seconds: a frame that takes longer is a ``TimeoutError``
     (one line). A call into the env cannot be interrupted: the thread is left where it is stuck
@@ -107,8 +123,10 @@ def record_episode_within(env: gym.vector.VectorEnv, actor: Actor, seed: int, re
     threading.Thread(target=record, name="shoal-video", daemon=True).start()
     while not done.wait(min(1.0, frame_timeout_s / 4)):
         if time.monotonic() - last[0] > frame_timeout_s:
-            raise TimeoutError(f"the env gave no frame in {frame_timeout_s:g} s (its render() or step() did not "
-                               f"return; SHOAL_STEP_TIMEOUT_S); it is left where it hangs")
+            raise TimeoutError(
+                f"the env gave no frame in {frame_timeout_s:g} s (its render() or step() did not "
+                f"return; SHOAL_STEP_TIMEOUT_S); it is left where it hangs"
+            )
     if "error" in outcome:
         raise outcome["error"]
     return outcome["episode"]
@@ -127,8 +145,9 @@ def encode_mp4(frames: list[np.ndarray], fps: int = FPS) -> bytes:
     height, width = frames[0].shape[:2]
     with tempfile.TemporaryDirectory(prefix="shoal-video-") as tmp:
         path = os.path.join(tmp, "episode.mp4")
-        writer = imageio_ffmpeg.write_frames(path, (width, height), fps=fps, macro_block_size=2,
-                                             ffmpeg_log_level="error")
+        writer = imageio_ffmpeg.write_frames(
+            path, (width, height), fps=fps, macro_block_size=2, ffmpeg_log_level="error"
+        )
         with warnings.catch_warnings():  # (JAX warns of any fork; ffmpeg's is a fork and exec)
             warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
             writer.send(None)  # (starts ffmpeg)
@@ -139,8 +158,9 @@ def encode_mp4(frames: list[np.ndarray], fps: int = FPS) -> bytes:
             return f.read()
 
 
-def encode_gif(frames: list[np.ndarray], fps: int = FPS, max_width: int = 240,
-               max_fps: int = 15) -> tuple[bytes, tuple[int, int]]:
+def encode_gif(
+    frames: list[np.ndarray], fps: int = FPS, max_width: int = 240, max_fps: int = 15
+) -> tuple[bytes, tuple[int, int]]:
     """The frames as an animated GIF (Pillow), at most ``max_width`` pixels wide and
     ``max_fps`` frames a second (frames dropped evenly), and its ``(height, width)``."""
     from PIL import Image
@@ -149,11 +169,16 @@ def encode_gif(frames: list[np.ndarray], fps: int = FPS, max_width: int = 240,
     height, width = frames[0].shape[:2]
     scale = min(1.0, max_width / width)
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    images = [Image.fromarray(np.ascontiguousarray(frame, np.uint8)).resize(size, Image.Resampling.BILINEAR)
-              .quantize(colors=64, method=Image.Quantize.FASTOCTREE) for frame in frames[::every]]
+    images = [
+        Image.fromarray(np.ascontiguousarray(frame, np.uint8))
+        .resize(size, Image.Resampling.BILINEAR)
+        .quantize(colors=64, method=Image.Quantize.FASTOCTREE)
+        for frame in frames[::every]
+    ]
     data = io.BytesIO()
-    images[0].save(data, format="GIF", save_all=True, append_images=images[1:], loop=0,
-                   duration=round(1000 * every / fps))
+    images[0].save(
+        data, format="GIF", save_all=True, append_images=images[1:], loop=0, duration=round(1000 * every / fps)
+    )
     return data.getvalue(), (size[1], size[0])
 
 
@@ -191,14 +216,24 @@ def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[]
 
     if is_atari(config.env.id) and config.env.factory is None:
         game = _atari_game(config.env.id)
-        env = gym.vector.SyncVectorEnv([lambda: RenderedAtari(game, config.env.sticky_actions)],
-                                       autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        env = gym.vector.SyncVectorEnv(
+            [lambda: RenderedAtari(game, config.env.sticky_actions)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        )
         env.reset(seed=seed)
         return env, lambda: env.envs[0].render()
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # (pygame draws off screen, and says nothing of it)
-    env = make_vector_env(config.env.id, 1, seed, evaluation=True, env_args={**config.env.args, "render_mode": "rgb_array"},
-                          env_factory=config.env.factory, action_masks=config.env.action_masks,
-                          agent_ids=config.multiagent.agent_ids, global_state=config.multiagent.global_state, self_play=config.multiagent.self_play)
+    env = make_vector_env(
+        config.env.id,
+        1,
+        seed,
+        evaluation=True,
+        env_args={**config.env.args, "render_mode": "rgb_array"},
+        env_factory=config.env.factory,
+        action_masks=config.env.action_masks,
+        agent_ids=config.multiagent.agent_ids,
+        global_state=config.multiagent.global_state,
+        self_play=config.multiagent.self_play,
+    )
     return env, (env.render if isinstance(env, (AgentRows, SelfPlayRows)) else lambda: env.call("render")[0])
 
 
@@ -220,8 +255,14 @@ class RenderedAtari(gym.Env):
     def __init__(self, game: str, sticky_actions: float, noop_max: int = 30) -> None:
         from ale_py import AtariEnv
 
-        self._env = AtariEnv(game, obs_type="grayscale", frameskip=1, repeat_action_probability=sticky_actions,
-                             max_num_frames_per_episode=108_000, render_mode="rgb_array")
+        self._env = AtariEnv(
+            game,
+            obs_type="grayscale",
+            frameskip=1,
+            repeat_action_probability=sticky_actions,
+            max_num_frames_per_episode=108_000,
+            render_mode="rgb_array",
+        )
         self.action_space = self._env.action_space
         self.observation_space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
         self._rows, self._cols = _area_weights(210, 84), _area_weights(160, 84).T
@@ -253,7 +294,13 @@ class RenderedAtari(gym.Env):
             screens.append(screen)
             if terminated or truncated:
                 break
-        return self._push(np.maximum(*screens[-2:]) if len(screens) > 1 else screens[0]), total, terminated, truncated, info
+        return (
+            self._push(np.maximum(*screens[-2:]) if len(screens) > 1 else screens[0]),
+            total,
+            terminated,
+            truncated,
+            info,
+        )
 
     def render(self) -> np.ndarray:
         return self._env.render()

@@ -66,8 +66,13 @@ class ESWorker:
 
     def evaluate(self, theta, seeds: list, sigma: float) -> list:
         theta = np.asarray(theta)
-        return [(episode_return(self.env, theta + sigma * noise(s), s),
-                 episode_return(self.env, theta - sigma * noise(s), s)) for s in seeds]
+        return [
+            (
+                episode_return(self.env, theta + sigma * noise(s), s),
+                episode_return(self.env, theta - sigma * noise(s), s),
+            )
+            for s in seeds
+        ]
 
     def mean_return(self, theta, episodes: int, seed: int) -> float:
         return float(np.mean([episode_return(self.env, np.asarray(theta), seed + i) for i in range(episodes)]))
@@ -83,8 +88,15 @@ def centered_ranks(x: np.ndarray) -> np.ndarray:
     return (ranks / (x.size - 1) - 0.5).reshape(x.shape)
 
 
-def coordinator(workers: list, population: int, sigma: float, learning_rate: float,
-                max_iterations: int, target: float, seed: int = 0) -> dict:
+def coordinator(
+    workers: list,
+    population: int,
+    sigma: float,
+    learning_rate: float,
+    max_iterations: int,
+    target: float,
+    seed: int = 0,
+) -> dict:
     import optax
 
     theta = np.zeros(DIM)
@@ -110,18 +122,31 @@ def coordinator(workers: list, population: int, sigma: float, learning_rate: flo
         print(f"[coordinator] iteration {iteration}: mean return {score:.1f}", flush=True)
         if score >= target:
             break
-    return {"iterations": iteration, "mean_return": score, "solved": score >= target,
-            "theta": [round(float(t), 4) for t in theta], "mean_returns": scores}
+    return {
+        "iterations": iteration,
+        "mean_return": score,
+        "solved": score >= target,
+        "theta": [round(float(t), 4) for t in theta],
+        "mean_returns": scores,
+    }
 
 
-def make_program(num_workers: int, population: int = 32, sigma: float = 0.2,
-                 learning_rate: float = 0.1, max_iterations: int = 50, target: float = 475.0,
-                 seed: int = 0) -> Program:
+def make_program(
+    num_workers: int,
+    population: int = 32,
+    sigma: float = 0.2,
+    learning_rate: float = 0.1,
+    max_iterations: int = 50,
+    target: float = 475.0,
+    seed: int = 0,
+) -> Program:
     program = Program("evolution_strategies")
     with program.group("worker"):
         workers = [program.add_node(ServiceNode(ESWorker, i)) for i in range(num_workers)]
-    program.add_node(FunctionNode(coordinator, workers, population, sigma, learning_rate,
-                                  max_iterations, target, seed), label="coordinator")
+    program.add_node(
+        FunctionNode(coordinator, workers, population, sigma, learning_rate, max_iterations, target, seed),
+        label="coordinator",
+    )
     return program
 
 
@@ -136,9 +161,14 @@ if __name__ == "__main__":
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: a local one)")
     args = parser.parse_args()
     run_dir = tempfile.mkdtemp(prefix="shoal-evolution_strategies-")  # the node logs and the address book
-    run = launch(make_program(args.workers, args.population, max_iterations=args.max_iterations,
-                              target=args.target, seed=args.seed), args.launcher, ray_address=args.ray_address,
-                 run_dir=run_dir)
+    run = launch(
+        make_program(
+            args.workers, args.population, max_iterations=args.max_iterations, target=args.target, seed=args.seed
+        ),
+        args.launcher,
+        ray_address=args.ray_address,
+        run_dir=run_dir,
+    )
     results = run.wait(timeout_s=600)
     print(run.summary())
     print(json.dumps(results["coordinator"]))

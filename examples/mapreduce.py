@@ -21,7 +21,26 @@ import numpy as np
 
 from shoal.launch import FunctionNode, Program, ServiceNode, launch
 
-VOCABULARY = ["actor", "learner", "replay", "shard", "device", "gradient", "reward", "policy", "value", "batch", "trajectory", "episode", "environment", "step", "update", "parameter", "server", "worker"]
+VOCABULARY = [
+    "actor",
+    "learner",
+    "replay",
+    "shard",
+    "device",
+    "gradient",
+    "reward",
+    "policy",
+    "value",
+    "batch",
+    "trajectory",
+    "episode",
+    "environment",
+    "step",
+    "update",
+    "parameter",
+    "server",
+    "worker",
+]
 
 
 def make_text(lines: int, seed: int = 0) -> list[str]:
@@ -54,7 +73,7 @@ class Reducer:
 
 def coordinator(mappers: list, reducers: list, lines: int) -> dict:
     text = make_text(lines)
-    chunks = [text[i::len(mappers)] for i in range(len(mappers))]
+    chunks = [text[i :: len(mappers)] for i in range(len(mappers))]
     futures = [m.futures.map(chunk, len(reducers)) for m, chunk in zip(mappers, chunks)]
     for future in futures:
         for reducer, partition in zip(reducers, future.result(timeout=60)):
@@ -64,8 +83,7 @@ def coordinator(mappers: list, reducers: list, lines: int) -> dict:
         totals.update(reducer.result())  # partitions are disjoint: no word is in two reducers
     expected = collections.Counter(word for line in text for word in line.split())
     top = sorted(totals.items(), key=lambda kv: -kv[1])[:5]
-    return {"words": sum(totals.values()), "unique": len(totals), "top": top,
-            "correct": totals == dict(expected)}
+    return {"words": sum(totals.values()), "unique": len(totals), "top": top, "correct": totals == dict(expected)}
 
 
 def make_program(num_mappers: int, num_reducers: int, lines: int) -> Program:
@@ -88,8 +106,12 @@ if __name__ == "__main__":
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: a local one)")
     args = parser.parse_args()
     run_dir = tempfile.mkdtemp(prefix="shoal-mapreduce-")  # the node logs and the address book
-    run = launch(make_program(args.mappers, args.reducers, args.lines), args.launcher, ray_address=args.ray_address,
-                 run_dir=run_dir)
+    run = launch(
+        make_program(args.mappers, args.reducers, args.lines),
+        args.launcher,
+        ray_address=args.ray_address,
+        run_dir=run_dir,
+    )
     results = run.wait(timeout_s=120)
     print(run.summary())
     print(json.dumps(results["coordinator"]))

@@ -93,8 +93,7 @@ if __name__ == "__main__":
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: a local one)")
     args = parser.parse_args()
     run_dir = tempfile.mkdtemp(prefix="shoal-parameter_server-")  # the node logs and the address book
-    run = launch(make_program(args.workers), args.launcher, ray_address=args.ray_address,
-                 run_dir=run_dir)
+    run = launch(make_program(args.workers), args.launcher, ray_address=args.ray_address, run_dir=run_dir)
     results = run.wait(timeout_s=120)
     print(run.summary())
     print(json.dumps(results["coordinator"]))

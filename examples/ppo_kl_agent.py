@@ -46,8 +46,9 @@ class KLPPOConfig(PPOConfig):
     kl_coef: float = setting(1.0, low=0.0, high=1_000.0)
 
 
-def kl_penalty_loss(networks, params, minibatch: dict, rng: jax.Array, config: KLPPOConfig,
-                    clip_epsilon) -> tuple[jax.Array, dict]:
+def kl_penalty_loss(
+    networks, params, minibatch: dict, rng: jax.Array, config: KLPPOConfig, clip_epsilon
+) -> tuple[jax.Array, dict]:
     """The KL-penalized objective (module docstring) on one device's minibatch: PPO's loss seam,
     ``(networks, params, minibatch, rng, config, clip_epsilon) -> (loss, metrics)``."""
     dist = head(networks)

@@ -89,8 +89,9 @@ class QRDQNBuilder(DQNBuilder):
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         if spec.dict_observations or len(spec.observation_shape) > 1:
-            raise ValueError(f"this QR-DQN's network is an MLP on flat observations; this env's are "
-                             f"{spec.observation_shape}")
+            raise ValueError(
+                f"this QR-DQN's network is an MLP on flat observations; this env's are {spec.observation_shape}"
+            )
         super().validate(spec, num_devices)  # a discrete action space; every setting against its range
 
     def make_networks(self, spec: EnvironmentSpec) -> DQNNetworks:

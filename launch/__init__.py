@@ -25,18 +25,29 @@ from shoal.launch.programs import (
     should_stop,
 )
 
-_LAZY = {"ExperimentConfig": "shoal.launch.experiments.config",
-         **{group: "shoal.launch.experiments.config_groups" for group in (
-             "EnvConfig", "RunConfig", "EvaluationConfig", "ReplayConfig", "TrackingConfig", "MultiAgentConfig")},
-         "run_experiment": "shoal.launch.experiments.runner",
-         "run_distributed_experiment": "shoal.launch.experiments.distributed.launch",
-         "resume_experiment": "shoal.launch.experiments.resuming",
-         "make_distributed_program": "shoal.launch.experiments.distributed.program",
-         "ReplayNode": "shoal.launch.experiments.distributed.replay_node",
-         "load_policy": "shoal.launch.experiments.trained_policy",
-         "evaluate_run": "shoal.launch.experiments.trained_policy",
-         "export_policy": "shoal.launch.experiments.exporting",
-         "TrainedPolicy": "shoal.launch.experiments.trained_policy"}
+_LAZY = {
+    "ExperimentConfig": "shoal.launch.experiments.config",
+    **{
+        group: "shoal.launch.experiments.config_groups"
+        for group in (
+            "EnvConfig",
+            "RunConfig",
+            "EvaluationConfig",
+            "ReplayConfig",
+            "TrackingConfig",
+            "MultiAgentConfig",
+        )
+    },
+    "run_experiment": "shoal.launch.experiments.runner",
+    "run_distributed_experiment": "shoal.launch.experiments.distributed.launch",
+    "resume_experiment": "shoal.launch.experiments.resuming",
+    "make_distributed_program": "shoal.launch.experiments.distributed.program",
+    "ReplayNode": "shoal.launch.experiments.distributed.replay_node",
+    "load_policy": "shoal.launch.experiments.trained_policy",
+    "evaluate_run": "shoal.launch.experiments.trained_policy",
+    "export_policy": "shoal.launch.experiments.exporting",
+    "TrainedPolicy": "shoal.launch.experiments.trained_policy",
+}
 
 
 def __getattr__(name: str):
@@ -47,9 +58,31 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'shoal.launch' has no attribute {name!r}")
 
 
-__all__ = ["EnvConfig", "EvaluationConfig", "ExperimentConfig", "MultiAgentConfig", "ReplayConfig", "RunConfig",
-           "TrackingConfig", "FunctionNode", "Handle", "Program", "ProgramFailed", "ProgramRun",
-           "ReplayNode", "Resources", "ServiceNode", "TrainedPolicy", "current_context", "evaluate_run", "export_policy",
-           "launch",
-           "load_policy", "make_distributed_program", "resume_experiment", "run_distributed_experiment",
-           "run_experiment", "should_stop"]
+__all__ = [
+    "EnvConfig",
+    "EvaluationConfig",
+    "ExperimentConfig",
+    "MultiAgentConfig",
+    "ReplayConfig",
+    "RunConfig",
+    "TrackingConfig",
+    "FunctionNode",
+    "Handle",
+    "Program",
+    "ProgramFailed",
+    "ProgramRun",
+    "ReplayNode",
+    "Resources",
+    "ServiceNode",
+    "TrainedPolicy",
+    "current_context",
+    "evaluate_run",
+    "export_policy",
+    "launch",
+    "load_policy",
+    "make_distributed_program",
+    "resume_experiment",
+    "run_distributed_experiment",
+    "run_experiment",
+    "should_stop",
+]

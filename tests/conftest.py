@@ -38,9 +38,10 @@ def _leaves_out_e2e(markexpr: str) -> bool:
 
     expression = Expression.compile(markexpr)
     others = sorted(set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", markexpr)) - {"e2e", "and", "or", "not"})
-    return not any(expression.evaluate(lambda name, marks=marks, **_: name == "e2e" or name in marks)
-                   for marks in (set(itertools.compress(others, bits))
-                                 for bits in itertools.product((0, 1), repeat=len(others))))
+    return not any(
+        expression.evaluate(lambda name, marks=marks, **_: name == "e2e" or name in marks)
+        for marks in (set(itertools.compress(others, bits)) for bits in itertools.product((0, 1), repeat=len(others)))
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -75,7 +76,17 @@ def finished_dqn_run(tmp_path_factory):
     from shoal.launch import ExperimentConfig, run_experiment
 
     run_dir = tmp_path_factory.mktemp("finished-dqn") / "run"
-    run_experiment(ExperimentConfig.from_flat(builder=get_builder("dqn", min_replay_size=100), env_id="CartPole-v1",
-                                              num_envs=4, max_env_steps=400, eval_every=400, eval_episodes=2,
-                                              target_return=1e9, run_dir=str(run_dir), progress=False))
+    run_experiment(
+        ExperimentConfig.from_flat(
+            builder=get_builder("dqn", min_replay_size=100),
+            env_id="CartPole-v1",
+            num_envs=4,
+            max_env_steps=400,
+            eval_every=400,
+            eval_episodes=2,
+            target_return=1e9,
+            run_dir=str(run_dir),
+            progress=False,
+        )
+    )
     return run_dir

@@ -18,8 +18,10 @@ class DictCartPole(gym.Wrapper):
     def __init__(self, masked: bool = False, max_episode_steps: int = 500, pixels: bool = True) -> None:
         super().__init__(gym.make("CartPole-v1", max_episode_steps=max_episode_steps))
         self._masked, self._pixels, self._t = masked, pixels, 0
-        spaces = {"cart": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
-                  "pole": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)}
+        spaces = {
+            "cart": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
+            "pole": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
+        }
         if pixels:
             spaces["pixels"] = gym.spaces.Box(0, 255, (1, SIZE, SIZE), np.uint8)
         if masked:
@@ -62,8 +64,9 @@ class DictPendulum(gym.ObservationWrapper):
 
     def __init__(self) -> None:
         super().__init__(gym.make("Pendulum-v1"))
-        self.observation_space = gym.spaces.Dict({"angle": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
-                                                  "speed": gym.spaces.Box(-8.0, 8.0, (1,), np.float32)})
+        self.observation_space = gym.spaces.Dict(
+            {"angle": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "speed": gym.spaces.Box(-8.0, 8.0, (1,), np.float32)}
+        )
 
     def observation(self, observation):
         return {"angle": observation[:2].astype(np.float32), "speed": observation[2:].astype(np.float32)}

@@ -31,8 +31,15 @@ from pettingzoo import ParallelEnv
 class PickDifferent(ParallelEnv):
     metadata = {"name": "pick_different_v0"}
 
-    def __init__(self, length: int = 10, leave_at: int | None = None, mixed: bool = False,
-                 masked: bool = False, wide_b: bool = False, vanish: bool = False) -> None:
+    def __init__(
+        self,
+        length: int = 10,
+        leave_at: int | None = None,
+        mixed: bool = False,
+        masked: bool = False,
+        wide_b: bool = False,
+        vanish: bool = False,
+    ) -> None:
         self.possible_agents = ["a", "b"]
         self.length, self.leave_at, self.mixed, self.masked, self.wide_b = length, leave_at, mixed, masked, wide_b
         self.vanish = vanish
@@ -72,8 +79,10 @@ class PickDifferent(ParallelEnv):
         reward = 1.0 if len(set(picks)) == 2 else 0.0
         rewards = {a: reward for a in self.agents}
         end = self.t >= self.length
-        terminations = {a: (end and not self.vanish) or (a == "b" and self.leave_at is not None
-                                                        and self.t >= self.leave_at) for a in self.agents}
+        terminations = {
+            a: (end and not self.vanish) or (a == "b" and self.leave_at is not None and self.t >= self.leave_at)
+            for a in self.agents
+        }
         truncations = {a: False for a in self.agents}
         observations = self._observe()
         infos = self._infos()

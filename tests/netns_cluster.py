@@ -45,11 +45,11 @@ def unavailable() -> str | None:
 
 @dataclasses.dataclass
 class NetnsCluster:
-    hosts: tuple[str, str]          # namespace names: head, worker
+    hosts: tuple[str, str]  # namespace names: head, worker
     ips: tuple[str, str]
-    links: tuple[str, str]          # veth ends: in hosts[0], in hosts[1]
+    links: tuple[str, str]  # veth ends: in hosts[0], in hosts[1]
     token: str
-    private: str                    # a directory only the worker host sees as its own (tmpfs)
+    private: str  # a directory only the worker host sees as its own (tmpfs)
     groups: list[int] = dataclasses.field(default_factory=list)
 
     @property
@@ -58,8 +58,14 @@ class NetnsCluster:
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of a driver in the head's namespace."""
-        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token,
-                "RAY_enable_metrics_collection": "0", "RAY_DEDUP_LOGS": "0", **extra}
+        return {
+            **os.environ,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": self.token,
+            "RAY_enable_metrics_collection": "0",
+            "RAY_DEDUP_LOGS": "0",
+            **extra,
+        }
 
     def popen(self, host: int, argv: list[str], env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
         return subprocess.Popen(["ip", "netns", "exec", self.hosts[host], *argv], env=env or self.env(), **kwargs)
@@ -91,39 +97,80 @@ class NetnsCluster:
 
 def start_netns_cluster(temp_dir: str) -> NetnsCluster:
     tag, subnet = secrets.token_hex(3), random.randint(1, 250)
-    cluster = NetnsCluster((f"shoal-h1-{tag}", f"shoal-h2-{tag}"), (f"10.231.{subnet}.1", f"10.231.{subnet}.2"),
-                           (f"sh{tag}a", f"sh{tag}b"), secrets.token_hex(32),
-                           tempfile.mkdtemp(prefix="shoal-private-"))
+    cluster = NetnsCluster(
+        (f"shoal-h1-{tag}", f"shoal-h2-{tag}"),
+        (f"10.231.{subnet}.1", f"10.231.{subnet}.2"),
+        (f"sh{tag}a", f"sh{tag}b"),
+        secrets.token_hex(32),
+        tempfile.mkdtemp(prefix="shoal-private-"),
+    )
     try:
         for name in cluster.hosts:
             _ip("netns", "add", name)
             _ip("-n", name, "link", "set", "lo", "up")
-        _ip("link", "add", cluster.links[0], "netns", cluster.hosts[0], "type", "veth",
-            "peer", "name", cluster.links[1], "netns", cluster.hosts[1])
+        _ip(
+            "link",
+            "add",
+            cluster.links[0],
+            "netns",
+            cluster.hosts[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            cluster.links[1],
+            "netns",
+            cluster.hosts[1],
+        )
         for host in range(2):
             _ip("-n", cluster.hosts[host], "addr", "add", f"{cluster.ips[host]}/24", "dev", cluster.links[host])
             _ip("-n", cluster.hosts[host], "link", "set", cluster.links[host], "up")
-        common = ["--num-cpus=2", "--object-store-memory=100000000", "--disable-usage-stats",
-                  f"--temp-dir={temp_dir}"]
-        head = [RAY, "start", "--head", f"--port={RAY_PORT}", f"--node-ip-address={cluster.ips[0]}",
-                '--resources={"learner_host": 1}', "--include-dashboard=false", *common]
+        common = ["--num-cpus=2", "--object-store-memory=100000000", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
+        head = [
+            RAY,
+            "start",
+            "--head",
+            f"--port={RAY_PORT}",
+            f"--node-ip-address={cluster.ips[0]}",
+            '--resources={"learner_host": 1}',
+            "--include-dashboard=false",
+            *common,
+        ]
         # The worker host mounts a tmpfs over `private` in its own mount namespace (`ip netns
         # exec` gives each command one): what the head writes there, it does not see.
-        worker = ["sh", "-c", 'mount -t tmpfs shoal-private "$0" && exec "$@"', cluster.private,
-                  RAY, "start", f"--address={cluster.address}", f"--node-ip-address={cluster.ips[1]}",
-                  '--resources={"actor_host": 4}', *common]
+        worker = [
+            "sh",
+            "-c",
+            'mount -t tmpfs shoal-private "$0" && exec "$@"',
+            cluster.private,
+            RAY,
+            "start",
+            f"--address={cluster.address}",
+            f"--node-ip-address={cluster.ips[1]}",
+            '--resources={"actor_host": 4}',
+            *common,
+        ]
         for host, argv in ((0, head), (1, worker)):
-            proc = cluster.popen(host, argv, start_new_session=True, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
+            proc = cluster.popen(
+                host, argv, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
             cluster.groups.append(proc.pid)
             out, _ = proc.communicate(timeout=120)
             assert proc.returncode == 0, out[-2000:]
-        probe = ("import ray, time\nray.init(address='auto', logging_level='error')\n"
-                 "deadline = time.time() + 60\n"
-                 "while len([n for n in ray.nodes() if n['Alive']]) < 2 and time.time() < deadline:\n"
-                 "    time.sleep(0.5)\nprint(len([n for n in ray.nodes() if n['Alive']]))\n")
-        proc = cluster.popen(0, [sys.executable, "-c", probe], env=cluster.env(RAY_ADDRESS=cluster.address),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        probe = (
+            "import ray, time\nray.init(address='auto', logging_level='error')\n"
+            "deadline = time.time() + 60\n"
+            "while len([n for n in ray.nodes() if n['Alive']]) < 2 and time.time() < deadline:\n"
+            "    time.sleep(0.5)\nprint(len([n for n in ray.nodes() if n['Alive']]))\n"
+        )
+        proc = cluster.popen(
+            0,
+            [sys.executable, "-c", probe],
+            env=cluster.env(RAY_ADDRESS=cluster.address),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         out, err = proc.communicate(timeout=120)
         assert out.strip().endswith("2"), f"the 2-host Ray cluster did not come up: {out[-500:]} {err[-1500:]}"
         return cluster

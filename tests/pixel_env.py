@@ -20,7 +20,7 @@ class LitSide(gym.Env):
     def _observe(self):
         frame = np.zeros((SIZE, SIZE), np.uint8)
         left = 2 + (0 if self._side == 0 else SIZE // 2)
-        frame[12:24, left:left + 12] = 255
+        frame[12:24, left : left + 12] = 255
         return np.repeat(frame[None], 4, axis=0)
 
     def reset(self, *, seed=None, options=None):

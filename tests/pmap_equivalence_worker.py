@@ -24,23 +24,34 @@ def dqn_batches(seed: int, count: int):
     """Host batches in the transition layout ``[batch, steps, ...]``."""
     rng = np.random.default_rng(seed)
     for _ in range(count):
-        yield Sample({
-            "observation": rng.normal(size=(BATCH, STEPS, OBS)).astype(np.float32),
-            "action": rng.integers(0, 2, (BATCH, STEPS)).astype(np.int32),
-            "reward": rng.normal(size=(BATCH, STEPS)).astype(np.float32),
-            "discount": rng.choice([0.0, 0.99], (BATCH, STEPS)).astype(np.float32),
-            "next_observation": rng.normal(size=(BATCH, STEPS, OBS)).astype(np.float32),
-            "probability": rng.uniform(0.001, 0.01, (BATCH, STEPS)).astype(np.float32),
-            "table_size": np.full((BATCH, STEPS), 500.0, np.float32),
-        }, keys=None)
+        yield Sample(
+            {
+                "observation": rng.normal(size=(BATCH, STEPS, OBS)).astype(np.float32),
+                "action": rng.integers(0, 2, (BATCH, STEPS)).astype(np.int32),
+                "reward": rng.normal(size=(BATCH, STEPS)).astype(np.float32),
+                "discount": rng.choice([0.0, 0.99], (BATCH, STEPS)).astype(np.float32),
+                "next_observation": rng.normal(size=(BATCH, STEPS, OBS)).astype(np.float32),
+                "probability": rng.uniform(0.001, 0.01, (BATCH, STEPS)).astype(np.float32),
+                "table_size": np.full((BATCH, STEPS), 500.0, np.float32),
+            },
+            keys=None,
+        )
 
 
 def dqn_case(prioritized: bool):
-    config = DQNConfig(batch_size=BATCH, sgd_steps_per_update=STEPS, target_update_period=2,
-                       learning_rate=1e-2, prioritized_replay=prioritized)
+    config = DQNConfig(
+        batch_size=BATCH,
+        sgd_steps_per_update=STEPS,
+        target_update_period=2,
+        learning_rate=1e-2,
+        prioritized_replay=prioritized,
+    )
     network = QNetwork((16, 16), 2)
-    return (dqn.init_state(jax.random.PRNGKey(0), network, (OBS,), config),
-            dqn.make_update(network, config), list(dqn_batches(1, 4)))
+    return (
+        dqn.init_state(jax.random.PRNGKey(0), network, (OBS,), config),
+        dqn.make_update(network, config),
+        list(dqn_batches(1, 4)),
+    )
 
 
 ROWS, LENGTH, ACTIONS = 8, 8, 3
@@ -50,15 +61,18 @@ def sequence_batches(seed: int, count: int, extras):
     """Host batches of env sequences ``[rows, T, ...]`` with episode ends inside."""
     rng = np.random.default_rng(seed)
     for _ in range(count):
-        yield Sample({
-            "observation": rng.normal(size=(ROWS, LENGTH, OBS)).astype(np.float32),
-            "action": rng.integers(0, ACTIONS, (ROWS, LENGTH)).astype(np.int32),
-            "reward": rng.normal(size=(ROWS, LENGTH)).astype(np.float32),
-            "terminated": rng.random((ROWS, LENGTH)) < 0.1,
-            "truncated": rng.random((ROWS, LENGTH)) < 0.1,
-            "next_observation": rng.normal(size=(ROWS, LENGTH, OBS)).astype(np.float32),
-            "extras": {name: make(rng) for name, make in extras.items()},
-        }, keys=None)
+        yield Sample(
+            {
+                "observation": rng.normal(size=(ROWS, LENGTH, OBS)).astype(np.float32),
+                "action": rng.integers(0, ACTIONS, (ROWS, LENGTH)).astype(np.int32),
+                "reward": rng.normal(size=(ROWS, LENGTH)).astype(np.float32),
+                "terminated": rng.random((ROWS, LENGTH)) < 0.1,
+                "truncated": rng.random((ROWS, LENGTH)) < 0.1,
+                "next_observation": rng.normal(size=(ROWS, LENGTH, OBS)).astype(np.float32),
+                "extras": {name: make(rng) for name, make in extras.items()},
+            },
+            keys=None,
+        )
 
 
 def ppo_case():
@@ -68,10 +82,15 @@ def ppo_case():
 
     config = PPOConfig(num_epochs=2, num_minibatches=2, learning_rate=1e-2)
     networks = PPONetworks(ActorCritic((16,), ACTIONS), (OBS,), ACTIONS)
-    extras = {"log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
-              "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32)}
-    return (ppo.init_state(jax.random.PRNGKey(0), networks, config),
-            ppo.make_update(networks, config), list(sequence_batches(2, 3, extras)))
+    extras = {
+        "log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
+        "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32),
+    }
+    return (
+        ppo.init_state(jax.random.PRNGKey(0), networks, config),
+        ppo.make_update(networks, config),
+        list(sequence_batches(2, 3, extras)),
+    )
 
 
 def ppo_dict_masked_case():
@@ -82,12 +101,19 @@ def ppo_dict_masked_case():
     from shoal.agents.ppo import learning as ppo
     from shoal.core.specs import ArraySpec, EnvironmentSpec
 
-    spec = EnvironmentSpec(None, None, {"x": ArraySpec((OBS,), np.float32), "action_mask": ArraySpec((ACTIONS,), np.int8)},
-                           ArraySpec((), np.int32), ACTIONS)
+    spec = EnvironmentSpec(
+        None,
+        None,
+        {"x": ArraySpec((OBS,), np.float32), "action_mask": ArraySpec((ACTIONS,), np.int8)},
+        ArraySpec((), np.int32),
+        ACTIONS,
+    )
     config = PPOConfig(num_epochs=2, num_minibatches=2, learning_rate=1e-2, normalize_observations=True)
     networks = make_actor_critic_networks(spec, (16,), "PPO")
-    extras = {"log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
-              "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32)}
+    extras = {
+        "log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
+        "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32),
+    }
     batches = []
     for sample in sequence_batches(4, 3, extras):
         data, rng = dict(sample.data), np.random.default_rng(5)
@@ -109,11 +135,16 @@ def ppo_recurrent_case():
 
     config = PPOConfig(num_epochs=2, num_minibatches=1, learning_rate=1e-2, lstm_size=4)
     networks = PPONetworks(RecurrentActorCritic((16,), 4, ACTIONS), (OBS,), ACTIONS)
-    extras = {"log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
-              "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32),
-              "core_state": lambda rng: rng.normal(size=(ROWS, LENGTH, 8)).astype(np.float32)}
-    return (ppo.init_state(jax.random.PRNGKey(0), networks, config),
-            ppo.make_update(networks, config), list(sequence_batches(6, 3, extras)))
+    extras = {
+        "log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
+        "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32),
+        "core_state": lambda rng: rng.normal(size=(ROWS, LENGTH, 8)).astype(np.float32),
+    }
+    return (
+        ppo.init_state(jax.random.PRNGKey(0), networks, config),
+        ppo.make_update(networks, config),
+        list(sequence_batches(6, 3, extras)),
+    )
 
 
 def impala_case():
@@ -123,10 +154,15 @@ def impala_case():
 
     config = IMPALAConfig(learning_rate=1e-2)
     networks = IMPALANetworks(ActorCritic((16,), ACTIONS), (OBS,), ACTIONS)
-    extras = {"logits": lambda rng: rng.normal(size=(ROWS, LENGTH, ACTIONS)).astype(np.float32),
-              "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32)}
-    return (impala.init_state(jax.random.PRNGKey(0), networks, config),
-            impala.make_update(networks.network, config), list(sequence_batches(3, 3, extras)))
+    extras = {
+        "logits": lambda rng: rng.normal(size=(ROWS, LENGTH, ACTIONS)).astype(np.float32),
+        "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32),
+    }
+    return (
+        impala.init_state(jax.random.PRNGKey(0), networks, config),
+        impala.make_update(networks.network, config),
+        list(sequence_batches(3, 3, extras)),
+    )
 
 
 def sac_case():
@@ -143,8 +179,10 @@ def sac_case():
     config = SACConfig(learning_rate=1e-2)
     networks = make_networks(make_environment_spec(Box()), (16,))
     rng = np.random.default_rng(4)
-    batches = [Sample({**b.data, "action": rng.uniform(-2, 2, (BATCH, STEPS, 2)).astype(np.float32)}, None)
-               for b in dqn_batches(5, 3)]
+    batches = [
+        Sample({**b.data, "action": rng.uniform(-2, 2, (BATCH, STEPS, 2)).astype(np.float32)}, None)
+        for b in dqn_batches(5, 3)
+    ]
     return sac.init_state(jax.random.PRNGKey(0), networks, config), sac.make_update(networks, config), batches
 
 
@@ -154,8 +192,9 @@ def train(devices, state, update, batches):
         learner.step()
     learner.check_finite()
     # every device's copy of the params, [num_devices, ...] per leaf
-    replicas = jax.tree_util.tree_map(lambda x: np.stack([np.asarray(s.data) for s in x.addressable_shards]),
-                                      learner._params)
+    replicas = jax.tree_util.tree_map(
+        lambda x: np.stack([np.asarray(s.data) for s in x.addressable_shards]), learner._params
+    )
     learner.close()
     return learner.get_variables()[1], replicas
 
@@ -164,10 +203,11 @@ def compare(devices, state, update, batches) -> dict:
     one, _ = train(devices[:1], state, update, batches)
     two, replicas = train(devices, state, update, batches)
     leaves = jax.tree_util.tree_leaves
-    return {"max_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(one), leaves(two))),
-            "replica_spread": max(float(np.max(np.abs(r[0] - r[1]))) for r in leaves(replicas)),
-            "max_update": max(float(np.max(np.abs(a - np.asarray(b))))
-                              for a, b in zip(leaves(one), leaves(state.params)))}
+    return {
+        "max_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(one), leaves(two))),
+        "replica_spread": max(float(np.max(np.abs(r[0] - r[1]))) for r in leaves(replicas)),
+        "max_update": max(float(np.max(np.abs(a - np.asarray(b)))) for a, b in zip(leaves(one), leaves(state.params))),
+    }
 
 
 def aux_in_host_order(devices) -> bool:
@@ -180,18 +220,28 @@ def aux_in_host_order(devices) -> bool:
         return state, UpdateOutput({"loss": jax.lax.pmean(jnp.float32(0), AXIS_NAME)}, 1, batch["id"] * 2)
 
     batches = [Sample({"id": np.arange(8, dtype=np.int32) + 10 * i}) for i in range(3)]
-    learner = ReplicatedLearner({"params": jnp.zeros(())}, update, iter(batches), devices=devices,
-                                after_update=lambda sample, aux: seen.append((sample.data["id"], np.asarray(aux))))
+    learner = ReplicatedLearner(
+        {"params": jnp.zeros(())},
+        update,
+        iter(batches),
+        devices=devices,
+        after_update=lambda sample, aux: seen.append((sample.data["id"], np.asarray(aux))),
+    )
     for _ in batches:
         learner.step()
     learner.close()  # (waits for the hook's thread)
     return len(seen) == 3 and all(np.array_equal(ids * 2, aux) for ids, aux in seen)
 
 
-CASES = {"dqn_uniform": lambda: dqn_case(False), "dqn_prioritized": lambda: dqn_case(True),
-         "ppo_epochs_x_minibatches": ppo_case, "ppo_dict_masked": ppo_dict_masked_case,
-         "ppo_recurrent": ppo_recurrent_case, "impala_vtrace": impala_case,
-         "sac": sac_case}
+CASES = {
+    "dqn_uniform": lambda: dqn_case(False),
+    "dqn_prioritized": lambda: dqn_case(True),
+    "ppo_epochs_x_minibatches": ppo_case,
+    "ppo_dict_masked": ppo_dict_masked_case,
+    "ppo_recurrent": ppo_recurrent_case,
+    "impala_vtrace": impala_case,
+    "sac": sac_case,
+}
 
 
 def main() -> None:
@@ -199,8 +249,12 @@ def main() -> None:
     assert len(devices) == 2, devices
     placed = Placement(devices).shard({"x": np.arange(12).reshape(6, 2)})["x"]
     rows = {s.device: np.asarray(s.data).tolist() for s in placed.addressable_shards}
-    out = {"num_devices": len(devices), "shard_layout_ok": placed.shape == (6, 2)
-           and rows[devices[1]] == [[6, 7], [8, 9], [10, 11]] and rows[devices[0]] == [[0, 1], [2, 3], [4, 5]]}
+    out = {
+        "num_devices": len(devices),
+        "shard_layout_ok": placed.shape == (6, 2)
+        and rows[devices[1]] == [[6, 7], [8, 9], [10, 11]]
+        and rows[devices[0]] == [[0, 1], [2, 3], [4, 5]],
+    }
     out["aux_in_host_order"] = aux_in_host_order(devices)
     for name, case in CASES.items():
         out[name] = compare(devices, *case())

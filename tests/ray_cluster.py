@@ -91,11 +91,24 @@ def _start_cluster(temp_dir: str) -> Cluster:
     # need no metrics.
     os.environ["RAY_enable_metrics_collection"] = "0"  # noqa: SIM112 -- Ray's own name
     try:
-        for args in (["--head", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=true",
-                      f"--dashboard-port={dashboard_port}", '--resources={"learner_host": 1}'],
-                     [f"--address={cluster.address}", '--resources={"actor_host": 8}']):
-            proc = subprocess.Popen([RAY, "start", *args, *common], start_new_session=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for args in (
+            [
+                "--head",
+                f"--port={port}",
+                f"--temp-dir={temp_dir}",
+                "--include-dashboard=true",
+                f"--dashboard-port={dashboard_port}",
+                '--resources={"learner_host": 1}',
+            ],
+            [f"--address={cluster.address}", '--resources={"actor_host": 8}'],
+        ):
+            proc = subprocess.Popen(
+                [RAY, "start", *args, *common],
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             cluster.groups.append(proc.pid)  # the daemons stay in this process group
             try:
                 out, _ = proc.communicate(timeout=120)

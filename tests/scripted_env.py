@@ -28,5 +28,4 @@ class ScriptedEnv(gym.Env):
         reward = float(self._t + 1)
         self._t += 1
         ended = self._t == self._length
-        return (self._obs(), reward, ended and self._ending == "terminated",
-                ended and self._ending == "truncated", {})
+        return (self._obs(), reward, ended and self._ending == "terminated", ended and self._ending == "truncated", {})

@@ -16,8 +16,7 @@ def shoal_command(*args: str, python_args: Sequence[str] = ()) -> list[str]:
     return [sys.executable, *python_args, "-m", "shoal", *args]
 
 
-def run_shoal(*args: str, timeout: float, python_args: Sequence[str] = (),
-              **kwargs) -> subprocess.CompletedProcess:
+def run_shoal(*args: str, timeout: float, python_args: Sequence[str] = (), **kwargs) -> subprocess.CompletedProcess:
     """Runs ``shoal ARGS...`` to its end, its output captured as text. One that runs past
     ``timeout`` seconds fails (``AssertionError``) with the command, the end of its stderr and,
     for a run directory it names (``--run-dir`` or ``--resume``), the end of each node's log."""
@@ -33,14 +32,18 @@ def start_shoal(*args: str, python_args: Sequence[str] = (), **popen_kwargs) -> 
     return subprocess.Popen(shoal_command(*args, python_args=python_args), **popen_kwargs)
 
 
-def timeout_report(cmd: Sequence[str], timeout: float, stderr: bytes | str | None,
-                   cwd: str | os.PathLike | None = None) -> str:
+def timeout_report(
+    cmd: Sequence[str], timeout: float, stderr: bytes | str | None, cwd: str | os.PathLike | None = None
+) -> str:
     """What a timed-out ``cmd`` (run in ``cwd``) leaves to go on: the command, its stderr's end,
     and its nodes' logs' ends."""
     if isinstance(stderr, bytes):
         stderr = stderr.decode(errors="replace")
-    lines = [f"timed out after {timeout}s: {' '.join(map(str, cmd))}",
-             f"--- stderr (last {STDERR_TAIL_CHARS} characters) ---", (stderr or "(none)")[-STDERR_TAIL_CHARS:]]
+    lines = [
+        f"timed out after {timeout}s: {' '.join(map(str, cmd))}",
+        f"--- stderr (last {STDERR_TAIL_CHARS} characters) ---",
+        (stderr or "(none)")[-STDERR_TAIL_CHARS:],
+    ]
     for run_dir in run_dirs(cmd):
         log_dir = os.path.join(cwd, run_dir, "logs") if cwd else os.path.join(run_dir, "logs")  # (cwd's, if relative)
         try:
@@ -68,5 +71,5 @@ def run_dirs(cmd: Sequence[str]) -> list[str]:
             if arg == flag and i + 1 < len(cmd):
                 out.append(str(cmd[i + 1]))
             elif arg.startswith(flag + "="):
-                out.append(arg[len(flag) + 1:])
+                out.append(arg[len(flag) + 1 :])
     return out

@@ -20,9 +20,14 @@ from shoal.launch import ExperimentConfig, run_experiment
 from shoal.launch.experiments.run_directory.config_record import flat_record
 
 NUM_ACTIONS, BATCH = 6, 8
-SPEC = EnvironmentSpec(None, None, {"observation": ArraySpec((5,), np.float32),
-                                    "action_mask": ArraySpec((NUM_ACTIONS,), np.int8)},
-                       ArraySpec((), np.int32), NUM_ACTIONS, BATCH)
+SPEC = EnvironmentSpec(
+    None,
+    None,
+    {"observation": ArraySpec((5,), np.float32), "action_mask": ArraySpec((NUM_ACTIONS,), np.int8)},
+    ArraySpec((), np.int32),
+    NUM_ACTIONS,
+    BATCH,
+)
 
 
 def _policies():
@@ -42,7 +47,9 @@ POLICIES = _policies()
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), bits=st.lists(st.integers(1, 2**NUM_ACTIONS - 1), min_size=BATCH, max_size=BATCH))
+@given(
+    seed=st.integers(0, 2**31 - 1), bits=st.lists(st.integers(1, 2**NUM_ACTIONS - 1), min_size=BATCH, max_size=BATCH)
+)
 def test_masked_policies_never_choose_a_masked_action(seed, bits):
     mask = np.array([[(b >> i) & 1 for i in range(NUM_ACTIONS)] for b in bits], np.int8)  # >= 1 allowed each
     rng = np.random.default_rng(seed)
@@ -101,21 +108,38 @@ def test_the_cli_turns_masks_off_and_records_it():
         assert rc == 0 and flat_record(json.loads(out.getvalue().splitlines()[0]))["action_masks"] is masks
 
 
-@pytest.mark.parametrize("mask, message", [
-    ((1, 1, 1), r"info\['action_mask'\] has shape \(3,\); it must have one entry per action, \(2,\)"),
-])
+@pytest.mark.parametrize(
+    "mask, message",
+    [
+        ((1, 1, 1), r"info\['action_mask'\] has shape \(3,\); it must have one entry per action, \(2,\)"),
+    ],
+)
 def test_a_mask_of_the_wrong_shape_is_one_line_before_anything_runs(mask, message):
-    config = ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="masked", env_factory="tests.user_envs:cartpole_with_mask",
-                                        env_args={"mask": mask}, num_envs=2)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("dqn"),
+        env_id="masked",
+        env_factory="tests.user_envs:cartpole_with_mask",
+        env_args={"mask": mask},
+        num_envs=2,
+    )
     with pytest.raises(ValueError, match=message):
         config.environment_spec()
 
 
 def test_a_state_with_no_allowed_action_stops_the_run_in_one_line():
-    config = ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="masked", env_factory="tests.user_envs:cartpole_with_mask",
-                                        env_args={"mask": (0, 0)}, num_envs=2, max_env_steps=2_000, progress=False,
-                                        target_return=1e9)
-    with pytest.raises(RuntimeError, match=r"the environment's action_mask allows no action at step 0 \(envs \[0, 1\]\)"):
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("dqn"),
+        env_id="masked",
+        env_factory="tests.user_envs:cartpole_with_mask",
+        env_args={"mask": (0, 0)},
+        num_envs=2,
+        max_env_steps=2_000,
+        progress=False,
+        target_return=1e9,
+    )
+    with pytest.raises(
+        RuntimeError, match=r"the environment's action_mask allows no action at step 0 \(envs \[0, 1\]\)"
+    ):
         run_experiment(config)
 
 
@@ -124,13 +148,17 @@ def test_a_mask_of_continuous_actions_has_an_entry_per_action_entry_else_it_is_o
 
     def spec(mask_size: int):
         class Spaces:
-            observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1, 1, (2,)),
-                                                 "action_mask": gym.spaces.MultiBinary(mask_size)})
+            observation_space = gym.spaces.Dict(
+                {"x": gym.spaces.Box(-1, 1, (2,)), "action_mask": gym.spaces.MultiBinary(mask_size)}
+            )
             action_space = gym.spaces.Box(-1, 1, (2,))
+
         return make_environment_spec(Spaces())
 
     assert spec(2).action_mask.shape == (2,)  # (the entries in use)
-    with pytest.raises(ValueError, match=r"action_mask has shape \(3,\), but the actions are continuous of shape \(2,\)"):
+    with pytest.raises(
+        ValueError, match=r"action_mask has shape \(3,\), but the actions are continuous of shape \(2,\)"
+    ):
         spec(3)
 
 
@@ -139,9 +167,17 @@ def test_a_mask_of_continuous_actions_has_an_entry_per_action_entry_else_it_is_o
 def test_taxi_with_masks_trains_in_one_process_and_never_takes_a_masked_action(agent):
     """The env raises on a masked action (``tests.user_envs.strict_taxi``), in training and in evaluation."""
     settings_ = {"dqn": {"min_replay_size": 200}, "ppo": {}, "impala": {}}[agent]
-    config = ExperimentConfig.from_flat(builder=get_builder(agent, **settings_), env_id="strict-taxi",
-                                        env_factory="tests.user_envs:strict_taxi", num_envs=4, max_env_steps=2_000,
-                                        eval_every=1_000, eval_episodes=4, target_return=1e9, progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder(agent, **settings_),
+        env_id="strict-taxi",
+        env_factory="tests.user_envs:strict_taxi",
+        num_envs=4,
+        max_env_steps=2_000,
+        eval_every=1_000,
+        eval_episodes=4,
+        target_return=1e9,
+        progress=False,
+    )
     result = run_experiment(config)
     assert result["env_steps"] >= 2_000 and result["num_evals"] == 2 and result["final_eval_return"] >= -200
 
@@ -152,8 +188,17 @@ def test_taxi_with_masks_trains_under_processes(tmp_path):
     """Two actor processes and the evaluator's make their envs with the strict factory."""
     from shoal.launch import run_distributed_experiment
 
-    config = ExperimentConfig.from_flat(builder=get_builder("ppo"), env_id="strict-taxi", env_factory="tests.user_envs:strict_taxi",
-                                        num_envs=4, max_env_steps=4_000, eval_every=4_000, eval_episodes=4, target_return=1e9,
-                                        run_dir=str(tmp_path / "run"), progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("ppo"),
+        env_id="strict-taxi",
+        env_factory="tests.user_envs:strict_taxi",
+        num_envs=4,
+        max_env_steps=4_000,
+        eval_every=4_000,
+        eval_episodes=4,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+    )
     result = run_distributed_experiment(config, num_actors=2, launcher="processes")
     assert result["env_steps"] >= 4_000 and result["learner_steps"] > 0 and result["final_eval_return"] >= -200

@@ -15,8 +15,7 @@ AGENTS = {
     "ppo": ("CartPole-v1", ["rollout_length=16"]),
     "impala": ("CartPole-v1", ["rollout_length=8", "sequences_per_update=16"]),
     "r2d2": ("shoal/CartPoleNoVelocity-v1", ["min_replay_size=64", "lstm_size=16"]),
-    "sac": ("Pendulum-v1", ["hidden_sizes=32,32", "batch_size=64", "min_replay_size=256",
-                            "samples_per_insert=16"]),
+    "sac": ("Pendulum-v1", ["hidden_sizes=32,32", "batch_size=64", "min_replay_size=256", "samples_per_insert=16"]),
 }
 BUDGET = 2_048
 ONE_ACTOR = {"sac", "r2d2"}  # (replay agents like DQN, which runs two: one actor each saves CI time)
@@ -26,17 +25,43 @@ ONE_ACTOR = {"sac", "r2d2"}  # (replay agents like DQN, which runs two: one acto
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_agent_runs_under_launcher(agent, launcher, tmp_path, request):
     if launcher == "inprocess" and agent != "dqn" and "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("the thread launcher runs the program the processes launcher runs: dqn here, "
-                    "every agent with -m 'slow or not slow'")
+        pytest.skip(
+            "the thread launcher runs the program the processes launcher runs: dqn here, "
+            "every agent with -m 'slow or not slow'"
+        )
     if agent == "r2d2" and "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("R2D2's program is DQN's with another table (CI time): every launcher with -m 'slow or not slow'; "
-                    "tests/test_r2d2.py trains it in one process")
+        pytest.skip(
+            "R2D2's program is DQN's with another table (CI time): every launcher with -m 'slow or not slow'; "
+            "tests/test_r2d2.py trains it in one process"
+        )
     env_id, settings = AGENTS[agent]
     num_actors = 1 if agent in ONE_ACTOR else 2
-    args = ["train", "--agent", agent, "--env", env_id,
-            "--launcher", launcher, "--num-actors", str(num_actors), "--num-envs", "8", "--seed", "0",
-            "--max-env-steps", str(BUDGET), "--eval-every", str(BUDGET), "--eval-episodes", "2",
-            "--target-return", "1e9", "--quiet", "--run-dir", str(tmp_path / "run")]
+    args = [
+        "train",
+        "--agent",
+        agent,
+        "--env",
+        env_id,
+        "--launcher",
+        launcher,
+        "--num-actors",
+        str(num_actors),
+        "--num-envs",
+        "8",
+        "--seed",
+        "0",
+        "--max-env-steps",
+        str(BUDGET),
+        "--eval-every",
+        str(BUDGET),
+        "--eval-episodes",
+        "2",
+        "--target-return",
+        "1e9",
+        "--quiet",
+        "--run-dir",
+        str(tmp_path / "run"),
+    ]
     for setting in settings:
         args += ["--set", setting]
     ports = agent == "dqn" and launcher == "processes"  # (one run checks --ports and --params-via)

@@ -71,8 +71,12 @@ def test_holds_at_max_and_when_balanced():
 
 def test_a_window_is_measured_from_two_readings_of_the_nodes_timings():
     def reading(at, wait, wall, steps, actors):
-        return {"at": at, "learner": {"time_s": {"sample_wait": wait}, "wall_s": wall}, "env_steps": steps,
-                "actors": {label: {"time_s": {"replay_insert": ins}, "wall_s": w} for label, (ins, w) in actors.items()}}
+        return {
+            "at": at,
+            "learner": {"time_s": {"sample_wait": wait}, "wall_s": wall},
+            "env_steps": steps,
+            "actors": {label: {"time_s": {"replay_insert": ins}, "wall_s": w} for label, (ins, w) in actors.items()},
+        }
 
     last = reading(10.0, 1.0, 10.0, 5_000, {"actor_0": (2.0, 10.0)})
     now = reading(13.0, 2.5, 13.0, 8_000, {"actor_0": (2.3, 13.0), "actor_1": (0.9, 1.0)})  # actor_1: new
@@ -99,11 +103,28 @@ def check_grows_from_one_actor(tmp_path, *launcher_args) -> dict:
     driver adds the second actor (and says why), and the result records the count over time.
     Returns the run's result."""
     run_dir = tmp_path / "run"
-    proc = start_shoal("train", "--agent", "ppo", "--env", "tests.user_envs:SlowCartPole-v0",
-                       *launcher_args, "--num-actors", "auto:1-2", "--max-env-steps", "1000000",
-                       "--eval-every", str(10**8), "--run-dir", str(run_dir), "--seed", "0",
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = start_shoal(
+        "train",
+        "--agent",
+        "ppo",
+        "--env",
+        "tests.user_envs:SlowCartPole-v0",
+        *launcher_args,
+        "--num-actors",
+        "auto:1-2",
+        "--max-env-steps",
+        "1000000",
+        "--eval-every",
+        str(10**8),
+        "--run-dir",
+        str(run_dir),
+        "--seed",
+        "0",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     lines = []
     try:
         deadline = time.monotonic() + 240
@@ -117,11 +138,14 @@ def check_grows_from_one_actor(tmp_path, *launcher_args) -> dict:
         status = run_shoal("status", str(run_dir), timeout=60)
         # (target 2 with the growth's reason; or, were the machine slow enough that the window
         # after it ended first, target 1 with the reason it went back)
-        assert re.search(r"actors: auto:1-2, target (2: learner waits|1: actor 2 did not raise)", status.stdout), \
+        assert re.search(r"actors: auto:1-2, target (2: learner waits|1: actor 2 did not raise)", status.stdout), (
             status.stdout + status.stderr
+        )
         # The driver may add the actor before the learner's first update (it waits from its
         # start): stop after that update, the first row of learner.csv.
-        wait_for(lambda: csv_rows(run_dir / "learner.csv") or proc.poll() is not None, 180, "the learner's first update")
+        wait_for(
+            lambda: csv_rows(run_dir / "learner.csv") or proc.poll() is not None, 180, "the learner's first update"
+        )
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     finally:

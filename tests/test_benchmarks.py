@@ -35,9 +35,27 @@ def test_throughput_prints_every_figure():
 @pytest.mark.timeout(300)
 @pytest.mark.slow  # (CI time, ~50 s: a two-seed sweep of benchmarks/solve.py; -m slow runs it)
 def test_solve_writes_table_and_curves_and_resumes(tmp_path):
-    args = ["benchmarks/solve.py", "--agents", "dqn", "--envs", "CartPole-v1", "--seeds", "0", "1",
-            "--max-env-steps", "1600", "--out", str(tmp_path), "--", "--set", "min_replay_size=256",
-            "--eval-every", "800", "--eval-episodes", "2"]
+    args = [
+        "benchmarks/solve.py",
+        "--agents",
+        "dqn",
+        "--envs",
+        "CartPole-v1",
+        "--seeds",
+        "0",
+        "1",
+        "--max-env-steps",
+        "1600",
+        "--out",
+        str(tmp_path),
+        "--",
+        "--set",
+        "min_replay_size=256",
+        "--eval-every",
+        "800",
+        "--eval-episodes",
+        "2",
+    ]
     first = script(*args)
     summary = json.loads(first.stdout.strip().splitlines()[-1])
     assert summary["agent"] == "dqn" and summary["seeds"] == [0, 1] and summary["solved"] in ("0/2", "1/2", "2/2")
@@ -60,7 +78,8 @@ def test_the_training_return_weighs_each_row_by_the_episodes_it_counts(tmp_path)
     finally:
         sys.path.remove("benchmarks")
     (tmp_path / "train.csv").write_text(  # rows: 10 episodes of return 1, then 2 of return 4, then none
-        "env_steps,episode_return,episode_length\n100,1.0,10\n200,4.0,50\n300,,\n")
+        "env_steps,episode_return,episode_length\n100,1.0,10\n200,4.0,50\n300,,\n"
+    )
     assert training_return(str(tmp_path)) == pytest.approx((10 * 1.0 + 2 * 4.0) / 12)
     assert training_return(str(tmp_path), episodes=2) == pytest.approx(4.0)  # (the last 2 episodes only)
     assert training_return(str(tmp_path / "missing")) != training_return(str(tmp_path / "missing"))  # NaN

@@ -26,8 +26,16 @@ class StopAfter(Callback):
         self.seen.append(evaluation)
         if self.path:
             with open(self.path, "a") as f:
-                f.write(json.dumps({"env_steps": evaluation.env_steps, "mean_return": evaluation.mean_return,
-                                    "has_params": evaluation.params is not None}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "env_steps": evaluation.env_steps,
+                            "mean_return": evaluation.mean_return,
+                            "has_params": evaluation.params is not None,
+                        }
+                    )
+                    + "\n"
+                )
         return evaluation.num_evals >= self.n
 
     def on_end(self, result):
@@ -65,9 +73,19 @@ class ExitsAtEnd(Callback):
 
 
 def config(tmp_path, callbacks, **settings):
-    return experiment_config("dqn", "CartPole-v1", seed=0, max_env_steps=20_000, eval_every=1_000, eval_episodes=2,
-                             target_return=10**6, run_dir=str(tmp_path / "run"), progress=False,
-                             callbacks=callbacks, **settings)
+    return experiment_config(
+        "dqn",
+        "CartPole-v1",
+        seed=0,
+        max_env_steps=20_000,
+        eval_every=1_000,
+        eval_episodes=2,
+        target_return=10**6,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        callbacks=callbacks,
+        **settings,
+    )
 
 
 @pytest.mark.e2e  # (a real training run)
@@ -83,8 +101,9 @@ def test_a_callback_sees_each_evaluation_can_end_the_run_and_one_that_raises_is_
     assert stop.ended["stopped_by"] == "StopAfter" and stop.ended["num_evals"] == 2
     assert broken.calls == 1  # (not called again)
     warnings = [line for line in capsys.readouterr().err.splitlines() if "callback" in line]
-    assert warnings == ["shoal: warning: callback Broken.on_evaluation raised KeyError: 'no such metric'; "
-                        "it is not called again"]
+    assert warnings == [
+        "shoal: warning: callback Broken.on_evaluation raised KeyError: 'no such metric'; it is not called again"
+    ]
     with open(tmp_path / "run" / "config.json") as f:
         assert "callbacks" not in json.load(f)
 
@@ -92,8 +111,7 @@ def test_a_callback_sees_each_evaluation_can_end_the_run_and_one_that_raises_is_
 @pytest.mark.e2e  # (the processes launcher: nodes started as processes)
 def test_a_distributed_runs_callbacks_run_in_its_evaluator(tmp_path):
     seen = tmp_path / "seen.jsonl"
-    result = run_distributed_experiment(config(tmp_path, [StopAfter(1, str(seen))]), num_actors=1,
-                                        launcher="processes")
+    result = run_distributed_experiment(config(tmp_path, [StopAfter(1, str(seen))]), num_actors=1, launcher="processes")
     assert result["stopped_by"] == "StopAfter" and result["num_evals"] == 1
     [line] = seen.read_text().splitlines()
     assert json.loads(line)["has_params"] is True
@@ -116,8 +134,9 @@ def test_a_callback_that_exits_ends_the_run_as_one_that_returns_true_with_one_li
     run = json.loads((tmp_path / "run" / "checkpoints" / "run.json").read_text())
     assert run["env_steps"] == result["env_steps"]  # (the last checkpoint: the run's end)
     lines = [line for line in capsys.readouterr().err.splitlines() if "callback" in line]
-    assert lines == ["shoal: warning: callback Exits.on_evaluation raised SystemExit(5): the run ends here, as if it "
-                     "returned True"]
+    assert lines == [
+        "shoal: warning: callback Exits.on_evaluation raised SystemExit(5): the run ends here, as if it returned True"
+    ]
 
 
 @pytest.mark.e2e  # (a real training run)
@@ -137,8 +156,10 @@ def test_a_callback_that_exits_in_on_end_leaves_the_result_standing(tmp_path, ca
     assert result["stopped_by"] == "StopAfter"
     assert json.loads((tmp_path / "run" / "result.json").read_text())["stopped_by"] == "StopAfter"
     lines = [line for line in capsys.readouterr().err.splitlines() if "callback" in line]
-    assert lines == ["shoal: warning: callback ExitsAtEnd.on_end raised SystemExit(3) as the run ended: ignored "
-                     "(the run's result stands)"]
+    assert lines == [
+        "shoal: warning: callback ExitsAtEnd.on_end raised SystemExit(3) as the run ended: ignored "
+        "(the run's result stands)"
+    ]
 
 
 @pytest.mark.e2e  # (the processes launcher: nodes started as processes)

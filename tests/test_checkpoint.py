@@ -15,8 +15,7 @@ from tests.pmap_equivalence_worker import BATCH, OBS, STEPS, dqn_batches
 def make_learner(config, batches):
     network = QNetwork((16, 16), 2)
     state = init_state(jax.random.PRNGKey(0), network, (OBS,), config)
-    return ReplicatedLearner(state, make_update(network, config), iter(batches),
-                             devices=jax.local_devices()[:1])
+    return ReplicatedLearner(state, make_update(network, config), iter(batches), devices=jax.local_devices()[:1])
 
 
 def leaves(tree):

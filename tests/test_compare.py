@@ -37,8 +37,15 @@ def make_run(root, name, agent, env, seed, evals, target=475.0, **settings):
     """A run directory with ``config.json`` and ``eval.csv`` (rows: env steps, wall s, return)."""
     path = root / name
     path.mkdir()
-    config = {"agent": agent, "env_id": env, "seed": seed, "preset": "classic", "num_envs": settings.pop("num_envs", 16),
-              "resolved_target_return": target, "agent_config": {"learning_rate": 1e-3, **settings}}
+    config = {
+        "agent": agent,
+        "env_id": env,
+        "seed": seed,
+        "preset": "classic",
+        "num_envs": settings.pop("num_envs", 16),
+        "resolved_target_return": target,
+        "agent_config": {"learning_rate": 1e-3, **settings},
+    }
     (path / "config.json").write_text(json.dumps(config))
     with open(path / "eval.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -51,13 +58,18 @@ def make_run(root, name, agent, env, seed, evals, target=475.0, **settings):
 def runs(tmp_path):
     """dqn: 4 seeds with final returns 100, 200, 300, 500 (one reaches 475 at 3,000 steps);
     ppo: 4 seeds ending at 475, 480, 500, 10 (three reach the target, at 1,000, 2,000, 2,000)."""
-    dqn = [make_run(tmp_path, f"dqn-{s}", "dqn", "CartPole-v1", s,
-                    [(1000, 1.0, 10.0), (2000, 2.0, 50.0), (3000, 3.0, final)])
-           for s, final in enumerate([100.0, 200.0, 300.0, 500.0])]
-    ppo = [make_run(tmp_path, "ppo-0", "ppo", "CartPole-v1", 0, [(1000, 0.5, 475.0)], num_envs=8),
-           make_run(tmp_path, "ppo-1", "ppo", "CartPole-v1", 1, [(1000, 0.5, 20.0), (2000, 1.0, 480.0)], num_envs=8),
-           make_run(tmp_path, "ppo-2", "ppo", "CartPole-v1", 2, [(1000, 0.5, 30.0), (2000, 1.5, 500.0)], num_envs=8),
-           make_run(tmp_path, "ppo-3", "ppo", "CartPole-v1", 3, [(1000, 0.5, 30.0), (2000, 1.5, 10.0)], num_envs=8)]
+    dqn = [
+        make_run(
+            tmp_path, f"dqn-{s}", "dqn", "CartPole-v1", s, [(1000, 1.0, 10.0), (2000, 2.0, 50.0), (3000, 3.0, final)]
+        )
+        for s, final in enumerate([100.0, 200.0, 300.0, 500.0])
+    ]
+    ppo = [
+        make_run(tmp_path, "ppo-0", "ppo", "CartPole-v1", 0, [(1000, 0.5, 475.0)], num_envs=8),
+        make_run(tmp_path, "ppo-1", "ppo", "CartPole-v1", 1, [(1000, 0.5, 20.0), (2000, 1.0, 480.0)], num_envs=8),
+        make_run(tmp_path, "ppo-2", "ppo", "CartPole-v1", 2, [(1000, 0.5, 30.0), (2000, 1.5, 500.0)], num_envs=8),
+        make_run(tmp_path, "ppo-3", "ppo", "CartPole-v1", 3, [(1000, 0.5, 30.0), (2000, 1.5, 10.0)], num_envs=8),
+    ]
     return dqn, ppo
 
 
@@ -117,12 +129,16 @@ def test_the_command_prints_the_table_and_refuses_bad_input_in_one_line(runs, tm
 
 def test_each_run_is_judged_against_its_own_target_and_few_seeds_get_a_caution(tmp_path, capsys):
     high = make_run(tmp_path, "dqn-0", "dqn", "CartPole-v1", 0, [(1000, 1.0, 480.0)], target=10_000.0)
-    usual = [make_run(tmp_path, f"dqn-{s}", "dqn", "CartPole-v1", s, [(1000, 1.0, 20.0), (2000, 2.0, 480.0)])
-             for s in (1, 2, 3)]
+    usual = [
+        make_run(tmp_path, f"dqn-{s}", "dqn", "CartPole-v1", s, [(1000, 1.0, 20.0), (2000, 2.0, 480.0)])
+        for s in (1, 2, 3)
+    ]
     d = compare([high, *usual], samples=100)["groups"]["dqn"]["tasks"]["CartPole-v1"]
     assert (d["reached_target"], d["runs_with_target"], d["target"]) == (3, 4, [475.0, 10_000.0])
     assert d["optimality_gap"][0] == 0.0  # (scaled to the common target, 475: every final return is above it)
     assert "has 4 runs" not in capsys.readouterr().err
     compare(usual[:2], samples=100)
-    assert "shoal: warning: dqn on CartPole-v1 has 2 runs: a 95% interval from so few seeds means little" \
+    assert (
+        "shoal: warning: dqn on CartPole-v1 has 2 runs: a 95% interval from so few seeds means little"
         in capsys.readouterr().err
+    )

@@ -67,8 +67,9 @@ def test_a_v1_config_json_loads_to_the_grouped_config_the_same_flags_make():
     assert "schema_version" not in saved and saved["env_id"] == "CartPole-v1"
     check_config("config.json", saved)
     loaded = config_from_dict(saved)
-    made = experiment_config("dqn", "CartPole-v1", seed=0, max_env_steps=2000, run_dir="runs/dqn-CartPole-v1-s0",
-                             replay="reverb")
+    made = experiment_config(
+        "dqn", "CartPole-v1", seed=0, max_env_steps=2000, run_dir="runs/dqn-CartPole-v1-s0", replay="reverb"
+    )
     for name in (*GROUPS, "preset"):
         assert getattr(loaded, name) == getattr(made, name), name
     assert loaded.builder.config == made.builder.config
@@ -77,8 +78,12 @@ def test_a_v1_config_json_loads_to_the_grouped_config_the_same_flags_make():
     # what a run writes now is the same record in version 2's layout, and reads back flat as it was
     grouped = grouped_record(saved)
     assert grouped["schema_version"] == SCHEMA_VERSION and grouped["env"]["id"] == "CartPole-v1"
-    assert grouped["run"] == {"seed": 0, "max_env_steps": 2000, "dir": "runs/dqn-CartPole-v1-s0",
-                              "checkpoint_every_s": 300.0}
+    assert grouped["run"] == {
+        "seed": 0,
+        "max_env_steps": 2000,
+        "dir": "runs/dqn-CartPole-v1-s0",
+        "checkpoint_every_s": 300.0,
+    }
     assert flat_record(grouped) == saved
     now = made.replace(replay=None).to_dict()  # (this Python's backend: Reverb need not be installed)
     for name in GROUPS:
@@ -87,12 +92,23 @@ def test_a_v1_config_json_loads_to_the_grouped_config_the_same_flags_make():
 
 
 def test_the_flat_names_build_and_change_a_config():
-    config = ExperimentConfig.from_flat(get_builder("dqn"), env_id="CartPole-v1", num_envs=4, eval_every=500,
-                                        run_dir="runs/x", track="wandb", self_play_pool=3)
-    assert config == ExperimentConfig(builder=config.builder, env=EnvConfig("CartPole-v1", num_envs=4),
-                                      run=RunConfig(dir="runs/x"), evaluation=EvaluationConfig(every=500),
-                                      tracking=TrackingConfig(tracker="wandb"),
-                                      multiagent=dataclasses.replace(config.multiagent, self_play_pool=3))
+    config = ExperimentConfig.from_flat(
+        get_builder("dqn"),
+        env_id="CartPole-v1",
+        num_envs=4,
+        eval_every=500,
+        run_dir="runs/x",
+        track="wandb",
+        self_play_pool=3,
+    )
+    assert config == ExperimentConfig(
+        builder=config.builder,
+        env=EnvConfig("CartPole-v1", num_envs=4),
+        run=RunConfig(dir="runs/x"),
+        evaluation=EvaluationConfig(every=500),
+        tracking=TrackingConfig(tracker="wandb"),
+        multiagent=dataclasses.replace(config.multiagent, self_play_pool=3),
+    )
     changed = config.replace(max_env_steps=5, resume=True)
     assert changed.run == RunConfig(max_env_steps=5, dir="runs/x", resume=True) and config.run.max_env_steps == 100_000
     assert config.flat()["eval_every"] == 500 and config.flat()["env_id"] == "CartPole-v1"
@@ -105,10 +121,42 @@ def test_the_flat_names_build_and_change_a_config():
 
 
 def test_the_flags_land_in_their_groups(capsys):
-    assert main(["train", "--agent", "dqn", "--env", "CartPole-v1", "--seed", "3", "--num-envs", "4",
-                 "--max-env-steps", "3000", "--eval-every", "500", "--eval-episodes", "3", "--target-return", "100",
-                 "--checkpoint-every", "60", "--sticky-actions", "0.1", "--replay", "native", "--quiet",
-                 "--set", "learning_rate=0.001", "--run-dir", "runs/flags", "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--agent",
+                "dqn",
+                "--env",
+                "CartPole-v1",
+                "--seed",
+                "3",
+                "--num-envs",
+                "4",
+                "--max-env-steps",
+                "3000",
+                "--eval-every",
+                "500",
+                "--eval-episodes",
+                "3",
+                "--target-return",
+                "100",
+                "--checkpoint-every",
+                "60",
+                "--sticky-actions",
+                "0.1",
+                "--replay",
+                "native",
+                "--quiet",
+                "--set",
+                "learning_rate=0.001",
+                "--run-dir",
+                "runs/flags",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     resolved = json.loads(capsys.readouterr().out.splitlines()[0])
     assert resolved["schema_version"] == 2 and resolved["launch"] is None
     assert resolved["env"]["num_envs"] == 4 and resolved["env"]["sticky_actions"] == 0.1
@@ -118,16 +166,24 @@ def test_the_flags_land_in_their_groups(capsys):
     assert resolved["agent_config"]["learning_rate"] == 0.001
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda c: c["run"].update(seed=1.5), "run.seed must be an integer, got 1.5"),
-    (lambda c: c["env"].update(id=7), "env.id must be a string, got 7"),
-    (lambda c: c["evaluation"].update(target_return="high"), 'evaluation.target_return must be a finite number or '
-                                                             'null, got "high"'),
-    (lambda c: c.update(env=[]), "env must be an object, got []"),
-    (lambda c: c.update(schema_version=3), "schema_version 3 is newer than this Shoal reads (1 or 2): the run was "
-                                           "written by a later Shoal; upgrade Shoal to use it"),
-    (lambda c: c.update(schema_version="2"), 'schema_version must be 1 or 2, got "2"'),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda c: c["run"].update(seed=1.5), "run.seed must be an integer, got 1.5"),
+        (lambda c: c["env"].update(id=7), "env.id must be a string, got 7"),
+        (
+            lambda c: c["evaluation"].update(target_return="high"),
+            'evaluation.target_return must be a finite number or null, got "high"',
+        ),
+        (lambda c: c.update(env=[]), "env must be an object, got []"),
+        (
+            lambda c: c.update(schema_version=3),
+            "schema_version 3 is newer than this Shoal reads (1 or 2): the run was "
+            "written by a later Shoal; upgrade Shoal to use it",
+        ),
+        (lambda c: c.update(schema_version="2"), 'schema_version must be 1 or 2, got "2"'),
+    ],
+)
 def test_a_v2_config_of_the_wrong_shape_is_one_line_naming_the_field_by_its_group(change, says):
     saved = json.loads(json.dumps(grouped_record(_v1())))
     change(saved)
@@ -141,8 +197,12 @@ def test_a_run_of_a_later_schema_is_refused_in_one_line_by_every_command(tmp_pat
     path = run_dir / "config.json"
     path.write_text(json.dumps({**grouped_record(_v1()), "schema_version": 7}))
     says = f"shoal: error: {path}: schema_version 7 is newer than this Shoal reads (1 or 2)"
-    for command in (["train", "--resume", str(run_dir)], ["status", str(run_dir)],
-                    ["evaluate", str(run_dir)], ["compare", str(run_dir), "--out", str(tmp_path / "out")]):
+    for command in (
+        ["train", "--resume", str(run_dir)],
+        ["status", str(run_dir)],
+        ["evaluate", str(run_dir)],
+        ["compare", str(run_dir), "--out", str(tmp_path / "out")],
+    ):
         rc, errors, text = shoal_main(*command)
         assert rc == 2 and len(errors) == 1 and errors[0].startswith(says), (command, text)
 
@@ -153,8 +213,10 @@ def test_status_and_compare_read_the_v1_run(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "run: dqn on CartPole-v1, seed 0 (one process; reverb replay)", lines
     assert "env steps: 2,000 of 2,000" in lines
-    assert main(["compare", str(run_dir), "--by", "num_envs", "--out", str(tmp_path / "out"),
-                 "--bootstrap-samples", "20"]) == 0
+    assert (
+        main(["compare", str(run_dir), "--by", "num_envs", "--out", str(tmp_path / "out"), "--bootstrap-samples", "20"])
+        == 0
+    )
     assert "num_envs=16" in capsys.readouterr().out
 
 
@@ -162,10 +224,13 @@ def test_status_and_compare_read_the_v1_run(tmp_path, capsys):
 @pytest.mark.timeout(300)
 def test_a_run_directory_written_before_the_groups_resumes_evaluates_exports_and_shows(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    config = ExperimentConfig(builder=get_builder("dqn", min_replay_size=100), env=EnvConfig("CartPole-v1", num_envs=4),
-                              run=RunConfig(max_env_steps=400, dir=str(run_dir)),
-                              evaluation=EvaluationConfig(every=400, episodes=2, target_return=1e9),
-                              tracking=TrackingConfig(progress=False))
+    config = ExperimentConfig(
+        builder=get_builder("dqn", min_replay_size=100),
+        env=EnvConfig("CartPole-v1", num_envs=4),
+        run=RunConfig(max_env_steps=400, dir=str(run_dir)),
+        evaluation=EvaluationConfig(every=400, episodes=2, target_return=1e9),
+        tracking=TrackingConfig(progress=False),
+    )
     first = run_experiment(config)
     path = run_dir / "config.json"
     v2 = json.loads(path.read_text())

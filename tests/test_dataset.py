@@ -28,19 +28,35 @@ NUM_ENVS = 4
 
 def make_server(prioritized=False, num_items=10):
     spec = make_environment_spec(make_vector_env("CartPole-v1", NUM_ENVS, seed=0))
-    table = make_transition_table("t", transition_signature(spec, {}), num_envs=NUM_ENVS,
-                                  batch_size=4, sgd_steps_per_update=1, samples_per_insert=1e6,
-                                  samples_per_insert_tolerance=1e9, min_replay_size=1,
-                                  max_replay_size=400, priority_exponent=1.0 if prioritized else None)
+    table = make_transition_table(
+        "t",
+        transition_signature(spec, {}),
+        num_envs=NUM_ENVS,
+        batch_size=4,
+        sgd_steps_per_update=1,
+        samples_per_insert=1e6,
+        samples_per_insert_tolerance=1e9,
+        min_replay_size=1,
+        max_replay_size=400,
+        priority_exponent=1.0 if prioritized else None,
+    )
     server = make_replay_server([table])
     writer = server.client.writer(1)  # (the backend's writer, as the adders use it)
     for i in range(num_items):
         # transition j of item i is marked by observation[0] = 10 * i + j
         obs = np.zeros((NUM_ENVS, 4), np.float32)
         obs[:, 0] = 10 * i + np.arange(NUM_ENVS)
-        writer.append(tree.flatten({"observation": obs, "action": np.zeros(NUM_ENVS, np.int32),
-                                    "reward": obs[:, 0].copy(), "discount": np.ones(NUM_ENVS, np.float32),
-                                    "next_observation": obs}))
+        writer.append(
+            tree.flatten(
+                {
+                    "observation": obs,
+                    "action": np.zeros(NUM_ENVS, np.int32),
+                    "reward": obs[:, 0].copy(),
+                    "discount": np.ones(NUM_ENVS, np.float32),
+                    "next_observation": obs,
+                }
+            )
+        )
         writer.create_item("t", 1.0, 1)
         writer.commit()
     writer.flush()
@@ -120,8 +136,9 @@ def scripted_step(t):
     return Step(obs, np.zeros(NUM_ENVS, np.int32), np.full(NUM_ENVS, t, np.float32), flags, flags, obs, {})
 
 
-@pytest.mark.parametrize("agent, env_id", [("dqn", "CartPole-v1"), ("ppo", "CartPole-v1"),
-                                           ("impala", "CartPole-v1"), ("sac", "Pendulum-v1")])
+@pytest.mark.parametrize(
+    "agent, env_id", [("dqn", "CartPole-v1"), ("ppo", "CartPole-v1"), ("impala", "CartPole-v1"), ("sac", "Pendulum-v1")]
+)
 def test_an_agents_example_batch_is_laid_out_as_its_dataset_yields(agent, env_id):
     # example_batch needs no replay server (what feeds a learner where Reverb is not installed);
     # it must match what the dataset of a real table yields, field by field.
@@ -160,8 +177,9 @@ def test_a_queue_written_around_the_stream_timeout_loses_no_item():
     table = reverb.Table.queue("q", count, signature={"x": tf.TensorSpec([1], tf.int64)})
     server = reverb.Server([table])
     address = f"localhost:{server.port}"
-    it = ReplayIterator(address, "q", 1, 1, layout=lambda data, info: int(data["x"][0, 0]), poll_s=poll_s,
-                        each_item_once=True)
+    it = ReplayIterator(
+        address, "q", 1, 1, layout=lambda data, info: int(data["x"][0, 0]), poll_s=poll_s, each_item_once=True
+    )
     received = []
     reader = threading.Thread(target=lambda: received.extend(next(it) for _ in range(count)), daemon=True)
     reader.start()

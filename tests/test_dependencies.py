@@ -50,8 +50,9 @@ def test_the_312_stack_is_declared_and_capped():
     found = {canonicalize_name(r.name): r for r in requirements("3.12")}
     missing = CAPPED_ON_312 - set(found)
     assert not missing, f"pyproject.toml does not declare {sorted(missing)} for Python 3.12+"
-    uncapped = sorted(name for name in CAPPED_ON_312 if not any(s.operator in ("<", "<=", "==", "~=")
-                                                                  for s in found[name].specifier))
+    uncapped = sorted(
+        name for name in CAPPED_ON_312 if not any(s.operator in ("<", "<=", "==", "~=") for s in found[name].specifier)
+    )
     assert not uncapped, f"uncapped on Python 3.12+: {uncapped}"
     gpu = [r for r in requirements("3.12", "gpu") if r.name == "jax"]
     assert gpu and all(any(s.operator == "<" for s in r.specifier) for r in gpu), gpu

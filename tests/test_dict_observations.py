@@ -17,12 +17,24 @@ from shoal.envs.environments import final_observations
 from shoal.launch.experiments.run_directory.checkpoints import spec_record
 from shoal.replay import make_replay_server, without_insert_blocking
 
-SETTINGS = {"dqn": {"min_replay_size": 16, "batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (16,)},
-            "ppo": {"rollout_length": 8, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": (16,),
-                    "normalize_observations": True},
-            "impala": {"rollout_length": 8, "sequences_per_update": 4, "hidden_sizes": (16,)},
-            "sac": {"min_replay_size": 16, "batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (16,),
-                    "samples_per_insert": 16.0}}  # (SAC's default 256 makes 400 env steps ~12k updates)
+SETTINGS = {
+    "dqn": {"min_replay_size": 16, "batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (16,)},
+    "ppo": {
+        "rollout_length": 8,
+        "num_minibatches": 2,
+        "num_epochs": 1,
+        "hidden_sizes": (16,),
+        "normalize_observations": True,
+    },
+    "impala": {"rollout_length": 8, "sequences_per_update": 4, "hidden_sizes": (16,)},
+    "sac": {
+        "min_replay_size": 16,
+        "batch_size": 8,
+        "sgd_steps_per_update": 2,
+        "hidden_sizes": (16,),
+        "samples_per_insert": 16.0,
+    },
+}  # (SAC's default 256 makes 400 env steps ~12k updates)
 ENVS = {"dqn": "DictCartPole-v0", "ppo": "DictCartPole-v0", "impala": "DictCartPole-v0", "sac": "DictPendulum-v0"}
 
 
@@ -36,8 +48,12 @@ def spec_of(env_id, num_envs=2, **env_args):
 
 def test_a_dict_spec_keeps_each_keys_dtype_and_shape():
     spec = spec_of("DictCartPole-v0", masked=True)
-    assert spec.observation == {"action_mask": ArraySpec((2,), np.int8), "cart": ArraySpec((2,), np.float32),
-                                "pixels": ArraySpec((1, 36, 36), np.uint8), "pole": ArraySpec((2,), np.float32)}
+    assert spec.observation == {
+        "action_mask": ArraySpec((2,), np.int8),
+        "cart": ArraySpec((2,), np.float32),
+        "pixels": ArraySpec((1, 36, 36), np.uint8),
+        "pole": ArraySpec((2,), np.float32),
+    }
     assert spec.dict_observations and spec.action_mask == ArraySpec((2,), np.int8)
     assert spec.observation_shape["pixels"] == (1, 36, 36)
     record = spec_record(spec)["observation"]
@@ -123,18 +139,30 @@ def test_nested_dict_observations_are_one_line():
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("agent, env_id, env_args", [
-    # (the env raises on a masked action; its image key is left out here: the convolutions'
-    # compile time, and uint8 keys are checked through Reverb and every agent's update above)
-    ("ppo", "tests.dict_env:DictCartPole-v0", {"masked": True, "max_episode_steps": 50, "pixels": False}),
-    ("sac", "tests.dict_env:DictPendulum-v0", {}),
-])
+@pytest.mark.parametrize(
+    "agent, env_id, env_args",
+    [
+        # (the env raises on a masked action; its image key is left out here: the convolutions'
+        # compile time, and uint8 keys are checked through Reverb and every agent's update above)
+        ("ppo", "tests.dict_env:DictCartPole-v0", {"masked": True, "max_episode_steps": 50, "pixels": False}),
+        ("sac", "tests.dict_env:DictPendulum-v0", {}),
+    ],
+)
 def test_a_dict_observation_env_trains_in_one_process_and_resumes(tmp_path, agent, env_id, env_args):
     from shoal.launch import ExperimentConfig, resume_experiment, run_experiment
 
-    config = ExperimentConfig.from_flat(builder=get_builder(agent, **SETTINGS[agent]), env_id=env_id, env_args=env_args,
-                                        num_envs=2, max_env_steps=400, eval_every=400, eval_episodes=2, target_return=1e9,
-                                        run_dir=str(tmp_path / "run"), progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder(agent, **SETTINGS[agent]),
+        env_id=env_id,
+        env_args=env_args,
+        num_envs=2,
+        max_env_steps=400,
+        eval_every=400,
+        eval_episodes=2,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+    )
     result = run_experiment(config)
     assert result["env_steps"] >= 400 and result["learner_steps"] > 0 and result["num_evals"] == 1
     # (the checkpoint's dict spec and params; its module:EnvId named again, as a resume asks)
@@ -148,11 +176,18 @@ def test_a_dict_observation_env_with_masks_trains_under_processes(tmp_path):
     masked action); the learner's process trains on its dict batches."""
     from shoal.launch import ExperimentConfig, run_distributed_experiment
 
-    config = ExperimentConfig.from_flat(builder=get_builder("dqn", **SETTINGS["dqn"]), env_id="tests.dict_env:DictCartPole-v0",
-                                        env_args={"masked": True, "max_episode_steps": 50, "pixels": False}, num_envs=2,
-                                        max_env_steps=600,
-                                        eval_every=600, eval_episodes=2, target_return=1e9, run_dir=str(tmp_path / "run"),
-                                        progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("dqn", **SETTINGS["dqn"]),
+        env_id="tests.dict_env:DictCartPole-v0",
+        env_args={"masked": True, "max_episode_steps": 50, "pixels": False},
+        num_envs=2,
+        max_env_steps=600,
+        eval_every=600,
+        eval_episodes=2,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+    )
     result = run_distributed_experiment(config, num_actors=2, launcher="processes")
     assert result["env_steps"] >= 600 and result["learner_steps"] > 0 and 0 < result["final_eval_return"] <= 50
 
@@ -177,6 +212,11 @@ def test_discrete_entries_become_one_hot_and_box_networks_are_as_before():
         builder = get_builder(agent)
         params = builder.make_learner(jax.random.PRNGKey(0), builder.make_networks(spec), iter([])).get_variables()[1]
         trees[agent] = jax.tree_util.tree_map(np.shape, params)
-    assert trees["dqn"] == {"params": {"Dense_0": {"bias": (64,), "kernel": (4, 64)}, "Dense_1": {"bias": (64,), "kernel": (64, 64)},
-                                       "Dense_2": {"bias": (2,), "kernel": (64, 2)}}}
+    assert trees["dqn"] == {
+        "params": {
+            "Dense_0": {"bias": (64,), "kernel": (4, 64)},
+            "Dense_1": {"bias": (64,), "kernel": (64, 64)},
+            "Dense_2": {"bias": (2,), "kernel": (64, 2)},
+        }
+    }
     assert set(trees["ppo"]["network"]["params"]) == {"policy", "value"} and trees["ppo"]["observation"]["mean"] == (4,)

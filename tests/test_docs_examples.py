@@ -33,7 +33,9 @@ def test_every_python_block_of_the_docs_is_python(page):
 def test_the_getting_started_entry_points_run_as_written(tmp_path):
     """The "three entry points side by side" block: one process, a program of processes in a
     directory of its own, and a resume of the first run."""
-    [code] = [block for block in python_blocks(os.path.join(DOCS, "getting-started.md")) if "resume_experiment(" in block]
+    [code] = [
+        block for block in python_blocks(os.path.join(DOCS, "getting-started.md")) if "resume_experiment(" in block
+    ]
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=850)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-3000:]}"
 
@@ -62,9 +64,11 @@ def quoted_fields(page: str, command: str) -> dict:
     with open(os.path.join(ROOT, page), encoding="utf-8") as f:
         text = f.read()
     assert command in text, f"{page} does not give the command {command!r}"
-    found = re.search(r"^```json[ \t]*\n(.*?)^```", text[text.index(command):], re.M | re.S)
+    found = re.search(r"^```json[ \t]*\n(.*?)^```", text[text.index(command) :], re.M | re.S)
     assert found, f"{page} shows no result line after {command!r}"
-    return {key: json.loads(value) for key, value in re.findall(r'"(\w+)": ("[^"]*"|true|false|-?[\d.]+)', found.group(1))}
+    return {
+        key: json.loads(value) for key, value in re.findall(r'"(\w+)": ("[^"]*"|true|false|-?[\d.]+)', found.group(1))
+    }
 
 
 def same_stack(stack: dict) -> str | None:
@@ -89,8 +93,12 @@ def test_the_quickstart_result_line_is_the_recorded_one_and_names_its_stack():
     for page in ("README.md", "docs/getting-started.md"):
         fields = quoted_fields(page, quick["command"])
         for key in quick["checked"] + ["agent", "env", "seed"]:
-            assert fields.get(key) == result[key], f"{page} quotes {key}={fields.get(key)!r}, the record {result[key]!r}"
-        assert quick["label"] in page_text(page), f"{page} does not name the stack of its result line ({quick['label']!r})"
+            assert fields.get(key) == result[key], (
+                f"{page} quotes {key}={fields.get(key)!r}, the record {result[key]!r}"
+            )
+        assert quick["label"] in page_text(page), (
+            f"{page} does not name the stack of its result line ({quick['label']!r})"
+        )
 
 
 def test_the_qrdqn_returns_quoted_are_the_recorded_ones_and_name_their_stack():
@@ -110,12 +118,18 @@ def rerun(quick: dict, seed: int, tmp_path) -> None:
     expected = next(r for r in quick["results"] if r["seed"] == seed)
     command = shlex.split(quick["command"].format(seed=seed))
     assert command[0] == "shoal"
-    proc = subprocess.run([sys.executable, "-m", "shoal", *command[1:], "--quiet", "--run-dir", str(tmp_path / "run")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shoal", *command[1:], "--quiet", "--run-dir", str(tmp_path / "run")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert {k: got[k] for k in quick["checked"]} == {k: expected[k] for k in quick["checked"]}, \
+    assert {k: got[k] for k in quick["checked"]} == {k: expected[k] for k in quick["checked"]}, (
         f"{quick['command']} on {quick['label']} no longer prints what docs/results records: rerun it and update the record and the pages quoting it"
+    )
 
 
 @pytest.mark.e2e  # (it trains)
@@ -126,8 +140,16 @@ def test_the_quickstart_run_prints_the_recorded_counts(tmp_path):
 
 @pytest.mark.e2e  # (it trains)
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow),
-                                  pytest.param(3, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "seed",
+    [
+        0,
+        pytest.param(1, marks=pytest.mark.slow),
+        pytest.param(2, marks=pytest.mark.slow),
+        pytest.param(3, marks=pytest.mark.slow),
+        pytest.param(4, marks=pytest.mark.slow),
+    ],
+)
 def test_the_qrdqn_example_returns_the_recorded_numbers(seed, tmp_path):
     rerun(record("qrdqn-cartpole"), seed, tmp_path)
 
@@ -137,7 +159,11 @@ def shell_commands(page: str) -> list[str]:
     with open(os.path.join(ROOT, page), encoding="utf-8") as f:
         blocks = re.findall(r"^```bash[ \t]*\n(.*?)^```[ \t]*$", f.read(), re.M | re.S)
     joined = "\n".join(block.replace("\\\n", " ") for block in blocks)
-    return [line.split(" #")[0].strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        line.split(" #")[0].strip()
+        for line in joined.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def test_every_many_agents_training_command_ends_by_itself():

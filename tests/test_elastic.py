@@ -12,9 +12,27 @@ from tests.waiting import csv_rows, wait_for
 
 pytestmark = pytest.mark.e2e  # a distributed program grown and shrunk while it trains
 
-RUN = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0", "--num-actors", "1",
-       "--set", "min_replay_size=256", "--max-env-steps", str(10**8), "--target-return", "1e9",
-       "--eval-every", str(10**8), "--quiet"]
+RUN = [
+    "--agent",
+    "dqn",
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "8",
+    "--seed",
+    "0",
+    "--num-actors",
+    "1",
+    "--set",
+    "min_replay_size=256",
+    "--max-env-steps",
+    str(10**8),
+    "--target-return",
+    "1e9",
+    "--eval-every",
+    str(10**8),
+    "--quiet",
+]
 
 
 def shoal(*args):
@@ -31,24 +49,44 @@ def learner_steps(run_dir):
 
 def check_grows_and_shrinks(tmp_path, *launcher_args):
     run_dir = tmp_path / "run"
-    proc = start_shoal("train", *RUN, *launcher_args, "--run-dir",
-                       str(run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_shoal(
+        "train",
+        *RUN,
+        *launcher_args,
+        "--run-dir",
+        str(run_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: (run_dir / "control.json").exists(), 180, "the program to start")
         steps = wait_for(lambda: learner_steps(run_dir), 180, "the learner's first updates")
         table = shoal("scale", str(run_dir), "--actors", "3")
         assert table.get("actor_0") == "running", table
         assert {table.get(f"actor_{i}") for i in (1, 2)} <= {"running", "pending"}, table  # (pending: Ray places them)
-        wait_for(lambda: [shoal("status", str(run_dir)).get(f"actor_{i}") for i in range(3)] == ["running"] * 3, 120,
-                 "the new actors to run")
+        wait_for(
+            lambda: [shoal("status", str(run_dir)).get(f"actor_{i}") for i in range(3)] == ["running"] * 3,
+            120,
+            "the new actors to run",
+        )
         # an actor writes its first row after its first report to the counter: both new actors count
-        wait_for(lambda: csv_rows(run_dir / "actor_1.csv") and csv_rows(run_dir / "actor_2.csv"), 180,
-                 "the new actors to act")
-        steps = wait_for(lambda: learner_steps(run_dir) > steps and learner_steps(run_dir), 60,
-                         "the learner to go on with 3 actors")
+        wait_for(
+            lambda: csv_rows(run_dir / "actor_1.csv") and csv_rows(run_dir / "actor_2.csv"),
+            180,
+            "the new actors to act",
+        )
+        steps = wait_for(
+            lambda: learner_steps(run_dir) > steps and learner_steps(run_dir), 60, "the learner to go on with 3 actors"
+        )
         shoal("scale", str(run_dir), "--actors", "1")
-        wait_for(lambda: [shoal("status", str(run_dir)).get(f"actor_{i}") for i in range(3)]
-                 == ["running", "removed", "removed"], 60, "actors 1 and 2 to be removed")
+        wait_for(
+            lambda: (
+                [shoal("status", str(run_dir)).get(f"actor_{i}") for i in range(3)] == ["running", "removed", "removed"]
+            ),
+            60,
+            "actors 1 and 2 to be removed",
+        )
         wait_for(lambda: learner_steps(run_dir) > steps, 60, "the learner to go on with 1 actor")
         proc.send_signal(signal.SIGTERM)  # a graceful stop: the run's result, then exit 143
         out, err = proc.communicate(timeout=120)

@@ -72,8 +72,12 @@ def test_spec_and_actor_loop() -> None:
         def get_variables(self, known_version: int = -1):
             return 0, (None if known_version == 0 else params)
 
-    actor = BatchedActor(builder.make_policy(networks, spec, evaluation=False), jax.random.PRNGKey(0),
-                         VariableClient(Fixed(), asynchronous=False), num_envs=8)
+    actor = BatchedActor(
+        builder.make_policy(networks, spec, evaluation=False),
+        jax.random.PRNGKey(0),
+        VariableClient(Fixed(), asynchronous=False),
+        num_envs=8,
+    )
     loop = EnvironmentLoop(env, actor)
     for _ in range(50):
         loop.step()
@@ -87,5 +91,7 @@ def test_atari_protocol_frames() -> None:
 
 
 def test_unknown_task_is_one_line() -> None:
-    with pytest.raises(ValueError, match="unknown EnvPool task 'envpool:CartPole-v9'; did you mean 'envpool:CartPole-v1'"):
+    with pytest.raises(
+        ValueError, match="unknown EnvPool task 'envpool:CartPole-v9'; did you mean 'envpool:CartPole-v1'"
+    ):
         resolve_env_id("envpool:CartPole-v9")

@@ -13,8 +13,9 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def run_example(name, *args):
-    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), *args],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, name), *args], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ended: coordinator finished" in proc.stdout
     return json.loads(proc.stdout.strip().splitlines()[-1])

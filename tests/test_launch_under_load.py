@@ -56,8 +56,22 @@ if WAITS_ONCE not in gym.registry:
 
 def _train(run_dir, budget, *args):
     """A 2-actor ``processes`` run of ``budget`` env steps: (its result, its stderr)."""
-    proc = run_shoal("train", *SMALL, "--launcher", "processes", "--num-actors", "2", "--max-env-steps", str(budget),
-                     "--eval-every", str(10 * budget), "--run-dir", str(run_dir), *args, timeout=240)
+    proc = run_shoal(
+        "train",
+        *SMALL,
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "2",
+        "--max-env-steps",
+        str(budget),
+        "--eval-every",
+        str(10 * budget),
+        "--run-dir",
+        str(run_dir),
+        *args,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
@@ -80,8 +94,9 @@ def test_a_two_actor_run_on_a_busy_machine_reaches_its_budget_and_ends_cleanly(t
     # the load slows down): no step is reported for longer than the 5 s after which the
     # evaluator used to end the run, short by what that alive actor held.
     run_dir = tmp_path / "run"
-    result, stderr = _train(run_dir, 128, "--env", f"tests.test_launch_under_load:{WAITS_ONCE}",
-                            "--set", "min_replay_size=64")
+    result, stderr = _train(
+        run_dir, 128, "--env", f"tests.test_launch_under_load:{WAITS_ONCE}", "--set", "min_replay_size=64"
+    )
     assert 128 <= result["env_steps"] < 128 + 8, stderr[-3000:]  # (8 envs: one vector step past it at most)
     assert "env_steps_held" not in result and "shoal: warning" not in stderr, stderr[-3000:]
     assert result["num_actors"] == 2, result
@@ -92,11 +107,21 @@ def test_a_two_actor_run_on_a_busy_machine_reaches_its_budget_and_ends_cleanly(t
 
 def test_the_result_counts_an_actor_that_left_no_summary():
     """One killed at the end (or stopped while it was starting) ran all the same."""
-    summaries = {"actor_0": {"time_s": {"env_step": 1.0}, "wall_s": 2.0, "env_steps": 64, "steps_per_s": 32.0},
-                 "learner": {"time_s": {"sgd_update": 1.0}, "wall_s": 2.0}}
-    result = program_result({"result": {"env_steps": 64}}, summaries, terminated=None, checkpointed=None, saved=None,
-                            launched_at=0.0, actor_counts=[], autoscale_mode=None,
-                            actors_ran={"actor_0": "stopped", "actor_1": "killed"})
+    summaries = {
+        "actor_0": {"time_s": {"env_step": 1.0}, "wall_s": 2.0, "env_steps": 64, "steps_per_s": 32.0},
+        "learner": {"time_s": {"sgd_update": 1.0}, "wall_s": 2.0},
+    }
+    result = program_result(
+        {"result": {"env_steps": 64}},
+        summaries,
+        terminated=None,
+        checkpointed=None,
+        saved=None,
+        launched_at=0.0,
+        actor_counts=[],
+        autoscale_mode=None,
+        actors_ran={"actor_0": "stopped", "actor_1": "killed"},
+    )
     assert result["num_actors"] == 2 and result["actors_without_summary"] == {"actor_1": "killed"}
     assert result["time_breakdown"]["actor_1"] == {"other": 1.0}
     assert list(result["time_breakdown"]) == ["actor_0", "actor_1", "learner"]

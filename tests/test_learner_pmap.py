@@ -34,8 +34,14 @@ def test_per_example_outputs_come_back_in_the_host_batchs_order(pmap_result):
 @pytest.fixture(scope="module")
 def pmap_result():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-m", "tests.pmap_equivalence_worker"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.pmap_equivalence_worker"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["num_devices"] == 2

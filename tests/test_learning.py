@@ -13,9 +13,15 @@ pytestmark = pytest.mark.e2e  # real learning runs
 
 
 def run(tmp_path, seed, max_env_steps, eval_every, **overrides):
-    config = ExperimentConfig.from_flat(builder=get_builder("dqn", **overrides), env_id="CartPole-v1",
-                                        seed=seed, max_env_steps=max_env_steps, eval_every=eval_every,
-                                        run_dir=str(tmp_path / f"run-{seed}"), progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("dqn", **overrides),
+        env_id="CartPole-v1",
+        seed=seed,
+        max_env_steps=max_env_steps,
+        eval_every=eval_every,
+        run_dir=str(tmp_path / f"run-{seed}"),
+        progress=False,
+    )
     return run_experiment(config), tmp_path / f"run-{seed}"
 
 
@@ -55,19 +61,35 @@ def test_short_run_return_clearly_rises(tmp_path):
 def test_seeded_acting_is_reproducible(tmp_path):
     # Until learning starts (min_replay_size=1000) everything is seeded: envs, exploration,
     # network init, evaluation. (Reverb's uniform sampler is not seeded: later evals may differ.)
-    runs = [run(tmp_path / name, seed=seed, max_env_steps=1280, eval_every=160)
-            for name, seed in (("a", 3), ("b", 3), ("c", 4))]
-    evals = [[(row["env_steps"], row["eval_return"], row["eval_return_min"], row["eval_return_max"])
-              for row in read_csv(run_dir / "eval.csv") if int(row["env_steps"]) <= 640] for _, run_dir in runs]
+    runs = [
+        run(tmp_path / name, seed=seed, max_env_steps=1280, eval_every=160)
+        for name, seed in (("a", 3), ("b", 3), ("c", 4))
+    ]
+    evals = [
+        [
+            (row["env_steps"], row["eval_return"], row["eval_return_min"], row["eval_return_max"])
+            for row in read_csv(run_dir / "eval.csv")
+            if int(row["env_steps"]) <= 640
+        ]
+        for _, run_dir in runs
+    ]
     assert len(evals[0]) == 4
     assert evals[0] == evals[1]
     assert evals[0] != evals[2]
 
 
 def evals_of(agent, env_id, tmp_path, seed, max_env_steps, eval_every, replay=None, **overrides):
-    config = ExperimentConfig.from_flat(builder=get_builder(agent, **overrides), env_id=env_id, seed=seed,
-                                        max_env_steps=max_env_steps, eval_every=eval_every, target_return=1e9,
-                                        run_dir=str(tmp_path / agent), progress=False, replay=replay)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder(agent, **overrides),
+        env_id=env_id,
+        seed=seed,
+        max_env_steps=max_env_steps,
+        eval_every=eval_every,
+        target_return=1e9,
+        run_dir=str(tmp_path / agent),
+        progress=False,
+        replay=replay,
+    )
     result = run_experiment(config)
     return result, [float(row["eval_return"]) for row in read_csv(tmp_path / agent / "eval.csv")]
 
@@ -92,8 +114,9 @@ def test_sac_short_run_return_clearly_rises(tmp_path):
     # machine and stack -- not across JAX releases: with JAX 0.12 it had -845 at best by 5,000 env
     # steps, where earlier releases passed -800. By 8,000, seeds 0-2 on 3.11 and on 3.12 with
     # JAX 0.12 all reached -469 or better.)
-    result, evals = evals_of("sac", "Pendulum-v1", tmp_path, seed=0, max_env_steps=8_000, eval_every=1_000,
-                             replay="native")
+    result, evals = evals_of(
+        "sac", "Pendulum-v1", tmp_path, seed=0, max_env_steps=8_000, eval_every=1_000, replay="native"
+    )
     # Pendulum returns are negative: about -1400 for a policy that has not learned to swing up
     # (the first evaluation comes before learning starts).
     assert evals[0] < -1000 and max(evals) > -700, evals

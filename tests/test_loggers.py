@@ -26,7 +26,8 @@ def test_csv_appends_across_processes_and_widens_its_header(tmp_path):
     assert rows(tmp_path / "actor_0.csv") == [
         {"env_steps": "8", "steps_per_s": "1.5", "episode_return": ""},
         {"env_steps": "16", "steps_per_s": "2.5", "episode_return": "21.0"},
-        {"env_steps": "24", "steps_per_s": "3.5", "episode_return": ""}]
+        {"env_steps": "24", "steps_per_s": "3.5", "episode_return": ""},
+    ]
 
 
 @pytest.mark.e2e
@@ -49,9 +50,18 @@ def test_a_logger_failing_to_close_does_not_skip_stopping_the_replay_server(tmp_
 
     monkeypatch.setattr(Server, "stop", recorded_stop)
     monkeypatch.setattr(loggers.CSVLogger, "close", failing_close)
-    config = ExperimentConfig.from_flat(builder=DQNBuilder(DQNConfig(min_replay_size=64)), env_id="CartPole-v1", seed=0,
-                                        num_envs=4, max_env_steps=256, eval_every=256, eval_episodes=1,
-                                        target_return=1e9, run_dir=str(tmp_path / "run"), progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=DQNBuilder(DQNConfig(min_replay_size=64)),
+        env_id="CartPole-v1",
+        seed=0,
+        num_envs=4,
+        max_env_steps=256,
+        eval_every=256,
+        eval_episodes=1,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+    )
     result = run_experiment(config)
     assert result["env_steps"] >= 256 and len(stopped) == 1
     assert "shoal: warning: could not close the train log: RuntimeError" in capsys.readouterr().err

@@ -47,8 +47,10 @@ def test_a_multi_discrete_observation_is_the_one_hots_of_its_entries():
     np.testing.assert_array_equal(env.reset()[0], [0, 1, 0, 0, 1])
 
 
-@pytest.mark.parametrize("env_id, size", [("popgym-RepeatPreviousEasy-v0", 4), ("popgym-CountRecallEasy-v0", 4),
-                                          ("popgym-PositionOnlyCartPoleEasy-v0", 2)])
+@pytest.mark.parametrize(
+    "env_id, size",
+    [("popgym-RepeatPreviousEasy-v0", 4), ("popgym-CountRecallEasy-v0", 4), ("popgym-PositionOnlyCartPoleEasy-v0", 2)],
+)
 def test_popgym_tasks_are_found_by_id_with_the_memory_presets(env_id, size, tmp_path, capsys):
     pytest.importorskip("popgym")
     from shoal.agents.presets import find_preset

@@ -53,8 +53,9 @@ def test_the_minatar_networks_patch_matmul_is_its_3x3_convolution():
     conv_params = {"params": {"kernel": kernel.reshape(3, 3, 6, 16), "bias": params["params"]["conv"]["bias"]}}
     expected = nn.relu(conv.apply(conv_params, x)).reshape(5, -1)
     dense = params["params"]["Dense_0"]
-    np.testing.assert_allclose(torso.apply(params, frames), nn.relu(expected @ dense["kernel"] + dense["bias"]),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        torso.apply(params, frames), nn.relu(expected @ dense["kernel"] + dense["bias"]), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("size", [(84, 84), (37, 41), (50, 63)])
@@ -68,8 +69,15 @@ def test_the_nature_networks_folded_first_convolution_is_its_8x8_stride_4_convol
         def __call__(self, frames):
             x = jnp.transpose(frames.astype(jnp.float32) / 255.0, (0, 2, 3, 1))
             for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
-                x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID",
-                                    kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+                x = nn.relu(
+                    nn.Conv(
+                        features,
+                        (kernel, kernel),
+                        (stride, stride),
+                        padding="VALID",
+                        kernel_init=nn.initializers.orthogonal(np.sqrt(2)),
+                    )(x)
+                )
             return nn.relu(nn.Dense(512, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x.reshape(x.shape[0], -1)))
 
     frames = jnp.asarray(np.random.default_rng(0).integers(0, 256, (3, 4, *size)), jnp.uint8)
@@ -136,7 +144,9 @@ def test_ppos_activation_sets_its_mlps_hidden_layers_and_is_refused_where_there_
         np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="activation must be one of tanh, relu, got 'gelu'"):
         PPOBuilder(PPOConfig(torso="mlp", activation="gelu")).validate(spec, 1)
-    with pytest.raises(ValueError, match="activation=relu set the feed-forward MLPs .hidden_sizes.; this network has none"):
+    with pytest.raises(
+        ValueError, match="activation=relu set the feed-forward MLPs .hidden_sizes.; this network has none"
+    ):
         PPOBuilder(PPOConfig(activation="relu")).validate(spec, 1)  # (the MinAtar torso: no MLPs)
     with pytest.raises(ValueError, match="^orthogonal_init=false set the feed-forward MLPs"):
         PPOBuilder(PPOConfig(orthogonal_init=False, lstm_size=8)).validate(spec, 1)
@@ -166,9 +176,18 @@ def test_ppos_orthogonal_init_is_cleanrls_and_without_it_flaxs_default():
 @pytest.mark.e2e
 def test_dqn_trains_on_minatar_in_one_process(tmp_path):
     """The preset's network and settings (its replay warm-up cut short), as ``shoal train`` sets them."""
-    config = experiment_config("dqn", BREAKOUT, agent_settings={"min_replay_size": 200, "sgd_steps_per_update": 2},
-                               seed=0, max_env_steps=800, eval_every=800, eval_episodes=2, target_return=1e9,
-                               run_dir=str(tmp_path / "run"), progress=False)
+    config = experiment_config(
+        "dqn",
+        BREAKOUT,
+        agent_settings={"min_replay_size": 200, "sgd_steps_per_update": 2},
+        seed=0,
+        max_env_steps=800,
+        eval_every=800,
+        eval_episodes=2,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+    )
     assert config.preset == "dqn/minatar"
     result = run_experiment(config)
     assert result["env_steps"] == 800 and result["learner_steps"] > 0 and result["num_evals"] >= 1

@@ -40,9 +40,21 @@ def test_rows_are_copies_times_agents_with_each_agents_identity_and_same_step_au
 
 
 def trained(tmp_path, name: str, agent_ids: bool = True) -> dict:
-    config = experiment_config("ppo", TOY, preset=None, agent_settings={}, seed=0, max_env_steps=12_000,
-                               num_envs=8, eval_every=4000, eval_episodes=4, target_return=9.5,
-                               run_dir=str(tmp_path / name), progress=False, replay="native")
+    config = experiment_config(
+        "ppo",
+        TOY,
+        preset=None,
+        agent_settings={},
+        seed=0,
+        max_env_steps=12_000,
+        num_envs=8,
+        eval_every=4000,
+        eval_episodes=4,
+        target_return=9.5,
+        run_dir=str(tmp_path / name),
+        progress=False,
+        replay="native",
+    )
     return run_experiment(config)
 
 
@@ -61,16 +73,29 @@ def test_a_policy_shared_by_both_agents_learns_to_coordinate_in_one_process(tmp_
 
 
 @pytest.mark.e2e
-def test_shoal_evaluate_of_a_many_agent_run_reports_each_episode_of_an_env_copy_its_agents_together(tmp_path,
-                                                                                                   capsys):
+def test_shoal_evaluate_of_a_many_agent_run_reports_each_episode_of_an_env_copy_its_agents_together(tmp_path, capsys):
     """An evaluation's episodes are env copies (each of 2 agents' rows): a copy's return is its
     agents' sum, its length the longest agent's (3 copies in a round: 6 rows, not 3)."""
     from shoal.launch.experiments.cli.main import main
 
     run_dir = str(tmp_path / "run")
-    run_experiment(experiment_config("ppo", TOY, preset=None, agent_settings={}, seed=0, max_env_steps=1_000,
-                                     num_envs=4, eval_every=1_000, eval_episodes=2, run_dir=run_dir,
-                                     progress=False, replay="native", env_args={"length": 4}))
+    run_experiment(
+        experiment_config(
+            "ppo",
+            TOY,
+            preset=None,
+            agent_settings={},
+            seed=0,
+            max_env_steps=1_000,
+            num_envs=4,
+            eval_every=1_000,
+            eval_episodes=2,
+            run_dir=run_dir,
+            progress=False,
+            replay="native",
+            env_args={"length": 4},
+        )
+    )
     capsys.readouterr()
     assert main(["evaluate", run_dir, "--env", TOY, "--episodes", "3", "--seed", "0"]) == 0, capsys.readouterr().err
     result = json.loads(capsys.readouterr().out)
@@ -91,20 +116,24 @@ def test_without_the_agents_identity_one_policy_cannot_tell_the_agents_apart():
 
 
 @pytest.mark.e2e  # (`shoal train` in a subprocess, as a user types it)
-@pytest.mark.parametrize("env_id, message", [
-    (f"{TOY}:mixed_spaces_env", "agents a and b have different observation spaces"),
-    ("pettingzoo:no_such_module_here", "cannot import no_such_module_here"),
-    (f"{TOY}:no_such_function", "has no function 'no_such_function'"),
-    ("pettingzoo:tests.shoal_cli", "has neither parallel_env"),
-    (f"{TOY} --agent-group a=x --agent-group c=y", "agent group pattern 'c' (-> 'y') names no agent"),
-    (f"{TOY}:mixed_actions_env --agent-group *=x", "group 'x' shares one policy, so its agents' spaces"),
-    (f"{TOY} --global-state", "gives no global state (PettingZoo's state() and a Box state_space)"),
-    (f"{TOY}:state_env --global-state --set lstm_size=8", "--global-state feeds a centralised critic; ppo's"),
-])
+@pytest.mark.parametrize(
+    "env_id, message",
+    [
+        (f"{TOY}:mixed_spaces_env", "agents a and b have different observation spaces"),
+        ("pettingzoo:no_such_module_here", "cannot import no_such_module_here"),
+        (f"{TOY}:no_such_function", "has no function 'no_such_function'"),
+        ("pettingzoo:tests.shoal_cli", "has neither parallel_env"),
+        (f"{TOY} --agent-group a=x --agent-group c=y", "agent group pattern 'c' (-> 'y') names no agent"),
+        (f"{TOY}:mixed_actions_env --agent-group *=x", "group 'x' shares one policy, so its agents' spaces"),
+        (f"{TOY} --global-state", "gives no global state (PettingZoo's state() and a Box state_space)"),
+        (f"{TOY}:state_env --global-state --set lstm_size=8", "--global-state feeds a centralised critic; ppo's"),
+    ],
+)
 def test_bad_multiagent_envs_are_one_line_and_exit_2_before_anything_starts(tmp_path, env_id, message):
     env_id, *groups = env_id.split()
-    proc = run_shoal("train", "--agent", "ppo", "--env", env_id, *groups, "--run-dir", str(tmp_path / "run"),
-                     timeout=120)
+    proc = run_shoal(
+        "train", "--agent", "ppo", "--env", env_id, *groups, "--run-dir", str(tmp_path / "run"), timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("shoal: error:")]
     assert len(lines) == 1 and message in lines[0], proc.stderr
@@ -135,37 +164,57 @@ def test_agents_that_leave_with_no_termination_nor_truncation_are_one_line_namin
     env.reset(seed=0)
     for _ in range(9):
         env.step(np.array([0, 1]))
-    with pytest.raises(RuntimeError, match=r"^pettingzoo:tests.multiagent_envs:vanishing_env: agents a, b left "
-                                           r"\(no longer in its agents\) after step 10 of an episode with no "
-                                           r"termination nor truncation"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^pettingzoo:tests.multiagent_envs:vanishing_env: agents a, b left "
+        r"\(no longer in its agents\) after step 10 of an episode with no "
+        r"termination nor truncation",
+    ):
         env.step(np.array([0, 1]))
     env.close()
 
 
 @pytest.mark.e2e  # (`shoal train` in a subprocess, as a user types it)
 def test_a_run_on_an_env_whose_agents_vanish_ends_in_one_line_instead_of_hanging(tmp_path):
-    proc = run_shoal("train", "--agent", "ppo", "--env", f"{TOY}:vanishing_env", "--max-env-steps", "4000",
-                     "--run-dir", str(tmp_path / "run"), timeout=150)
+    proc = run_shoal(
+        "train",
+        "--agent",
+        "ppo",
+        "--env",
+        f"{TOY}:vanishing_env",
+        "--max-env-steps",
+        "4000",
+        "--run-dir",
+        str(tmp_path / "run"),
+        timeout=150,
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("shoal: error:")]
     assert len(lines) == 1 and "vanishing_env: agents a, b left" in lines[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("env_id, message", [
-    ("pettingzoo:os:system", "environment 'pettingzoo:os:system': os is a module of Python's standard library"),
-    ("pettingzoo:os", "environment 'pettingzoo:os': os is a module of Python's standard library"),
-    ("pettingzoo:tests.user_envs:shell", "environment 'pettingzoo:tests.user_envs:shell': shell is os.system"),
-    ("pettingzoo:tests.user_envs:make_folder", "make_folder is os.makedirs, a function of Python's standard"),
-])
+@pytest.mark.parametrize(
+    "env_id, message",
+    [
+        ("pettingzoo:os:system", "environment 'pettingzoo:os:system': os is a module of Python's standard library"),
+        ("pettingzoo:os", "environment 'pettingzoo:os': os is a module of Python's standard library"),
+        ("pettingzoo:tests.user_envs:shell", "environment 'pettingzoo:tests.user_envs:shell': shell is os.system"),
+        ("pettingzoo:tests.user_envs:make_folder", "make_folder is os.makedirs, a function of Python's standard"),
+    ],
+)
 def test_an_env_source_that_is_no_pettingzoo_env_is_refused_before_it_is_called(tmp_path, env_id, message):
     from tests.faults.harness import shoal_main
 
     marker = tmp_path / "called"
-    args = ["--env-arg", f"command='touch {marker}'"] if env_id.endswith("system") or env_id.endswith("shell") else (
-        ["--env-arg", f"name='{marker}'"] if env_id.endswith("make_folder") else [])
-    rc, errors, text = shoal_main("train", "--agent", "ppo", "--env", env_id, *args, "--run-dir",
-                                  str(tmp_path / "run"), "--quiet")
+    args = (
+        ["--env-arg", f"command='touch {marker}'"]
+        if env_id.endswith("system") or env_id.endswith("shell")
+        else (["--env-arg", f"name='{marker}'"] if env_id.endswith("make_folder") else [])
+    )
+    rc, errors, text = shoal_main(
+        "train", "--agent", "ppo", "--env", env_id, *args, "--run-dir", str(tmp_path / "run"), "--quiet"
+    )
     assert rc == 2 and len(errors) == 1 and message in errors[0], text
     assert not marker.exists() and not (tmp_path / "run").exists()
 
@@ -173,11 +222,22 @@ def test_an_env_source_that_is_no_pettingzoo_env_is_refused_before_it_is_called(
 def test_an_argument_a_users_env_function_refuses_is_one_line_naming_the_env_and_the_argument(tmp_path):
     from tests.faults.harness import shoal_main
 
-    rc, errors, text = shoal_main("train", "--agent", "ppo", "--env", f"{TOY}:any_args_env", "--env-arg", "bogus=1",
-                                  "--run-dir", str(tmp_path / "run"), "--quiet")
+    rc, errors, text = shoal_main(
+        "train",
+        "--agent",
+        "ppo",
+        "--env",
+        f"{TOY}:any_args_env",
+        "--env-arg",
+        "bogus=1",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--quiet",
+    )
     assert rc == 2 and errors == [
         f"shoal: error: environment '{TOY}:any_args_env' with arguments {{'bogus': 1}}: TypeError: "
-        "PickDifferent.__init__() got an unexpected keyword argument 'bogus'"], text
+        "PickDifferent.__init__() got an unexpected keyword argument 'bogus'"
+    ], text
     assert not (tmp_path / "run").exists()
 
 
@@ -187,9 +247,21 @@ def test_ppo_with_an_agent_that_leaves_and_masks_never_sends_a_forbidden_action_
     row's mask allows action 0 alone (never sent). The run ends and every loss is finite."""
     import csv
 
-    config = experiment_config("ppo", f"{TOY}:masked_leaving_env", preset=None, agent_settings={}, seed=0,
-                               max_env_steps=6000, num_envs=4, eval_every=3000, eval_episodes=2,
-                               target_return=1e9, run_dir=str(tmp_path / "run"), progress=False, replay="native")
+    config = experiment_config(
+        "ppo",
+        f"{TOY}:masked_leaving_env",
+        preset=None,
+        agent_settings={},
+        seed=0,
+        max_env_steps=6000,
+        num_envs=4,
+        eval_every=3000,
+        eval_episodes=2,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        replay="native",
+    )
     result = run_experiment(config)
     assert result["learner_steps"] > 0
     with open(tmp_path / "run" / "learner.csv") as f:
@@ -211,8 +283,24 @@ def test_other_agents_and_launchers_step_the_rows_as_any_vector_env(tmp_path, ag
     parameters travel to the actors as one set): the run ends, its learner updated, and
     its env steps count rows (2 agents a copy)."""
     budget = 3000 if agent == "dqn" else 20_000  # (PPO's rollouts: 128 steps of 16 rows an actor)
-    args = ["train", "--agent", agent, "--env", TOY, "--env-arg", "length=8", "--max-env-steps", str(budget),
-            "--eval-every", str(budget // 2), "--target-return", "1e9", "--quiet", "--run-dir", str(tmp_path / "run")]
+    args = [
+        "train",
+        "--agent",
+        agent,
+        "--env",
+        TOY,
+        "--env-arg",
+        "length=8",
+        "--max-env-steps",
+        str(budget),
+        "--eval-every",
+        str(budget // 2),
+        "--target-return",
+        "1e9",
+        "--quiet",
+        "--run-dir",
+        str(tmp_path / "run"),
+    ]
     if agent == "dqn":
         args += ["--set", "min_replay_size=500"]
     if launcher:
@@ -225,6 +313,7 @@ def test_other_agents_and_launchers_step_the_rows_as_any_vector_env(tmp_path, ag
 
 
 # -- a policy per group of agents -----------------------------------------------------------------
+
 
 def test_a_grouped_network_answers_each_row_with_its_groups_parameters_and_learns_from_its_rows_only():
     """Three agents in two groups (a: 0; b, c: 1), two rows each. Row by row, the output is the
@@ -245,8 +334,8 @@ def test_a_grouped_network_answers_each_row_with_its_groups_parameters_and_learn
         if "log_std" in params["params"]:  # (each group's own: 0 and 1, for as many rows as dimensions)
             params["params"]["log_std"] = params["params"]["log_std"] + jnp.arange(2.0)[:, None]
         out = grouped.apply(params, rows)
-        for r, g in enumerate(group_of_row[:len(rows)]):
-            own = inner.apply(jax.tree_util.tree_map(lambda p, g=g: p[g], params), rows[r:r + 1])
+        for r, g in enumerate(group_of_row[: len(rows)]):
+            own = inner.apply(jax.tree_util.tree_map(lambda p, g=g: p[g], params), rows[r : r + 1])
             for got, want in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(own)):
                 want = want[0] if want.shape[:1] == (1,) else want  # (a row's output, or one for all rows)
                 assert got.shape == (len(rows), *want.shape)
@@ -270,10 +359,22 @@ def test_a_policy_per_group_learns_agents_of_different_spaces_each_group_with_it
 
     from shoal.launch.experiments.trained_policy import load_policy
 
-    config = experiment_config("ppo", f"{TOY}:mixed_actions_env", preset=None, agent_settings={}, seed=0,
-                               max_env_steps=12_000, num_envs=8, eval_every=4000, eval_episodes=4,
-                               target_return=9.5, run_dir=str(tmp_path / "run"), progress=False, replay="native",
-                               agent_groups={"a": "first", "b": "second"})
+    config = experiment_config(
+        "ppo",
+        f"{TOY}:mixed_actions_env",
+        preset=None,
+        agent_settings={},
+        seed=0,
+        max_env_steps=12_000,
+        num_envs=8,
+        eval_every=4000,
+        eval_episodes=4,
+        target_return=9.5,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        replay="native",
+        agent_groups={"a": "first", "b": "second"},
+    )
     result = run_experiment(config)
     assert result["solved"] and result["final_eval_return"] >= 9.5, result
     policy = load_policy(str(tmp_path / "run"), env_id=f"{TOY}:mixed_actions_env")  # (named again: it imports)
@@ -305,8 +406,10 @@ def test_a_padded_gaussian_entry_cancels_in_the_ratio_and_gets_no_gradient():
         return distributions.gaussian_log_prob(*masked((mean, log_std), mask), action)[0]
 
     old, new = (jnp.array([[0.0, 0.0]]), jnp.array([0.0, 0.0])), (jnp.array([[0.3, -0.8]]), jnp.array([0.1, 0.5]))
-    in_use = distributions.gaussian_log_prob(new[0][:, :1], new[1][:1], action[:, :1])[0] - \
-        distributions.gaussian_log_prob(old[0][:, :1], old[1][:1], action[:, :1])[0]
+    in_use = (
+        distributions.gaussian_log_prob(new[0][:, :1], new[1][:1], action[:, :1])[0]
+        - distributions.gaussian_log_prob(old[0][:, :1], old[1][:1], action[:, :1])[0]
+    )
     np.testing.assert_allclose(log_prob(*new) - log_prob(*old), in_use, rtol=1e-5)
     grads = jax.grad(lambda p: log_prob(*p) + distributions.gaussian_entropy(*masked(p, mask))[0])(new)
     assert grads[0][0, 1] == 0 and grads[1][1] == 0 and grads[0][0, 0] != 0
@@ -320,10 +423,22 @@ def test_ppo_learns_agents_of_different_continuous_action_sizes_each_given_its_o
     0 its return could not pass -2.5; a policy at 0 scores -2.5 for ``a``, -5 for ``b``)."""
     import csv
 
-    config = experiment_config("ppo", f"{TOY}:reach_env", preset=None, agent_settings={}, seed=0,
-                               max_env_steps=10_000, num_envs=8, eval_every=5_000, eval_episodes=4,
-                               target_return=1e9, progress=False, replay="native", run_dir=str(tmp_path / "run"),
-                               agent_groups={"a": "one", "b": "two"})
+    config = experiment_config(
+        "ppo",
+        f"{TOY}:reach_env",
+        preset=None,
+        agent_settings={},
+        seed=0,
+        max_env_steps=10_000,
+        num_envs=8,
+        eval_every=5_000,
+        eval_episodes=4,
+        target_return=1e9,
+        progress=False,
+        replay="native",
+        run_dir=str(tmp_path / "run"),
+        agent_groups={"a": "one", "b": "two"},
+    )
     env = config.make_env(2, 0)
     assert env.single_action_space.shape == (2,)
     obs, _ = env.reset(seed=0)
@@ -351,7 +466,9 @@ def test_padded_continuous_actions_reach_each_agent_cut_and_clipped_to_its_own_s
     obs, _ = same_size.reset(seed=0)
     assert "action_mask" not in obs
     same_size.step(np.array([[2.5], [2.5]], np.float32))
-    assert same_size.envs[0].last_actions["a"].tolist() == [1.0] and same_size.envs[0].last_actions["b"].tolist() == [2.5]
+    assert same_size.envs[0].last_actions["a"].tolist() == [1.0] and same_size.envs[0].last_actions["b"].tolist() == [
+        2.5
+    ]
 
 
 def test_ppo_acts_0_in_an_action_entry_not_in_use():
@@ -362,8 +479,9 @@ def test_ppo_acts_0_in_an_action_entry_not_in_use():
     from shoal.core.specs import make_environment_spec
     from shoal.core.types import ActorInfo
 
-    config = experiment_config("ppo", f"{TOY}:reach_env", preset=None, agent_settings={},
-                               agent_groups={"a": "one", "b": "two"})
+    config = experiment_config(
+        "ppo", f"{TOY}:reach_env", preset=None, agent_settings={}, agent_groups={"a": "one", "b": "two"}
+    )
     env = config.make_env(4, 0)
     spec = make_environment_spec(env)
     networks = config.make_networks(spec)
@@ -377,18 +495,22 @@ def test_ppo_acts_0_in_an_action_entry_not_in_use():
 
 
 def test_sac_refuses_agents_of_different_continuous_action_sizes_in_one_line():
-    config = experiment_config("sac", f"{TOY}:reach_env", preset=None, agent_settings={},
-                               agent_groups={"a": "one", "b": "two"})
+    config = experiment_config(
+        "sac", f"{TOY}:reach_env", preset=None, agent_settings={}, agent_groups={"a": "one", "b": "two"}
+    )
     with pytest.raises(ValueError, match="sac does not read an action_mask of continuous actions"):
         config.validate_agent(config.environment_spec(), check_memory=False)
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"agent_groups": {"a": "x"}}, "agent 'b' of pettingzoo:tests.multiagent_envs is in no group"),
-    ({"agent_groups": {"?": "x", "b": "y"}}, "agent 'b' of pettingzoo:tests.multiagent_envs is put in groups x, y"),
-    ({"agent_groups": {"*": "x"}, "agent_ids": False}, "drop --no-agent-ids"),
-    ({"agent_groups": {"*": "x"}, "env_id": "CartPole-v1"}, "for a PettingZoo env \\(pettingzoo:<module>\\) only"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"agent_groups": {"a": "x"}}, "agent 'b' of pettingzoo:tests.multiagent_envs is in no group"),
+        ({"agent_groups": {"?": "x", "b": "y"}}, "agent 'b' of pettingzoo:tests.multiagent_envs is put in groups x, y"),
+        ({"agent_groups": {"*": "x"}, "agent_ids": False}, "drop --no-agent-ids"),
+        ({"agent_groups": {"*": "x"}, "env_id": "CartPole-v1"}, "for a PettingZoo env \\(pettingzoo:<module>\\) only"),
+    ],
+)
 def test_bad_agent_groups_are_one_line_errors_before_anything_starts(changes, message):
     config = experiment_config("ppo", changes.pop("env_id", TOY), preset=None, agent_settings={}, **changes)
     with pytest.raises(ValueError, match=message):
@@ -396,13 +518,15 @@ def test_bad_agent_groups_are_one_line_errors_before_anything_starts(changes, me
 
 
 def test_a_policy_per_group_refuses_a_recurrent_network_in_one_line():
-    config = experiment_config("ppo", TOY, preset=None, agent_settings={"lstm_size": 16},
-                               agent_groups={"a": "x", "b": "y"})
+    config = experiment_config(
+        "ppo", TOY, preset=None, agent_settings={"lstm_size": 16}, agent_groups={"a": "x", "b": "y"}
+    )
     with pytest.raises(ValueError, match="a policy per group takes feed-forward networks"):
         config.make_networks(config.environment_spec())
 
 
 # -- a centralised critic (MAPPO) -----------------------------------------------------------------
+
 
 def test_a_centralised_critic_reads_the_global_state_and_the_policy_does_not():
     """``--global-state``: each row carries its copy's ``state()``; the actor-critic's value head
@@ -430,10 +554,22 @@ def test_a_centralised_critic_reads_the_global_state_and_the_policy_does_not():
 
 @pytest.mark.e2e
 def test_ppo_with_a_centralised_critic_learns_the_coordination_game(tmp_path):
-    config = experiment_config("ppo", f"{TOY}:state_env", preset=None, agent_settings={}, seed=0,
-                               max_env_steps=12_000, num_envs=8, eval_every=4000, eval_episodes=4,
-                               target_return=9.5, run_dir=str(tmp_path / "run"), progress=False, replay="native",
-                               global_state=True)
+    config = experiment_config(
+        "ppo",
+        f"{TOY}:state_env",
+        preset=None,
+        agent_settings={},
+        seed=0,
+        max_env_steps=12_000,
+        num_envs=8,
+        eval_every=4000,
+        eval_episodes=4,
+        target_return=9.5,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        replay="native",
+        global_state=True,
+    )
     result = run_experiment(config)
     assert result["solved"] and result["final_eval_return"] >= 9.5, result
 
@@ -454,16 +590,36 @@ def test_a_run_with_groups_resumes_with_its_groups_and_shoal_compare_reads_multi
     from shoal.launch.experiments.trained_policy import load_policy
 
     def train(run: str, seed: int, budget: int, *more: str) -> dict:
-        done = run_shoal("train", "--agent", "ppo", "--env", TOY, "--seed", str(seed), "--max-env-steps",
-                         str(budget), "--eval-every", "2000", "--target-return", "1e9", "--quiet", "--run-dir",
-                         str(tmp_path / run), "--replay", "native", *more, timeout=300)
+        done = run_shoal(
+            "train",
+            "--agent",
+            "ppo",
+            "--env",
+            TOY,
+            "--seed",
+            str(seed),
+            "--max-env-steps",
+            str(budget),
+            "--eval-every",
+            "2000",
+            "--target-return",
+            "1e9",
+            "--quiet",
+            "--run-dir",
+            str(tmp_path / run),
+            "--replay",
+            "native",
+            *more,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     groups = ("--agent-group", "a=x", "--agent-group", "b=y")
     first = train("r0", 0, 4000, *groups)
-    resumed = run_shoal("train", "--resume", str(tmp_path / "r0"), "--env", TOY, "--max-env-steps", "8000", "--quiet",
-                        timeout=300)
+    resumed = run_shoal(
+        "train", "--resume", str(tmp_path / "r0"), "--env", TOY, "--max-env-steps", "8000", "--quiet", timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     second = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert second["env_steps"] >= 8000 and second["learner_steps"] > first["learner_steps"]
@@ -471,7 +627,15 @@ def test_a_run_with_groups_resumes_with_its_groups_and_shoal_compare_reads_multi
     assert policy.config.multiagent.agent_groups == {"a": "x", "b": "y"}
     assert all(leaf.shape[0] == 2 for leaf in jax.tree_util.tree_leaves(policy.params["network"]))
     train("r1", 1, 4000, *groups)
-    compared = run_shoal("compare", str(tmp_path / "r0"), str(tmp_path / "r1"), "--out", str(tmp_path / "cmp"),
-                         "--bootstrap-samples", "200", timeout=300)
+    compared = run_shoal(
+        "compare",
+        str(tmp_path / "r0"),
+        str(tmp_path / "r1"),
+        "--out",
+        str(tmp_path / "cmp"),
+        "--bootstrap-samples",
+        "200",
+        timeout=300,
+    )
     assert compared.returncode == 0, compared.stderr[-3000:]
     assert "ppo" in compared.stdout and (tmp_path / "cmp" / "summary.json").exists()

@@ -27,12 +27,39 @@ from tests.waiting import wait_for
 
 # (not imported here: Ray reads its auth token once, and tests/ray_cluster.py sets one later)
 WHY = "needs the 'ray' extra" if importlib.util.find_spec("ray") is None else unavailable()
-pytestmark = [pytest.mark.e2e, pytest.mark.slow,  # programs across two network namespaces (~3 min: -m slow)
-              pytest.mark.skipif(WHY is not None, reason=f"two network namespaces: {WHY}")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,  # programs across two network namespaces (~3 min: -m slow)
+    pytest.mark.skipif(WHY is not None, reason=f"two network namespaces: {WHY}"),
+]
 
-SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0", "--set", "min_replay_size=256",
-         "--target-return", "1e9", "--eval-episodes", "2", "--quiet", "--launcher", "ray", "--num-actors", "2",
-         "--resources", "actor:actor_host=1", "--resources", "learner:learner_host=1", "--params-via", "rpc"]
+SMALL = [
+    "--agent",
+    "dqn",
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "8",
+    "--seed",
+    "0",
+    "--set",
+    "min_replay_size=256",
+    "--target-return",
+    "1e9",
+    "--eval-episodes",
+    "2",
+    "--quiet",
+    "--launcher",
+    "ray",
+    "--num-actors",
+    "2",
+    "--resources",
+    "actor:actor_host=1",
+    "--resources",
+    "learner:learner_host=1",
+    "--params-via",
+    "rpc",
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +76,19 @@ class Driver:
     """``shoal train`` in the head's namespace, its output read as it comes."""
 
     def __init__(self, cluster, run_dir, *args, env=None):
-        self.proc = cluster.popen(0, shoal_command("train", *SMALL, "--ray-address", cluster.address,
-                                                   "--run-dir", str(run_dir), *args), env=env or cluster.env(),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = cluster.popen(
+            0,
+            shoal_command("train", *SMALL, "--ray-address", cluster.address, "--run-dir", str(run_dir), *args),
+            env=env or cluster.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.out, self.err = [], []
-        self._threads = [threading.Thread(target=self._read, args=(s, b), daemon=True)
-                         for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        self._threads = [
+            threading.Thread(target=self._read, args=(s, b), daemon=True)
+            for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))
+        ]
         for t in self._threads:
             t.start()
 
@@ -95,8 +129,15 @@ def alive(pid: int) -> bool:
 def test_a_run_survives_a_killed_actor_worker_and_a_short_partition(cluster, tmp_path):
     driver = Driver(cluster, tmp_path / "run", "--max-env-steps", "12000", "--eval-every", "12000")
     try:
-        nodes = wait_for(lambda: (s := driver.started()).keys() >= {"learner", "actor_0", "actor_1", "replay"} and
-                         "[actor_1] reads parameters over RPC" in driver.text and s, 180, "every node to start")
+        nodes = wait_for(
+            lambda: (
+                (s := driver.started()).keys() >= {"learner", "actor_0", "actor_1", "replay"}
+                and "[actor_1] reads parameters over RPC" in driver.text
+                and s
+            ),
+            180,
+            "every node to start",
+        )
         assert nodes["actor_0"][1] == nodes["actor_1"][1] == cluster.ips[1]  # actors on the second host
         for label in ("learner", "replay", "counter", "evaluator"):  # the services beside the learner
             assert wait_for(lambda: driver.started().get(label), 60, label)[1] == cluster.ips[0]  # noqa: B023
@@ -107,11 +148,17 @@ def test_a_run_survives_a_killed_actor_worker_and_a_short_partition(cluster, tmp
         wait_for(lambda: driver.started()["actor_0"][0] != nodes["actor_0"][0], 120, "actor_0's restart")
         cluster.link(up=False)
         far = re.escape(cluster.ips[1])
-        wait_for(lambda: re.search(rf"actor_\d on {far} has not answered", driver.text), 60,
-                 "a warning that the far host's nodes went silent")
+        wait_for(
+            lambda: re.search(rf"actor_\d on {far} has not answered", driver.text),
+            60,
+            "a warning that the far host's nodes went silent",
+        )
         cluster.link(up=True)
-        wait_for(lambda: re.search(rf"actor_\d on {far} answers again", driver.text), 60,
-                 "the far host's nodes to answer again")
+        wait_for(
+            lambda: re.search(rf"actor_\d on {far} answers again", driver.text),
+            60,
+            "the far host's nodes to answer again",
+        )
         os.kill(nodes["learner"][0], signal.SIGCONT)
         code = driver.wait(timeout=300)
     finally:
@@ -127,11 +174,24 @@ def test_a_run_survives_a_killed_actor_worker_and_a_short_partition(cluster, tmp
 
 
 def test_a_partition_past_the_peer_timeout_is_one_line_and_leaves_no_process(cluster, tmp_path):
-    driver = Driver(cluster, tmp_path / "run", "--max-env-steps", str(10**7), "--eval-every", str(10**7),
-                    env=cluster.env(SHOAL_PEER_TIMEOUT_S="6"))
+    driver = Driver(
+        cluster,
+        tmp_path / "run",
+        "--max-env-steps",
+        str(10**7),
+        "--eval-every",
+        str(10**7),
+        env=cluster.env(SHOAL_PEER_TIMEOUT_S="6"),
+    )
     try:
-        wait_for(lambda: "[actor_1] reads parameters over RPC" in driver.text and
-                 "[actor_0] reads parameters over RPC" in driver.text, 180, "both actors to run")
+        wait_for(
+            lambda: (
+                "[actor_1] reads parameters over RPC" in driver.text
+                and "[actor_0] reads parameters over RPC" in driver.text
+            ),
+            180,
+            "both actors to run",
+        )
         nodes = driver.started()
         cluster.link(up=False)
         code = driver.wait(timeout=120)
@@ -140,7 +200,11 @@ def test_a_partition_past_the_peer_timeout_is_one_line_and_leaves_no_process(clu
         assert re.search(r"actor_\d failed: no answer from actor_\d on " + re.escape(cluster.ips[1]), errors[0]), errors
         # Both hosts' node processes end: the cut-off host's by themselves, the link still down.
         wait_for(lambda: not any(alive(pid) for pid, _ in nodes.values()), 60, "every node process to end")
-        assert not [f for f in os.listdir("/dev/shm") if re.match(rf"shoal-.*-({'|'.join(str(p) for p, _ in nodes.values())})-", f)]
+        assert not [
+            f
+            for f in os.listdir("/dev/shm")
+            if re.match(rf"shoal-.*-({'|'.join(str(p) for p, _ in nodes.values())})-", f)
+        ]
     finally:
         cluster.link(up=True)
         driver.proc.kill()

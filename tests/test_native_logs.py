@@ -31,8 +31,13 @@ def test_the_filter_drops_native_lines_only_for_its_block_and_keeps_the_others_i
             os.write(2, b"[reverb/cc/verbose.cc:1] shown: kept\\n")
     """)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.splitlines() == ["one", "two", "three", "[reverb/cc/after.cc:1] shown: the block ended",
-                                        "[reverb/cc/verbose.cc:1] shown: kept"]
+    assert done.stderr.splitlines() == [
+        "one",
+        "two",
+        "three",
+        "[reverb/cc/after.cc:1] shown: the block ended",
+        "[reverb/cc/verbose.cc:1] shown: kept",
+    ]
 
 
 def test_a_python_api_run_on_reverb_prints_none_of_reverbs_lines(tmp_path):
@@ -62,16 +67,35 @@ def test_a_run_under_a_local_ray_shows_shoals_lines_only(tmp_path):
     from tests.faults.harness import SMALL
     from tests.shoal_cli import run_shoal
 
-    proc = run_shoal("train", *SMALL, "--launcher", "ray", "--num-actors", "1", "--max-env-steps", "3000",
-                     "--run-dir", str(tmp_path / "run"), timeout=500)
+    proc = run_shoal(
+        "train",
+        *SMALL,
+        "--launcher",
+        "ray",
+        "--num-actors",
+        "1",
+        "--max-env-steps",
+        "3000",
+        "--run-dir",
+        str(tmp_path / "run"),
+        timeout=500,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for line in proc.stderr.splitlines():
-        assert not any(text in line for text in ("Token authentication", "constructor arguments in the object store",
-                                                 "Started a local Ray", "os.fork()")), proc.stderr[-3000:]
+        assert not any(
+            text in line
+            for text in (
+                "Token authentication",
+                "constructor arguments in the object store",
+                "Started a local Ray",
+                "os.fork()",
+            )
+        ), proc.stderr[-3000:]
     # (issue 39: status and evaluate on a finished Ray run)
     status = run_shoal("status", str(tmp_path / "run"), timeout=120)
-    assert status.returncode == 0 and "(ray launcher, 1 actors" in status.stdout and "state: ended" in status.stdout, \
+    assert status.returncode == 0 and "(ray launcher, 1 actors" in status.stdout and "state: ended" in status.stdout, (
         status.stdout + status.stderr
+    )
     evaluated = run_shoal("evaluate", str(tmp_path / "run"), "--episodes", "2", timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert json.loads(evaluated.stdout.splitlines()[-1])["episodes"] == 2

@@ -37,10 +37,21 @@ RUNS = {
 
 def trained(agent: str, tmp_path, name: str) -> tuple[dict, list]:
     env, budget, settings = RUNS[agent]
-    config = experiment_config(agent.split("-")[0], env, preset=None, agent_settings=settings, seed=3,
-                               max_env_steps=budget, num_envs=4, eval_every=budget // 2, eval_episodes=2,
-                               target_return=1e9, run_dir=str(tmp_path / name), progress=False,
-                               replay="native")
+    config = experiment_config(
+        agent.split("-")[0],
+        env,
+        preset=None,
+        agent_settings=settings,
+        seed=3,
+        max_env_steps=budget,
+        num_envs=4,
+        eval_every=budget // 2,
+        eval_episodes=2,
+        target_return=1e9,
+        run_dir=str(tmp_path / name),
+        progress=False,
+        replay="native",
+    )
     result = run_experiment(config)
     with open(tmp_path / name / "eval.csv") as f:
         rows = [{k: v for k, v in row.items() if "time" not in k and not k.endswith("_s")} for row in csv.DictReader(f)]
@@ -75,11 +86,29 @@ def test_a_native_run_never_imports_tensorflow_or_reverb(launcher, tmp_path):
         (blocked / name).mkdir(parents=True)
         (blocked / name / "__init__.py").write_text(textwrap.dedent(FAKE))
     marker = tmp_path / "imported.txt"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), ROOT, os.environ.get("PYTHONPATH", "")]),
-           "SHOAL_TEST_FORBIDDEN": str(marker)}
-    args = ["train", "--agent", "dqn", "--env", "CartPole-v1", "--replay", "native",
-            "--max-env-steps", "3000", "--eval-every", "1500", "--target-return", "1e9", "--quiet",
-            "--run-dir", str(tmp_path / "run")]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(blocked), ROOT, os.environ.get("PYTHONPATH", "")]),
+        "SHOAL_TEST_FORBIDDEN": str(marker),
+    }
+    args = [
+        "train",
+        "--agent",
+        "dqn",
+        "--env",
+        "CartPole-v1",
+        "--replay",
+        "native",
+        "--max-env-steps",
+        "3000",
+        "--eval-every",
+        "1500",
+        "--target-return",
+        "1e9",
+        "--quiet",
+        "--run-dir",
+        str(tmp_path / "run"),
+    ]
     if launcher:
         args += ["--launcher", launcher, "--num-actors", "2"]
     done = run_shoal(*args, env=env, timeout=300)
@@ -197,8 +226,14 @@ def test_a_checkpoint_keeps_the_steps_of_items_removed_while_it_is_written(tmp_p
     from shoal.replay import RateLimit, TableSpec
     from shoal.replay.native import NativeReplayServer
 
-    table = TableSpec("t", sampler="uniform", remover="fifo", max_size=2, rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
-                      signature={"x": ArraySpec((2,), np.float32)})
+    table = TableSpec(
+        "t",
+        sampler="uniform",
+        remover="fifo",
+        max_size=2,
+        rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
+        signature={"x": ArraySpec((2,), np.float32)},
+    )
     replay = NativeReplayServer([table], checkpoint_dir=str(tmp_path))
 
     def insert(values):
@@ -234,8 +269,9 @@ def _served_shared(tables, shared_memory=True):
     from shoal.replay.native import NativeReplayClient
 
     replay, rpc, _ = _served(tables)
-    client = NativeReplayClient(RpcClient(rpc.address, token="t0ken", timeout_s=30), rpc.address,
-                                shared_memory=shared_memory)
+    client = NativeReplayClient(
+        RpcClient(rpc.address, token="t0ken", timeout_s=30), rpc.address, shared_memory=shared_memory
+    )
     return replay, rpc, client
 
 
@@ -250,8 +286,15 @@ def test_large_steps_and_batches_cross_shared_memory_on_one_host_intact(shared_m
     from shoal.replay import RateLimit, TableSpec, transition_batches
 
     shape = (8, 4, 32, 32)  # (32 KiB a step column: a call of 8 items goes through shared memory)
-    table = TableSpec("t", sampler="fifo", remover="fifo", max_size=1000, rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
-                      max_times_sampled=1, signature={"observation": ArraySpec(shape, np.uint8), "reward": ArraySpec((8,), np.float32)})
+    table = TableSpec(
+        "t",
+        sampler="fifo",
+        remover="fifo",
+        max_size=1000,
+        rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
+        max_times_sampled=1,
+        signature={"observation": ArraySpec(shape, np.uint8), "reward": ArraySpec((8,), np.float32)},
+    )
     replay, rpc, client = _served_shared([table], shared_memory)
     try:
         writer = client.writer(1)
@@ -292,10 +335,24 @@ def test_steps_of_two_layouts_and_overlapping_items_in_one_call_arrive_intact(sh
     from shoal.replay import RateLimit, TableSpec
 
     limit = RateLimit(1.0, 1, -1e9, 1e9)
-    wide = TableSpec("wide", sampler="fifo", remover="fifo", max_size=1000, rate_limit=limit, max_times_sampled=1,
-                     signature={"frame": ArraySpec((3, 64, 64), np.float32), "time": ArraySpec((3,), np.int64)})
-    small = TableSpec("small", sampler="fifo", remover="fifo", max_size=1000, rate_limit=limit, max_times_sampled=1,
-                      signature={"frame": ArraySpec((2,), np.uint8), "time": ArraySpec((), np.int32)})
+    wide = TableSpec(
+        "wide",
+        sampler="fifo",
+        remover="fifo",
+        max_size=1000,
+        rate_limit=limit,
+        max_times_sampled=1,
+        signature={"frame": ArraySpec((3, 64, 64), np.float32), "time": ArraySpec((3,), np.int64)},
+    )
+    small = TableSpec(
+        "small",
+        sampler="fifo",
+        remover="fifo",
+        max_size=1000,
+        rate_limit=limit,
+        max_times_sampled=1,
+        signature={"frame": ArraySpec((2,), np.uint8), "time": ArraySpec((), np.int32)},
+    )
     replay, rpc, client = _served_shared([wide, small], shared_memory)
     try:
         writer = client.writer(8)
@@ -339,8 +396,15 @@ def test_items_of_one_envs_steps_interleaved_with_other_envs_are_gathered_intact
     from shoal.replay import RateLimit, TableSpec
     from shoal.replay.native import NativeReplayServer
 
-    table = TableSpec("s", sampler="fifo", remover="fifo", max_size=1000, rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
-                      max_times_sampled=1, signature={"x": ArraySpec((4, 2), np.float32)})
+    table = TableSpec(
+        "s",
+        sampler="fifo",
+        remover="fifo",
+        max_size=1000,
+        rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
+        max_times_sampled=1,
+        signature={"x": ArraySpec((4, 2), np.float32)},
+    )
     if where == "in-process":
         replay = NativeReplayServer([table])
         client, rpc = replay.client, None
@@ -451,8 +515,11 @@ def test_items_gathered_behind_a_call_go_in_once_a_writer_that_stopped_sends_wha
         writer.send_pending()  # (the call in flight is not answered: nothing is sent)
         taken = [int(s.data[0][0]) for s in client.sample("q", num_samples=RPC_BATCH)]  # (the first call's)
         assert taken == list(range(RPC_BATCH)) and inserted() == RPC_BATCH
-        wait_for(lambda: writer.send_pending() or inserted() >= RPC_BATCH + RPC_BATCH // 2, 30,
-                 "the gathered items in the table (as many as the queue holds)")
+        wait_for(
+            lambda: writer.send_pending() or inserted() >= RPC_BATCH + RPC_BATCH // 2,
+            30,
+            "the gathered items in the table (as many as the queue holds)",
+        )
         taken = [int(s.data[0][0]) for s in client.sample("q", num_samples=RPC_BATCH)]
         assert taken == list(range(RPC_BATCH, 2 * RPC_BATCH))
         writer.close()

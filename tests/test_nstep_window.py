@@ -20,8 +20,15 @@ def test_window_equals_the_reference(n: int) -> None:
     ends_inside = 0
     for _ in range(300):
         obs = rng.random((6, 3)).astype(np.float32)
-        step = Step(obs, rng.integers(0, 2, 6), rng.normal(size=6).astype(np.float32), rng.random(6) < 0.2,
-                    rng.random(6) < 0.1, obs + 1, {})
+        step = Step(
+            obs,
+            rng.integers(0, 2, 6),
+            rng.normal(size=6).astype(np.float32),
+            rng.random(6) < 0.2,
+            rng.random(6) < 0.1,
+            obs + 1,
+            {},
+        )
         steps.append(step)
         flags[:, :-1] = flags[:, 1:]  # (as NStepTransitionAdder.add moves its window)
         flags[0, -1], flags[1, -1] = step.reward, step.terminated

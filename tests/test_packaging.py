@@ -35,7 +35,12 @@ def test_pyproject_lists_every_package_of_the_tree():
 
 
 def test_the_tree_check_finds_the_agents():  # (the walk itself: a check that finds nothing passes anything)
-    assert {"shoal.agents.dqn", "shoal.agents.r2d2", "shoal.replay.native", "shoal.launch.programs.rpc"} <= tree_packages()
+    assert {
+        "shoal.agents.dqn",
+        "shoal.agents.r2d2",
+        "shoal.replay.native",
+        "shoal.launch.programs.rpc",
+    } <= tree_packages()
 
 
 def test_no_package_holds_more_than_15_modules():

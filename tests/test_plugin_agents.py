@@ -35,8 +35,11 @@ def qrdqn(monkeypatch):
 
 def shoal_train(*args, pythonpath=EXAMPLES):
     """``shoal train ARGS`` in a subprocess: (exit status, its JSON line or None, stderr)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join(p for p in [pythonpath, os.environ.get("PYTHONPATH")] if p))
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(p for p in [pythonpath, os.environ.get("PYTHONPATH")] if p),
+    )
     proc = run_shoal("train", *args, timeout=300, env=env)
     lines = proc.stdout.strip().splitlines()
     return proc.returncode, json.loads(lines[-1]) if proc.returncode == 0 else None, proc.stderr
@@ -51,6 +54,7 @@ def shoal_in_process(*args):
 
 
 # -- the loss, on hand-made cases ----------------------------------------------------------------
+
 
 def test_the_quantile_loss_is_zero_on_its_target_and_positive_off_it(qrdqn):
     loss = qrdqn.quantile_huber_loss
@@ -93,8 +97,13 @@ def test_the_loss_seam_gives_dqns_update_the_quantile_loss(qrdqn):
     builder = qrdqn.QRDQNBuilder(qrdqn.QRDQNConfig(num_quantiles=3, hidden_sizes=(8,)))
     networks = builder.make_networks(environment_spec("CartPole-v1", 2))
     params = networks.q_network.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
-    batch = {"observation": jnp.ones((5, 4)), "action": jnp.array([0, 1, 0, 1, 1]), "reward": jnp.ones(5),
-             "discount": jnp.full(5, 0.9), "next_observation": jnp.zeros((5, 4))}
+    batch = {
+        "observation": jnp.ones((5, 4)),
+        "action": jnp.array([0, 1, 0, 1, 1]),
+        "reward": jnp.ones(5),
+        "discount": jnp.full(5, 0.9),
+        "next_observation": jnp.zeros((5, 4)),
+    }
     out = builder.loss(networks.q_network, params, params, batch)
     assert out.losses.shape == out.td_abs.shape == out.q.shape == (5,)
     assert bool(jnp.all(out.losses > 0)) and bool(jnp.all(out.td_abs >= 0))
@@ -102,9 +111,19 @@ def test_the_loss_seam_gives_dqns_update_the_quantile_loss(qrdqn):
 
 # -- the command line ----------------------------------------------------------------------------
 
+
 def test_dry_run_names_the_plugin_its_preset_and_a_set_value(qrdqn, tmp_path):
-    rc, out, err = shoal_in_process("--agent", AGENT, "--env", "CartPole-v1", "--set", "num_quantiles=8",
-                                    "--dry-run", "--run-dir", str(tmp_path / "run"))
+    rc, out, err = shoal_in_process(
+        "--agent",
+        AGENT,
+        "--env",
+        "CartPole-v1",
+        "--set",
+        "num_quantiles=8",
+        "--dry-run",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert rc == 0, err
     config = json.loads(out.splitlines()[0])
     assert config["agent"] == AGENT and config["agent_config"]["num_quantiles"] == 8
@@ -123,8 +142,9 @@ def test_an_installed_entry_point_names_the_plugin(qrdqn, tmp_path, monkeypatch)
 
     try:
         assert "qrdqn" in registry.registered_agents()
-        rc, out, err = shoal_in_process("--agent", "qrdqn", "--env", "CartPole-v1", "--dry-run",
-                                        "--run-dir", str(tmp_path / "run"))
+        rc, out, err = shoal_in_process(
+            "--agent", "qrdqn", "--env", "CartPole-v1", "--dry-run", "--run-dir", str(tmp_path / "run")
+        )
         named = shoal_in_process("--agent", AGENT, "--env", "CartPole-v1", "--dry-run")  # (the default folder)
     finally:
         registry._load.cache_clear()  # (the name is known only while the dist-info is on the path)
@@ -135,7 +155,7 @@ def test_an_installed_entry_point_names_the_plugin(qrdqn, tmp_path, monkeypatch)
     assert json.loads(named[1].splitlines()[0])["run"]["dir"].startswith(os.path.join("runs", "qrdqn-CartPole-v1-s0-"))
 
 
-BAD_PLUGINS = '''
+BAD_PLUGINS = """
 from shoal.agents.transition_replay import TransitionReplayBuilder
 from qrdqn_agent import QRDQNBuilder, QRDQNConfig
 
@@ -144,21 +164,34 @@ class NoConfig(TransitionReplayBuilder):  # forgot `config: QRDQNConfig`
 
 class Unfinished(TransitionReplayBuilder):  # no make_networks, make_policy, make_learner
     config: QRDQNConfig
-'''
+"""
 
 
-@pytest.mark.parametrize("agent, expected", [
-    ("no_such_module:Builder", "cannot import 'no_such_module' for agent 'no_such_module:Builder': "
-                               "ModuleNotFoundError: No module named 'no_such_module'"),
-    ("raising_plugin:Builder", "cannot import 'raising_plugin' for agent 'raising_plugin:Builder': "
-                               "RuntimeError: broken at import"),
-    ("bad_plugins:Missing", "module 'bad_plugins' has no 'Missing'"),
-    ("bad_plugins:QRDQNConfig", "is <class 'qrdqn_agent.QRDQNConfig'>, not a subclass of shoal.agents.AgentBuilder"),
-    ("bad_plugins:NoConfig", "NoConfig must declare its config dataclass (config_class = MyConfig, or the "
-                             "annotation config: MyConfig)"),
-    ("bad_plugins:Unfinished", "Unfinished does not define make_learner, make_networks, make_policy"),
-    ("qrdqn", "unknown agent 'qrdqn'"),  # (a name needs an entry point; a path needs module:Class)
-])
+@pytest.mark.parametrize(
+    "agent, expected",
+    [
+        (
+            "no_such_module:Builder",
+            "cannot import 'no_such_module' for agent 'no_such_module:Builder': "
+            "ModuleNotFoundError: No module named 'no_such_module'",
+        ),
+        (
+            "raising_plugin:Builder",
+            "cannot import 'raising_plugin' for agent 'raising_plugin:Builder': RuntimeError: broken at import",
+        ),
+        ("bad_plugins:Missing", "module 'bad_plugins' has no 'Missing'"),
+        (
+            "bad_plugins:QRDQNConfig",
+            "is <class 'qrdqn_agent.QRDQNConfig'>, not a subclass of shoal.agents.AgentBuilder",
+        ),
+        (
+            "bad_plugins:NoConfig",
+            "NoConfig must declare its config dataclass (config_class = MyConfig, or the annotation config: MyConfig)",
+        ),
+        ("bad_plugins:Unfinished", "Unfinished does not define make_learner, make_networks, make_policy"),
+        ("qrdqn", "unknown agent 'qrdqn'"),  # (a name needs an entry point; a path needs module:Class)
+    ],
+)
 def test_a_bad_plugin_is_one_error_line_and_status_2(agent, expected, qrdqn, tmp_path, monkeypatch):
     (tmp_path / "bad_plugins.py").write_text(BAD_PLUGINS)
     (tmp_path / "raising_plugin.py").write_text("raise RuntimeError('broken at import\\nsecond line')\n")
@@ -177,9 +210,23 @@ BUDGET = 6_000
 @pytest.mark.e2e
 def test_qrdqn_learns_cartpole_in_one_process_and_resumes_naming_its_agent_again(tmp_path):
     run_dir = tmp_path / "run"
-    rc, result, err = shoal_train("--agent", AGENT, "--env", "CartPole-v1", "--seed", "0", "--max-env-steps",
-                                  str(BUDGET), "--target-return", "1e9", "--replay", "native", "--quiet",
-                                  "--run-dir", str(run_dir))
+    rc, result, err = shoal_train(
+        "--agent",
+        AGENT,
+        "--env",
+        "CartPole-v1",
+        "--seed",
+        "0",
+        "--max-env-steps",
+        str(BUDGET),
+        "--target-return",
+        "1e9",
+        "--replay",
+        "native",
+        "--quiet",
+        "--run-dir",
+        str(run_dir),
+    )
     assert rc == 0, err[-3000:]
     assert result["agent"] == "qrdqn" and result["env_steps"] >= BUDGET and result["learner_steps"] > 0, result
     # A random policy scores ~22 on CartPole-v1; at this budget (native replay: seeded, the same
@@ -194,8 +241,9 @@ def test_qrdqn_learns_cartpole_in_one_process_and_resumes_naming_its_agent_again
     rc, _, err = shoal_train("--resume", str(run_dir), "--agent", AGENT, "--quiet", pythonpath=None)
     assert rc == 2 and f"cannot import 'qrdqn_agent' for agent '{AGENT}'" in err, err[-3000:]
     saved = json.loads((run_dir / "checkpoints" / "run.json").read_text())
-    rc, resumed, err = shoal_train("--resume", str(run_dir), "--agent", AGENT, "--max-env-steps", str(BUDGET + 1_000),
-                                   "--quiet")
+    rc, resumed, err = shoal_train(
+        "--resume", str(run_dir), "--agent", AGENT, "--max-env-steps", str(BUDGET + 1_000), "--quiet"
+    )
     assert rc == 0, err[-3000:]
     assert resumed["resumed_from"]["learner_digest"] == saved["learner_digest"]
     assert resumed["env_steps"] >= BUDGET + 1_000 and resumed["learner_steps"] > result["learner_steps"], resumed
@@ -205,10 +253,34 @@ def test_qrdqn_learns_cartpole_in_one_process_and_resumes_naming_its_agent_again
 def test_qrdqn_runs_as_a_program_of_processes(tmp_path):
     budget = 2_048
     rc, result, err = shoal_train(
-        "--agent", AGENT, "--env", "CartPole-v1", "--launcher", "processes", "--num-actors", "2",
-        "--num-envs", "8", "--seed", "0", "--max-env-steps", str(budget), "--eval-every", str(budget),
-        "--eval-episodes", "2", "--target-return", "1e9", "--set", "min_replay_size=256",
-        "--set", "num_quantiles=8", "--quiet", "--run-dir", str(tmp_path / "run"))
+        "--agent",
+        AGENT,
+        "--env",
+        "CartPole-v1",
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "2",
+        "--num-envs",
+        "8",
+        "--seed",
+        "0",
+        "--max-env-steps",
+        str(budget),
+        "--eval-every",
+        str(budget),
+        "--eval-episodes",
+        "2",
+        "--target-return",
+        "1e9",
+        "--set",
+        "min_replay_size=256",
+        "--set",
+        "num_quantiles=8",
+        "--quiet",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert rc == 0, err[-3000:]
     assert result["launcher"] == "processes" and result["agent"] == "qrdqn", result
     assert result["env_steps"] >= budget and result["learner_steps"] > 0, result
@@ -249,8 +321,14 @@ def test_the_shoal_executable_finds_a_plugin_module_in_the_directory_it_runs_fro
         pytest.skip("no `shoal` executable beside this Python (not installed with pip)")
     shutil.copy(os.path.join(EXAMPLES, "qrdqn_agent.py"), tmp_path / "my_qrdqn.py")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([executable, "train", "--agent", "my_qrdqn:QRDQNBuilder", "--env", "CartPole-v1",
-                           "--dry-run"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        [executable, "train", "--agent", "my_qrdqn:QRDQNBuilder", "--env", "CartPole-v1", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "my_qrdqn:QRDQNBuilder" in proc.stdout + proc.stderr
 
@@ -264,17 +342,46 @@ def test_a_plugin_named_by_its_file_trains_as_a_program_of_processes(tmp_path):
     agent = "agents/json.py:QRDQNBuilder"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     budget = 1_024
-    proc = run_shoal("train", "--agent", agent, "--env", "CartPole-v1",
-                     "--launcher", "processes", "--num-actors", "1", "--num-envs", "8", "--seed", "0",
-                     "--max-env-steps", str(budget), "--eval-every", str(budget), "--eval-episodes", "1",
-                     "--target-return", "1e9", "--set", "min_replay_size=256", "--set", "num_quantiles=8",
-                     "--quiet", "--run-dir", str(tmp_path / "run"), timeout=300, cwd=tmp_path, env=env)
+    proc = run_shoal(
+        "train",
+        "--agent",
+        agent,
+        "--env",
+        "CartPole-v1",
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "1",
+        "--num-envs",
+        "8",
+        "--seed",
+        "0",
+        "--max-env-steps",
+        str(budget),
+        "--eval-every",
+        str(budget),
+        "--eval-episodes",
+        "1",
+        "--target-return",
+        "1e9",
+        "--set",
+        "min_replay_size=256",
+        "--set",
+        "num_quantiles=8",
+        "--quiet",
+        "--run-dir",
+        str(tmp_path / "run"),
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["agent"] == "qrdqn" and result["learner_steps"] > 0, result
     assert json.loads((tmp_path / "run" / "config.json").read_text())["agent"] == agent
-    missing = run_shoal("train", "--agent", "agents/nothing.py:X", "--env",
-                        "CartPole-v1", "--dry-run", timeout=120, cwd=tmp_path)
+    missing = run_shoal(
+        "train", "--agent", "agents/nothing.py:X", "--env", "CartPole-v1", "--dry-run", timeout=120, cwd=tmp_path
+    )
     assert missing.returncode == 2 and "no file 'agents/nothing.py'" in missing.stderr, missing.stderr
 
 
@@ -314,8 +421,14 @@ def kl_minibatch(ppo_kl, builder, shift):
     action = jnp.array([0, 1, 1, 0, 1, 0])
     policy_out, value = learning.forward(networks, params, {"observation": observation})
     log_prob = learning.head(networks).log_prob(policy_out, action)
-    minibatch = {"observation": observation, "action": action, "log_prob": log_prob + shift,
-                 "advantage": jnp.linspace(-1.0, 1.0, 6), "return": value + 1.0, "value": value}
+    minibatch = {
+        "observation": observation,
+        "action": action,
+        "log_prob": log_prob + shift,
+        "advantage": jnp.linspace(-1.0, 1.0, 6),
+        "return": value + 1.0,
+        "value": value,
+    }
     return networks, params, minibatch
 
 
@@ -328,7 +441,8 @@ def test_the_kl_penalty_is_zero_on_the_behaviour_policy_and_positive_off_it(ppo_
     @jax.jit
     def loss_and_grad(params, minibatch):
         return jax.value_and_grad(builder.loss, argnums=1, has_aux=True)(
-            networks, params, minibatch, jax.random.PRNGKey(0), builder.config, 0.2)
+            networks, params, minibatch, jax.random.PRNGKey(0), builder.config, 0.2
+        )
 
     (_, on), _ = loss_and_grad(params, on_policy)
     (_, off), grad = loss_and_grad(params, off_policy)
@@ -345,8 +459,9 @@ def test_the_loss_seam_gives_ppos_update_the_kl_loss(ppo_kl, lstm_size):
     # recurrent, trains on the KL-penalized loss and logs its metrics beside PPO's schedules)
     from shoal.envs import environment_spec
 
-    builder = ppo_kl.KLPPOBuilder(ppo_kl.KLPPOConfig(lstm_size=lstm_size, num_minibatches=2, rollout_length=8,
-                                                     num_epochs=1, hidden_sizes=(16,)))
+    builder = ppo_kl.KLPPOBuilder(
+        ppo_kl.KLPPOConfig(lstm_size=lstm_size, num_minibatches=2, rollout_length=8, num_epochs=1, hidden_sizes=(16,))
+    )
     spec = environment_spec("CartPole-v1", 2)
     builder.validate(spec, 1)
     networks = builder.make_networks(spec)
@@ -360,8 +475,21 @@ def test_the_loss_seam_gives_ppos_update_the_kl_loss(ppo_kl, lstm_size):
 @pytest.mark.e2e
 def test_ppo_kl_learns_cartpole_in_one_process(tmp_path):
     budget = 8_000
-    rc, result, err = shoal_train("--agent", KL_AGENT, "--env", "CartPole-v1", "--seed", "0", "--max-env-steps",
-                                  str(budget), "--target-return", "1e9", "--quiet", "--run-dir", str(tmp_path / "run"))
+    rc, result, err = shoal_train(
+        "--agent",
+        KL_AGENT,
+        "--env",
+        "CartPole-v1",
+        "--seed",
+        "0",
+        "--max-env-steps",
+        str(budget),
+        "--target-return",
+        "1e9",
+        "--quiet",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert rc == 0, err[-3000:]
     assert result["agent"] == "ppo_kl" and result["env_steps"] >= budget and result["learner_steps"] > 0, result
     # A random policy scores ~22 on CartPole-v1; PPO's queue is ordered, so a seeded run is the
@@ -398,8 +526,18 @@ SEAM_CASES = {  # (small: each compiles one update)
     "ppo": ("CartPole-v1", {"rollout_length": 8, "num_minibatches": 2, "num_epochs": 1, "hidden_sizes": (8,)}),
     "impala": ("CartPole-v1", {"rollout_length": 8, "sequences_per_update": 2, "hidden_sizes": (8,)}),
     "sac": ("Pendulum-v1", {"batch_size": 8, "sgd_steps_per_update": 2, "hidden_sizes": (8,)}),
-    "r2d2": ("CartPole-v1", {"batch_size": 2, "burn_in_length": 2, "trace_length": 4, "sequence_period": 4,
-                             "n_step": 2, "hidden_sizes": (8,), "lstm_size": 8}),
+    "r2d2": (
+        "CartPole-v1",
+        {
+            "batch_size": 2,
+            "burn_in_length": 2,
+            "trace_length": 4,
+            "sequence_period": 4,
+            "n_step": 2,
+            "hidden_sizes": (8,),
+            "lstm_size": 8,
+        },
+    ),
 }
 
 

@@ -48,8 +48,11 @@ def random_policy(recurrent: bool) -> Policy:
     def apply(params, key, observation, info, state=None):
         key, action_key = jax.random.split(key)
         n = observation.shape[0]
-        extras = {"env_steps": jnp.full(n, info.env_steps), "w": jnp.full(n, params["w"]),
-                  "version": jnp.full(n, info.params_version)}
+        extras = {
+            "env_steps": jnp.full(n, info.env_steps),
+            "w": jnp.full(n, params["w"]),
+            "version": jnp.full(n, info.params_version),
+        }
         actions = jax.random.randint(action_key, (n,), 0, 2)
         if state is None:
             return actions, extras, key
@@ -69,8 +72,13 @@ class CountingActor(BatchedActor):
 def run(prefetch: bool, recurrent: bool, period: int, steps: int = 80):
     env = make_vector_env("CartPole-v1", NUM_ENVS, seed=0)
     adder = Recorder()
-    actor = CountingActor(random_policy(recurrent), jax.random.PRNGKey(3),
-                          VariableClient(Versions(period), asynchronous=False), adder, num_envs=NUM_ENVS)
+    actor = CountingActor(
+        random_policy(recurrent),
+        jax.random.PRNGKey(3),
+        VariableClient(Versions(period), asynchronous=False),
+        adder,
+        num_envs=NUM_ENVS,
+    )
     loop = EnvironmentLoop(env, actor, prefetch=prefetch)
     for _ in range(steps):
         loop.step()
@@ -104,8 +112,13 @@ def test_a_prefetching_loop_acts_as_one_that_does_not(recurrent, period):
 
 def test_evaluation_after_training_does_not_take_a_prefetched_action():
     env = make_vector_env("CartPole-v1", NUM_ENVS, seed=0)
-    actor = CountingActor(random_policy(False), jax.random.PRNGKey(3),
-                          VariableClient(Versions(10_000), asynchronous=False), Recorder(), num_envs=NUM_ENVS)
+    actor = CountingActor(
+        random_policy(False),
+        jax.random.PRNGKey(3),
+        VariableClient(Versions(10_000), asynchronous=False),
+        Recorder(),
+        num_envs=NUM_ENVS,
+    )
     loop = EnvironmentLoop(env, actor)
     loop.step()
     assert actor._pending is not None  # (the next action was started)
@@ -121,8 +134,12 @@ def test_the_one_process_runner_prefetches_for_on_policy_agents_only():
     computed again.)"""
     from shoal.launch.experiments.learner_pacing import LearningActor
 
-    actor = BatchedActor(random_policy(False), jax.random.PRNGKey(3),
-                         VariableClient(Versions(10_000), asynchronous=False), num_envs=NUM_ENVS)
+    actor = BatchedActor(
+        random_policy(False),
+        jax.random.PRNGKey(3),
+        VariableClient(Versions(10_000), asynchronous=False),
+        num_envs=NUM_ENVS,
+    )
     assert LearningActor(actor, None, None, "table", 1, pull_after=True).prefetches
     assert not LearningActor(actor, None, None, "table", 1, pull_after=False).prefetches
 

@@ -21,15 +21,35 @@ from tests.shoal_cli import run_shoal
 def test_a_preset_resolves_to_what_it_names_and_flags_and_set_come_after_it():
     config = experiment_config("ppo", "HalfCheetah-v5")  # auto: the mujoco family
     assert config.preset == "ppo/mujoco" and config.builder.config.normalize_observations
-    assert (config.builder.config.rollout_length, config.builder.config.num_epochs, config.env.num_envs) == (128, 10, 16)
+    assert (config.builder.config.rollout_length, config.builder.config.num_epochs, config.env.num_envs) == (
+        128,
+        10,
+        16,
+    )
     assert experiment_config("ppo", "HalfCheetah-v5", "none").builder.config == PPOConfig()
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        rc = main(["train", "--agent", "ppo", "--env", "LunarLander-v3", "--dry-run", "--num-envs", "8",
-                   "--set", "learning_rate=1e-3", "--set", "num_minibatches=128"])
+        rc = main(
+            [
+                "train",
+                "--agent",
+                "ppo",
+                "--env",
+                "LunarLander-v3",
+                "--dry-run",
+                "--num-envs",
+                "8",
+                "--set",
+                "learning_rate=1e-3",
+                "--set",
+                "num_minibatches=128",
+            ]
+        )
     resolved = flat_record(json.loads(out.getvalue().splitlines()[0]))  # (read by flat name)
     assert rc == 0 and resolved["preset"] == "ppo/box2d"
-    assert resolved["agent_config"]["rollout_length"] == 1024 and resolved["agent_config"]["discount"] == 0.999  # preset
+    assert (
+        resolved["agent_config"]["rollout_length"] == 1024 and resolved["agent_config"]["discount"] == 0.999
+    )  # preset
     assert resolved["agent_config"]["learning_rate"] == 1e-3 and resolved["num_envs"] == 8  # --set, a flag
     assert resolved["eval_every"] == 32_768 and resolved["max_env_steps"] == 1_000_000  # the preset's experiment
     with pytest.raises(ValueError, match="sac has no preset 'atari'; its presets: classic, mujoco"):
@@ -57,11 +77,18 @@ def test_normalization_statistics_survive_a_resume_bit_for_bit(tmp_path):
             learner.restore, Keep.learner = restored, learner
             return learner
 
-    builder = Keep(PPOConfig(normalize_observations=True, normalize_rewards=True, rollout_length=16,
-                             num_minibatches=2))
-    config = ExperimentConfig.from_flat(builder=builder, env_id="Pendulum-v1", num_envs=4, max_env_steps=640,
-                                        eval_every=10**6, eval_episodes=2, target_return=1e9, run_dir=str(tmp_path / "run"),
-                                        progress=False)
+    builder = Keep(PPOConfig(normalize_observations=True, normalize_rewards=True, rollout_length=16, num_minibatches=2))
+    config = ExperimentConfig.from_flat(
+        builder=builder,
+        env_id="Pendulum-v1",
+        num_envs=4,
+        max_env_steps=640,
+        eval_every=10**6,
+        eval_episodes=2,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+    )
     run_experiment(config)
     saved = jax.device_get(Keep.learner.save()["state"].params["observation"])
     assert float(saved["count"]) > 600 and np.all(np.asarray(saved["var"]) != 1.0)  # they did change
@@ -73,15 +100,34 @@ def test_normalization_statistics_survive_a_resume_bit_for_bit(tmp_path):
 # Distributed, a queue of one rollout holds the actors back: without the learner taking rollouts
 # they step at most 3 of the budget's 8 (one queued, two waiting to be), so the budget is spent
 # only after the learner has finished updates (rather than racing its first one).
-@pytest.mark.parametrize("launch", [["--max-env-steps", "4096"],
-                                    pytest.param(["--max-env-steps", "16384", "--set", "queue_capacity=1",
-                                                  "--launcher", "processes", "--num-actors", "2"],
-                                                 marks=pytest.mark.slow)])  # (~30 s: -m slow)
+@pytest.mark.parametrize(
+    "launch",
+    [
+        ["--max-env-steps", "4096"],
+        pytest.param(
+            ["--max-env-steps", "16384", "--set", "queue_capacity=1", "--launcher", "processes", "--num-actors", "2"],
+            marks=pytest.mark.slow,
+        ),
+    ],
+)  # (~30 s: -m slow)
 @pytest.mark.e2e
 def test_ppo_trains_a_gaussian_policy_on_mujoco(tmp_path, launch):
-    proc = run_shoal("train", "--agent", "ppo", "--env", "HalfCheetah-v5",
-                     "--eval-every", "100000", "--eval-episodes", "2", "--quiet",
-                     "--run-dir", str(tmp_path / "run"), *launch, timeout=300)
+    proc = run_shoal(
+        "train",
+        "--agent",
+        "ppo",
+        "--env",
+        "HalfCheetah-v5",
+        "--eval-every",
+        "100000",
+        "--eval-episodes",
+        "2",
+        "--quiet",
+        "--run-dir",
+        str(tmp_path / "run"),
+        *launch,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["env_steps"] >= 4096 and result["learner_steps"] > 0 and result["final_eval_return"] is not None

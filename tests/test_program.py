@@ -21,8 +21,12 @@ class Store:
 
 def gather(stores, extra):
     """Reads through clients that arrived nested in a list, a dict and a namedtuple."""
-    return {"list": [s.get() for s in stores], "dict": {k: s.get() for k, s in extra["by_name"].items()},
-            "pair": [extra["pair"].left.get(), extra["pair"].right.get()], "plain": extra["plain"]}
+    return {
+        "list": [s.get() for s in stores],
+        "dict": {k: s.get() for k, s in extra["by_name"].items()},
+        "pair": [extra["pair"].left.get(), extra["pair"].right.get()],
+        "plain": extra["plain"],
+    }
 
 
 def test_graph_groups_labels_and_edges():
@@ -53,8 +57,11 @@ def test_dereference_reaches_nested_handles():
 def test_nested_handles_become_clients_inside_nodes():
     program = Program("nested")
     stores = [program.add_node(ServiceNode(Store, i), label=f"s{i}") for i in range(3)]
-    extra = {"by_name": {"first": stores[0], "last": stores[2]}, "pair": Pair(stores[1], stores[2]),
-             "plain": np.arange(3)}
+    extra = {
+        "by_name": {"first": stores[0], "last": stores[2]},
+        "pair": Pair(stores[1], stores[2]),
+        "plain": np.arange(3),
+    }
     program.add_node(FunctionNode(gather, stores, extra), label="gather")
     result = launch(program, "inprocess").wait(timeout_s=60)["gather"]
     assert result["list"] == [0, 1, 2] and result["dict"] == {"first": 0, "last": 2}
@@ -81,8 +88,16 @@ def make_tables():
     from shoal.core.specs import ArraySpec
     from shoal.replay import RateLimit, TableSpec
 
-    return [TableSpec("t", sampler="uniform", remover="fifo", max_size=100, rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
-                      signature={"x": ArraySpec((2,), np.float32)})]
+    return [
+        TableSpec(
+            "t",
+            sampler="uniform",
+            remover="fifo",
+            max_size=100,
+            rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+            signature={"x": ArraySpec((2,), np.float32)},
+        )
+    ]
 
 
 def test_replay_node_restores_its_checkpoint(tmp_path):
@@ -111,8 +126,9 @@ def test_binding_every_interface_turns_the_token_on(tmp_path):
     # No token given: the launcher generates one (nodes get it from the launcher, not argv).
     program = Program("open")
     stores = [program.add_node(ServiceNode(Store, i), label=f"s{i}") for i in range(2)]
-    program.add_node(FunctionNode(gather, stores, {"by_name": {}, "pair": Pair(stores[0], stores[1]), "plain": 0}),
-                     label="gather")
+    program.add_node(
+        FunctionNode(gather, stores, {"by_name": {}, "pair": Pair(stores[0], stores[1]), "plain": 0}), label="gather"
+    )
     result = launch(program, "inprocess", host="0.0.0.0", run_dir=str(tmp_path)).wait(timeout_s=60)["gather"]
     assert result["list"] == [0, 1]
 
@@ -121,10 +137,12 @@ def test_the_program_layer_imports_no_rl_library():
     import subprocess
     import sys
 
-    code = ("import sys, shoal.launch.programs, shoal.launch, shoal.launch.programs.ray.launcher\n"
-            "heavy = ('shoal.replay', 'shoal.agents', 'shoal.launch.experiments', 'jax', 'gymnasium', 'reverb',\n"
-            "         'tensorflow')\n"
-            "print(sorted(m for m in heavy if m in sys.modules))")
+    code = (
+        "import sys, shoal.launch.programs, shoal.launch, shoal.launch.programs.ray.launcher\n"
+        "heavy = ('shoal.replay', 'shoal.agents', 'shoal.launch.experiments', 'jax', 'gymnasium', 'reverb',\n"
+        "         'tensorflow')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -5,9 +5,20 @@ import importlib
 
 import pytest
 
-PACKAGES = ["shoal.core", "shoal.actors", "shoal.agents", "shoal.agents.dqn", "shoal.agents.ppo",
-            "shoal.agents.impala", "shoal.agents.sac", "shoal.learners", "shoal.replay", "shoal.launch",
-            "shoal.launch.programs", "shoal.launch.programs.rpc"]
+PACKAGES = [
+    "shoal.core",
+    "shoal.actors",
+    "shoal.agents",
+    "shoal.agents.dqn",
+    "shoal.agents.ppo",
+    "shoal.agents.impala",
+    "shoal.agents.sac",
+    "shoal.learners",
+    "shoal.replay",
+    "shoal.launch",
+    "shoal.launch.programs",
+    "shoal.launch.programs.rpc",
+]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

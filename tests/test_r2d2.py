@@ -38,11 +38,13 @@ def test_n_step_targets_by_hand():
     terminated = jnp.array([[0, 1, 0, 0, 0]], bool)  # the episode terminates at step 1 ...
     truncated = jnp.array([[0, 0, 0, 1, 0]], bool)  # ... the next one is truncated at step 3
     targets = learning.n_step_targets(reward, terminated, truncated, bootstrap, gamma, n)
-    expected = [1 + 0.5 * 2,  # steps 0-1, then the termination: no bootstrap
-                2,  # step 1 terminates
-                4 + 0.5 * 8 + 0.25 * 40,  # steps 2-3, truncated: bootstrap from step 3's final observation
-                8 + 0.5 * 40,  # step 3 alone
-                16 + 0.5 * 50]  # the sequence's last step: one reward, then its next observation
+    expected = [
+        1 + 0.5 * 2,  # steps 0-1, then the termination: no bootstrap
+        2,  # step 1 terminates
+        4 + 0.5 * 8 + 0.25 * 40,  # steps 2-3, truncated: bootstrap from step 3's final observation
+        8 + 0.5 * 40,  # step 3 alone
+        16 + 0.5 * 50,
+    ]  # the sequence's last step: one reward, then its next observation
     np.testing.assert_allclose(targets, [expected])
 
 
@@ -59,11 +61,14 @@ def batch_and_update(config: R2D2Config, seed: int = 0):
     state = learning.init_state(jax.random.PRNGKey(0), networks, config)
     example = builder.example_batch(spec).data
     rng = np.random.default_rng(seed)
-    batch = {**example, "observation": rng.normal(size=example["observation"].shape).astype(np.float32),
-             "next_observation": rng.normal(size=example["observation"].shape).astype(np.float32),
-             "reward": rng.normal(size=example["reward"].shape).astype(np.float32),
-             "action": rng.integers(0, 2, example["action"].shape).astype(np.int32),
-             "probability": rng.uniform(0.01, 0.1, example["probability"].shape).astype(np.float32)}
+    batch = {
+        **example,
+        "observation": rng.normal(size=example["observation"].shape).astype(np.float32),
+        "next_observation": rng.normal(size=example["observation"].shape).astype(np.float32),
+        "reward": rng.normal(size=example["reward"].shape).astype(np.float32),
+        "action": rng.integers(0, 2, example["action"].shape).astype(np.int32),
+        "probability": rng.uniform(0.01, 0.1, example["probability"].shape).astype(np.float32),
+    }
     update = jax.jit(jax.vmap(learning.make_update(networks, config), in_axes=(None, 0), axis_name="devices"))
     return state, batch, lambda b: update(state, jax.tree_util.tree_map(lambda x: x[None], b))
 
@@ -96,29 +101,45 @@ def test_env_sequences_hold_the_actors_state_at_their_first_step():
     server = make_replay_server(without_insert_blocking(builder.make_replay_tables(spec)))  # (nothing samples)
     try:
         adder = builder.make_adder(server.client, spec)
-        actor = BatchedActor(builder.make_policy(networks, spec, False), jax.random.PRNGKey(1),
-                             VariableClient(FixedParams(params), asynchronous=False), adder, num_envs=2)
+        actor = BatchedActor(
+            builder.make_policy(networks, spec, False),
+            jax.random.PRNGKey(1),
+            VariableClient(FixedParams(params), asynchronous=False),
+            adder,
+            num_envs=2,
+        )
         observation, _ = env.reset(seed=0)
         recorded = []
         for _ in range(40):
             action, extras = actor.select_action(observation)
             next_observation, reward, terminated, truncated, info = env.step(action)
             recorded.append(extras[STATE_KEY])
-            actor.observe(Step(observation, action, reward, terminated, truncated,
-                               final_observations(next_observation, terminated, truncated, info), extras))
+            actor.observe(
+                Step(
+                    observation,
+                    action,
+                    reward,
+                    terminated,
+                    truncated,
+                    final_observations(next_observation, terminated, truncated, info),
+                    extras,
+                )
+            )
             observation = next_observation
         adder.flush()
         table = server.client.server_info()[learning_table()]
         # sequences of 8 steps every 4 vector steps, one item per env: (40 - 8) / 4 + 1 = 9 windows
         assert table.current_size == 9 * 2
-        items = [tree.unflatten_as(table.signature, sample.data) for sample in
-                 server.client.sample(learning_table(), num_samples=60, emit_timesteps=False)]
+        items = [
+            tree.unflatten_as(table.signature, sample.data)
+            for sample in server.client.sample(learning_table(), num_samples=60, emit_timesteps=False)
+        ]
     finally:
         server.stop()
     recorded = np.stack(recorded)  # [vector steps, envs, 2H]
     for item in items:
         states = item["extras"][STATE_KEY]  # [8, 2H]: the state each step was acted from
-        matches = [(t, e) for t in range(0, 33, 4) for e in range(2) if np.array_equal(recorded[t:t + 8, e], states)]
+        matches = [(t, e) for t in range(0, 33, 4) for e in range(2) if np.array_equal(recorded[t : t + 8, e], states)]
         assert len(matches) == 1, "each item is one env's window of 8 steps, starting every 4 steps"
     assert np.abs(recorded).max() > 0  # (a state that moved: the comparison means something)
 
@@ -137,7 +158,7 @@ def test_each_env_draws_an_exploration_rate_per_episode_and_evaluation_uses_its_
     networks = builder.make_networks(spec)
     params = learning.init_state(jax.random.PRNGKey(0), networks, config).params
     choices = learning.epsilons(config)
-    assert choices[0] == pytest.approx(0.4) and choices[-1] == pytest.approx(0.4 ** 8)
+    assert choices[0] == pytest.approx(0.4) and choices[-1] == pytest.approx(0.4**8)
     observation = np.zeros((4, 2), np.float32)
     for evaluation in (False, True):
         policy = builder.make_policy(networks, spec, evaluation)
@@ -152,10 +173,13 @@ def test_each_env_draws_an_exploration_rate_per_episode_and_evaluation_uses_its_
             np.testing.assert_array_equal(again["epsilon"], epsilon)  # kept until the episode ends
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"sequence_period": 40, "burn_in_length": 10, "trace_length": 20}, "sequence_period=40 exceeds"),
-    ({"batch_size": 3}, "batch_size=3 must be a multiple"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"sequence_period": 40, "burn_in_length": 10, "trace_length": 20}, "sequence_period=40 exceeds"),
+        ({"batch_size": 3}, "batch_size=3 must be a multiple"),
+    ],
+)
 def test_bad_settings_are_one_line(changes, message):
     env = make_vector_env(ENV, 2, 0)
     with pytest.raises(ValueError, match=message):
@@ -174,9 +198,18 @@ def test_r2d2_learns_and_resumes_with_its_replay(tmp_path):
     from shoal.agents import get_builder
     from shoal.launch import ExperimentConfig, run_experiment
 
-    config = ExperimentConfig.from_flat(builder=get_builder("r2d2", min_replay_size=64), env_id=ENV, num_envs=8, seed=0,
-                                        max_env_steps=2_000, eval_every=2_000, eval_episodes=2, target_return=1e9,
-                                        run_dir=str(tmp_path / "run"), progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("r2d2", min_replay_size=64),
+        env_id=ENV,
+        num_envs=8,
+        seed=0,
+        max_env_steps=2_000,
+        eval_every=2_000,
+        eval_episodes=2,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+    )
     first = run_experiment(config)
     saved = json.loads((tmp_path / "run" / "checkpoints" / "run.json").read_text())
     assert first["learner_steps"] > 0

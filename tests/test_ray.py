@@ -23,8 +23,23 @@ from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]  # a real Ray cluster
 
-SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0",
-         "--set", "min_replay_size=256", "--target-return", "1e9", "--eval-episodes", "2", "--quiet"]
+SMALL = [
+    "--agent",
+    "dqn",
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "8",
+    "--seed",
+    "0",
+    "--set",
+    "min_replay_size=256",
+    "--target-return",
+    "1e9",
+    "--eval-episodes",
+    "2",
+    "--quiet",
+]
 
 
 def result_line(stdout):
@@ -34,9 +49,10 @@ def result_line(stdout):
 
 # tests/test_multihost.py runs these across two hosts (network namespaces) too; it is marked slow
 # (left out by default, -m slow runs it), so these run here on one host unless -m selects slow.
-ACROSS_HOSTS = pytest.mark.skipif("config.getoption('markexpr') and 'slow' in config.getoption('markexpr') "
-                                  "and netns_unavailable() is None",
-                                  reason="tests/test_multihost.py covers it across two hosts (network namespaces)")
+ACROSS_HOSTS = pytest.mark.skipif(
+    "config.getoption('markexpr') and 'slow' in config.getoption('markexpr') and netns_unavailable() is None",
+    reason="tests/test_multihost.py covers it across two hosts (network namespaces)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +67,20 @@ def cluster():
 
 
 def train(cluster, tmp_path, *args):
-    return start_shoal("train", *SMALL, "--launcher", "ray", "--ray-address", cluster.address,
-                       "--run-dir", str(tmp_path / "run"), *args,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_shoal(
+        "train",
+        *SMALL,
+        "--launcher",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--run-dir",
+        str(tmp_path / "run"),
+        *args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def assert_no_actor_left(cluster):
@@ -64,8 +91,14 @@ def assert_no_actor_left(cluster):
 def test_killed_actor_is_restarted_by_ray_and_run_completes(cluster, tmp_path):
     proc = train(cluster, tmp_path, "--num-actors", "2", "--max-env-steps", "10000", "--eval-every", "10000")
     try:
-        alive = wait_for(lambda: all(cluster.actor(n) for n in ("learner", "actor_0", "actor_1")) and
-                         {n: cluster.actor(n).pid for n in ("learner", "actor_0", "actor_1")}, 120, "nodes")
+        alive = wait_for(
+            lambda: (
+                all(cluster.actor(n) for n in ("learner", "actor_0", "actor_1"))
+                and {n: cluster.actor(n).pid for n in ("learner", "actor_0", "actor_1")}
+            ),
+            120,
+            "nodes",
+        )
         # Hold the learner and actor_1 still while actor_0 is down (the rate limiter then stops
         # every env step), so the run waits for the restart instead of racing it.
         os.kill(alive["learner"], signal.SIGSTOP)
@@ -87,8 +120,11 @@ def test_killed_actor_is_restarted_by_ray_and_run_completes(cluster, tmp_path):
 def test_killing_the_learner_stops_the_program_at_once(cluster, tmp_path):
     proc = train(cluster, tmp_path, "--num-actors", "2", "--max-env-steps", str(10**7), "--eval-every", str(10**7))
     try:
-        learner = wait_for(lambda: all(cluster.actor(n) for n in ("learner", "actor_0", "actor_1"))
-                           and cluster.actor("learner").pid, 120, "nodes")
+        learner = wait_for(
+            lambda: all(cluster.actor(n) for n in ("learner", "actor_0", "actor_1")) and cluster.actor("learner").pid,
+            120,
+            "nodes",
+        )
         killed_at = time.monotonic()
         os.kill(learner, signal.SIGKILL)
         out, err = proc.communicate(timeout=30)
@@ -113,14 +149,25 @@ def test_killing_the_learner_stops_the_program_at_once(cluster, tmp_path):
 
 # (one example here; -m slow runs the other two under Ray too: tests/test_examples.py runs every
 # example under the processes launcher)
-@pytest.mark.parametrize("example, args", [
-    ("parameter_server.py", ["--workers", "2"]),
-    pytest.param("mapreduce.py", ["--mappers", "3", "--reducers", "2", "--lines", "500"], marks=pytest.mark.slow),
-    pytest.param("evolution_strategies.py", ["--workers", "2", "--population", "16", "--max-iterations", "40"],
-                 marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "example, args",
+    [
+        ("parameter_server.py", ["--workers", "2"]),
+        pytest.param("mapreduce.py", ["--mappers", "3", "--reducers", "2", "--lines", "500"], marks=pytest.mark.slow),
+        pytest.param(
+            "evolution_strategies.py",
+            ["--workers", "2", "--population", "16", "--max-iterations", "40"],
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
 def test_launchpad_examples_run_under_ray_unchanged(cluster, example, args):
-    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, example), *args, "--launcher", "ray",
-                           "--ray-address", cluster.address], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, example), *args, "--launcher", "ray", "--ray-address", cluster.address],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ended: coordinator finished" in proc.stdout
     result_line(proc.stdout)
@@ -144,9 +191,11 @@ def test_rays_room_is_its_free_cluster_cpus_and_without_them_asks_rays_autoscale
     # (one CPU per actor on an idle cluster: room, from Ray's resources. More CPUs per actor than
     # the cluster has: no room; the request goes to Ray's autoscaler, which this fixed cluster
     # does not run, so the answer stays "no room")
-    code = ("import ray, sys\nfrom shoal.launch.experiments.distributed.autoscale_loop import RayRoom\n"
-            "ray.init(address=sys.argv[1], logging_level='ERROR')\nprint(RayRoom(cpus_per_actor=1)())\n"
-            "room = RayRoom(cpus_per_actor=1000)\nprint(room())\nprint(room())\n")
+    code = (
+        "import ray, sys\nfrom shoal.launch.experiments.distributed.autoscale_loop import RayRoom\n"
+        "ray.init(address=sys.argv[1], logging_level='ERROR')\nprint(RayRoom(cpus_per_actor=1)())\n"
+        "room = RayRoom(cpus_per_actor=1000)\nprint(room())\nprint(room())\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code, cluster.address], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     free, first, second = proc.stdout.strip().splitlines()[-3:]
@@ -161,19 +210,43 @@ def test_a_node_that_cannot_be_placed_is_pending_and_named(cluster, tmp_path):
     # (learner_host), and replay, counter and evaluator beside it (reserving no CPU there).
     log = tmp_path / "stderr.log"
     with open(log, "w") as stderr:
-        proc = start_shoal("train", *SMALL, "--launcher", "ray", "--ray-address",
-                           cluster.address, "--run-dir", str(tmp_path / "run"), "--num-actors", "3",
-                           "--max-env-steps", str(10**7), "--eval-every", str(10**7), "--resources",
-                           "actor:actor_host=1", "--resources", "learner:learner_host=1",
-                           stdout=subprocess.PIPE, stderr=stderr, text=True)
+        proc = start_shoal(
+            "train",
+            *SMALL,
+            "--launcher",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--num-actors",
+            "3",
+            "--max-env-steps",
+            str(10**7),
+            "--eval-every",
+            str(10**7),
+            "--resources",
+            "actor:actor_host=1",
+            "--resources",
+            "learner:learner_host=1",
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     try:
         # (the actor's line: another node whose worker process is slow to start under load may be
         # warned of too, after PENDING_CONFIRM_S; it then starts, and the run goes on)
-        warning = wait_for(lambda: next((line for line in log.read_text().splitlines()
-                                         if re.search(r"actor_\d cannot be placed", line)), None),
-                           120, "the warning that an actor cannot be placed")
-        assert re.match(r"shoal: warning: actor_\d cannot be placed on any node: it asks for CPU=1, actor_host=1",
-                        warning), warning
+        warning = wait_for(
+            lambda: next(
+                (line for line in log.read_text().splitlines() if re.search(r"actor_\d cannot be placed", line)), None
+            ),
+            120,
+            "the warning that an actor cannot be placed",
+        )
+        assert re.match(
+            r"shoal: warning: actor_\d cannot be placed on any node: it asks for CPU=1, actor_host=1", warning
+        ), warning
+
         def status() -> str:
             return run_shoal("status", str(tmp_path / "run"), timeout=60).stdout
 
@@ -192,8 +265,13 @@ def test_a_node_that_cannot_be_placed_is_pending_and_named(cluster, tmp_path):
         # (where the other nodes run, from Ray's state API: their "started" lines reach the driver
         # through Ray's log forwarding, which may not have delivered them before the driver exits)
         others = ("replay", "counter", "evaluator", "learner")
-        hosts = wait_for(lambda: (lambda m: m if all(n in m for n in others) else None)(
-            {a.name: a.node_id for a in cluster.actors() if a.name in others}), 60, f"{others} alive in Ray's state")
+        hosts = wait_for(
+            lambda: (lambda m: m if all(n in m for n in others) else None)(
+                {a.name: a.node_id for a in cluster.actors() if a.name in others}
+            ),
+            60,
+            f"{others} alive in Ray's state",
+        )
         assert set(hosts.values()) == {cluster.learner_host_node}, hosts
         proc.send_signal(signal.SIGTERM)  # (a graceful stop: the run's JSON line, status 143)
         out, _ = proc.communicate(timeout=120)
@@ -210,9 +288,20 @@ def test_a_node_that_cannot_be_placed_is_pending_and_named(cluster, tmp_path):
 
 def test_a_cluster_that_refuses_the_driver_is_one_line_before_anything_is_written(cluster, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")}
-    proc = run_shoal("train", *SMALL, "--launcher", "ray", "--ray-address",
-                     cluster.address, "--run-dir", str(tmp_path / "run"), "--max-env-steps", "3000",
-                     timeout=120, env=env)
+    proc = run_shoal(
+        "train",
+        *SMALL,
+        "--launcher",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--max-env-steps",
+        "3000",
+        timeout=120,
+        env=env,
+    )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("shoal: error:")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
     assert "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN" in errors[0] and cluster.address in errors[0]
@@ -220,18 +309,29 @@ def test_a_cluster_that_refuses_the_driver_is_one_line_before_anything_is_writte
 
 
 def test_an_actor_whose_env_is_not_the_runs_fails_once_in_one_line_naming_both_specs(cluster, tmp_path):
-    proc = train(cluster, tmp_path, "--num-actors", "1", "--max-env-steps", "100000",
-                 "--env-factory", "tests.faults.faulty_envs:cartpole_beyond_the_first_process",
-                 "--env-arg", f"marker={str(tmp_path / 'first-pid')!r}")
+    proc = train(
+        cluster,
+        tmp_path,
+        "--num-actors",
+        "1",
+        "--max-env-steps",
+        "100000",
+        "--env-factory",
+        "tests.faults.faulty_envs:cartpole_beyond_the_first_process",
+        "--env-arg",
+        f"marker={str(tmp_path / 'first-pid')!r}",
+    )
     try:
         out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
     assert proc.returncode == 1, err[-3000:]
     errors = [line for line in err.splitlines() if line.startswith("shoal: error:")]
-    assert errors == ["shoal: error: program 'dqn' failed: actor_0 failed: SpecMismatch: actor_0's env has observations "
-                      "float32[5], 2 actions, 8 envs; the run's (read by the driver) has observations float32[4], "
-                      "2 actions, 8 envs: the env (or its factory) must build the same env in every process "
-                      f"(see {tmp_path / 'run' / 'logs' / 'actor_0.log'})"], err[-3000:]
+    assert errors == [
+        "shoal: error: program 'dqn' failed: actor_0 failed: SpecMismatch: actor_0's env has observations "
+        "float32[5], 2 actions, 8 envs; the run's (read by the driver) has observations float32[4], "
+        "2 actions, 8 envs: the env (or its factory) must build the same env in every process "
+        f"(see {tmp_path / 'run' / 'logs' / 'actor_0.log'})"
+    ], err[-3000:]
     assert "ScopeParamShapeError" not in (tmp_path / "run" / "logs" / "actor_0.log").read_text()
     assert_no_actor_left(cluster)

@@ -22,7 +22,7 @@ def first_block(heading: str, language: str) -> str:
         lines = f.read().splitlines()
     assert heading in lines, f"README.md has no line {heading!r}"
     section = []
-    for line in lines[lines.index(heading) + 1:]:
+    for line in lines[lines.index(heading) + 1 :]:
         if re.match(r"##\s", line):
             break
         section.append(line)
@@ -71,14 +71,18 @@ def test_ci_installs_and_tests_as_the_readme_says():
     assert len(venvs) == 2, f".ci/run makes {len(venvs)} project venvs (.venv, .venv312), expected 2"
     for n, start in enumerate(venvs):
         end = venvs[n + 1] if n + 1 < len(venvs) else len(lines)
-        assert lines[start].endswith("&& " + install), f".ci/run installs with {lines[start]!r}, not the README's {install!r}"
-        block = lines[start + 1:end]
+        assert lines[start].endswith("&& " + install), (
+            f".ci/run installs with {lines[start]!r}, not the README's {install!r}"
+        )
+        block = lines[start + 1 : end]
         assert command in block, f".ci/run's venv {n} never runs the README's test command {command!r}"
-        assert not [line for line in block[:block.index(command)] if "[dev]" in line], \
+        assert not [line for line in block[: block.index(command)] if "[dev]" in line], (
             f".ci/run's venv {n} installs dev before the README's test command does"
-    first = lines[venvs[0] + 1:]
-    assert first.index(run) < first.index(command), \
+        )
+    first = lines[venvs[0] + 1 :]
+    assert first.index(run) < first.index(command), (
         f".ci/run does not run the quickstart's {run!r} on the quickstart's install"
+    )
 
 
 def test_the_example_is_found_and_is_python():

@@ -33,15 +33,22 @@ def counting_policy() -> Policy:
 
 
 def make_actor(policy: Policy, num_envs: int = NUM_ENVS) -> BatchedActor:
-    return BatchedActor(policy, jax.random.PRNGKey(0), VariableClient(FixedParams(), asynchronous=False),
-                        num_envs=num_envs)
+    return BatchedActor(
+        policy, jax.random.PRNGKey(0), VariableClient(FixedParams(), asynchronous=False), num_envs=num_envs
+    )
 
 
 def test_the_state_is_reset_exactly_where_episodes_end():
     # (terminated, truncated) per vector step: env 0 ends at steps 2 and 3, env 1 is truncated
     # at steps 0 and 4, env 2 never ends.
-    ends = [((0, 0, 0), (0, 1, 0)), ((0, 0, 0), (0, 0, 0)), ((1, 0, 0), (0, 0, 0)),
-            ((1, 0, 0), (0, 0, 0)), ((0, 0, 0), (0, 1, 0)), ((0, 0, 0), (0, 0, 0))]
+    ends = [
+        ((0, 0, 0), (0, 1, 0)),
+        ((0, 0, 0), (0, 0, 0)),
+        ((1, 0, 0), (0, 0, 0)),
+        ((1, 0, 0), (0, 0, 0)),
+        ((0, 0, 0), (0, 1, 0)),
+        ((0, 0, 0), (0, 0, 0)),
+    ]
     actor = make_actor(counting_policy())
     observation = np.zeros((NUM_ENVS, 2), np.float32)
     seen = []
@@ -49,8 +56,17 @@ def test_the_state_is_reset_exactly_where_episodes_end():
         _, extras = actor.select_action(observation)
         seen.append(extras["steps"].tolist())
         flags = np.zeros(NUM_ENVS)
-        actor.observe(Step(observation, flags.astype(np.int32), flags, np.array(terminated, bool),
-                           np.array(truncated, bool), observation, extras))
+        actor.observe(
+            Step(
+                observation,
+                flags.astype(np.int32),
+                flags,
+                np.array(terminated, bool),
+                np.array(truncated, bool),
+                observation,
+                extras,
+            )
+        )
     # the steps each env had taken in its episode when it acted
     assert seen == [[0, 0, 0], [1, 0, 1], [2, 1, 2], [0, 2, 3], [0, 3, 4], [1, 0, 5]]
 
@@ -62,8 +78,9 @@ def test_evaluation_starts_every_env_fresh_and_resets_where_its_episode_ended():
             self.seen.append(extras["steps"].copy())
             return actions, extras
 
-    actor = Recording(counting_policy(), jax.random.PRNGKey(0), VariableClient(FixedParams(), asynchronous=False),
-                      num_envs=NUM_ENVS)
+    actor = Recording(
+        counting_policy(), jax.random.PRNGKey(0), VariableClient(FixedParams(), asynchronous=False), num_envs=NUM_ENVS
+    )
     actor.seen = []
     for _ in range(5):  # state carried from "training" steps
         actor.select_action(np.zeros((NUM_ENVS, 4), np.float32))

@@ -35,8 +35,12 @@ def rollout(config: PPOConfig, length: int):
     builder = PPOBuilder(config)
     networks = builder.make_networks(spec)
     state = learning.init_state(jax.random.PRNGKey(0), networks, config)
-    actor = BatchedActor(builder.make_policy(networks, spec, False), jax.random.PRNGKey(1),
-                         VariableClient(FixedParams(state.params), asynchronous=False), num_envs=NUM_ENVS)
+    actor = BatchedActor(
+        builder.make_policy(networks, spec, False),
+        jax.random.PRNGKey(1),
+        VariableClient(FixedParams(state.params), asynchronous=False),
+        num_envs=NUM_ENVS,
+    )
     observation, _ = env.reset(seed=0)
     steps = []
     for _ in range(length):
@@ -47,9 +51,13 @@ def rollout(config: PPOConfig, length: int):
         steps.append(step)
         observation = next_observation
     stack = lambda xs: np.stack(xs, axis=1)  # noqa: E731  [envs, T, ...]
-    batch = {"observation": stack([s.observation for s in steps]), "action": stack([s.action for s in steps]),
-             "terminated": stack([s.terminated for s in steps]), "truncated": stack([s.truncated for s in steps]),
-             "extras": {key: stack([s.extras[key] for s in steps]) for key in steps[0].extras}}
+    batch = {
+        "observation": stack([s.observation for s in steps]),
+        "action": stack([s.action for s in steps]),
+        "terminated": stack([s.terminated for s in steps]),
+        "truncated": stack([s.truncated for s in steps]),
+        "extras": {key: stack([s.extras[key] for s in steps]) for key in steps[0].extras},
+    }
     return batch, networks, state
 
 
@@ -60,8 +68,9 @@ def test_the_learner_unroll_sees_what_the_actor_saw():
     # the stored state of a sequence is the actor's at its first step: zeros, a fresh episode
     np.testing.assert_array_equal(inputs["initial_state"], np.zeros((NUM_ENVS, 16)))
     params = state.params["network"]
-    outputs, states = core.unroll(networks.network, params, inputs["initial_state"],
-                                  jnp.asarray(batch["observation"]), inputs["first"])
+    outputs, states = core.unroll(
+        networks.network, params, inputs["initial_state"], jnp.asarray(batch["observation"]), inputs["first"]
+    )
     # within an episode, the state after step t is the one the actor recorded at step t + 1
     within = ~(batch["terminated"] | batch["truncated"])[:, :-1]
     recorded = batch["extras"][core.STATE_KEY]
@@ -104,8 +113,9 @@ def test_minibatches_are_whole_sequences_that_split_the_rows_each_epoch():
 
     def run(data):  # (one device: the update's axis, as the learner maps it)
         start = (0, jnp.zeros((num_epochs * num_minibatches, rows // num_minibatches), jnp.int32))
-        return sequence_minibatch_epochs(sgd_step, start, data, jax.random.PRNGKey(0), num_epochs=num_epochs,
-                                         num_minibatches=num_minibatches)
+        return sequence_minibatch_epochs(
+            sgd_step, start, data, jax.random.PRNGKey(0), num_epochs=num_epochs, num_minibatches=num_minibatches
+        )
 
     batched = jax.tree_util.tree_map(lambda x: x[None], data)
     ((_, record), out) = jax.vmap(run, axis_name="devices")(batched)
@@ -140,9 +150,18 @@ def test_recurrent_ppo_learns_to_balance_without_velocities_and_resumes(tmp_path
     preset = find_preset("ppo", env_id)
     assert preset.name == "ppo/memory"
     builder = get_builder("ppo", **{**preset.settings, "schedule_env_steps": 100_000})
-    config = ExperimentConfig.from_flat(builder=builder, env_id=env_id, num_envs=8, seed=2, max_env_steps=4_000,
-                                        eval_every=2_000, eval_episodes=4, target_return=1e9, run_dir=str(tmp_path / "run"),
-                                        progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=builder,
+        env_id=env_id,
+        num_envs=8,
+        seed=2,
+        max_env_steps=4_000,
+        eval_every=2_000,
+        eval_episodes=4,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+    )
     first = run_experiment(config)
     saved = json.loads((tmp_path / "run" / "checkpoints" / "run.json").read_text())
     second = run_experiment(config.replace(max_env_steps=8_000, resume=True))

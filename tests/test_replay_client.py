@@ -45,8 +45,9 @@ def test_a_process_without_tensorflow_writes_items_a_table_reads_back():
     signature = transition_signature(spec, {})
     server = ReverbServer([make_queue_table("q", signature, 100)])
     try:
-        proc = subprocess.run([sys.executable, "-c", WRITER, server.address], capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", WRITER, server.address], capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"tensorflow": False, "reverb": False}
         assert server.client.server_info()["q"].current_size == VECTOR_STEPS

@@ -151,11 +151,21 @@ def test_column_store_keeps_shared_steps_once_and_frees_them_with_their_last_ite
 
 def test_a_full_table_of_cartpole_transitions_costs_at_most_one_and_a_half_times_their_bytes():
     envs, items = 16, 2000
-    signature = {"observation": ArraySpec((envs, 4), np.float32), "action": ArraySpec((envs,), np.int32),
-                 "reward": ArraySpec((envs,), np.float32), "discount": ArraySpec((envs,), np.float32),
-                 "next_observation": ArraySpec((envs, 4), np.float32)}
-    spec = TableSpec("t", sampler="uniform", remover="fifo", max_size=items,
-                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature=signature)
+    signature = {
+        "observation": ArraySpec((envs, 4), np.float32),
+        "action": ArraySpec((envs,), np.int32),
+        "reward": ArraySpec((envs,), np.float32),
+        "discount": ArraySpec((envs,), np.float32),
+        "next_observation": ArraySpec((envs, 4), np.float32),
+    }
+    spec = TableSpec(
+        "t",
+        sampler="uniform",
+        remover="fifo",
+        max_size=items,
+        rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+        signature=signature,
+    )
     server = NativeReplayServer([spec], seed=0)
     writer = server.client.writer(1, timeout_s=10)
     columns = [np.zeros(s.shape, s.dtype) for s in (signature[k] for k in sorted(signature))]
@@ -194,9 +204,15 @@ def test_random_interleavings_match_a_model_of_the_table(tmp_path_factory, ops, 
 
     alpha, window = 0.5, frames.WINDOW
     frames.WINDOW = 6  # (a small lookup window: frames leave it, are freed and reused within a run)
-    spec = TableSpec("t", sampler=sampler, remover="fifo", max_size=max_size, priority_exponent=alpha,
-                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
-                     signature={"v": ArraySpec((2,), np.float32), "w": ArraySpec((4, 32, 32), np.uint8)})
+    spec = TableSpec(
+        "t",
+        sampler=sampler,
+        remover="fifo",
+        max_size=max_size,
+        priority_exponent=alpha,
+        rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+        signature={"v": ArraySpec((2,), np.float32), "w": ArraySpec((4, 32, 32), np.uint8)},
+    )
     directory = str(tmp_path_factory.mktemp("ckpt"))
     server = NativeReplayServer([spec], checkpoint_dir=directory, seed=5)
     writer = server.client.writer(3, timeout_s=10)
@@ -221,11 +237,13 @@ def test_random_interleavings_match_a_model_of_the_table(tmp_path_factory, ops, 
                 served = server.sample("t", op[1], timeout_s=5)
                 samples += op[1]
                 assert served is not None and len(served["key"]) == op[1]
-                weights = {k: (1.0 if sampler == "uniform" else (p**alpha if p > 0 else 0.0))
-                           for k, (_, p) in model.items()}
+                weights = {
+                    k: (1.0 if sampler == "uniform" else (p**alpha if p > 0 else 0.0)) for k, (_, p) in model.items()
+                }
                 total = sum(weights.values())
-                for key, row, stack, probability, size in zip(served["key"].tolist(), *served["columns"],
-                                                              served["probability"], served["table_size"]):
+                for key, row, stack, probability, size in zip(
+                    served["key"].tolist(), *served["columns"], served["probability"], served["table_size"]
+                ):
                     v = float(row[0])
                     assert row[1] == -v and size == len(model)
                     assert np.array_equal(stack, _stack(int(v)))  # (its frames, pooled, rebuilt)
@@ -291,7 +309,11 @@ def test_fifo_and_lifo_rings_take_the_oldest_or_newest_live_key_through_deletes_
             selector.insert(key, 1.0)
             model.append(key)
         else:
-            gone = model[int(rng.integers(len(model)))] if rng.random() < 0.5 else (model[0] if kind == "fifo" else model[-1])
+            gone = (
+                model[int(rng.integers(len(model)))]
+                if rng.random() < 0.5
+                else (model[0] if kind == "fifo" else model[-1])
+            )
             selector.delete(gone)
             model.remove(gone)
         if model:
@@ -305,8 +327,14 @@ def test_a_table_sized_for_a_million_atari_steps_takes_memory_only_as_it_fills()
 
     frames = ArraySpec((2, 4, 84, 84), np.uint8)
     signature = {"observation": frames, "next_observation": frames}
-    spec = TableSpec("t", sampler="uniform", remover="fifo", max_size=10**6,
-                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature=signature)
+    spec = TableSpec(
+        "t",
+        sampler="uniform",
+        remover="fifo",
+        max_size=10**6,
+        rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+        signature=signature,
+    )
     rss = psutil.Process().memory_info().rss
     server = NativeReplayServer([spec], seed=0)
     writer = server.client.writer(1, timeout_s=10)
@@ -333,12 +361,19 @@ def _atari_transitions(env_id: str, n_step: int, steps: int, num_envs: int = 4):
     from shoal.envs.environments import final_observations
     from shoal.launch.experiments.config import experiment_config
 
-    config = experiment_config("dqn", env_id, num_envs=num_envs, env_args={"max_num_frames_per_episode": 400},
-                               agent_settings={"n_step": n_step, "min_replay_size": 8, "max_replay_size": 100_000})
+    config = experiment_config(
+        "dqn",
+        env_id,
+        num_envs=num_envs,
+        env_args={"max_num_frames_per_episode": 400},
+        agent_settings={"n_step": n_step, "min_replay_size": 8, "max_replay_size": 100_000},
+    )
     env = config.make_env(num_envs, 0)
     spec = make_environment_spec(env)
     builder = config.builder
-    tables = [dataclasses.replace(t, rate_limit=RateLimit(1.0, 1, -1e300, 1e300)) for t in builder.make_replay_tables(spec)]
+    tables = [
+        dataclasses.replace(t, rate_limit=RateLimit(1.0, 1, -1e300, 1e300)) for t in builder.make_replay_tables(spec)
+    ]
     server = NativeReplayServer(tables, seed=3)
     adder = builder.make_adder(server.client, spec)
     rng = np.random.default_rng(0)
@@ -347,8 +382,17 @@ def _atari_transitions(env_id: str, n_step: int, steps: int, num_envs: int = 4):
     for _ in range(steps):
         action = rng.integers(0, spec.num_actions, num_envs).astype(spec.action.dtype)
         next_obs, reward, terminated, truncated, info = env.step(action)
-        adder.add(Step(observation, action, reward, terminated, truncated,
-                       final_observations(next_obs, terminated, truncated, info), {}))
+        adder.add(
+            Step(
+                observation,
+                action,
+                reward,
+                terminated,
+                truncated,
+                final_observations(next_obs, terminated, truncated, info),
+                {},
+            )
+        )
         ends += int((terminated | truncated).sum())
         observation = next_obs
     adder.flush()
@@ -468,8 +512,15 @@ def test_without_frames_image_columns_are_kept_as_they_come():
 
 # -- items in arrays (slots) ------------------------------------------------------------------------
 def _small_server(max_size: int, sampler: str = "uniform", checkpoint_dir: str | None = None):
-    spec = TableSpec("t", sampler=sampler, remover="fifo", max_size=max_size, priority_exponent=1.0,
-                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300), signature={"v": ArraySpec((), np.float32)})
+    spec = TableSpec(
+        "t",
+        sampler=sampler,
+        remover="fifo",
+        max_size=max_size,
+        priority_exponent=1.0,
+        rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+        signature={"v": ArraySpec((), np.float32)},
+    )
     return NativeReplayServer([spec], checkpoint_dir=checkpoint_dir, seed=2)
 
 
@@ -541,9 +592,15 @@ def test_a_checkpoint_writes_frame_stacks_as_their_frames_once_and_restores_them
 
     from shoal.replay.native.checkpoint_files import Damaged
 
-    spec = TableSpec("t", sampler="fifo", remover="fifo", max_size=100, max_times_sampled=1,
-                     rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
-                     signature={"w": ArraySpec((4, 32, 32), np.uint8), "v": ArraySpec((), np.float32)})
+    spec = TableSpec(
+        "t",
+        sampler="fifo",
+        remover="fifo",
+        max_size=100,
+        max_times_sampled=1,
+        rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
+        signature={"w": ArraySpec((4, 32, 32), np.uint8), "v": ArraySpec((), np.float32)},
+    )
     server = NativeReplayServer([spec], checkpoint_dir=str(tmp_path), seed=0)
     writer = server.client.writer(1, timeout_s=10)
     for t in range(60):

@@ -32,8 +32,9 @@ def backend(request) -> str:
 
 
 def table(name="t", sampler="uniform", remover="fifo", max_size=1000, rate_limit=FREE, **kwargs) -> TableSpec:
-    return TableSpec(name, sampler=sampler, remover=remover, max_size=max_size, rate_limit=rate_limit,
-                     signature=SIGNATURE, **kwargs)
+    return TableSpec(
+        name, sampler=sampler, remover=remover, max_size=max_size, rate_limit=rate_limit, signature=SIGNATURE, **kwargs
+    )
 
 
 class Replay:
@@ -65,24 +66,49 @@ class Replay:
                 if got is None:
                     break
                 for i in range(len(got["key"])):
-                    out.append({"value": float(got["columns"][0][i]), "key": int(got["key"][i]),
-                                "probability": float(got["probability"][i]), "priority": float(got["priority"][i]),
-                                "times_sampled": int(got["times_sampled"][i])})
+                    out.append(
+                        {
+                            "value": float(got["columns"][0][i]),
+                            "key": int(got["key"][i]),
+                            "probability": float(got["probability"][i]),
+                            "priority": float(got["priority"][i]),
+                            "times_sampled": int(got["times_sampled"][i]),
+                        }
+                    )
             return out
         import reverb
 
         if timeout_s > 1:  # (items are there: Reverb's client samples exactly n, with no timeout)
-            return [{"value": float(s.data["value"]), "key": int(s.info.key), "probability": float(s.info.probability),
-                     "priority": float(s.info.priority), "times_sampled": int(s.info.times_sampled)}
-                    for s in reverb.Client(self.server.address).sample(
-                        table, num_samples=n, emit_timesteps=False, unpack_as_table_signature=True)]
+            return [
+                {
+                    "value": float(s.data["value"]),
+                    "key": int(s.info.key),
+                    "probability": float(s.info.probability),
+                    "priority": float(s.info.priority),
+                    "times_sampled": int(s.info.times_sampled),
+                }
+                for s in reverb.Client(self.server.address).sample(
+                    table, num_samples=n, emit_timesteps=False, unpack_as_table_signature=True
+                )
+            ]
         # (a short timeout: the sample is expected to time out; Reverb's dataset can say so)
         dataset = reverb.TrajectoryDataset.from_table_signature(
-            self.server.address, table, max_in_flight_samples_per_worker=1, num_workers_per_iterator=1,
-            rate_limiter_timeout_ms=int(timeout_s * 1000))
-        return [{"value": float(s.data["value"]), "key": int(s.info.key), "probability": float(s.info.probability),
-                 "priority": float(s.info.priority), "times_sampled": int(s.info.times_sampled)}
-                for s in dataset.take(n).as_numpy_iterator()]
+            self.server.address,
+            table,
+            max_in_flight_samples_per_worker=1,
+            num_workers_per_iterator=1,
+            rate_limiter_timeout_ms=int(timeout_s * 1000),
+        )
+        return [
+            {
+                "value": float(s.data["value"]),
+                "key": int(s.info.key),
+                "probability": float(s.info.probability),
+                "priority": float(s.info.priority),
+                "times_sampled": int(s.info.times_sampled),
+            }
+            for s in dataset.take(n).as_numpy_iterator()
+        ]
 
     def size(self, table="t") -> int:
         return int(self.client.server_info()[table].current_size)
@@ -140,7 +166,7 @@ def test_prioritized_sampling_follows_priority_to_the_alpha(backend, replays, al
     replay = open_replay(replays, backend, table(sampler="prioritized", priority_exponent=alpha))
     values, priorities = [0.0, 1.0, 2.0, 3.0], np.array([1.0, 2.0, 4.0, 8.0])
     replay.insert(values, priorities=priorities)
-    expected = priorities ** alpha / (priorities ** alpha).sum()
+    expected = priorities**alpha / (priorities**alpha).sum()
     samples = replay.sample(4000)
     for s in samples[:50]:  # (the probability each sample reports is its item's)
         assert math.isclose(s["probability"], expected[int(s["value"])], rel_tol=1e-5)
@@ -238,8 +264,15 @@ def test_priority_updates_change_what_is_sampled(backend, replays):
 
 
 def test_concurrent_writers_and_a_sampler_lose_and_repeat_nothing(backend, replays):
-    queue = TableSpec("t", sampler="fifo", remover="fifo", max_size=64, max_times_sampled=1,
-                      rate_limit=RateLimit(1.0, 1, 0.0, 64.0), signature=SIGNATURE)
+    queue = TableSpec(
+        "t",
+        sampler="fifo",
+        remover="fifo",
+        max_size=64,
+        max_times_sampled=1,
+        rate_limit=RateLimit(1.0, 1, 0.0, 64.0),
+        signature=SIGNATURE,
+    )
     replay = open_replay(replays, backend, queue)
     writers = [replay.client.writer(1, timeout_s=60.0) for _ in range(4)]
 

@@ -44,8 +44,13 @@ def _members(protocol: type) -> dict[str, object]:
         if klass in (typing.Protocol, typing.Generic, object):
             continue
         members.update({name: ... for name in getattr(klass, "__annotations__", {})})
-        members.update({name: value for name, value in vars(klass).items()
-                        if not name.startswith("_") and (callable(value) or isinstance(value, property))})
+        members.update(
+            {
+                name: value
+                for name, value in vars(klass).items()
+                if not name.startswith("_") and (callable(value) or isinstance(value, property))
+            }
+        )
     return members
 
 
@@ -74,8 +79,11 @@ def _accepts(implementation: inspect.Signature, declared: inspect.Signature) -> 
         if want.default is not want.empty and have.default is have.empty:
             return f"{want.name!r} has no default"
         used.add(have.name)
-    extra = [p.name for p in impl if p.name not in used and p.default is p.empty
-             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    extra = [
+        p.name
+        for p in impl
+        if p.name not in used and p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     return f"parameters {extra} without defaults" if extra else None
 
 
@@ -88,8 +96,9 @@ def test_each_backend_class_has_every_member_of_the_contract_with_a_compatible_s
             have = inspect.getattr_static(implementation, name, None)
             if declared is ... or isinstance(declared, property):
                 # (an attribute: a class attribute, a property, or set by __init__ -- read its source)
-                assert have is not None or f"self.{name}" in inspect.getsource(implementation.__init__), \
+                assert have is not None or f"self.{name}" in inspect.getsource(implementation.__init__), (
                     f"{implementation.__name__} has no {name!r} ({protocol.__name__})"
+                )
                 continue
             assert callable(have), f"{implementation.__name__}.{name} is not a method ({protocol.__name__})"
             why = _accepts(inspect.signature(have), inspect.signature(declared))
@@ -101,16 +110,24 @@ def test_the_signature_check_finds_a_mismatch():  # (a check that finds nothing 
 
     assert _accepts(inspect.signature(lambda self, t, n, poll_s=1.0: None), inspect.signature(declared)) is None
     assert "poll_s" in _accepts(inspect.signature(lambda self, t, n: None), inspect.signature(declared))
-    assert "without defaults" in _accepts(inspect.signature(lambda self, t, n, x, poll_s=1.0: None),
-                                          inspect.signature(declared))
+    assert "without defaults" in _accepts(
+        inspect.signature(lambda self, t, n, x, poll_s=1.0: None), inspect.signature(declared)
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_server_its_client_writer_and_sampler_are_the_contract_s_and_round_trip(backend):
     """The objects a run gets: ``make_replay_server``'s server and client (runtime-checkable
     protocols), its writer and sampler; an item written is the item sampled, with its info."""
-    table = TableSpec("t", sampler="fifo", remover="fifo", max_size=10, rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
-                      max_times_sampled=1, signature={"x": ArraySpec((2,), np.float32)})  # (sampled once)
+    table = TableSpec(
+        "t",
+        sampler="fifo",
+        remover="fifo",
+        max_size=10,
+        rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
+        max_times_sampled=1,
+        signature={"x": ArraySpec((2,), np.float32)},
+    )  # (sampled once)
     server = make_replay_server([table], backend)
     try:
         assert isinstance(server, contract.ReplayServer) and isinstance(server.client, contract.ReplayClient)
@@ -137,6 +154,7 @@ def test_a_server_its_client_writer_and_sampler_are_the_contract_s_and_round_tri
 
 # -- no dispatch on what a replay object is; the backends apart -----------------------------------
 
+
 def _contract_names() -> set[str]:
     """Every member name of the contract's protocols, and the backends' own public methods (what
     a ``hasattr`` on a replay object would ask about)."""
@@ -158,8 +176,9 @@ def _dispatches(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             continue
-        asks = ((node.func.id == "hasattr" and len(node.args) == 2)
-                or (node.func.id == "getattr" and len(node.args) == 3))
+        asks = (node.func.id == "hasattr" and len(node.args) == 2) or (
+            node.func.id == "getattr" and len(node.args) == 3
+        )
         if asks and isinstance(node.args[1], ast.Constant) and node.args[1].value in names:
             found.append((node.lineno, f"{node.func.id}(..., {node.args[1].value!r}...)"))
     return found
@@ -168,18 +187,26 @@ def _dispatches(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
 def test_no_hasattr_dispatch_on_replay_objects_in_the_package():
     names = _contract_names()
     assert {"writer", "sampler", "shares_steps", "send_pending", "sample_batch", "can_sample"} <= names
-    found = [f"{path.relative_to(ROOT)}:{line}: {call}" for path in _package_files()
-             for line, call in _dispatches(ast.parse(path.read_text(), str(path)), names)]
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {call}"
+        for path in _package_files()
+        for line, call in _dispatches(ast.parse(path.read_text(), str(path)), names)
+    ]
     assert not found, "ask the contract, not the object: " + "; ".join(found)
     # the walker sees one
-    assert _dispatches(ast.parse("if hasattr(client, 'writer'): pass\ngetattr(w, 'shares_steps', False)"), names) \
-        == [(1, "hasattr(..., 'writer'...)"), (2, "getattr(..., 'shares_steps'...)")]
+    assert _dispatches(ast.parse("if hasattr(client, 'writer'): pass\ngetattr(w, 'shares_steps', False)"), names) == [
+        (1, "hasattr(..., 'writer'...)"),
+        (2, "getattr(..., 'shares_steps'...)"),
+    ]
 
 
 def test_replay_itself_holds_no_hasattr():
-    found = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in sorted((ROOT / "replay").rglob("*.py"))
-             for node in ast.walk(ast.parse(path.read_text(), str(path)))
-             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr"]
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((ROOT / "replay").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr"
+    ]
     assert not found, found
 
 
@@ -197,8 +224,12 @@ def _imported(path: pathlib.Path) -> set[str]:
 def test_a_backend_imports_nothing_of_the_other(backend, other):
     files = sorted((ROOT / "replay" / backend).rglob("*.py"))
     assert len(files) >= 4, files
-    crossing = {f"{path.name}: {module}" for path in files for module in _imported(path)
-                if module.startswith(f"shoal.replay.{other}") or module.startswith("(relative)")}
+    crossing = {
+        f"{path.name}: {module}"
+        for path in files
+        for module in _imported(path)
+        if module.startswith(f"shoal.replay.{other}") or module.startswith("(relative)")
+    }
     assert not crossing, crossing
 
 
@@ -206,9 +237,13 @@ def test_outside_the_backends_only_backends_py_names_them():
     """Adders, datasets, runners and launchers talk to replay through the contract; a backend is
     named (imported) only by ``shoal.replay.backends`` and the package's lazy name table."""
     allowed = {ROOT / "replay" / "backends.py", ROOT / "replay" / "__init__.py"}
-    found = {f"{path.relative_to(ROOT)}: {module}" for path in _package_files()
-             if path not in allowed and not path.is_relative_to(ROOT / "replay" / "native")
-             and not path.is_relative_to(ROOT / "replay" / "reverb")
-             for module in _imported(path)
-             if module.startswith(("shoal.replay.native", "shoal.replay.reverb"))}
+    found = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in _package_files()
+        if path not in allowed
+        and not path.is_relative_to(ROOT / "replay" / "native")
+        and not path.is_relative_to(ROOT / "replay" / "reverb")
+        for module in _imported(path)
+        if module.startswith(("shoal.replay.native", "shoal.replay.reverb"))
+    }
     assert not found, found

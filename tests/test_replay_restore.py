@@ -19,8 +19,9 @@ from shoal.replay.tables import RateLimit, TableSpec  # noqa: E402
 
 def ratio_table():
     """Two samples per insert; sampling allowed while inserts*2 - samples - n >= 2*2 - 6 = -2."""
-    return TableSpec("t", sampler="uniform", remover="fifo", max_size=100,
-                     rate_limit=RateLimit.sample_to_insert_ratio(2.0, 2, 6.0))
+    return TableSpec(
+        "t", sampler="uniform", remover="fifo", max_size=100, rate_limit=RateLimit.sample_to_insert_ratio(2.0, 2, 6.0)
+    )
 
 
 def play(server, inserts, samples):
@@ -58,15 +59,23 @@ def test_a_resumed_one_process_run_is_reproducible(tmp_path):
     """Two copies of one checkpointed run, each resumed, train alike: the learner steps when the
     restored table can serve it (not when its sampler happens to be quick) and the actor acts
     with the restored params from its first step."""
-    config = ExperimentConfig.from_flat(builder=get_builder("ppo"), env_id="CartPole-v1", num_envs=4, seed=1,
-                                        max_env_steps=1_024, eval_every=10**8, eval_episodes=1, target_return=1e9,
-                                        run_dir=str(tmp_path / "a"), progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("ppo"),
+        env_id="CartPole-v1",
+        num_envs=4,
+        seed=1,
+        max_env_steps=1_024,
+        eval_every=10**8,
+        eval_episodes=1,
+        target_return=1e9,
+        run_dir=str(tmp_path / "a"),
+        progress=False,
+    )
     run_experiment(config)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     digests, evals = [], []
     for name in ("a", "b"):
-        result = run_experiment(config.replace(run_dir=str(tmp_path / name), max_env_steps=2_048,
-                                                    resume=True))
+        result = run_experiment(config.replace(run_dir=str(tmp_path / name), max_env_steps=2_048, resume=True))
         assert result["env_steps"] == 2_048 and result["resumed_from"]["env_steps"] == 1_024
         digests.append(json.loads((tmp_path / name / "checkpoints" / "run.json").read_text())["learner_digest"])
         evals.append((tmp_path / name / "eval.csv").read_text().splitlines())

@@ -32,20 +32,31 @@ from tests.test_native_replay import _served
 ENVS = 4
 LIMIT = RateLimit(1.0, 1, -1e9, 1e9)
 # tree.flatten order (sorted keys), as the adders write a step's columns: action, observation, reward
-STEP = {"action": ArraySpec((ENVS,), np.int32), "observation": ArraySpec((ENVS, 3), np.float32),
-        "reward": ArraySpec((ENVS,), np.float32)}
+STEP = {
+    "action": ArraySpec((ENVS,), np.int32),
+    "observation": ArraySpec((ENVS, 3), np.float32),
+    "reward": ArraySpec((ENVS,), np.float32),
+}
 TABLES = [
     TableSpec("t", sampler="uniform", remover="fifo", max_size=100, rate_limit=LIMIT, signature=STEP),
-    TableSpec("seq", sampler="fifo", remover="fifo", max_size=100, rate_limit=LIMIT,
-              signature={"x": ArraySpec((3, 2), np.float32)}),
+    TableSpec(
+        "seq",
+        sampler="fifo",
+        remover="fifo",
+        max_size=100,
+        rate_limit=LIMIT,
+        signature={"x": ArraySpec((3, 2), np.float32)},
+    ),
 ]
 
 
 def step(action=None, observation=None, reward=None):
     """One step's columns, in the signature's order (each with one step on its leading axis)."""
-    return [np.zeros((1, ENVS), np.int32) if action is None else action,
-            np.ones((1, ENVS, 3), np.float32) if observation is None else observation,
-            np.zeros((1, ENVS), np.float32) if reward is None else reward]
+    return [
+        np.zeros((1, ENVS), np.int32) if action is None else action,
+        np.ones((1, ENVS, 3), np.float32) if observation is None else observation,
+        np.zeros((1, ENVS), np.float32) if reward is None else reward,
+    ]
 
 
 def items(tables, priorities, lengths, indices):
@@ -86,35 +97,72 @@ def assert_refused(node, call, says):
 
 NAN_OBS = np.full((1, ENVS, 3), np.nan, np.float32)
 INSERTS = {  # case -> (steps, items, what the error says)
-    "wrong shape": ([[np.array([0]), step(observation=np.zeros((1, ENVS, 5), np.float32))]],
-                    items(["t"], [1.0], [1], [0]),
-                    "column 1 (observation) of its steps is float32[4, 5]; its signature says float32[4, 3]"),
-    "wrong dtype": ([[np.array([0]), step(action=np.zeros((1, ENVS), np.float64))]], items(["t"], [1.0], [1], [0]),
-                    "column 0 (action) of its steps is float64[4]; its signature says int32[4]"),
-    "missing column": ([[np.array([0]), step()[:2]]], items(["t"], [1.0], [1], [0]),
-                       "has steps of 2 columns; its signature has 3 (action, observation, reward)"),
-    "NaN observation": ([[np.array([0]), step(observation=NAN_OBS)]], items(["t"], [1.0], [1], [0]),
-                        "column 1 (float32) holds NaN or inf"),
-    "inf reward": ([[np.array([0]), step(reward=np.full((1, ENVS), np.inf, np.float32))]],
-                   items(["t"], [1.0], [1], [0]), "column 2 (float32) holds NaN or inf"),
-    "negative length": ([[np.array([0, 1]), [np.concatenate([c, c]) for c in step()]]],
-                        items(["t", "t"], [1.0, 1.0], [3, -1], [0, 1]), "an item's length must be >= 1 step, got -1"),
-    "zero length": ([[np.array([0]), step()]], items(["t", "t"], [1.0, 1.0], [1, 0], [0]),
-                    "an item's length must be >= 1 step, got 0"),
+    "wrong shape": (
+        [[np.array([0]), step(observation=np.zeros((1, ENVS, 5), np.float32))]],
+        items(["t"], [1.0], [1], [0]),
+        "column 1 (observation) of its steps is float32[4, 5]; its signature says float32[4, 3]",
+    ),
+    "wrong dtype": (
+        [[np.array([0]), step(action=np.zeros((1, ENVS), np.float64))]],
+        items(["t"], [1.0], [1], [0]),
+        "column 0 (action) of its steps is float64[4]; its signature says int32[4]",
+    ),
+    "missing column": (
+        [[np.array([0]), step()[:2]]],
+        items(["t"], [1.0], [1], [0]),
+        "has steps of 2 columns; its signature has 3 (action, observation, reward)",
+    ),
+    "NaN observation": (
+        [[np.array([0]), step(observation=NAN_OBS)]],
+        items(["t"], [1.0], [1], [0]),
+        "column 1 (float32) holds NaN or inf",
+    ),
+    "inf reward": (
+        [[np.array([0]), step(reward=np.full((1, ENVS), np.inf, np.float32))]],
+        items(["t"], [1.0], [1], [0]),
+        "column 2 (float32) holds NaN or inf",
+    ),
+    "negative length": (
+        [[np.array([0, 1]), [np.concatenate([c, c]) for c in step()]]],
+        items(["t", "t"], [1.0, 1.0], [3, -1], [0, 1]),
+        "an item's length must be >= 1 step, got -1",
+    ),
+    "zero length": (
+        [[np.array([0]), step()]],
+        items(["t", "t"], [1.0, 1.0], [1, 0], [0]),
+        "an item's length must be >= 1 step, got 0",
+    ),
     "length past the call": ([[np.array([0]), step()]], items(["t"], [1.0], [3], [0]), "does not add up"),
-    "unknown table": ([[np.array([0]), step()]], items(["t", "nope"], [1.0, 1.0], [1, 1], [0, 0]),
-                      "replay table 'nope' is not served here"),
-    "step never sent": ([[np.array([0]), step()]], items(["t"], [1.0], [1], [7]),
-                        "an item references steps [7] that this call does not send"),
-    "step sent twice": ([[np.array([0, 0]), [np.concatenate([c, c]) for c in step()]]],
-                        items(["t"], [1.0], [1], [0]), "an insert sends step 0 twice"),
-    "length the signature has not": ([[np.array([0, 1]), [np.zeros((2, 2), np.float32)]]],
-                                     items(["seq"], [1.0], [2], [0, 1]),
-                                     "replay table 'seq' takes items of 1 or 3 steps (its signature), not one of 2"),
-    "NaN priority": ([[np.array([0]), step()]], items(["t"], [float("nan")], [1], [0]),
-                     "priorities must be finite numbers >= 0, got nan"),
-    "negative priority": ([[np.array([0]), step()]], items(["t"], [-1.0], [1], [0]),
-                          "priorities must be finite numbers >= 0, got -1.0"),
+    "unknown table": (
+        [[np.array([0]), step()]],
+        items(["t", "nope"], [1.0, 1.0], [1, 1], [0, 0]),
+        "replay table 'nope' is not served here",
+    ),
+    "step never sent": (
+        [[np.array([0]), step()]],
+        items(["t"], [1.0], [1], [7]),
+        "an item references steps [7] that this call does not send",
+    ),
+    "step sent twice": (
+        [[np.array([0, 0]), [np.concatenate([c, c]) for c in step()]]],
+        items(["t"], [1.0], [1], [0]),
+        "an insert sends step 0 twice",
+    ),
+    "length the signature has not": (
+        [[np.array([0, 1]), [np.zeros((2, 2), np.float32)]]],
+        items(["seq"], [1.0], [2], [0, 1]),
+        "replay table 'seq' takes items of 1 or 3 steps (its signature), not one of 2",
+    ),
+    "NaN priority": (
+        [[np.array([0]), step()]],
+        items(["t"], [float("nan")], [1], [0]),
+        "priorities must be finite numbers >= 0, got nan",
+    ),
+    "negative priority": (
+        [[np.array([0]), step()]],
+        items(["t"], [-1.0], [1], [0]),
+        "priorities must be finite numbers >= 0, got -1.0",
+    ),
 }
 
 
@@ -136,9 +184,18 @@ def test_a_bad_insert_through_shared_memory_is_refused_as_one_over_rpc(node):
         view[...] = column
     del views, view  # (the segment closes once no view of it is left)
     try:
-        assert_refused(node, lambda raw: raw.insert_shared("bad", segment.name, [[np.array([0]), places]],
-                                                           items(["t"], [1.0], [1], [0]), np.array([], np.int64),
-                                                           5.0), "column 1 (float32) holds NaN or inf")
+        assert_refused(
+            node,
+            lambda raw: raw.insert_shared(
+                "bad",
+                segment.name,
+                [[np.array([0]), places]],
+                items(["t"], [1.0], [1], [0]),
+                np.array([], np.int64),
+                5.0,
+            ),
+            "column 1 (float32) holds NaN or inf",
+        )
     finally:
         client.release_segment(segment)
 
@@ -177,12 +234,18 @@ def test_a_table_keeps_one_item_length_and_a_correct_sequence_item_goes_in(node)
     x = np.arange(6, dtype=np.float32).reshape(3, 2)
     assert raw.insert("s", [[np.array([0, 1, 2]), [x]]], items(["seq"], [1.0], [3], [0, 1, 2]), np.array([]), 5.0) == 1
     with pytest.raises(RemoteError, match="holds items of 3 steps; an item of 1 steps"):
-        raw.insert("s", [[np.array([3]), [np.zeros((1, 3, 2), np.float32)]]], items(["seq"], [1.0], [1], [3]),
-                   np.array([]), 5.0)
+        raw.insert(
+            "s",
+            [[np.array([3]), [np.zeros((1, 3, 2), np.float32)]]],
+            items(["seq"], [1.0], [1], [3]),
+            np.array([]),
+            5.0,
+        )
     np.testing.assert_array_equal(client.sample_batch("seq", 1, 5.0)["columns"][0], x[None])
 
 
 # -- the Ray launcher's bind address (item 4) -------------------------------------------------------
+
 
 def test_servers_under_a_local_ray_bind_loopback_unless_asked():
     from shoal.launch.programs.ray.launcher import bind_hosts
@@ -210,8 +273,11 @@ def test_a_native_replay_node_under_a_local_ray_listens_on_loopback_only(tmp_pat
         client = run.client("replay", timeout_s=240)
         host, port = client.server_address.removeprefix("native://").rsplit(":", 1)
         assert host == "127.0.0.1"
-        listening = [c.laddr.ip.removeprefix("::ffff:") for c in psutil.net_connections("tcp")
-                     if c.status == psutil.CONN_LISTEN and c.laddr.port == int(port)]
+        listening = [
+            c.laddr.ip.removeprefix("::ffff:")
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == int(port)
+        ]
         assert listening == ["127.0.0.1"], listening
         assert sizes(client) == {"t": 0}
     finally:
@@ -220,9 +286,27 @@ def test_a_native_replay_node_under_a_local_ray_listens_on_loopback_only(tmp_pat
 
 # -- resume from a replay checkpoint that is incomplete or damaged (items 6 and 7) ----------------
 
-SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0", "--replay", "native",
-         "--set", "min_replay_size=100", "--target-return", "1e9", "--eval-episodes", "2", "--quiet",
-         "--max-env-steps", "300"]
+SMALL = [
+    "--agent",
+    "dqn",
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "8",
+    "--seed",
+    "0",
+    "--replay",
+    "native",
+    "--set",
+    "min_replay_size=100",
+    "--target-return",
+    "1e9",
+    "--eval-episodes",
+    "2",
+    "--quiet",
+    "--max-env-steps",
+    "300",
+]
 
 
 @pytest.fixture(scope="module")
@@ -248,8 +332,12 @@ def _copy(run_dir, tmp_path):
 
 
 def _files(run_dir):
-    return {(path, name, os.stat(os.path.join(path, name)).st_size, os.stat(os.path.join(path, name)).st_mtime_ns)
-            for path, _, names in os.walk(run_dir) for name in names if name != ".lock"}
+    return {
+        (path, name, os.stat(os.path.join(path, name)).st_size, os.stat(os.path.join(path, name)).st_mtime_ns)
+        for path, _, names in os.walk(run_dir)
+        for name in names
+        if name != ".lock"
+    }
 
 
 def _replay_checkpoint(run_dir):
@@ -275,6 +363,7 @@ def _edit(change):
         record = json.loads(path.read_text())
         change(record)
         path.write_text(json.dumps(record))
+
     return edit
 
 
@@ -286,20 +375,41 @@ DAMAGES = {  # case -> (file, damage, what the line says)
     "no DONE": ("DONE", os.remove, "has no DONE file, so the replay checkpoint that"),
     "truncated steps.npz": ("steps.npz", _truncate, "steps.npz: cannot be read (BadZipFile"),
     "tables.json not JSON": ("tables.json", lambda p: p.write_text("{not json"), "tables.json: cannot be read"),
-    "tables.json without layouts": ("tables.json", _edit(lambda r: r.pop("layouts")),
-                                    "tables.json: layouts must be a list of column counts, got null"),
-    "an item's step beyond steps.npz": ("tables.json", _edit(lambda r: _first_table(r)["items"][0][3][0].__setitem__(
-        1, 10**6)), "names step 1000000 of layout 0, which holds"),
-    "an item's layout that is not": ("tables.json", _edit(lambda r: _first_table(r)["items"][0][3][0].__setitem__(
-        0, 7)), "items[0] must be [key, priority >= 0, times sampled, [[layout, row], ...]]"),
-    "an item that is not a list": ("tables.json", _edit(lambda r: _first_table(r)["items"].__setitem__(0, 5)),
-                                   "items[0] must be [key, priority"),
-    "a NaN priority": ("tables.json", lambda p: p.write_text(p.read_text().replace(', 1.0, ', ', NaN, ', 1)),
-                       "items[0] must be [key, priority >= 0"),
-    "counts of the wrong type": ("tables.json", _edit(lambda r: _first_table(r)["counts"].update(inserts="5")),
-                                 'counts.inserts must be an integer >= 0, got "5"'),
-    "a sampler state that is not": ("tables.json", _edit(lambda r: _first_table(r)["counts"].update(rng={"a": 1})),
-                                    "counts.rng must be a numpy PCG64 generator state"),
+    "tables.json without layouts": (
+        "tables.json",
+        _edit(lambda r: r.pop("layouts")),
+        "tables.json: layouts must be a list of column counts, got null",
+    ),
+    "an item's step beyond steps.npz": (
+        "tables.json",
+        _edit(lambda r: _first_table(r)["items"][0][3][0].__setitem__(1, 10**6)),
+        "names step 1000000 of layout 0, which holds",
+    ),
+    "an item's layout that is not": (
+        "tables.json",
+        _edit(lambda r: _first_table(r)["items"][0][3][0].__setitem__(0, 7)),
+        "items[0] must be [key, priority >= 0, times sampled, [[layout, row], ...]]",
+    ),
+    "an item that is not a list": (
+        "tables.json",
+        _edit(lambda r: _first_table(r)["items"].__setitem__(0, 5)),
+        "items[0] must be [key, priority",
+    ),
+    "a NaN priority": (
+        "tables.json",
+        lambda p: p.write_text(p.read_text().replace(", 1.0, ", ", NaN, ", 1)),
+        "items[0] must be [key, priority >= 0",
+    ),
+    "counts of the wrong type": (
+        "tables.json",
+        _edit(lambda r: _first_table(r)["counts"].update(inserts="5")),
+        'counts.inserts must be an integer >= 0, got "5"',
+    ),
+    "a sampler state that is not": (
+        "tables.json",
+        _edit(lambda r: _first_table(r)["counts"].update(rng={"a": 1})),
+        "counts.rng must be a numpy PCG64 generator state",
+    ),
 }
 
 
@@ -308,7 +418,8 @@ DAMAGES = {  # case -> (file, damage, what the line says)
 @pytest.mark.parametrize("kind", ["one-process", "distributed"])
 @pytest.mark.parametrize("case", list(DAMAGES))
 def test_a_resume_refuses_an_incomplete_or_damaged_replay_checkpoint_in_one_line_naming_it(
-        finished_runs, tmp_path, capsys, kind, case):
+    finished_runs, tmp_path, capsys, kind, case
+):
     run_dir = _copy(finished_runs[kind], tmp_path)
     name, damage, says = DAMAGES[case]
     checkpoint = _replay_checkpoint(run_dir)
@@ -333,8 +444,9 @@ def test_a_damaged_checkpoint_given_to_a_replay_server_is_one_line_naming_the_fi
 
     checkpoint = _replay_checkpoint(finished_runs["one-process"])
     assert _first_table(json.loads((checkpoint / "tables.json").read_text()))["items"], "no item checkpointed"
-    config = experiment_config("dqn", "CartPole-v1", preset=None, agent_settings={"min_replay_size": 100}, seed=0,
-                               num_envs=8, replay="native")
+    config = experiment_config(
+        "dqn", "CartPole-v1", preset=None, agent_settings={"min_replay_size": 100}, seed=0, num_envs=8, replay="native"
+    )
     tables = config.builder.make_replay_tables(config.environment_spec())
     work = checkpoint.parent.parent.parent / "server-copy"
     shutil.copytree(checkpoint, work / checkpoint.name)

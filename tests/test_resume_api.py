@@ -16,9 +16,19 @@ pytestmark = pytest.mark.e2e  # real runs, resumed by `shoal train --resume`
 
 
 def config(run_dir, max_env_steps, **changes):
-    return ExperimentConfig.from_flat(builder=get_builder("dqn", min_replay_size=256), env_id="CartPole-v1", num_envs=8,
-                                      seed=3, max_env_steps=max_env_steps, eval_every=1_000, eval_episodes=2,
-                                      target_return=1e9, run_dir=str(run_dir), progress=False, **changes)
+    return ExperimentConfig.from_flat(
+        builder=get_builder("dqn", min_replay_size=256),
+        env_id="CartPole-v1",
+        num_envs=8,
+        seed=3,
+        max_env_steps=max_env_steps,
+        eval_every=1_000,
+        eval_episodes=2,
+        target_return=1e9,
+        run_dir=str(run_dir),
+        progress=False,
+        **changes,
+    )
 
 
 def resume(run_dir, *args):
@@ -63,8 +73,12 @@ def test_a_distributed_run_made_from_python_resumes_from_the_cli(tmp_path):
     assert restored["actors"] == {label: a["env_steps"] for label, a in saved["actors"].items()}
     assert restored["next_eval_at"] == saved["evaluator"]["next"]
     for label, state in saved["actors"].items():  # each actor continued its schedule with its own RNG key
-        assert f"[{label}] resumes its schedules from its checkpoint at {state['env_steps']:,} env steps " \
-               f"(key {state['key']})" in proc.stdout + proc.stderr
+        assert (
+            f"[{label}] resumes its schedules from its checkpoint at {state['env_steps']:,} env steps "
+            f"(key {state['key']})" in proc.stdout + proc.stderr
+        )
     # this run's speed, not the restored steps over a second (a resumed run once showed 856k steps/s)
-    speeds = [float(m.group(1).replace(",", "")) for m in re.finditer(r"\[train\] .*steps_per_s ([0-9,.]+)", proc.stderr)]
+    speeds = [
+        float(m.group(1).replace(",", "")) for m in re.finditer(r"\[train\] .*steps_per_s ([0-9,.]+)", proc.stderr)
+    ]
     assert speeds and speeds[0] < saved["env_steps"], proc.stderr[-2000:]

@@ -40,8 +40,15 @@ def test_vtrace_by_hand():
     # traces c = min(1, rho) = [1, 0.5, 1].
     rho = np.array([[2.0, 0.5, 1.0]] * 2, np.float32)
     config = IMPALAConfig(discount=0.5, vtrace_lambda=1.0)
-    errors, pg = vtrace_targets(jnp.asarray(VALUE), jnp.asarray(NEXT_VALUE), jnp.asarray(REWARD),
-                                jnp.asarray(TERMINATED), jnp.asarray(TRUNCATED), jnp.asarray(rho), config)
+    errors, pg = vtrace_targets(
+        jnp.asarray(VALUE),
+        jnp.asarray(NEXT_VALUE),
+        jnp.asarray(REWARD),
+        jnp.asarray(TERMINATED),
+        jnp.asarray(TRUNCATED),
+        jnp.asarray(rho),
+        config,
+    )
     # row 0: deltas 1*(1 + 10 - 10) = 1, 0.5*(2 - 20) = -9, 1*(3 + 3.5 - 30) = -23.5;
     # e2 = -23.5, e1 = -9 (terminated: no trace), e0 = 1 + 0.5*1*(-9) = -3.5
     np.testing.assert_allclose(errors[0], [-3.5, -9.0, -23.5])
@@ -51,8 +58,7 @@ def test_vtrace_by_hand():
     e1 = -1.5 + 0.25 * -23.5
     np.testing.assert_allclose(errors[1], [1.0 + 0.5 * e1, e1, -23.5])
     vs1, vs2 = 20.0 + e1, 30.0 - 23.5
-    np.testing.assert_allclose(pg[1], [1.0 + 0.5 * vs1 - 10.0, 0.5 * (2.0 + 0.5 * vs2 - 20.0), 6.5 - 30.0],
-                               rtol=1e-6)
+    np.testing.assert_allclose(pg[1], [1.0 + 0.5 * vs1 - 10.0, 0.5 * (2.0 + 0.5 * vs2 - 20.0), 6.5 - 30.0], rtol=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +92,7 @@ def test_tanh_gaussian_density_integrates_to_one():
     networks = make_networks(make_environment_spec(Box1()), (8,))
     a = np.linspace(0.0, 1.0, 200_001)[1:-1]
     u = np.arctanh((a - networks.action_offset) / networks.action_scale).astype(np.float32)[:, None]
-    density = np.exp(np.asarray(tanh_gaussian_log_prob(networks, u, np.full_like(u, 0.3),
-                                                       np.full_like(u, -0.2))))
+    density = np.exp(np.asarray(tanh_gaussian_log_prob(networks, u, np.full_like(u, 0.3), np.full_like(u, -0.2))))
     assert abs(np.sum(density) * (a[1] - a[0]) - 1.0) < 1e-3
 
 
@@ -97,8 +102,9 @@ def test_gaussian_log_prob_and_entropy_by_hand():
     expected = (-0.5 - 0.5 * math.log(2 * math.pi)) + (-0.125 - math.log(2.0) - 0.5 * math.log(2 * math.pi))
     np.testing.assert_allclose(distributions.gaussian_log_prob(mean, log_std, action), [expected], rtol=1e-6)
     # H = sum_d log sigma_d + 0.5 (1 + log 2pi) = log 2 + 1 + log 2pi
-    np.testing.assert_allclose(distributions.gaussian_entropy(mean, log_std),
-                               [math.log(2.0) + 1.0 + math.log(2 * math.pi)], rtol=1e-6)
+    np.testing.assert_allclose(
+        distributions.gaussian_entropy(mean, log_std), [math.log(2.0) + 1.0 + math.log(2 * math.pi)], rtol=1e-6
+    )
     samples = distributions.gaussian_sample(jax.random.PRNGKey(0), jnp.zeros((200_000, 2)) + mean, log_std)
     np.testing.assert_allclose(np.std(samples, axis=0), [1.0, 2.0], rtol=0.02)  # sigma = exp(log_std)
 
@@ -108,9 +114,12 @@ def test_running_statistics_merge_by_hand():
     batch = jnp.array([[4.0], [6.0], [8.0]])  # mean 6, population variance 8/3
     merged = normalization.update(stats, batch)
     # all five values {0, 2, 4, 6, 8}: mean 4, population variance (16 + 4 + 0 + 4 + 16) / 5 = 8
-    np.testing.assert_allclose([float(merged["count"]), float(merged["mean"][0]), float(merged["var"][0])],
-                               [5.0, 4.0, 8.0], rtol=1e-6)
-    np.testing.assert_allclose(normalization.normalize(merged, jnp.array([6.0])), [2.0 / math.sqrt(8.0 + 1e-8)], rtol=1e-6)
+    np.testing.assert_allclose(
+        [float(merged["count"]), float(merged["mean"][0]), float(merged["var"][0])], [5.0, 4.0, 8.0], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        normalization.normalize(merged, jnp.array([6.0])), [2.0 / math.sqrt(8.0 + 1e-8)], rtol=1e-6
+    )
     np.testing.assert_allclose(normalization.scale(merged, jnp.array([-4.0])), [-4.0 / math.sqrt(8.0)], rtol=1e-6)
 
 

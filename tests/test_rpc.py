@@ -11,8 +11,23 @@ import pytest
 from shoal.launch.programs.rpc import CodecError, RemoteError, RpcClient, RpcServer, decode, encode
 from shoal.launch.programs.rpc.server import METHOD, TOKEN_KEY
 
-DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-          np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128, ml_dtypes.bfloat16]
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
+    ml_dtypes.bfloat16,
+]
 
 
 class Service:
@@ -39,9 +54,14 @@ class Service:
 def nested_payload():
     rng = np.random.default_rng(0)
     arrays = {np.dtype(t).name: (rng.normal(size=(3, 2)) * 10).astype(t) for t in DTYPES}
-    return {"arrays": arrays, "list": [1, -2.5, "s", b"\x00bytes", None, True, [np.arange(4)]],
-            "tuple": (1, ("nested", np.float32(3.5))), 7: {"int key": np.zeros((0, 5), np.float32)},
-            "scalar": np.int64(-3), "big": np.arange(10**6, dtype=np.float32).reshape(1000, 1000)}
+    return {
+        "arrays": arrays,
+        "list": [1, -2.5, "s", b"\x00bytes", None, True, [np.arange(4)]],
+        "tuple": (1, ("nested", np.float32(3.5))),
+        7: {"int key": np.zeros((0, 5), np.float32)},
+        "scalar": np.int64(-3),
+        "big": np.arange(10**6, dtype=np.float32).reshape(1000, 1000),
+    }
 
 
 def assert_same(a, b):
@@ -109,13 +129,19 @@ def test_bad_frames_and_tokens_get_errors_and_server_keeps_serving(served):
     forged = encode({"method": "echo"})[:8] + rng.bytes(100)  # right magic, garbage header
     assert raw_call(server.address, forged) == grpc.StatusCode.INVALID_ARGUMENT
     assert raw_call(server.address, encode([1, 2])) == grpc.StatusCode.INVALID_ARGUMENT
-    assert raw_call(server.address, encode({"method": "echo", "args": [1]}), token="wrong") == \
-        grpc.StatusCode.UNAUTHENTICATED
+    assert (
+        raw_call(server.address, encode({"method": "echo", "args": [1]}), token="wrong")
+        == grpc.StatusCode.UNAUTHENTICATED
+    )
     with pytest.raises(RemoteError) as info:
         RpcClient(server.address, token=None).echo(1)
     assert info.value.code == grpc.StatusCode.UNAUTHENTICATED
-    for name, code in (("_private", grpc.StatusCode.UNIMPLEMENTED), ("run", grpc.StatusCode.UNIMPLEMENTED),
-                       ("nope", grpc.StatusCode.UNIMPLEMENTED), ("fail", grpc.StatusCode.UNKNOWN)):
+    for name, code in (
+        ("_private", grpc.StatusCode.UNIMPLEMENTED),
+        ("run", grpc.StatusCode.UNIMPLEMENTED),
+        ("nope", grpc.StatusCode.UNIMPLEMENTED),
+        ("fail", grpc.StatusCode.UNKNOWN),
+    ):
         with pytest.raises(RemoteError) as info:
             client.call(name)
         assert info.value.code == code, name

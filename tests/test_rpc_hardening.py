@@ -18,14 +18,29 @@ from hypothesis import strategies as st
 from shoal.launch.programs.rpc import CodecError, RemoteError, RpcClient, RpcServer, decode, encode
 from shoal.launch.programs.rpc.server import METHOD, TOKEN_KEY
 
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1),
-                    st.floats(allow_nan=False), st.text(max_size=20), st.binary(max_size=20))
-ARRAYS = st.builds(lambda dtype, shape, seed: (np.random.default_rng(seed).normal(size=shape) * 100).astype(dtype),
-                   st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_]),
-                   st.lists(st.integers(0, 4), max_size=3).map(tuple), st.integers(0, 2**32 - 1))
-VALUES = st.recursive(st.one_of(SCALARS, ARRAYS), lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.lists(inner, max_size=4).map(tuple),
-    st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=20)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+)
+ARRAYS = st.builds(
+    lambda dtype, shape, seed: (np.random.default_rng(seed).normal(size=shape) * 100).astype(dtype),
+    st.sampled_from([np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_]),
+    st.lists(st.integers(0, 4), max_size=3).map(tuple),
+    st.integers(0, 2**32 - 1),
+)
+VALUES = st.recursive(
+    st.one_of(SCALARS, ARRAYS),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=4).map(tuple),
+        st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    ),
+    max_leaves=20,
+)
 
 
 def same(a, b):
@@ -112,8 +127,11 @@ def test_depth_bomb_and_fuzz_frames_get_invalid_argument_and_the_server_serves_o
             frame = bytearray(good)
             frame[rng.integers(len(frame))] = rng.integers(256)
             assert call(server.address, bytes(frame)) in (
-                grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED,
-                grpc.StatusCode.UNKNOWN)
+                grpc.StatusCode.OK,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                grpc.StatusCode.UNIMPLEMENTED,
+                grpc.StatusCode.UNKNOWN,
+            )
         assert RpcClient(server.address, token="s3cret").increment(0) >= 0
     finally:
         server.stop()
@@ -156,8 +174,12 @@ time.sleep(600)
 
 @pytest.mark.e2e  # (a server in a second process)
 def test_unauthenticated_large_requests_are_refused_without_holding_memory():
-    proc = subprocess.Popen([sys.executable, "-c", SERVE], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, SHOAL_RPC_MAX_MESSAGE_MB="256"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVE],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, SHOAL_RPC_MAX_MESSAGE_MB="256"),
+    )
     try:
         address = f"127.0.0.1:{proc.stdout.readline().strip()}"
         RpcClient(address, token="s3cret").wait_for_ready(30)
@@ -165,8 +187,10 @@ def test_unauthenticated_large_requests_are_refused_without_holding_memory():
         before = server.memory_info().rss
         with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", -1)]) as channel:
             stub = channel.unary_unary(METHOD)
-            for size, expected in ((128 * 2**20, grpc.StatusCode.UNAUTHENTICATED),   # under the size limit
-                                   (512 * 2**20, grpc.StatusCode.RESOURCE_EXHAUSTED)):  # over it
+            for size, expected in (
+                (128 * 2**20, grpc.StatusCode.UNAUTHENTICATED),  # under the size limit
+                (512 * 2**20, grpc.StatusCode.RESOURCE_EXHAUSTED),
+            ):  # over it
                 body = b"\0" * size
                 for _ in range(2):
                     with pytest.raises(grpc.RpcError) as info:

@@ -35,9 +35,17 @@ def slowed(builder_cls):
 
 
 def run(builder, tmp_path, max_env_steps, num_envs=4, seed=0):
-    config = ExperimentConfig.from_flat(builder=builder, env_id="CartPole-v1", seed=seed, num_envs=num_envs,
-                                        max_env_steps=max_env_steps, eval_every=max_env_steps, target_return=1e9,
-                                        run_dir=str(tmp_path), progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=builder,
+        env_id="CartPole-v1",
+        seed=seed,
+        num_envs=num_envs,
+        max_env_steps=max_env_steps,
+        eval_every=max_env_steps,
+        target_return=1e9,
+        run_dir=str(tmp_path),
+        progress=False,
+    )
     return run_experiment(config)
 
 
@@ -68,9 +76,17 @@ def test_seeded_on_policy_run_is_reproducible_after_learning(tmp_path):
     # A queue is sampled in order and every update is paced exactly: same seed, same run, to the
     # bit (compared on what does not depend on when a log row happened to be written).
     def outcome(name, seed):
-        config = ExperimentConfig.from_flat(builder=PPOBuilder(PPOConfig()), env_id="CartPole-v1", seed=seed, num_envs=16,
-                                            max_env_steps=3_072, eval_every=1_024, target_return=1e9,
-                                            run_dir=str(tmp_path / name), progress=False)
+        config = ExperimentConfig.from_flat(
+            builder=PPOBuilder(PPOConfig()),
+            env_id="CartPole-v1",
+            seed=seed,
+            num_envs=16,
+            max_env_steps=3_072,
+            eval_every=1_024,
+            target_return=1e9,
+            run_dir=str(tmp_path / name),
+            progress=False,
+        )
         run_experiment(config)
         with open(tmp_path / name / "eval.csv") as f:
             evals = [(row["env_steps"], row["eval_return"], row["eval_return_min"]) for row in csv.DictReader(f)]
@@ -90,8 +106,15 @@ def test_a_stopping_run_interrupts_its_evaluation_which_records_nothing_and_stay
     from shoal.core.specs import make_environment_spec
     from shoal.launch.experiments.evaluation import Evaluator
 
-    config = ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="CartPole-v1", num_envs=4, eval_every=100,
-                                        eval_episodes=4, run_dir=str(tmp_path), progress=False)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("dqn"),
+        env_id="CartPole-v1",
+        num_envs=4,
+        eval_every=100,
+        eval_episodes=4,
+        run_dir=str(tmp_path),
+        progress=False,
+    )
     spec = make_environment_spec(config.make_env(1, 0))
     networks = config.make_networks(spec)
     learner = config.builder.make_learner(jax.random.PRNGKey(0), networks, iter([]))

@@ -27,24 +27,36 @@ from shoal.learners import ReplicatedLearner
 from tests.pmap_equivalence_worker import ACTIONS, LENGTH, OBS, ROWS, sequence_batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXTRAS = {"log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
-          "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32)}
+EXTRAS = {
+    "log_prob": lambda rng: np.log(rng.uniform(0.2, 0.5, (ROWS, LENGTH))).astype(np.float32),
+    "policy_version": lambda rng: np.zeros((ROWS, LENGTH), np.int32),
+}
 
 
 def linear(**changes) -> PPOConfig:
-    return PPOConfig(**{"learning_rate": 1e-3, "clip_epsilon": 0.2, "num_epochs": 4, "num_minibatches": 4,
-                        "learning_rate_schedule": "linear", "clip_schedule": "linear",
-                        "schedule_env_steps": 1_000, **changes})
+    return PPOConfig(
+        **{
+            "learning_rate": 1e-3,
+            "clip_epsilon": 0.2,
+            "num_epochs": 4,
+            "num_minibatches": 4,
+            "learning_rate_schedule": "linear",
+            "clip_schedule": "linear",
+            "schedule_env_steps": 1_000,
+            **changes,
+        }
+    )
 
 
 # --- the schedules' values
+
 
 def test_linear_schedules_decay_to_zero_over_the_env_step_budget():
     config = linear()  # 16 optimizer steps per update; 100 env steps per update: 10 updates
     lr = ppo.learning_rate(config, 100)
     at = lambda updates, step=0: updates * 16 + step  # noqa: E731 (optimizer steps)
     assert float(lr(at(0))) == pytest.approx(1e-3)
-    assert float(lr(at(5))) == pytest.approx(5e-4)      # half the env steps: half the step size
+    assert float(lr(at(5))) == pytest.approx(5e-4)  # half the env steps: half the step size
     assert float(lr(at(5, 15))) == pytest.approx(5e-4)  # constant over an update's epochs (CleanRL)
     assert float(lr(at(10))) == 0.0 and float(lr(at(25))) == 0.0  # never negative
     assert float(ppo.clip_epsilon(config, jnp.int32(at(5)), 100)) == pytest.approx(0.1)
@@ -58,7 +70,8 @@ def test_constant_schedules_keep_the_optimizer_state_as_before():
     # a constant step size leaves no schedule state: checkpoints of earlier runs still restore
     state = ppo.make_optimizer(config).init(params)
     assert jax.tree_util.tree_structure(state) == jax.tree_util.tree_structure(
-        optax.chain(optax.clip_by_global_norm(0.5), optax.adam(1e-3, eps=1e-5)).init(params))
+        optax.chain(optax.clip_by_global_norm(0.5), optax.adam(1e-3, eps=1e-5)).init(params)
+    )
 
 
 def test_the_optimizer_steps_at_the_scheduled_rate():
@@ -73,25 +86,27 @@ def test_the_optimizer_steps_at_the_scheduled_rate():
         return optimizer.update(grads, state, params)[0]["w"]
 
     halfway = step(ppo.make_optimizer(config, 100), 5 * 16)
-    constant = step(ppo.make_optimizer(PPOConfig(learning_rate=5e-4, max_gradient_norm=config.max_gradient_norm)),
-                    5 * 16)
+    constant = step(
+        ppo.make_optimizer(PPOConfig(learning_rate=5e-4, max_gradient_norm=config.max_gradient_norm)), 5 * 16
+    )
     np.testing.assert_allclose(halfway, constant, rtol=1e-6)
     assert np.abs(halfway).max() > 0
 
 
 # --- in the learner: keyed to env steps, logged, resumed
 
+
 def learner(config, batches):
     networks = PPONetworks(ActorCritic((16,), ACTIONS), (OBS,), ACTIONS)
     state = ppo.init_state(jax.random.PRNGKey(0), networks, config)
-    return ReplicatedLearner(state, ppo.make_update(networks, config), iter(batches),
-                             devices=jax.local_devices()[:1])
+    return ReplicatedLearner(state, ppo.make_update(networks, config), iter(batches), devices=jax.local_devices()[:1])
 
 
 def test_the_learner_logs_the_schedules_and_a_restored_one_continues_them():
     per_update = ROWS * LENGTH  # env steps per update: the batch's rows x steps
-    config = linear(num_epochs=2, num_minibatches=2, learning_rate=1e-2, schedule_env_steps=4 * per_update,
-                    clip_value_loss=True)
+    config = linear(
+        num_epochs=2, num_minibatches=2, learning_rate=1e-2, schedule_env_steps=4 * per_update, clip_value_loss=True
+    )
     batches = list(sequence_batches(2, 5, EXTRAS))
     original = learner(config, batches)
     logged = [original.step() for _ in range(3)]
@@ -110,14 +125,15 @@ def test_the_learner_logs_the_schedules_and_a_restored_one_continues_them():
 
 # --- value-loss clipping
 
+
 def test_clipped_value_loss_on_a_hand_made_case():
     old, target, eps = jnp.array([1.0]), jnp.array([2.0]), 0.2
     loss = lambda v, clip: float(ppo.value_loss(jnp.array([v]), old, target, eps, clip))  # noqa: E731
-    assert loss(1.1, False) == pytest.approx(0.5 * 0.9 ** 2)
-    assert loss(1.1, True) == loss(1.1, False)                # within eps of the old value: unchanged
-    assert loss(1.5, True) == pytest.approx(0.5 * 0.8 ** 2)  # beyond: the clipped value 1.2 counts
-    assert loss(1.5, True) > loss(1.5, False) == pytest.approx(0.5 * 0.5 ** 2)
-    assert loss(0.5, True) == loss(0.5, False)                # moved away from the target: unclipped is larger
+    assert loss(1.1, False) == pytest.approx(0.5 * 0.9**2)
+    assert loss(1.1, True) == loss(1.1, False)  # within eps of the old value: unchanged
+    assert loss(1.5, True) == pytest.approx(0.5 * 0.8**2)  # beyond: the clipped value 1.2 counts
+    assert loss(1.5, True) > loss(1.5, False) == pytest.approx(0.5 * 0.5**2)
+    assert loss(0.5, True) == loss(0.5, False)  # moved away from the target: unclipped is larger
     # (CleanRL's clip_vloss: no gradient pulls a value that moved beyond eps toward the target)
     grad = jax.grad(lambda v: ppo.value_loss(v, old, target, eps, True))(jnp.array([1.5]))
     assert float(grad[0]) == 0.0
@@ -134,12 +150,15 @@ def test_clip_value_loss_changes_the_update_and_constant_schedules_are_logged():
         run.close()
         assert float(metrics[-1]["learning_rate"]) == pytest.approx(config.learning_rate)
         assert float(metrics[-1]["clip_epsilon"]) == pytest.approx(config.clip_epsilon)
-    diffs = [float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
-             for a, b in zip(jax.tree_util.tree_leaves(params[0]), jax.tree_util.tree_leaves(params[1]))]
+    diffs = [
+        float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+        for a, b in zip(jax.tree_util.tree_leaves(params[0]), jax.tree_util.tree_leaves(params[1]))
+    ]
     assert max(diffs) > 1e-4  # values moved beyond eps: the clipped loss trained otherwise
 
 
 # --- validation
+
 
 @pytest.fixture(scope="module")
 def spec():
@@ -171,6 +190,7 @@ def test_the_new_fields_parse_from_the_command_line():
 
 
 # --- the presets set what their sources do
+
 
 def ppo_preset(family):
     return next(p for p in presets("ppo") if p.family == family)
@@ -218,17 +238,22 @@ def test_mujoco_preset_is_cleanrl_ppo_continuous_action():
 def test_other_presets_keep_constant_schedules_and_plain_value_loss(family):
     # RL-Zoo's LunarLander PPO: constant learning rate 3e-4 and clip 0.2, SB3's clip_range_vf=None
     config = PPOConfig(**ppo_preset(family).settings)
-    assert (config.learning_rate_schedule, config.clip_schedule, config.clip_value_loss) == \
-        ("constant", "constant", False)
+    assert (config.learning_rate_schedule, config.clip_schedule, config.clip_value_loss) == (
+        "constant",
+        "constant",
+        False,
+    )
 
 
 # --- the same schedules on 2 devices
 
+
 @pytest.mark.e2e  # (a subprocess with 2 forced CPU devices: ~20 s)
 def test_two_devices_follow_the_same_schedule():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-m", "tests.test_schedules"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.test_schedules"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["one"] == pytest.approx([1e-2, 5e-3, 0.0])
@@ -238,8 +263,12 @@ def test_two_devices_follow_the_same_schedule():
 def _learning_rates(devices) -> list[float]:
     config = linear(num_epochs=2, num_minibatches=2, learning_rate=1e-2, schedule_env_steps=2 * ROWS * LENGTH)
     networks = PPONetworks(ActorCritic((16,), ACTIONS), (OBS,), ACTIONS)
-    run = ReplicatedLearner(ppo.init_state(jax.random.PRNGKey(0), networks, config), ppo.make_update(networks, config),
-                            iter(list(sequence_batches(2, 3, EXTRAS))), devices=devices)
+    run = ReplicatedLearner(
+        ppo.init_state(jax.random.PRNGKey(0), networks, config),
+        ppo.make_update(networks, config),
+        iter(list(sequence_batches(2, 3, EXTRAS))),
+        devices=devices,
+    )
     rates = [float(run.step()["learning_rate"]) for _ in range(3)]
     run.close()
     return rates

@@ -31,7 +31,8 @@ def play_randomly(opponent: str, copies: int = 40) -> np.ndarray:
     returns, done = np.zeros(copies), np.zeros(copies, bool)
     while not done.all():
         obs, reward, terminated, truncated, _ = env.step(
-            np.array([rng.choice(np.flatnonzero(mask)) for mask in obs["action_mask"]]))
+            np.array([rng.choice(np.flatnonzero(mask)) for mask in obs["action_mask"]])
+        )
         returns += reward * ~done
         done |= terminated | truncated
     env.close()
@@ -94,16 +95,34 @@ def test_ppo_self_play_logs_win_rates_and_a_resume_restores_its_snapshot_pool(tm
     grows from there; every evaluation has a win rate against each opponent."""
     run = tmp_path / "run"
     common = ["--max-env-steps", "20000", "--quiet"]
-    done = run_shoal("train", "--agent", "ppo", "--env", TICTACTOE, "--self-play", "--eval-every", "10000",
-                     "--eval-episodes", "10", "--target-return", "1e9", "--replay", "native", "--run-dir", str(run),
-                     *common, timeout=300)
+    done = run_shoal(
+        "train",
+        "--agent",
+        "ppo",
+        "--env",
+        TICTACTOE,
+        "--self-play",
+        "--eval-every",
+        "10000",
+        "--eval-episodes",
+        "10",
+        "--target-return",
+        "1e9",
+        "--replay",
+        "native",
+        "--run-dir",
+        str(run),
+        *common,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     first = json.loads(done.stdout.strip().splitlines()[-1])
     assert first["self_play_pool"] == [0, 20] and first["learner_steps"] > 0
     saved_name = json.loads((run / "checkpoints" / "run.json").read_text())["self_play_pool"]
     shutil.copy(run / "checkpoints" / saved_name, tmp_path / "saved.npz")
-    resumed = run_shoal("train", "--resume", str(run), "--env", TICTACTOE, "--max-env-steps", "40000", "--quiet",
-                        timeout=300)
+    resumed = run_shoal(
+        "train", "--resume", str(run), "--env", TICTACTOE, "--max-env-steps", "40000", "--quiet", timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     second = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert second["self_play_pool"][:2] == [0, 20] and len(second["self_play_pool"]) > 2
@@ -119,18 +138,23 @@ def test_ppo_self_play_logs_win_rates_and_a_resume_restores_its_snapshot_pool(tm
         rates = [float(row[f"eval_win_rate_{o}"]) for o in ("random", "lookahead", "pool")]
         assert all(0.0 <= r <= 1.0 for r in rates)
     (run / "checkpoints" / now_name).unlink()  # (a checkpoint without its pool: refused before anything starts)
-    refused = run_shoal("train", "--resume", str(run), "--env", TICTACTOE, "--max-env-steps", "60000", "--quiet",
-                        timeout=300)
-    assert refused.returncode == 2 and f"names self-play pool '{now_name}', which is not in" in refused.stderr, \
+    refused = run_shoal(
+        "train", "--resume", str(run), "--env", TICTACTOE, "--max-env-steps", "60000", "--quiet", timeout=300
+    )
+    assert refused.returncode == 2 and f"names self-play pool '{now_name}', which is not in" in refused.stderr, (
         refused.stderr[-2000:]
+    )
 
 
-@pytest.mark.parametrize("env_id, changes, message", [
-    ("pettingzoo:mpe2.simple_spread_v3", {}, "--self-play takes a turn-based game"),
-    ("CartPole-v1", {}, "--self-play: for a PettingZoo env"),
-    (TICTACTOE, {"global_state": True}, "drop --global-state"),
-    (TICTACTOE, {"agent_groups": {"*": "x"}}, "drop --agent-group"),
-])
+@pytest.mark.parametrize(
+    "env_id, changes, message",
+    [
+        ("pettingzoo:mpe2.simple_spread_v3", {}, "--self-play takes a turn-based game"),
+        ("CartPole-v1", {}, "--self-play: for a PettingZoo env"),
+        (TICTACTOE, {"global_state": True}, "drop --global-state"),
+        (TICTACTOE, {"agent_groups": {"*": "x"}}, "drop --agent-group"),
+    ],
+)
 def test_bad_self_play_settings_are_one_line_errors(env_id, changes, message):
     if env_id.startswith("pettingzoo:mpe2"):
         pytest.importorskip("mpe2")
@@ -157,9 +181,30 @@ def test_self_play_over_actor_processes_plays_the_learner_nodes_pool_and_a_resum
     actors and the evaluator play copies of its pool (win rates against it in ``eval.csv``); the
     checkpoint saves the pool, and a resume over processes starts from it."""
     run = tmp_path / "run"
-    done = run_shoal("train", "--agent", "ppo", "--env", TICTACTOE, "--self-play", "--launcher", "processes",
-                     "--num-actors", "2", "--eval-every", "10000", "--eval-episodes", "10", "--target-return", "1e9",
-                     "--max-env-steps", "20000", "--quiet", "--run-dir", str(run), timeout=300)
+    done = run_shoal(
+        "train",
+        "--agent",
+        "ppo",
+        "--env",
+        TICTACTOE,
+        "--self-play",
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "2",
+        "--eval-every",
+        "10000",
+        "--eval-episodes",
+        "10",
+        "--target-return",
+        "1e9",
+        "--max-env-steps",
+        "20000",
+        "--quiet",
+        "--run-dir",
+        str(run),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     first = json.loads(done.stdout.strip().splitlines()[-1])
     assert first["launcher"] == "processes" and first["learner_steps"] > 20
@@ -173,11 +218,12 @@ def test_self_play_over_actor_processes_plays_the_learner_nodes_pool_and_a_resum
     for actor in ("actor_0", "actor_1"):  # (each actor's copy, as it logged it)
         with open(run / f"{actor}.csv") as f:
             assert max(int(row["self_play_snapshots"]) for row in csv.DictReader(f)) >= 2
-    resumed = run_shoal("train", "--resume", str(run), "--env", TICTACTOE, "--max-env-steps", "30000", "--quiet",
-                        timeout=300)
+    resumed = run_shoal(
+        "train", "--resume", str(run), "--env", TICTACTOE, "--max-env-steps", "30000", "--quiet", timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     second = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert second["launcher"] == "processes"
     kept = [v for v in saved if v in second["self_play_pool"]]
-    assert kept == saved[len(saved) - len(kept):] and kept  # (the saved pool's latest, still held)
+    assert kept == saved[len(saved) - len(kept) :] and kept  # (the saved pool's latest, still held)
     assert max(second["self_play_pool"]) > max(saved)  # (and snapshots taken after the resume)

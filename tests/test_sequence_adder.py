@@ -19,8 +19,10 @@ def fill(period, vector_steps):
     """A replay server holding the sequences of two scripted envs (env 0: episodes of 4 steps
     that terminate; env 1: episodes of 3 steps that are truncated). Each step's ``tag`` extra
     marks it: ``100 * vector step + env``."""
-    vec = gym.vector.SyncVectorEnv([lambda: ScriptedEnv(4, "terminated"), lambda: ScriptedEnv(3, "truncated")],
-                                   autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    vec = gym.vector.SyncVectorEnv(
+        [lambda: ScriptedEnv(4, "terminated"), lambda: ScriptedEnv(3, "truncated")],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
     spec = make_environment_spec(vec)
     server = make_replay_server([make_queue_table("seq", sequence_signature(spec, EXTRAS, LENGTH), 100)])
     adder = SequenceAdder(server.client, "seq", spec, LENGTH, period)
@@ -40,8 +42,10 @@ def test_items_are_time_major_sequences_every_period():
         # Items end at vector steps 3, 5, 7, 9 (a new one every 2 steps, overlapping by 1).
         assert server.client.server_info()["seq"].current_size == 4
         signature = server.client.server_info()["seq"].signature
-        items = [tree.unflatten_as(signature, next(iter(server.client.sample("seq", emit_timesteps=False))).data)
-                 for _ in range(4)]
+        items = [
+            tree.unflatten_as(signature, next(iter(server.client.sample("seq", emit_timesteps=False))).data)
+            for _ in range(4)
+        ]
     finally:
         server.stop()
     tags = [item["extras"]["tag"] for item in items]  # [LENGTH, num_envs]

@@ -15,7 +15,13 @@ from shoal.agents.registry import config_class, registered_agents
 from shoal.agents.transition_replay import TransitionReplayBuilder, TransitionReplayConfig
 from shoal.core.specs import make_environment_spec
 
-ENVS = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "impala": "CartPole-v1", "r2d2": "CartPole-v1", "sac": "Pendulum-v1"}
+ENVS = {
+    "dqn": "CartPole-v1",
+    "ppo": "CartPole-v1",
+    "impala": "CartPole-v1",
+    "r2d2": "CartPole-v1",
+    "sac": "Pendulum-v1",
+}
 
 
 def _spec(env_id: str, num_envs: int = 2):
@@ -29,8 +35,12 @@ def _spec(env_id: str, num_envs: int = 2):
 
 
 def _fields(protocol: type) -> set[str]:
-    return {name for klass in protocol.__mro__ if klass is not typing.Protocol and klass is not object
-            for name in getattr(klass, "__annotations__", {})}
+    return {
+        name
+        for klass in protocol.__mro__
+        if klass is not typing.Protocol and klass is not object
+        for name in getattr(klass, "__annotations__", {})
+    }
 
 
 def test_every_registered_agent_has_the_config_fields_its_builder_reads():
@@ -54,8 +64,11 @@ def test_declared_extras_hold_what_the_acting_policy_records(agent):
     assert {name: declared[name] for name in policy.extras_spec} == dict(policy.extras_spec), (declared, policy)
     # the replay side takes the declared spec (by default), or a Policy as earlier versions passed it
     shapes = lambda batch: {k: np.shape(v) for k, v in batch.data.get("extras", {}).items()}  # noqa: E731
-    assert shapes(builder.example_batch(spec)) == shapes(builder.example_batch(spec, dict(declared))) \
+    assert (
+        shapes(builder.example_batch(spec))
+        == shapes(builder.example_batch(spec, dict(declared)))
         == shapes(builder.example_batch(spec, policy))
+    )
     assert set(shapes(builder.example_batch(spec))) == set(declared)
 
 
@@ -76,8 +89,10 @@ def test_the_actor_a_builder_makes_is_a_training_actor_and_reverb_a_replay_clien
     actor = builder.make_actor(jax.random.PRNGKey(0), policy, spec, Source(), asynchronous_updates=False)
     assert isinstance(actor, Actor) and isinstance(actor, TrainingActor)
     assert isinstance(actor.save(), dict) and isinstance(actor.params_version, int)
-    assert all(hasattr(reverb.Client, name) for name in ("server_address", "server_info", "trajectory_writer",
-                                                         "mutate_priorities"))
+    assert all(
+        hasattr(reverb.Client, name)
+        for name in ("server_address", "server_info", "trajectory_writer", "mutate_priorities")
+    )
     assert typing.get_type_hints(AgentBuilder.make_dataset_iterator)["replay_client"] is ReplayClient
 
 
@@ -95,11 +110,19 @@ def test_launch_settings_go_to_config_json_and_back():
     from shoal.launch.experiments.distributed.settings import LaunchSettings
     from shoal.launch.programs import Resources
 
-    settings = LaunchSettings(launcher="ray", num_actors=3, ray_address="auto", ports=(47000, 47099),
-                              resources={"learner": Resources.parse("num_gpus=1"), "actor": Resources.parse("num_cpus=0.5,host=1")},
-                              params_via="rpc")
+    settings = LaunchSettings(
+        launcher="ray",
+        num_actors=3,
+        ray_address="auto",
+        ports=(47000, 47099),
+        resources={"learner": Resources.parse("num_gpus=1"), "actor": Resources.parse("num_cpus=0.5,host=1")},
+        params_via="rpc",
+    )
     record = settings.record()
-    assert record["ports"] == "47000-47099" and record["resources"] == ["learner:num_gpus=1.0", "actor:num_cpus=0.5,host=1.0"]
+    assert record["ports"] == "47000-47099" and record["resources"] == [
+        "learner:num_gpus=1.0",
+        "actor:num_cpus=0.5,host=1.0",
+    ]
     assert LaunchSettings.from_record(record) == settings
     # a record of an earlier version, without the newer fields: their defaults
     old = LaunchSettings.from_record({"launcher": "processes", "num_actors": 2})
@@ -114,6 +137,7 @@ def test_given_flags_are_the_flags_typed_and_no_others():
     from shoal.launch.experiments.cli.main import given_flags
 
     assert given_flags(["train"]) == []
-    assert sorted(given_flags(["train", "--set", "a=1", "--num-envs", "16", "--quiet", "--resources", "learner:num_gpus=1"])) \
-        == ["--num-envs", "--quiet", "--resources", "--set"]
+    assert sorted(
+        given_flags(["train", "--set", "a=1", "--num-envs", "16", "--quiet", "--resources", "learner:num_gpus=1"])
+    ) == ["--num-envs", "--quiet", "--resources", "--set"]
     assert given_flags(["train", "--max-env-steps=100000"]) == ["--max-env-steps"]  # (a default value, typed, counts)

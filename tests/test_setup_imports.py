@@ -62,7 +62,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         path.pop()
@@ -82,8 +82,10 @@ KNOWN_EDGES: set[tuple[str, str]] = set()
 def _graph() -> dict[str, set[str]]:
     """Every module's (a package's ``__init__`` included) edges to the shoal modules it imports."""
     modules = _modules()
-    return {name: {t for t in _imports(name, path, modules) if (name, t) not in KNOWN_EDGES}
-            for name, path in modules.items()}
+    return {
+        name: {t for t in _imports(name, path, modules) if (name, t) not in KNOWN_EDGES}
+        for name, path in modules.items()
+    }
 
 
 def test_the_walker_sees_function_level_imports_and_finds_a_cycle() -> None:
@@ -118,8 +120,16 @@ MAY_IMPORT = {
     "replay": {"core", "replay"},
     "agents": {"core", "envs", "actors", "learners", "replay", "agents"},
     "launch.programs": {"core", "launch.programs"},
-    "launch.experiments": {"core", "envs", "actors", "learners", "replay", "agents", "launch.programs",
-                           "launch.experiments"},
+    "launch.experiments": {
+        "core",
+        "envs",
+        "actors",
+        "learners",
+        "replay",
+        "agents",
+        "launch.programs",
+        "launch.experiments",
+    },
 }
 # Back arrows still to remove, each an edge (dropped once gone: test_the_known_back_edges_are_still_there).
 KNOWN_BACK_EDGES: set[tuple[str, str]] = set()
@@ -155,7 +165,8 @@ def test_the_layer_check_sees_a_back_arrow(monkeypatch) -> None:
 def test_packages_import_one_way() -> None:
     back = sorted(_back_edges() - KNOWN_BACK_EDGES)
     assert not back, "imports against the packages' one-way order (docs/concepts.md): " + ", ".join(
-        f"{s} -> {t}" for s, t in back)
+        f"{s} -> {t}" for s, t in back
+    )
 
 
 def test_the_known_back_edges_are_still_there() -> None:

@@ -26,9 +26,23 @@ from tests.shoal_cli import run_shoal
 ENV_ID = "ShoalSetupCounting-v0"
 COUNT_FILE_VAR = "SETUP_TEST_COUNT_FILE"  # (not a SHOAL_* variable: those are checked)
 NUM_ENVS, EVAL_EPISODES, BUDGET = 4, 2, 256
-ARGS = ["--agent", "ppo", "--num-envs", str(NUM_ENVS), "--eval-episodes", str(EVAL_EPISODES),
-        "--max-env-steps", str(BUDGET), "--eval-every", str(BUDGET), "--target-return", "1e9",
-        "--set", "rollout_length=16", "--quiet"]
+ARGS = [
+    "--agent",
+    "ppo",
+    "--num-envs",
+    str(NUM_ENVS),
+    "--eval-episodes",
+    str(EVAL_EPISODES),
+    "--max-env-steps",
+    str(BUDGET),
+    "--eval-every",
+    str(BUDGET),
+    "--target-return",
+    "1e9",
+    "--set",
+    "rollout_length=16",
+    "--quiet",
+]
 built: collections.Counter = collections.Counter()  # node label -> single envs built (this process)
 
 
@@ -116,8 +130,23 @@ def test_a_distributed_run_checks_once_and_its_driver_builds_one_env_and_no_poli
     from shoal.launch.experiments.cli.main import main
 
     calls = _count_everything(monkeypatch)
-    assert main(["train", "--env", ENV_ID, *ARGS, "--launcher", "inprocess", "--num-actors", "1",
-                 "--run-dir", str(tmp_path / "run")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                ENV_ID,
+                *ARGS,
+                "--launcher",
+                "inprocess",
+                "--num-actors",
+                "1",
+                "--run-dir",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     assert built == {"driver": 1, "actor_0": NUM_ENVS, "evaluator": EVAL_EPISODES}, built
     driver = calls.of("driver")
     assert "make_env" not in driver and driver["environment_spec"] == 1  # (one single env, for the spec)
@@ -128,7 +157,9 @@ def test_a_distributed_run_checks_once_and_its_driver_builds_one_env_and_no_poli
     # the driver makes the tables (plain data: the replay node then loads no agent code)
     assert driver["make_replay_tables"] == driver["extras_spec"] == 1, driver
     nodes = {label: calls.of(label) for label in ("learner", "actor_0", "evaluator", "replay")}
-    assert all(not any(name.startswith("validate") or name == "check" for name in counts) for counts in nodes.values()), nodes
+    assert all(
+        not any(name.startswith("validate") or name == "check" for name in counts) for counts in nodes.values()
+    ), nodes
     assert "make_env" not in nodes["learner"] and nodes["learner"]["make_learner"] == 1
     assert nodes["actor_0"]["make_env"] == 1 and nodes["evaluator"]["make_env"] == 1
     assert nodes["replay"] == {}, nodes["replay"]
@@ -138,11 +169,26 @@ def test_a_distributed_run_checks_once_and_its_driver_builds_one_env_and_no_poli
 @pytest.mark.slow  # (CI time; the inprocess walk above counts the same calls per node: -m slow runs this too)
 def test_a_run_of_processes_from_the_cli_builds_the_env_once_per_process_that_steps_it(tmp_path):
     count_file = tmp_path / "built.txt"
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
-        [str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH", "")]), **{COUNT_FILE_VAR: str(count_file)})
-    proc = run_shoal("train", "--env", f"{__name__}:{ENV_ID}", *ARGS,
-                     "--launcher", "processes", "--num-actors", "1", "--run-dir", str(tmp_path / "run"),
-                     timeout=300, env=env)
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join([str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+        **{COUNT_FILE_VAR: str(count_file)},
+    )
+    proc = run_shoal(
+        "train",
+        "--env",
+        f"{__name__}:{ENV_ID}",
+        *ARGS,
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "1",
+        "--run-dir",
+        str(tmp_path / "run"),
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["env_steps"] >= BUDGET
     per_node = collections.Counter(count_file.read_text().split())

@@ -46,8 +46,7 @@ def test_readers_in_other_processes_never_see_a_torn_version(size):
         publisher.publish(0, _value(0, size))
         ctx = mp.get_context("spawn")
         ready, out = ctx.Queue(), ctx.Queue()
-        readers = [ctx.Process(target=_reader, args=(publisher.location(), size, 3.0, ready, out))
-                   for _ in range(2)]
+        readers = [ctx.Process(target=_reader, args=(publisher.location(), size, 3.0, ready, out)) for _ in range(2)]
         for r in readers:
             r.start()
         for _ in readers:
@@ -81,11 +80,35 @@ def test_actors_of_a_local_program_read_parameters_from_shared_memory(tmp_path):
     import json
 
     run_dir = tmp_path / "run"
-    proc = run_shoal("train", "--agent", "dqn", "--env", "CartPole-v1",
-                     "--launcher", "processes", "--num-actors", "1", "--num-envs", "8", "--seed", "0",
-                     "--set", "min_replay_size=256", "--max-env-steps", "3000", "--eval-every", "3000",
-                     "--eval-episodes", "2", "--target-return", "1e9", "--quiet", "--run-dir", str(run_dir),
-                     timeout=300)
+    proc = run_shoal(
+        "train",
+        "--agent",
+        "dqn",
+        "--env",
+        "CartPole-v1",
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "1",
+        "--num-envs",
+        "8",
+        "--seed",
+        "0",
+        "--set",
+        "min_replay_size=256",
+        "--max-env-steps",
+        "3000",
+        "--eval-every",
+        "3000",
+        "--eval-episodes",
+        "2",
+        "--target-return",
+        "1e9",
+        "--quiet",
+        "--run-dir",
+        str(run_dir),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["learner_steps"] > 0
     assert "[actor_0] reads parameters from shared memory" in (run_dir / "logs" / "actor_0.log").read_text()

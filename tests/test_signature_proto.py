@@ -23,12 +23,18 @@ def parsed(data: bytes) -> struct_pb2.StructuredValue:
     return value
 
 
-@pytest.mark.parametrize("signature", [
-    {"observation": tf.TensorSpec([8, 4], tf.float32, "observation"), "action": tf.TensorSpec([8], tf.int64, "action"),
-     "extras": {"core_state": tf.TensorSpec([8, 128], tf.float32, "extras/core_state")}},
-    {"pixels": tf.TensorSpec([4, 84, 84], tf.uint8, "pixels"), "done": tf.TensorSpec([None, 3], tf.bool, "done")},
-    (tf.TensorSpec([], tf.float64, "x"), [tf.TensorSpec([2], tf.int32, "y"), tf.TensorSpec([1], tf.float16, "z")]),
-])
+@pytest.mark.parametrize(
+    "signature",
+    [
+        {
+            "observation": tf.TensorSpec([8, 4], tf.float32, "observation"),
+            "action": tf.TensorSpec([8], tf.int64, "action"),
+            "extras": {"core_state": tf.TensorSpec([8, 128], tf.float32, "extras/core_state")},
+        },
+        {"pixels": tf.TensorSpec([4, 84, 84], tf.uint8, "pixels"), "done": tf.TensorSpec([None, 3], tf.bool, "done")},
+        (tf.TensorSpec([], tf.float64, "x"), [tf.TensorSpec([2], tf.int32, "y"), tf.TensorSpec([1], tf.float16, "z")]),
+    ],
+)
 def test_the_bytes_parse_to_what_tensorflow_encodes(signature):
     ours = encode_structure(signature, lambda s: (s.name, s.shape.as_list(), s.dtype.as_numpy_dtype))
     assert parsed(ours) == nested_structure_coder.encode_structure(signature)
@@ -42,10 +48,16 @@ def test_a_bad_dtype_is_named():
 def test_a_reverb_table_takes_the_signature():
     signature = {"x": tf.TensorSpec([3], tf.float32, "x")}
     data = encode_structure(signature, lambda s: (s.name, s.shape.as_list(), s.dtype.as_numpy_dtype))
-    table = reverb.pybind.Table(name="q", sampler=reverb.selectors.Fifo(), remover=reverb.selectors.Fifo(),
-                                max_size=10, max_times_sampled=1,
-                                rate_limiter=reverb.rate_limiters.MinSize(1).internal_limiter, extensions=[],
-                                signature=data)
+    table = reverb.pybind.Table(
+        name="q",
+        sampler=reverb.selectors.Fifo(),
+        remover=reverb.selectors.Fifo(),
+        max_size=10,
+        max_times_sampled=1,
+        rate_limiter=reverb.rate_limiters.MinSize(1).internal_limiter,
+        extensions=[],
+        signature=data,
+    )
     port = portpicker.pick_unused_port()
     server = reverb.pybind.Server([table], port, None)
     try:
@@ -58,8 +70,11 @@ def test_a_replay_server_serves_shoals_signatures_back_as_tensorflow_specs():
     from shoal.core.specs import ArraySpec
     from shoal.replay import ReverbServer, make_queue_table
 
-    signature = {"observation": {"pixels": ArraySpec((4, 84, 84), np.uint8), "mask": ArraySpec((4, 6), bool)},
-                 "action": ArraySpec((4,), np.int64), "reward": ArraySpec((4,), np.float32)}
+    signature = {
+        "observation": {"pixels": ArraySpec((4, 84, 84), np.uint8), "mask": ArraySpec((4, 6), bool)},
+        "action": ArraySpec((4,), np.int64),
+        "reward": ArraySpec((4,), np.float32),
+    }
     server = ReverbServer([make_queue_table("q", signature, 10)])
     try:
         served = server.client.server_info(timeout=10)["q"].signature
@@ -82,24 +97,59 @@ def test_a_table_spec_makes_the_table_reverbs_own_classes_make(make):
     ratio = reverb.rate_limiters.SampleToInsertRatio
     if make in ("transition", "prioritized"):
         exponent = 0.6 if make == "prioritized" else None
-        ours = tables.make_transition_table("t", None, num_envs=4, batch_size=32, sgd_steps_per_update=2,
-                                            samples_per_insert=8.0, samples_per_insert_tolerance=10.0,
-                                            min_replay_size=100, max_replay_size=1000, priority_exponent=exponent)
+        ours = tables.make_transition_table(
+            "t",
+            None,
+            num_envs=4,
+            batch_size=32,
+            sgd_steps_per_update=2,
+            samples_per_insert=8.0,
+            samples_per_insert_tolerance=10.0,
+            min_replay_size=100,
+            max_replay_size=1000,
+            priority_exponent=exponent,
+        )
         # 8 items a batch, 8.0 samples/insert, 25 items to start, buffer max(2*16 + 16, 10*8*25)
-        theirs = reverb.Table("t", reverb.selectors.Prioritized(0.6) if exponent else uniform, fifo, max_size=250,
-                              rate_limiter=ratio(8.0, 25, 2000.0), signature=sig)
+        theirs = reverb.Table(
+            "t",
+            reverb.selectors.Prioritized(0.6) if exponent else uniform,
+            fifo,
+            max_size=250,
+            rate_limiter=ratio(8.0, 25, 2000.0),
+            signature=sig,
+        )
     elif make == "sequence":
-        ours = tables.make_sequence_table("t", None, batch_size=16, samples_per_insert=2.0,
-                                          samples_per_insert_tolerance=4.0, min_replay_size=50,
-                                          max_replay_size=500, priority_exponent=0.9)
-        theirs = reverb.Table("t", reverb.selectors.Prioritized(0.9), fifo, max_size=500,
-                              rate_limiter=ratio(2.0, 50, 400.0), signature=sig)
+        ours = tables.make_sequence_table(
+            "t",
+            None,
+            batch_size=16,
+            samples_per_insert=2.0,
+            samples_per_insert_tolerance=4.0,
+            min_replay_size=50,
+            max_replay_size=500,
+            priority_exponent=0.9,
+        )
+        theirs = reverb.Table(
+            "t",
+            reverb.selectors.Prioritized(0.9),
+            fifo,
+            max_size=500,
+            rate_limiter=ratio(2.0, 50, 400.0),
+            signature=sig,
+        )
     elif make == "queue":
         ours, theirs = tables.make_queue_table("t", None, 7), reverb.Table.queue("t", 7, signature=sig)
     else:
         ours = tables.make_dropping_fifo_table("t", None, 7)
-        theirs = reverb.Table("t", fifo, fifo, max_size=7, max_times_sampled=1, signature=sig,
-                              rate_limiter=reverb.rate_limiters.RateLimiter(1.0, 1, 0.0, sys.float_info.max))
+        theirs = reverb.Table(
+            "t",
+            fifo,
+            fifo,
+            max_size=7,
+            max_times_sampled=1,
+            signature=sig,
+            rate_limiter=reverb.rate_limiters.RateLimiter(1.0, 1, 0.0, sys.float_info.max),
+        )
     server = ReverbServer([ours])
     try:
         info = schema_pb2.TableInfo.FromString(server._tables["t"].info())
@@ -125,9 +175,17 @@ def test_table_counts_read_without_tensorflow_equal_reverbs_decoding():
     from shoal.replay import ReverbServer, make_transition_table
     from shoal.replay.reverb.table_info import table_info
 
-    table = make_transition_table("t", None, num_envs=1, batch_size=2, sgd_steps_per_update=1,
-                                  samples_per_insert=1.5, samples_per_insert_tolerance=4.0,
-                                  min_replay_size=3, max_replay_size=10)
+    table = make_transition_table(
+        "t",
+        None,
+        num_envs=1,
+        batch_size=2,
+        sgd_steps_per_update=1,
+        samples_per_insert=1.5,
+        samples_per_insert_tolerance=4.0,
+        min_replay_size=3,
+        max_replay_size=10,
+    )
     server = ReverbServer([table])
     client = reverb.Client(server.address)
     try:

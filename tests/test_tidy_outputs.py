@@ -37,12 +37,19 @@ def test_a_node_log_starts_with_no_runpy_warning(tmp_path):
 def test_the_worker_module_is_not_imported_by_its_package():
     """The cause, in a fresh interpreter: importing the program layer leaves the worker module
     unimported, so ``-m`` runs it once (warnings made errors: runpy's would fail the start)."""
-    code = ("import sys, shoal.launch, shoal.launch.programs.local; "
-            "assert 'shoal.launch.programs.worker' not in sys.modules, 'imported'")
+    code = (
+        "import sys, shoal.launch, shoal.launch.programs.local; "
+        "assert 'shoal.launch.programs.worker' not in sys.modules, 'imported'"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    proc = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "shoal.launch.programs.worker"],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-m", "shoal.launch.programs.worker"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert "RuntimeWarning" not in proc.stderr, proc.stderr[-2000:]
 
 
@@ -70,8 +77,17 @@ def fake_run(path, seed: int, final: float) -> None:
     """A run directory as ``shoal compare`` reads it: ``config.json`` and ``eval.csv``."""
     os.makedirs(path)
     with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump({"agent": "dqn", "env_id": "CartPole-v1", "seed": seed, "preset": "classic",
-                   "resolved_target_return": 475.0, "agent_config": {}}, f)
+        json.dump(
+            {
+                "agent": "dqn",
+                "env_id": "CartPole-v1",
+                "seed": seed,
+                "preset": "classic",
+                "resolved_target_return": 475.0,
+                "agent_config": {},
+            },
+            f,
+        )
     with open(os.path.join(path, "eval.csv"), "w") as f:
         f.write(f"env_steps,wall_s,eval_return\n1000,1.0,20.0\n2000,2.0,{final}\n")
 
@@ -94,14 +110,22 @@ def test_compare_writes_under_the_ignored_runs_folder_and_reads_runs_star_again(
 
 @pytest.mark.e2e  # (a program of processes)
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("example, args", [("mapreduce.py", ["--lines", "300"]), ("parameter_server.py", ["--workers", "2"])])
+@pytest.mark.parametrize(
+    "example, args", [("mapreduce.py", ["--lines", "300"]), ("parameter_server.py", ["--workers", "2"])]
+)
 def test_an_example_leaves_no_folder_in_the_temp_dir(example, args, tmp_path):
     """(Each launched its program with no run directory: ``launch`` made ``/tmp/shoal-<name>-*``
     for the node logs and address book, and nothing removed it.)"""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", example), *args], cwd=tmp_path,
-                          env=dict(os.environ, TMPDIR=str(tmp)), capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", example), *args],
+        cwd=tmp_path,
+        env=dict(os.environ, TMPDIR=str(tmp)),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ended: coordinator finished" in proc.stdout
     assert os.listdir(tmp) == [] and sorted(os.listdir(tmp_path)) == ["tmp"], (os.listdir(tmp), os.listdir(tmp_path))

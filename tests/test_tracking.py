@@ -22,8 +22,17 @@ pytestmark = pytest.mark.e2e
 
 
 def config(run_dir, max_env_steps=2_000, **fields):
-    return experiment_config("dqn", "CartPole-v1", eval_every=1_000, eval_episodes=2, num_envs=8,
-                             max_env_steps=max_env_steps, run_dir=run_dir and str(run_dir), progress=False, **fields)
+    return experiment_config(
+        "dqn",
+        "CartPole-v1",
+        eval_every=1_000,
+        eval_episodes=2,
+        num_envs=8,
+        max_env_steps=max_env_steps,
+        run_dir=run_dir and str(run_dir),
+        progress=False,
+        **fields,
+    )
 
 
 def wandb_records(run_dir) -> list[tuple[str, str, dict]]:
@@ -32,8 +41,11 @@ def wandb_records(run_dir) -> list[tuple[str, str, dict]]:
     read once W&B has written all of it: its last record is the run's ``exit``
     (``run.finish()`` may return while W&B's service still holds the file's last blocks, and a
     read may meet a record cut short: both are read again)."""
-    return [record for path in sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb")))
-            for record in wait_for(lambda path=path: _finished_run_records(path), 60, f"W&B's exit record in {path}")]
+    return [
+        record
+        for path in sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb")))
+        for record in wait_for(lambda path=path: _finished_run_records(path), 60, f"W&B's exit record in {path}")
+    ]
 
 
 def _finished_run_records(path) -> list[tuple[str, str, dict]] | None:
@@ -53,8 +65,9 @@ def _finished_run_records(path) -> list[tuple[str, str, dict]] | None:
                 records.append((run_id, "config", {i.key: json.loads(i.value_json) for i in record.run.config.update}))
             elif kind in ("history", "summary"):
                 items = record.history.item if kind == "history" else record.summary.update
-                records.append((run_id, kind, {i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                                               for i in items}))
+                records.append(
+                    (run_id, kind, {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
+                )
     except AssertionError:  # (a record W&B's service is still writing: its header or its data cut short)
         return None
     finally:
@@ -108,14 +121,16 @@ def test_wandb_holds_the_runs_config_logs_video_and_result_and_a_resume_continue
     assert settings["agent"] == "dqn" and settings["env_id"] == "CartPole-v1" and settings["video_every"] == 2
     history = [fields for _, kind, fields in records if kind == "history"]
     evals = [row for row in history if "eval/eval_return" in row]
-    assert [(r["eval/env_steps"], r["eval/eval_return"]) for r in evals] == \
-        [(int(r["env_steps"]), float(r["eval_return"])) for r in csv_rows(run_dir / "eval.csv")]
+    assert [(r["eval/env_steps"], r["eval/eval_return"]) for r in evals] == [
+        (int(r["env_steps"]), float(r["eval_return"])) for r in csv_rows(run_dir / "eval.csv")
+    ]
     # (every train row has env_steps; one with no episode ended since the row before has no episode_return)
     assert sum("train/env_steps" in row for row in history) == len(csv_rows(run_dir / "train.csv")) > 0
     assert sum("learner/loss" in row for row in history) == len(csv_rows(run_dir / "learner.csv")) > 0
     videos = [row for row in history if "eval/video/_type" in row]  # (evaluations 1 and 2: the first)
-    assert [(v["eval/video/_type"], v["eval/env_steps"], v["eval/video/size"]) for v in videos] == \
-        [("video-file", 1_000, os.path.getsize(run_dir / "videos" / "eval-000001000.mp4"))]
+    assert [(v["eval/video/_type"], v["eval/env_steps"], v["eval/video/size"]) for v in videos] == [
+        ("video-file", 1_000, os.path.getsize(run_dir / "videos" / "eval-000001000.mp4"))
+    ]
     summary = {k: v for _, kind, fields in records if kind == "summary" for k, v in fields.items()}
     assert summary["result/final_eval_return"] == first["final_eval_return"]
 
@@ -133,10 +148,27 @@ def test_mlflow_from_the_cli_tracks_to_a_local_store_in_the_working_directory(tm
     from mlflow import MlflowClient
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    done = run_shoal("train", "--max-env-steps", "2000",
-                     "--eval-every", "1000", "--eval-episodes", "2", "--num-envs", "8", "--run-dir", "run",
-                     "--video-every", "1", "--track", "mlflow", "--quiet",
-                     cwd=tmp_path, env=env, timeout=300)
+    done = run_shoal(
+        "train",
+        "--max-env-steps",
+        "2000",
+        "--eval-every",
+        "1000",
+        "--eval-episodes",
+        "2",
+        "--num-envs",
+        "8",
+        "--run-dir",
+        "run",
+        "--video-every",
+        "1",
+        "--track",
+        "mlflow",
+        "--quiet",
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     run_id = json.loads((tmp_path / "run" / "tracking.json").read_text())["run_id"]
@@ -144,8 +176,9 @@ def test_mlflow_from_the_cli_tracks_to_a_local_store_in_the_working_directory(tm
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.info.run_name == "run" and run.data.params["agent"] == "dqn"
     history = client.get_metric_history(run_id, "eval/eval_return")
-    assert [(m.step, m.value) for m in history] == \
-        [(int(r["env_steps"]), float(r["eval_return"])) for r in csv_rows(tmp_path / "run" / "eval.csv")]
+    assert [(m.step, m.value) for m in history] == [
+        (int(r["env_steps"]), float(r["eval_return"])) for r in csv_rows(tmp_path / "run" / "eval.csv")
+    ]
     assert run.data.metrics["result/final_eval_return"] == result["final_eval_return"]
     videos = [os.path.basename(a.path) for a in client.list_artifacts(run_id, "videos")]
     assert videos == sorted(os.listdir(tmp_path / "run" / "videos")) and len(videos) == 2
@@ -154,7 +187,9 @@ def test_mlflow_from_the_cli_tracks_to_a_local_store_in_the_working_directory(tm
 
 def test_a_failing_tracker_is_one_warning_and_the_run_and_its_logs_go_on(tmp_path, monkeypatch, capfd):
     (tmp_path / "a-file").write_text("")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/a-file/mlflow.db")  # (no such directory can be made)
+    monkeypatch.setenv(
+        "MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/a-file/mlflow.db"
+    )  # (no such directory can be made)
     result = run_experiment(config(tmp_path / "run", track="mlflow"))
     warnings = [line for line in capfd.readouterr().err.splitlines() if "tracking" in line]
     assert len(warnings) == 1 and warnings[0].startswith("shoal: warning: tracking (mlflow) failed"), warnings
@@ -193,9 +228,11 @@ def tensorboard_images(directory) -> list[tuple[int, str, bytes]]:
             data = f.read()
         while data:
             (length,) = struct.unpack("<Q", data[:8])
-            event = Event.FromString(data[12:12 + length])
-            data = data[16 + length:]
-            images += [(event.step, v.tag, v.image.encoded_image_string) for v in event.summary.value if v.HasField("image")]
+            event = Event.FromString(data[12 : 12 + length])
+            data = data[16 + length :]
+            images += [
+                (event.step, v.tag, v.image.encoded_image_string) for v in event.summary.value if v.HasField("image")
+            ]
     return images
 
 
@@ -204,8 +241,9 @@ def test_evaluation_videos_reach_tensorboard_as_animated_images(tmp_path):
 
     result = run_experiment(config(tmp_path / "run", video_every=1))
     images = tensorboard_images(tmp_path / "run" / "tb" / "eval")
-    assert [(step, tag) for step, tag, _ in images] == [(int(r["env_steps"]), "eval/video")
-                                                        for r in csv_rows(tmp_path / "run" / "eval.csv")]
+    assert [(step, tag) for step, tag, _ in images] == [
+        (int(r["env_steps"]), "eval/video") for r in csv_rows(tmp_path / "run" / "eval.csv")
+    ]
     import io
 
     gif = Image.open(io.BytesIO(images[0][2]))

@@ -22,8 +22,17 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 def trained(tmp_path, agent="ppo", max_env_steps=6000, **settings) -> tuple[str, list[dict]]:
     run_dir = str(tmp_path / agent.replace(":", "-"))
-    config = experiment_config(agent, "CartPole-v1", agent_settings=settings, seed=0, max_env_steps=max_env_steps,
-                               eval_every=3000, eval_episodes=4, run_dir=run_dir, target_return=10**6)
+    config = experiment_config(
+        agent,
+        "CartPole-v1",
+        agent_settings=settings,
+        seed=0,
+        max_env_steps=max_env_steps,
+        eval_every=3000,
+        eval_episodes=4,
+        run_dir=run_dir,
+        target_return=10**6,
+    )
     run_experiment(config)
     with open(os.path.join(run_dir, "eval.csv")) as f:
         return run_dir, list(csv.DictReader(f))
@@ -74,15 +83,17 @@ def test_the_last_checkpoint_reproduces_the_runs_last_evaluation(ppo_run):
 
 def test_shoal_evaluate_prints_one_json_line_and_refuses_a_checkpoint_it_lacks(ppo_run):
     run_dir, _ = ppo_run
-    done = run_shoal("evaluate", run_dir, "--episodes", "3", "--seed", "5",
-                     "--env-arg", "max_episode_steps=50", timeout=300)
+    done = run_shoal(
+        "evaluate", run_dir, "--episodes", "3", "--seed", "5", "--env-arg", "max_episode_steps=50", timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["episodes"] == 3 and result["seed"] == 5 and result["agent"] == "ppo"
     assert result["length"]["max"] <= 50  # (the changed env argument holds)
     bad = run_shoal("evaluate", run_dir, "--checkpoint", "12345", timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
-        f"shoal: error: {run_dir} holds no learner checkpoint 12345; it holds {checkpoints(run_dir)[-1]}"], bad.stderr
+        f"shoal: error: {run_dir} holds no learner checkpoint 12345; it holds {checkpoints(run_dir)[-1]}"
+    ], bad.stderr
 
 
 CLEAN_LOAD = """
@@ -117,8 +128,13 @@ def test_an_exported_policy_acts_as_the_loaded_one_in_a_program_without_shoal(pp
     np.save(tmp_path / "obs.npy", observations)
     program = tmp_path / "act.py"
     program.write_text(CLEAN_LOAD)
-    ran = subprocess.run([sys.executable, str(program), out, str(tmp_path / "obs.npy"), str(tmp_path / "actions.npy")],
-                         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    ran = subprocess.run(
+        [sys.executable, str(program), out, str(tmp_path / "obs.npy"), str(tmp_path / "actions.npy")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout.strip().splitlines()[-1] == "[]"  # (JAX and NumPy only)
     assert (np.load(tmp_path / "actions.npy") == load_policy(run_dir)(observations)).all()
@@ -155,8 +171,10 @@ def test_shoal_status_says_where_an_ended_or_stopped_one_process_run_stands(ppo_
     done = run_shoal("status", run_dir, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
-    assert lines[0] == "run: ppo on CartPole-v1, seed 0 (one process; native replay)" or \
-        lines[0] == "run: ppo on CartPole-v1, seed 0 (one process; reverb replay)", lines
+    assert (
+        lines[0] == "run: ppo on CartPole-v1, seed 0 (one process; native replay)"
+        or lines[0] == "run: ppo on CartPole-v1, seed 0 (one process; reverb replay)"
+    ), lines
     assert lines[1].startswith("state: ended, out of budget (")
     assert "env steps: 6,000 of 6,000" in lines
     last = float(rows[-1]["eval_return"])

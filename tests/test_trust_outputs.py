@@ -26,10 +26,17 @@ def dqn_run(tmp_path_factory):
     """A short DQN run on CartPole whose evaluation policy explores half the time
     (``eval_epsilon=0.5``): its exported policy must still be the greedy one."""
     run_dir = str(tmp_path_factory.mktemp("trust") / "dqn")
-    config = experiment_config("dqn", "CartPole-v1", seed=0, max_env_steps=1500, eval_every=1500, eval_episodes=2,
-                               run_dir=run_dir, target_return=10**6,
-                               agent_settings={"eval_epsilon": 0.5, "min_replay_size": 200,
-                                               "samples_per_insert": 2.0})
+    config = experiment_config(
+        "dqn",
+        "CartPole-v1",
+        seed=0,
+        max_env_steps=1500,
+        eval_every=1500,
+        eval_episodes=2,
+        run_dir=run_dir,
+        target_return=10**6,
+        agent_settings={"eval_epsilon": 0.5, "min_replay_size": 200, "samples_per_insert": 2.0},
+    )
     run_experiment(config)
     return run_dir
 
@@ -130,8 +137,9 @@ def test_an_entry_that_vanishes_while_the_run_directory_is_checked_is_passed(tmp
 
 
 @pytest.mark.e2e
-def test_status_of_a_run_whose_files_come_and_go_while_it_looks_is_never_an_error(dqn_run, tmp_path, monkeypatch,
-                                                                                   capsys):
+def test_status_of_a_run_whose_files_come_and_go_while_it_looks_is_never_an_error(
+    dqn_run, tmp_path, monkeypatch, capsys
+):
     copied = tmp_path / "run"
     shutil.copytree(dqn_run, copied, symlinks=True)
     (copied / "checkpoints" / ".run.json.1a2b.tmp").write_text("{}")
@@ -151,9 +159,11 @@ def test_evaluate_refuses_too_many_episodes_or_a_bad_seed_in_one_line_before_loa
     # (ALE's AtariVectorEnv takes seeds < 2**31 only: every episode's seed + i stays within it)
     for seed, episodes in (("-5", "10"), (str(2**31 - 9), "10"), (str(2**31), "1"), (str(2**32), "10")):
         assert main(["evaluate", missing, "--seed", seed, "--episodes", episodes]) == 2
-        assert _one_error_line(capsys) == (f"shoal: error: --seed must be in [0, {2**31 - int(episodes)}] for "
-                                           f"{episodes} episodes (episode i is reset with seed + i, at most "
-                                           f"{2**31 - 1}), got {seed}")
+        assert _one_error_line(capsys) == (
+            f"shoal: error: --seed must be in [0, {2**31 - int(episodes)}] for "
+            f"{episodes} episodes (episode i is reset with seed + i, at most "
+            f"{2**31 - 1}), got {seed}"
+        )
     for seed, episodes in ((2**31 - 10, 10), (2**31 - 1, 1)):  # (the bound's edge: accepted, then the run is read)
         with pytest.raises(ValueError, match="is not a Shoal run directory"):
             evaluate_run(missing, episodes=episodes, seed=seed)
@@ -166,8 +176,7 @@ def test_evaluate_refuses_too_many_episodes_or_a_bad_seed_in_one_line_before_loa
 
 
 @pytest.mark.e2e
-def test_a_long_evaluation_runs_a_bounded_number_of_envs_at_once_and_reports_its_progress(dqn_run, monkeypatch,
-                                                                                          capsys):
+def test_a_long_evaluation_runs_a_bounded_number_of_envs_at_once_and_reports_its_progress(dqn_run, monkeypatch, capsys):
     made = []
     make_env = ExperimentConfig.make_env
 
@@ -176,15 +185,17 @@ def test_a_long_evaluation_runs_a_bounded_number_of_envs_at_once_and_reports_its
         return make_env(self, num_envs, seed, evaluation=evaluation)
 
     monkeypatch.setattr(ExperimentConfig, "make_env", counted)
-    result = evaluate_run(dqn_run, episodes=7, seed=3, env_args={"max_episode_steps": 20}, envs_at_once=3,
-                          progress_every_s=0.0)
+    result = evaluate_run(
+        dqn_run, episodes=7, seed=3, env_args={"max_episode_steps": 20}, envs_at_once=3, progress_every_s=0.0
+    )
     assert result["episodes"] == 7 and result["length"]["max"] <= 20 and result["length"]["min"] >= 1
     assert set(result["return"]) == {"mean", "std", "median", "min", "max"}
     assert made[-2:] == [3, 1] and max(made) == 3  # (rounds of 3, 3 and 1 envs, never 7 at once; the 3 made once)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == "shoal evaluate: 7 episodes, 3 at a time", err
-    lines = [re.fullmatch(r"shoal evaluate: (\d) of 7 episodes done \(([\d,]+) env steps, \d+ s\)", line)
-             for line in err[1:]]  # (progress_every_s=0: a line at every vector step)
+    lines = [
+        re.fullmatch(r"shoal evaluate: (\d) of 7 episodes done \(([\d,]+) env steps, \d+ s\)", line) for line in err[1:]
+    ]  # (progress_every_s=0: a line at every vector step)
     assert all(lines), err
     done, steps = [int(m[1]) for m in lines], [int(m[2].replace(",", "")) for m in lines]
     assert sorted(set(done)) == [0, 3, 6] and done == sorted(done) and steps == sorted(steps), err
@@ -274,8 +285,10 @@ def test_the_documented_loader_runs_an_export_with_only_what_the_docs_name(dqn_r
     ``PYTHONPATH``, no current directory). What the docs leave out (``flatbuffers`` before issue
     54) is then missing, as it would be for a user."""
     install = _docs_block("bash", "pip install")
-    named = [word.split("=")[0].split(">")[0].split("<")[0].strip("\"'")
-             for word in install.split("pip install", 1)[1].split("#")[0].split()]
+    named = [
+        word.split("=")[0].split(">")[0].split("<")[0].strip("\"'")
+        for word in install.split("pip install", 1)[1].split("#")[0].split()
+    ]
     assert "jax" in named and "shoal" not in named, named
     site = tmp_path / "site"
     site.mkdir()
@@ -285,11 +298,15 @@ def test_the_documented_loader_runs_an_export_with_only_what_the_docs_name(dqn_r
     loader = _docs_block("python", "export.deserialize")
     out = tmp_path / "policy.jax"
     assert main(["export", dqn_run, "--out", str(out)]) == 0
-    program = (f"import sys\nsys.path.insert(0, {str(site)!r})\n" + loader
-               + "\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'shoal', 'tensorflow', 'gymnasium'}))"
-               + "\nprint(np.asarray(actions).tolist())\n")
-    ran = subprocess.run([sys.executable, "-I", "-S", "-c", program], capture_output=True, text=True, timeout=300,
-                         cwd=str(tmp_path))
+    program = (
+        f"import sys\nsys.path.insert(0, {str(site)!r})\n"
+        + loader
+        + "\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'shoal', 'tensorflow', 'gymnasium'}))"
+        + "\nprint(np.asarray(actions).tolist())\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", program], capture_output=True, text=True, timeout=300, cwd=str(tmp_path)
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     modules, actions = ran.stdout.strip().splitlines()[-2:]
     assert modules == "[]"
@@ -303,8 +320,11 @@ def test_the_documented_loader_runs_an_export_with_only_what_the_docs_name(dqn_r
 def test_the_export_makes_an_exploring_evaluation_greedy_and_leaves_the_runs_builder_as_it_was():
     from shoal.launch.experiments.exporting import greedy_builder
 
-    for agent, key, exploring in (("ppo", "eval_sample", True), ("impala", "eval_sample", True),
-                                  ("dqn", "eval_epsilon", 0.05)):
+    for agent, key, exploring in (
+        ("ppo", "eval_sample", True),
+        ("impala", "eval_sample", True),
+        ("dqn", "eval_epsilon", 0.05),
+    ):
         builder = experiment_config(agent, "CartPole-v1", agent_settings={key: exploring}).builder
         greedy = greedy_builder(builder)
         assert getattr(greedy.config, key) in (0.0, False) and getattr(builder.config, key) == exploring, agent

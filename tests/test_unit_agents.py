@@ -17,17 +17,28 @@ from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.config_groups import FLAT_FIELDS
 
 # An environment of each (family, kind of action): what a preset is validated against.
-ENVS = {("classic", "discrete"): "CartPole-v1", ("classic", "continuous"): "Pendulum-v1",
-        ("box2d", "discrete"): "LunarLander-v3", ("box2d", "continuous"): "BipedalWalker-v3",
-        ("mujoco", "continuous"): "HalfCheetah-v5", ("atari", "discrete"): "ALE/Breakout-v5",
-        ("minatar", "discrete"): "MinAtar/Breakout-v1", ("memory", "discrete"): "shoal/CartPoleNoVelocity-v1"}
+ENVS = {
+    ("classic", "discrete"): "CartPole-v1",
+    ("classic", "continuous"): "Pendulum-v1",
+    ("box2d", "discrete"): "LunarLander-v3",
+    ("box2d", "continuous"): "BipedalWalker-v3",
+    ("mujoco", "continuous"): "HalfCheetah-v5",
+    ("atari", "discrete"): "ALE/Breakout-v5",
+    ("minatar", "discrete"): "MinAtar/Breakout-v1",
+    ("memory", "discrete"): "shoal/CartPoleNoVelocity-v1",
+}
 # The kind of action each agent takes first (PPO takes both: its mujoco preset is continuous).
 ACTIONS = {"dqn": "discrete", "impala": "discrete", "ppo": "discrete", "r2d2": "discrete", "sac": "continuous"}
 PRESETS = presets()
 EXPERIMENT_FIELDS = set(FLAT_FIELDS) - {"env_id"}  # (the flat names a preset's experiment settings use)
 
 
-EXTRAS = {"box2d": "Box2D", "mujoco": "mujoco", "atari": "ale_py", "minatar": "minatar"}  # (the module each family's extra installs)
+EXTRAS = {
+    "box2d": "Box2D",
+    "mujoco": "mujoco",
+    "atari": "ale_py",
+    "minatar": "minatar",
+}  # (the module each family's extra installs)
 
 
 def env_for(agent, family):
@@ -45,6 +56,7 @@ def test_every_agent_has_a_kind_of_action_here():
 
 
 # --- the registry
+
 
 @pytest.mark.parametrize("agent", registered_agents())
 def test_every_registered_agent_has_a_builder_of_its_config_class(agent):
@@ -65,7 +77,10 @@ def test_every_registered_agents_default_config_validates(agent):
 
 
 def test_unknown_agents_and_settings_are_refused_naming_the_known_ones():
-    with pytest.raises(ValueError, match="^unknown agent 'a2c'; available: dqn, impala, ppo, r2d2, sac, or module:BuilderClass for a builder of your own$"):
+    with pytest.raises(
+        ValueError,
+        match="^unknown agent 'a2c'; available: dqn, impala, ppo, r2d2, sac, or module:BuilderClass for a builder of your own$",
+    ):
         get_builder("a2c")
     with pytest.raises(ValueError, match="^unknown agent 'a2c'; available:"):
         config_class("a2c")
@@ -76,6 +91,7 @@ def test_unknown_agents_and_settings_are_refused_naming_the_known_ones():
 
 
 # --- every preset
+
 
 def test_every_agent_has_a_classic_preset_and_help_lists_them_all():
     assert {p.agent for p in PRESETS if p.family == "classic"} == set(registered_agents())
@@ -101,8 +117,11 @@ def test_a_preset_is_chosen_for_its_family_resolves_to_what_it_names_and_validat
     env_id = env_for(preset.agent, preset.family)
     assert task_family(env_id) == preset.family
     assert find_preset(preset.agent, env_id) == preset  # "auto": the env's family
-    assert find_preset(preset.agent, "CartPole-v1", preset.name) == preset == \
-        find_preset(preset.agent, "CartPole-v1", preset.family)
+    assert (
+        find_preset(preset.agent, "CartPole-v1", preset.name)
+        == preset
+        == find_preset(preset.agent, "CartPole-v1", preset.family)
+    )
     config = experiment_config(preset.agent, env_id)
     assert config.preset == preset.name
     for key, value in preset.settings.items():

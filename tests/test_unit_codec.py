@@ -28,8 +28,21 @@ def test_nan_comes_back_as_nan():
     assert back[0] != back[0]
 
 
-@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint16, np.int64, np.uint64, np.float16, np.float32,
-                                   np.complex64, np.complex128, ml_dtypes.bfloat16])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        np.bool_,
+        np.int8,
+        np.uint16,
+        np.int64,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.complex64,
+        np.complex128,
+        ml_dtypes.bfloat16,
+    ],
+)
 def test_arrays_keep_dtype_shape_and_values(dtype):
     array = (np.arange(24).reshape(2, 3, 4) % 5).astype(dtype)
     back = decode(encode({"a": array}))["a"]
@@ -60,24 +73,30 @@ def test_many_arrays_land_at_their_own_offsets():
     assert all(np.array_equal(a, b) for a, b in zip(arrays, decode(encode(arrays))))
 
 
-@pytest.mark.parametrize("value, message", [
-    ({1, 2}, "cannot send a value of type set"),
-    (collections.OrderedDict(a=1), "cannot send a value of type OrderedDict"),  # exact types only
-    (2**64, "cannot send a value of type int"),
-    (np.array(["a"]), "cannot send arrays of dtype <U1; supported: b1, bfloat16"),
-    (lambda: 0, "cannot send a value of type function"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ({1, 2}, "cannot send a value of type set"),
+        (collections.OrderedDict(a=1), "cannot send a value of type OrderedDict"),  # exact types only
+        (2**64, "cannot send a value of type int"),
+        (np.array(["a"]), "cannot send arrays of dtype <U1; supported: b1, bfloat16"),
+        (lambda: 0, "cannot send a value of type function"),
+    ],
+)
 def test_what_cannot_be_sent_is_refused_when_encoding(value, message):
     with pytest.raises(CodecError, match=message):
         encode({"x": [value]})
 
 
-@pytest.mark.parametrize("frame, message", [
-    (b"", "frame too short"),
-    (b"SHL", "frame too short"),
-    (b"XXXX\0\0\0\0", "not a shoal frame"),
-    (encode([1, 2, 3])[:9], "frame truncated inside its header"),
-])
+@pytest.mark.parametrize(
+    "frame, message",
+    [
+        (b"", "frame too short"),
+        (b"SHL", "frame too short"),
+        (b"XXXX\0\0\0\0", "not a shoal frame"),
+        (encode([1, 2, 3])[:9], "frame truncated inside its header"),
+    ],
+)
 def test_what_is_not_a_frame_is_refused_when_decoding(frame, message):
     with pytest.raises(CodecError, match=message):
         decode(frame)

@@ -28,24 +28,39 @@ class Config:
 
 # --- settings: parse_setting reads ``--set KEY=VALUE`` as the field's type
 
-@pytest.mark.parametrize("key, text, value", [
-    ("rate", "0.5", 0.5), ("rate", " 1e-4 ", 1e-4), ("steps", "7", 7), ("flag", "true", True), ("flag", "0", False),
-    ("flag", "TRUE", True), ("sizes", "256,128", (256, 128)), ("sizes", "32", (32,)), ("target", "none", None),
-    ("target", "0.25", 0.25), ("name", "y", "y"),
-])
+
+@pytest.mark.parametrize(
+    "key, text, value",
+    [
+        ("rate", "0.5", 0.5),
+        ("rate", " 1e-4 ", 1e-4),
+        ("steps", "7", 7),
+        ("flag", "true", True),
+        ("flag", "0", False),
+        ("flag", "TRUE", True),
+        ("sizes", "256,128", (256, 128)),
+        ("sizes", "32", (32,)),
+        ("target", "none", None),
+        ("target", "0.25", 0.25),
+        ("name", "y", "y"),
+    ],
+)
 def test_parse_setting_reads_text_as_the_fields_type(key, text, value):
     parsed = parse_setting(Config, key, text)
     assert parsed == value and type(parsed) is type(value)
 
 
-@pytest.mark.parametrize("key, text, message", [
-    ("rate", "fast", "--set rate='fast': expected a float like 0.001"),
-    ("steps", "1.5", "--set steps='1.5': expected a"),  # ("a int like 10": wording, see report)
-    ("flag", "yes", "--set flag='yes': expected a bool like False"),
-    ("sizes", "64,x", "--set sizes='64,x': expected a tuple like (64, 64)"),
-    ("rate", "none", "--set rate='none': expected a float"),  # not optional
-    ("nope", "1", "unknown setting 'nope'; known: flag, name, rate, sizes, steps, target"),
-])
+@pytest.mark.parametrize(
+    "key, text, message",
+    [
+        ("rate", "fast", "--set rate='fast': expected a float like 0.001"),
+        ("steps", "1.5", "--set steps='1.5': expected a"),  # ("a int like 10": wording, see report)
+        ("flag", "yes", "--set flag='yes': expected a bool like False"),
+        ("sizes", "64,x", "--set sizes='64,x': expected a tuple like (64, 64)"),
+        ("rate", "none", "--set rate='none': expected a float"),  # not optional
+        ("nope", "1", "unknown setting 'nope'; known: flag, name, rate, sizes, steps, target"),
+    ],
+)
 def test_parse_setting_refuses_in_one_line(key, text, message):
     with pytest.raises(ValueError) as refused:
         parse_setting(Config, key, text)
@@ -57,18 +72,21 @@ def test_check_settings_accepts_the_defaults_and_values_inside_their_ranges():
     check_settings(Config(rate=1.0, steps=10**12, sizes=[1, 65536], target=-1.0))
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"rate": 0.0}, "cfg.rate must be a finite number in (0, 1], got 0.0"),  # an open end
-    ({"rate": float("nan")}, "cfg.rate must be a finite number in (0, 1], got nan"),
-    ({"rate": True}, "cfg.rate must be a finite number in (0, 1], got True"),  # a bool is no number
-    ({"rate": "0.5"}, "cfg.rate must be a finite number"),
-    ({"steps": 0}, "cfg.steps must be an integer in [1, inf), got 0"),
-    ({"steps": 2.0}, "cfg.steps must be an integer in [1, inf), got 2.0"),
-    ({"sizes": ()}, "cfg.sizes must be a non-empty list of numbers in [1, 65536], got ()"),
-    ({"sizes": (64, 0)}, "cfg.sizes must be an integer in [1, 65536], got (64, 0)"),
-    ({"sizes": 64}, "cfg.sizes must be a non-empty list of numbers"),
-    ({"target": 1.0}, "cfg.target must be a finite number in [-1, 1), got 1.0"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"rate": 0.0}, "cfg.rate must be a finite number in (0, 1], got 0.0"),  # an open end
+        ({"rate": float("nan")}, "cfg.rate must be a finite number in (0, 1], got nan"),
+        ({"rate": True}, "cfg.rate must be a finite number in (0, 1], got True"),  # a bool is no number
+        ({"rate": "0.5"}, "cfg.rate must be a finite number"),
+        ({"steps": 0}, "cfg.steps must be an integer in [1, inf), got 0"),
+        ({"steps": 2.0}, "cfg.steps must be an integer in [1, inf), got 2.0"),
+        ({"sizes": ()}, "cfg.sizes must be a non-empty list of numbers in [1, 65536], got ()"),
+        ({"sizes": (64, 0)}, "cfg.sizes must be an integer in [1, 65536], got (64, 0)"),
+        ({"sizes": 64}, "cfg.sizes must be a non-empty list of numbers"),
+        ({"target": 1.0}, "cfg.target must be a finite number in [-1, 1), got 1.0"),
+    ],
+)
 def test_check_settings_names_the_first_bad_field(change, message):
     with pytest.raises(ValueError) as refused:
         check_settings(dataclasses.replace(Config(), **change), prefix="cfg.")
@@ -95,6 +113,7 @@ def test_a_mutable_default_is_copied_for_each_instance():
 
 # --- specs: what an agent needs, read off gymnasium spaces
 
+
 def fake_env(observation_space, action_space, **more):
     return types.SimpleNamespace(observation_space=observation_space, action_space=action_space, **more)
 
@@ -111,25 +130,38 @@ def test_float64_observations_become_float32_and_integer_ones_keep_their_dtype()
     box = gym.spaces.Box(-1.0, 1.0, (3,), np.float64)
     assert make_environment_spec(fake_env(box, gym.spaces.Discrete(4))).observation.dtype == np.float32
     frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    assert make_environment_spec(fake_env(frames, gym.spaces.Discrete(6))).observation == ArraySpec((4, 84, 84), np.uint8)
+    assert make_environment_spec(fake_env(frames, gym.spaces.Discrete(6))).observation == ArraySpec(
+        (4, 84, 84), np.uint8
+    )
 
 
 def test_continuous_actions_and_a_vector_envs_single_spaces():
     single_obs, single_act = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-2, 2, (1,), np.float64)
-    env = fake_env(gym.spaces.Box(-1, 1, (8, 3), np.float32), gym.spaces.Box(-2, 2, (8, 1), np.float64),
-                   single_observation_space=single_obs, single_action_space=single_act, num_envs=8)
+    env = fake_env(
+        gym.spaces.Box(-1, 1, (8, 3), np.float32),
+        gym.spaces.Box(-2, 2, (8, 1), np.float64),
+        single_observation_space=single_obs,
+        single_action_space=single_act,
+        num_envs=8,
+    )
     spec = make_environment_spec(env)
     assert spec.action == ArraySpec((1,), np.float32) and spec.num_actions is None and not spec.discrete_actions
     assert spec.observation.shape == (3,) and spec.num_envs == 8 and spec.observation_space is single_obs
 
 
-@pytest.mark.parametrize("observation, action, message", [
-    (gym.spaces.Tuple([gym.spaces.Box(-1, 1, (2,))]), gym.spaces.Discrete(2), "Shoal agents take Box observations"),
-    (gym.spaces.Dict({"x": gym.spaces.Discrete(2)}), gym.spaces.Discrete(2), "key 'x': Discrete.*one-hot"),
-    (gym.spaces.Dict({"x": gym.spaces.Dict({"y": gym.spaces.Box(-1, 1, (2,))})}), gym.spaces.Discrete(2),
-     "key 'x': is a nested Dict; Shoal takes a flat Dict"),
-    (gym.spaces.Box(-1, 1, (2,)), gym.spaces.MultiDiscrete([2, 2]), "Shoal agents take Discrete or Box actions"),
-])
+@pytest.mark.parametrize(
+    "observation, action, message",
+    [
+        (gym.spaces.Tuple([gym.spaces.Box(-1, 1, (2,))]), gym.spaces.Discrete(2), "Shoal agents take Box observations"),
+        (gym.spaces.Dict({"x": gym.spaces.Discrete(2)}), gym.spaces.Discrete(2), "key 'x': Discrete.*one-hot"),
+        (
+            gym.spaces.Dict({"x": gym.spaces.Dict({"y": gym.spaces.Box(-1, 1, (2,))})}),
+            gym.spaces.Discrete(2),
+            "key 'x': is a nested Dict; Shoal takes a flat Dict",
+        ),
+        (gym.spaces.Box(-1, 1, (2,)), gym.spaces.MultiDiscrete([2, 2]), "Shoal agents take Discrete or Box actions"),
+    ],
+)
 def test_unsupported_spaces_are_refused_naming_what_is_taken(observation, action, message):
     with pytest.raises(ValueError, match=message):
         make_environment_spec(fake_env(observation, action))
@@ -145,10 +177,14 @@ def test_array_specs_normalise_shape_and_dtype_and_make_batched_zeros():
 
 # --- the counter
 
+
 def test_counts_add_up_and_integral_numbers_of_any_kind_are_integers():
     counter = Counter({"env_steps": 5})
-    assert counter.increment(env_steps=10.0, episodes=np.int64(2), frames=np.array(3)) == \
-        {"env_steps": 15, "episodes": 2, "frames": 3}
+    assert counter.increment(env_steps=10.0, episodes=np.int64(2), frames=np.array(3)) == {
+        "env_steps": 15,
+        "episodes": 2,
+        "frames": 3,
+    }
     assert all(type(v) is int for v in counter.get_counts().values())
     assert counter.increment() == counter.get_counts() == counter.save()
 
@@ -215,8 +251,9 @@ def test_process_seconds_count_from_the_process_start():
 
     # (a fresh process that sleeps before importing it: the sleep is counted, as imports are)
     code = "import time\ntime.sleep(0.6)\nfrom shoal.core.timing import process_seconds\nprint(process_seconds())"
-    seconds = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                                   check=True).stdout)
+    seconds = float(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    )
     assert 0.6 <= seconds < 30
 
 

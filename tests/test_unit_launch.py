@@ -42,8 +42,9 @@ VARIABLES = [
 
 
 def test_the_table_is_the_one_tested_here():
-    assert sorted(name for name, *_ in VARIABLES) == sorted(variables.VARIABLES), \
+    assert sorted(name for name, *_ in VARIABLES) == sorted(variables.VARIABLES), (
         "a SHOAL_* variable was added or removed: add it to VARIABLES above"
+    )
 
 
 @pytest.mark.parametrize("name, good, parsed, bad", VARIABLES, ids=[v[0] for v in VARIABLES])
@@ -55,8 +56,9 @@ def test_each_variable_parses_defaults_and_refuses_in_one_line(name, good, parse
     assert variables.value(name, {name: good}) == parsed
     with pytest.raises(ValueError) as refused:
         variables.value(name, {name: bad})
-    assert str(refused.value) == (f"environment variable {name}={bad[:100]!r} is not valid: expected "
-                                  f"{variables.VARIABLES[name].accepted}")
+    assert str(refused.value) == (
+        f"environment variable {name}={bad[:100]!r} is not valid: expected {variables.VARIABLES[name].accepted}"
+    )
     with pytest.raises(ValueError, match=name):
         variables.check_environment({"SHOAL_PARAMS_VIA": "auto", name: bad})
 
@@ -77,18 +79,29 @@ def test_a_long_bad_value_is_cut_in_the_message():
 
 # --- run-file schemas: config.json and checkpoints/run.json
 
+
 @pytest.fixture(scope="module")
 def saved_config():
     """A config.json as a run writes it (the config's own ``to_dict``, through JSON)."""
-    config = ExperimentConfig.from_flat(builder=get_builder("ppo"), env_id="CartPole-v1", run_dir="/tmp/run", preset="ppo/classic")
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("ppo"), env_id="CartPole-v1", run_dir="/tmp/run", preset="ppo/classic"
+    )
     return json.loads(json.dumps({**config.to_dict(), "launch": None}))
 
 
-RUN = {"env_steps": 4096, "learner_step": 12, "learner_version": 12, "learner_digest": "ab12", "agent": "dqn",
-       "spec": {"observation": [4]}, "counter": {"env_steps": 4096, "episodes": 3},
-       "actors": {"actor": {"env_steps": 4096, "key": [0, 42]}},
-       "evaluator": {"next": 6000, "num_evals": 2, "last_return": 21.5, "last_at": 4000, "eval_s": 0.25},
-       "replay_checkpoint": "2026-11-23T21-00-00", "replay_items": {"priority_table": 4000}}
+RUN = {
+    "env_steps": 4096,
+    "learner_step": 12,
+    "learner_version": 12,
+    "learner_digest": "ab12",
+    "agent": "dqn",
+    "spec": {"observation": [4]},
+    "counter": {"env_steps": 4096, "episodes": 3},
+    "actors": {"actor": {"env_steps": 4096, "key": [0, 42]}},
+    "evaluator": {"next": 6000, "num_evals": 2, "last_return": 21.5, "last_at": 4000, "eval_s": 0.25},
+    "replay_checkpoint": "2026-11-23T21-00-00",
+    "replay_items": {"priority_table": 4000},
+}
 
 
 @pytest.fixture(scope="module")
@@ -104,16 +117,25 @@ def test_what_a_run_writes_passes_its_schema(saved_config, saved_v1_config):
     check_run("run.json", {**RUN, "evaluator": None, "replay_checkpoint": None, "unknown_key": [1]})
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c: c.update(seed=1.5), "seed must be an integer, got 1.5"),
-    (lambda c: c.update(seed=True), "seed must be an integer, got true"),
-    (lambda c: c.update(target_return="high"), 'target_return must be a finite number or null, got "high"'),
-    (lambda c: c.update(env_id=7), "env_id must be a string, got 7"),
-    (lambda c: c.update(agent="a2c"), "agent: unknown agent 'a2c'; available: dqn, impala, ppo, r2d2, sac, or module:BuilderClass"),
-    (lambda c: c["agent_config"].update(learning_rat=1e-3), 'agent_config.learning_rat must be a ppo setting'),
-    (lambda c: c["agent_config"].update(hidden_sizes=[64, "x"]), "agent_config.hidden_sizes must be a list of integers"),
-    (lambda c: c.update(launch=[]), "launch must be an object or null, got []"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c.update(seed=1.5), "seed must be an integer, got 1.5"),
+        (lambda c: c.update(seed=True), "seed must be an integer, got true"),
+        (lambda c: c.update(target_return="high"), 'target_return must be a finite number or null, got "high"'),
+        (lambda c: c.update(env_id=7), "env_id must be a string, got 7"),
+        (
+            lambda c: c.update(agent="a2c"),
+            "agent: unknown agent 'a2c'; available: dqn, impala, ppo, r2d2, sac, or module:BuilderClass",
+        ),
+        (lambda c: c["agent_config"].update(learning_rat=1e-3), "agent_config.learning_rat must be a ppo setting"),
+        (
+            lambda c: c["agent_config"].update(hidden_sizes=[64, "x"]),
+            "agent_config.hidden_sizes must be a list of integers",
+        ),
+        (lambda c: c.update(launch=[]), "launch must be an object or null, got []"),
+    ],
+)
 def test_a_config_of_the_wrong_shape_is_one_line_naming_file_and_field(saved_v1_config, change, message):
     broken = copy.deepcopy(saved_v1_config)
     change(broken)
@@ -122,19 +144,22 @@ def test_a_config_of_the_wrong_shape_is_one_line_naming_file_and_field(saved_v1_
     assert str(refused.value).startswith(f"run/config.json: {message}") and "\n" not in str(refused.value)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda r: r.pop("learner_digest"), "learner_digest is missing; the checkpoint record is incomplete"),
-    (lambda r: r.update(env_steps=-1), "env_steps must be a number >= 0, got -1"),
-    (lambda r: r.update(spec=None), "spec must be an object, got null"),
-    (lambda r: r["counter"].update(env_steps=2**53), "counter.env_steps must be an integer in [0, 2**53)"),
-    (lambda r: r["counter"].update(episodes=1.0), "counter.episodes must be an integer in [0, 2**53), got 1.0"),
-    (lambda r: r["evaluator"].update(last_return=float("inf")), "evaluator.last_return must be a finite number"),
-    (lambda r: r["actors"]["actor"].update(key=[0, 1.5]), "actors.actor.key must be a list of integers"),
-    (lambda r: r["actors"]["actor"].update(env_steps=-8), "actors.actor.env_steps must be a number >= 0"),
-    (lambda r: r.update(replay_checkpoint="../elsewhere"), "replay_checkpoint must be the name of a directory"),
-    (lambda r: r.update(replay_items={"t": "4000"}), 'replay_items.t must be an integer, got "4000"'),
-    (lambda r: r.update(actors={"actor": "x" * 100}), 'actors.actor must be an object, got "' + "x" * 59 + "..."),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r.pop("learner_digest"), "learner_digest is missing; the checkpoint record is incomplete"),
+        (lambda r: r.update(env_steps=-1), "env_steps must be a number >= 0, got -1"),
+        (lambda r: r.update(spec=None), "spec must be an object, got null"),
+        (lambda r: r["counter"].update(env_steps=2**53), "counter.env_steps must be an integer in [0, 2**53)"),
+        (lambda r: r["counter"].update(episodes=1.0), "counter.episodes must be an integer in [0, 2**53), got 1.0"),
+        (lambda r: r["evaluator"].update(last_return=float("inf")), "evaluator.last_return must be a finite number"),
+        (lambda r: r["actors"]["actor"].update(key=[0, 1.5]), "actors.actor.key must be a list of integers"),
+        (lambda r: r["actors"]["actor"].update(env_steps=-8), "actors.actor.env_steps must be a number >= 0"),
+        (lambda r: r.update(replay_checkpoint="../elsewhere"), "replay_checkpoint must be the name of a directory"),
+        (lambda r: r.update(replay_items={"t": "4000"}), 'replay_items.t must be an integer, got "4000"'),
+        (lambda r: r.update(actors={"actor": "x" * 100}), 'actors.actor must be an object, got "' + "x" * 59 + "..."),
+    ],
+)
 def test_a_run_record_of_the_wrong_shape_is_one_line_naming_file_and_field(change, message):
     broken = copy.deepcopy(RUN)
     change(broken)
@@ -152,6 +177,7 @@ def test_a_file_that_is_not_an_object_is_refused():
 
 # --- every public entry point: bad input is one line, and nothing is written
 
+
 def shoal(*args):
     """``main(args)`` in this process: (exit status, stderr's lines)."""
     err = io.StringIO()
@@ -163,17 +189,20 @@ def shoal(*args):
     return rc, err.getvalue().strip().splitlines()
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "the following arguments are required: command"),
-    (["bogus"], "argument command: invalid choice: 'bogus'"),
-    (["train", "--agent", "nope"], "unknown agent 'nope'; available: dqn, impala, ppo, r2d2, sac"),
-    (["train", "--env", "NoSuchEnv-v0"], "unknown gymnasium environment id 'NoSuchEnv-v0'"),
-    (["train", "--preset", "nope"], "dqn has no preset 'nope'; its presets:"),
-    (["train", "--set", "nope=1"], "unknown setting 'nope'"),
-    (["train", "--resume", "{tmp}/missing"], "is not a Shoal run directory (no config.json in it)"),
-    (["status", "{tmp}/missing"], "is not the run directory of a running distributed program"),
-    (["scale", "{tmp}/missing", "--actors", "2"], "is not the run directory of a running distributed program"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "the following arguments are required: command"),
+        (["bogus"], "argument command: invalid choice: 'bogus'"),
+        (["train", "--agent", "nope"], "unknown agent 'nope'; available: dqn, impala, ppo, r2d2, sac"),
+        (["train", "--env", "NoSuchEnv-v0"], "unknown gymnasium environment id 'NoSuchEnv-v0'"),
+        (["train", "--preset", "nope"], "dqn has no preset 'nope'; its presets:"),
+        (["train", "--set", "nope=1"], "unknown setting 'nope'"),
+        (["train", "--resume", "{tmp}/missing"], "is not a Shoal run directory (no config.json in it)"),
+        (["status", "{tmp}/missing"], "is not the run directory of a running distributed program"),
+        (["scale", "{tmp}/missing", "--actors", "2"], "is not the run directory of a running distributed program"),
+    ],
+)
 def test_the_cli_refuses_bad_input_in_one_line(args, message, tmp_path):
     args = [a.format(tmp=tmp_path) for a in args]
     if args[:1] == ["train"] and "--resume" not in args:
@@ -184,23 +213,40 @@ def test_the_cli_refuses_bad_input_in_one_line(args, message, tmp_path):
 
 
 def config(tmp_path, **changes):
-    return ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="CartPole-v1", run_dir=str(tmp_path / "run"),
-                                      progress=False, **changes)
+    return ExperimentConfig.from_flat(
+        builder=get_builder("dqn"), env_id="CartPole-v1", run_dir=str(tmp_path / "run"), progress=False, **changes
+    )
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda tmp: run_experiment(config(tmp, num_envs=0)), "num_envs must be an integer in [1, 4096], got 0"),
-    (lambda tmp: run_experiment(ExperimentConfig.from_flat(builder=get_builder("sac"), env_id="CartPole-v1",
-                                                           run_dir=str(tmp / "run"))), "SAC needs a 1-d continuous"),
-    (lambda tmp: run_distributed_experiment(config(tmp), num_actors=0), "num_actors must be an integer in [1, "),
-    (lambda tmp: run_distributed_experiment(config(tmp), launcher="slurm"), "unknown launcher 'slurm'"),
-    (lambda tmp: resume_experiment(str(tmp / "run")), "is not a Shoal run directory (no config.json in it)"),
-    (lambda tmp: experiment_config("dqn", "CartPole-v1", "mujoco"), "dqn has no preset 'mujoco'"),
-    (lambda tmp: experiment_config("dqn", "CartPole-v1", agent_settings={"nope": 1}), "unknown dqn setting(s) nope"),
-    (lambda tmp: run_experiment(ExperimentConfig.from_flat(builder=get_builder("dqn", learning_rate=2.0), env_id="CartPole-v1",
-                                                           run_dir=str(tmp / "run"))), "learning_rate must be a finite number"),
-    (lambda tmp: launch(Program("empty"), "inprocess"), "has no nodes"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda tmp: run_experiment(config(tmp, num_envs=0)), "num_envs must be an integer in [1, 4096], got 0"),
+        (
+            lambda tmp: run_experiment(
+                ExperimentConfig.from_flat(builder=get_builder("sac"), env_id="CartPole-v1", run_dir=str(tmp / "run"))
+            ),
+            "SAC needs a 1-d continuous",
+        ),
+        (lambda tmp: run_distributed_experiment(config(tmp), num_actors=0), "num_actors must be an integer in [1, "),
+        (lambda tmp: run_distributed_experiment(config(tmp), launcher="slurm"), "unknown launcher 'slurm'"),
+        (lambda tmp: resume_experiment(str(tmp / "run")), "is not a Shoal run directory (no config.json in it)"),
+        (lambda tmp: experiment_config("dqn", "CartPole-v1", "mujoco"), "dqn has no preset 'mujoco'"),
+        (
+            lambda tmp: experiment_config("dqn", "CartPole-v1", agent_settings={"nope": 1}),
+            "unknown dqn setting(s) nope",
+        ),
+        (
+            lambda tmp: run_experiment(
+                ExperimentConfig.from_flat(
+                    builder=get_builder("dqn", learning_rate=2.0), env_id="CartPole-v1", run_dir=str(tmp / "run")
+                )
+            ),
+            "learning_rate must be a finite number",
+        ),
+        (lambda tmp: launch(Program("empty"), "inprocess"), "has no nodes"),
+    ],
+)
 def test_the_python_api_refuses_bad_input_in_one_line(call, message, tmp_path):
     with pytest.raises(ValueError) as refused:
         call(tmp_path)

@@ -61,8 +61,7 @@ def test_select_action_never_blocks_on_slow_source():
     params = init_state(jax.random.PRNGKey(0), networks.q_network, spec.observation_shape, config).params
     source = CountingSource(params, delay=30.0)  # every fetch after the first hangs for 30 s
     client = VariableClient(source, update_period=1, asynchronous=True)
-    actor = BatchedActor(make_policy(networks.q_network, 2, config, False), jax.random.PRNGKey(1),
-                         client, num_envs=4)
+    actor = BatchedActor(make_policy(networks.q_network, 2, config, False), jax.random.PRNGKey(1), client, num_envs=4)
     obs, _ = env.reset(seed=0)
     actor.select_action(obs)  # compile outside the timed part
     start = time.monotonic()

@@ -28,8 +28,13 @@ def always(action: int) -> Policy:
 
 def first_allowed() -> Policy:
     """The first move its observation's action mask allows."""
-    return Policy(lambda params, key, observation, info: (
-        jnp.argmax(observation["action_mask"], axis=-1).astype(jnp.int32), {}, key))
+    return Policy(
+        lambda params, key, observation, info: (
+            jnp.argmax(observation["action_mask"], axis=-1).astype(jnp.int32),
+            {},
+            key,
+        )
+    )
 
 
 def decoded(path: str) -> tuple[dict, int]:
@@ -56,7 +61,9 @@ def test_a_pettingzoo_episode_is_one_copy_of_every_agent_until_every_agent_is_do
     """An MPE task's 25-step episode (3 agents: 3 rows of one copy): the first frame and one
     after each step but the last; its return the agents' summed."""
     pytest.importorskip("mpe2")
-    config = ExperimentConfig.from_flat(builder=PPOBuilder(PPOConfig()), env_id="pettingzoo:mpe2.simple_spread_v3", seed=0)
+    config = ExperimentConfig.from_flat(
+        builder=PPOBuilder(PPOConfig()), env_id="pettingzoo:mpe2.simple_spread_v3", seed=0
+    )
     env, render = video_env(config, seed=3)
     assert env.num_envs == 3
     actor = BatchedActor(always(0), jax.random.PRNGKey(0), VariableClient(NoParams(), asynchronous=False), num_envs=3)
@@ -71,12 +78,14 @@ def test_a_self_play_episode_is_one_game_against_the_lookahead_player():
     replies made within each step); one game, a frame of the board after each of the learner's
     moves but the last, its return the learner's (-1, 0 or 1)."""
     pytest.importorskip("pettingzoo.classic")
-    config = ExperimentConfig.from_flat(builder=PPOBuilder(PPOConfig()), env_id="pettingzoo:pettingzoo.classic.tictactoe_v3",
-                                        seed=0, self_play=True)
+    config = ExperimentConfig.from_flat(
+        builder=PPOBuilder(PPOConfig()), env_id="pettingzoo:pettingzoo.classic.tictactoe_v3", seed=0, self_play=True
+    )
     env, render = video_env(config, seed=3)
     assert env.num_envs == 1 and env.opponent == "lookahead"
-    actor = BatchedActor(first_allowed(), jax.random.PRNGKey(0), VariableClient(NoParams(), asynchronous=False),
-                         num_envs=1)
+    actor = BatchedActor(
+        first_allowed(), jax.random.PRNGKey(0), VariableClient(NoParams(), asynchronous=False), num_envs=1
+    )
     frames, episode_return = record_episode(env, actor, 3, render)
     env.close()
     assert 2 <= len(frames) <= 5 and frames[0].ndim == 3 and frames[0].dtype == np.uint8
@@ -113,9 +122,19 @@ def test_the_atari_video_env_observes_as_the_vector_env_and_renders_the_game_in_
 
 @pytest.mark.e2e  # (a real training run)
 def test_a_run_records_videos_and_times_them(tmp_path):
-    config = ExperimentConfig.from_flat(builder=PPOBuilder(PPOConfig(rollout_length=64)), env_id="CartPole-v1", seed=0,
-                                        num_envs=4, max_env_steps=1024, eval_every=512, eval_episodes=2, target_return=1e9,
-                                        run_dir=str(tmp_path / "run"), progress=False, video_every=1)
+    config = ExperimentConfig.from_flat(
+        builder=PPOBuilder(PPOConfig(rollout_length=64)),
+        env_id="CartPole-v1",
+        seed=0,
+        num_envs=4,
+        max_env_steps=1024,
+        eval_every=512,
+        eval_episodes=2,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        video_every=1,
+    )
     result = run_experiment(config)
     videos = sorted((tmp_path / "run" / "videos").iterdir())
     assert [v.name for v in videos] == ["eval-000000512.mp4", "eval-000001024.mp4"]

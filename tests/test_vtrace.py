@@ -38,8 +38,7 @@ def test_by_hand_lambda_one():
 
 
 def test_by_hand_lambda_half_and_separate_pg_clip():
-    errors, pg_advantage, targets = _run(lambda_=0.5, clip_rho_threshold=1.0,
-                                         clip_pg_rho_threshold=1.5)
+    errors, pg_advantage, targets = _run(lambda_=0.5, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.5)
     # deltas as above (clip_rho = 1): [1.4, 0.5, 0.6];  c = 0.5 * min(1, rho) = [0.5, 0.25, 0.5]
     # e_2 = 0.6;  e_1 = 0.5 + 0.0 * 0.25 * 0.6 = 0.5;  e_0 = 1.4 + 0.9 * 0.5 * 0.5 = 1.625
     np.testing.assert_allclose(errors, [1.625, 0.5, 0.6], rtol=1e-6)
@@ -69,12 +68,19 @@ def test_rows_are_independent_sequences():
 
 def _rlax_vtrace(rlax, inputs, lambda_, clip_rho, clip_pg, stop):
     fn = lambda *xs: rlax.vtrace_td_error_and_advantage(  # noqa: E731
-        *xs, lambda_, clip_rho, clip_pg, stop)
+        *xs, lambda_, clip_rho, clip_pg, stop
+    )
     return jax.vmap(fn)(*inputs)
 
 
-HYPERS = [(1.0, 1.0, 1.0), (0.95, 1.0, 1.0), (0.5, 0.5, 2.0), (0.0, 2.0, 0.7),
-          (1.0, 3.0, float("inf")), (np.linspace(0.2, 1.0, 20).astype(np.float32), 1.0, 1.0)]
+HYPERS = [
+    (1.0, 1.0, 1.0),
+    (0.95, 1.0, 1.0),
+    (0.5, 0.5, 2.0),
+    (0.0, 2.0, 0.7),
+    (1.0, 3.0, float("inf")),
+    (np.linspace(0.2, 1.0, 20).astype(np.float32), 1.0, 1.0),
+]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -87,8 +93,10 @@ def test_matches_rlax(seed, lambda_, clip_rho, clip_pg):
     theirs = _rlax_vtrace(rlax, inputs, lam, clip_rho, clip_pg, True)
     for name in ("errors", "pg_advantage"):
         diff = float(jnp.max(jnp.abs(getattr(ours, name) - getattr(theirs, name))))
-        print(f"max |ours - rlax| {name} lambda={np.mean(lambda_):.2f} "
-              f"clip_rho={clip_rho} clip_pg={clip_pg} seed={seed}: {diff:.3g}")
+        print(
+            f"max |ours - rlax| {name} lambda={np.mean(lambda_):.2f} "
+            f"clip_rho={clip_rho} clip_pg={clip_pg} seed={seed}: {diff:.3g}"
+        )
         assert diff < 1e-5
 
 
@@ -121,10 +129,8 @@ def test_jit_and_grad(stop):
 def test_grad_matches_rlax(stop):
     rlax = pytest.importorskip("rlax")
     inputs = _random_inputs(3)
-    ours = _value_loss_grads(
-        inputs, lambda *xs: vtrace(*xs, **GRAD_KWARGS, stop_target_gradients=stop))
-    theirs = _value_loss_grads(
-        inputs, lambda *xs: _rlax_vtrace(rlax, xs, *GRAD_KWARGS.values(), stop))
+    ours = _value_loss_grads(inputs, lambda *xs: vtrace(*xs, **GRAD_KWARGS, stop_target_gradients=stop))
+    theirs = _value_loss_grads(inputs, lambda *xs: _rlax_vtrace(rlax, xs, *GRAD_KWARGS.values(), stop))
     for a, b, name in zip(ours, theirs, ("v_tm1", "v_t")):
         diff = float(jnp.max(jnp.abs(a - b)))
         print(f"max |grad ours - grad rlax| w.r.t. {name}, stop={stop}: {diff:.3g}")

@@ -42,8 +42,9 @@ class ObservationKeys(NamedTuple):
     image_torsos: tuple[Torso, ...] = ()
 
 
-def observation_keys(observation: Mapping[str, ArraySpec], torso: str = "auto",
-                     space: gym.Space | None = None) -> ObservationKeys:
+def observation_keys(
+    observation: Mapping[str, ArraySpec], torso: str = "auto", space: gym.Space | None = None
+) -> ObservationKeys:
     """The keys of a Dict observation's spec, sorted, by what reads them; each image key's torso
     chosen (``shoal.agents.components.torsos.choose_torso``) as ``torso`` says, scaled by ``space``'s bound."""
     inputs = sorted(key for key in observation if key != ACTION_MASK)
@@ -55,8 +56,13 @@ def observation_keys(observation: Mapping[str, ArraySpec], torso: str = "auto",
 
 def normalized_keys(observation: Mapping[str, ArraySpec]) -> tuple[str, ...]:
     """The keys running observation normalization applies to: float vectors (rank 1)."""
-    return tuple(sorted(key for key, spec in observation.items()
-                        if key != ACTION_MASK and len(spec.shape) == 1 and np.issubdtype(spec.dtype, np.floating)))
+    return tuple(
+        sorted(
+            key
+            for key, spec in observation.items()
+            if key != ACTION_MASK and len(spec.shape) == 1 and np.issubdtype(spec.dtype, np.floating)
+        )
+    )
 
 
 def example_observation(observation_shape: tuple[int, ...] | Mapping[str, tuple[int, ...]]) -> Any:
@@ -94,8 +100,10 @@ class DictTorso(nn.Module):
     @nn.compact
     def __call__(self, observation: Mapping[str, jax.Array]) -> jax.Array:
         act = nn.relu if self.activation == "relu" else nn.tanh
-        features = [make_torso(torso, name=f"image_{i}")(observation[key])
-                    for i, (key, torso) in enumerate(zip(self.keys.images, self.keys.image_torsos, strict=True))]
+        features = [
+            make_torso(torso, name=f"image_{i}")(observation[key])
+            for i, (key, torso) in enumerate(zip(self.keys.images, self.keys.image_torsos, strict=True))
+        ]
         for i, key in enumerate(self.keys.vectors):
             x = observation[key]
             x = x.reshape(x.shape[0], -1).astype(jnp.float32)

@@ -77,16 +77,19 @@ class GroupedNetwork:
         one = jax.tree_util.tree_map(lambda p: p[0], params)
         doubled = jax.tree_util.tree_map(lambda x: jnp.concatenate([x, x]), (observation,) + tuple(args))
         probe = jax.eval_shape(lambda xs: run(one, *xs), doubled)
-        return jax.tree_util.tree_map(lambda out, shape: _pick(out, group, shape.shape != out.shape[1:]),
-                                      stacked, probe)
+        return jax.tree_util.tree_map(
+            lambda out, shape: _pick(out, group, shape.shape != out.shape[1:]), stacked, probe
+        )
 
     def group_of(self, observation: Any) -> jax.Array:
         """Each row's group (``observation``'s leading axes), from its agent's one-hot."""
         n = len(self.groups)
         if self.identity == "key":
             if not isinstance(observation, dict) or AGENT_ID not in observation:
-                raise ValueError(f"a grouped network reads each row's agent from its {AGENT_ID!r} observation key; "
-                                 f"got {type(observation).__name__}")
+                raise ValueError(
+                    f"a grouped network reads each row's agent from its {AGENT_ID!r} observation key; "
+                    f"got {type(observation).__name__}"
+                )
             one_hot = observation[AGENT_ID]
         else:
             one_hot = observation[..., -n:]
@@ -111,18 +114,23 @@ def group_networks(networks: Any, groups: Sequence[int], num_groups: int, identi
     """``networks`` (a NamedTuple of flax modules and their facts, as every Shoal agent's) with
     each module a ``GroupedNetwork``; a one-line ``ValueError`` for networks it cannot group."""
     if not hasattr(networks, "_replace"):
-        raise ValueError(f"a policy per group needs the agent's networks as a NamedTuple of flax modules "
-                         f"(as Shoal's agents have them), got {type(networks).__name__}")
+        raise ValueError(
+            f"a policy per group needs the agent's networks as a NamedTuple of flax modules "
+            f"(as Shoal's agents have them), got {type(networks).__name__}"
+        )
     modules = {name: value for name, value in networks._asdict().items() if isinstance(value, nn.Module)}
     if not modules:
         raise ValueError(f"a policy per group found no flax module in the agent's {type(networks).__name__}")
     for name, module in modules.items():
         if getattr(module, "lstm_size", 0):
-            raise ValueError(f"a policy per group takes feed-forward networks; this agent's {name} is recurrent "
-                             f"({type(module).__name__}, lstm_size={module.lstm_size}): share one policy "
-                             "(no --agent-group) or set lstm_size=0")
-    return networks._replace(**{name: GroupedNetwork(module, groups, num_groups, identity)
-                                for name, module in modules.items()})
+            raise ValueError(
+                f"a policy per group takes feed-forward networks; this agent's {name} is recurrent "
+                f"({type(module).__name__}, lstm_size={module.lstm_size}): share one policy "
+                "(no --agent-group) or set lstm_size=0"
+            )
+    return networks._replace(
+        **{name: GroupedNetwork(module, groups, num_groups, identity) for name, module in modules.items()}
+    )
 
 
 __all__ = ["GroupedNetwork", "group_networks"]

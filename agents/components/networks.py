@@ -165,17 +165,22 @@ def check_critic_only(networks: Any, key: str, agent: str) -> None:
     modules = [m for m in getattr(networks, "_asdict", lambda: {})().values() if isinstance(m, nn.Module)]
     if not modules or not all(isinstance(m, DictActorCritic) and key in CRITIC_ONLY for m in modules):
         kinds = ", ".join(type(m).__name__ for m in modules) or type(networks).__name__
-        raise ValueError(f"--global-state feeds a centralised critic; {agent}'s networks ({kinds}) have none, and "
-                         "their policy would act on the global state. It takes a feed-forward actor-critic: ppo (MAPPO), "
-                         "impala")
+        raise ValueError(
+            f"--global-state feeds a centralised critic; {agent}'s networks ({kinds}) have none, and "
+            "their policy would act on the global state. It takes a feed-forward actor-critic: ppo (MAPPO), "
+            "impala"
+        )
 
 
 def has_convolutions(network: nn.Module) -> bool:
     """Whether an actor-critic runs convolutions (its SGD steps are then unrolled, ``shoal.learners.updates``)."""
     network = getattr(network, "inner", network)  # (a policy per group: shoal.agents.components.groups)
     keys = getattr(network, "keys", None)
-    return (isinstance(network, PixelActorCritic) or getattr(network, "torso", None) is not None
-            or (keys is not None and bool(keys.images)))
+    return (
+        isinstance(network, PixelActorCritic)
+        or getattr(network, "torso", None) is not None
+        or (keys is not None and bool(keys.images))
+    )
 
 
 class ActorCriticNetworks(NamedTuple):
@@ -199,16 +204,25 @@ def check_actor_critic_actions(spec: EnvironmentSpec, agent: str, continuous: bo
     if is_image(spec):
         raise ValueError(f"{agent} takes image observations with discrete actions only, got {spec.action_space}")
     if not continuous:
-        raise ValueError(f"{agent} here takes a discrete action space, got {spec.action_space} "
-                         "(for continuous actions use --agent ppo or sac)")
+        raise ValueError(
+            f"{agent} here takes a discrete action space, got {spec.action_space} "
+            "(for continuous actions use --agent ppo or sac)"
+        )
     if len(spec.action.shape) != 1:
         raise ValueError(f"{agent} takes a discrete or a 1-d continuous (Box) action space, got {spec.action_space}")
 
 
-def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int], agent: str,
-                               continuous: bool = False, initial_log_std: float = 0.0,
-                               torso: str = "auto", lstm_size: int = 0,
-                               activation: str = "tanh", orthogonal_init: bool = True) -> ActorCriticNetworks:
+def make_actor_critic_networks(
+    spec: EnvironmentSpec,
+    hidden_sizes: Sequence[int],
+    agent: str,
+    continuous: bool = False,
+    initial_log_std: float = 0.0,
+    torso: str = "auto",
+    lstm_size: int = 0,
+    activation: str = "tanh",
+    orthogonal_init: bool = True,
+) -> ActorCriticNetworks:
     """The actor-critic of ``agent`` (named in the error): categorical for a discrete action
     space, Gaussian for a 1-d Box one where ``continuous`` is allowed; a convolutional ``torso``
     for image observations (``mlp``: none, the frames flattened into the MLPs, for a categorical
@@ -221,11 +235,13 @@ def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int
     if lstm_size:
         from shoal.agents.components.recurrent import RecurrentActorCritic
 
-        keys = (observation_keys(observation, torso, spec.observation_space)
-                if isinstance(observation, Mapping) else None)
+        keys = (
+            observation_keys(observation, torso, spec.observation_space) if isinstance(observation, Mapping) else None
+        )
         chosen = choose_torso(torso, frames.shape, spec.observation_space) if frames is not None else None
-        recurrent = RecurrentActorCritic(tuple(hidden_sizes), lstm_size, spec.num_actions, size, initial_log_std,
-                                         chosen, keys)
+        recurrent = RecurrentActorCritic(
+            tuple(hidden_sizes), lstm_size, spec.num_actions, size, initial_log_std, chosen, keys
+        )
         return ActorCriticNetworks(recurrent, spec.observation_shape, spec.num_actions, size, spec.observation)
     if isinstance(observation, Mapping):
         keys = observation_keys(observation, torso, spec.observation_space)
@@ -235,16 +251,24 @@ def make_actor_critic_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int
         # (check_actor_critic_actions took image observations with discrete actions only)
         num_actions = int(spec.num_actions or 0)
         if torso == "mlp":
-            return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), num_actions,
-                                                   frame_scale(spec.observation_space), activation, orthogonal_init),
-                                       spec.observation_shape, spec.num_actions)
+            return ActorCriticNetworks(
+                ActorCritic(
+                    tuple(hidden_sizes), num_actions, frame_scale(spec.observation_space), activation, orthogonal_init
+                ),
+                spec.observation_shape,
+                spec.num_actions,
+            )
         chosen = choose_torso(torso, frames.shape, spec.observation_space)
-        return ActorCriticNetworks(PixelActorCritic(chosen, num_actions), spec.observation_shape,
-                                   spec.num_actions)
+        return ActorCriticNetworks(PixelActorCritic(chosen, num_actions), spec.observation_shape, spec.num_actions)
     if spec.num_actions is not None:
-        return ActorCriticNetworks(ActorCritic(tuple(hidden_sizes), spec.num_actions, activation=activation,
-                                               orthogonal_init=orthogonal_init),
-                                   spec.observation_shape, spec.num_actions)
-    return ActorCriticNetworks(GaussianActorCritic(tuple(hidden_sizes), size, initial_log_std, activation,
-                                                   orthogonal_init),
-                               spec.observation_shape, None, size)
+        return ActorCriticNetworks(
+            ActorCritic(tuple(hidden_sizes), spec.num_actions, activation=activation, orthogonal_init=orthogonal_init),
+            spec.observation_shape,
+            spec.num_actions,
+        )
+    return ActorCriticNetworks(
+        GaussianActorCritic(tuple(hidden_sizes), size, initial_log_std, activation, orthogonal_init),
+        spec.observation_shape,
+        None,
+        size,
+    )

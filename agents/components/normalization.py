@@ -34,8 +34,11 @@ RunningStats = dict
 
 
 def init_stats(shape: tuple[int, ...] = ()) -> RunningStats:
-    return {"count": jnp.asarray(1e-4, jnp.float32), "mean": jnp.zeros(shape, jnp.float32),
-            "var": jnp.ones(shape, jnp.float32)}
+    return {
+        "count": jnp.asarray(1e-4, jnp.float32),
+        "mean": jnp.zeros(shape, jnp.float32),
+        "var": jnp.ones(shape, jnp.float32),
+    }
 
 
 def merge(stats: RunningStats, batch_count: jax.Array, batch_mean: jax.Array, batch_var: jax.Array) -> RunningStats:
@@ -43,8 +46,11 @@ def merge(stats: RunningStats, batch_count: jax.Array, batch_mean: jax.Array, ba
     n, mean, var = stats["count"], stats["mean"], stats["var"]
     delta = batch_mean - mean
     count = n + batch_count
-    return {"count": count, "mean": mean + delta * batch_count / count,
-            "var": (var * n + batch_var * batch_count + jnp.square(delta) * n * batch_count / count) / count}
+    return {
+        "count": count,
+        "mean": mean + delta * batch_count / count,
+        "var": (var * n + batch_var * batch_count + jnp.square(delta) * n * batch_count / count) / count,
+    }
 
 
 def update(stats: RunningStats, values: jax.Array, axis_name: str | None = None) -> RunningStats:

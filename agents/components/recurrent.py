@@ -131,8 +131,13 @@ def episode_starts(terminated: jax.Array, truncated: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.zeros_like(ended[:, :1]), ended[:, :-1]], axis=1)
 
 
-def unroll(network: nn.Module, params: Any, state: jax.Array, observation: Any, first: jax.Array,
-           ) -> tuple[jax.Array, jax.Array]:
+def unroll(
+    network: nn.Module,
+    params: Any,
+    state: jax.Array,
+    observation: Any,
+    first: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
     """The core over sequences ``observation [B, T, ...]`` from ``state [B, 2H]``, reset where
     ``first [B, T]``: ``(outputs [B, T, H], states [B, T, 2H])``, ``states[:, t]`` the state
     after step ``t``. The torso runs once on all ``B * T`` steps; only the LSTM is scanned."""

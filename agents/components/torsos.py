@@ -69,8 +69,10 @@ def choose_torso(kind: str, shape: tuple[int, ...], space: gym.Space | None = No
     if kind == "auto":
         kind = "minatar" if small else "nature"
     elif kind == "nature" and small:
-        raise ValueError(f"torso 'nature' takes frames of at least {NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}, "
-                         f"got {shape[1]}x{shape[2]}; use torso=minatar (or auto) for small images")
+        raise ValueError(
+            f"torso 'nature' takes frames of at least {NATURE_MIN_SIZE}x{NATURE_MIN_SIZE}, "
+            f"got {shape[1]}x{shape[2]}; use torso=minatar (or auto) for small images"
+        )
     return Torso(kind, frame_scale(space))
 
 
@@ -101,8 +103,16 @@ class NatureCNN(nn.Module):
     def __call__(self, observation: jnp.ndarray) -> jnp.ndarray:
         x = nn.relu(_StridedConv(32, 8, 4, name="Conv_0")(observation.astype(jnp.float32) * self.scale))
         for i, (features, kernel, stride) in enumerate(((64, 4, 2), (64, 3, 1)), start=1):
-            x = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID",
-                                kernel_init=_orthogonal(), name=f"Conv_{i}")(x))
+            x = nn.relu(
+                nn.Conv(
+                    features,
+                    (kernel, kernel),
+                    (stride, stride),
+                    padding="VALID",
+                    kernel_init=_orthogonal(),
+                    name=f"Conv_{i}",
+                )(x)
+            )
         return nn.relu(nn.Dense(512, kernel_init=_orthogonal(), name="Dense_0")(x.reshape(x.shape[0], -1)))
 
 
@@ -124,11 +134,16 @@ class _StridedConv(nn.Module):
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
         m, out_h, out_w = k // s, (h - k) // s + 1, (w - k) // s + 1
         rows, cols = out_h + m - 1, out_w + m - 1  # (blocks the output reads: rows * s <= h)
-        x = x[:, :, :rows * s, :cols * s].reshape(n, c, rows, s, cols, s)
+        x = x[:, :, : rows * s, : cols * s].reshape(n, c, rows, s, cols, s)
         x = x.transpose(0, 2, 4, 3, 5, 1).reshape(n, rows, cols, s * s * c)  # [B, rows, cols, (dy, dx, C)]
         folded = kernel.reshape(m, s, m, s, c, self.features).transpose(0, 2, 1, 3, 4, 5)
-        y = jax.lax.conv_general_dilated(x, folded.reshape(m, m, s * s * c, self.features), (1, 1), "VALID",
-                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        y = jax.lax.conv_general_dilated(
+            x,
+            folded.reshape(m, m, s * s * c, self.features),
+            (1, 1),
+            "VALID",
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        )
         return y + bias
 
 
@@ -170,7 +185,7 @@ class MinAtarCNN(nn.Module):
     def __call__(self, observation: jnp.ndarray) -> jnp.ndarray:
         x = _frames(observation, self.scale)
         h, w = x.shape[1] - 2, x.shape[2] - 2
-        patches = jnp.concatenate([x[:, i:i + h, j:j + w, :] for i in range(3) for j in range(3)], axis=-1)
+        patches = jnp.concatenate([x[:, i : i + h, j : j + w, :] for i in range(3) for j in range(3)], axis=-1)
         x = nn.relu(nn.Dense(16, kernel_init=_orthogonal(), name="conv")(patches))
         return nn.relu(nn.Dense(128, kernel_init=_orthogonal())(x.reshape(x.shape[0], -1)))
 

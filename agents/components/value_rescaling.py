@@ -24,4 +24,4 @@ def rescale(x: jnp.ndarray, eps: float = EPSILON) -> jnp.ndarray:
 def unrescale(x: jnp.ndarray, eps: float = EPSILON) -> jnp.ndarray:
     """``h^-1(x)``: the value whose ``rescale`` is ``x``."""
     root = (jnp.sqrt(1.0 + 4.0 * eps * (jnp.abs(x) + 1.0 + eps)) - 1.0) / (2.0 * eps)
-    return jnp.sign(x) * (root ** 2 - 1.0)
+    return jnp.sign(x) * (root**2 - 1.0)

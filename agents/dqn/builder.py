@@ -38,8 +38,10 @@ class DQNBuilder(TransitionReplayBuilder):
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         if spec.num_actions is None:
-            raise ValueError(f"DQN needs a discrete action space; this environment's is "
-                             f"{spec.action_space} (try a Discrete-action env such as CartPole-v1)")
+            raise ValueError(
+                f"DQN needs a discrete action space; this environment's is "
+                f"{spec.action_space} (try a Discrete-action env such as CartPole-v1)"
+            )
         check_torso(self.config.torso)
         super().validate(spec, num_devices)
 
@@ -52,8 +54,13 @@ class DQNBuilder(TransitionReplayBuilder):
     def make_policy(self, networks: DQNNetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:
         return learning.make_policy(networks.q_network, networks.num_actions, self.config, evaluation)
 
-    def loss(self, network: Any, params: optax.Params, target_params: optax.Params, batch: Batch,
-             ) -> learning.LossOutput:
+    def loss(
+        self,
+        network: Any,
+        params: optax.Params,
+        target_params: optax.Params,
+        batch: Batch,
+    ) -> learning.LossOutput:
         """The loss of one device's batch, per transition (``learning.LossOutput``): DQN's is
         ``learning.double_q_loss``. A DQN variant overrides this (and ``make_networks`` if its
         network differs); the optimizer, target network, importance weights and priorities stay."""
@@ -62,9 +69,16 @@ class DQNBuilder(TransitionReplayBuilder):
     def init_state(self, key: jax.Array, networks: DQNNetworks) -> learning.TrainingState:
         return learning.init_state(key, networks.q_network, networks.observation_shape, self.config)
 
-    def make_learner(self, key: jax.Array, networks: DQNNetworks, dataset: Dataset, logger: Logger | None = None,
-                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
-                     stopwatch: Stopwatch | None = None) -> ReplicatedLearner:
+    def make_learner(
+        self,
+        key: jax.Array,
+        networks: DQNNetworks,
+        dataset: Dataset,
+        logger: Logger | None = None,
+        counter: Counter | None = None,
+        replay_client: ReplayClient | None = None,
+        stopwatch: Stopwatch | None = None,
+    ) -> ReplicatedLearner:
         c = self.config
         state = self.init_state(key, networks)
         after_update = None
@@ -78,6 +92,12 @@ class DQNBuilder(TransitionReplayBuilder):
                 priorities = item_priorities(td.T, items_per_batch, dataset.num_envs)
                 update_item_priorities(replay_client, TABLE, sample.keys, priorities)
 
-        return ReplicatedLearner(state, learning.make_update(networks.q_network, c, self.loss), dataset,
-                                 after_update=after_update, counter=counter, logger=logger,
-                                 stopwatch=stopwatch)
+        return ReplicatedLearner(
+            state,
+            learning.make_update(networks.q_network, c, self.loss),
+            dataset,
+            after_update=after_update,
+            counter=counter,
+            logger=logger,
+            stopwatch=stopwatch,
+        )

@@ -48,12 +48,15 @@ class TrainingState(NamedTuple):
 
 
 def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm),
-                       optax.adam(config.learning_rate))
+    return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm), optax.adam(config.learning_rate))
 
 
-def init_state(key: jax.Array, network: QNetwork, observation_shape: tuple[int, ...] | dict[str, tuple[int, ...]],
-               config: DQNConfig) -> TrainingState:
+def init_state(
+    key: jax.Array,
+    network: QNetwork,
+    observation_shape: tuple[int, ...] | dict[str, tuple[int, ...]],
+    config: DQNConfig,
+) -> TrainingState:
     @jax.jit  # one compiled computation, not dozens of eagerly dispatched ones
     def init(key: jax.Array) -> TrainingState:
         params = network.init(key, example_observation(observation_shape))
@@ -82,13 +85,15 @@ class LossOutput(NamedTuple):
 Loss = Callable[[Any, optax.Params, optax.Params, dict], LossOutput]
 
 
-def double_q_loss(network: QNetwork, params: optax.Params, target_params: optax.Params, batch: Batch,
-                  huber_delta: float) -> LossOutput:
+def double_q_loss(
+    network: QNetwork, params: optax.Params, target_params: optax.Params, batch: Batch, huber_delta: float
+) -> LossOutput:
     """DQN's loss (module docstring): ``huber(Q(s, a; online) - y)`` with the double-Q target."""
     batch_size = batch["reward"].shape[0]
     # One pass of the online net over s and s' together (half the dispatches of two).
-    both = jax.tree_util.tree_map(lambda s, s_next: jnp.concatenate([s, s_next]),
-                                  batch["observation"], batch["next_observation"])
+    both = jax.tree_util.tree_map(
+        lambda s, s_next: jnp.concatenate([s, s_next]), batch["observation"], batch["next_observation"]
+    )
     q_online = apply_network(network, params, both)
     q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
     q_t_target = apply_network(network, target_params, batch["next_observation"])
@@ -105,11 +110,15 @@ def make_update(network: QNetwork, config: DQNConfig, loss: Loss | None = None) 
     priority updates)."""
     optimizer = make_optimizer(config)
     if loss is None:
+
         def loss(network: Any, params: optax.Params, target_params: optax.Params, batch: Batch) -> LossOutput:
             return double_q_loss(network, params, target_params, batch, config.huber_delta)
 
-    def loss_fn(params: optax.Params, target_params: optax.Params, batch: Batch,
-                ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    def loss_fn(
+        params: optax.Params,
+        target_params: optax.Params,
+        batch: Batch,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         out = loss(network, params, target_params, batch)
         losses = out.losses
         if config.prioritized_replay:
@@ -120,15 +129,14 @@ def make_update(network: QNetwork, config: DQNConfig, loss: Loss | None = None) 
 
     def sgd_step(state: TrainingState, batch: Batch) -> tuple[TrainingState, dict[str, jax.Array], jax.Array]:
         (mean_loss, (td_abs, q)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state.target_params, batch)
+            state.params, state.target_params, batch
+        )
         grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         steps = state.steps + 1
-        target_params = optax.periodic_update(params, state.target_params, steps,
-                                              config.target_update_period)
-        metrics = {"loss": jax.lax.pmean(mean_loss, AXIS_NAME),
-                   "q_mean": jax.lax.pmean(jnp.mean(q), AXIS_NAME)}
+        target_params = optax.periodic_update(params, state.target_params, steps, config.target_update_period)
+        metrics = {"loss": jax.lax.pmean(mean_loss, AXIS_NAME), "q_mean": jax.lax.pmean(jnp.mean(q), AXIS_NAME)}
         return TrainingState(params, target_params, opt_state, steps), metrics, td_abs
 
     return scan_sgd_steps(sgd_step, unroll=getattr(network, "has_convolutions", False))  # (convolutions: see _loop)
@@ -144,8 +152,12 @@ def make_policy(network: QNetwork, num_actions: int, config: DQNConfig, evaluati
     """Epsilon-greedy over Q values, for a batch of observations, in one jittable function
     (the evaluation policy with ``eval_epsilon`` 0 draws no random numbers: ``shoal export``)."""
 
-    def policy(params: optax.Params, key: jax.Array, observation: Pytree, info: ActorInfo,
-               ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
+    def policy(
+        params: optax.Params,
+        key: jax.Array,
+        observation: Pytree,
+        info: ActorInfo,
+    ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
         mask = action_mask(observation)
         q = apply_network(network, params, jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), observation))
         greedy = jnp.argmax(mask_logits(q, mask), axis=-1).astype(jnp.int32)

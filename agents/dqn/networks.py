@@ -57,8 +57,9 @@ def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
         keys = observation_keys(observation, torso, spec.observation_space)
         network = QNetwork(tuple(hidden_sizes), spec.num_actions, None, keys)
     elif frames is not None:
-        network = QNetwork(tuple(hidden_sizes), spec.num_actions,
-                           choose_torso(torso, frames.shape, spec.observation_space))
+        network = QNetwork(
+            tuple(hidden_sizes), spec.num_actions, choose_torso(torso, frames.shape, spec.observation_space)
+        )
     else:
         network = QNetwork(tuple(hidden_sizes), spec.num_actions)
     return DQNNetworks(network, spec.observation_shape, spec.num_actions)

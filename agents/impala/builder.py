@@ -28,8 +28,10 @@ TABLE = "sequences"
 def discrete_actions(spec: EnvironmentSpec) -> int:
     """The number of actions of ``spec``'s discrete action space (one-line ``ValueError`` for any other)."""
     if spec.num_actions is None:
-        raise ValueError(f"IMPALA here takes a discrete action space; this environment's is "
-                         f"{spec.action_space} (for continuous actions use --agent ppo or sac)")
+        raise ValueError(
+            f"IMPALA here takes a discrete action space; this environment's is "
+            f"{spec.action_space} (for continuous actions use --agent ppo or sac)"
+        )
     return spec.num_actions
 
 
@@ -54,15 +56,20 @@ class IMPALABuilder(AgentBuilder):
         check_torso(c.torso)
         super().validate(spec, num_devices)
         if c.sequences_per_update % spec.num_envs:
-            raise ValueError(f"sequences_per_update={c.sequences_per_update} must be a multiple of "
-                             f"num_envs={spec.num_envs} (a replay item holds one sequence per env; a "
-                             "PettingZoo env's envs are its rows, --num-envs copies x agents)")
+            raise ValueError(
+                f"sequences_per_update={c.sequences_per_update} must be a multiple of "
+                f"num_envs={spec.num_envs} (a replay item holds one sequence per env; a "
+                "PettingZoo env's envs are its rows, --num-envs copies x agents)"
+            )
         if c.sequences_per_update % num_devices:
-            raise ValueError(f"sequences_per_update={c.sequences_per_update} must be a multiple of "
-                             f"the number of local devices ({num_devices})")
+            raise ValueError(
+                f"sequences_per_update={c.sequences_per_update} must be a multiple of "
+                f"the number of local devices ({num_devices})"
+            )
         if c.queue_capacity * spec.num_envs < c.sequences_per_update:
-            raise ValueError(f"queue_capacity={c.queue_capacity} items cannot hold one update's "
-                             f"{c.sequences_per_update} sequences")
+            raise ValueError(
+                f"queue_capacity={c.queue_capacity} items cannot hold one update's {c.sequences_per_update} sequences"
+            )
 
     def env_steps_before_learning(self, spec: EnvironmentSpec) -> int:
         return self.config.rollout_length * self.config.sequences_per_update
@@ -85,26 +92,38 @@ class IMPALABuilder(AgentBuilder):
         return [make_dropping_fifo_table(TABLE, signature, self.config.queue_capacity)]
 
     def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
-        return sequence_batches(replay_client, TABLE, num_envs=spec.num_envs,
-                                num_items=self._items_per_update(spec))
+        return sequence_batches(replay_client, TABLE, num_envs=spec.num_envs, num_items=self._items_per_update(spec))
 
     def example_batch(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Sample:
-        return sequence_example(spec, extras_of(extras, self, spec), self.config.sequences_per_update, self.config.rollout_length)
+        return sequence_example(
+            spec, extras_of(extras, self, spec), self.config.sequences_per_update, self.config.rollout_length
+        )
 
-    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None,
-                   ) -> Adder:
+    def make_adder(
+        self,
+        replay_client: ReplayClient,
+        spec: EnvironmentSpec,
+        extras: ExtrasSpec | None = None,
+    ) -> Adder:
 
         return SequenceAdder(replay_client, TABLE, spec, self.config.rollout_length)
 
     def init_state(self, key: jax.Array, networks: IMPALANetworks) -> learning.TrainingState:
         return learning.init_state(key, networks, self.config)
 
-    def make_learner(self, key: jax.Array, networks: IMPALANetworks, dataset: Dataset, logger: Logger | None = None,
-                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
-                     stopwatch: Stopwatch | None = None) -> ReplicatedLearner:
+    def make_learner(
+        self,
+        key: jax.Array,
+        networks: IMPALANetworks,
+        dataset: Dataset,
+        logger: Logger | None = None,
+        counter: Counter | None = None,
+        replay_client: ReplayClient | None = None,
+        stopwatch: Stopwatch | None = None,
+    ) -> ReplicatedLearner:
         """The learner (it logs each batch's policy lag, which V-trace corrects for)."""
         state = self.init_state(key, networks)
         update = learning.make_update(networks.network, self.config, self.loss, key)
-        return ReplicatedLearner(state, update, dataset,
-                                 keep_batch=PolicyLag(), counter=counter, logger=logger,
-                                 stopwatch=stopwatch)
+        return ReplicatedLearner(
+            state, update, dataset, keep_batch=PolicyLag(), counter=counter, logger=logger, stopwatch=stopwatch
+        )

@@ -58,8 +58,7 @@ class TrainingState(NamedTuple):
 
 
 def make_optimizer(config: IMPALAConfig) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm),
-                       optax.adam(config.learning_rate))
+    return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm), optax.adam(config.learning_rate))
 
 
 def init_state(key: jax.Array, networks: IMPALANetworks, config: IMPALAConfig) -> TrainingState:
@@ -71,40 +70,72 @@ def init_state(key: jax.Array, networks: IMPALANetworks, config: IMPALAConfig) -
     return init(key)
 
 
-def vtrace_targets(value: jax.Array, next_value: jax.Array, reward: jax.Array, terminated: jax.Array,
-                   truncated: jax.Array, rho: jax.Array, config: IMPALAConfig) -> tuple[jax.Array, jax.Array]:
+def vtrace_targets(
+    value: jax.Array,
+    next_value: jax.Array,
+    reward: jax.Array,
+    terminated: jax.Array,
+    truncated: jax.Array,
+    rho: jax.Array,
+    config: IMPALAConfig,
+) -> tuple[jax.Array, jax.Array]:
     """V-trace errors ``vs_t - v_t`` and pg advantages, ``[rows, T]`` (module docstring, step 2)."""
     done = jnp.maximum(terminated, truncated)
     reward = reward + config.discount * truncated * next_value
     discount = config.discount * (1.0 - done)
-    out = vtrace(value, next_value, reward, discount, rho, config.vtrace_lambda,
-                 config.clip_rho_threshold, config.clip_pg_rho_threshold)
+    out = vtrace(
+        value,
+        next_value,
+        reward,
+        discount,
+        rho,
+        config.vtrace_lambda,
+        config.clip_rho_threshold,
+        config.clip_pg_rho_threshold,
+    )
     return out.errors, out.pg_advantage
 
 
-def impala_loss(network: nn.Module, params: optax.Params, batch: dict, rng: jax.Array,
-                config: IMPALAConfig) -> tuple[jax.Array, dict]:
+def impala_loss(
+    network: nn.Module, params: optax.Params, batch: dict, rng: jax.Array, config: IMPALAConfig
+) -> tuple[jax.Array, dict]:
     """IMPALA's loss on one device's sequences (module docstring): the policy gradient with
     V-trace's advantages, the baseline loss and the entropy bonus. ``rng`` is not used."""
     rows, length = batch["reward"].shape
     flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
-    logits, values = apply_network(network, params, jax.tree_util.tree_map(
-        lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]), batch["observation"], batch["next_observation"]))
-    logits = mask_logits(logits[:rows * length].reshape(rows, length, -1), action_mask(batch["observation"]))
+    logits, values = apply_network(
+        network,
+        params,
+        jax.tree_util.tree_map(
+            lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]), batch["observation"], batch["next_observation"]
+        ),
+    )
+    logits = mask_logits(logits[: rows * length].reshape(rows, length, -1), action_mask(batch["observation"]))
     value, next_value = jnp.split(values.reshape(2, rows, length), 2)
     value, next_value = value[0], jax.lax.stop_gradient(next_value[0])
     log_prob = distributions.categorical_log_prob(logits, batch["action"])  # 1.
     behaviour_log_prob = distributions.categorical_log_prob(batch["extras"]["logits"], batch["action"])
     rho = jax.lax.stop_gradient(jnp.exp(log_prob - behaviour_log_prob))
     errors, pg_advantage = vtrace_targets(  # 2.
-        value, next_value, batch["reward"], batch["terminated"].astype(jnp.float32),
-        batch["truncated"].astype(jnp.float32), rho, config)
+        value,
+        next_value,
+        batch["reward"],
+        batch["terminated"].astype(jnp.float32),
+        batch["truncated"].astype(jnp.float32),
+        rho,
+        config,
+    )
     policy_loss = -jnp.mean(log_prob * jax.lax.stop_gradient(pg_advantage))  # 3.
     baseline_loss = 0.5 * jnp.mean(jnp.square(errors))
     entropy = jnp.mean(distributions.categorical_entropy(logits))
     loss = policy_loss + config.baseline_coef * baseline_loss - config.entropy_coef * entropy
-    return loss, {"loss": loss, "policy_loss": policy_loss, "baseline_loss": baseline_loss,
-                  "entropy": entropy, "mean_rho": jnp.mean(rho)}
+    return loss, {
+        "loss": loss,
+        "policy_loss": policy_loss,
+        "baseline_loss": baseline_loss,
+        "entropy": entropy,
+        "mean_rho": jnp.mean(rho),
+    }
 
 
 # The loss seam (as DQN's, ``shoal.agents.dqn.learning.Loss``): an IMPALA variant is a config
@@ -116,8 +147,9 @@ def impala_loss(network: nn.Module, params: optax.Params, batch: dict, rng: jax.
 Loss = Callable[[nn.Module, optax.Params, dict, jax.Array, IMPALAConfig], tuple[jax.Array, dict]]
 
 
-def make_update(network: nn.Module, config: IMPALAConfig, loss: Loss = impala_loss,
-                key: jax.Array | None = None) -> UpdateFn:
+def make_update(
+    network: nn.Module, config: IMPALAConfig, loss: Loss = impala_loss, key: jax.Array | None = None
+) -> UpdateFn:
     """One SGD step on ``loss`` per batch; ``key`` seeds the loss's ``rng`` (folded with the
     step count: a resumed run draws the same keys)."""
     optimizer = make_optimizer(config)
@@ -125,8 +157,7 @@ def make_update(network: nn.Module, config: IMPALAConfig, loss: Loss = impala_lo
 
     def update(state: TrainingState, batch: Batch) -> tuple[TrainingState, UpdateOutput]:
         rng = jax.random.fold_in(key, state.opt_state[1][0].count)  # (Adam's step count)
-        grads, metrics = jax.grad(lambda params: loss(network, params, batch, rng, config),
-                                  has_aux=True)(state.params)
+        grads, metrics = jax.grad(lambda params: loss(network, params, batch, rng, config), has_aux=True)(state.params)
         grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         state = TrainingState(optax.apply_updates(state.params, updates), opt_state)
@@ -143,8 +174,12 @@ def make_policy(network: nn.Module, num_actions: int, evaluation: bool, eval_sam
     """Sampling from the categorical policy (recording its logits and the params version), or
     for evaluation its most likely action, or a sample (``eval_sample``)."""
 
-    def policy(params: optax.Params, key: jax.Array, observation: Pytree, info: ActorInfo,
-               ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
+    def policy(
+        params: optax.Params,
+        key: jax.Array,
+        observation: Pytree,
+        info: ActorInfo,
+    ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
         logits = apply_network(network, params, observation, method="logits")
         logits = mask_logits(logits, action_mask(observation))
         if evaluation and not eval_sample:

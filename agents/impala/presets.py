@@ -12,9 +12,21 @@ from shoal.agents.presets import Preset
 
 PRESETS = [
     Preset("impala", "classic", "tuned here on CartPole-v1"),
-    Preset("impala", "atari", "Espeholt et al. (2018), table G.1",
-           settings={"rollout_length": 20, "sequences_per_update": 32, "torso": "impala", "learning_rate": 6e-4,
-                     "entropy_coef": 0.01, "baseline_coef": 0.5, "max_gradient_norm": 40.0, "discount": 0.99,
-                     "eval_sample": True},
-           experiment={"num_envs": 8, "max_env_steps": 10_000_000, "eval_every": 100_000, "eval_episodes": 8}),
+    Preset(
+        "impala",
+        "atari",
+        "Espeholt et al. (2018), table G.1",
+        settings={
+            "rollout_length": 20,
+            "sequences_per_update": 32,
+            "torso": "impala",
+            "learning_rate": 6e-4,
+            "entropy_coef": 0.01,
+            "baseline_coef": 0.5,
+            "max_gradient_norm": 40.0,
+            "discount": 0.99,
+            "eval_sample": True,
+        },
+        experiment={"num_envs": 8, "max_env_steps": 10_000_000, "eval_every": 100_000, "eval_episodes": 8},
+    ),
 ]

@@ -58,14 +58,17 @@ def vtrace(
     c = lambda_ * jnp.minimum(1.0, rho_tm1)
     delta = jnp.minimum(clip_rho_threshold, rho_tm1) * (r_t + discount_t * v_t - v_tm1)
 
-    def step(acc: Array, xs: tuple[Array, Array, Array]) -> tuple[Array, Array]:  # acc = vs_{t+1} - V(x_{t+1}), one entry per row
+    def step(
+        acc: Array, xs: tuple[Array, Array, Array]
+    ) -> tuple[Array, Array]:  # acc = vs_{t+1} - V(x_{t+1}), one entry per row
         delta_t, discount, c_t = xs
         acc = delta_t + discount * c_t * acc
         return acc, acc
 
     time_first = lambda x: jnp.moveaxis(x, -1, 0)  # noqa: E731  scan runs over the leading axis
-    _, acc = jax.lax.scan(step, jnp.zeros_like(delta[..., 0]),
-                          (time_first(delta), time_first(discount_t), time_first(c)), reverse=True)
+    _, acc = jax.lax.scan(
+        step, jnp.zeros_like(delta[..., 0]), (time_first(delta), time_first(discount_t), time_first(c)), reverse=True
+    )
     vs = v_tm1 + jnp.moveaxis(acc, 0, -1)
     if stop_target_gradients:
         vs = jax.lax.stop_gradient(vs)

@@ -45,8 +45,14 @@ def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bo
     network, dist = networks.network, head(networks)
     rnn = recurrent.is_recurrent(network)
 
-    def act(params: dict, key: jax.Array, observation: Pytree, info: ActorInfo, out: PolicyOutput,
-            extras: dict[str, jax.Array]) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
+    def act(
+        params: dict,
+        key: jax.Array,
+        observation: Pytree,
+        info: ActorInfo,
+        out: PolicyOutput,
+        extras: dict[str, jax.Array],
+    ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
         mask = action_mask(observation)
         out = masked(out, mask)
         if evaluation and not config.eval_sample:
@@ -58,18 +64,30 @@ def make_policy(networks: ActorCriticNetworks, config: PPOConfig, evaluation: bo
         version = jnp.full(action.shape[:1], info.params_version, jnp.int32)
         return action, {"log_prob": dist.log_prob(out, action), "policy_version": version, **extras}, key
 
-    def feed_forward(params: dict, key: jax.Array, observation: Pytree, info: ActorInfo,
-                     ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
+    def feed_forward(
+        params: dict,
+        key: jax.Array,
+        observation: Pytree,
+        info: ActorInfo,
+    ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
         out = apply_network(network, params["network"], observe(params, observation, config), method="logits")
         return act(params, key, observation, info, out, {})
 
-    def with_memory(params: dict, key: jax.Array, observation: Pytree, info: ActorInfo, state: jax.Array,
-                    ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array, jax.Array]:
+    def with_memory(
+        params: dict,
+        key: jax.Array,
+        observation: Pytree,
+        info: ActorInfo,
+        state: jax.Array,
+    ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array, jax.Array]:
         next_state, out = recurrent.acting(network, params["network"], observe(params, observation, config), state)
         return (*act(params, key, observation, info, out, {STATE_KEY: state}), next_state)
 
     acting = {k: v for k, v in extras_spec(config).items() if k != "discounted_return"}  # (the adder adds that)
     if rnn:
-        return Policy(with_memory, {} if evaluation else acting,
-                      initial_state=lambda num_envs: initial_state(num_envs, network.lstm_size))
+        return Policy(
+            with_memory,
+            {} if evaluation else acting,
+            initial_state=lambda num_envs: initial_state(num_envs, network.lstm_size),
+        )
     return Policy(feed_forward, {} if evaluation else acting)

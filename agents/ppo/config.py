@@ -119,6 +119,8 @@ def check_schedules(config: PPOConfig) -> None:
             raise ValueError(f"{name} must be one of {', '.join(SCHEDULES)}, got {value!r}")
     linear = [name for name in ("learning_rate_schedule", "clip_schedule") if getattr(config, name) == "linear"]
     if linear and config.schedule_env_steps == 0:
-        raise ValueError(f"{' and '.join(f'{name}=linear' for name in linear)} decays over schedule_env_steps, "
-                         "which is unset (0): set it to the run's env-step budget, e.g. "
-                         "--set schedule_env_steps=10000000")
+        raise ValueError(
+            f"{' and '.join(f'{name}=linear' for name in linear)} decays over schedule_env_steps, "
+            "which is unset (0): set it to the run's env-step budget, e.g. "
+            "--set schedule_env_steps=10000000"
+        )

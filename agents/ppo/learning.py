@@ -110,8 +110,9 @@ def learning_rate(config: PPOConfig, env_steps_per_update: int | None) -> optax.
 
     def schedule(count: jax.Array) -> jax.Array:
         if env_steps_per_update is None:  # (init_state's optimizer: its schedule is never called)
-            raise ValueError("a linear learning_rate_schedule needs env_steps_per_update (make_update reads it off "
-                             "the batch)")
+            raise ValueError(
+                "a linear learning_rate_schedule needs env_steps_per_update (make_update reads it off the batch)"
+            )
         return config.learning_rate * remaining(config, count, env_steps_per_update)
 
     return schedule
@@ -128,8 +129,10 @@ def make_optimizer(config: PPOConfig, env_steps_per_update: int | None = None) -
     """Global-norm clipping, then Adam (at the scheduled step size). The state's layout does not
     depend on ``env_steps_per_update`` (``init_state`` passes none; ``make_update`` reads it
     off the batch)."""
-    return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm),
-                       optax.adam(learning_rate(config, env_steps_per_update), eps=1e-5))
+    return optax.chain(
+        optax.clip_by_global_norm(config.max_gradient_norm),
+        optax.adam(learning_rate(config, env_steps_per_update), eps=1e-5),
+    )
 
 
 def optimizer_steps(opt_state: optax.OptState) -> jax.Array:
@@ -176,16 +179,29 @@ class Head(NamedTuple):
 
 def head(networks: ActorCriticNetworks) -> Head:
     if networks.num_actions is not None:
-        return Head(distributions.categorical_log_prob, distributions.categorical_entropy,
-                    lambda key, logits: jax.random.categorical(key, logits).astype(jnp.int32),
-                    lambda logits: jnp.argmax(logits, axis=-1).astype(jnp.int32))
-    return Head(lambda out, action: distributions.gaussian_log_prob(out[0], out[1], action),
-                lambda out: distributions.gaussian_entropy(*out),
-                lambda key, out: distributions.gaussian_sample(key, *out), lambda out: out[0])
+        return Head(
+            distributions.categorical_log_prob,
+            distributions.categorical_entropy,
+            lambda key, logits: jax.random.categorical(key, logits).astype(jnp.int32),
+            lambda logits: jnp.argmax(logits, axis=-1).astype(jnp.int32),
+        )
+    return Head(
+        lambda out, action: distributions.gaussian_log_prob(out[0], out[1], action),
+        lambda out: distributions.gaussian_entropy(*out),
+        lambda key, out: distributions.gaussian_sample(key, *out),
+        lambda out: out[0],
+    )
 
 
-def gae(reward: jax.Array, terminated: jax.Array, truncated: jax.Array, value: jax.Array, next_value: jax.Array,
-        discount: float, lambda_: float) -> jax.Array:
+def gae(
+    reward: jax.Array,
+    terminated: jax.Array,
+    truncated: jax.Array,
+    value: jax.Array,
+    next_value: jax.Array,
+    discount: float,
+    lambda_: float,
+) -> jax.Array:
     """Advantages ``[rows, T]`` by the recursion in the module docstring."""
     delta = reward + discount * (1.0 - terminated) * next_value - value
     carry_on = discount * lambda_ * (1.0 - jnp.maximum(terminated, truncated))
@@ -195,8 +211,7 @@ def gae(reward: jax.Array, terminated: jax.Array, truncated: jax.Array, value: j
         advantage = delta_t + carry_on_t * next_advantage
         return advantage, advantage
 
-    _, advantages = jax.lax.scan(backwards, jnp.zeros(reward.shape[0]), (delta.T, carry_on.T),
-                                 reverse=True)
+    _, advantages = jax.lax.scan(backwards, jnp.zeros(reward.shape[0]), (delta.T, carry_on.T), reverse=True)
     return advantages.T
 
 
@@ -212,24 +227,29 @@ def observe(params: dict, observation: Pytree, config: PPOConfig) -> Pytree:
     Dict observation, its keys that have statistics)."""
     if isinstance(observation, dict):
         stats = params["observation"] if config.normalize_observations else {}
-        return {key: normalization.normalize(stats[key], x.astype(jnp.float32)) if key in stats else x
-                for key, x in observation.items()}
+        return {
+            key: normalization.normalize(stats[key], x.astype(jnp.float32)) if key in stats else x
+            for key, x in observation.items()
+        }
     observation = observation.astype(jnp.float32)
     if config.normalize_observations:
         return normalization.normalize(params["observation"], observation)
     return observation
 
 
-def update_observation_stats(stats: RunningStats | dict[str, RunningStats], observation: Pytree,
-                             ) -> RunningStats | dict[str, RunningStats]:
+def update_observation_stats(
+    stats: RunningStats | dict[str, RunningStats],
+    observation: Pytree,
+) -> RunningStats | dict[str, RunningStats]:
     """The statistics after a batch of observations (each normalized key's, for a Dict)."""
     if isinstance(observation, dict):
         return {key: normalization.update(s, observation[key], AXIS_NAME) for key, s in stats.items()}
     return normalization.update(stats, observation, AXIS_NAME)
 
 
-def value_loss(value: jax.Array, old_value: jax.Array, target: jax.Array, epsilon: float | jax.Array,
-               clip: bool) -> jax.Array:
+def value_loss(
+    value: jax.Array, old_value: jax.Array, target: jax.Array, epsilon: float | jax.Array, clip: bool
+) -> jax.Array:
     """``L_V`` of the module docstring (step 5): half the mean squared error of ``value`` against
     ``target``, or with ``clip`` the larger of it and that of ``value`` kept within ``epsilon`` of
     ``old_value`` (CleanRL's ``clip_vloss``)."""
@@ -264,8 +284,14 @@ def forward(networks: ActorCriticNetworks, params: optax.Params, minibatch: dict
     return masked(policy_out, action_mask(minibatch["observation"])), value
 
 
-def ppo_loss(networks: ActorCriticNetworks, params: optax.Params, minibatch: dict, rng: jax.Array,
-             config: PPOConfig, clip_epsilon: float | jax.Array) -> tuple[jax.Array, dict]:
+def ppo_loss(
+    networks: ActorCriticNetworks,
+    params: optax.Params,
+    minibatch: dict,
+    rng: jax.Array,
+    config: PPOConfig,
+    clip_epsilon: float | jax.Array,
+) -> tuple[jax.Array, dict]:
     """PPO's loss on one device's minibatch (module docstring, step 5): the clipped surrogate, the
     value loss and the entropy bonus. ``rng`` is not used (PPO's loss draws nothing)."""
     dist = head(networks)
@@ -281,9 +307,14 @@ def ppo_loss(networks: ActorCriticNetworks, params: optax.Params, minibatch: dic
     v_loss = value_loss(value, minibatch["value"], minibatch["return"], clip_epsilon, config.clip_value_loss)
     entropy = jnp.mean(dist.entropy(policy_out))
     loss = policy_loss + config.value_coef * v_loss - config.entropy_coef * entropy
-    return loss, {"loss": loss, "policy_loss": policy_loss, "value_loss": v_loss,
-                  "entropy": entropy, "approx_kl": jnp.mean((rho - 1.0) - log_rho),
-                  "clip_fraction": jnp.mean(jnp.abs(rho - 1.0) > clip_epsilon)}
+    return loss, {
+        "loss": loss,
+        "policy_loss": policy_loss,
+        "value_loss": v_loss,
+        "entropy": entropy,
+        "approx_kl": jnp.mean((rho - 1.0) - log_rho),
+        "clip_fraction": jnp.mean(jnp.abs(rho - 1.0) > clip_epsilon),
+    }
 
 
 # The loss seam (as DQN's, ``shoal.agents.dqn.learning.Loss``): a PPO variant is a config subclass
@@ -314,8 +345,9 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig, loss: Loss = p
 
         def sgd_step(state: TrainingState, minibatch: Batch) -> tuple[TrainingState, dict[str, jax.Array], None]:
             rng = jax.random.fold_in(state.key, optimizer_steps(state.opt_state))
-            grads, metrics = jax.grad(lambda params: loss(networks, params, minibatch, rng, config, epsilon),
-                                      has_aux=True)(state.params["network"])
+            grads, metrics = jax.grad(
+                lambda params: loss(networks, params, minibatch, rng, config, epsilon), has_aux=True
+            )(state.params["network"])
             grads = jax.lax.pmean(grads, AXIS_NAME)  # all-reduce: every device applies the same update
             updates, opt_state = optimizer.update(grads, state.opt_state, state.params["network"])
             params = {**state.params, "network": optax.apply_updates(state.params["network"], updates)}
@@ -325,25 +357,44 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig, loss: Loss = p
         next_observation = observe(state.params, batch["next_observation"], config)
         sequences = recurrent.sequence_inputs(batch) if rnn else {}
         if rnn:
-            value, next_value = recurrent.values(network, state.params["network"], observation, next_observation,
-                                                 sequences)
+            value, next_value = recurrent.values(
+                network, state.params["network"], observation, next_observation, sequences
+            )
         else:
             value, next_value = feed_forward_values(network, state.params["network"], observation, next_observation)
         reward, return_stats = batch["reward"], state.return_stats
         if config.normalize_rewards:
             return_stats = normalization.update(return_stats, batch["extras"]["discounted_return"], AXIS_NAME)
             reward = normalization.scale(return_stats, reward)
-        advantage = gae(reward, batch["terminated"].astype(jnp.float32),
-                        batch["truncated"].astype(jnp.float32), value, next_value,
-                        config.discount, config.gae_lambda)
-        data = {"observation": observation, "action": batch["action"],
-                "log_prob": batch["extras"]["log_prob"], "advantage": advantage,
-                "return": advantage + value, "value": value, **sequences}
+        advantage = gae(
+            reward,
+            batch["terminated"].astype(jnp.float32),
+            batch["truncated"].astype(jnp.float32),
+            value,
+            next_value,
+            config.discount,
+            config.gae_lambda,
+        )
+        data = {
+            "observation": observation,
+            "action": batch["action"],
+            "log_prob": batch["extras"]["log_prob"],
+            "advantage": advantage,
+            "return": advantage + value,
+            "value": value,
+            **sequences,
+        }
         key, epochs_key = jax.random.split(state.key)
         epochs = sequence_minibatch_epochs if rnn else minibatch_epochs  # (whole sequences, or steps)
-        state, out = epochs(sgd_step, state._replace(key=key, return_stats=return_stats), data, epochs_key,
-                            num_epochs=config.num_epochs, num_minibatches=config.num_minibatches,
-                            unroll=has_convolutions(network))  # (convolutions: see _loop)
+        state, out = epochs(
+            sgd_step,
+            state._replace(key=key, return_stats=return_stats),
+            data,
+            epochs_key,
+            num_epochs=config.num_epochs,
+            num_minibatches=config.num_minibatches,
+            unroll=has_convolutions(network),
+        )  # (convolutions: see _loop)
         if config.normalize_observations:  # after the update: the next rollouts act with these
             stats = update_observation_stats(state.params["observation"], batch["observation"])
             state = state._replace(params={**state.params, "observation": stats})
@@ -353,13 +404,18 @@ def make_update(networks: ActorCriticNetworks, config: PPOConfig, loss: Loss = p
     return update
 
 
-def feed_forward_values(network: nn.Module, params: Params, observation: Pytree, next_observation: Pytree,
-                        ) -> tuple[jax.Array, jax.Array]:
+def feed_forward_values(
+    network: nn.Module,
+    params: Params,
+    observation: Pytree,
+    next_observation: Pytree,
+) -> tuple[jax.Array, jax.Array]:
     """``(v_t, v'_t)`` ``[rows, T]``: the value network on both, in one call."""
     rows, length = jax.tree_util.tree_leaves(observation)[0].shape[:2]
     flat = lambda x: x.reshape(rows * length, *x.shape[2:])  # noqa: E731
-    both = jax.tree_util.tree_map(lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]),
-                                  observation, next_observation)
+    both = jax.tree_util.tree_map(
+        lambda s, s_next: jnp.concatenate([flat(s), flat(s_next)]), observation, next_observation
+    )
     _, values = apply_network(network, params, both)
     value, next_value = jnp.split(values.reshape(2, rows, length), 2)
     return value[0], next_value[0]

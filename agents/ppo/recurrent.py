@@ -34,24 +34,33 @@ def is_recurrent(network: Any) -> bool:
 def sequence_inputs(batch: dict) -> dict:
     """What an unroll needs of a batch of env sequences: the state recorded at each first step
     ``[rows, 2H]`` and where episodes begin ``[rows, T]``."""
-    return {"initial_state": batch["extras"][STATE_KEY][:, 0],
-            "first": recurrent.episode_starts(batch["terminated"], batch["truncated"])}
+    return {
+        "initial_state": batch["extras"][STATE_KEY][:, 0],
+        "first": recurrent.episode_starts(batch["terminated"], batch["truncated"]),
+    }
 
 
-def values(network: nn.Module, params: Params, observation: Pytree, next_observation: Pytree, inputs: dict,
-           ) -> tuple[jax.Array, jax.Array]:
+def values(
+    network: nn.Module,
+    params: Params,
+    observation: Pytree,
+    next_observation: Pytree,
+    inputs: dict,
+) -> tuple[jax.Array, jax.Array]:
     """``(v_t, v'_t)`` ``[rows, T]`` (module docstring, 2)."""
     outputs, states = recurrent.unroll(network, params, inputs["initial_state"], observation, inputs["first"])
     _, value = apply_network(network, params, outputs, method="heads")
-    _, next_value = apply_network(network, params, recurrent.step_from(network, params, states, next_observation),
-                                  method="heads")
+    _, next_value = apply_network(
+        network, params, recurrent.step_from(network, params, states, next_observation), method="heads"
+    )
     return value, next_value
 
 
 def forward(network: nn.Module, params: Params, minibatch: dict) -> tuple[Any, jax.Array]:
     """The policy output and the value at every step of a minibatch of whole sequences."""
-    outputs, _ = recurrent.unroll(network, params, minibatch["initial_state"], minibatch["observation"],
-                                  minibatch["first"])
+    outputs, _ = recurrent.unroll(
+        network, params, minibatch["initial_state"], minibatch["observation"], minibatch["first"]
+    )
     return apply_network(network, params, outputs, method="heads")
 
 
@@ -59,4 +68,3 @@ def acting(network: nn.Module, params: Params, observation: Pytree, state: jax.A
     """One acting step: ``(next state, policy output)``."""
     state, out, _ = apply_network(network, params, state, observation)
     return state, out
-

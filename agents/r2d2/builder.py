@@ -54,11 +54,14 @@ class R2D2Builder(AgentBuilder):
         check_torso(c.torso)
         super().validate(spec, num_devices)
         if c.batch_size % num_devices:
-            raise ValueError(f"batch_size={c.batch_size} must be a multiple of the number of local devices "
-                             f"({num_devices})")
+            raise ValueError(
+                f"batch_size={c.batch_size} must be a multiple of the number of local devices ({num_devices})"
+            )
         if c.sequence_period > c.sequence_length:
-            raise ValueError(f"sequence_period={c.sequence_period} exceeds the sequence length burn_in_length + "
-                             f"trace_length = {c.sequence_length}: steps between sequences would never be replayed")
+            raise ValueError(
+                f"sequence_period={c.sequence_period} exceeds the sequence length burn_in_length + "
+                f"trace_length = {c.sequence_length}: steps between sequences would never be replayed"
+            )
         if c.max_replay_size < c.min_replay_size:
             raise ValueError(f"max_replay_size={c.max_replay_size} is below min_replay_size={c.min_replay_size}")
 
@@ -81,10 +84,18 @@ class R2D2Builder(AgentBuilder):
     def make_replay_tables(self, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> list:
         c = self.config
         signature = env_sequence_signature(spec, extras_of(extras, self, spec), c.sequence_length)
-        return [make_sequence_table(TABLE, signature, batch_size=c.batch_size, samples_per_insert=c.samples_per_insert,
-                                    samples_per_insert_tolerance=c.samples_per_insert_tolerance,
-                                    min_replay_size=c.min_replay_size, max_replay_size=c.max_replay_size,
-                                    priority_exponent=c.priority_exponent)]
+        return [
+            make_sequence_table(
+                TABLE,
+                signature,
+                batch_size=c.batch_size,
+                samples_per_insert=c.samples_per_insert,
+                samples_per_insert_tolerance=c.samples_per_insert_tolerance,
+                min_replay_size=c.min_replay_size,
+                max_replay_size=c.max_replay_size,
+                priority_exponent=c.priority_exponent,
+            )
+        ]
 
     def make_dataset_iterator(self, replay_client: ReplayClient, spec: EnvironmentSpec) -> Dataset:
         return env_sequence_batches(replay_client, TABLE, batch_size=self.config.batch_size)
@@ -93,8 +104,12 @@ class R2D2Builder(AgentBuilder):
         c = self.config
         return env_sequence_example(spec, extras_of(extras, self, spec), c.batch_size, c.sequence_length)
 
-    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None,
-                   ) -> Adder:
+    def make_adder(
+        self,
+        replay_client: ReplayClient,
+        spec: EnvironmentSpec,
+        extras: ExtrasSpec | None = None,
+    ) -> Adder:
 
         c = self.config
         return EnvSequenceAdder(replay_client, TABLE, spec, c.sequence_length, c.sequence_period)
@@ -102,9 +117,16 @@ class R2D2Builder(AgentBuilder):
     def init_state(self, key: jax.Array, networks: R2D2Networks) -> learning.TrainingState:
         return learning.init_state(key, networks, self.config)
 
-    def make_learner(self, key: jax.Array, networks: R2D2Networks, dataset: Dataset, logger: Logger | None = None,
-                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
-                     stopwatch: Stopwatch | None = None) -> ReplicatedLearner:
+    def make_learner(
+        self,
+        key: jax.Array,
+        networks: R2D2Networks,
+        dataset: Dataset,
+        logger: Logger | None = None,
+        counter: Counter | None = None,
+        replay_client: ReplayClient | None = None,
+        stopwatch: Stopwatch | None = None,
+    ) -> ReplicatedLearner:
         """The learner; after each update it writes every sampled sequence's new priority."""
         if replay_client is None:
             raise ValueError("R2D2 needs a replay client to write priorities")
@@ -113,5 +135,12 @@ class R2D2Builder(AgentBuilder):
             update_item_priorities(replay_client, TABLE, np.asarray(sample.keys), np.asarray(priorities) + 1e-6)
 
         state = self.init_state(key, networks)
-        return ReplicatedLearner(state, learning.make_update(networks, self.config, self.loss, key), dataset,
-                                 after_update=after_update, counter=counter, logger=logger, stopwatch=stopwatch)
+        return ReplicatedLearner(
+            state,
+            learning.make_update(networks, self.config, self.loss, key),
+            dataset,
+            after_update=after_update,
+            counter=counter,
+            logger=logger,
+            stopwatch=stopwatch,
+        )

@@ -75,8 +75,9 @@ class TrainingState(NamedTuple):
 
 
 def make_optimizer(config: R2D2Config) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm),
-                       optax.adam(config.learning_rate, eps=config.adam_epsilon))
+    return optax.chain(
+        optax.clip_by_global_norm(config.max_gradient_norm), optax.adam(config.learning_rate, eps=config.adam_epsilon)
+    )
 
 
 def init_state(key: jax.Array, networks: R2D2Networks, config: R2D2Config) -> TrainingState:
@@ -88,8 +89,9 @@ def init_state(key: jax.Array, networks: R2D2Networks, config: R2D2Config) -> Tr
     return init(key)
 
 
-def n_step_targets(reward: jax.Array, terminated: jax.Array, truncated: jax.Array, bootstrap: jax.Array,
-                   discount: float, n: int) -> jax.Array:
+def n_step_targets(
+    reward: jax.Array, terminated: jax.Array, truncated: jax.Array, bootstrap: jax.Array, discount: float, n: int
+) -> jax.Array:
     """``G_t`` ``[B, T]`` of the module docstring (step 4), before rescaling; ``bootstrap[:, j]``
     is the value of step ``j``'s next observation."""
     length = reward.shape[1]
@@ -101,7 +103,7 @@ def n_step_targets(reward: jax.Array, terminated: jax.Array, truncated: jax.Arra
     alive = jnp.ones(reward.shape, bool)
     for k in range(n):
         live = alive & (jnp.arange(length) + k < length)
-        ret = ret + jnp.where(live, discount ** k * shift(reward, k), 0.0)
+        ret = ret + jnp.where(live, discount**k * shift(reward, k), 0.0)
         scale = jnp.where(live, discount ** (k + 1) * (1.0 - shift(terminated, k)), scale)
         value = jnp.where(live, shift(bootstrap, k), value)
         alive = live & ~shift(ended, k)
@@ -135,8 +137,14 @@ class LossOutput(NamedTuple):
     q: jax.Array  # [B, T]: Q(o_t, a_t) of each trained step (the ``q`` metric)
 
 
-def r2d2_loss(networks: R2D2Networks, params: optax.Params, target_params: optax.Params, batch: dict,
-              rng: jax.Array, config: R2D2Config) -> LossOutput:
+def r2d2_loss(
+    networks: R2D2Networks,
+    params: optax.Params,
+    target_params: optax.Params,
+    batch: dict,
+    rng: jax.Array,
+    config: R2D2Config,
+) -> LossOutput:
     """R2D2's loss (module docstring, steps 1-5) per sequence, before importance weights.
     ``rng`` is not used."""
     network, burn_in, eps = networks.network, config.burn_in_length, config.value_rescaling_epsilon
@@ -144,26 +152,37 @@ def r2d2_loss(networks: R2D2Networks, params: optax.Params, target_params: optax
     first = recurrent.episode_starts(batch["terminated"], batch["truncated"])
     online_state = target_state = batch["extras"][STATE_KEY][:, 0]
     if burn_in:  # 1.
-        _, states = recurrent.unroll(network, params, online_state, _part(observation, 0, burn_in),
-                                     first[:, :burn_in])
+        _, states = recurrent.unroll(network, params, online_state, _part(observation, 0, burn_in), first[:, :burn_in])
         online_state = jax.lax.stop_gradient(states[:, -1])
-        _, states = recurrent.unroll(network, target_params, target_state, _part(observation, 0, burn_in),
-                                     first[:, :burn_in])
+        _, states = recurrent.unroll(
+            network, target_params, target_state, _part(observation, 0, burn_in), first[:, :burn_in]
+        )
         target_state = states[:, -1]
     observation, next_observation = _part(observation, burn_in), _part(next_observation, burn_in)
     first = first[:, burn_in:]
     y, online_states = recurrent.unroll(network, params, online_state, observation, first)  # 2.
     q = apply_network(network, params, y, method="heads")
     _, target_states = recurrent.unroll(network, target_params, target_state, observation, first)
-    next_online = apply_network(network, params, recurrent.step_from(network, params, online_states, next_observation),
-                                method="heads")
-    next_target = apply_network(network, target_params, recurrent.step_from(network, target_params, target_states,
-                                                                            next_observation), method="heads")
+    next_online = apply_network(
+        network, params, recurrent.step_from(network, params, online_states, next_observation), method="heads"
+    )
+    next_target = apply_network(
+        network,
+        target_params,
+        recurrent.step_from(network, target_params, target_states, next_observation),
+        method="heads",
+    )
     best = jnp.argmax(mask_logits(jax.lax.stop_gradient(next_online), action_mask(next_observation)), axis=-1)
     bootstrap = unrescale(jnp.take_along_axis(next_target, best[..., None], axis=-1)[..., 0], eps)  # 3.
     reward, terminated = batch["reward"][:, burn_in:], batch["terminated"][:, burn_in:].astype(jnp.float32)
-    returns = n_step_targets(reward, terminated, batch["truncated"][:, burn_in:], bootstrap,  # 4.
-                             config.discount, config.n_step)
+    returns = n_step_targets(
+        reward,
+        terminated,
+        batch["truncated"][:, burn_in:],
+        bootstrap,  # 4.
+        config.discount,
+        config.n_step,
+    )
     target = jax.lax.stop_gradient(rescale(returns, eps))
     q_taken = jnp.take_along_axis(q, batch["action"][:, burn_in:, None].astype(jnp.int32), axis=-1)[..., 0]
     delta = q_taken - target  # 5.
@@ -180,15 +199,20 @@ def r2d2_loss(networks: R2D2Networks, params: optax.Params, target_params: optax
 Loss = Callable[[R2D2Networks, optax.Params, optax.Params, dict, jax.Array, R2D2Config], LossOutput]
 
 
-def make_update(networks: R2D2Networks, config: R2D2Config, loss: Loss = r2d2_loss,
-                key: jax.Array | None = None) -> UpdateFn:
+def make_update(
+    networks: R2D2Networks, config: R2D2Config, loss: Loss = r2d2_loss, key: jax.Array | None = None
+) -> UpdateFn:
     """One SGD step on ``loss`` per batch, importance-weighted (step 5); ``key`` seeds the loss's
     ``rng`` (folded with the step count: a resumed run draws the same keys)."""
     optimizer = make_optimizer(config)
     key = jax.random.PRNGKey(0) if key is None else key
 
-    def weighted_loss(params: optax.Params, target_params: optax.Params, batch: Batch, rng: jax.Array,
-                      ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    def weighted_loss(
+        params: optax.Params,
+        target_params: optax.Params,
+        batch: Batch,
+        rng: jax.Array,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         out = loss(networks, params, target_params, batch, rng, config)
         weight = batch["probability"] ** -config.importance_sampling_exponent  # 5.
         weight = weight / jax.lax.pmax(jnp.max(weight), AXIS_NAME)
@@ -197,7 +221,8 @@ def make_update(networks: R2D2Networks, config: R2D2Config, loss: Loss = r2d2_lo
     def update(state: TrainingState, batch: Batch) -> tuple[TrainingState, UpdateOutput]:
         rng = jax.random.fold_in(key, state.steps)
         (loss_value, (td_abs, q_mean)), grads = jax.value_and_grad(weighted_loss, has_aux=True)(
-            state.params, state.target_params, batch, rng)
+            state.params, state.target_params, batch, rng
+        )
         grads = jax.lax.pmean(grads, AXIS_NAME)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
@@ -227,11 +252,18 @@ def make_policy(networks: R2D2Networks, config: R2D2Config, evaluation: bool) ->
     choices = jnp.asarray(epsilons(config), jnp.float32)
 
     def initial_state(num_envs: int) -> dict:
-        return {"core": recurrent.initial_state(num_envs, config.lstm_size),
-                "epsilon": jnp.full((num_envs,), -1.0, jnp.float32)}
+        return {
+            "core": recurrent.initial_state(num_envs, config.lstm_size),
+            "epsilon": jnp.full((num_envs,), -1.0, jnp.float32),
+        }
 
-    def policy(params: optax.Params, key: jax.Array, observation: Pytree, info: ActorInfo, state: dict[str, Any],
-               ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array, dict[str, jax.Array]]:
+    def policy(
+        params: optax.Params,
+        key: jax.Array,
+        observation: Pytree,
+        info: ActorInfo,
+        state: dict[str, Any],
+    ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array, dict[str, jax.Array]]:
         observation = _as_network_input(observation)
         core, q = apply_network(network, params, state["core"], observation)
         mask = action_mask(observation)

@@ -63,8 +63,13 @@ class R2D2Networks(NamedTuple):
     observation: ObservationSpec | None = None
 
 
-def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64,), lstm_size: int = 64,
-                  head_size: int = 0, torso: str = "auto") -> R2D2Networks:
+def make_networks(
+    spec: EnvironmentSpec,
+    hidden_sizes: Sequence[int] = (64,),
+    lstm_size: int = 64,
+    head_size: int = 0,
+    torso: str = "auto",
+) -> R2D2Networks:
     """The Q-network for ``spec``: a convolutional ``torso`` for frames, a torso per key for a
     Dict observation, tanh layers of ``hidden_sizes`` for a flat vector."""
     if spec.num_actions is None:

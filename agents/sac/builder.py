@@ -38,12 +38,15 @@ class SACBuilder(TransitionReplayBuilder):
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         check_action_space(spec)  # discrete or unbounded action spaces
         if spec.action_mask is not None:
-            raise ValueError("sac does not read an action_mask of continuous actions (their entries in use: "
-                             "agents of different action sizes); ppo does")
+            raise ValueError(
+                "sac does not read an action_mask of continuous actions (their entries in use: "
+                "agents of different action sizes); ppo does"
+            )
         super().validate(spec, num_devices)
         if self.config.log_std_min >= self.config.log_std_max:
-            raise ValueError(f"log_std_min={self.config.log_std_min} must be below "
-                             f"log_std_max={self.config.log_std_max}")
+            raise ValueError(
+                f"log_std_min={self.config.log_std_min} must be below log_std_max={self.config.log_std_max}"
+            )
 
     def make_networks(self, spec: EnvironmentSpec) -> SACNetworks:
         c = self.config
@@ -55,9 +58,22 @@ class SACBuilder(TransitionReplayBuilder):
     def init_state(self, key: jax.Array, networks: SACNetworks) -> learning.TrainingState:
         return learning.init_state(key, networks, self.config)
 
-    def make_learner(self, key: jax.Array, networks: SACNetworks, dataset: Dataset, logger: Logger | None = None,
-                     counter: Counter | None = None, replay_client: ReplayClient | None = None,
-                     stopwatch: Stopwatch | None = None) -> ReplicatedLearner:
+    def make_learner(
+        self,
+        key: jax.Array,
+        networks: SACNetworks,
+        dataset: Dataset,
+        logger: Logger | None = None,
+        counter: Counter | None = None,
+        replay_client: ReplayClient | None = None,
+        stopwatch: Stopwatch | None = None,
+    ) -> ReplicatedLearner:
         state = self.init_state(key, networks)
-        return ReplicatedLearner(state, learning.make_update(networks, self.config, self.loss), dataset,
-                                 counter=counter, logger=logger, stopwatch=stopwatch)
+        return ReplicatedLearner(
+            state,
+            learning.make_update(networks, self.config, self.loss),
+            dataset,
+            counter=counter,
+            logger=logger,
+            stopwatch=stopwatch,
+        )

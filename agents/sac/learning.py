@@ -65,8 +65,16 @@ def init_state(key: jax.Array, networks: SACNetworks, config: SACConfig) -> Trai
         critic_params = networks.critic.init(critic_key, observation, action)
         log_alpha = jnp.log(jnp.asarray(config.initial_temperature, jnp.float32))
         adam = optax.adam(config.learning_rate)
-        return TrainingState(params, critic_params, critic_params, log_alpha, adam.init(params),
-                             adam.init(critic_params), adam.init(log_alpha), key)
+        return TrainingState(
+            params,
+            critic_params,
+            critic_params,
+            log_alpha,
+            adam.init(params),
+            adam.init(critic_params),
+            adam.init(log_alpha),
+            key,
+        )
 
     return init(key)
 
@@ -79,13 +87,18 @@ def target_entropy(networks: SACNetworks, config: SACConfig) -> float:
 def sample(networks: SACNetworks, params: Params, observation: Pytree, key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """A reparameterized action of the policy and its log-probability for each observation, the
     noise of each row drawn from a key of its own global row."""
-    noise = jax.vmap(lambda k: jax.random.normal(k, (networks.action_size,)))(
-        global_row_keys(key, _rows(observation)))
+    noise = jax.vmap(lambda k: jax.random.normal(k, (networks.action_size,)))(global_row_keys(key, _rows(observation)))
     return sample_action(networks, params, observation, noise)
 
 
-def sac_loss(networks: SACNetworks, params: dict, target_critic_params: optax.Params, batch: dict,
-             rng: jax.Array, config: SACConfig) -> tuple[jax.Array, dict]:
+def sac_loss(
+    networks: SACNetworks,
+    params: dict,
+    target_critic_params: optax.Params,
+    batch: dict,
+    rng: jax.Array,
+    config: SACConfig,
+) -> tuple[jax.Array, dict]:
     """SAC's three losses on one device's batch (module docstring), summed: each reaches only its
     own params (the others are held fixed by ``stop_gradient``), so one gradient of the sum is
     the three gradients of the module docstring."""
@@ -96,8 +109,9 @@ def sac_loss(networks: SACNetworks, params: dict, target_critic_params: optax.Pa
     # the critics, towards y = R + d * (min_i Q_target_i(s', a') - alpha * log pi(a'|s'))
     next_action, next_log_prob = sample(networks, policy, batch["next_observation"], critic_key)
     q1_next, q2_next = apply_network(networks.critic, target_critic_params, batch["next_observation"], next_action)
-    target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * (
-        jnp.minimum(q1_next, q2_next) - alpha * next_log_prob))
+    target = jax.lax.stop_gradient(
+        batch["reward"] + batch["discount"] * (jnp.minimum(q1_next, q2_next) - alpha * next_log_prob)
+    )
     q1, q2 = apply_network(networks.critic, critic, batch["observation"], batch["action"])
     critic_loss = 0.5 * (jnp.mean(jnp.square(q1 - target)) + jnp.mean(jnp.square(q2 - target)))
 
@@ -110,8 +124,13 @@ def sac_loss(networks: SACNetworks, params: dict, target_critic_params: optax.Pa
     alpha_loss = -jnp.mean(log_alpha * jax.lax.stop_gradient(log_prob + target_entropy(networks, config)))
 
     loss = critic_loss + policy_loss + alpha_loss
-    return loss, {"critic_loss": critic_loss, "policy_loss": policy_loss, "alpha_loss": alpha_loss,
-                  "entropy": -jnp.mean(log_prob), "q_mean": jnp.mean(q1)}
+    return loss, {
+        "critic_loss": critic_loss,
+        "policy_loss": policy_loss,
+        "alpha_loss": alpha_loss,
+        "entropy": -jnp.mean(log_prob),
+        "q_mean": jnp.mean(q1),
+    }
 
 
 # The loss seam (as DQN's, ``shoal.agents.dqn.learning.Loss``): a SAC variant is a config subclass
@@ -137,16 +156,28 @@ def make_update(networks: SACNetworks, config: SACConfig, loss: Loss = sac_loss)
     def sgd_step(state: TrainingState, batch: Batch) -> tuple[TrainingState, dict[str, jax.Array], None]:
         key = jax.random.split(state.key, 3)[0]  # the next step's (``sac_loss`` draws from the others)
         trained = {"policy": state.params, "critic": state.critic_params, "log_alpha": state.log_alpha}
-        grads, metrics = jax.grad(lambda params: loss(networks, params, state.target_critic_params, batch,
-                                                      state.key, config), has_aux=True)(trained)
+        grads, metrics = jax.grad(
+            lambda params: loss(networks, params, state.target_critic_params, batch, state.key, config), has_aux=True
+        )(trained)
         critic_params, critic_opt_state = apply(grads["critic"], state.critic_opt_state, state.critic_params)
         params, policy_opt_state = apply(grads["policy"], state.policy_opt_state, state.params)
         log_alpha, alpha_opt_state = apply(grads["log_alpha"], state.alpha_opt_state, state.log_alpha)
-        target_critic_params = optax.incremental_update(critic_params, state.target_critic_params,
-                                                        config.tau)
+        target_critic_params = optax.incremental_update(critic_params, state.target_critic_params, config.tau)
         metrics = jax.lax.pmean({**metrics, "alpha": jnp.exp(log_alpha)}, AXIS_NAME)
-        return TrainingState(params, critic_params, target_critic_params, log_alpha, policy_opt_state,
-                             critic_opt_state, alpha_opt_state, key), metrics, None
+        return (
+            TrainingState(
+                params,
+                critic_params,
+                target_critic_params,
+                log_alpha,
+                policy_opt_state,
+                critic_opt_state,
+                alpha_opt_state,
+                key,
+            ),
+            metrics,
+            None,
+        )
 
     return scan_sgd_steps(sgd_step)
 
@@ -154,13 +185,18 @@ def make_update(networks: SACNetworks, config: SACConfig, loss: Loss = sac_loss)
 def make_policy(networks: SACNetworks, evaluation: bool) -> Policy:
     """A sample of the tanh-Gaussian policy, or its squashed mean for evaluation."""
 
-    def policy(params: Params, key: jax.Array, observation: Pytree, info: ActorInfo,
-               ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
+    def policy(
+        params: Params,
+        key: jax.Array,
+        observation: Pytree,
+        info: ActorInfo,
+    ) -> tuple[jax.Array, dict[str, jax.Array], jax.Array]:
         if evaluation:
             return squash(networks, apply_network(networks.policy, params, observation)[0]), {}, key
         key, noise_key = jax.random.split(key)
-        action, _ = sample_action(networks, params, observation,
-                                  jax.random.normal(noise_key, (_rows(observation), networks.action_size)))
+        action, _ = sample_action(
+            networks, params, observation, jax.random.normal(noise_key, (_rows(observation), networks.action_size))
+        )
         return action, {}, key
 
     return Policy(policy)

@@ -62,13 +62,20 @@ class TwinCritic(nn.Module):
     @nn.compact
     def __call__(self, observation: Pytree, action: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
         if self.keys is None:
-            x = jnp.concatenate([observation.reshape(observation.shape[0], -1).astype(jnp.float32),
-                                 action.reshape(action.shape[0], -1)], axis=-1)
+            x = jnp.concatenate(
+                [
+                    observation.reshape(observation.shape[0], -1).astype(jnp.float32),
+                    action.reshape(action.shape[0], -1),
+                ],
+                axis=-1,
+            )
         qs = []
         for _ in range(2):
             if self.keys is not None:
-                x = jnp.concatenate([DictTorso(self.keys, tuple(self.hidden_sizes))(observation),
-                                     action.reshape(action.shape[0], -1)], axis=-1)
+                x = jnp.concatenate(
+                    [DictTorso(self.keys, tuple(self.hidden_sizes))(observation), action.reshape(action.shape[0], -1)],
+                    axis=-1,
+                )
             h = x
             for size in self.hidden_sizes:
                 h = nn.relu(nn.Dense(size)(h))
@@ -81,20 +88,25 @@ class SACNetworks(NamedTuple):
     critic: TwinCritic
     observation_shape: tuple[int, ...] | dict[str, tuple[int, ...]]  # (per key, for a Dict observation)
     action_size: int
-    action_scale: np.ndarray   # (high - low) / 2 per dimension
+    action_scale: np.ndarray  # (high - low) / 2 per dimension
     action_offset: np.ndarray  # (high + low) / 2
 
 
-def make_networks(spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64),
-                  log_std_min: float = -5.0, log_std_max: float = 2.0) -> SACNetworks:
+def make_networks(
+    spec: EnvironmentSpec, hidden_sizes: Sequence[int] = (64, 64), log_std_min: float = -5.0, log_std_max: float = 2.0
+) -> SACNetworks:
     space = check_action_space(spec)
     size = spec.action.shape[0]
     observation = spec.observation
     keys = observation_keys(observation, "auto", spec.observation_space) if isinstance(observation, Mapping) else None
-    return SACNetworks(GaussianPolicy(tuple(hidden_sizes), size, log_std_min, log_std_max, keys),
-                       TwinCritic(tuple(hidden_sizes), keys), spec.observation_shape, size,
-                       ((space.high - space.low) / 2).astype(np.float32),
-                       ((space.high + space.low) / 2).astype(np.float32))
+    return SACNetworks(
+        GaussianPolicy(tuple(hidden_sizes), size, log_std_min, log_std_max, keys),
+        TwinCritic(tuple(hidden_sizes), keys),
+        spec.observation_shape,
+        size,
+        ((space.high - space.low) / 2).astype(np.float32),
+        ((space.high + space.low) / 2).astype(np.float32),
+    )
 
 
 def check_action_space(spec: EnvironmentSpec) -> gym.spaces.Box:
@@ -102,11 +114,15 @@ def check_action_space(spec: EnvironmentSpec) -> gym.spaces.Box:
     the bounds of a 1-d Box, which must be finite. Builds nothing; returns the Box."""
     space = spec.action_space
     if spec.num_actions is not None or not isinstance(space, gym.spaces.Box) or len(spec.action.shape) != 1:
-        raise ValueError(f"SAC needs a 1-d continuous (Box) action space; this environment's is "
-                         f"{space} (for discrete actions try --agent dqn, ppo or impala)")
+        raise ValueError(
+            f"SAC needs a 1-d continuous (Box) action space; this environment's is "
+            f"{space} (for discrete actions try --agent dqn, ppo or impala)"
+        )
     if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-        raise ValueError(f"SAC squashes actions into the action space's bounds, which must be "
-                         f"finite; got low={space.low}, high={space.high}")
+        raise ValueError(
+            f"SAC squashes actions into the action space's bounds, which must be "
+            f"finite; got low={space.low}, high={space.high}"
+        )
     return space
 
 
@@ -122,8 +138,12 @@ def tanh_gaussian_log_prob(networks: SACNetworks, u: jax.Array, mean: jax.Array,
     return jnp.sum(gaussian - log_det, axis=-1)
 
 
-def sample_action(networks: SACNetworks, params: Params, observation: Pytree, noise: jax.Array,
-                  ) -> tuple[jnp.ndarray, jnp.ndarray]:
+def sample_action(
+    networks: SACNetworks,
+    params: Params,
+    observation: Pytree,
+    noise: jax.Array,
+) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The reparameterized sample ``u = mean + std * noise`` (``noise`` standard normal,
     ``[batch, d]``) as ``(action, log pi(action|s))`` for each observation."""
     mean, log_std = apply_network(networks.policy, params, observation)

@@ -24,7 +24,12 @@ from shoal.agents.presets import Preset
 
 PRESETS = [
     Preset("sac", "classic", "tuned here on Pendulum-v1"),
-    Preset("sac", "mujoco", "the defaults, measured here against SB3 / CleanRL's MuJoCo settings "
-           "(HalfCheetah-v5, 100k steps; see shoal.agents.sac.presets)",
-           settings={}, experiment={"max_env_steps": 100_000, "eval_every": 10_000, "eval_episodes": 5}),
+    Preset(
+        "sac",
+        "mujoco",
+        "the defaults, measured here against SB3 / CleanRL's MuJoCo settings "
+        "(HalfCheetah-v5, 100k steps; see shoal.agents.sac.presets)",
+        settings={},
+        experiment={"max_env_steps": 100_000, "eval_every": 10_000, "eval_episodes": 5},
+    ),
 ]

@@ -85,8 +85,10 @@ def check_callbacks(callbacks: Any) -> None:
         raise ValueError(f"callbacks must be a list of callback objects, got {type(callbacks).__name__}")
     for callback in callbacks:
         if not any(callable(getattr(callback, hook, None)) for hook in HOOKS):
-            raise ValueError(f"callback {callback!r} has none of the hooks {', '.join(HOOKS)} "
-                             "(subclass shoal.launch.experiments.callbacks.Callback)")
+            raise ValueError(
+                f"callback {callback!r} has none of the hooks {', '.join(HOOKS)} "
+                "(subclass shoal.launch.experiments.callbacks.Callback)"
+            )
 
 
 class Callbacks:
@@ -121,16 +123,26 @@ class Callbacks:
             return method(argument)
         except Exception as e:  # noqa: BLE001 -- a user's callback never ends the run
             self._live.remove(callback)
-            print(f"shoal: warning: callback {name} raised {type(e).__name__}: {e}; it is not called again",
-                  file=sys.stderr, flush=True)
+            print(
+                f"shoal: warning: callback {name} raised {type(e).__name__}: {e}; it is not called again",
+                file=sys.stderr,
+                flush=True,
+            )
             return None
         except SystemExit as e:  # (sys.exit: the callback wants the run to end; a Ctrl-C is the user's: not caught)
             escape = type(e).__name__ + (f"({', '.join(map(repr, e.args))})" if e.args else "")
             if hook == "on_end":
                 self._live.remove(callback)
-                print(f"shoal: warning: callback {name} raised {escape} as the run ended: ignored (the run's "
-                      "result stands)", file=sys.stderr, flush=True)
+                print(
+                    f"shoal: warning: callback {name} raised {escape} as the run ended: ignored (the run's "
+                    "result stands)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return None
-            print(f"shoal: warning: callback {name} raised {escape}: the run ends here, as if it returned True",
-                  file=sys.stderr, flush=True)
+            print(
+                f"shoal: warning: callback {name} raised {escape}: the run ends here, as if it returned True",
+                file=sys.stderr,
+                flush=True,
+            )
             return _LEFT

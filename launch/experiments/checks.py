@@ -45,8 +45,9 @@ def check_experiment_settings(config: Any) -> None:
     if not isinstance(config.env.args, Mapping) or not all(isinstance(k, str) for k in config.env.args):
         raise ValueError(f"env_args must be a dict of keyword arguments, got {config.env.args!r}")
     for name in GROUPS:  # (each field named as its flag and config.json v1 name it: eval_every, not every)
-        check_settings(getattr(config, name), names={field: flat for (group, field), flat in FLAT_NAMES.items()
-                                                      if group == name})
+        check_settings(
+            getattr(config, name), names={field: flat for (group, field), flat in FLAT_NAMES.items() if group == name}
+        )
     config.agent_group_indices()
     warn_of_a_target_out_of_reach(config)
     if config.tracking.video_every:
@@ -58,8 +59,10 @@ def check_experiment_settings(config: Any) -> None:
 
         check_backend(config.tracking.tracker)
         if not config.run.dir:
-            raise ValueError(f"track={config.tracking.tracker!r} needs a run directory (the tracker sends the logs "
-                             "its nodes write there); give run_dir")
+            raise ValueError(
+                f"track={config.tracking.tracker!r} needs a run directory (the tracker sends the logs "
+                "its nodes write there); give run_dir"
+            )
 
 
 def check_experiment_agent(config: Any, spec: EnvironmentSpec, check_memory: bool = True) -> None:
@@ -68,16 +71,23 @@ def check_experiment_agent(config: Any, spec: EnvironmentSpec, check_memory: boo
     ``shoal.agents.learner_memory``), and whether the step budget reaches its first update."""
     builder = config.builder
     builder.validate(spec, jax.local_device_count())
-    if config.multiagent.self_play and builder.make_policy(config.make_networks(spec), spec, False).initial_state is not None:
-        raise ValueError(f"--self-play takes a feed-forward policy (its snapshots act without a recurrent "
-                         f"state); {builder.name}'s is recurrent")
+    if (
+        config.multiagent.self_play
+        and builder.make_policy(config.make_networks(spec), spec, False).initial_state is not None
+    ):
+        raise ValueError(
+            f"--self-play takes a feed-forward policy (its snapshots act without a recurrent "
+            f"state); {builder.name}'s is recurrent"
+        )
     if check_memory:
         check_learner_fits(builder, spec, config.make_networks(spec), jax.local_device_count())
     needed = builder.env_steps_before_learning(spec)
     if config.run.max_env_steps < needed:
-        raise ValueError(f"max_env_steps={config.run.max_env_steps} is below the {needed} env steps "
-                         f"{builder.name} takes before its first update (see its replay or "
-                         "rollout settings): the run could not learn")
+        raise ValueError(
+            f"max_env_steps={config.run.max_env_steps} is below the {needed} env steps "
+            f"{builder.name} takes before its first update (see its replay or "
+            "rollout settings): the run could not learn"
+        )
 
 
 def warn_of_a_target_out_of_reach(config: Any) -> None:
@@ -85,15 +95,26 @@ def warn_of_a_target_out_of_reach(config: Any) -> None:
     registered episode limit) but ``--env-arg max_episode_steps`` cuts episodes shorter: the
     run may never reach it and spend its whole budget."""
     limit = config.env.args.get("max_episode_steps") if isinstance(config.env.args, Mapping) else None
-    if (config.evaluation.target_return is not None or config.env.factory is not None or not isinstance(limit, int)
-            or is_pettingzoo(config.env.id)):
+    if (
+        config.evaluation.target_return is not None
+        or config.env.factory is not None
+        or not isinstance(limit, int)
+        or is_pettingzoo(config.env.id)
+    ):
         return
     registered = gym.spec(resolve_env_id(config.env.id))
-    if registered.reward_threshold is not None and registered.max_episode_steps and limit < registered.max_episode_steps:
-        print(f"shoal: warning: the target return {registered.reward_threshold:g} is {config.env.id}'s "
-              f"reward_threshold for episodes of up to {registered.max_episode_steps} steps; with "
-              f"max_episode_steps={limit} it may be out of reach (set --target-return)",
-              file=sys.stderr, flush=True)
+    if (
+        registered.reward_threshold is not None
+        and registered.max_episode_steps
+        and limit < registered.max_episode_steps
+    ):
+        print(
+            f"shoal: warning: the target return {registered.reward_threshold:g} is {config.env.id}'s "
+            f"reward_threshold for episodes of up to {registered.max_episode_steps} steps; with "
+            f"max_episode_steps={limit} it may be out of reach (set --target-return)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def agent_groups(config: Any) -> tuple[list[str], list[int]] | None:
@@ -102,19 +123,25 @@ def agent_groups(config: Any) -> tuple[list[str], list[int]] | None:
     A one-line ``ValueError`` for multi-agent settings the env or each other rule out."""
     if not is_pettingzoo(config.env.id) or config.env.factory is not None:
         if config.multiagent.agent_groups or config.multiagent.global_state or config.multiagent.self_play:
-            flag = ("agent groups (--agent-group)" if config.multiagent.agent_groups else
-                    "--global-state" if config.multiagent.global_state else "--self-play")
+            flag = (
+                "agent groups (--agent-group)"
+                if config.multiagent.agent_groups
+                else "--global-state"
+                if config.multiagent.global_state
+                else "--self-play"
+            )
             raise ValueError(f"{flag}: for a PettingZoo env (pettingzoo:<module>) only, not {config.env.id}")
         return None
     if config.multiagent.self_play:
         if config.multiagent.agent_groups or config.multiagent.global_state:
-            raise ValueError("--self-play plays one policy against its own snapshots: drop "
-                             + ("--agent-group" if config.multiagent.agent_groups else "--global-state"))
+            raise ValueError(
+                "--self-play plays one policy against its own snapshots: drop "
+                + ("--agent-group" if config.multiagent.agent_groups else "--global-state")
+            )
         env_maker(config.env.id, config.env.args, turns=True)().close()  # (a turn-based game, or one line)
         return None
     if config.multiagent.agent_groups and not config.multiagent.agent_ids:
-        raise ValueError("agent groups (--agent-group) read each row's agent from its identity: drop "
-                         "--no-agent-ids")
+        raise ValueError("agent groups (--agent-group) read each row's agent from its identity: drop --no-agent-ids")
     groups = policy_groups(config.env.id, config.env.args, config.multiagent.agent_groups)  # (spaces checked: one line)
     return groups if config.multiagent.agent_groups else None
 

@@ -28,9 +28,11 @@ def enable_compilation_cache() -> str | None:
     if path.lower() == "off":
         return None
     os.makedirs(path, exist_ok=True)
-    settings = {"jax_compilation_cache_dir": path,  # every compilation, however quick or small
-                "jax_persistent_cache_min_compile_time_secs": 0.0,
-                "jax_persistent_cache_min_entry_size_bytes": 0}
+    settings = {
+        "jax_compilation_cache_dir": path,  # every compilation, however quick or small
+        "jax_persistent_cache_min_compile_time_secs": 0.0,
+        "jax_persistent_cache_min_entry_size_bytes": 0,
+    }
     for name, value in settings.items():
         os.environ.setdefault(name.upper(), str(value))  # read by JAX in node processes
     import jax

@@ -36,8 +36,17 @@ from shoal.launch.experiments.config_groups import (
 )
 from shoal.launch.experiments.run_directory.config_record import SCHEMA_VERSION, grouped_record, record_version
 
-__all__ = ["ExperimentConfig", "EnvConfig", "RunConfig", "EvaluationConfig", "ReplayConfig", "TrackingConfig",
-           "MultiAgentConfig", "config_from_dict", "experiment_config"]
+__all__ = [
+    "ExperimentConfig",
+    "EnvConfig",
+    "RunConfig",
+    "EvaluationConfig",
+    "ReplayConfig",
+    "TrackingConfig",
+    "MultiAgentConfig",
+    "config_from_dict",
+    "experiment_config",
+]
 
 
 @dataclasses.dataclass
@@ -107,13 +116,16 @@ class ExperimentConfig:
     def replace(self, **flat: Any) -> ExperimentConfig:
         """A copy with the settings ``flat`` names (flat names, as ``from_flat``) changed."""
         groups, top = split_flat(flat)
-        return dataclasses.replace(self, **{name: dataclasses.replace(getattr(self, name), **fields)
-                                            for name, fields in groups.items()}, **top)
+        return dataclasses.replace(
+            self, **{name: dataclasses.replace(getattr(self, name), **fields) for name, fields in groups.items()}, **top
+        )
 
     def flat(self) -> dict[str, Any]:
         """Every setting by its flat name (``config_groups.FLAT_FIELDS``; not the builder)."""
-        return {name: getattr(self if group is None else getattr(self, group), field)
-                for name, (group, field) in FLAT_FIELDS.items()}
+        return {
+            name: getattr(self if group is None else getattr(self, group), field)
+            for name, (group, field) in FLAT_FIELDS.items()
+        }
 
     def resolved_target_return(self) -> float | None:
         if self.evaluation.target_return is not None:
@@ -153,11 +165,20 @@ class ExperimentConfig:
     def make_env(self, num_envs: int, seed: int, evaluation: bool = False):
         """A vector env of ``env.id`` as this experiment runs it (for training, or evaluation)."""
         env, agents = self.env, self.multiagent
-        return make_vector_env(env.id, num_envs, seed, sticky_actions=env.sticky_actions,
-                               evaluation=evaluation, clip_rewards=env.clip_rewards,
-                               env_args=env.args, env_factory=env.factory,
-                               action_masks=env.action_masks, agent_ids=agents.agent_ids,
-                               global_state=agents.global_state, self_play=agents.self_play)
+        return make_vector_env(
+            env.id,
+            num_envs,
+            seed,
+            sticky_actions=env.sticky_actions,
+            evaluation=evaluation,
+            clip_rewards=env.clip_rewards,
+            env_args=env.args,
+            env_factory=env.factory,
+            action_masks=env.action_masks,
+            agent_ids=agents.agent_ids,
+            global_state=agents.global_state,
+            self_play=agents.self_play,
+        )
 
     def environment_spec(self) -> EnvironmentSpec:
         """The spec of this experiment's vector env (``env.num_envs`` copies of ``env.id``), read
@@ -165,8 +186,16 @@ class ExperimentConfig:
         vector env): a driver that steps no env calls this once and hands the spec (a small
         picklable dataclass) to the nodes."""
         env, agents = self.env, self.multiagent
-        return environment_spec(env.id, env.num_envs, env.args, env.factory, env.action_masks,
-                                agents.agent_ids, agents.global_state, agents.self_play)
+        return environment_spec(
+            env.id,
+            env.num_envs,
+            env.args,
+            env.factory,
+            env.action_masks,
+            agents.agent_ids,
+            agents.global_state,
+            agents.self_play,
+        )
 
     def agent_group_indices(self) -> tuple[list[str], list[int]] | None:
         """``multiagent.agent_groups`` resolved against the env's agents, or ``None`` (one
@@ -206,14 +235,22 @@ def config_from_dict(saved: dict[str, Any], **changes: Any) -> ExperimentConfig:
 
     version = record_version("config.json", saved)
     grouped = grouped_record(saved)
-    missing = [key for key, there in (("agent", "agent" in grouped), ("agent_config", "agent_config" in grouped),
-                                      ("env_id" if version == 1 else "env.id",
-                                       isinstance(grouped.get("env"), dict) and "id" in grouped["env"])) if not there]
+    missing = [
+        key
+        for key, there in (
+            ("agent", "agent" in grouped),
+            ("agent_config", "agent_config" in grouped),
+            ("env_id" if version == 1 else "env.id", isinstance(grouped.get("env"), dict) and "id" in grouped["env"]),
+        )
+        if not there
+    ]
     if missing:
         raise ValueError(f"not the config of a Shoal run (no {', '.join(missing)} in it)")
     hints = typing.get_type_hints(config_class(grouped["agent"]))
-    agent = {k: tuple(v) if isinstance(v, list) and typing.get_origin(hints.get(k)) is tuple else v
-             for k, v in grouped["agent_config"].items()}
+    agent = {
+        k: tuple(v) if isinstance(v, list) and typing.get_origin(hints.get(k)) is tuple else v
+        for k, v in grouped["agent_config"].items()
+    }
     groups = {}
     for name, kind in GROUPS.items():
         known = {f.name for f in dataclasses.fields(kind)}
@@ -222,8 +259,13 @@ def config_from_dict(saved: dict[str, Any], **changes: Any) -> ExperimentConfig:
     return config.replace(**changes) if changes else config
 
 
-def experiment_config(agent: str, env_id: str, preset: str | None = "auto",
-                      agent_settings: Mapping[str, Any] | None = None, **experiment: Any) -> ExperimentConfig:
+def experiment_config(
+    agent: str,
+    env_id: str,
+    preset: str | None = "auto",
+    agent_settings: Mapping[str, Any] | None = None,
+    **experiment: Any,
+) -> ExperimentConfig:
     """The config of ``agent`` on ``env_id``: the agent's defaults, then a preset's settings
     (``"auto"``: the preset of the env's task family, if the agent has one; a family name; or
     ``None``), then ``agent_settings``; the experiment's settings likewise (the preset's, then
@@ -235,5 +277,6 @@ def experiment_config(agent: str, env_id: str, preset: str | None = "auto",
     chosen = find_preset(agent, env_id, preset)
     settings = {**(chosen.settings if chosen else {}), **(agent_settings or {})}
     fields = {**(chosen.experiment if chosen else {}), **experiment}
-    return ExperimentConfig.from_flat(get_builder(agent, **settings), env_id=env_id,
-                                      preset=chosen.name if chosen else None, **fields)
+    return ExperimentConfig.from_flat(
+        get_builder(agent, **settings), env_id=env_id, preset=chosen.name if chosen else None, **fields
+    )

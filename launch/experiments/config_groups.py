@@ -143,24 +143,44 @@ class TrackingConfig:
     video_every: int = setting(0, low=0, high=10**9)
 
 
-GROUPS: dict[str, type] = {"env": EnvConfig, "multiagent": MultiAgentConfig, "run": RunConfig,
-                           "replay": ReplayConfig, "evaluation": EvaluationConfig, "tracking": TrackingConfig}
+GROUPS: dict[str, type] = {
+    "env": EnvConfig,
+    "multiagent": MultiAgentConfig,
+    "run": RunConfig,
+    "replay": ReplayConfig,
+    "evaluation": EvaluationConfig,
+    "tracking": TrackingConfig,
+}
 
 # flat name (config.json v1, presets, flags) -> (group, field); None: a field of ExperimentConfig itself
 FLAT_FIELDS: dict[str, tuple[str | None, str]] = {
-    "env_id": ("env", "id"), "num_envs": ("env", "num_envs"), "env_args": ("env", "args"),
-    "env_factory": ("env", "factory"), "sticky_actions": ("env", "sticky_actions"),
-    "clip_rewards": ("env", "clip_rewards"), "action_masks": ("env", "action_masks"),
-    **{name: ("multiagent", name) for name in ("agent_ids", "agent_groups", "global_state", "self_play",
-                                               "self_play_pool", "self_play_every")},
-    "seed": ("run", "seed"), "max_env_steps": ("run", "max_env_steps"), "run_dir": ("run", "dir"),
-    "checkpoint_every_s": ("run", "checkpoint_every_s"), "resume": ("run", "resume"),
+    "env_id": ("env", "id"),
+    "num_envs": ("env", "num_envs"),
+    "env_args": ("env", "args"),
+    "env_factory": ("env", "factory"),
+    "sticky_actions": ("env", "sticky_actions"),
+    "clip_rewards": ("env", "clip_rewards"),
+    "action_masks": ("env", "action_masks"),
+    **{
+        name: ("multiagent", name)
+        for name in ("agent_ids", "agent_groups", "global_state", "self_play", "self_play_pool", "self_play_every")
+    },
+    "seed": ("run", "seed"),
+    "max_env_steps": ("run", "max_env_steps"),
+    "run_dir": ("run", "dir"),
+    "checkpoint_every_s": ("run", "checkpoint_every_s"),
+    "resume": ("run", "resume"),
     "replay": ("replay", "backend"),
-    "eval_every": ("evaluation", "every"), "eval_episodes": ("evaluation", "episodes"),
+    "eval_every": ("evaluation", "every"),
+    "eval_episodes": ("evaluation", "episodes"),
     "target_return": ("evaluation", "target_return"),
-    "progress": ("tracking", "progress"), "progress_every_s": ("tracking", "progress_every_s"),
-    "track": ("tracking", "tracker"), "video_every": ("tracking", "video_every"),
-    "preset": (None, "preset"), "network_factory": (None, "network_factory"), "callbacks": (None, "callbacks"),
+    "progress": ("tracking", "progress"),
+    "progress_every_s": ("tracking", "progress_every_s"),
+    "track": ("tracking", "tracker"),
+    "video_every": ("tracking", "video_every"),
+    "preset": (None, "preset"),
+    "network_factory": (None, "network_factory"),
+    "callbacks": (None, "callbacks"),
 }
 FLAT_NAMES: dict[tuple[str | None, str], str] = {where: flat for flat, where in FLAT_FIELDS.items()}
 

@@ -31,16 +31,23 @@ class Evaluator:
     interrupts (a stopping run) records nothing and stays due.
     """
 
-    def __init__(self, config: Any, variable_source: VariableSource, key: jax.Array,
-                 start_time: float, stopwatch: Stopwatch | None = None,
-                 should_stop: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        variable_source: VariableSource,
+        key: jax.Array,
+        start_time: float,
+        stopwatch: Stopwatch | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
         builder = config.builder
         self._config, self._start, self._should_stop = config, start_time, should_stop
         self._env = config.make_env(config.evaluation.episodes, config.run.seed + EVAL_SEED_OFFSET, evaluation=True)
         spec = make_environment_spec(self._env)
         networks = config.make_networks(spec)
-        self._actor = builder.make_actor(key, builder.make_policy(networks, spec, True), spec,
-                                         variable_source, None, asynchronous_updates=False)
+        self._actor = builder.make_actor(
+            key, builder.make_policy(networks, spec, True), spec, variable_source, None, asynchronous_updates=False
+        )
         self._source = variable_source
         self._logger = make_logger("eval", config.run.dir, terminal=False)
         self._target = config.resolved_target_return()
@@ -73,8 +80,12 @@ class Evaluator:
         t0 = time.monotonic()
         with self.stopwatch.time("evaluation"):
             self._actor.update(wait=True)
-            returns = evaluate(self._env, self._actor, should_stop=self._should_stop,
-                               seed=self._config.run.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
+            returns = evaluate(
+                self._env,
+                self._actor,
+                should_stop=self._should_stop,
+                seed=self._config.run.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals,
+            )
             # (self-play: win rates against each opponent, in the evaluation's time)
             rates = self._win_rates(returns) if returns is not None and getattr(self._env, "pool", None) else {}
         if returns is None or rates is None:  # interrupted: nothing recorded, still due
@@ -83,23 +94,35 @@ class Evaluator:
         self.num_evals += 1
         self.eval_s += time.monotonic() - t0
         self.last_return, self.last_at = float(np.mean(returns)), env_steps
-        row = {"env_steps": env_steps, "eval_return": self.last_return,
-               "eval_return_min": float(np.min(returns)), "eval_return_max": float(np.max(returns))}
+        row = {
+            "env_steps": env_steps,
+            "eval_return": self.last_return,
+            "eval_return_min": float(np.min(returns)),
+            "eval_return_max": float(np.max(returns)),
+        }
         agents = getattr(self._env, "agents", None)  # (a PettingZoo env's rows: shoal.envs.multiagent)
         if agents:
             row.update(agent_returns(returns, agents))
         row.update(rates)
-        self._logger.write({**row, "params_version": self._actor.params_version,
-                            "wall_s": time.monotonic() - self._start})
+        self._logger.write(
+            {**row, "params_version": self._actor.params_version, "wall_s": time.monotonic() - self._start}
+        )
         every = self._config.tracking.video_every
         if every and self._videos_on and self._config.run.dir and (self.num_evals - 1) % every == 0:
             with self.stopwatch.time("video"):
                 self._record_video(env_steps)
-        if self._callbacks and self._callbacks.evaluation(Evaluation(
-                env_steps=int(env_steps), returns=np.asarray(returns), mean_return=self.last_return,
-                num_evals=self.num_evals, wall_s=time.monotonic() - self._start,
+        if self._callbacks and self._callbacks.evaluation(
+            Evaluation(
+                env_steps=int(env_steps),
+                returns=np.asarray(returns),
+                mean_return=self.last_return,
+                num_evals=self.num_evals,
+                wall_s=time.monotonic() - self._start,
                 params=getattr(getattr(self._actor, "_client", None), "params", None),
-                params_version=self._actor.params_version, run_dir=self._config.run.dir)):
+                params_version=self._actor.params_version,
+                run_dir=self._config.run.dir,
+            )
+        ):
             return True
         return self.solved
 
@@ -123,8 +146,12 @@ class Evaluator:
                 games = returns
                 if opponent != default:
                     self._env.opponent = opponent
-                    games = evaluate(self._env, self._actor, should_stop=self._should_stop,
-                                     seed=self._config.run.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals)
+                    games = evaluate(
+                        self._env,
+                        self._actor,
+                        should_stop=self._should_stop,
+                        seed=self._config.run.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals,
+                    )
                     if games is None:  # (a stopping run)
                         return None
                 rates[f"eval_win_rate_{opponent}"] = float(np.mean(np.asarray(games) > 0))
@@ -148,14 +175,20 @@ class Evaluator:
                 env, render = video_env(config, config.run.seed + EVAL_SEED_OFFSET)
                 spec = make_environment_spec(env)
                 policy = config.builder.make_policy(config.make_networks(spec), spec, True)
-                actor = config.builder.make_actor(self._key, policy, spec, self._source, None,
-                                                  asynchronous_updates=False)
+                actor = config.builder.make_actor(
+                    self._key, policy, spec, self._source, None, asynchronous_updates=False
+                )
                 self._video = (env, actor, render)
                 self._tensorboard_videos = TensorBoardVideos(os.path.join(config.run.dir, "tb", "eval"))
             env, actor, render = self._video
             actor.update(wait=True)
-            frames, _ = record_episode_within(env, actor, config.run.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals,
-                                              render, value("SHOAL_STEP_TIMEOUT_S"))
+            frames, _ = record_episode_within(
+                env,
+                actor,
+                config.run.seed + EVAL_SEED_OFFSET + 7919 * self.num_evals,
+                render,
+                value("SHOAL_STEP_TIMEOUT_S"),
+            )
             directory = os.path.join(config.run.dir, "videos")
             make_dirs(directory)
             write_atomic(os.path.join(directory, f"eval-{env_steps:09d}.mp4"), encode_mp4(frames))
@@ -163,14 +196,22 @@ class Evaluator:
         except Exception as e:  # noqa: BLE001 -- a video never stops training
             if isinstance(e, TimeoutError):
                 self._video = None  # (its env hangs in a thread: left, never closed)
-            print(f"shoal: warning: no evaluation video ({type(e).__name__}: {e}); no more will be tried",
-                  file=sys.stderr, flush=True)
+            print(
+                f"shoal: warning: no evaluation video ({type(e).__name__}: {e}); no more will be tried",
+                file=sys.stderr,
+                flush=True,
+            )
             self._videos_on = False
 
     def save(self) -> dict[str, Any]:
         """The evaluation schedule: where the next evaluation falls, and what the last found."""
-        return {"next": self._next, "num_evals": self.num_evals, "last_return": self.last_return,
-                "last_at": self.last_at, "eval_s": self.eval_s}
+        return {
+            "next": self._next,
+            "num_evals": self.num_evals,
+            "last_return": self.last_return,
+            "last_at": self.last_at,
+            "eval_s": self.eval_s,
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
         self._next, self.num_evals = int(state["next"]), int(state["num_evals"])
@@ -185,10 +226,15 @@ class Evaluator:
         eval_s = self.eval_s - self._eval_s_before
         result = {
             "agent": self._config.builder.name,
-            "env": self._config.env.id, "seed": self._config.run.seed, "solved": self.solved,
-            "env_steps": int(env_steps), "wall_s": round(wall_s, 3),
-            "train_s": round(wall_s - eval_s, 3), "eval_s": round(eval_s, 3),
-            "final_eval_return": self.last_return, "learner_steps": int(learner_steps),
+            "env": self._config.env.id,
+            "seed": self._config.run.seed,
+            "solved": self.solved,
+            "env_steps": int(env_steps),
+            "wall_s": round(wall_s, 3),
+            "train_s": round(wall_s - eval_s, 3),
+            "eval_s": round(eval_s, 3),
+            "final_eval_return": self.last_return,
+            "learner_steps": int(learner_steps),
             "num_evals": self.num_evals,
         }
         protocol = env_protocol(self._config.env.id, self._config.env.sticky_actions)

@@ -70,7 +70,8 @@ def _is_run_directory(directory: str) -> bool:
     """Whether ``directory`` is a Shoal run's (its ``config.json``, with the ``.lock`` a run
     writes or its ``checkpoints/``)."""
     return os.path.isfile(os.path.join(directory, "config.json")) and (
-        os.path.isfile(os.path.join(directory, ".lock")) or os.path.isdir(os.path.join(directory, "checkpoints")))
+        os.path.isfile(os.path.join(directory, ".lock")) or os.path.isdir(os.path.join(directory, "checkpoints"))
+    )
 
 
 def check_out(run_dir: str, out: str) -> None:
@@ -85,8 +86,10 @@ def check_out(run_dir: str, out: str) -> None:
     own, at = os.path.realpath(run_dir), os.path.realpath(directory)
     while True:
         if at == own or _is_run_directory(at):
-            raise ValueError(f"--out {out!r} is inside the run directory {at}: shoal export writes nothing into a "
-                             "run directory (it would replace the run's own files); give a path outside it")
+            raise ValueError(
+                f"--out {out!r} is inside the run directory {at}: shoal export writes nothing into a "
+                "run directory (it would replace the run's own files); give a path outside it"
+            )
         parent = os.path.dirname(at)
         if parent == at:
             break
@@ -100,8 +103,9 @@ def greedy_builder(builder: Any) -> Any:
     config = getattr(builder, "config", None)
     if not dataclasses.is_dataclass(config):
         return builder
-    changes = {key: value for key, value in GREEDY_SETTINGS.items()
-               if hasattr(config, key) and getattr(config, key) != value}
+    changes = {
+        key: value for key, value in GREEDY_SETTINGS.items() if hasattr(config, key) and getattr(config, key) != value
+    }
     if not changes:
         return builder
     greedy = copy.copy(builder)
@@ -109,8 +113,14 @@ def greedy_builder(builder: Any) -> Any:
     return greedy
 
 
-def export_policy(run_dir: str, out: str, checkpoint: int | None = None, batch_size: int | None = None,
-                  trust_run_dir: bool = False, **named: Any) -> dict[str, Any]:
+def export_policy(
+    run_dir: str,
+    out: str,
+    checkpoint: int | None = None,
+    batch_size: int | None = None,
+    trust_run_dir: bool = False,
+    **named: Any,
+) -> dict[str, Any]:
     """Writes the run's greedy policy to ``out`` (``jax.export``'s serialized function) and
     ``out + ".json"`` (its inputs, outputs and origin); returns what the JSON file holds.
     ``batch_size``: the one batch size the function takes (default: any, a symbolic size; a
@@ -126,8 +136,10 @@ def export_policy(run_dir: str, out: str, checkpoint: int | None = None, batch_s
     policy = load_policy(run_dir, checkpoint, greedy=True, trust_run_dir=trust_run_dir, **named)
     acting = greedy_builder(policy.config.builder).make_policy(policy.networks, policy.spec, True)
     if acting.initial_state is not None:
-        raise ValueError(f"the policy of {run_dir} is recurrent ({agent_name(policy.config.builder)}): shoal export "
-                         "writes feed-forward policies only; shoal.load_policy runs it in Python")
+        raise ValueError(
+            f"the policy of {run_dir} is recurrent ({agent_name(policy.config.builder)}): shoal export "
+            "writes feed-forward policies only; shoal.load_policy runs it in Python"
+        )
     params = jax.tree_util.tree_map(jnp.asarray, policy.params)
 
     def act(observation):
@@ -140,17 +152,29 @@ def export_policy(run_dir: str, out: str, checkpoint: int | None = None, batch_s
     except Exception as e:  # (a symbolic batch this JAX cannot trace: InconclusiveDimensionOperation)
         if type(e).__name__ != "InconclusiveDimensionOperation":
             raise
-        raise ValueError(f"JAX {jax.__version__} cannot export this policy for any batch size ({str(e).splitlines()[0]}): "
-                         "give one with --batch-size N") from e
+        raise ValueError(
+            f"JAX {jax.__version__} cannot export this policy for any batch size ({str(e).splitlines()[0]}): "
+            "give one with --batch-size N"
+        ) from e
     action = exported.out_avals[0]
-    about = {"format": "jax.export", "policy": "greedy", "agent": agent_name(policy.config.builder),
-             "env": policy.config.env.id,
-             "checkpoint": policy.checkpoint, "run_dir": os.path.abspath(run_dir), "jax": jax.__version__,
-             "platforms": list(PLATFORMS), "observation": _described(policy.spec.observation),
-             "action": {"shape": [str(d) for d in action.shape], "dtype": np.dtype(action.dtype).name,
-                        "num_actions": policy.spec.num_actions},
-             "needs": NEEDS,
-             "call": "from jax import export; export.deserialize(bytearray(open(FILE, 'rb').read())).call(observations)"}
+    about = {
+        "format": "jax.export",
+        "policy": "greedy",
+        "agent": agent_name(policy.config.builder),
+        "env": policy.config.env.id,
+        "checkpoint": policy.checkpoint,
+        "run_dir": os.path.abspath(run_dir),
+        "jax": jax.__version__,
+        "platforms": list(PLATFORMS),
+        "observation": _described(policy.spec.observation),
+        "action": {
+            "shape": [str(d) for d in action.shape],
+            "dtype": np.dtype(action.dtype).name,
+            "num_actions": policy.spec.num_actions,
+        },
+        "needs": NEEDS,
+        "call": "from jax import export; export.deserialize(bytearray(open(FILE, 'rb').read())).call(observations)",
+    }
     write_output(out, bytes(exported.serialize()))
     write_output(out + ".json", json.dumps(about, indent=1) + "\n")
     return {"out": out, **about}

@@ -42,9 +42,17 @@ class LearningActor(Actor):
     it); only a batch that neither arrives nor fails in ``timeout_s`` (a stuck sampler, not a
     slow machine) ends the run with a ``TimeoutError``."""
 
-    def __init__(self, actor: Actor, learner: Learner, server: Any, table: str,
-                 items_per_update: int, pull_after: bool, timeout_s: float = 600.0,
-                 first_update: Callable[[], AbstractContextManager] = contextlib.nullcontext) -> None:
+    def __init__(
+        self,
+        actor: Actor,
+        learner: Learner,
+        server: Any,
+        table: str,
+        items_per_update: int,
+        pull_after: bool,
+        timeout_s: float = 600.0,
+        first_update: Callable[[], AbstractContextManager] = contextlib.nullcontext,
+    ) -> None:
         self._actor, self._learner, self._server, self._table = actor, learner, server, table
         self._items_per_update, self._pull_after, self._timeout_s = items_per_update, pull_after, timeout_s
         self._items_consumed = 0
@@ -57,7 +65,8 @@ class LearningActor(Actor):
         if self._server.can_sample(self._table, self._items_per_update):
             return True
         return self._pull_after and (
-            self._server.items_sampled(self._table) >= self._items_consumed + self._items_per_update)
+            self._server.items_sampled(self._table) >= self._items_consumed + self._items_per_update
+        )
 
     def select_action(self, observation: np.ndarray) -> tuple[np.ndarray, Mapping[str, np.ndarray]]:
         return self._actor.select_action(observation)
@@ -82,8 +91,9 @@ class LearningActor(Actor):
             in_flight = self._items_granted > self._items_consumed  # (a granted batch: wait for it)
             behind = in_flight or self._behind()
             if behind and not in_flight and not self._learner.ready():
-                self._server.grant(self._table, self._items_per_update,
-                                   after_mutations=self._items_consumed // self._items_per_update)
+                self._server.grant(
+                    self._table, self._items_per_update, after_mutations=self._items_consumed // self._items_per_update
+                )
                 self._items_granted += self._items_per_update
             if self._learner.ready() and (behind or not stepped):
                 if self._items_consumed:
@@ -99,8 +109,10 @@ class LearningActor(Actor):
             elif waiting_since is None:
                 waiting_since = time.monotonic()
             elif time.monotonic() - waiting_since > self._timeout_s:
-                raise TimeoutError(f"replay table '{self._table}' could serve a batch, but none "
-                                   f"reached the learner within {self._timeout_s}s")
+                raise TimeoutError(
+                    f"replay table '{self._table}' could serve a batch, but none "
+                    f"reached the learner within {self._timeout_s}s"
+                )
             else:  # (the first batch: the learner's dataset opens, importing TensorFlow)
                 with self._learner.stopwatch.time("sample_wait" if self._items_consumed else "replay_open"):
                     time.sleep(0.0002)  # the learner's prefetch thread is fetching the batch

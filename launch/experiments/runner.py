@@ -79,17 +79,27 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
     return result
 
 
-def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, stop: threading.Event | None,
-           stack: contextlib.ExitStack) -> dict[str, Any]:
+def _train(
+    config: ExperimentConfig,
+    env,
+    spec: EnvironmentSpec,
+    start: float,
+    stop: threading.Event | None,
+    stack: contextlib.ExitStack,
+) -> dict[str, Any]:
     from shoal.replay import make_replay_server, without_insert_blocking
 
     builder = config.builder
     checkpointer = Checkpointer(config.run.dir) if config.run.dir else None
     networks = config.make_networks(spec)
     policy = builder.make_policy(networks, spec, evaluation=False)
-    server = make_replay_server(without_insert_blocking(builder.make_replay_tables(spec)), config.replay_backend(),
-                                checkpoint_dir=checkpointer.replay_directory if checkpointer else None,
-                                seed=config.run.seed, gated=True)
+    server = make_replay_server(
+        without_insert_blocking(builder.make_replay_tables(spec)),
+        config.replay_backend(),
+        checkpoint_dir=checkpointer.replay_directory if checkpointer else None,
+        seed=config.run.seed,
+        gated=True,
+    )
     _closing(stack, "the replay server", server.stop)  # (after its users: closed last of these)
     counter, stopwatch = Counter(), Stopwatch()  # one thread: one time breakdown
     learner_key, actor_key, eval_key = jax.random.split(jax.random.PRNGKey(config.run.seed), 3)
@@ -107,21 +117,46 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
     _closing(stack, "the evaluator", evaluator.close)
     pool = _self_play(config, env, evaluator, policy, learner)
     resumed = _resume(config, learner, counter, actor, evaluator, server, pool) if config.run.resume else None
-    compiling = (functools.partial(while_slow, "compiling the learner's update", sys.stderr, hint=COMPILE_HINT)
-                 if config.tracking.progress else contextlib.nullcontext)
-    loop = EnvironmentLoop(env, LearningActor(actor, learner, server, dataset.table, dataset.items_per_update,
-                                              pull_after=builder.on_policy, first_update=compiling),
-                           counter, train_logger, stopwatch)
+    compiling = (
+        functools.partial(while_slow, "compiling the learner's update", sys.stderr, hint=COMPILE_HINT)
+        if config.tracking.progress
+        else contextlib.nullcontext
+    )
+    loop = EnvironmentLoop(
+        env,
+        LearningActor(
+            actor,
+            learner,
+            server,
+            dataset.table,
+            dataset.items_per_update,
+            pull_after=builder.on_policy,
+            first_update=compiling,
+        ),
+        counter,
+        train_logger,
+        stopwatch,
+    )
     loop.env_steps = int(counter.get_counts().get("env_steps", 0))
-    progress = TerminalLogger("train", time_delta=config.tracking.progress_every_s) if config.tracking.progress else None
+    progress = (
+        TerminalLogger("train", time_delta=config.tracking.progress_every_s) if config.tracking.progress else None
+    )
     due = Periodic(config.run.checkpoint_every_s)
 
     def checkpoint() -> None:
         written = checkpointer.save(loop.env_steps, learner, server.client)
         if pool is not None:  # (its own file per checkpoint, named in run.json: committed with the rest)
             written["self_play_pool"] = save_pool(pool, config.run.dir, written)
-        commit(config.run.dir, written, loop.env_steps, agent=builder.name, spec=spec_record(spec),
-               counter=counter.save(), evaluator=evaluator.save(), actors={"actor": actor.save()})
+        commit(
+            config.run.dir,
+            written,
+            loop.env_steps,
+            agent=builder.name,
+            spec=spec_record(spec),
+            counter=counter.save(),
+            evaluator=evaluator.save(),
+            actors={"actor": actor.save()},
+        )
         due.reset()
 
     last_log = time.monotonic()
@@ -142,8 +177,13 @@ def _train(config: ExperimentConfig, env, spec: EnvironmentSpec, start: float, s
             last = evaluator.last_return
             row = loop.log(eval_return=last if last is not None else float("nan"))
             if progress:
-                progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps",
-                                                    "episode_return", "eval_return") if k in row})
+                progress.write(
+                    {
+                        k: row[k]
+                        for k in ("env_steps", "steps_per_s", "learner_steps", "episode_return", "eval_return")
+                        if k in row
+                    }
+                )
     terminated = stop is not None and stop.is_set()
     if not terminated and not evaluator.solved and evaluator.last_at != loop.env_steps:
         evaluator.run(loop.env_steps)  # the budget ran out between evaluations
@@ -183,8 +223,10 @@ def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server
     """Restores the run's checkpoint (replay restored itself when its server started)."""
     saved = read_run(config.run.dir)
     if "actor" not in saved["actors"]:
-        raise ValueError(f"{config.run.dir}/checkpoints/run.json: actors must hold the one actor of a "
-                         f"single-process run, got {', '.join(saved['actors']) or 'none'}")
+        raise ValueError(
+            f"{config.run.dir}/checkpoints/run.json: actors must hold the one actor of a "
+            f"single-process run, got {', '.join(saved['actors']) or 'none'}"
+        )
     restored_digest = restore_learner(config.run.dir, learner, saved)
     counter.restore(saved["counter"])
     actor.restore(saved["actors"]["actor"])
@@ -194,15 +236,25 @@ def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server
     if pool is not None:  # (the pool its checkpoint saved)
         restore_pool(pool, config.run.dir, saved, learner.get_variables()[1])
     replay_items = {name: int(info.current_size) for name, info in server.client.server_info().items()}
-    info = {"env_steps": saved["env_steps"], "learner_version": saved["learner_version"],
-            "learner_digest": restored_digest, "replay_items": replay_items,
-            "actor_env_steps": actor.save()["env_steps"], "actor_key": actor.save()["key"],
-            "next_eval_at": evaluator.save()["next"], "num_evals": evaluator.num_evals}
+    info = {
+        "env_steps": saved["env_steps"],
+        "learner_version": saved["learner_version"],
+        "learner_digest": restored_digest,
+        "replay_items": replay_items,
+        "actor_env_steps": actor.save()["env_steps"],
+        "actor_key": actor.save()["key"],
+        "next_eval_at": evaluator.save()["next"],
+        "num_evals": evaluator.num_evals,
+    }
     tables = ", ".join(f"{items:,} items in '{name}'" for name, items in replay_items.items())
-    print(f"shoal: resumed {config.run.dir} at env step {saved['env_steps']:,}: learner version "
-          f"{saved['learner_version']} (state {restored_digest}), replay {tables} (an item is one write of the "
-          f"agent's adder), actor schedule at {saved['actors']['actor']['env_steps']:,} env steps, "
-          f"{next_evaluation(evaluator.save()['next'], saved['env_steps'])}", file=sys.stderr, flush=True)
+    print(
+        f"shoal: resumed {config.run.dir} at env step {saved['env_steps']:,}: learner version "
+        f"{saved['learner_version']} (state {restored_digest}), replay {tables} (an item is one write of the "
+        f"agent's adder), actor schedule at {saved['actors']['actor']['env_steps']:,} env steps, "
+        f"{next_evaluation(evaluator.save()['next'], saved['env_steps'])}",
+        file=sys.stderr,
+        flush=True,
+    )
     return info
 
 

@@ -31,8 +31,10 @@ def check_backend(name: str) -> None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        raise ValueError(f"--track {name} needs the '{name}' extra, which is not installed; run "
-                         f"pip install -e '.[{name}]' (from the Shoal repository)")
+        raise ValueError(
+            f"--track {name} needs the '{name}' extra, which is not installed; run "
+            f"pip install -e '.[{name}]' (from the Shoal repository)"
+        )
 
 
 def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -76,8 +78,11 @@ class Backend(abc.ABC):
 
 # MLflow's HTTP settings (its environment variables) unless the user set them: 2 retries, 1 s
 # backoff, a 10 s request timeout (MLflow's own: 7, 2 s, 120 s).
-MLFLOW_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-               "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+MLFLOW_HTTP = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
 
 
 class WandbBackend(Backend):
@@ -93,10 +98,16 @@ class WandbBackend(Backend):
         import wandb
 
         self._run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT", "shoal"), name=os.path.basename(os.path.abspath(run_dir)),
-            group=f"{config.get('agent')}-{config.get('env_id')}", job_type="train", dir=run_dir,
-            config=config, id=resume_id, resume="allow" if resume_id else None,
-            settings=wandb.Settings(console="off"))  # (the run's stdout/stderr stay the run's own)
+            project=os.environ.get("WANDB_PROJECT", "shoal"),
+            name=os.path.basename(os.path.abspath(run_dir)),
+            group=f"{config.get('agent')}-{config.get('env_id')}",
+            job_type="train",
+            dir=run_dir,
+            config=config,
+            id=resume_id,
+            resume="allow" if resume_id else None,
+            settings=wandb.Settings(console="off"),
+        )  # (the run's stdout/stderr stay the run's own)
         self._labels: set[str] = set()
         return self._run.id
 
@@ -159,12 +170,15 @@ class MlflowBackend(Backend):
             experiment_id = client.create_experiment(name, artifact_location=artifacts)
         else:
             experiment_id = experiment.experiment_id
-        run = client.create_run(experiment_id, run_name=os.path.basename(os.path.abspath(run_dir)),
-                                tags={"agent": str(config.get("agent")), "env": str(config.get("env_id"))})
+        run = client.create_run(
+            experiment_id,
+            run_name=os.path.basename(os.path.abspath(run_dir)),
+            tags={"agent": str(config.get("agent")), "env": str(config.get("env_id"))},
+        )
         self._id = run.info.run_id
         params = [Param(key[:250], str(value)[:6000]) for key, value in flatten(config).items()]
         for first in range(0, len(params), 100):  # (MLflow takes at most 100 params a call)
-            client.log_batch(self._id, params=params[first:first + 100])
+            client.log_batch(self._id, params=params[first : first + 100])
         client.log_artifact(self._id, os.path.join(run_dir, "config.json"))
         return self._id
 
@@ -175,11 +189,12 @@ class MlflowBackend(Backend):
         now = int(time.time() * 1000)
         metrics = [Metric(key, value, now, step) for key, value, step in values]
         for first in range(0, len(metrics), 1000):
-            self._client.log_batch(self._id, metrics=metrics[first:first + 1000])
+            self._client.log_batch(self._id, metrics=metrics[first : first + 1000])
 
     def log(self, label: str, rows: Sequence[dict[str, float]]) -> None:
-        self._log_metrics([(f"{label}/{key}", value, int(row.get("env_steps", 0)))
-                           for row in rows for key, value in row.items()])
+        self._log_metrics(
+            [(f"{label}/{key}", value, int(row.get("env_steps", 0))) for row in rows for key, value in row.items()]
+        )
 
     def video(self, path: str, env_steps: int) -> None:
         self._client.log_artifact(self._id, path, "videos")
@@ -187,8 +202,13 @@ class MlflowBackend(Backend):
     def finish(self, result: dict[str, Any] | None) -> None:
         if result is not None:  # its numbers at the run's last env step, and the file
             step = int(result.get("env_steps") or 0)
-            self._log_metrics([(key, float(value), step) for key, value in flatten(result, "result/").items()
-                               if isinstance(value, (int, float)) and not isinstance(value, bool)])
+            self._log_metrics(
+                [
+                    (key, float(value), step)
+                    for key, value in flatten(result, "result/").items()
+                    if isinstance(value, (int, float)) and not isinstance(value, bool)
+                ]
+            )
             if os.path.exists(os.path.join(self._run_dir, "result.json")):
                 self._client.log_artifact(self._id, os.path.join(self._run_dir, "result.json"))
         self._client.set_terminated(self._id, "FINISHED" if result is not None else "FAILED")

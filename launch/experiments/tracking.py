@@ -67,7 +67,7 @@ class CsvTail:
                 self._header, self._offset = next(csv.reader([header.decode("utf-8", "replace")])), len(header)
             f.seek(self._offset)
             data = f.read()
-        data = data[:data.rfind(b"\n") + 1]  # (whole lines only: a row may be half-written)
+        data = data[: data.rfind(b"\n") + 1]  # (whole lines only: a row may be half-written)
         self._offset += len(data)
         rows = [self._numbers(values) for values in csv.reader(data.decode("utf-8", "replace").splitlines())][skip:]
         self.rows += len(rows)
@@ -107,8 +107,9 @@ class RunTracker:
         self._thread.start()
         return self
 
-    def close(self, result: dict[str, Any] | None, stop: threading.Event | None = None,
-              timeout_s: float = FINISH_TIMEOUT_S) -> None:
+    def close(
+        self, result: dict[str, Any] | None, stop: threading.Event | None = None, timeout_s: float = FINISH_TIMEOUT_S
+    ) -> None:
         """Sends what is left and ``result`` (``None``: the run failed), waiting at most
         ``timeout_s``, and no longer than a signal allows: ``stop`` is the run's stop request
         (``interrupts.StopRequest``, or any ``threading.Event``). If it is set already (the run
@@ -128,8 +129,12 @@ class RunTracker:
                 why = f"it did not finish within {bound_s:g} s"
             else:
                 continue
-            print(f"shoal: warning: tracking ({self._name}) left unfinished ({why}); the run's logs are "
-                  f"complete in {self._run_dir}", file=sys.stderr, flush=True)
+            print(
+                f"shoal: warning: tracking ({self._name}) left unfinished ({why}); the run's logs are "
+                f"complete in {self._run_dir}",
+                file=sys.stderr,
+                flush=True,
+            )
             return
 
     def _follow(self) -> None:
@@ -152,9 +157,13 @@ class RunTracker:
             self._send(backend, run_id)
             backend.finish(self._result)
         except Exception as e:  # noqa: BLE001 -- a tracker never stops training
-            print(f"shoal: warning: tracking ({self._name}) failed: {type(e).__name__}: {e!s:.300}; training "
-                  f"goes on, its CSV and TensorBoard logs stay complete in {self._run_dir} (no more "
-                  "tracking this run)", file=sys.stderr, flush=True)
+            print(
+                f"shoal: warning: tracking ({self._name}) failed: {type(e).__name__}: {e!s:.300}; training "
+                f"goes on, its CSV and TensorBoard logs stay complete in {self._run_dir} (no more "
+                "tracking this run)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _send(self, backend, run_id: str) -> None:
         """What each log gained and the new videos; then ``tracking.json``."""
@@ -196,11 +205,15 @@ def _saved_state(path: str) -> dict[str, Any] | None:
     for key, kind in fields.items() if bad is None else ():
         if key in saved and not isinstance(saved[key], kind):
             bad = key
-    if bad is None and any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in saved.get("rows", {}).values()):
+    if bad is None and any(
+        not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in saved.get("rows", {}).values()
+    ):
         bad = "rows"
     if bad is None and not all(isinstance(v, str) for v in saved.get("videos", [])):
         bad = "videos"
     if bad is not None:
-        raise ValueError(f"{path}: {bad} is not as Shoal writes it (got {saved if bad == 'the state' else saved[bad]!r:.80}); "
-                         "remove the file to track the resumed run as a new one")
+        raise ValueError(
+            f"{path}: {bad} is not as Shoal writes it (got {saved if bad == 'the state' else saved[bad]!r:.80}); "
+            "remove the file to track the resumed run as a new one"
+        )
     return saved

@@ -60,8 +60,16 @@ class TrainedPolicy:
     learner checkpoint's env-step number).
     """
 
-    def __init__(self, config: Any, spec: EnvironmentSpec, networks: Any, params: Any, checkpoint: int,
-                 greedy: bool = True, seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: Any,
+        spec: EnvironmentSpec,
+        networks: Any,
+        params: Any,
+        checkpoint: int,
+        greedy: bool = True,
+        seed: int = 0,
+    ) -> None:
         self.config, self.spec, self.params, self.checkpoint = config, spec, params, checkpoint
         self.networks = networks
         self._policy = config.builder.make_policy(networks, spec, evaluation=greedy)
@@ -80,8 +88,9 @@ class TrainedPolicy:
             from shoal.actors import BatchedActor, VariableClient
 
             client = VariableClient(self._source, asynchronous=False)
-            self._actors[num_envs] = BatchedActor(self._policy, jax.random.PRNGKey(self._seed), client,
-                                                  num_envs=num_envs)
+            self._actors[num_envs] = BatchedActor(
+                self._policy, jax.random.PRNGKey(self._seed), client, num_envs=num_envs
+            )
         return self._actors[num_envs]
 
     def __call__(self, observation: Any) -> np.ndarray:
@@ -111,8 +120,10 @@ def _is_single(observation: Any, spec: Any) -> bool:
     that is neither is a ``ValueError`` naming both."""
     if isinstance(spec, dict):
         if not isinstance(observation, dict) or set(observation) != set(spec):
-            raise ValueError(f"the policy takes a dict observation with keys {sorted(spec)}, got "
-                             f"{sorted(observation) if isinstance(observation, dict) else type(observation).__name__}")
+            raise ValueError(
+                f"the policy takes a dict observation with keys {sorted(spec)}, got "
+                f"{sorted(observation) if isinstance(observation, dict) else type(observation).__name__}"
+            )
         key = sorted(spec)[0]
         observation, spec = observation[key], spec[key]
     shape, wanted = np.shape(observation), tuple(spec.shape)
@@ -120,8 +131,10 @@ def _is_single(observation: Any, spec: Any) -> bool:
         return True
     if len(shape) == len(wanted) + 1 and shape[1:] == wanted and shape[0] > 0:
         return False
-    raise ValueError(f"the policy takes observations of shape {wanted} (or a batch [n, {', '.join(map(str, wanted))}]), "
-                     f"got shape {shape}")
+    raise ValueError(
+        f"the policy takes observations of shape {wanted} (or a batch [n, {', '.join(map(str, wanted))}]), "
+        f"got shape {shape}"
+    )
 
 
 def checkpoints(run_dir: str) -> list[int]:
@@ -144,19 +157,31 @@ def _params(run_dir: str, builder: Any, networks: Any, step: int) -> Any:
     template = builder.init_state(jax.random.PRNGKey(0), networks)
     with _readable(run_dir, {"learner_step": step}):
         if template is not None:
-            state = manager.restore(step, args=ocp.args.StandardRestore(
-                {"state": jax.tree_util.tree_map(np.asarray, template), "version": np.asarray(0)}))["state"]
+            state = manager.restore(
+                step,
+                args=ocp.args.StandardRestore(
+                    {"state": jax.tree_util.tree_map(np.asarray, template), "version": np.asarray(0)}
+                ),
+            )["state"]
             return state["params"] if isinstance(state, dict) else state.params
         state = manager.restore(step, args=ocp.args.PyTreeRestore())["state"]
     if not (isinstance(state, dict) and "params" in state):
-        raise ValueError(f"the learner checkpoint of {run_dir} holds no 'params' this agent's builder can find: "
-                         "give the builder an init_state(key, networks) (see 'Your own agent')")
+        raise ValueError(
+            f"the learner checkpoint of {run_dir} holds no 'params' this agent's builder can find: "
+            "give the builder an init_state(key, networks) (see 'Your own agent')"
+        )
     return state["params"]
 
 
-def load_policy(run_dir: str, checkpoint: int | None = None, greedy: bool = True, seed: int = 0,
-                network_factory: Callable[[EnvironmentSpec], Any] | None = None, trust_run_dir: bool = False,
-                **named: Any) -> TrainedPolicy:
+def load_policy(
+    run_dir: str,
+    checkpoint: int | None = None,
+    greedy: bool = True,
+    seed: int = 0,
+    network_factory: Callable[[EnvironmentSpec], Any] | None = None,
+    trust_run_dir: bool = False,
+    **named: Any,
+) -> TrainedPolicy:
     """The policy of the run in ``run_dir`` (any launcher; finished or still running) on the
     parameters of its last complete learner checkpoint, or of ``checkpoint`` (an env-step
     number of ``checkpoints/learner/``): a ``TrainedPolicy``. ``greedy``: the evaluation policy
@@ -174,12 +199,15 @@ def load_policy(run_dir: str, checkpoint: int | None = None, greedy: bool = True
     held = checkpoints(run_dir)
     if checkpoint is None:
         if run is None:
-            raise ValueError(f"{run_dir} holds no complete checkpoint yet (no checkpoints/run.json): a run writes "
-                             "one every --checkpoint-every seconds and at its end")
+            raise ValueError(
+                f"{run_dir} holds no complete checkpoint yet (no checkpoints/run.json): a run writes "
+                "one every --checkpoint-every seconds and at its end"
+            )
         checkpoint = int(run["learner_step"])
     elif int(checkpoint) not in held:
-        raise ValueError(f"{run_dir} holds no learner checkpoint {checkpoint}; it holds "
-                         f"{', '.join(map(str, held)) or 'none'}")
+        raise ValueError(
+            f"{run_dir} holds no learner checkpoint {checkpoint}; it holds {', '.join(map(str, held)) or 'none'}"
+        )
     env = config.make_env(1, seed, evaluation=True)
     try:
         spec = make_environment_spec(env)
@@ -219,19 +247,36 @@ class _Progress:
         now = time.monotonic()
         if self.every_s is not None and now - self._last >= self.every_s:
             self._last = now
-            print(f"shoal evaluate: {self.done:,} of {self.episodes:,} episodes done ({self.env_steps:,} env steps, "
-                  f"{now - self.started:.0f} s)", file=sys.stderr, flush=True)
+            print(
+                f"shoal evaluate: {self.done:,} of {self.episodes:,} episodes done ({self.env_steps:,} env steps, "
+                f"{now - self.started:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _stats(x: np.ndarray) -> dict[str, float]:
-    return {"mean": float(np.mean(x)), "std": float(np.std(x)), "median": float(np.median(x)),
-            "min": float(np.min(x)), "max": float(np.max(x))}
+    return {
+        "mean": float(np.mean(x)),
+        "std": float(np.std(x)),
+        "median": float(np.median(x)),
+        "min": float(np.min(x)),
+        "max": float(np.max(x)),
+    }
 
 
-def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None, seed: int | None = None,
-                 greedy: bool = True, env_args: dict[str, Any] | None = None, trust_run_dir: bool = False,
-                 envs_at_once: int = ENVS_AT_ONCE, progress_every_s: float | None = None,
-                 **named: Any) -> dict[str, Any]:
+def evaluate_run(
+    run_dir: str,
+    episodes: int = 10,
+    checkpoint: int | None = None,
+    seed: int | None = None,
+    greedy: bool = True,
+    env_args: dict[str, Any] | None = None,
+    trust_run_dir: bool = False,
+    envs_at_once: int = ENVS_AT_ONCE,
+    progress_every_s: float | None = None,
+    **named: Any,
+) -> dict[str, Any]:
     """``episodes`` episodes (at most ``MAX_EPISODES``; ``envs_at_once`` in parallel, one per env
     copy, round after round) of the run's policy on its env (``env_args`` updating the run's),
     episode ``i`` reset with ``seed + i`` (``seed`` in [0, ``MAX_SEED - episodes + 1``]: every
@@ -247,10 +292,13 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
     if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_EPISODES:
         raise ValueError(f"--episodes must be in [1, {MAX_EPISODES:,}], got {episodes!r}")
     last_seed = MAX_SEED - episodes + 1  # (the episodes' seeds, seed to seed + episodes - 1, all <= MAX_SEED)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
-                             or not 0 <= seed <= last_seed):
-        raise ValueError(f"--seed must be in [0, {last_seed}] for {episodes:,} episodes (episode i is reset with "
-                         f"seed + i, at most {MAX_SEED}), got {seed!r}")
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= last_seed
+    ):
+        raise ValueError(
+            f"--seed must be in [0, {last_seed}] for {episodes:,} episodes (episode i is reset with "
+            f"seed + i, at most {MAX_SEED}), got {seed!r}"
+        )
     if isinstance(envs_at_once, bool) or not isinstance(envs_at_once, int) or envs_at_once < 1:
         raise ValueError(f"envs_at_once must be a positive integer, got {envs_at_once!r}")
     if progress_every_s is not None and not progress_every_s >= 0:
@@ -276,19 +324,29 @@ def evaluate_run(run_dir: str, episodes: int = 10, checkpoint: int | None = None
             rows = env.num_envs  # (a PettingZoo env's: copies x agents, copy by copy; shoal.envs.multiagent)
             agents = getattr(env, "agents", None) if rows != copies else None
             row_lengths = np.zeros(rows, np.int64)
-            row_returns = evaluate(env, progress.actor(policy.actor(rows), rows), seed=seed + first,
-                                   lengths=row_lengths)
+            row_returns = evaluate(
+                env, progress.actor(policy.actor(rows), rows), seed=seed + first, lengths=row_lengths
+            )
             # (an episode is a copy's: its agents' returns summed, the longest agent's length)
-            returns[first:first + copies] = row_returns.reshape(copies, -1).sum(axis=1)
-            lengths[first:first + copies] = row_lengths.reshape(copies, -1).max(axis=1)
+            returns[first : first + copies] = row_returns.reshape(copies, -1).sum(axis=1)
+            lengths[first : first + copies] = row_lengths.reshape(copies, -1).max(axis=1)
             progress.done = first + copies
     finally:
         for env in envs.values():
             env.close()
     per_copy = {"agents": list(agents), "return_of": "each episode's agents together (their sum)"} if agents else {}
-    return {"run_dir": run_dir, "agent": agent_name(config.builder), "env": config.env.id,
-            "checkpoint": policy.checkpoint, "seed": seed, "episodes": episodes, "greedy": greedy, **per_copy,
-            "return": _stats(returns), "length": _stats(lengths)}
+    return {
+        "run_dir": run_dir,
+        "agent": agent_name(config.builder),
+        "env": config.env.id,
+        "checkpoint": policy.checkpoint,
+        "seed": seed,
+        "episodes": episodes,
+        "greedy": greedy,
+        **per_copy,
+        "return": _stats(returns),
+        "length": _stats(lengths),
+    }
 
 
 __all__ = ["ENVS_AT_ONCE", "MAX_EPISODES", "MAX_SEED", "TrainedPolicy", "checkpoints", "evaluate_run", "load_policy"]

@@ -11,6 +11,21 @@ from shoal.launch.programs.resources import Resources
 from shoal.launch.programs.stopping import ProgramFailed
 from shoal.launch.programs.supervision import NodeState, ProgramRun
 
-__all__ = ["AddressBook", "FileAddressBook", "FunctionNode", "Handle", "LAUNCHERS", "Node",
-           "NodeContext", "NodeState", "Program", "ProgramFailed", "ProgramRun", "Resources",
-           "ServiceNode", "current_context", "launch", "should_stop"]
+__all__ = [
+    "AddressBook",
+    "FileAddressBook",
+    "FunctionNode",
+    "Handle",
+    "LAUNCHERS",
+    "Node",
+    "NodeContext",
+    "NodeState",
+    "Program",
+    "ProgramFailed",
+    "ProgramRun",
+    "Resources",
+    "ServiceNode",
+    "current_context",
+    "launch",
+    "should_stop",
+]

@@ -30,8 +30,9 @@ class AddressBook(abc.ABC):
         deadline = time.monotonic() + timeout_s
         while (address := self.get(label)) is None:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"node {label!r} published no address within {timeout_s}s "
-                                   "(did it fail to start? see its log)")
+                raise TimeoutError(
+                    f"node {label!r} published no address within {timeout_s}s (did it fail to start? see its log)"
+                )
             time.sleep(0.05)
         return address
 

@@ -38,8 +38,7 @@ class _Control:
         return self._autoscale.status() if self._autoscale is not None else None
 
 
-def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]] | None = None,
-                  autoscale: Any = None):
+def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]] | None = None, autoscale: Any = None):
     """Starts the control server of ``run`` (stopped when the program ends); ``limits``:
     ``{group: (fewest, most)}`` nodes ``scale`` may run; ``autoscale``: the run's autoscale
     loop (its ``status()``, and ``pinned`` set by a manual ``scale`` of the actors)."""
@@ -51,8 +50,10 @@ def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]] |
     make_dirs(directory)
     # (mode 0600 from the first byte; never written through a link planted in the directory)
     write_atomic(os.path.join(directory, "control.token"), token, mode=0o600)
-    write_atomic(os.path.join(directory, "control.json"),
-                 json_text({"address": server.address, "program": run.program.name, "pid": os.getpid()}))
+    write_atomic(
+        os.path.join(directory, "control.json"),
+        json_text({"address": server.address, "program": run.program.name, "pid": os.getpid()}),
+    )
     run.closers.append(lambda: _remove(directory, server.address))
     return server
 
@@ -91,8 +92,10 @@ def _read(path: str, what: str) -> str:
         with open(path) as f:
             return f.read()
     except FileNotFoundError:
-        raise ValueError(f"{os.path.dirname(path)!r} is not the run directory of a running distributed "
-                         f"program (no {os.path.basename(path)} in it)") from None
+        raise ValueError(
+            f"{os.path.dirname(path)!r} is not the run directory of a running distributed "
+            f"program (no {os.path.basename(path)} in it)"
+        ) from None
     except OSError as e:
         raise ValueError(f"cannot read {path} ({what}): {e.strerror or e}") from None
 
@@ -108,11 +111,12 @@ def connect_control(directory: str, timeout_s: float = 10.0):
         if not isinstance(address, str):
             raise TypeError(address)
     except (ValueError, KeyError, TypeError):
-        raise ValueError(f"{os.path.join(directory, 'control.json')} is damaged (not the JSON a running "
-                         "program writes); is the program still running?") from None
+        raise ValueError(
+            f"{os.path.join(directory, 'control.json')} is damaged (not the JSON a running "
+            "program writes); is the program still running?"
+        ) from None
     if not _alive(written.get("pid")):
-        raise ValueError(f"the program of {directory!r} has ended (its process, pid {written['pid']}, "
-                         "is gone)")
+        raise ValueError(f"the program of {directory!r} has ended (its process, pid {written['pid']}, is gone)")
     token = _read(os.path.join(directory, "control.token"), "the control token").strip()
     try:
         return RpcClient(address, token=token, timeout_s=timeout_s).wait_for_ready(timeout_s)

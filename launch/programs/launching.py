@@ -24,11 +24,20 @@ from shoal.launch.programs.supervision import ProgramRun
 LAUNCHERS = ("processes", "inprocess", "ray")
 
 
-def launch(program: Program, launcher: str = "processes", *, run_dir: str | None = None,
-           token: str | None = None, host: str | None = None,
-           group_env: Mapping[str, Mapping[str, str]] | None = None, max_restarts: int = 3,
-           grace_s: float = 5.0, ray_address: str | None = None, ports: tuple[int, int] | None = None,
-           before_stop: Callable[[ProgramRun], None] | None = None) -> ProgramRun:
+def launch(
+    program: Program,
+    launcher: str = "processes",
+    *,
+    run_dir: str | None = None,
+    token: str | None = None,
+    host: str | None = None,
+    group_env: Mapping[str, Mapping[str, str]] | None = None,
+    max_restarts: int = 3,
+    grace_s: float = 5.0,
+    ray_address: str | None = None,
+    ports: tuple[int, int] | None = None,
+    before_stop: Callable[[ProgramRun], None] | None = None,
+) -> ProgramRun:
     """Starts every node of ``program``.
 
     Args:
@@ -59,8 +68,10 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     group_env = {group: dict(env) for group, env in (group_env or {}).items()}
     unknown = set(group_env) - set(program.groups)
     if unknown:
-        raise ValueError(f"group_env names groups {sorted(unknown)} that program {program.name!r} "
-                         f"does not have (groups: {sorted(program.groups)})")
+        raise ValueError(
+            f"group_env names groups {sorted(unknown)} that program {program.name!r} "
+            f"does not have (groups: {sorted(program.groups)})"
+        )
     check_ports(program, launcher, ports)
     # Every launch is authenticated: any local process could otherwise call a node (and e.g.
     # inflate a run's step counter).
@@ -72,9 +83,18 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
         if run_dir is not None:
             log_dir = os.path.join(run_dir, "logs")
             make_dirs(log_dir)
-        return launch_ray(program, token=token, group_env=group_env, ray_address=ray_address,
-                          ports=ports or DEFAULT_PORTS, log_dir=log_dir, host=host,
-                          max_restarts=max_restarts, grace_s=grace_s, before_stop=before_stop)
+        return launch_ray(
+            program,
+            token=token,
+            group_env=group_env,
+            ray_address=ray_address,
+            ports=ports or DEFAULT_PORTS,
+            log_dir=log_dir,
+            host=host,
+            max_restarts=max_restarts,
+            grace_s=grace_s,
+            before_stop=before_stop,
+        )
     host = host or "127.0.0.1"
     advertise = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # (all nodes are on this machine)
     run_dir = run_dir or tempfile.mkdtemp(prefix=f"shoal-{program.name}-")
@@ -83,9 +103,14 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
     book = FileAddressBook(os.path.join(run_dir, "addresses"))
     book.clear()  # addresses of an earlier run in this directory
     if launcher == "processes":
-        base = dict(os.environ, SHOAL_TOKEN=token or "", SHOAL_BIND_HOST=host,
-                    SHOAL_ADVERTISE_HOST=advertise, PYTHONUNBUFFERED="1",
-                    SHOAL_PORTS=f"{ports[0]}-{ports[1]}" if ports else "")
+        base = dict(
+            os.environ,
+            SHOAL_TOKEN=token or "",
+            SHOAL_BIND_HOST=host,
+            SHOAL_ADVERTISE_HOST=advertise,
+            PYTHONUNBUFFERED="1",
+            SHOAL_PORTS=f"{ports[0]}-{ports[1]}" if ports else "",
+        )
         workers: list[ProcessWorker] = []
 
         def make_worker(node: Node) -> Worker:
@@ -97,13 +122,23 @@ def launch(program: Program, launcher: str = "processes", *, run_dir: str | None
 
         close: Callable[[], None] | None = sweep
     else:
+
         def make_worker(node: Node) -> Worker:
             return ThreadWorker(node, book, token, host, advertise, ports)
 
         close = None
-    return ProgramRun(program, make_worker, launcher=launcher, run_dir=run_dir, address_book=book,
-                      token=token, on_close=close, max_restarts=max_restarts, grace_s=grace_s,
-                      before_stop=before_stop)
+    return ProgramRun(
+        program,
+        make_worker,
+        launcher=launcher,
+        run_dir=run_dir,
+        address_book=book,
+        token=token,
+        on_close=close,
+        max_restarts=max_restarts,
+        grace_s=grace_s,
+        before_stop=before_stop,
+    )
 
 
 def servers(program: Program) -> list[str]:
@@ -136,7 +171,9 @@ def check_ports(program: Program, launcher: str, ports: tuple[int, int] | None) 
         where = "on one host" if launcher == "ray" else "on this machine"
         n = len(labels)
         wider = f"{first}-{first + n - 1}" if first + n - 1 <= 65535 else f"{last - n + 1}-{last}"
-        raise ValueError(f"the port range {first}-{last} holds {last - first + 1} port(s), but the program's "
-                         f"{len(labels)} servers {where} ({', '.join(labels)}) need one each: give a range "
-                         f"of at least {len(labels)} ports (more if actors are added while it runs), e.g. "
-                         f"--ports {wider}")
+        raise ValueError(
+            f"the port range {first}-{last} holds {last - first + 1} port(s), but the program's "
+            f"{len(labels)} servers {where} ({', '.join(labels)}) need one each: give a range "
+            f"of at least {len(labels)} ports (more if actors are added while it runs), e.g. "
+            f"--ports {wider}"
+        )

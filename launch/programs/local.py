@@ -30,8 +30,15 @@ from shoal.launch.programs.stopping import failure_line
 class ThreadWorker:
     managed_restarts, restarts = False, 0
 
-    def __init__(self, node: Node, book: FileAddressBook, token: str | None, bind_host: str,
-                 advertise_host: str, ports: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        node: Node,
+        book: FileAddressBook,
+        token: str | None,
+        bind_host: str,
+        advertise_host: str,
+        ports: tuple[int, int] | None = None,
+    ) -> None:
         self.node, self._book, self._token, self._ports = node, book, token, ports
         self._hosts = bind_host, advertise_host
         self.log_path = "(this process)"
@@ -45,8 +52,15 @@ class ThreadWorker:
 
     def start(self) -> None:
         self.code, self._starts = None, self._starts + 1
-        self.ctx = NodeContext(self.node.label, self.node.group, self._book, self._token, *self._hosts,
-                               start_count=self._starts, ports=self._ports)
+        self.ctx = NodeContext(
+            self.node.label,
+            self.node.group,
+            self._book,
+            self._token,
+            *self._hosts,
+            start_count=self._starts,
+            ports=self._ports,
+        )
         self.thread = threading.Thread(target=self._main, args=(self.ctx,), name=self.node.label, daemon=True)
         self.thread.start()
 
@@ -99,11 +113,22 @@ class ProcessWorker:
         self._starts += 1
         with open_append(self.log_path) as log:  # (never through a link planted in logs/)
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "shoal.launch.programs.worker", self.node.label,
-                 os.path.join(self.run_dir, "addresses"), str(os.getpid()), str(write_end)],
-                env={**self.env, "SHOAL_NODE_START": str(self._starts)}, stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.PIPE, start_new_session=True,
-                pass_fds=(write_end,))
+                [
+                    sys.executable,
+                    "-m",
+                    "shoal.launch.programs.worker",
+                    self.node.label,
+                    os.path.join(self.run_dir, "addresses"),
+                    str(os.getpid()),
+                    str(write_end),
+                ],
+                env={**self.env, "SHOAL_NODE_START": str(self._starts)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=(write_end,),
+            )
         self.pids.append(self.proc.pid)
         os.close(write_end)
         threading.Thread(target=self._hand_over, args=(self.proc,), daemon=True).start()
@@ -153,8 +178,12 @@ class ProcessWorker:
             try:
                 self.proc.wait(wait_s)
             except subprocess.TimeoutExpired:
-                print(f"shoal: warning: node {self.node.label} (pid {self.proc.pid}) was killed but had not "
-                      f"exited after {wait_s:g}s", file=sys.stderr, flush=True)
+                print(
+                    f"shoal: warning: node {self.node.label} (pid {self.proc.pid}) was killed but had not "
+                    f"exited after {wait_s:g}s",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     def _written(self, wait_s: float = 10.0) -> Any:
         self._reader.join(wait_s)  # the pipe's last bytes may still be in flight after the exit

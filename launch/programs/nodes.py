@@ -69,8 +69,10 @@ class NodeContext:
                 return make_server(port)
             except OSError:  # taken since the check: the next one
                 continue
-        raise OSError(f"{self.label}: no free port for its {what} in {first}-{last} on {self.bind_host} "
-                      "(widen the range: --ports FIRST-LAST)")
+        raise OSError(
+            f"{self.label}: no free port for its {what} in {first}-{last} on {self.bind_host} "
+            "(widen the range: --ports FIRST-LAST)"
+        )
 
     def should_stop(self) -> bool:
         return self.stop_event.is_set()
@@ -134,8 +136,14 @@ class ServiceNode(Node):
 
     kind = "service"
 
-    def __init__(self, factory: Callable[..., Any], *args: Any, methods: Sequence[str] | None = None,
-                 ends_program: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        factory: Callable[..., Any],
+        *args: Any,
+        methods: Sequence[str] | None = None,
+        ends_program: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.factory, self.methods, self.ends_program = factory, methods, ends_program
 
@@ -151,8 +159,10 @@ class ServiceNode(Node):
         from shoal.launch.programs.rpc import RpcServer
 
         obj = self.factory(*ctx.deref(self.args), **ctx.deref(self.kwargs))
-        server = ctx.serve(lambda port: RpcServer(obj, host=ctx.bind_host, port=port, token=ctx.token,
-                                                  methods=self.methods), "RPC server").start()
+        server = ctx.serve(
+            lambda port: RpcServer(obj, host=ctx.bind_host, port=port, token=ctx.token, methods=self.methods),
+            "RPC server",
+        ).start()
         ctx.publish(server.port)
         try:
             if callable(getattr(obj, "run", None)):

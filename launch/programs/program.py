@@ -92,8 +92,11 @@ def dereference(value: Any, resolve) -> Any:
     if isinstance(value, list):
         return [dereference(v, resolve) for v in value]
     if isinstance(value, tuple):
-        return type(value)(*(dereference(v, resolve) for v in value)) if hasattr(value, "_fields") \
+        return (
+            type(value)(*(dereference(v, resolve) for v in value))
+            if hasattr(value, "_fields")
             else tuple(dereference(v, resolve) for v in value)
+        )
     if isinstance(value, dict):
         return {k: dereference(v, resolve) for k, v in value.items()}
     return value
@@ -125,8 +128,14 @@ class Program:
         finally:
             self._group = None
 
-    def add_group(self, name: str, make_node: Callable[[int], Node], count: int,
-                  resources: Resources | None = None, restartable: bool = False) -> list[Handle]:
+    def add_group(
+        self,
+        name: str,
+        make_node: Callable[[int], Node],
+        count: int,
+        resources: Resources | None = None,
+        restartable: bool = False,
+    ) -> list[Handle]:
         """Adds nodes ``make_node(0) .. make_node(count - 1)``, labelled ``{name}_{i}``, as group
         ``name``, which a running program can then grow and shrink."""
         if count < 0:
@@ -139,8 +148,10 @@ class Program:
         """Adds the next node of a group made with ``add_group`` (labels are never reused: a
         removed node keeps its place in the graph) and returns it."""
         if group not in self.node_factories:
-            raise ValueError(f"group {group!r} of program {self.name!r} cannot grow: it was not "
-                             f"added with add_group (growable: {sorted(self.node_factories) or 'none'})")
+            raise ValueError(
+                f"group {group!r} of program {self.name!r} cannot grow: it was not "
+                f"added with add_group (growable: {sorted(self.node_factories) or 'none'})"
+            )
         index = sum(n.group == group for n in self.nodes)
         with self.group(group):
             return self.add_node(self.node_factories[group](index), label=f"{group}_{index}").node
@@ -180,8 +191,10 @@ class Program:
         node.label, node.group = label, group
         for dep in node.dependencies():
             if dep not in self.nodes:
-                raise ValueError(f"node {label!r} takes a handle to {dep.label or dep!r}, "
-                                 f"which was not added to program {self.name!r}")
+                raise ValueError(
+                    f"node {label!r} takes a handle to {dep.label or dep!r}, "
+                    f"which was not added to program {self.name!r}"
+                )
         self.nodes.append(node)
         return Handle(node)
 
@@ -202,6 +215,7 @@ class Program:
             lines.append(f"  group {group} ({len(nodes)}):")
             for node in nodes:
                 deps = ", ".join(d.label for d in dict.fromkeys(node.dependencies()))
-                lines.append(f"    {node.label:<14} {node.kind:<9} {node.describe_target()}"
-                             + (f"  <- {deps}" if deps else ""))
+                lines.append(
+                    f"    {node.label:<14} {node.kind:<9} {node.describe_target()}" + (f"  <- {deps}" if deps else "")
+                )
         return "\n".join(lines)

@@ -25,13 +25,11 @@ class Resources:
     custom: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        amounts = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "memory": self.memory,
-                   **dict(self.custom)}
+        amounts = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "memory": self.memory, **dict(self.custom)}
         for name, value in amounts.items():
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"resource {name} must be a finite number >= 0, got {value!r}")
 
     @classmethod
@@ -44,7 +42,9 @@ class Resources:
             pairs = {}
         if not pairs or any(not name for name in pairs):
             raise ValueError(f"resources are NAME=VALUE[,NAME=VALUE...], got {text!r}")
-        standard: dict[str, Any] = {name: pairs.pop(name) for name in ("num_cpus", "num_gpus", "memory") if name in pairs}
+        standard: dict[str, Any] = {
+            name: pairs.pop(name) for name in ("num_cpus", "num_gpus", "memory") if name in pairs
+        }
         if "memory" in standard and math.isfinite(standard["memory"]):
             standard["memory"] = int(standard["memory"])
         return cls(**standard, custom=pairs)

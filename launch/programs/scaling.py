@@ -50,8 +50,16 @@ class ElasticGroups:
     def running(self, group: str, placed: bool = False) -> list[str]:
         """Labels of ``group``'s nodes that are running (or being restarted, or waiting to be
         placed unless ``placed``), in index order."""
-        return sorted((label for label, w in self.workers.items() if w.node.group == group and self.states[label] in LIVE
-                       and not (placed and self.states[label] == NodeState.PENDING)), key=_index)
+        return sorted(
+            (
+                label
+                for label, w in self.workers.items()
+                if w.node.group == group
+                and self.states[label] in LIVE
+                and not (placed and self.states[label] == NodeState.PENDING)
+            ),
+            key=_index,
+        )
 
     def add_nodes(self, group: str, count: int) -> list[str]:
         """Starts ``count`` new nodes of ``group`` (made by its ``add_group`` factory)."""
@@ -84,8 +92,9 @@ class ElasticGroups:
         if isinstance(count, bool) or not isinstance(count, int) or not low <= count <= high:
             raise ValueError(f"group {group!r} can run between {low} and {high} nodes, not {count!r}")
         if group not in self.program.node_factories:
-            raise ValueError(f"group {group!r} cannot be scaled (scalable: "
-                             f"{sorted(self.program.node_factories) or 'none'})")
+            raise ValueError(
+                f"group {group!r} cannot be scaled (scalable: {sorted(self.program.node_factories) or 'none'})"
+            )
         change = count - len(self.running(group))
         if change > 0:
             self.add_nodes(group, change)
@@ -100,16 +109,25 @@ class ElasticGroups:
             for label, w in self.workers.items():
                 state = self.states[label]
                 shown = f"failed ({self.exit_codes.get(label)})" if state == NodeState.FAILED else state.value
-                rows.append({"label": label, "group": w.node.group, "state": shown,
-                             "restarts": w.restarts if w.managed_restarts else self.restarts[label],
-                             "log": w.log_path})
+                rows.append(
+                    {
+                        "label": label,
+                        "group": w.node.group,
+                        "state": shown,
+                        "restarts": w.restarts if w.managed_restarts else self.restarts[label],
+                        "log": w.log_path,
+                    }
+                )
             return rows
 
     def summary(self) -> str:
-        rows = [f"program {self.program.name!r} {'FAILED' if self.failed else 'ended'}: {self.reason} "
-                f"({getattr(self, 'elapsed_s', time.monotonic() - self.start_time):.1f}s, {self.launcher})",
-                f"  {'node':<14} {'group':<10} {'state':<12} {'restarts':>8}  log"]
+        rows = [
+            f"program {self.program.name!r} {'FAILED' if self.failed else 'ended'}: {self.reason} "
+            f"({getattr(self, 'elapsed_s', time.monotonic() - self.start_time):.1f}s, {self.launcher})",
+            f"  {'node':<14} {'group':<10} {'state':<12} {'restarts':>8}  log",
+        ]
         for row in self.status():
-            rows.append(f"  {row['label']:<14} {row['group']:<10} {row['state']:<12} "
-                        f"{row['restarts']:>8}  {row['log']}")
+            rows.append(
+                f"  {row['label']:<14} {row['group']:<10} {row['state']:<12} {row['restarts']:>8}  {row['log']}"
+            )
         return "\n".join(rows)

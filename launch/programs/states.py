@@ -34,8 +34,8 @@ class Worker(Protocol):
     supervisor polls it."""
 
     node: Node
-    log_path: str             # where the node's output goes
-    managed_restarts: bool    # True: the engine restarts the node itself
+    log_path: str  # where the node's output goes
+    managed_restarts: bool  # True: the engine restarts the node itself
     # optional: ``pending`` (bool: not placed yet), ``failure`` (str: why it failed, one line),
     # ``final`` (bool: it failed in a way no restart mends, e.g. an env that is not the run's)
 
@@ -43,8 +43,8 @@ class Worker(Protocol):
     def restarts(self) -> int: ...  # restarts so far, if managed
 
     def start(self) -> None: ...
-    def poll(self) -> int | None: ...   # exit code once the node ended for good
-    def terminate(self) -> None: ...    # cooperative stop
+    def poll(self) -> int | None: ...  # exit code once the node ended for good
+    def terminate(self) -> None: ...  # cooperative stop
     def kill(self) -> None: ...
-    def result(self) -> Any: ...        # what the node's run() returned (once it exited with 0)
-    def pid(self) -> int | None: ...    # its OS process on this machine, if any
+    def result(self) -> Any: ...  # what the node's run() returned (once it exited with 0)
+    def pid(self) -> int | None: ...  # its OS process on this machine, if any

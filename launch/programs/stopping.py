@@ -115,8 +115,11 @@ class ProgramEnding:
         with self._lock:
             # After a failure, nodes may be blocked on the dead one and cannot stop by themselves:
             # a shorter grace (the checkpoints they would write are periodic anyway).
-            stop_in_order({label: w for label, w in self.workers.items() if self.states[label] != NodeState.REMOVED},
-                          self._grace_s / 2.5 if failed else self._grace_s, self._hurry)
+            stop_in_order(
+                {label: w for label, w in self.workers.items() if self.states[label] != NodeState.REMOVED},
+                self._grace_s / 2.5 if failed else self._grace_s,
+                self._hurry,
+            )
             for label, worker in self.workers.items():
                 if worker.poll() is None:
                     worker.kill()
@@ -139,8 +142,7 @@ class ProgramEnding:
                 self.stop_error = e
 
 
-def stop_in_order(workers: Mapping[str, Worker], grace_s: float,
-                  hurry: threading.Event | None = None) -> None:
+def stop_in_order(workers: Mapping[str, Worker], grace_s: float, hurry: threading.Event | None = None) -> None:
     """Stops a program's nodes (``workers``) in dependency order.
 
     A node is asked to stop only once every node that uses it has ended (or its turn timed out):

@@ -43,10 +43,20 @@ def _placed_state(worker: Worker) -> NodeState:
 
 
 class ProgramRun(ElasticGroups, ProgramEnding):
-    def __init__(self, program: Program, make_worker: Callable[[Node], Worker], *, launcher: str,
-                 address_book: AddressBook, token: str | None, max_restarts: int = 3, grace_s: float = 5.0,
-                 run_dir: str | None = None, on_close: Callable[[], None] | None = None,
-                 before_stop: Callable[[ProgramRun], None] | None = None) -> None:
+    def __init__(
+        self,
+        program: Program,
+        make_worker: Callable[[Node], Worker],
+        *,
+        launcher: str,
+        address_book: AddressBook,
+        token: str | None,
+        max_restarts: int = 3,
+        grace_s: float = 5.0,
+        run_dir: str | None = None,
+        on_close: Callable[[], None] | None = None,
+        before_stop: Callable[[ProgramRun], None] | None = None,
+    ) -> None:
         self.program, self.launcher, self.run_dir = program, launcher, run_dir
         self._make_worker, self._before_stop = make_worker, before_stop
         self.closers: list[Callable[[], None]] = [on_close] if on_close is not None else []  # run at the end
@@ -85,11 +95,15 @@ class ProgramRun(ElasticGroups, ProgramEnding):
             with self._lock:
                 state = self.states.get(label)
             if state not in LIVE:
-                raise RuntimeError(f"node {label!r} ended ({state.value if state else 'never started'}) before "
-                                   "it published its address (see its log)")
+                raise RuntimeError(
+                    f"node {label!r} ended ({state.value if state else 'never started'}) before "
+                    "it published its address (see its log)"
+                )
             if time.monotonic() > deadline:
-                raise TimeoutError(f"node {label!r} published no address within {timeout_s:g}s while it ran "
-                                   "(is it stuck starting? see its log)")
+                raise TimeoutError(
+                    f"node {label!r} published no address within {timeout_s:g}s while it ran "
+                    "(is it stuck starting? see its log)"
+                )
             time.sleep(0.05)
         return self.workers[label].node.make_client(address, self._context)
 
@@ -147,12 +161,20 @@ class ProgramRun(ElasticGroups, ProgramEnding):
                 finishers = [n.label for n in self.program.nodes if n.ends_program]
                 if finishers and all(self.states[f] == NodeState.DONE for f in finishers):
                     return f"{', '.join(finishers)} finished", False
-            elif (not worker.managed_restarts and worker.node.group in self.program.restartable
-                  and self.restarts[label] < self._max_restarts and not getattr(worker, "final", False)):
+            elif (
+                not worker.managed_restarts
+                and worker.node.group in self.program.restartable
+                and self.restarts[label] < self._max_restarts
+                and not getattr(worker, "final", False)
+            ):
                 self.restarts[label] += 1
                 backoff = 0.5 * 2 ** (self.restarts[label] - 1)
-                print(f"[launcher] {label} exited with {code}; restart {self.restarts[label]}/"
-                      f"{self._max_restarts} in {backoff:.1f}s", file=sys.stderr, flush=True)
+                print(
+                    f"[launcher] {label} exited with {code}; restart {self.restarts[label]}/"
+                    f"{self._max_restarts} in {backoff:.1f}s",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self.states[label], self._restart_at[label] = NodeState.RESTARTING, now + backoff
             else:
                 self.states[label] = NodeState.FAILED
@@ -161,4 +183,3 @@ class ProgramRun(ElasticGroups, ProgramEnding):
                     return f"{label} failed: {failure} (see {worker.log_path})", True
                 return f"{label} exited with code {code} (see {worker.log_path})", True
         return None
-

@@ -60,10 +60,16 @@ def main(label: str, addresses_dir: str, parent_pid: str, result_fd: str) -> int
     node = cloudpickle.load(sys.stdin.buffer)  # (the launcher's pipe; see the module doc)
     if node.label != label:
         raise SystemExit(f"worker: the definition on stdin is node {node.label!r}, not {label!r}")
-    ctx = NodeContext(label=node.label, group=node.group, address_book=FileAddressBook(addresses_dir),
-                      token=value("SHOAL_TOKEN"), bind_host=value("SHOAL_BIND_HOST"),
-                      advertise_host=value("SHOAL_ADVERTISE_HOST"), start_count=value("SHOAL_NODE_START"),
-                      ports=value("SHOAL_PORTS"))
+    ctx = NodeContext(
+        label=node.label,
+        group=node.group,
+        address_book=FileAddressBook(addresses_dir),
+        token=value("SHOAL_TOKEN"),
+        bind_host=value("SHOAL_BIND_HOST"),
+        advertise_host=value("SHOAL_ADVERTISE_HOST"),
+        start_count=value("SHOAL_NODE_START"),
+        ports=value("SHOAL_PORTS"),
+    )
     set_context(ctx, process_wide=True)
     # SIGTERM keeps its default action (the process ends at once, even inside a compiler) until
     # the node is ready: before that it has nothing to save. From then on it asks for a stop.

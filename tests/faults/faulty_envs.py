@@ -49,8 +49,9 @@ class MaskedCartPole(CartPoleEnv):
         super().__init__(**kwargs)
         self._mask, self._key = np.asarray(mask), key
         if key:
-            self.observation_space = gym.spaces.Dict({"observation": self.observation_space,
-                                                      "action_mask": gym.spaces.MultiBinary(2)})
+            self.observation_space = gym.spaces.Dict(
+                {"observation": self.observation_space, "action_mask": gym.spaces.MultiBinary(2)}
+            )
 
     def _give(self, obs, info):
         if self._key:
@@ -103,9 +104,15 @@ class BadFrames(CartPoleEnv):
         return np.zeros((40, 60, 3) if self._renders <= 3 else (20, 30, 3), np.uint8)
 
 
-for name, cls, kwargs in (("BadFrames-v0", BadFrames, {}), ("KeyedCartPole-v0", KeyedCartPole, {}), ("MaskedCartPole-v0", MaskedCartPole, {}), ("RaisesInStep-v0", RaisesInStep, {}), ("NaNObservations-v0", NaNObservations, {}),
-                          ("HugeRewards-v0", HugeRewards, {}),
-                          ("InfiniteRewards-v0", HugeRewards, {"reward": float("inf")})):
+for name, cls, kwargs in (
+    ("BadFrames-v0", BadFrames, {}),
+    ("KeyedCartPole-v0", KeyedCartPole, {}),
+    ("MaskedCartPole-v0", MaskedCartPole, {}),
+    ("RaisesInStep-v0", RaisesInStep, {}),
+    ("NaNObservations-v0", NaNObservations, {}),
+    ("HugeRewards-v0", HugeRewards, {}),
+    ("InfiniteRewards-v0", HugeRewards, {"reward": float("inf")}),
+):
     if name not in gym.registry:
         gym.register(name, entry_point=cls, max_episode_steps=500, reward_threshold=475.0, kwargs=kwargs)
 

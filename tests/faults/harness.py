@@ -15,19 +15,50 @@ from tests.shoal_cli import start_shoal
 # action, as a terminal gives it (a test runner started in the background ignores SIGINT, and its
 # children inherit that): set, then exec. Not a ``preexec_fn``: that forks this multithreaded
 # process (JAX, gRPC) and runs Python in the child before exec, which can deadlock there.
-DEFAULT_SIGINT = ["-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                        "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+DEFAULT_SIGINT = [
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])",
+]
 
-SMALL = ["--agent", "dqn", "--env", "CartPole-v1", "--num-envs", "8", "--seed", "0",
-         "--set", "min_replay_size=256", "--target-return", "1e9", "--eval-episodes", "2", "--quiet"]
+SMALL = [
+    "--agent",
+    "dqn",
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "8",
+    "--seed",
+    "0",
+    "--set",
+    "min_replay_size=256",
+    "--target-return",
+    "1e9",
+    "--eval-episodes",
+    "2",
+    "--quiet",
+]
 
 
 def start(run_dir, *args, launcher="processes", num_actors=2, default_sigint=False, **popen):
     """``shoal train`` of a small DQN program (``args`` added last), as a subprocess
     (``default_sigint``: with SIGINT's default action, ``DEFAULT_SIGINT``)."""
-    return start_shoal("train", *SMALL, "--launcher", launcher, "--num-actors", str(num_actors),
-                       "--run-dir", str(run_dir), *args, python_args=DEFAULT_SIGINT if default_sigint else (),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return start_shoal(
+        "train",
+        *SMALL,
+        "--launcher",
+        launcher,
+        "--num-actors",
+        str(num_actors),
+        "--run-dir",
+        str(run_dir),
+        *args,
+        python_args=DEFAULT_SIGINT if default_sigint else (),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
 
 
 def node_pids(launcher_pid):

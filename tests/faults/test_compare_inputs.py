@@ -10,8 +10,13 @@ import pytest
 from shoal.launch.experiments.cli import aggregates
 from tests.faults.harness import shoal_main
 
-CONFIG = {"agent": "dqn", "env_id": "CartPole-v1", "seed": 0, "resolved_target_return": 475.0,
-          "agent_config": {"learning_rate": 0.001}}
+CONFIG = {
+    "agent": "dqn",
+    "env_id": "CartPole-v1",
+    "seed": 0,
+    "resolved_target_return": 475.0,
+    "agent_config": {"learning_rate": 0.001},
+}
 ROWS = [["env_steps", "wall_s", "eval_return"], [1000, 1.0, 10.0], [2000, 2.0, 50.0]]
 
 
@@ -38,13 +43,19 @@ CONFIGS = [
     ({**CONFIG, "env_id": 5}, "config.json: env_id must be a string, got 5"),
     ({k: v for k, v in CONFIG.items() if k != "env_id"}, "config.json: env_id must be a string, got null"),
     ({**CONFIG, "seed": None}, "config.json: seed must be an integer, got null"),
-    ({**CONFIG, "resolved_target_return": "475"},
-     'config.json: resolved_target_return must be a finite number or null, got "475"'),
-    ({**CONFIG, "resolved_target_return": 1e308},
-     "config.json: resolved_target_return must be within ±3.4e+38 or null, got 1e+308"),
+    (
+        {**CONFIG, "resolved_target_return": "475"},
+        'config.json: resolved_target_return must be a finite number or null, got "475"',
+    ),
+    (
+        {**CONFIG, "resolved_target_return": 1e308},
+        "config.json: resolved_target_return must be within ±3.4e+38 or null, got 1e+308",
+    ),
     ({**CONFIG, "agent_config": [1]}, "config.json: agent_config must be an object, got [1]"),
-    ("{not json", "config.json (the run's config) is damaged: Expecting property name enclosed in double quotes "
-                  "at line 1"),
+    (
+        "{not json",
+        "config.json (the run's config) is damaged: Expecting property name enclosed in double quotes at line 1",
+    ),
 ]
 
 
@@ -85,14 +96,18 @@ def test_a_run_without_evaluations_is_left_out_with_a_warning(tmp_path):
     rc, errors, text, out = _compare(good, empty, missing)
     assert rc == 0 and not errors, text
     warnings = [line for line in text.splitlines() if line.startswith("shoal: warning:")]
-    assert warnings == [f"shoal: warning: no evaluation recorded in {run} (eval.csv is missing or empty); it is "
-                        "left out" for run in (empty, missing)] + [
+    assert warnings == [
+        f"shoal: warning: no evaluation recorded in {run} (eval.csv is missing or empty); it is left out"
+        for run in (empty, missing)
+    ] + [
         "shoal: warning: dqn on CartPole-v1 has 1 run: a 95% interval from so few seeds means little (3 or more "
-        "are worth comparing)"], text
+        "are worth comparing)"
+    ], text
     assert json.loads((out / "summary.json").read_text())["groups"]["dqn"]["tasks"]["CartPole-v1"]["runs"] == 1
     rc, errors, text, _ = _compare(empty, missing)
-    assert rc == 2 and errors == [f"shoal: error: no evaluation recorded in {empty}, {missing} (eval.csv is missing "
-                                  "or empty): nothing to compare"], text
+    assert rc == 2 and errors == [
+        f"shoal: error: no evaluation recorded in {empty}, {missing} (eval.csv is missing or empty): nothing to compare"
+    ], text
 
 
 @pytest.mark.parametrize("samples", ["200000000", "100001", "0", "-5"])

@@ -59,16 +59,22 @@ class Broken(Logger):
 def test_a_logger_that_fails_costs_one_warning_and_the_other_logs_go_on(tmp_path, capsys):
     recorder = Recorder()
     logger = Dispatcher([Broken(), TensorBoardLogger(str(tmp_path), "evaluator"), recorder])
-    rows = [{"env_steps": 10**30, "episode_return": 9.0}, {"env_steps": float("nan"), "episode_return": 1e300},
-            {"env_steps": 2**63, "x": 10**400}, {"env_steps": 16, "episode_return": 10**400}]
+    rows = [
+        {"env_steps": 10**30, "episode_return": 9.0},
+        {"env_steps": float("nan"), "episode_return": 1e300},
+        {"env_steps": 2**63, "x": 10**400},
+        {"env_steps": 16, "episode_return": 10**400},
+    ]
     for row in rows:  # steps TensorBoard cannot hold (int64), values a float cannot hold
         logger.write(row)
     logger.close()
     assert recorder.rows == rows
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("shoal: warning:")]
-    assert warnings == ["shoal: warning: Broken could not write a row: TypeError: cannot log "
-                        "{'env_steps': 1000000000000000000000000000000, 'episode_return': 9.0}; the other logs go on "
-                        "(further failures of this logger are not reported)"]
+    assert warnings == [
+        "shoal: warning: Broken could not write a row: TypeError: cannot log "
+        "{'env_steps': 1000000000000000000000000000000, 'episode_return': 9.0}; the other logs go on "
+        "(further failures of this logger are not reported)"
+    ]
 
 
 def frame(header):
@@ -84,8 +90,10 @@ HOSTILE = {  # name: (msgpack header, the most memory decoding may take, in byte
     "20 M nils in one array": (array_header(N) + b"\xc0" * N, 1),
     "a million empty lists": (array_header(MAX_ITEMS - 9) + b"\x90" * (MAX_ITEMS - 9), 2),  # ~64 bytes each
     "a million {nil: nil} maps": (array_header(MAX_ITEMS - 9) + b"\x81\xc0\xc0" * (MAX_ITEMS - 9), 2),
-    "8 nested arrays of a million nils": (b"".join(array_header(MAX_ITEMS - 9) + b"\xc0" * (MAX_ITEMS - 10)
-                                                   for _ in range(8)) + b"\xc0", 8),  # (slots: 8 bytes)
+    "8 nested arrays of a million nils": (
+        b"".join(array_header(MAX_ITEMS - 9) + b"\xc0" * (MAX_ITEMS - 10) for _ in range(8)) + b"\xc0",
+        8,
+    ),  # (slots: 8 bytes)
 }
 
 PEAK = """
@@ -98,7 +106,9 @@ def peak():
         return int(re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1)) * 1024
 """
 
-DECODE = PEAK + """
+DECODE = (
+    PEAK
+    + """
 import sys, time
 from shoal.core.codec import CodecError, decode
 frame = sys.stdin.buffer.read()
@@ -113,6 +123,7 @@ except CodecError as e:
 seconds = time.perf_counter() - started
 print(peak() - before, seconds, outcome)
 """
+)
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
@@ -123,8 +134,9 @@ def test_a_hostile_frame_is_refused_before_it_expands(name):
     grown, seconds, outcome = out.decode().strip().split(" ", 2)
     grown = int(grown)  # (the peak, however briefly)
     assert outcome.startswith("refused:") and "items" in outcome, outcome
-    assert grown <= per_byte * len(data) + 16 * MB, \
+    assert grown <= per_byte * len(data) + 16 * MB, (
         f"decoding {len(data) / MB:.0f} MB grew the peak by {grown / MB:.0f} MB"
+    )
     assert float(seconds) < 10, f"{seconds}s to refuse"  # (generous: under 1 s; 20 M nils took 5-12 s before)
 
 
@@ -138,7 +150,9 @@ def test_legit_messages_still_decode():
         decode(encode([[0] * 1000] * 1100))  # the total counts, not each list
 
 
-SERVE = PEAK + """
+SERVE = (
+    PEAK
+    + """
 import time
 from shoal.launch.programs.rpc import RpcServer
 class Probe:
@@ -151,6 +165,7 @@ server = RpcServer(Probe(), token="s3cret").start()
 print(server.port, flush=True)
 time.sleep(600)
 """
+)
 
 
 def test_a_hostile_call_through_a_real_server_is_refused_without_its_memory():

@@ -23,8 +23,12 @@ def _run_json(run_dir):
 
 
 def test_a_resumed_evaluators_eval_s_is_its_launchs_and_train_s_never_negative():
-    config = ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="CartPole-v1", num_envs=2, eval_episodes=1, progress=False)
-    learner = config.builder.make_learner(jax.random.PRNGKey(0), config.make_networks(config.environment_spec()), iter([]))
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("dqn"), env_id="CartPole-v1", num_envs=2, eval_episodes=1, progress=False
+    )
+    learner = config.builder.make_learner(
+        jax.random.PRNGKey(0), config.make_networks(config.environment_spec()), iter([])
+    )
     evaluator = Evaluator(config, learner, jax.random.PRNGKey(1), 0.0)
     evaluator.restore({"next": 6000, "num_evals": 2, "last_return": 21.5, "last_at": 4000, "eval_s": 8.557})
     result = evaluator.result(6000, 100, wall_s=8.388)  # (the figures: train_s was -0.169)
@@ -41,12 +45,21 @@ def test_the_result_run_json_and_program_csv_agree_after_scale_a_double_ctrl_c_a
     lines = []
     try:
         wait_for(lambda: running(run_dir, "counter", "learner", "actor_0", "evaluator"), 300, "every node to serve")
-        wait_for(lambda: (run_dir / "checkpoints" / "run.json").exists()
-                 and _run_json(run_dir)["counter"].get("learner_steps", 0) > 0, 120, "a checkpoint after learning")
+        wait_for(
+            lambda: (
+                (run_dir / "checkpoints" / "run.json").exists()
+                and _run_json(run_dir)["counter"].get("learner_steps", 0) > 0
+            ),
+            120,
+            "a checkpoint after learning",
+        )
         rc, errors, text = shoal_main("scale", str(run_dir), "--actors", "2")
         assert rc == 0, text
-        wait_for(lambda: [r["actors"] for r in csv_rows(run_dir / "program.csv")] == ["1", "2"], 120,
-                 "program.csv's row of the second actor")
+        wait_for(
+            lambda: [r["actors"] for r in csv_rows(run_dir / "program.csv")] == ["1", "2"],
+            120,
+            "program.csv's row of the second actor",
+        )
         reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
         reader.start()
         proc.send_signal(signal.SIGINT)
@@ -63,12 +76,13 @@ def test_the_result_run_json_and_program_csv_agree_after_scale_a_double_ctrl_c_a
     assert (result["env_steps"], result["learner_steps"]) == (saved["env_steps"], saved["counter"]["learner_steps"])
     assert result["learner_steps"] > 0
     rows = csv_rows(run_dir / "program.csv")
-    assert [(c["actors"], c["env_steps"]) for c in result["actor_counts"]] == [(int(r["actors"]), int(r["env_steps"])) for r in rows]
+    assert [(c["actors"], c["env_steps"]) for c in result["actor_counts"]] == [
+        (int(r["actors"]), int(r["env_steps"])) for r in rows
+    ]
     assert [c["reason"] for c in result["actor_counts"]] == ["start", "shoal scale"]
 
     budget = saved["env_steps"] + 2000  # (the resumed run ends by its budget)
-    resumed = run_shoal("train", "--resume", str(run_dir), "--max-env-steps",
-                        str(budget), "--quiet", timeout=500)
+    resumed = run_shoal("train", "--resume", str(run_dir), "--max-env-steps", str(budget), "--quiet", timeout=500)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     again = json.loads(resumed.stdout.strip().splitlines()[-1])
     saved = _run_json(run_dir)

@@ -32,12 +32,17 @@ def memory_of_16_gib(monkeypatch):
 
 # 7. networks that cannot fit
 
+
 @pytest.mark.parametrize("agent", sorted(ENVS))
 def test_networks_that_cannot_fit_are_refused_by_validate(agent, memory_of_16_gib):
-    config = ExperimentConfig.from_flat(builder=get_builder(agent, hidden_sizes=(65536, 65536, 65536)), env_id=ENVS[agent],
-                                        num_envs=4, run_dir=None)
-    with pytest.raises(ValueError, match=rf"^{agent}'s networks cannot fit: its learner needs at least "
-                                         r"[0-9,.]+ GiB .* more than the test's memory \(16.0 GiB\)"):
+    config = ExperimentConfig.from_flat(
+        builder=get_builder(agent, hidden_sizes=(65536, 65536, 65536)), env_id=ENVS[agent], num_envs=4, run_dir=None
+    )
+    with pytest.raises(
+        ValueError,
+        match=rf"^{agent}'s networks cannot fit: its learner needs at least "
+        r"[0-9,.]+ GiB .* more than the test's memory \(16.0 GiB\)",
+    ):
         config.validate(config.environment_spec())
 
 
@@ -54,8 +59,16 @@ def test_the_estimate_counts_parameters_target_and_optimiser_from_shapes():
 @pytest.mark.parametrize("launcher", [None, "processes"])
 def test_networks_that_cannot_fit_write_nothing(launcher, memory_of_16_gib, tmp_path):
     run_dir = tmp_path / "run"
-    args = ["train", "--agent", "dqn", "--set", "hidden_sizes=65536,65536,65536", "--run-dir", str(run_dir),
-            *TOO_SMALL_BUDGET] + (["--launcher", launcher, "--num-actors", "1"] if launcher else [])
+    args = [
+        "train",
+        "--agent",
+        "dqn",
+        "--set",
+        "hidden_sizes=65536,65536,65536",
+        "--run-dir",
+        str(run_dir),
+        *TOO_SMALL_BUDGET,
+    ] + (["--launcher", launcher, "--num-actors", "1"] if launcher else [])
     for extra in ([], ["--dry-run"]):
         rc, errors, text = shoal(*args, *extra)
         assert rc == 2 and len(errors) == 1 and "dqn's networks cannot fit" in errors[0], text[-2000:]
@@ -67,8 +80,9 @@ def test_a_learner_on_a_ray_cluster_is_not_measured_against_this_machine(monkeyp
 
     monkeypatch.setattr(memory, "device_memory", lambda: (4 * GIB, "the test's memory"))
     monkeypatch.setenv("SHOAL_RPC_MAX_MESSAGE_MB", "2047")  # (1 GiB of parameters fit one message)
-    config = ExperimentConfig.from_flat(builder=get_builder("dqn", hidden_sizes=(16384, 16384)), env_id="CartPole-v1",
-                                        run_dir=None)
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("dqn", hidden_sizes=(16384, 16384)), env_id="CartPole-v1", run_dir=None
+    )
     prepared = prepare_distributed(config, 2, "ray", ray_address="10.0.0.1:6379")  # (joins nothing)
     assert sorted(prepared.program.groups) == ["actor", "counter", "evaluator", "learner", "replay"]
     with pytest.raises(ValueError, match="dqn's networks cannot fit: its learner needs at least 7.0 GiB"):
@@ -77,24 +91,29 @@ def test_a_learner_on_a_ray_cluster_is_not_measured_against_this_machine(monkeyp
 
 # 9. SHOAL_* environment variables
 
-@pytest.mark.parametrize("name, text, accepted", [
-    ("SHOAL_RPC_MAX_MESSAGE_MB", "abc", "a number of MiB in [1, 2047]"),
-    ("SHOAL_RPC_MAX_MESSAGE_MB", "1e30", "a number of MiB in [1, 2047]"),
-    ("SHOAL_RPC_MAX_MESSAGE_MB", "0", "a number of MiB in [1, 2047]"),
-    ("SHOAL_RPC_MAX_MESSAGE_MB", "nan", "a number of MiB in [1, 2047]"),
-    ("SHOAL_PEER_TIMEOUT_S", "-1", "a number of seconds in [1, 86400]"),
-    ("SHOAL_PARAMS_VIA", "shm", "auto or rpc"),
-    ("SHOAL_PORTS", "80-90", "FIRST-LAST with 1024 <= FIRST <= LAST <= 65535"),
-    ("SHOAL_TOKEN", "has space", "printable ASCII without spaces"),
-])
+
+@pytest.mark.parametrize(
+    "name, text, accepted",
+    [
+        ("SHOAL_RPC_MAX_MESSAGE_MB", "abc", "a number of MiB in [1, 2047]"),
+        ("SHOAL_RPC_MAX_MESSAGE_MB", "1e30", "a number of MiB in [1, 2047]"),
+        ("SHOAL_RPC_MAX_MESSAGE_MB", "0", "a number of MiB in [1, 2047]"),
+        ("SHOAL_RPC_MAX_MESSAGE_MB", "nan", "a number of MiB in [1, 2047]"),
+        ("SHOAL_PEER_TIMEOUT_S", "-1", "a number of seconds in [1, 86400]"),
+        ("SHOAL_PARAMS_VIA", "shm", "auto or rpc"),
+        ("SHOAL_PORTS", "80-90", "FIRST-LAST with 1024 <= FIRST <= LAST <= 65535"),
+        ("SHOAL_TOKEN", "has space", "printable ASCII without spaces"),
+    ],
+)
 def test_a_bad_environment_variable_is_named_before_anything_is_written(name, text, accepted, monkeypatch, tmp_path):
     monkeypatch.setenv(name, text)
     run_dir = tmp_path / "run"
     for launch in ([], ["--launcher", "processes", "--num-actors", "1"]):
         rc, errors, out = shoal("train", "--run-dir", str(run_dir), *TOO_SMALL_BUDGET, *launch)
         assert rc == 2 and len(errors) == 1, out[-2000:]
-        assert errors[0].startswith(f"shoal: error: environment variable {name}={text!r} is not valid: "
-                                    f"expected {accepted}"), errors
+        assert errors[0].startswith(
+            f"shoal: error: environment variable {name}={text!r} is not valid: expected {accepted}"
+        ), errors
         assert not run_dir.exists()
 
 
@@ -115,16 +134,29 @@ def test_variables_are_parsed_in_one_place(monkeypatch):
     with pytest.raises(ValueError, match=r"SHOAL_RPC_MAX_MESSAGE_MB='1e30' is not valid: expected a number"):
         max_message_bytes()
     with pytest.raises(ValueError, match="SHOAL_RPC_MAX_MESSAGE_MB"):  # from Python too, before any process
-        run_distributed_experiment(ExperimentConfig.from_flat(builder=get_builder("dqn"), env_id="CartPole-v1", run_dir=None,
-                                                              max_env_steps=200), num_actors=1)
+        run_distributed_experiment(
+            ExperimentConfig.from_flat(
+                builder=get_builder("dqn"), env_id="CartPole-v1", run_dir=None, max_env_steps=200
+            ),
+            num_actors=1,
+        )
 
 
 @pytest.mark.e2e
 def test_the_cli_exits_2_in_one_line(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_shoal("train", "--launcher", "processes", "--num-actors", "1",
-                     "--run-dir", str(run_dir), *TOO_SMALL_BUDGET,
-                     timeout=120, env=dict(os.environ, SHOAL_RPC_MAX_MESSAGE_MB="abc"))
+    proc = run_shoal(
+        "train",
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "1",
+        "--run-dir",
+        str(run_dir),
+        *TOO_SMALL_BUDGET,
+        timeout=120,
+        env=dict(os.environ, SHOAL_RPC_MAX_MESSAGE_MB="abc"),
+    )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("shoal: error:")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-2000:]
     assert "SHOAL_RPC_MAX_MESSAGE_MB='abc'" in errors[0] and "Traceback" not in proc.stderr
@@ -133,30 +165,60 @@ def test_the_cli_exits_2_in_one_line(tmp_path):
 
 def test_parameters_read_over_rpc_must_fit_one_message(monkeypatch, tmp_path):
     monkeypatch.setenv("SHOAL_RPC_MAX_MESSAGE_MB", "1")
-    args = ["train", "--launcher", "processes", "--num-actors", "1", "--set", "hidden_sizes=1024,1024",
-            "--run-dir", str(tmp_path / "run"), "--dry-run"]
+    args = [
+        "train",
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "1",
+        "--set",
+        "hidden_sizes=1024,1024",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--dry-run",
+    ]
     rc, errors, text = shoal(*args)
     assert rc == 0, text[-2000:]  # (shared memory: no message carries them)
     rc, errors, text = shoal(*args, "--params-via", "rpc")
     assert rc == 2 and len(errors) == 1, text[-2000:]
-    assert "the learner's parameters (4.0 MiB) are larger than one RPC message may be (SHOAL_RPC_MAX_MESSAGE_MB=1" \
-        in errors[0] and not (tmp_path / "run").exists()
+    assert (
+        "the learner's parameters (4.0 MiB) are larger than one RPC message may be (SHOAL_RPC_MAX_MESSAGE_MB=1"
+        in errors[0]
+        and not (tmp_path / "run").exists()
+    )
 
 
 # 10. a dry run refuses what a run refuses
 
-@pytest.mark.parametrize("args, expected", [
-    (["--ports", "50000"], "the port range 50000-50000 holds 1 port(s), but the program's 6 servers on this "
-                           "machine (replay, counter, learner, actor_0, actor_1, evaluator) need one each"),
-    (["--ports", "50000-50004"], "e.g. --ports 50000-50005"),
-    (["--resources", "nosuchgroup:num_cpus=1"], "program 'dqn' has no group 'nosuchgroup'"),
-])
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ["--ports", "50000"],
+            "the port range 50000-50000 holds 1 port(s), but the program's 6 servers on this "
+            "machine (replay, counter, learner, actor_0, actor_1, evaluator) need one each",
+        ),
+        (["--ports", "50000-50004"], "e.g. --ports 50000-50005"),
+        (["--resources", "nosuchgroup:num_cpus=1"], "program 'dqn' has no group 'nosuchgroup'"),
+    ],
+)
 def test_a_dry_run_refuses_what_a_run_refuses(args, expected, tmp_path):
     run_dir = tmp_path / "run"
     lines = []
     for dry in (["--dry-run"], []):
-        rc, errors, text = shoal("train", "--launcher", "processes", "--num-actors", "2", "--run-dir", str(run_dir),
-                                 *TOO_SMALL_BUDGET, *args, *dry)
+        rc, errors, text = shoal(
+            "train",
+            "--launcher",
+            "processes",
+            "--num-actors",
+            "2",
+            "--run-dir",
+            str(run_dir),
+            *TOO_SMALL_BUDGET,
+            *args,
+            *dry,
+        )
         assert rc == 2 and len(errors) == 1 and expected in errors[0], text[-2000:]
         assert not run_dir.exists()
         lines.append(errors[0])
@@ -164,8 +226,12 @@ def test_a_dry_run_refuses_what_a_run_refuses(args, expected, tmp_path):
 
 
 def test_distributed_flags_without_a_launcher_are_refused(tmp_path):
-    for args in (["--ports", "50000-50099"], ["--resources", "actor:num_cpus=1"], ["--params-via", "rpc"],
-                 ["--num-actors", "3"]):  # (--num-actors alone once ran one process and exited 0)
+    for args in (
+        ["--ports", "50000-50099"],
+        ["--resources", "actor:num_cpus=1"],
+        ["--params-via", "rpc"],
+        ["--num-actors", "3"],
+    ):  # (--num-actors alone once ran one process and exited 0)
         for dry in (["--dry-run"], []):
             rc, errors, text = shoal("train", "--run-dir", str(tmp_path / "run"), *TOO_SMALL_BUDGET, *args, *dry)
             assert rc == 2 and len(errors) == 1 and f"{args[0]} apply to a distributed program" in errors[0], text
@@ -207,11 +273,22 @@ def test_a_dry_run_without_a_launcher_shows_the_one_process_run(tmp_path):
 
 
 def test_a_target_that_shorter_episodes_may_put_out_of_reach_is_a_warning(tmp_path):
-    rc, errors, text = shoal("train", "--env-arg", "max_episode_steps=200", "--run-dir", str(tmp_path / "run"),
-                             "--dry-run")
+    rc, errors, text = shoal(
+        "train", "--env-arg", "max_episode_steps=200", "--run-dir", str(tmp_path / "run"), "--dry-run"
+    )
     assert rc == 0 and errors == [], text
-    assert ("shoal: warning: the target return 475 is CartPole-v1's reward_threshold for episodes of up to 500 "
-            "steps; with max_episode_steps=200 it may be out of reach (set --target-return)") in text.splitlines()
-    rc, errors, text = shoal("train", "--env-arg", "max_episode_steps=200", "--target-return", "150",
-                             "--run-dir", str(tmp_path / "run"), "--dry-run")
+    assert (
+        "shoal: warning: the target return 475 is CartPole-v1's reward_threshold for episodes of up to 500 "
+        "steps; with max_episode_steps=200 it may be out of reach (set --target-return)"
+    ) in text.splitlines()
+    rc, errors, text = shoal(
+        "train",
+        "--env-arg",
+        "max_episode_steps=200",
+        "--target-return",
+        "150",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--dry-run",
+    )
     assert rc == 0 and "out of reach" not in text

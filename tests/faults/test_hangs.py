@@ -32,7 +32,8 @@ class _Hangs(trackers.Backend):
     def log(self, label, rows): ...
     def video(self, path, env_steps): ...
     def finish(self, result): ...
-    def where(self): return "nowhere"
+    def where(self):
+        return "nowhere"
 
 
 @pytest.fixture
@@ -64,8 +65,10 @@ def test_a_signal_ends_the_wait_for_a_hanging_tracker(tmp_path, capsys, hanging_
     closing.join(30)
     assert not closing.is_alive()
     warnings = _warnings(capsys.readouterr().err)
-    assert warnings == [f"shoal: warning: tracking (hangs) left unfinished (the run was interrupted while it "
-                        f"waited); the run's logs are complete in {tmp_path}"], warnings
+    assert warnings == [
+        f"shoal: warning: tracking (hangs) left unfinished (the run was interrupted while it "
+        f"waited); the run's logs are complete in {tmp_path}"
+    ], warnings
 
 
 def _closed_port():
@@ -125,27 +128,58 @@ def release_hangs():
 def test_a_renderer_that_hangs_is_one_warning_and_the_run_goes_on(tmp_path, monkeypatch, release_hangs):
     monkeypatch.setenv("SHOAL_STEP_TIMEOUT_S", "1")
     run_dir = tmp_path / "run"
-    rc, errors, text = shoal_main("train", "--agent", "ppo", "--env", "tests.faults.hanging_envs:HangsInRender-v0",
-                                  "--set", "rollout_length=64", "--num-envs", "4", "--max-env-steps", "512",
-                                  "--eval-every", "256", "--eval-episodes", "1", "--target-return", "1e9",
-                                  "--video-every", "1", "--run-dir", str(run_dir), "--quiet")
+    rc, errors, text = shoal_main(
+        "train",
+        "--agent",
+        "ppo",
+        "--env",
+        "tests.faults.hanging_envs:HangsInRender-v0",
+        "--set",
+        "rollout_length=64",
+        "--num-envs",
+        "4",
+        "--max-env-steps",
+        "512",
+        "--eval-every",
+        "256",
+        "--eval-episodes",
+        "1",
+        "--target-return",
+        "1e9",
+        "--video-every",
+        "1",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+    )
     assert rc == 0 and not errors, text
     warnings = [line for line in text.splitlines() if line.startswith("shoal: warning:")]
-    assert warnings == ["shoal: warning: no evaluation video (TimeoutError: the env gave no frame in 1 s (its render() "
-                        "or step() did not return; SHOAL_STEP_TIMEOUT_S); it is left where it hangs); no more will "
-                        "be tried"], text
+    assert warnings == [
+        "shoal: warning: no evaluation video (TimeoutError: the env gave no frame in 1 s (its render() "
+        "or step() did not return; SHOAL_STEP_TIMEOUT_S); it is left where it hangs); no more will "
+        "be tried"
+    ], text
     assert not list(run_dir.glob("videos/*")) and (run_dir / "result.json").exists()
 
 
-STUCK = ("the environment's step() (HangsInStep-v0) has not returned in 1 s, after {steps} env steps "
-         "(SHOAL_STEP_TIMEOUT_S=1); a stuck environment: its process ends")
+STUCK = (
+    "the environment's step() (HangsInStep-v0) has not returned in 1 s, after {steps} env steps "
+    "(SHOAL_STEP_TIMEOUT_S=1); a stuck environment: its process ends"
+)
 
 
 @pytest.mark.e2e
 def test_a_step_that_hangs_stops_a_one_process_run_in_one_line(tmp_path):
-    done = run_shoal("train", *SMALL, "--env", "tests.faults.hanging_envs:HangsInStep-v0",
-                     "--run-dir", str(tmp_path / "run"), timeout=300,
-                     env={**os.environ, "SHOAL_STEP_TIMEOUT_S": "1"})
+    done = run_shoal(
+        "train",
+        *SMALL,
+        "--env",
+        "tests.faults.hanging_envs:HangsInStep-v0",
+        "--run-dir",
+        str(tmp_path / "run"),
+        timeout=300,
+        env={**os.environ, "SHOAL_STEP_TIMEOUT_S": "1"},
+    )
     assert done.returncode == 1, done.stderr
     # (8 envs; the 50th step of each hangs: after 49 vector steps)
     assert errors(done.stderr) == ["shoal: error: the actor: " + STUCK.format(steps="392")], done.stderr
@@ -158,8 +192,13 @@ def test_an_actor_whose_step_hangs_is_named_and_restarted(tmp_path):
     restarts it (the program's stderr says so), and after its restarts the program fails
     naming it."""
     run_dir = tmp_path / "run"
-    with start(run_dir, "--env", "tests.faults.hanging_envs:HangsInStep-v0", num_actors=1,
-               env={**os.environ, "SHOAL_STEP_TIMEOUT_S": "1"}) as proc:
+    with start(
+        run_dir,
+        "--env",
+        "tests.faults.hanging_envs:HangsInStep-v0",
+        num_actors=1,
+        env={**os.environ, "SHOAL_STEP_TIMEOUT_S": "1"},
+    ) as proc:
         _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr
     assert "[launcher] actor_0 exited with 1; restart 1/3" in stderr, stderr
@@ -194,6 +233,8 @@ def test_an_evaluation_whose_step_hangs_ends_in_one_line(monkeypatch, release_ha
 
     returns = evaluate(env, Random(), seed=0, on_stall=on_stall)
     assert returns is not None and len(returns) == 2
-    assert stalls == ["shoal: error: an evaluation: the environment's step() (HangsInStep-v0) has not returned in "
-                      "1 s, after 8 env steps of the evaluation (SHOAL_STEP_TIMEOUT_S=1); a stuck environment: "
-                      "its process ends"], stalls
+    assert stalls == [
+        "shoal: error: an evaluation: the environment's step() (HangsInStep-v0) has not returned in "
+        "1 s, after 8 env steps of the evaluation (SHOAL_STEP_TIMEOUT_S=1); a stuck environment: "
+        "its process ends"
+    ], stalls

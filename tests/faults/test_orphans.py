@@ -12,13 +12,17 @@ from tests.faults.harness import alive, node_pids, running, shm_segments, start
 from tests.waiting import wait_for
 
 # A writer of a segment in a directory of the test's own (``argv[1]``: no other run's sweep looks there).
-PUBLISH = ("import sys; from shoal.core import shared_memory as m; m.SHM_DIR = sys.argv[1]; "
-           "p = m.SharedValuePublisher('params', 1024); p.publish(1, {'w': 1}); print(p.path, flush=True); "
-           "sys.stdin.read()")
+PUBLISH = (
+    "import sys; from shoal.core import shared_memory as m; m.SHM_DIR = sys.argv[1]; "
+    "p = m.SharedValuePublisher('params', 1024); p.publish(1, {'w': 1}); print(p.path, flush=True); "
+    "sys.stdin.read()"
+)
 
 
 def test_a_segment_whose_writer_is_killed_is_removed(tmp_path):
-    writer = subprocess.Popen([sys.executable, "-c", PUBLISH, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", PUBLISH, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     path = writer.stdout.readline().strip()
     assert os.path.dirname(path) == str(tmp_path) and os.path.exists(path), path
     writer.kill()  # (SIGKILL: the writer runs no cleanup)
@@ -30,7 +34,9 @@ def test_a_segment_outlives_the_kill_of_its_writers_children(tmp_path):
     """Ray kills a worker's child processes when the worker ends: the keeper is not one of them."""
     import psutil
 
-    writer = subprocess.Popen([sys.executable, "-c", PUBLISH, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", PUBLISH, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     path = writer.stdout.readline().strip()
     for child in psutil.Process(writer.pid).children(recursive=True):
         child.kill()
@@ -40,9 +46,12 @@ def test_a_segment_outlives_the_kill_of_its_writers_children(tmp_path):
 
 
 def test_a_segment_closed_leaves_no_keeper(tmp_path):
-    writer = subprocess.Popen([sys.executable, "-c", PUBLISH.replace("sys.stdin.read()", "p.close(); sys.stdin.read()"),
-                               str(tmp_path)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", PUBLISH.replace("sys.stdin.read()", "p.close(); sys.stdin.read()"), str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     path = writer.stdout.readline().strip()
     import psutil
 
@@ -73,7 +82,9 @@ def test_sigkill_of_the_driver_leaves_no_segment(tmp_path):
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         wait_for(lambda: not alive(pids.values()), 30, "the nodes to die with their launcher")
-        wait_for(lambda: not shm_segments(pids.values()), 5, "their segments to be removed")  # (by their keepers, at once)
+        wait_for(
+            lambda: not shm_segments(pids.values()), 5, "their segments to be removed"
+        )  # (by their keepers, at once)
     finally:
         proc.kill()
         proc.communicate()

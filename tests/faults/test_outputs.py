@@ -20,8 +20,10 @@ from tests.faults.harness import shoal_main
 
 def _strict(text):
     """``text`` parsed as strict JSON: ``NaN``, ``Infinity`` and ``-Infinity`` are refused."""
+
     def refuse(constant):
         raise ValueError(f"not strict JSON: {constant}")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -29,8 +31,11 @@ def _run(root, name="run", returns=(10.0, 50.0)):
     """A run directory as ``shoal compare`` reads it: ``config.json`` and ``eval.csv``."""
     path = root / name
     path.mkdir()
-    (path / "config.json").write_text(json.dumps({"agent": "dqn", "env_id": "CartPole-v1", "seed": 0,
-                                                  "resolved_target_return": 475.0, "agent_config": {}}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {"agent": "dqn", "env_id": "CartPole-v1", "seed": 0, "resolved_target_return": 475.0, "agent_config": {}}
+        )
+    )
     with open(path / "eval.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["env_steps", "wall_s", "eval_return"])
@@ -45,8 +50,10 @@ def test_compare_refuses_a_link_in_place_of_an_output_and_writes_nothing(tmp_pat
     out.mkdir()
     (out / name).symlink_to(precious)
     rc, errors, text = shoal_main("compare", str(run), "--out", str(out), "--bootstrap-samples", "50")
-    assert rc == 2 and errors == [f"shoal: error: {out / name} is a symbolic link; Shoal does not write through "
-                                  "links (remove it, or write elsewhere)"], text
+    assert rc == 2 and errors == [
+        f"shoal: error: {out / name} is a symbolic link; Shoal does not write through "
+        "links (remove it, or write elsewhere)"
+    ], text
     assert precious.read_text() == "precious" and (out / name).is_symlink()
     assert sorted(p.name for p in out.iterdir()) == [name]  # (checked before the first was written)
     (out / name).unlink()
@@ -93,22 +100,34 @@ class _FirstAction:
         pass
 
 
-@pytest.mark.parametrize("env_id, says", [
-    ("InfiniteRewards-v0", "(envs [0, 1]: rewards [inf, inf], episode returns [inf, inf])"),
-    ("HugeRewards-v0", "(envs [0, 1]: rewards [1e+308, 1e+308], episode returns [1e+308, 1e+308])"),  # (float32: inf)
-])
+@pytest.mark.parametrize(
+    "env_id, says",
+    [
+        ("InfiniteRewards-v0", "(envs [0, 1]: rewards [inf, inf], episode returns [inf, inf])"),
+        (
+            "HugeRewards-v0",
+            "(envs [0, 1]: rewards [1e+308, 1e+308], episode returns [1e+308, 1e+308])",
+        ),  # (float32: inf)
+    ],
+)
 def test_a_reward_that_is_not_finite_stops_training_and_evaluation(env_id, says):
     env = gym.make_vec(env_id, num_envs=2, vectorization_mode="sync")
     observed = []
     actor = _FirstAction()
     actor.observe = lambda step, *args: observed.append(step)
     loop = EnvironmentLoop(env, actor)
-    with pytest.raises(RuntimeError, match=r"^the environment's rewards are not finite after 0 env steps "
-                                           rf"{re.escape(says)}; a reward must be a finite float32"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^the environment's rewards are not finite after 0 env steps "
+        rf"{re.escape(says)}; a reward must be a finite float32",
+    ):
         loop.step()
     assert not observed  # (replay never sees it)
-    with pytest.raises(RuntimeError, match=r"^evaluation: the environment's rewards are not finite after 2 env "
-                                           rf"steps {re.escape(says)}"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^evaluation: the environment's rewards are not finite after 2 env "
+        rf"steps {re.escape(says)}",
+    ):
         evaluate(env, _FirstAction(), seed=0)
     env.close()
 
@@ -116,12 +135,28 @@ def test_a_reward_that_is_not_finite_stops_training_and_evaluation(env_id, says)
 @pytest.mark.timeout(300)
 def test_an_overflowing_reward_is_an_error_not_a_solved_run_and_no_json_holds_infinity(tmp_path):
     run_dir = tmp_path / "run"
-    rc, errors, text = shoal_main("train", "--agent", "dqn", "--env", "tests.faults.faulty_envs:HugeRewards-v0",
-                                  "--num-envs", "4", "--eval-every", "16", "--eval-episodes", "2",
-                                  "--max-env-steps", "2000", "--run-dir", str(run_dir), "--quiet")
+    rc, errors, text = shoal_main(
+        "train",
+        "--agent",
+        "dqn",
+        "--env",
+        "tests.faults.faulty_envs:HugeRewards-v0",
+        "--num-envs",
+        "4",
+        "--eval-every",
+        "16",
+        "--eval-episodes",
+        "2",
+        "--max-env-steps",
+        "2000",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+    )
     assert rc == 1 and len(errors) == 1, text
-    assert "the environment's rewards are not finite after 0 env steps (envs [0, 1, 2, 3]: rewards [1e+308" \
-        in errors[0], text
+    assert (
+        "the environment's rewards are not finite after 0 env steps (envs [0, 1, 2, 3]: rewards [1e+308" in errors[0]
+    ), text
     assert "Traceback" not in text
     for root, _, names in os.walk(run_dir):
         for name in names:

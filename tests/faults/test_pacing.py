@@ -39,15 +39,39 @@ def test_impala_actors_wait_for_the_learner_and_the_progress_line_says_so(tmp_pa
     """The README's IMPALA example, smaller: before the learner's first update (it compiles,
     then its dataset opens) the actors took at most their head starts, not the budget."""
     run_dir, budget, num_envs, num_actors = tmp_path / "run", 30_000, 16, 2
-    proc = run_shoal("train", "--agent", "impala", "--env", "CartPole-v1",
-                     "--launcher", "processes", "--num-actors", str(num_actors), "--num-envs", str(num_envs),
-                     "--max-env-steps", str(budget), "--target-return", "1e9", "--eval-episodes", "2",
-                     "--run-dir", str(run_dir), timeout=500)
+    proc = run_shoal(
+        "train",
+        "--agent",
+        "impala",
+        "--env",
+        "CartPole-v1",
+        "--launcher",
+        "processes",
+        "--num-actors",
+        str(num_actors),
+        "--num-envs",
+        str(num_envs),
+        "--max-env-steps",
+        str(budget),
+        "--target-return",
+        "1e9",
+        "--eval-episodes",
+        "2",
+        "--run-dir",
+        str(run_dir),
+        timeout=500,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((run_dir / "result.json").read_text())
     head_start = 2 * 16 * 16  # (twice IMPALA's env_steps_before_learning: rollout_length * sequences_per_update)
     assert result["first_update_env_steps"] <= num_actors * head_start, result
     assert result["learner_steps"] > 0 and result["env_steps"] >= budget
-    waiting = [line for line in proc.stderr.splitlines() if line.startswith("[train]") and "waiting for the learner's first update: " in line]
+    waiting = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.startswith("[train]") and "waiting for the learner's first update: " in line
+    ]
     assert waiting, proc.stderr[-3000:]
-    assert all(int(line.split("env_steps ")[1].split(" ")[0].replace(",", "")) <= num_actors * head_start for line in waiting)
+    assert all(
+        int(line.split("env_steps ")[1].split(" ")[0].replace(",", "")) <= num_actors * head_start for line in waiting
+    )

@@ -60,14 +60,25 @@ def test_the_control_service_keeps_a_group_within_its_bounds(tmp_path):
         run.stop()
 
 
-@pytest.mark.parametrize("run_dir, expected", [
-    ("/proc/shoal-cannot-be-here", "cannot use '/proc/shoal-cannot-be-here' as a run directory"),
-    ("{file}/below-a-file", "as a run directory: Not a directory"),
-])
+@pytest.mark.parametrize(
+    "run_dir, expected",
+    [
+        ("/proc/shoal-cannot-be-here", "cannot use '/proc/shoal-cannot-be-here' as a run directory"),
+        ("{file}/below-a-file", "as a run directory: Not a directory"),
+    ],
+)
 def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path, run_dir, expected):
     (tmp_path / "file").write_text("")
-    rc, errors, text = shoal("train", "--run-dir", run_dir.format(file=tmp_path / "file"), "--max-env-steps", "300",
-                             "--set", "min_replay_size=100", "--quiet")
+    rc, errors, text = shoal(
+        "train",
+        "--run-dir",
+        run_dir.format(file=tmp_path / "file"),
+        "--max-env-steps",
+        "300",
+        "--set",
+        "min_replay_size=100",
+        "--quiet",
+    )
     assert rc == 2 and len(errors) == 1 and expected in errors[0], text
     assert "Traceback" not in text
 
@@ -76,8 +87,10 @@ def test_damaged_control_files_are_named(tmp_path):
     (tmp_path / "control.json").write_text('{"address": "127.0.0.1:1", "progr')  # cut short
     (tmp_path / "control.token").mkdir()
     rc, errors, text = shoal("status", str(tmp_path))
-    assert rc == 2 and errors == [f"shoal: error: {tmp_path / 'control.json'} is damaged (not the JSON a running "
-                                  "program writes); is the program still running?"], text
+    assert rc == 2 and errors == [
+        f"shoal: error: {tmp_path / 'control.json'} is damaged (not the JSON a running "
+        "program writes); is the program still running?"
+    ], text
     (tmp_path / "control.json").write_text('{"address": "127.0.0.1:1"}')
     rc, errors, text = shoal("status", str(tmp_path))
     assert rc == 2 and len(errors) == 1 and f"cannot read {tmp_path / 'control.token'}" in errors[0], text
@@ -93,8 +106,12 @@ def test_resources_must_be_finite_and_not_negative():
 
 def tree(path):
     """Every file under ``path`` with its size and modification time."""
-    return {os.path.join(d, f): (os.path.getsize(os.path.join(d, f)), os.path.getmtime(os.path.join(d, f)))
-            for d, _, files in os.walk(path) for f in files if f != ".lock"}  # (the lock is taken and released)
+    return {
+        os.path.join(d, f): (os.path.getsize(os.path.join(d, f)), os.path.getmtime(os.path.join(d, f)))
+        for d, _, files in os.walk(path)
+        for f in files
+        if f != ".lock"
+    }  # (the lock is taken and released)
 
 
 @pytest.fixture
@@ -115,8 +132,10 @@ def test_resuming_against_another_environment_is_refused_before_anything_is_writ
         before = tree(checkpointed)
         rc, errors, text = shoal("train", "--resume", str(checkpointed), "--quiet")
         assert rc == 2 and len(errors) == 1, text
-        assert "was made for another environment than config.json names: observation [[4], 'float32'] " \
-               "(checkpoint) vs [[6], 'float32'] (config.json)" in errors[0]
+        assert (
+            "was made for another environment than config.json names: observation [[4], 'float32'] "
+            "(checkpoint) vs [[6], 'float32'] (config.json)" in errors[0]
+        )
         assert tree(checkpointed) == before and "Traceback" not in text
     finally:
         config_path.write_text(original)
@@ -154,11 +173,14 @@ def test_resuming_a_checkpoint_whose_learner_state_is_missing_is_refused(checkpo
         config.write_text(text_before)
 
 
-@pytest.mark.parametrize("flags, named", [
-    (["--set", "learning_rate=0.1"], "--set"),
-    (["--seed", "0"], "--seed"),  # (given at its default value: still a change the run cannot take)
-    (["--agent", "dqn", "--num-envs", "4", "--preset", "none"], "--num-envs, --preset"),  # (--agent names it again)
-])
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--set", "learning_rate=0.1"], "--set"),
+        (["--seed", "0"], "--seed"),  # (given at its default value: still a change the run cannot take)
+        (["--agent", "dqn", "--num-envs", "4", "--preset", "none"], "--num-envs, --preset"),  # (--agent names it again)
+    ],
+)
 @pytest.mark.e2e
 def test_resume_names_the_flags_it_cannot_take(checkpointed, flags, named):
     rc, errors, text = shoal("train", "--resume", str(checkpointed), *flags)
@@ -167,8 +189,9 @@ def test_resume_names_the_flags_it_cannot_take(checkpointed, flags, named):
 
 
 def test_shared_memory_segments_of_dead_writers_are_swept(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     shm = "/dev/shm"
     left = os.path.join(shm, f"shoal-params-{dead}-123")  # as a learner killed with SIGKILL leaves it
     live = os.path.join(shm, f"shoal-params-{os.getpid()}-456")

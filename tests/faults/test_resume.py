@@ -21,12 +21,23 @@ def resume(run_dir, *args):
 @pytest.mark.timeout(600)
 def test_one_process_stops_on_sigterm_and_resumes_where_it_stopped(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start_shoal("train", *SMALL, "--max-env-steps", str(10**8),
-                       "--eval-every", "2000", "--run-dir", str(run_dir),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_shoal(
+        "train",
+        *SMALL,
+        "--max-env-steps",
+        str(10**8),
+        "--eval-every",
+        "2000",
+        "--run-dir",
+        str(run_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        wait_for(lambda: any(int(r["env_steps"]) >= 6000 for r in csv_rows(run_dir / "train.csv")), 240,
-                 "6000 env steps")
+        wait_for(
+            lambda: any(int(r["env_steps"]) >= 6000 for r in csv_rows(run_dir / "train.csv")), 240, "6000 env steps"
+        )
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -51,7 +62,7 @@ def test_one_process_stops_on_sigterm_and_resumes_where_it_stopped(tmp_path):
     assert restored["next_eval_at"] == saved["evaluator"]["next"] > saved["env_steps"] - 2000
     assert result["env_steps"] >= budget and result["learner_steps"] > saved["counter"]["learner_steps"]
     evals = csv_rows(run_dir / "eval.csv")  # the evaluation schedule continued where it was
-    assert evals[:len(evals_before)] == evals_before
+    assert evals[: len(evals_before)] == evals_before
     assert int(evals[len(evals_before)]["env_steps"]) >= saved["evaluator"]["next"]
     assert result["num_evals"] == len(evals) and "shoal: resumed" in again.stderr
 
@@ -59,8 +70,9 @@ def test_one_process_stops_on_sigterm_and_resumes_where_it_stopped(tmp_path):
 @pytest.mark.timeout(600)
 def test_distributed_run_resumes_after_its_learner_was_killed(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), "--checkpoint-every", "1",
-                 num_actors=1)
+    proc = start(
+        run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), "--checkpoint-every", "1", num_actors=1
+    )
     try:
         wait_for(lambda: running(run_dir, "learner", "actor_0"), 120, "the nodes to serve")
         learner = node_pids(proc.pid)["learner"]
@@ -95,13 +107,33 @@ def test_a_fresh_run_refuses_a_directory_with_checkpoints_and_resume_needs_one(t
     (empty / "config.json").write_text(json.dumps({"agent": "dqn"}))
     out = resume(empty)
     assert out.returncode == 2 and errors(out.stderr) == [
-        "shoal: error: not the config of a Shoal run (no agent_config, env_id in it)"], out.stderr[-2000:]
-    fresh = run_shoal("train", *SMALL, "--max-env-steps", "300",
-                      "--set", "min_replay_size=100", "--run-dir", str(tmp_path / "run"), timeout=120)
+        "shoal: error: not the config of a Shoal run (no agent_config, env_id in it)"
+    ], out.stderr[-2000:]
+    fresh = run_shoal(
+        "train",
+        *SMALL,
+        "--max-env-steps",
+        "300",
+        "--set",
+        "min_replay_size=100",
+        "--run-dir",
+        str(tmp_path / "run"),
+        timeout=120,
+    )
     assert fresh.returncode == 0, fresh.stderr[-2000:]  # ends with a checkpoint ...
-    again = run_shoal("train", *SMALL, "--max-env-steps", "300",
-                      "--set", "min_replay_size=100", "--run-dir", str(tmp_path / "run"), timeout=120)
+    again = run_shoal(
+        "train",
+        *SMALL,
+        "--max-env-steps",
+        "300",
+        "--set",
+        "min_replay_size=100",
+        "--run-dir",
+        str(tmp_path / "run"),
+        timeout=120,
+    )
     assert again.returncode == 2 and "holds the checkpoints of an earlier run" in errors(again.stderr)[0]
     out = resume(tmp_path / "nowhere")
     assert out.returncode == 2 and errors(out.stderr) == [
-        f"shoal: error: {str(tmp_path / 'nowhere')!r} is not a Shoal run directory (no config.json in it)"]
+        f"shoal: error: {str(tmp_path / 'nowhere')!r} is not a Shoal run directory (no config.json in it)"
+    ]

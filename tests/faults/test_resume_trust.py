@@ -35,20 +35,32 @@ def _copy(finished, tmp_path, **config):
 
 def _files(run_dir):
     """Every entry under ``run_dir`` with its mode, size and modification time."""
-    return {(root, name, os.lstat(os.path.join(root, name)).st_mode, os.lstat(os.path.join(root, name)).st_size,
-             os.lstat(os.path.join(root, name)).st_mtime_ns)
-            for root, dirs, names in os.walk(run_dir) for name in dirs + names}
+    return {
+        (
+            root,
+            name,
+            os.lstat(os.path.join(root, name)).st_mode,
+            os.lstat(os.path.join(root, name)).st_size,
+            os.lstat(os.path.join(root, name)).st_mtime_ns,
+        )
+        for root, dirs, names in os.walk(run_dir)
+        for name in dirs + names
+    }
 
 
 PLANTED = "tests.faults.planted"
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("config, flag", [
-    ({"env_factory": "os:system", "env_args": {"command": "touch {mark}"}}, "--env-factory os:system"),
-    ({"env_id": f"{PLANTED}:CartPole-v1"}, f"--env {PLANTED}:CartPole-v1"),
-    ({"agent": f"{PLANTED}:Builder"}, f"--agent {PLANTED}:Builder"),
-], ids=["env_factory", "env-module", "agent-plugin"])
+@pytest.mark.parametrize(
+    "config, flag",
+    [
+        ({"env_factory": "os:system", "env_args": {"command": "touch {mark}"}}, "--env-factory os:system"),
+        ({"env_id": f"{PLANTED}:CartPole-v1"}, f"--env {PLANTED}:CartPole-v1"),
+        ({"agent": f"{PLANTED}:Builder"}, f"--agent {PLANTED}:Builder"),
+    ],
+    ids=["env_factory", "env-module", "agent-plugin"],
+)
 def test_resume_imports_and_calls_nothing_only_config_json_names(finished, tmp_path, config, flag):
     mark = tmp_path / "PWNED"
     config = json.loads(json.dumps(config).replace("{mark}", str(mark)))
@@ -73,10 +85,14 @@ def test_a_factory_named_again_or_a_trusted_directory_is_used(finished, tmp_path
     factory = "tests.user_envs:short_cartpole"
     run_dir = _copy(finished, tmp_path, env_factory=factory, env_args={"max_steps": 30})
     before = _files(run_dir)
-    rc, errors, text = shoal_main("train", "--resume", str(run_dir), "--env-factory", "tests.user_envs:other", "--quiet")
-    assert rc == 2 and errors == [f"shoal: error: --env-factory 'tests.user_envs:other' is not the run's "
-                                  f"({run_dir / 'config.json'} has env_factory '{factory}'): a resumed run keeps "
-                                  "its own; give its value, or drop --env-factory"], text
+    rc, errors, text = shoal_main(
+        "train", "--resume", str(run_dir), "--env-factory", "tests.user_envs:other", "--quiet"
+    )
+    assert rc == 2 and errors == [
+        f"shoal: error: --env-factory 'tests.user_envs:other' is not the run's "
+        f"({run_dir / 'config.json'} has env_factory '{factory}'): a resumed run keeps "
+        "its own; give its value, or drop --env-factory"
+    ], text
     rc, errors, text = shoal_main("train", "--resume", str(run_dir), "--agent", "ppo", "--quiet")
     assert rc == 2 and "--agent 'ppo' is not the run's" in errors[0], text
     assert _files(run_dir) == before
@@ -85,9 +101,21 @@ def test_a_factory_named_again_or_a_trusted_directory_is_used(finished, tmp_path
     assert load_run(str(run_dir), trust_run_dir=True)[0].env_factory == factory
     from tests.user_envs import short_cartpole  # (named by the function itself, from Python)
 
-    assert load_run(str(run_dir), env_factory=short_cartpole, agent="dqn", env_id="CartPole-v1")[0].env_factory == factory
-    rc, errors, text = shoal_main("train", "--resume", str(run_dir), "--env-factory", factory, "--agent", "dqn",
-                                  "--max-env-steps", "480", "--quiet")
+    assert (
+        load_run(str(run_dir), env_factory=short_cartpole, agent="dqn", env_id="CartPole-v1")[0].env_factory == factory
+    )
+    rc, errors, text = shoal_main(
+        "train",
+        "--resume",
+        str(run_dir),
+        "--env-factory",
+        factory,
+        "--agent",
+        "dqn",
+        "--max-env-steps",
+        "480",
+        "--quiet",
+    )
     assert rc == 0 and not errors, text
     assert json.loads((run_dir / "result.json").read_text())["env_steps"] >= 480
 
@@ -100,8 +128,11 @@ def test_what_needs_naming_again():
     plain = {"agent": "dqn", "env_id": "ALE/Pong-v5", "env_factory": None, "launch": None}
     check_named_code(path, plain, {}, trust_run_dir=False)
     ray = {**plain, "launch": {"launcher": "ray", "ray_address": "10.0.0.1:6379"}}
-    with pytest.raises(ValueError, match=r"names ray_address '10.0.0.1:6379', a Ray cluster, which a resume would "
-                                         r"join; .* \(--ray-address 10.0.0.1:6379\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"names ray_address '10.0.0.1:6379', a Ray cluster, which a resume would "
+        r"join; .* \(--ray-address 10.0.0.1:6379\)",
+    ):
         check_named_code(path, ray, {}, trust_run_dir=False)
     check_named_code(path, ray, {"ray_address": "10.0.0.1:6379"}, trust_run_dir=False)
     check_named_code(path, ray, {}, trust_run_dir=True)
@@ -112,11 +143,11 @@ def test_what_needs_naming_again():
 @pytest.mark.timeout(300)
 def test_resume_refuses_a_directory_others_may_write(finished, tmp_path):
     run_dir = _copy(finished, tmp_path)
-    for path, mode, says in ((run_dir, 0o775, f"run directory {str(run_dir)!r} may be written by its group (mode 775)"),
-                             (run_dir / "config.json", 0o664, f"{run_dir / 'config.json'} may be written by its "
-                                                               "group (mode 664)"),
-                             (run_dir / "checkpoints", 0o757, f"{run_dir / 'checkpoints'} may be written by anyone "
-                                                              "(mode 757)")):
+    for path, mode, says in (
+        (run_dir, 0o775, f"run directory {str(run_dir)!r} may be written by its group (mode 775)"),
+        (run_dir / "config.json", 0o664, f"{run_dir / 'config.json'} may be written by its group (mode 664)"),
+        (run_dir / "checkpoints", 0o757, f"{run_dir / 'checkpoints'} may be written by anyone (mode 757)"),
+    ):
         original = path.stat().st_mode
         path.chmod(mode)
         before = _files(run_dir)

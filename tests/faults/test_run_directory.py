@@ -20,9 +20,20 @@ from tests.waiting import wait_for
 
 
 def train(run_dir, *args):
-    return run_shoal("train", *SMALL, "--launcher", "processes",
-                     "--num-actors", "1", "--max-env-steps", "2000", "--run-dir", str(run_dir), *args,
-                     timeout=300)
+    return run_shoal(
+        "train",
+        *SMALL,
+        "--launcher",
+        "processes",
+        "--num-actors",
+        "1",
+        "--max-env-steps",
+        "2000",
+        "--run-dir",
+        str(run_dir),
+        *args,
+        timeout=300,
+    )
 
 
 def test_writes_replace_a_planted_link_and_never_write_through_it(tmp_path):
@@ -117,11 +128,20 @@ class _Planted:
 @pytest.mark.timeout(400)
 def test_a_live_run_reads_no_node_file_and_keeps_its_lock_when_lock_is_deleted(tmp_path):
     run_dir, mark = tmp_path / "run", tmp_path / "code-ran"
-    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), "--checkpoint-every", "1000000",
-                 num_actors=1)
+    proc = start(
+        run_dir,
+        "--max-env-steps",
+        str(10**8),
+        "--eval-every",
+        str(10**8),
+        "--checkpoint-every",
+        "1000000",
+        num_actors=1,
+    )
     try:
-        wait_for(lambda: running(run_dir, "replay", "counter", "learner", "actor_0", "evaluator"),
-                 240, "every node to serve")
+        wait_for(
+            lambda: running(run_dir, "replay", "counter", "learner", "actor_0", "evaluator"), 240, "every node to serve"
+        )
         assert not list(run_dir.rglob("*.pkl"))  # node definitions are not on disk at all
         # A pickle planted where the launcher used to keep actor_0's definition, then actor_0 killed:
         # the restarted actor gets its definition from the launcher's memory.
@@ -130,14 +150,23 @@ def test_a_live_run_reads_no_node_file_and_keeps_its_lock_when_lock_is_deleted(t
         victim = node_pids(proc.pid)["actor_0"]
         published = _inode(run_dir / "addresses" / "actor_0")  # (each publication writes a new file)
         os.kill(victim, signal.SIGKILL)
-        new = wait_for(lambda: node_pids(proc.pid).get("actor_0") not in (None, victim)
-                       and node_pids(proc.pid)["actor_0"], 120, "actor_0 to restart")
+        new = wait_for(
+            lambda: node_pids(proc.pid).get("actor_0") not in (None, victim) and node_pids(proc.pid)["actor_0"],
+            120,
+            "actor_0 to restart",
+        )
         # (the line a node prints once it has its definition)
-        wait_for(lambda: f"started (pid {new}," in (run_dir / "logs" / "actor_0.log").read_text(), 120,
-                 "the restarted actor_0 to load its definition")
+        wait_for(
+            lambda: f"started (pid {new}," in (run_dir / "logs" / "actor_0.log").read_text(),
+            120,
+            "the restarted actor_0 to load its definition",
+        )
         assert not mark.exists()
-        wait_for(lambda: _inode(run_dir / "addresses" / "actor_0") not in (None, published), 120,
-                 "the restarted actor_0 to publish its address")
+        wait_for(
+            lambda: _inode(run_dir / "addresses" / "actor_0") not in (None, published),
+            120,
+            "the restarted actor_0 to publish its address",
+        )
 
         # .lock deleted under the live run: a second run on the directory is still refused.
         config = (run_dir / "config.json").read_text()
@@ -158,8 +187,11 @@ def test_a_live_run_reads_no_node_file_and_keeps_its_lock_when_lock_is_deleted(t
     assert json.loads(out.strip().splitlines()[-1])["terminated"] == "SIGTERM"
     assert (run_dir / "checkpoints" / "run.json").exists() or (run_dir / "run.json").exists()
     assert not mark.exists()
-    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
-                and any(str(run_dir) in part for part in p.info["cmdline"])]
+    assert not [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and any(str(run_dir) in part for part in p.info["cmdline"])
+    ]
 
 
 def _inode(path):

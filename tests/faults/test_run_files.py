@@ -36,8 +36,12 @@ def _copy(finished_run, tmp_path):
 
 def _files(run_dir):
     """Every file under ``run_dir`` (but the lock) with its size and modification time."""
-    return {(path, os.stat(os.path.join(path, name)).st_size, os.stat(os.path.join(path, name)).st_mtime_ns, name)
-            for path, _, names in os.walk(run_dir) for name in names if name != ".lock"}
+    return {
+        (path, os.stat(os.path.join(path, name)).st_size, os.stat(os.path.join(path, name)).st_mtime_ns, name)
+        for path, _, names in os.walk(run_dir)
+        for name in names
+        if name != ".lock"
+    }
 
 
 def _resume(run_dir, capsys):
@@ -56,18 +60,34 @@ def _edit(path, change):
 CASES = [  # (file, edit, the field and what the line says)
     ("config.json", lambda c: c.update(agent_config=[]), "agent_config must be an object, got []"),
     ("config.json", lambda c: c.update(seed="0"), 'seed must be an integer, got "0"'),
-    ("config.json", lambda c: c["agent_config"].update(learning_rate=[1]), "agent_config.learning_rate must be "
-     "a finite number, got [1]"),
-    ("config.json", lambda c: c.update(launch={"num_actors": "2"}), 'launch.num_actors must be an integer, "auto" or "auto:MIN-MAX", got "2"'),
+    (
+        "config.json",
+        lambda c: c["agent_config"].update(learning_rate=[1]),
+        "agent_config.learning_rate must be a finite number, got [1]",
+    ),
+    (
+        "config.json",
+        lambda c: c.update(launch={"num_actors": "2"}),
+        'launch.num_actors must be an integer, "auto" or "auto:MIN-MAX", got "2"',
+    ),
     ("checkpoints/run.json", lambda r: r.update(counter=[1]), "counter must be an object, got [1]"),
     ("checkpoints/run.json", lambda r: r.update(env_steps="x"), 'env_steps must be an integer, got "x"'),
     ("checkpoints/run.json", lambda r: r.update(spec=None), "spec must be an object, got null"),
-    ("checkpoints/run.json", lambda r: r["counter"].update(env_steps=-5), "counter.env_steps must be an integer in "
-     "[0, 2**53), got -5"),
-    ("checkpoints/run.json", lambda r: r["actors"]["actor"].update(key="k"), 'actors.actor.key must be a list of '
-     'integers, got "k"'),
-    ("checkpoints/run.json", lambda r: r.update(replay_checkpoint=".."), "replay_checkpoint must be the name of a "
-     'directory in checkpoints/replay, got ".."'),
+    (
+        "checkpoints/run.json",
+        lambda r: r["counter"].update(env_steps=-5),
+        "counter.env_steps must be an integer in [0, 2**53), got -5",
+    ),
+    (
+        "checkpoints/run.json",
+        lambda r: r["actors"]["actor"].update(key="k"),
+        'actors.actor.key must be a list of integers, got "k"',
+    ),
+    (
+        "checkpoints/run.json",
+        lambda r: r.update(replay_checkpoint=".."),
+        'replay_checkpoint must be the name of a directory in checkpoints/replay, got ".."',
+    ),
 ]
 
 
@@ -75,7 +95,8 @@ CASES = [  # (file, edit, the field and what the line says)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name,change,says", CASES, ids=[f"{c[0]}:{c[2].split()[0]}" for c in CASES])
 def test_a_state_file_of_the_wrong_shape_is_refused_in_one_line_before_anything_is_written(
-        finished_run, tmp_path, capsys, name, change, says):
+    finished_run, tmp_path, capsys, name, change, says
+):
     run_dir = _copy(finished_run, tmp_path)
     _edit(run_dir / name, change)
     before = _files(run_dir)
@@ -87,7 +108,8 @@ def test_a_state_file_of_the_wrong_shape_is_refused_in_one_line_before_anything_
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_a_garbage_learner_checkpoint_is_refused_in_one_line_naming_it_before_anything_is_written(
-        finished_run, tmp_path, capsys):
+    finished_run, tmp_path, capsys
+):
     run_dir = _copy(finished_run, tmp_path)
     learner = run_dir / "checkpoints" / "learner"
     garbage = random.Random(0)
@@ -107,9 +129,13 @@ def test_a_garbage_learner_checkpoint_is_refused_in_one_line_naming_it_before_an
 @pytest.mark.parametrize("env_id", [":CartPole-v1", "CartPole-v1:", ".envs:CartPole-v1"])
 def test_an_env_id_of_neither_form_is_refused_in_one_line_naming_the_forms(tmp_path, capsys, env_id):
     code = main(["train", "--env", env_id, "--run-dir", str(tmp_path / "run"), "--quiet"])
-    assert (code, errors(capsys.readouterr().err)) == (2, [
-        f"shoal: error: environment id {env_id!r} is neither EnvId nor module:EnvId (e.g. CartPole-v1, or "
-        "my_package.envs:MyEnv-v0 to import my_package.envs, which registers MyEnv-v0)"])
+    assert (code, errors(capsys.readouterr().err)) == (
+        2,
+        [
+            f"shoal: error: environment id {env_id!r} is neither EnvId nor module:EnvId (e.g. CartPole-v1, or "
+            "my_package.envs:MyEnv-v0 to import my_package.envs, which registers MyEnv-v0)"
+        ],
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -120,7 +146,9 @@ def test_step_grants_keep_any_interleaving_of_actors_within_one_vector_step_of_t
 
     for seed in range(20):
         rng, counter, budget, n = random.Random(seed), Counter(), 1001 + 37 * seed, 8
-        actors = {f"actor_{i}": [StepGrants(counter, f"actor_{i}", budget, n), 0] for i in range(3)}  # [grants, unreported]
+        actors = {
+            f"actor_{i}": [StepGrants(counter, f"actor_{i}", budget, n), 0] for i in range(3)
+        }  # [grants, unreported]
         for _ in range(5000):
             label = rng.choice(sorted(actors))
             grants, unreported = actors[label]

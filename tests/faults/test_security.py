@@ -26,9 +26,19 @@ def train(*args, wrapper=(), **popen):
 @pytest.mark.timeout(400)
 def test_live_run_refuses_strangers_and_a_second_run(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), num_actors=1, env=dict(os.environ, SHOAL_TOKEN=TOKEN))
+    proc = start(
+        run_dir,
+        "--max-env-steps",
+        str(10**8),
+        "--eval-every",
+        str(10**8),
+        num_actors=1,
+        env=dict(os.environ, SHOAL_TOKEN=TOKEN),
+    )
     try:
-        wait_for(lambda: running(run_dir, "counter", "learner", "actor_0", "evaluator"), 180, "the program's nodes to serve")
+        wait_for(
+            lambda: running(run_dir, "counter", "learner", "actor_0", "evaluator"), 180, "the program's nodes to serve"
+        )
         counter = (run_dir / "addresses" / "counter").read_text()
         for token in (None, "a-wrong-token"):  # no token, or a wrong one: refused before the body is read
             with pytest.raises(RemoteError) as refused:
@@ -61,9 +71,18 @@ def test_single_process_run_directory_is_locked_and_a_stale_lock_is_taken_over(t
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / ".lock").write_text("999999")  # left by a run that died: not held by anyone
-    first = start_shoal("train", *SMALL, "--max-env-steps", str(10**8),
-                        "--run-dir", "run",  # (a relative one: its checkpoint at SIGTERM too)
-                        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = start_shoal(
+        "train",
+        *SMALL,
+        "--max-env-steps",
+        str(10**8),
+        "--run-dir",
+        "run",  # (a relative one: its checkpoint at SIGTERM too)
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: (run_dir / "train.csv").exists(), 180, "the first run to log")
         second = train("--max-env-steps", "1000", "--run-dir", str(run_dir))
@@ -81,16 +100,26 @@ def test_single_process_run_directory_is_locked_and_a_stale_lock_is_taken_over(t
 # ``python SMALL_FILES ARGS...``: ``python ARGS...`` that may write files of 100 kB at most (a write
 # past the limit fails with EFBIG: SIGXFSZ ignored): set, then exec (not a preexec_fn, which
 # runs Python in a fork of this multithreaded process before exec and can deadlock there).
-SMALL_FILES = ["-c", "import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-                     "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000)); "
-                     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+SMALL_FILES = [
+    "-c",
+    "import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000)); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])",
+]
 
 
 @pytest.mark.timeout(300)
 def test_a_full_disk_gives_one_clear_line(tmp_path):
     # a checkpoint every 2 s: the replay checkpoint soon passes the 100 kB file limit
-    proc = train("--max-env-steps", str(10**8), "--checkpoint-every", "2", "--run-dir", str(tmp_path / "run"),
-                 wrapper=SMALL_FILES)
+    proc = train(
+        "--max-env-steps",
+        str(10**8),
+        "--checkpoint-every",
+        "2",
+        "--run-dir",
+        str(tmp_path / "run"),
+        wrapper=SMALL_FILES,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     shoal_lines = [line for line in proc.stderr.splitlines() if line.startswith("shoal:")]

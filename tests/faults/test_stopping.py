@@ -30,8 +30,10 @@ WITHIN_S = 15
 def cpu_hogs(request):
     """``request.param`` busy-looping processes (at nice 10: they keep the cores busy whenever
     shoal's processes leave them idle, without starving the test another xdist worker runs)."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "import os\nos.nice(10)\nwhile True: pass"])
-            for _ in range(request.param)]
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "import os\nos.nice(10)\nwhile True: pass"])
+        for _ in range(request.param)
+    ]
     yield
     for hog in hogs:
         hog.kill()
@@ -40,8 +42,16 @@ def cpu_hogs(request):
 
 def _launch(run_dir):
     # (SIGINT's default action, as a terminal gives it, even where the test runner ignores it)
-    return start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), "--checkpoint-every", "1000000",
-                 default_sigint=True)
+    return start(
+        run_dir,
+        "--max-env-steps",
+        str(10**8),
+        "--eval-every",
+        str(10**8),
+        "--checkpoint-every",
+        "1000000",
+        default_sigint=True,
+    )
 
 
 def _ended(proc, run_dir, pids, signalled):
@@ -50,8 +60,11 @@ def _ended(proc, run_dir, pids, signalled):
     wait_for(lambda: not alive(pids), 30, "every node process to end")
     assert "Traceback" not in err, err[-3000:]
     assert not shm_segments(pids)
-    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
-                and any(str(run_dir) in part for part in p.info["cmdline"])]
+    assert not [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and any(str(run_dir) in part for part in p.info["cmdline"])
+    ]
     if run_dir.exists():
         RunDirectory(str(run_dir)).lock().unlock()  # released: a new run may take the directory
     return out, err, took
@@ -75,8 +88,9 @@ def test_a_signal_while_shoal_imports_ends_it_at_once_in_one_line(tmp_path, sig)
 # VM's kernel stall (dmesg: "workqueue lockup ... stuck for 35-108s") while they ran, and this test
 # and its xdist neighbour fail then; benchmarks/stop_time.py --hogs 2 measures the stop under load.
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("cpu_hogs", [0, pytest.param(2, marks=pytest.mark.slow)], indirect=True,
-                         ids=["idle", "two-busy-processes"])
+@pytest.mark.parametrize(
+    "cpu_hogs", [0, pytest.param(2, marks=pytest.mark.slow)], indirect=True, ids=["idle", "two-busy-processes"]
+)
 def test_sigterm_while_the_nodes_start_stops_them_at_once(tmp_path, cpu_hogs):
     run_dir = tmp_path / "run"
     proc = _launch(run_dir)
@@ -99,8 +113,11 @@ def test_a_second_ctrl_c_kills_every_node_and_leaves_nothing_behind(tmp_path):
     proc = _launch(run_dir)
     lines = []
     try:
-        wait_for(lambda: running(run_dir, "replay", "counter", "learner", "actor_0", "actor_1", "evaluator"),
-                 240, "every node to serve")
+        wait_for(
+            lambda: running(run_dir, "replay", "counter", "learner", "actor_0", "actor_1", "evaluator"),
+            240,
+            "every node to serve",
+        )
         wait_for(lambda: shm_segments(node_pids(proc.pid).values()), 60, "the learner's parameters in shared memory")
         pids = list(node_pids(proc.pid).values())
         reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
@@ -116,25 +133,43 @@ def test_a_second_ctrl_c_kills_every_node_and_leaves_nothing_behind(tmp_path):
         proc.kill()
     err = "".join(lines)
     assert proc.returncode == 130 and "shoal: interrupted" in err and "every node is killed" in err, err[-3000:]
-    table = err[err.index("program 'dqn' ended"):]
+    table = err[err.index("program 'dqn' ended") :]
     assert " running " not in table, table
     assert took < WITHIN_S, err[-3000:]
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("sig, moment", [(signal.SIGTERM, "config.json"), (signal.SIGINT, "train.csv")])
-def test_a_one_process_run_leaves_at_once_while_setting_up_and_stops_with_its_result_once_training(tmp_path, sig, moment):
+def test_a_one_process_run_leaves_at_once_while_setting_up_and_stops_with_its_result_once_training(
+    tmp_path, sig, moment
+):
     run_dir = tmp_path / "run"
-    proc = start_shoal("train", *SMALL, "--max-env-steps", str(10**8), "--run-dir", str(run_dir),
-                       python_args=DEFAULT_SIGINT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_shoal(
+        "train",
+        *SMALL,
+        "--max-env-steps",
+        str(10**8),
+        "--run-dir",
+        str(run_dir),
+        python_args=DEFAULT_SIGINT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # config.json: the run claimed its directory and is setting up (Reverb, networks, compiling);
         # train.csv and learner.csv with a row: it trains, its learner's update compiled (a signal
         # during that first compile waits for it: XLA does not give the thread back to Python, and
         # on a loaded CI machine it took 19.7 s once -- the compile, not the stop)
-        wait_for(lambda: proc.poll() is not None or (run_dir / moment).exists()
-                 and (moment != "train.csv" or csv_rows(run_dir / moment) and csv_rows(run_dir / "learner.csv")),
-                 180, moment)
+        wait_for(
+            lambda: (
+                proc.poll() is not None
+                or (run_dir / moment).exists()
+                and (moment != "train.csv" or csv_rows(run_dir / moment) and csv_rows(run_dir / "learner.csv"))
+            ),
+            180,
+            moment,
+        )
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         signalled = time.monotonic()
         proc.send_signal(sig)

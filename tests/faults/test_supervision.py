@@ -20,6 +20,7 @@ from tests.waiting import csv_rows, wait_for
 
 pytestmark = pytest.mark.e2e  # distributed runs whose nodes are killed
 
+
 def tensorflow_loaded(pid):
     with open(f"/proc/{pid}/maps") as f:
         return "_pywrap_tensorflow_internal" in f.read()
@@ -56,7 +57,9 @@ def test_killed_actor_is_restarted_continues_its_schedule_and_run_completes(tmp_
     assert re.search(r"\n  actor_0 +actor +(stopped|killed) +1  ", err), err[-2000:]
     # the restarted actor continued its epsilon schedule (it did not start over at 1.0) ...
     assert re.search(r"\[actor_0\] continues its schedules from [0-9,]+ env steps", log.read_text())
-    assert len(csv_rows(run_dir / "actor_0.csv")) >= 2  # ... and its CSV kept the rows of its first life (appended, not rewritten)
+    assert (
+        len(csv_rows(run_dir / "actor_0.csv")) >= 2
+    )  # ... and its CSV kept the rows of its first life (appended, not rewritten)
     with open(run_dir / "actor_0.csv") as f:  # actors log their speed and staleness
         rows = list(csv.DictReader(f))
     assert rows and {"steps_per_s", "params_version", "staleness"} <= set(rows[-1])
@@ -65,8 +68,15 @@ def test_killed_actor_is_restarted_continues_its_schedule_and_run_completes(tmp_
 
 @pytest.mark.timeout(300)
 # (replay and counter take the learner's path to a failure: -m slow runs them)
-@pytest.mark.parametrize("victim", ["learner", pytest.param("replay", marks=pytest.mark.slow),
-                                    pytest.param("counter", marks=pytest.mark.slow), "evaluator"])
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "learner",
+        pytest.param("replay", marks=pytest.mark.slow),
+        pytest.param("counter", marks=pytest.mark.slow),
+        "evaluator",
+    ],
+)
 def test_killing_a_non_restartable_node_stops_every_process_within_10s(tmp_path, victim):
     """...and a failed program still checkpoints what its living learner, replay and counter hold."""
     run_dir = tmp_path / "run"
@@ -83,8 +93,9 @@ def test_killing_a_non_restartable_node_stops_every_process_within_10s(tmp_path,
     finally:
         proc.kill()
     assert proc.returncode == 1 and took < 10
-    assert errors(err) == [f"shoal: error: program 'dqn' failed: {victim} exited with code -9 "
-                           f"(see {run_dir}/logs/{victim}.log)"], err[-2000:]
+    assert errors(err) == [
+        f"shoal: error: program 'dqn' failed: {victim} exited with code -9 (see {run_dir}/logs/{victim}.log)"
+    ], err[-2000:]
     # The evaluator's death leaves learner, replay and counter alive: their state is saved once more.
     assert (run_dir / "checkpoints" / "run.json").exists() == (victim == "evaluator"), err[-2000:]
 
@@ -106,8 +117,11 @@ def test_a_frozen_actor_does_not_stop_the_run_and_is_killed_at_its_end(tmp_path)
     # said so on the terminal
     assert result["env_steps"] <= 6000 + 7 and result["env_steps"] + result.get("env_steps_held", 0) >= 6000
     if "env_steps_held" in result:
-        assert re.search(r"\nshoal: warning: the run ends at [\d,]+ of its 6,000 env steps: the rest is granted "
-                         r"to actor_1 ", err), err[-2000:]
+        assert re.search(
+            r"\nshoal: warning: the run ends at [\d,]+ of its 6,000 env steps: the rest is granted "
+            r"to actor_1 ",
+            err,
+        ), err[-2000:]
     assert re.search(r"\n  actor_1 +actor +killed +0  ", err), err[-2000:]  # after the grace period
     # (counted all the same: it ran)
     assert result["num_actors"] == 2 and result["actors_without_summary"] == {"actor_1": "killed"}, result
@@ -115,15 +129,29 @@ def test_a_frozen_actor_does_not_stop_the_run_and_is_killed_at_its_end(tmp_path)
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("env, message", [
-    pytest.param("RaisesInStep-v0", "the environment raised in step() after", marks=pytest.mark.slow),
-    ("NaNObservations-v0", "the environment returned a non-finite observation after"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        pytest.param("RaisesInStep-v0", "the environment raised in step() after", marks=pytest.mark.slow),
+        ("NaNObservations-v0", "the environment returned a non-finite observation after"),
+    ],
+)
 def test_a_failing_environment_ends_in_one_line(tmp_path, env, message):
     env_id = f"tests.faults.faulty_envs:{env}"
     # one process: the first failure is the run's error
-    single = run_shoal("train", "--agent", "dqn", "--env", env_id,
-                       "--num-envs", "8", "--run-dir", str(tmp_path / "single"), "--quiet", timeout=240)
+    single = run_shoal(
+        "train",
+        "--agent",
+        "dqn",
+        "--env",
+        env_id,
+        "--num-envs",
+        "8",
+        "--run-dir",
+        str(tmp_path / "single"),
+        "--quiet",
+        timeout=240,
+    )
     assert single.returncode == 1 and len(errors(single.stderr)) == 1, single.stderr[-2000:]
     assert message in errors(single.stderr)[0] and "Traceback" not in single.stderr
     if env != "RaisesInStep-v0":  # (the distributed path is the same for every failure: run it once)
@@ -134,7 +162,9 @@ def test_a_failing_environment_ends_in_one_line(tmp_path, env, message):
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 1
     assert "restart 3/3" in err and len(errors(err)) == 1, err[-2000:]
-    assert re.search(r"program 'dqn' failed: actor_\d failed: RuntimeError: " + re.escape(message), errors(err)[0])  # (its exception)
+    assert re.search(
+        r"program 'dqn' failed: actor_\d failed: RuntimeError: " + re.escape(message), errors(err)[0]
+    )  # (its exception)
     assert message in (run_dir / "logs" / "actor_0.log").read_text() + (run_dir / "logs" / "actor_1.log").read_text()
 
 
@@ -149,8 +179,9 @@ def test_sigterm_to_the_launcher_stops_gracefully_with_result_and_checkpoint(tmp
         # built without it, and the counter and the evaluator need none; the learner samples with
         # it on Reverb (the native backend never imports it)
         reverb = default_backend() == "reverb"
-        assert [tensorflow_loaded(pids[label]) for label in ("actor_0", "replay", "counter", "evaluator", "learner")] \
-            == [False, False, False, False, reverb]
+        assert [
+            tensorflow_loaded(pids[label]) for label in ("actor_0", "replay", "counter", "evaluator", "learner")
+        ] == [False, False, False, False, reverb]
         stopped_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
@@ -180,8 +211,9 @@ def test_sigint_to_the_launcher_leaves_no_process_and_exits_at_once(tmp_path):
     run_dir = tmp_path / "run"
     # SIGINT's default action in the launcher, as a terminal gives it: a test runner started in
     # the background (by a script without job control) ignores SIGINT, and its children inherit that.
-    proc = start(run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), num_actors=1, env=env,
-                 default_sigint=True)
+    proc = start(
+        run_dir, "--max-env-steps", str(10**8), "--eval-every", str(10**8), num_actors=1, env=env, default_sigint=True
+    )
     try:
         pids = list(started(proc, run_dir).values())
         proc.send_signal(signal.SIGINT)
@@ -190,7 +222,10 @@ def test_sigint_to_the_launcher_leaves_no_process_and_exits_at_once(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130 and "shoal: interrupted" in err, err[-2000:]
-    leftovers = [p for p in psutil.process_iter(["cmdline"])
-                 if p.info["cmdline"] and any(str(run_dir) in part for part in p.info["cmdline"])]
+    leftovers = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and any(str(run_dir) in part for part in p.info["cmdline"])
+    ]
     assert not leftovers
     RunDirectory(str(run_dir)).lock().unlock()  # released: a new run may take the directory

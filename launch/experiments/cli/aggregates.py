@@ -30,7 +30,7 @@ def iqm(scores: Sequence[float]) -> float:
     """The interquartile mean: ``floor(n / 4)`` scores cut from each end of the sorted scores."""
     x = np.sort(np.asarray(scores, np.float64).ravel())
     cut = int(0.25 * x.size)
-    return float(np.mean(x[cut:x.size - cut]))
+    return float(np.mean(x[cut : x.size - cut]))
 
 
 def optimality_gap(scores: Sequence[float], gamma: float = 1.0) -> float:
@@ -39,8 +39,11 @@ def optimality_gap(scores: Sequence[float], gamma: float = 1.0) -> float:
 
 
 AGGREGATES: dict[str, Callable[[np.ndarray], float]] = {
-    "iqm": iqm, "mean": lambda x: float(np.mean(x)), "median": lambda x: float(np.median(x)),
-    "optimality_gap": optimality_gap}
+    "iqm": iqm,
+    "mean": lambda x: float(np.mean(x)),
+    "median": lambda x: float(np.median(x)),
+    "optimality_gap": optimality_gap,
+}
 
 
 def pooled(scores: Scores) -> np.ndarray:
@@ -48,8 +51,13 @@ def pooled(scores: Scores) -> np.ndarray:
     return np.concatenate([np.asarray(s, np.float64).ravel() for s in scores.values()])
 
 
-def bootstrap_ci(scores: Scores, aggregate: Callable[[np.ndarray], float], samples: int = 2000,
-                 confidence: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_ci(
+    scores: Scores,
+    aggregate: Callable[[np.ndarray], float],
+    samples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
     """``(point, low, high)``: ``aggregate`` of the pooled scores, and its stratified-bootstrap
     percentile interval (``samples`` resamples, ``seed``: a fixed answer for fixed scores)."""
     tasks = [np.asarray(s, np.float64).ravel() for s in scores.values()]
@@ -63,8 +71,7 @@ def bootstrap_ci(scores: Scores, aggregate: Callable[[np.ndarray], float], sampl
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     rng = np.random.default_rng(seed)
     picks = [rng.integers(0, t.size, (samples, t.size)) for t in tasks]  # [samples, runs of the task]
-    values = np.array([aggregate(np.concatenate([t[p[i]] for t, p in zip(tasks, picks)]))
-                       for i in range(samples)])
+    values = np.array([aggregate(np.concatenate([t[p[i]] for t, p in zip(tasks, picks)])) for i in range(samples)])
     tail = (1.0 - confidence) / 2 * 100
     low, high = np.percentile(values, [tail, 100 - tail])
     return aggregate(pooled(scores)), float(low), float(high)

@@ -47,10 +47,14 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     parser = _ShoalParser(prog="shoal", description="Shoal: RL actor-learner framework.")
     parser.train_flags = {}
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train an agent on a gymnasium task", description="Train an agent in one process with an embedded Reverb "
-                           "replay server, or as a distributed program (--launcher). Ends with one "
-                           "JSON line on stdout. Compiled JAX code is cached in ~/.cache/shoal/jax "
-                           "(SHOAL_COMPILATION_CACHE=DIR or off).")
+    train = sub.add_parser(
+        "train",
+        help="train an agent on a gymnasium task",
+        description="Train an agent in one process with an embedded Reverb "
+        "replay server, or as a distributed program (--launcher). Ends with one "
+        "JSON line on stdout. Compiled JAX code is cached in ~/.cache/shoal/jax "
+        "(SHOAL_COMPILATION_CACHE=DIR or off).",
+    )
 
     def add(*flags: str, **options: Any) -> None:
         action = train.add_argument(*flags, **options)
@@ -59,153 +63,380 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if suppress_defaults else value
 
-    add("--agent", default=default("dqn"), help="agent to train: a registered name (dqn, ppo, impala, sac, "
-        "or an installed plug-in's) or module:BuilderClass for your own (default: dqn)")
-    add("--env", default=default("CartPole-v1"), help="gymnasium environment id, or module:EnvId to import "
-        "the module that registers EnvId (default: CartPole-v1)")
-    add("--env-factory", default=default(None), metavar="MODULE:FUNCTION", help="make each env with this "
+    add(
+        "--agent",
+        default=default("dqn"),
+        help="agent to train: a registered name (dqn, ppo, impala, sac, "
+        "or an installed plug-in's) or module:BuilderClass for your own (default: dqn)",
+    )
+    add(
+        "--env",
+        default=default("CartPole-v1"),
+        help="gymnasium environment id, or module:EnvId to import "
+        "the module that registers EnvId (default: CartPole-v1)",
+    )
+    add(
+        "--env-factory",
+        default=default(None),
+        metavar="MODULE:FUNCTION",
+        help="make each env with this "
         "function of yours (called with the --env-arg arguments, returning a gymnasium.Env) instead of "
-        "--env's registration; --env then only names the env")
-    add("--env-arg", dest="env_args", action="append", type=flag_values.parse_env_arg, default=default([]),
-        metavar="KEY=VALUE", help="an argument of the env's constructor, e.g. --env-arg continuous=true "
-        "for LunarLander-v3 (repeatable; values read as Python literals: 3, 0.5, true, 'text')")
-    add("--no-action-masks", dest="action_masks", action="store_false", default=default(True),
+        "--env's registration; --env then only names the env",
+    )
+    add(
+        "--env-arg",
+        dest="env_args",
+        action="append",
+        type=flag_values.parse_env_arg,
+        default=default([]),
+        metavar="KEY=VALUE",
+        help="an argument of the env's constructor, e.g. --env-arg continuous=true "
+        "for LunarLander-v3 (repeatable; values read as Python literals: 3, 0.5, true, 'text')",
+    )
+    add(
+        "--no-action-masks",
+        dest="action_masks",
+        action="store_false",
+        default=default(True),
         help="ignore the env's action masks (info['action_mask'] or an action_mask observation key): "
-        "the agent may take every action (default: masked actions are never taken)")
-    add("--agent-group", dest="agent_groups", action="append", type=flag_values.parse_agent_group, default=default([]),
-        metavar="PATTERN=GROUP", help="a PettingZoo env: a policy per group of agents, each with its own "
+        "the agent may take every action (default: masked actions are never taken)",
+    )
+    add(
+        "--agent-group",
+        dest="agent_groups",
+        action="append",
+        type=flag_values.parse_agent_group,
+        default=default([]),
+        metavar="PATTERN=GROUP",
+        help="a PettingZoo env: a policy per group of agents, each with its own "
         "parameters; the agents whose names match PATTERN (e.g. 'adversary_*') play in GROUP (repeatable; "
-        "every agent in one group). Default: one policy shared by every agent")
-    add("--no-agent-ids", dest="agent_ids", action="store_false", default=default(True),
+        "every agent in one group). Default: one policy shared by every agent",
+    )
+    add(
+        "--no-agent-ids",
+        dest="agent_ids",
+        action="store_false",
+        default=default(True),
         help="a PettingZoo env: leave each agent's identity (a one-hot) out of its observation "
-        "(default: in, so that a shared policy can act differently per agent)")
-    add("--global-state", action="store_true", default=default(False),
+        "(default: in, so that a shared policy can act differently per agent)",
+    )
+    add(
+        "--global-state",
+        action="store_true",
+        default=default(False),
         help="a PettingZoo env: each agent's row also carries the env's global state (its state()), "
-        "read by the value function only: a centralised critic (PPO: MAPPO)")
-    add("--self-play", action="store_true", default=default(False),
+        "read by the value function only: a centralised critic (PPO: MAPPO)",
+    )
+    add(
+        "--self-play",
+        action="store_true",
+        default=default(False),
         help="a two-player turn-based PettingZoo game (e.g. pettingzoo:pettingzoo.classic.connect_four_v3): "
         "the agent plays against frozen snapshots of itself; evaluations play a one-step lookahead player "
-        "and report win rates against it, a random player and the snapshots")
+        "and report win rates against it, a random player and the snapshots",
+    )
     add("--seed", type=int, default=default(0), help="random seed (default: 0)")
-    add("--max-env-steps", type=int, default=default(100_000), help="step budget over all envs (default: 100000, or the preset's)")
-    add("--target-return", type=float, default=default(None), help="stop when the mean evaluation return "
-        "reaches this (default: the env's reward_threshold, 475 for CartPole-v1)")
-    add("--eval-every", type=int, default=default(2_000), help="env steps between evaluations (default: 2000, or the preset's)")
-    add("--eval-episodes", type=int, default=default(10), help="greedy episodes per evaluation (default: 10, or the preset's)")
-    add("--video-every", type=int, default=default(0), metavar="N", help="every N evaluations (from the "
-        "first), record one evaluation episode to RUN_DIR/videos/ as an MP4 (the 'video' extra; default: 0, none)")
-    add("--track", type=flag_values.parse_track, default=default(None), metavar="{wandb,mlflow,none}", help="also send the "
+    add(
+        "--max-env-steps",
+        type=int,
+        default=default(100_000),
+        help="step budget over all envs (default: 100000, or the preset's)",
+    )
+    add(
+        "--target-return",
+        type=float,
+        default=default(None),
+        help="stop when the mean evaluation return "
+        "reaches this (default: the env's reward_threshold, 475 for CartPole-v1)",
+    )
+    add(
+        "--eval-every",
+        type=int,
+        default=default(2_000),
+        help="env steps between evaluations (default: 2000, or the preset's)",
+    )
+    add(
+        "--eval-episodes",
+        type=int,
+        default=default(10),
+        help="greedy episodes per evaluation (default: 10, or the preset's)",
+    )
+    add(
+        "--video-every",
+        type=int,
+        default=default(0),
+        metavar="N",
+        help="every N evaluations (from the "
+        "first), record one evaluation episode to RUN_DIR/videos/ as an MP4 (the 'video' extra; default: 0, none)",
+    )
+    add(
+        "--track",
+        type=flag_values.parse_track,
+        default=default(None),
+        metavar="{wandb,mlflow,none}",
+        help="also send the "
         "run's config, logs, videos and result to Weights & Biases (the 'wandb' extra; WANDB_* variables "
         "apply, e.g. WANDB_MODE=offline) or MLflow (the 'mlflow' extra; MLFLOW_TRACKING_URI, default "
-        "sqlite:///mlflow.db here); with --resume, the same tracking run goes on (default: none)")
-    add("--replay", choices=["reverb", "native"], default=default(None), help="the replay backend: "
+        "sqlite:///mlflow.db here); with --resume, the same tracking run goes on (default: none)",
+    )
+    add(
+        "--replay",
+        choices=["reverb", "native"],
+        default=default(None),
+        help="the replay backend: "
         "Reverb (dm-reverb, Python 3.11 only) or Shoal's native one (any Python, no TensorFlow, seeded "
-        "sampling); a resumed run keeps its own (default: reverb where it is installed, else native)")
-    add("--num-envs", type=int, default=default(16), help="envs stepped together by an actor (default: 16, or the preset's)")
-    add("--sticky-actions", type=float, default=default(0.25), metavar="P", help="Atari: the probability "
-        "that the emulator repeats the previous action (default: 0.25, the published protocol)")
+        "sampling); a resumed run keeps its own (default: reverb where it is installed, else native)",
+    )
+    add(
+        "--num-envs",
+        type=int,
+        default=default(16),
+        help="envs stepped together by an actor (default: 16, or the preset's)",
+    )
+    add(
+        "--sticky-actions",
+        type=float,
+        default=default(0.25),
+        metavar="P",
+        help="Atari: the probability "
+        "that the emulator repeats the previous action (default: 0.25, the published protocol)",
+    )
     add("--run-dir", default=default(None), help="output folder (default: runs/<agent>-<env>-s<seed>-<time>)")
-    add("--preset", default=default("auto"), metavar="NAME", help="tuned settings for a task family "
+    add(
+        "--preset",
+        default=default("auto"),
+        metavar="NAME",
+        help="tuned settings for a task family "
         "(agent and experiment settings; the --max-env-steps, --num-envs, --eval-every and "
         "--eval-episodes you give override them): auto (default: the family of --env), none (the "
-        f"agent's plain defaults), or one of {_presets_text()}")
-    add("--set", dest="overrides", action="append", type=flag_values.parse_override, default=default([]),
-        metavar="KEY=VALUE", help="override an agent setting, after the preset, e.g. --set "
-        "learning_rate=3e-4 (repeatable; see the agent's config dataclass)")
-    add("--launcher", choices=["processes", "inprocess", "ray"], default=default(None),
+        f"agent's plain defaults), or one of {_presets_text()}",
+    )
+    add(
+        "--set",
+        dest="overrides",
+        action="append",
+        type=flag_values.parse_override,
+        default=default([]),
+        metavar="KEY=VALUE",
+        help="override an agent setting, after the preset, e.g. --set "
+        "learning_rate=3e-4 (repeatable; see the agent's config dataclass)",
+    )
+    add(
+        "--launcher",
+        choices=["processes", "inprocess", "ray"],
+        default=default(None),
         help="run as a distributed program: one process per node, one thread per node (for "
-        "debugging), or one Ray actor per node. Default: the single-process runner")
-    add("--num-actors", type=flag_values.parse_num_actors, default=default(4), help="actor nodes of a distributed "
+        "debugging), or one Ray actor per node. Default: the single-process runner",
+    )
+    add(
+        "--num-actors",
+        type=flag_values.parse_num_actors,
+        default=default(4),
+        help="actor nodes of a distributed "
         "program (default: 4; change it while the program runs with `shoal scale RUN_DIR --actors N`), or "
         "auto / auto:MIN-MAX: add an actor while the learner waits for samples and the machine has room, "
-        "remove one while actors are blocked on inserts (auto: from 1 to the machine's cores)")
-    add("--ray-address", default=default(None), help="the Ray cluster to join (auto, or HOST:PORT); "
-        "default: start a local Ray instance with this machine's CPUs")
-    add("--resources", action="append", type=flag_values.parse_resources, default=default([]),
-        metavar="GROUP:NAME=VALUE,...", help="what each node of a group asks of the Ray cluster: "
+        "remove one while actors are blocked on inserts (auto: from 1 to the machine's cores)",
+    )
+    add(
+        "--ray-address",
+        default=default(None),
+        help="the Ray cluster to join (auto, or HOST:PORT); "
+        "default: start a local Ray instance with this machine's CPUs",
+    )
+    add(
+        "--resources",
+        action="append",
+        type=flag_values.parse_resources,
+        default=default([]),
+        metavar="GROUP:NAME=VALUE,...",
+        help="what each node of a group asks of the Ray cluster: "
         "num_cpus, num_gpus, memory (bytes) or a custom resource, e.g. --resources learner:num_gpus=1 "
-        "--resources actor:actor_host=1 (repeatable)")
-    add("--ports", type=flag_values.parse_ports, default=default(None), metavar="FIRST-LAST",
+        "--resources actor:actor_host=1 (repeatable)",
+    )
+    add(
+        "--ports",
+        type=flag_values.parse_ports,
+        default=default(None),
+        metavar="FIRST-LAST",
         help="the ports the nodes' servers (RPC, Reverb) listen on, each the first free one of the "
         "range on its host, so the range holds at least one port per server (4 + the actors; checked); "
         "allow this range between the hosts of a cluster (default: any free port; with --launcher ray "
-        "47000-47099)")
-    add("--params-via", choices=["auto", "rpc"], default=default("auto"), help="how actors and the "
+        "47000-47099)",
+    )
+    add(
+        "--params-via",
+        choices=["auto", "rpc"],
+        default=default("auto"),
+        help="how actors and the "
         "evaluator read the learner's parameters: auto (shared memory on the learner's host, RPC "
-        "elsewhere; default) or rpc (RPC everywhere)")
-    add("--dry-run", action="store_true", default=default(False),
+        "elsewhere; default) or rpc (RPC everywhere)",
+    )
+    add(
+        "--dry-run",
+        action="store_true",
+        default=default(False),
         help="check everything a run checks (settings, SHOAL_* variables, memory, --ports, --resources; "
         "not the Ray cluster), print the resolved config (JSON) and the distributed program's graph "
-        "(nodes, groups, edges), and exit")
-    add("--checkpoint-every", type=float, default=default(300.0), metavar="SECONDS",
+        "(nodes, groups, edges), and exit",
+    )
+    add(
+        "--checkpoint-every",
+        type=float,
+        default=default(300.0),
+        metavar="SECONDS",
         help="seconds between checkpoints in the run directory (default: 300); one is also taken "
-        "at the end and on SIGTERM")
-    add("--resume", default=default(None), metavar="RUN_DIR", help="continue the run in RUN_DIR from its "
+        "at the end and on SIGTERM",
+    )
+    add(
+        "--resume",
+        default=default(None),
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its "
         "last checkpoint, with its saved settings (learner, replay, counters, schedules and RNG are "
         "restored); --max-env-steps may set a new budget. RUN_DIR must be yours and writable by you "
         "alone, and a resume imports nothing only RUN_DIR names: an --env-factory, a module:EnvId "
         "--env, an --agent that is not built in or a --ray-address its config.json records is used "
-        "only if given again with the same value, or with --trust-run-dir")
-    add("--trust-run-dir", action="store_true", default=default(False), help="with --resume: import and "
+        "only if given again with the same value, or with --trust-run-dir",
+    )
+    add(
+        "--trust-run-dir",
+        action="store_true",
+        default=default(False),
+        help="with --resume: import and "
         "call what RUN_DIR's config.json names (env factory, env module, agent plug-in, Ray address) "
-        "without naming it again; only for a directory whose every writer you trust")
+        "without naming it again; only for a directory whose every writer you trust",
+    )
     add("--quiet", action="store_true", default=default(False), help="no progress line")
-    add("--verbose", action="store_true", default=default(False),
-        help="keep native libraries' log lines (Reverb's, TensorFlow's) on stderr")
-    for name, text in (("scale", "grow or shrink the actors of a running distributed program"),
-                       ("status", "show where a run stands: a running distributed program's node table, then, "
-                                  "for any run, its steps, last evaluation, checkpoint and logs")):
+    add(
+        "--verbose",
+        action="store_true",
+        default=default(False),
+        help="keep native libraries' log lines (Reverb's, TensorFlow's) on stderr",
+    )
+    for name, text in (
+        ("scale", "grow or shrink the actors of a running distributed program"),
+        (
+            "status",
+            "show where a run stands: a running distributed program's node table, then, "
+            "for any run, its steps, last evaluation, checkpoint and logs",
+        ),
+    ):
         command = sub.add_parser(name, help=text, description=text.capitalize() + ".")
         command.add_argument("run_dir", help="the program's run directory (its --run-dir)")
         if name == "scale":
             command.add_argument("--actors", type=int, required=True, help="actors to run from now on")
     text = "evaluate a run's trained policy: episodes on its env, one JSON line of return and length statistics"
-    evaluate = sub.add_parser("evaluate", help=text, description=text.capitalize() + " (greedy unless --sample). "
-                              "Reads the run's last complete checkpoint (or --checkpoint), live runs included.")
+    evaluate = sub.add_parser(
+        "evaluate",
+        help=text,
+        description=text.capitalize() + " (greedy unless --sample). "
+        "Reads the run's last complete checkpoint (or --checkpoint), live runs included.",
+    )
     evaluate.add_argument("run_dir", help="the run directory (its --run-dir)")
-    evaluate.add_argument("--episodes", type=int, default=10,  # (bounds: trained.MAX_EPISODES, ENVS_AT_ONCE)
-                          help="episodes, run side by side, 256 at a time (default 10, at most 100,000)")
-    evaluate.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
-                          help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)")
-    evaluate.add_argument("--seed", type=int, default=None,
-                          help="the episodes' seed, >= 0: episode i is reset with seed + i, at most 2**31 - 1 "
-                               "(default: a fresh one, printed)")
+    evaluate.add_argument(
+        "--episodes",
+        type=int,
+        default=10,  # (bounds: trained.MAX_EPISODES, ENVS_AT_ONCE)
+        help="episodes, run side by side, 256 at a time (default 10, at most 100,000)",
+    )
+    evaluate.add_argument(
+        "--checkpoint",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)",
+    )
+    evaluate.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the episodes' seed, >= 0: episode i is reset with seed + i, at most 2**31 - 1 "
+        "(default: a fresh one, printed)",
+    )
     evaluate.add_argument("--sample", action="store_true", help="act as in training (sampled), not greedily")
-    evaluate.add_argument("--env-arg", dest="env_args", action="append", type=flag_values.parse_env_arg, default=[],
-                          metavar="KEY=VALUE", help="change an argument of the run's env (repeatable)")
+    evaluate.add_argument(
+        "--env-arg",
+        dest="env_args",
+        action="append",
+        type=flag_values.parse_env_arg,
+        default=[],
+        metavar="KEY=VALUE",
+        help="change an argument of the run's env (repeatable)",
+    )
     _code_flags(evaluate)
-    text = ("export a run's trained policy as a file JAX runs without Shoal (jax.export; it loads with pip install "
-            "jax flatbuffers absl-py), with FILE.json beside it")
-    export = sub.add_parser("export", help=text, description=text.capitalize() + ". Greedy; feed-forward policies. "
-                            "Reads the run's last complete checkpoint (or --checkpoint); prints one JSON line.")
+    text = (
+        "export a run's trained policy as a file JAX runs without Shoal (jax.export; it loads with pip install "
+        "jax flatbuffers absl-py), with FILE.json beside it"
+    )
+    export = sub.add_parser(
+        "export",
+        help=text,
+        description=text.capitalize() + ". Greedy; feed-forward policies. "
+        "Reads the run's last complete checkpoint (or --checkpoint); prints one JSON line.",
+    )
     export.add_argument("run_dir", help="the run directory (its --run-dir)")
-    export.add_argument("--out", required=True, metavar="FILE",
-                        help="the file to write (and FILE.json): not in a run directory, not a symbolic link")
-    export.add_argument("--checkpoint", type=int, default=None, metavar="STEP",
-                        help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)")
-    export.add_argument("--batch-size", type=int, default=None, metavar="N",
-                        help="the one batch size the exported function takes (default: any)")
+    export.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="the file to write (and FILE.json): not in a run directory, not a symbolic link",
+    )
+    export.add_argument(
+        "--checkpoint",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)",
+    )
+    export.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the one batch size the exported function takes (default: any)",
+    )
     _code_flags(export)
     text = "compare runs: curves per task, and final returns over seeds (IQM, optimality gap, bootstrap intervals)"
-    compare = sub.add_parser("compare", help=text, description=text.capitalize() + ". Prints a markdown table; "
-                             "writes it, summary.json and a PNG and SVG plot per task to --out.")
+    compare = sub.add_parser(
+        "compare",
+        help=text,
+        description=text.capitalize() + ". Prints a markdown table; "
+        "writes it, summary.json and a PNG and SVG plot per task to --out.",
+    )
     compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (each a seed of its group)")
-    compare.add_argument("--by", default="agent", help="group runs by agent (default), preset, or any setting of "
-                         "their config.json (e.g. num_envs, learning_rate)")
-    compare.add_argument("--out", default=os.path.join("runs", "compare"),
-                         help="where to write the table and plots (default: runs/compare, never an input itself)")
-    compare.add_argument("--bootstrap-samples", type=int, default=2000, help="resamples per interval, 1 to 100,000 (default 2000)")
+    compare.add_argument(
+        "--by",
+        default="agent",
+        help="group runs by agent (default), preset, or any setting of "
+        "their config.json (e.g. num_envs, learning_rate)",
+    )
+    compare.add_argument(
+        "--out",
+        default=os.path.join("runs", "compare"),
+        help="where to write the table and plots (default: runs/compare, never an input itself)",
+    )
+    compare.add_argument(
+        "--bootstrap-samples", type=int, default=2000, help="resamples per interval, 1 to 100,000 (default 2000)"
+    )
     return parser
 
 
 def _code_flags(command: argparse.ArgumentParser) -> None:
     """The flags that name again the code a run directory names (as for ``--resume``)."""
-    for flag, what in (("--agent", "the run's plug-in agent"), ("--env-factory", "the run's env factory"),
-                       ("--env", "the run's module:EnvId")):
-        command.add_argument(flag, dest=flag[2:].replace("-", "_") if flag != "--env" else "env_id", default=None,
-                             help=f"{what}, named again to use it (as for --resume)")
-    command.add_argument("--trust-run-dir", action="store_true",
-                         help="use what RUN_DIR's config.json names without naming it again")
+    for flag, what in (
+        ("--agent", "the run's plug-in agent"),
+        ("--env-factory", "the run's env factory"),
+        ("--env", "the run's module:EnvId"),
+    ):
+        command.add_argument(
+            flag,
+            dest=flag[2:].replace("-", "_") if flag != "--env" else "env_id",
+            default=None,
+            help=f"{what}, named again to use it (as for --resume)",
+        )
+    command.add_argument(
+        "--trust-run-dir", action="store_true", help="use what RUN_DIR's config.json names without naming it again"
+    )
 
 
 def given_flags(argv: Sequence[str]) -> list[str]:

@@ -24,12 +24,25 @@ if TYPE_CHECKING:
 # The `shoal train` flags that may come with --resume (the rest are the run's own); those of
 # NAMED_AGAIN only name again what the run's config.json does (runs.check_named_code).
 NAMED_AGAIN = {"--agent": "agent", "--env": "env_id", "--env-factory": "env_factory", "--ray-address": "ray_address"}
-RESUME_FLAGS = ("--resume", "--quiet", "--verbose", "--max-env-steps", "--checkpoint-every", "--track",
-                *NAMED_AGAIN, "--trust-run-dir")
+RESUME_FLAGS = (
+    "--resume",
+    "--quiet",
+    "--verbose",
+    "--max-env-steps",
+    "--checkpoint-every",
+    "--track",
+    *NAMED_AGAIN,
+    "--trust-run-dir",
+)
 
 
-def train(args: argparse.Namespace, given: list[str], started: float,
-          filter_stderr: bool = False, stop: threading.Event | None = None) -> dict[str, Any] | None:
+def train(
+    args: argparse.Namespace,
+    given: list[str],
+    started: float,
+    filter_stderr: bool = False,
+    stop: threading.Event | None = None,
+) -> dict[str, Any] | None:
     """Runs ``shoal train`` (``given``: the flags on its command line); returns the result, or
     ``None`` after ``--dry-run``. ``filter_stderr``: keep native libraries' log lines off fd 2.
     ``stop``: the run's stop request (``interrupts.install``); without one, SIGTERM stops the
@@ -50,8 +63,10 @@ def train(args: argparse.Namespace, given: list[str], started: float,
             config.validate_agent(spec)
             try_factories(config.builder, spec, config.make_networks)  # (as claim_run_directory does)
             print(json_text({**config.to_dict(), "launch": None}, "the resolved config"))
-            print("one process: an actor, the learner, an embedded replay server and the evaluator share this "
-                  "process's thread (--launcher processes|inprocess|ray makes a program of nodes)")
+            print(
+                "one process: an actor, the learner, an embedded replay server and the evaluator share this "
+                "process's thread (--launcher processes|inprocess|ray makes a program of nodes)"
+            )
             return None
         prepared = prepare(config, launch, started, actors_flag=_actors_flag(given))  # (joins no cluster)
         try_factories(config.builder, prepared.spec, config.make_networks)  # (as claim_run_directory does)
@@ -88,9 +103,15 @@ def train(args: argparse.Namespace, given: list[str], started: float,
 DISTRIBUTED_FLAGS = ("--num-actors", "--ports", "--resources", "--ray-address", "--params-via")
 
 # flag -> the ExperimentConfig field it sets (a preset's value stands unless the flag is given)
-EXPERIMENT_FLAGS = {"--max-env-steps": "max_env_steps", "--num-envs": "num_envs", "--eval-every": "eval_every",
-                    "--eval-episodes": "eval_episodes", "--sticky-actions": "sticky_actions",
-                    "--video-every": "video_every", "--replay": "replay"}
+EXPERIMENT_FLAGS = {
+    "--max-env-steps": "max_env_steps",
+    "--num-envs": "num_envs",
+    "--eval-every": "eval_every",
+    "--eval-episodes": "eval_episodes",
+    "--sticky-actions": "sticky_actions",
+    "--video-every": "video_every",
+    "--replay": "replay",
+}
 
 
 def default_run_dir(agent: str, env: str, seed: int) -> str:
@@ -116,25 +137,47 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
             raise ValueError(f"--agent-group {pattern}={group}: {pattern} is already in group {groups[pattern]}")
     chosen = {field: getattr(args, field) for flag, field in EXPERIMENT_FLAGS.items() if flag in given}
     config = experiment_config(
-        args.agent, args.env, args.preset, settings, seed=args.seed, target_return=args.target_return,
-        run_dir=args.run_dir, checkpoint_every_s=args.checkpoint_every, progress=not args.quiet,
-        env_args=dict(args.env_args), env_factory=args.env_factory, action_masks=args.action_masks,
-        agent_ids=args.agent_ids, agent_groups=groups, global_state=args.global_state,
-        self_play=args.self_play, track=args.track, **chosen)
+        args.agent,
+        args.env,
+        args.preset,
+        settings,
+        seed=args.seed,
+        target_return=args.target_return,
+        run_dir=args.run_dir,
+        checkpoint_every_s=args.checkpoint_every,
+        progress=not args.quiet,
+        env_args=dict(args.env_args),
+        env_factory=args.env_factory,
+        action_masks=args.action_masks,
+        agent_ids=args.agent_ids,
+        agent_groups=groups,
+        global_state=args.global_state,
+        self_play=args.self_play,
+        track=args.track,
+        **chosen,
+    )
     if args.run_dir is None:  # (named as the result names the agent: a plug-in's own name, not its class)
         name = getattr(config.builder, "name", None) or args.agent.rpartition(":")[2]
         config = config.replace(run_dir=default_run_dir(name, args.env, args.seed))
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
     if args.launcher is None and distributed_only:
-        raise ValueError(f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
-                         "processes, inprocess or ray (or drop them: one process runs one actor and uses no ports "
-                         "nor resources)")
+        raise ValueError(
+            f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
+            "processes, inprocess or ray (or drop them: one process runs one actor and uses no ports "
+            "nor resources)"
+        )
     launch = None
     if args.launcher is not None:  # (checked where the run checks it: preflight.prepare)
         from shoal.launch.experiments.distributed.settings import LaunchSettings
 
-        launch = LaunchSettings(launcher=args.launcher, num_actors=args.num_actors, ray_address=args.ray_address,
-                                resources=dict(args.resources), ports=args.ports, params_via=args.params_via)
+        launch = LaunchSettings(
+            launcher=args.launcher,
+            num_actors=args.num_actors,
+            ray_address=args.ray_address,
+            resources=dict(args.resources),
+            ports=args.ports,
+            params_via=args.params_via,
+        )
     return config, launch
 
 
@@ -149,8 +192,10 @@ def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConf
 
     extra = [flag for flag in given if flag not in RESUME_FLAGS]
     if extra:
-        raise ValueError(f"--resume continues a run with its saved settings; drop {', '.join(extra)} "
-                         f"(only {', '.join(RESUME_FLAGS[1:])} may come with it)")
+        raise ValueError(
+            f"--resume continues a run with its saved settings; drop {', '.join(extra)} "
+            f"(only {', '.join(RESUME_FLAGS[1:])} may come with it)"
+        )
     changes: dict[str, Any] = {"progress": not args.quiet}
     if "--max-env-steps" in given:
         changes["max_env_steps"] = args.max_env_steps
@@ -176,8 +221,9 @@ def control(args: argparse.Namespace) -> None:
         from shoal.launch.experiments.distributed.settings import max_actors
 
         if not 1 <= args.actors <= max_actors():
-            raise ValueError(f"--actors must be in [1, {max_actors()}] on this machine "
-                             f"({os.cpu_count()} cores), got {args.actors}")
+            raise ValueError(
+                f"--actors must be in [1, {max_actors()}] on this machine ({os.cpu_count()} cores), got {args.actors}"
+            )
     is_run = args.command == "status" and os.path.isfile(os.path.join(args.run_dir, "config.json"))
     if is_run:  # (before anything is read or printed)
         from shoal.core.files import check_run_directory
@@ -209,9 +255,17 @@ def evaluate(args: argparse.Namespace) -> dict:
     """``shoal evaluate``: the run's policy on ``--episodes`` episodes (``trained.evaluate_run``)."""
     from shoal.launch.experiments.trained_policy import PROGRESS_EVERY_S, evaluate_run
 
-    return evaluate_run(args.run_dir, episodes=args.episodes, checkpoint=args.checkpoint, seed=args.seed,
-                        greedy=not args.sample, env_args=dict(args.env_args), trust_run_dir=args.trust_run_dir,
-                        progress_every_s=PROGRESS_EVERY_S, **_named(args))
+    return evaluate_run(
+        args.run_dir,
+        episodes=args.episodes,
+        checkpoint=args.checkpoint,
+        seed=args.seed,
+        greedy=not args.sample,
+        env_args=dict(args.env_args),
+        trust_run_dir=args.trust_run_dir,
+        progress_every_s=PROGRESS_EVERY_S,
+        **_named(args),
+    )
 
 
 def _named(args: argparse.Namespace) -> dict:
@@ -223,8 +277,14 @@ def export(args: argparse.Namespace) -> dict:
     """``shoal export``: the run's greedy policy as a ``jax.export`` file (``exporting.export_policy``)."""
     from shoal.launch.experiments.exporting import export_policy
 
-    return export_policy(args.run_dir, args.out, checkpoint=args.checkpoint, batch_size=args.batch_size,
-                         trust_run_dir=args.trust_run_dir, **_named(args))
+    return export_policy(
+        args.run_dir,
+        args.out,
+        checkpoint=args.checkpoint,
+        batch_size=args.batch_size,
+        trust_run_dir=args.trust_run_dir,
+        **_named(args),
+    )
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -234,5 +294,7 @@ def compare(args: argparse.Namespace) -> None:
 
     summary = compare_runs(args.run_dirs, by=args.by, out=args.out, samples=args.bootstrap_samples)
     print(markdown_table(summary), end="", flush=True)
-    print(f"shoal compare: wrote {os.path.join(args.out, 'table.md')}, summary.json and a PNG and SVG per task",
-          file=sys.stderr)
+    print(
+        f"shoal compare: wrote {os.path.join(args.out, 'table.md')}, summary.json and a PNG and SVG per task",
+        file=sys.stderr,
+    )

@@ -56,13 +56,19 @@ def group_of(config: dict[str, Any], by: str, path: str = "config.json") -> str:
         key, where = by, (config if by in config else agent_config)
     if key not in where:
         known = sorted({"agent", "preset", *(k for k in config if k != "agent_config"), *agent_config})
-        raise ValueError(f"--by {by!r}: no such setting in {path} (a {config.get('agent')} run); one of "
-                         f"{', '.join(known)}")
+        raise ValueError(
+            f"--by {by!r}: no such setting in {path} (a {config.get('agent')} run); one of {', '.join(known)}"
+        )
     return f"{key}={where[key]}"
 
 
-def compare(run_dirs: Sequence[str], by: str = "agent", out: str | None = None, samples: int = 2000,
-            labels: Mapping[str, str] | None = None) -> dict:
+def compare(
+    run_dirs: Sequence[str],
+    by: str = "agent",
+    out: str | None = None,
+    samples: int = 2000,
+    labels: Mapping[str, str] | None = None,
+) -> dict:
     """Groups ``run_dirs`` (by ``by``, or by ``labels[run_dir]`` where given), and returns the
     summary (``{"groups": {group: {"tasks": ..., "all tasks": ...}}}``; a run without evaluations
     left out, with a warning line); with ``out``, writes
@@ -80,14 +86,22 @@ def compare(run_dirs: Sequence[str], by: str = "agent", out: str | None = None, 
     runs = [load_run(path) for path in run_dirs]
     empty = [r["path"] for r in runs if not len(r["evals"])]
     if len(empty) == len(runs):
-        raise ValueError(f"no evaluation recorded in {', '.join(empty)} (eval.csv is missing or empty): "
-                         "nothing to compare")
+        raise ValueError(
+            f"no evaluation recorded in {', '.join(empty)} (eval.csv is missing or empty): nothing to compare"
+        )
     for path in empty:
-        print(f"shoal: warning: no evaluation recorded in {path} (eval.csv is missing or empty); it is left out",
-              file=sys.stderr, flush=True)
+        print(
+            f"shoal: warning: no evaluation recorded in {path} (eval.csv is missing or empty); it is left out",
+            file=sys.stderr,
+            flush=True,
+        )
     runs = [r for r in runs if len(r["evals"])]
     for r in runs:
-        r["group"] = labels[r["path"]] if labels and r["path"] in labels else group_of(r["config"], by, os.path.join(r["path"], "config.json"))
+        r["group"] = (
+            labels[r["path"]]
+            if labels and r["path"] in labels
+            else group_of(r["config"], by, os.path.join(r["path"], "config.json"))
+        )
     tasks = sorted({r["task"] for r in runs})
     scale = {task: _task_scale([r for r in runs if r["task"] == task]) for task in tasks}
     summary: dict[str, Any] = {"by": by, "groups": {}}
@@ -100,13 +114,20 @@ def compare(run_dirs: Sequence[str], by: str = "agent", out: str | None = None, 
             normalized[task] = aggregates.normalized(finals, *scale[task])
             per_task[task] = _task_summary(task_runs, finals, {task: normalized[task]}, samples)
             if len(task_runs) < 3:
-                print(f"shoal: warning: {group} on {task} has {len(task_runs)} run{'s' * (len(task_runs) > 1)}: a "
-                      "95% interval from so few seeds means little (3 or more are worth comparing)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"shoal: warning: {group} on {task} has {len(task_runs)} run{'s' * (len(task_runs) > 1)}: a "
+                    "95% interval from so few seeds means little (3 or more are worth comparing)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         summary["groups"][group] = {"tasks": per_task, "all tasks": _aggregate(normalized, samples)}
     if out:  # (each file through write_output: a link in its place is refused, never written through)
         os.makedirs(out, exist_ok=True)
-        for name in ["table.md", "summary.json", *(_slug(task) + suffix for task in tasks for suffix in (".png", ".svg"))]:
+        for name in [
+            "table.md",
+            "summary.json",
+            *(_slug(task) + suffix for task in tasks for suffix in (".png", ".svg")),
+        ]:
             check_output(os.path.join(out, name))  # (all of them before the first is written)
         write_output(os.path.join(out, "table.md"), markdown_table(summary))
         write_output(os.path.join(out, "summary.json"), json_text(summary, "summary.json", indent=2))
@@ -131,21 +152,32 @@ def _task_summary(runs: list[dict], finals: list[float], normalized: dict, sampl
     gap = aggregates.bootstrap_ci(normalized, aggregates.optimality_gap, samples)
     targets = sorted({r["target"] for r in runs if r["target"] is not None})
     # each run against its own target (its resolved_target_return): --target-return may differ
-    reached = [r["evals"][np.argmax(r["evals"][:, 2] >= r["target"])] for r in runs
-               if r["target"] is not None and (r["evals"][:, 2] >= r["target"]).any()]
-    return {"runs": len(runs), "seeds": sorted(r["config"].get("seed") for r in runs),
-            "target": (targets[0] if len(targets) == 1 else targets) if targets else None,
-            "runs_with_target": sum(r["target"] is not None for r in runs),
-            "final_return_iqm": iqm, "final_return_mean": float(np.mean(finals)), "optimality_gap": gap,
-            "reached_target": len(reached),
-            "env_steps_to_target": float(np.median([e[0] for e in reached])) if reached else None,
-            "wall_s_to_target": float(np.median([e[1] for e in reached])) if reached else None}
+    reached = [
+        r["evals"][np.argmax(r["evals"][:, 2] >= r["target"])]
+        for r in runs
+        if r["target"] is not None and (r["evals"][:, 2] >= r["target"]).any()
+    ]
+    return {
+        "runs": len(runs),
+        "seeds": sorted(r["config"].get("seed") for r in runs),
+        "target": (targets[0] if len(targets) == 1 else targets) if targets else None,
+        "runs_with_target": sum(r["target"] is not None for r in runs),
+        "final_return_iqm": iqm,
+        "final_return_mean": float(np.mean(finals)),
+        "optimality_gap": gap,
+        "reached_target": len(reached),
+        "env_steps_to_target": float(np.median([e[0] for e in reached])) if reached else None,
+        "wall_s_to_target": float(np.median([e[1] for e in reached])) if reached else None,
+    }
 
 
 def _aggregate(normalized: dict[str, np.ndarray], samples: int) -> dict:
-    return {"tasks": len(normalized), "runs": int(sum(len(s) for s in normalized.values())),
-            "normalized_iqm": aggregates.bootstrap_ci(normalized, aggregates.iqm, samples),
-            "optimality_gap": aggregates.bootstrap_ci(normalized, aggregates.optimality_gap, samples)}
+    return {
+        "tasks": len(normalized),
+        "runs": int(sum(len(s) for s in normalized.values())),
+        "normalized_iqm": aggregates.bootstrap_ci(normalized, aggregates.iqm, samples),
+        "optimality_gap": aggregates.bootstrap_ci(normalized, aggregates.optimality_gap, samples),
+    }
 
 
 def _ci(point_low_high: Sequence[float], fmt: str = ".4g") -> str:
@@ -156,19 +188,25 @@ def _ci(point_low_high: Sequence[float], fmt: str = ".4g") -> str:
 def markdown_table(summary: dict) -> str:
     """The summary as markdown: a row per group and task, and one per group over all its tasks
     (normalized returns: its IQM column is on that scale)."""
-    lines = [f"| {summary['by']} | task | runs | final return IQM [95% CI] | mean | optimality gap [95% CI] "
-             "| reached target | env steps to target (median) | wall s to target (median) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| {summary['by']} | task | runs | final return IQM [95% CI] | mean | optimality gap [95% CI] "
+        "| reached target | env steps to target (median) | wall s to target (median) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for group, g in summary["groups"].items():
         for task, t in g["tasks"].items():
             reached = f"{t['reached_target']}/{t['runs_with_target']}" if t["target"] is not None else "no target"
             steps = f"{t['env_steps_to_target']:,.0f}" if t["env_steps_to_target"] is not None else "—"
             wall = f"{t['wall_s_to_target']:.1f}" if t["wall_s_to_target"] is not None else "—"
-            lines.append(f"| {group} | {task} | {t['runs']} | {_ci(t['final_return_iqm'])} | "
-                         f"{t['final_return_mean']:.4g} | {_ci(t['optimality_gap'], '.3f')} | {reached} | {steps} | {wall} |")
+            lines.append(
+                f"| {group} | {task} | {t['runs']} | {_ci(t['final_return_iqm'])} | "
+                f"{t['final_return_mean']:.4g} | {_ci(t['optimality_gap'], '.3f')} | {reached} | {steps} | {wall} |"
+            )
         a = g["all tasks"]
-        lines.append(f"| {group} | all tasks ({a['tasks']}, normalized) | {a['runs']} | {_ci(a['normalized_iqm'], '.3f')} | "
-                     f"| {_ci(a['optimality_gap'], '.3f')} | | | |")
+        lines.append(
+            f"| {group} | all tasks ({a['tasks']}, normalized) | {a['runs']} | {_ci(a['normalized_iqm'], '.3f')} | "
+            f"| {_ci(a['optimality_gap'], '.3f')} | | | |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -65,8 +65,9 @@ def read_evaluations(path: str) -> np.ndarray:
             missing = [column for column in COLUMNS if column not in header]
             if missing:
                 shown = ", ".join(header)
-                raise ValueError(f"{path}: no {missing[0]} column (it has {shown[:120]}"
-                                 f"{'...' if len(shown) > 120 else ''})")
+                raise ValueError(
+                    f"{path}: no {missing[0]} column (it has {shown[:120]}{'...' if len(shown) > 120 else ''})"
+                )
             for row in reader:
                 values = [_value(path, reader.line_num, column, row.get(column)) for column in COLUMNS]
                 if not math.isnan(values[2]):  # (no return: no evaluation)

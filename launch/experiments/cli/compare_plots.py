@@ -46,7 +46,7 @@ def plot_task(runs: list[dict], task: str, path: str) -> None:
         members = [r for r in runs if r["group"] == group]
         for ax, column in zip(axes, (0, 1)):
             x, mean, low, high = curve(members, column)
-            line, = ax.plot(x, mean, label=f"{group} ({len(members)} runs)")
+            (line,) = ax.plot(x, mean, label=f"{group} ({len(members)} runs)")
             ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     target = next((r["target"] for r in runs if r["target"] is not None), None)
     label_axes(axes, target, "eval return (mean, range)", "wall seconds")

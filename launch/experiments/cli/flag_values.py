@@ -40,8 +40,9 @@ def parse_num_actors(text: str) -> int | str:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--num-actors takes an integer, auto or auto:MIN-MAX (e.g. "
-                                         f"auto:1-8), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--num-actors takes an integer, auto or auto:MIN-MAX (e.g. auto:1-8), got {text!r}"
+        ) from None
 
 
 def parse_track(text: str) -> str | None:
@@ -65,8 +66,9 @@ def parse_resources(text: str) -> tuple[str, Any]:
             raise ValueError("no group")
         return group, Resources.parse(spec)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"--resources takes GROUP:NAME=VALUE[,NAME=VALUE...] with finite "
-                                         f"amounts >= 0, got {text!r} ({e})") from None
+        raise argparse.ArgumentTypeError(
+            f"--resources takes GROUP:NAME=VALUE[,NAME=VALUE...] with finite amounts >= 0, got {text!r} ({e})"
+        ) from None
 
 
 def parse_ports(text: str) -> tuple[int, int] | None:

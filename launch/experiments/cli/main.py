@@ -95,8 +95,9 @@ def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
         if args.command == "export":
             print(json_text(commands.export(args), "the export"), flush=True)
             return 0
-        result = commands.train(args, given_flags(argv), started, filter_stderr=own_process and not args.verbose,
-                                stop=stop)
+        result = commands.train(
+            args, given_flags(argv), started, filter_stderr=own_process and not args.verbose, stop=stop
+        )
         if result is None:  # --dry-run
             return 0
         line = json_text(result, "the run's result")
@@ -114,8 +115,10 @@ def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
     except OSError as e:
         where = e.filename or "to the run directory"
         if e.errno in DISK_FULL:
-            print(f"shoal: error: cannot write {where}: {e.strerror} (free some space, or choose another "
-                  "--run-dir)", file=sys.stderr)
+            print(
+                f"shoal: error: cannot write {where}: {e.strerror} (free some space, or choose another --run-dir)",
+                file=sys.stderr,
+            )
         else:
             print(f"shoal: error: {where}: {e.strerror or e}", file=sys.stderr)
         return 1

@@ -36,14 +36,17 @@ def parse_auto(value: Any, cap: int, default_high: int) -> tuple[int, int] | Non
         return None
     match = AUTO.match(value.strip())
     if match is None:
-        raise ValueError(f"the number of actors must be an integer, 'auto' or 'auto:MIN-MAX' "
-                         f"(e.g. auto:1-8), got {value!r}")
+        raise ValueError(
+            f"the number of actors must be an integer, 'auto' or 'auto:MIN-MAX' (e.g. auto:1-8), got {value!r}"
+        )
     if match.group(1) is None:
         return 1, max(1, min(default_high, cap))
     low, high = int(match.group(1)), int(match.group(2))
     if not 1 <= low <= high <= cap:
-        raise ValueError(f"auto:{low}-{high}: the bounds must satisfy 1 <= MIN <= MAX <= {cap} "
-                         f"on this machine, got MIN={low}, MAX={high}")
+        raise ValueError(
+            f"auto:{low}-{high}: the bounds must satisfy 1 <= MIN <= MAX <= {cap} "
+            f"on this machine, got MIN={low}, MAX={high}"
+        )
     return low, high
 
 
@@ -58,8 +61,10 @@ class Window:
     room_text: str = ""  # what room there is, in words
 
     def text(self) -> str:
-        return (f"learner waits {self.learner_wait:.0%}, actors blocked on inserts {self.actors_blocked:.0%}, "
-                f"{self.steps_per_s:,.0f} env steps/s, {self.room_text or ('room' if self.room else 'no room')}")
+        return (
+            f"learner waits {self.learner_wait:.0%}, actors blocked on inserts {self.actors_blocked:.0%}, "
+            f"{self.steps_per_s:,.0f} env steps/s, {self.room_text or ('room' if self.room else 'no room')}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +106,11 @@ class Autoscaler:
             self._grown_from = None
             if w.steps_per_s < speed * (1 + self.min_gain) and n > self.low:
                 self._ceiling = (before, now + self.retry_s)
-                return Decision(before, f"actor {n} did not raise throughput ({speed:,.0f} -> "
-                                        f"{w.steps_per_s:,.0f} env steps/s): back to {before}")
+                return Decision(
+                    before,
+                    f"actor {n} did not raise throughput ({speed:,.0f} -> "
+                    f"{w.steps_per_s:,.0f} env steps/s): back to {before}",
+                )
         saturated = w.learner_wait < self.saturated_wait and w.actors_blocked > self.shrink_blocked / 2
         if (w.actors_blocked > self.shrink_blocked or saturated) and n > self.low:
             self._ceiling = (n, now + self.retry_s)

@@ -63,14 +63,24 @@ class RayRoom:
             request_resources(num_cpus=wanted)
         except Exception as e:  # noqa: BLE001 -- no autoscaler to ask: a fixed cluster
             return False, f"no free cluster CPU, and no autoscaler to ask ({e!r:.80})"
-        return False, f"no free cluster CPU: asked Ray's autoscaler for {wanted} CPUs (a fixed cluster grows no further)"
+        return (
+            False,
+            f"no free cluster CPU: asked Ray's autoscaler for {wanted} CPUs (a fixed cluster grows no further)",
+        )
 
 
 class AutoscaleLoop:
     """Polls, decides and scales (``tick``, from the driver's loop)."""
 
-    def __init__(self, bounds: tuple[int, int], count: int, room: Callable[[], tuple[bool, str]],
-                 started_at: float, period_s: float = 3.0, **rule: Any) -> None:
+    def __init__(
+        self,
+        bounds: tuple[int, int],
+        count: int,
+        room: Callable[[], tuple[bool, str]],
+        started_at: float,
+        period_s: float = 3.0,
+        **rule: Any,
+    ) -> None:
         self.scaler = Autoscaler(low=bounds[0], high=bounds[1], count=count, **rule)
         self._room, self._period_s, self._started_at = room, period_s, started_at
         self._last: dict[str, Any] | None = None  # the previous poll's readings
@@ -103,11 +113,15 @@ class AutoscaleLoop:
         self.last_reason = decision.reason
         running = len(run.running("actor"))
         if decision.target != running:
-            print(f"shoal: autoscale: {running} -> {decision.target} actors: {decision.reason}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"shoal: autoscale: {running} -> {decision.target} actors: {decision.reason}",
+                file=sys.stderr,
+                flush=True,
+            )
             run.scale("actor", decision.target, (self.scaler.low, self.scaler.high))
-            self.history.append({"t_s": round(time.time() - self._started_at, 1), "actors": decision.target,
-                                 "reason": decision.reason})
+            self.history.append(
+                {"t_s": round(time.time() - self._started_at, 1), "actors": decision.target, "reason": decision.reason}
+            )
             self._last = None  # (the next window starts after the change)
 
     def _timing(self, run, label: str) -> dict[str, Any]:
@@ -147,8 +161,18 @@ def _share(before: dict[str, Any], after: dict[str, Any], component: str) -> flo
 def _window(last: dict[str, Any], now: dict[str, Any], room: bool, room_text: str) -> Window:
     """The window between two polls' readings (actors that were not in both are left out)."""
     wait = _share(last["learner"], now["learner"], "sample_wait") or 0.0
-    blocked = [s for label, after in now["actors"].items() if label in last["actors"]
-               for s in [_share(last["actors"][label], after, "replay_insert")] if s is not None]
+    blocked = [
+        s
+        for label, after in now["actors"].items()
+        if label in last["actors"]
+        for s in [_share(last["actors"][label], after, "replay_insert")]
+        if s is not None
+    ]
     seconds = max(now["at"] - last["at"], 1e-9)
-    return Window(learner_wait=wait, actors_blocked=sum(blocked) / len(blocked) if blocked else 0.0,
-                  steps_per_s=(now["env_steps"] - last["env_steps"]) / seconds, room=room, room_text=room_text)
+    return Window(
+        learner_wait=wait,
+        actors_blocked=sum(blocked) / len(blocked) if blocked else 0.0,
+        steps_per_s=(now["env_steps"] - last["env_steps"]) / seconds,
+        room=room,
+        room_text=room_text,
+    )

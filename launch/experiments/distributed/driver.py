@@ -26,8 +26,9 @@ from shoal.launch.programs.states import NodeState
 class ProgramDriver:
     """Progress, checkpoints and the result of one launched program."""
 
-    def __init__(self, config: ExperimentConfig, spec, saved: dict[str, Any] | None, launched_at: float,
-                 autoscale: Any = None) -> None:
+    def __init__(
+        self, config: ExperimentConfig, spec, saved: dict[str, Any] | None, launched_at: float, autoscale: Any = None
+    ) -> None:
         self._config, self._saved, self._launched_at = config, saved, launched_at
         self._autoscale = autoscale  # (an autoscale_loop.AutoscaleLoop, for num_actors="auto...")
         self._spec = spec_record(spec)
@@ -46,10 +47,13 @@ class ProgramDriver:
         self._autoscaled = 1  # (autoscale decisions seen: its history's length)
         if saved is not None:
             due_at = (saved.get("evaluator") or {}).get("next")
-            print(f"shoal: resumed {config.run.dir} at env step {saved['env_steps']:,}: learner version "
-                  f"{saved['learner_version']} (state {saved['learner_digest']}), {len(self._actors)} actors, "
-                  f"{next_evaluation(due_at, saved['env_steps']) if isinstance(due_at, int) else 'next evaluation as scheduled'}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"shoal: resumed {config.run.dir} at env step {saved['env_steps']:,}: learner version "
+                f"{saved['learner_version']} (state {saved['learner_digest']}), {len(self._actors)} actors, "
+                f"{next_evaluation(due_at, saved['env_steps']) if isinstance(due_at, int) else 'next evaluation as scheduled'}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _client(self, run, label: str) -> Any:
         """A client to a node that is never restarted (counter, learner, evaluator), kept."""
@@ -63,15 +67,20 @@ class ProgramDriver:
         reason = lambda: getattr(stop, "reason", "SIGTERM")  # noqa: E731 -- (interrupts.StopRequest)
         try:
             if self._config.run.dir:
-                bounds = (self._autoscale.scaler.low, self._autoscale.scaler.high) if self._autoscale else (1, max_actors())
+                bounds = (
+                    (self._autoscale.scaler.low, self._autoscale.scaler.high) if self._autoscale else (1, max_actors())
+                )
                 serve_control(run, self._config.run.dir, {"actor": bounds}, self._autoscale)  # shoal scale / status
             while not run.done:
                 if stop is not None and stop.is_set() and not terminated:
                     terminated = True
                     why = "interrupted (Ctrl-C)" if reason() == "SIGINT" else "terminated (SIGTERM)"
-                    print(f"shoal: stopping ({why}): a last checkpoint, then every node"
-                          + ("; Ctrl-C again to kill them now" if hasattr(stop, "hurry") else ""),
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"shoal: stopping ({why}): a last checkpoint, then every node"
+                        + ("; Ctrl-C again to kill them now" if hasattr(stop, "hurry") else ""),
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     threading.Thread(target=run.stop, args=(why,), daemon=True).start()
                 if terminated and not hurried and getattr(stop, "hurry", threading.Event()).is_set():
                     hurried = True  # a second signal: no more waiting, every node killed now
@@ -103,12 +112,22 @@ class ProgramDriver:
             evaluator = {"result": self._unevaluated()}
         if evaluator and evaluator.get("warning"):  # (the run ended short of its budget: say why, where the user looks)
             print(f"shoal: warning: {evaluator['warning']}", file=sys.stderr, flush=True)
-        actors_ran = {label: run.states[label].value for label, worker in run.workers.items()
-                      if worker.node.group == "actor" and run.states[label] != NodeState.PENDING}
-        return program_result(evaluator, run.results(), terminated=reason() if terminated else None,
-                              checkpointed=self._checkpointed, saved=self._saved, launched_at=self._launched_at,
-                              actor_counts=self._actor_counts, actors_ran=actors_ran,
-                              autoscale_mode=self._autoscale.status()["mode"] if self._autoscale is not None else None)
+        actors_ran = {
+            label: run.states[label].value
+            for label, worker in run.workers.items()
+            if worker.node.group == "actor" and run.states[label] != NodeState.PENDING
+        }
+        return program_result(
+            evaluator,
+            run.results(),
+            terminated=reason() if terminated else None,
+            checkpointed=self._checkpointed,
+            saved=self._saved,
+            launched_at=self._launched_at,
+            actor_counts=self._actor_counts,
+            actors_ran=actors_ran,
+            autoscale_mode=self._autoscale.status()["mode"] if self._autoscale is not None else None,
+        )
 
     def _tick_autoscale(self, run) -> None:
         """One autoscale poll once the counter and learner serve; a failure turns autoscaling off
@@ -121,8 +140,12 @@ class ProgramDriver:
             if run.ending(within_s=1.0):
                 return
             self._autoscale.pinned = len(run.running("actor"))
-            print(f"shoal: warning: autoscaling stopped ({e!r:.200}); the run goes on with "
-                  f"{self._autoscale.pinned} actors", file=sys.stderr, flush=True)
+            print(
+                f"shoal: warning: autoscaling stopped ({e!r:.200}); the run goes on with "
+                f"{self._autoscale.pinned} actors",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _log_actors(self, run) -> None:
         """A row of the ``program`` log when the number of running actors changed (not while
@@ -148,8 +171,14 @@ class ProgramDriver:
             self._autoscaled = len(self._autoscale.history)
         if self._program_log is not None:
             self._program_log.write({"env_steps": env_steps, "actors": actors})
-        self._actor_counts.append({"t_s": round(time.time() - self._launched_at, 1), "env_steps": env_steps,
-                                   "actors": actors, "reason": reason})
+        self._actor_counts.append(
+            {
+                "t_s": round(time.time() - self._launched_at, 1),
+                "env_steps": env_steps,
+                "actors": actors,
+                "reason": reason,
+            }
+        )
 
     def _known(self, count: str) -> int:
         """The counter's ``count`` (``env_steps``, ``learner_steps``) as ``run.json`` holds it:
@@ -163,9 +192,19 @@ class ProgramDriver:
     def _unevaluated(self) -> dict[str, Any]:
         """The result's fields for a run stopped before its evaluator served (nothing evaluated)."""
         config, wall_s = self._config, round(time.time() - self._launched_at, 3)
-        return {"agent": config.builder.name, "env": config.env.id, "seed": config.run.seed, "solved": False,
-                "env_steps": self._known("env_steps"), "wall_s": wall_s, "train_s": wall_s, "eval_s": 0.0,
-                "final_eval_return": None, "learner_steps": self._known("learner_steps"), "num_evals": 0}
+        return {
+            "agent": config.builder.name,
+            "env": config.env.id,
+            "seed": config.run.seed,
+            "solved": False,
+            "env_steps": self._known("env_steps"),
+            "wall_s": wall_s,
+            "train_s": wall_s,
+            "eval_s": 0.0,
+            "final_eval_return": None,
+            "learner_steps": self._known("learner_steps"),
+            "num_evals": 0,
+        }
 
     def _show_progress(self, run) -> None:
         """The progress line, once the counter serves (the evaluator serves once the learner
@@ -174,7 +213,9 @@ class ProgramDriver:
             return
         try:
             counts = self._client(run, "counter").get_counts()
-            evaluation = self._client(run, "evaluator").progress() if run.serving("evaluator") else {"eval_return": None}
+            evaluation = (
+                self._client(run, "evaluator").progress() if run.serving("evaluator") else {"eval_return": None}
+            )
         except Exception:  # noqa: BLE001 -- ending: no line this time
             return
         env_steps, now = int(counts.get("env_steps", 0)), time.monotonic()
@@ -182,10 +223,16 @@ class ProgramDriver:
             self._baseline = (now, env_steps)
         since, steps_then = self._baseline
         last = evaluation["eval_return"]
-        row = {"env_steps": env_steps, "steps_per_s": (env_steps - steps_then) / max(now - since, 1e-9),
-               "learner_steps": int(counts.get("learner_steps", 0)), "eval_return": float("nan") if last is None else last}
+        row = {
+            "env_steps": env_steps,
+            "steps_per_s": (env_steps - steps_then) / max(now - since, 1e-9),
+            "learner_steps": int(counts.get("learner_steps", 0)),
+            "eval_return": float("nan") if last is None else last,
+        }
         if not counts.get(LEARNING):  # (actors are paced until then: step_grants)
-            row["waiting for the learner's first update:"] = "its first batch" if run.serving("learner") else "compiling"
+            row["waiting for the learner's first update:"] = (
+                "its first batch" if run.serving("learner") else "compiling"
+            )
         TerminalLogger("train").write(row)
 
     def _checkpoint(self, run, evaluator: dict[str, Any] | None | str = "ask") -> None:
@@ -199,8 +246,11 @@ class ProgramDriver:
         from shoal.launch.experiments.distributed.step_grants import TRANSIENT
 
         with self._lock:
-            counts = {name: value for name, value in self._client(run, "counter").get_counts().items()
-                      if not name.startswith(TRANSIENT)}
+            counts = {
+                name: value
+                for name, value in self._client(run, "counter").get_counts().items()
+                if not name.startswith(TRANSIENT)
+            }
             env_steps = int(counts.get("env_steps", 0))
             written = dict(self._client(run, "learner").checkpoint(env_steps))
             # (the learner's own count at its checkpoint: its state's, which a resume restores;
@@ -215,16 +265,28 @@ class ProgramDriver:
                 try:
                     actors[label] = run.client(label, timeout_s=5).futures.save().result(timeout=5)
                 except Exception as e:  # noqa: BLE001 -- restarting, or frozen: its last known state stands
-                    print(f"shoal: warning: {label} did not hand over its schedule ({e!r:.200}); "
-                          "the checkpoint keeps its previous one", file=sys.stderr, flush=True)
+                    print(
+                        f"shoal: warning: {label} did not hand over its schedule ({e!r:.200}); "
+                        "the checkpoint keeps its previous one",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     if label in self._actors:
                         actors[label] = self._actors[label]
             self._actors = actors
             if evaluator == "ask":
                 evaluator = self._client(run, "evaluator").save()
             self._evaluator = evaluator
-            commit(self._config.run.dir, written, env_steps, agent=self._config.builder.name, spec=self._spec,
-                   counter=counts, evaluator=evaluator, actors=actors)
+            commit(
+                self._config.run.dir,
+                written,
+                env_steps,
+                agent=self._config.builder.name,
+                spec=self._spec,
+                counter=counts,
+                evaluator=evaluator,
+                actors=actors,
+            )
             self._checkpoints.reset()
             self._checkpointed = {"env_steps": env_steps, "learner_steps": int(counts.get("learner_steps", 0))}
 
@@ -233,8 +295,9 @@ class ProgramDriver:
         run's state -- counter, learner, replay -- still run: also after another node failed
         (e.g. the evaluator: its last known schedule is kept). Skipped when one of them never
         served (a stop during start-up: nothing new to save) or is gone."""
-        if self._checkpoints is None or not all(run.serving(label) and run.is_running(label)
-                                                for label in ("counter", "learner", "replay")):
+        if self._checkpoints is None or not all(
+            run.serving(label) and run.is_running(label) for label in ("counter", "learner", "replay")
+        ):
             return
         done = run.results().get("evaluator")  # (an evaluator that ended hands its schedule over)
         if done:
@@ -242,6 +305,9 @@ class ProgramDriver:
         else:
             evaluator = "ask" if run.serving("evaluator") and run.is_running("evaluator") else self._evaluator
         if run.failed:
-            print(f"shoal: the program failed ({run.reason}); a last checkpoint of what still runs",
-                  file=sys.stderr, flush=True)
+            print(
+                f"shoal: the program failed ({run.reason}); a last checkpoint of what still runs",
+                file=sys.stderr,
+                flush=True,
+            )
         self._checkpoint(run, evaluator)

@@ -29,12 +29,23 @@ class EvaluatorWorker:
     rate limiter, on a learner that a busy machine slows down) beats on and is waited for,
     however long no step is reported."""
 
-    def __init__(self, config: ExperimentConfig, learner, counter, launched_at: float | None = None,
-                 resume: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        learner,
+        counter,
+        launched_at: float | None = None,
+        resume: dict[str, Any] | None = None,
+    ) -> None:
         self._config, self._counter, self._learner = config, counter, learner
         self._start, self._launched_at = time.monotonic(), launched_at or time.time()
-        self._evaluator = Evaluator(config, LocalFirstSource(learner), jax.random.PRNGKey(config.run.seed + 1),
-                                    self._start, should_stop=should_stop)
+        self._evaluator = Evaluator(
+            config,
+            LocalFirstSource(learner),
+            jax.random.PRNGKey(config.run.seed + 1),
+            self._start,
+            should_stop=should_stop,
+        )
         if resume:
             self._evaluator.restore(resume)
         self._pool = self_play_pool(config, learner)
@@ -57,12 +68,16 @@ class EvaluatorWorker:
             env_steps = int(counts.get("env_steps", 0))
             beats.saw(counts)
             out_of_budget = env_steps >= budget
-            frozen = beats.frozen(holders(counts)) if not out_of_budget and committed_env_steps(counts) >= budget else {}
+            frozen = (
+                beats.frozen(holders(counts)) if not out_of_budget and committed_env_steps(counts) >= budget else {}
+            )
             if frozen:
                 out_of_budget, held = True, committed_env_steps(counts) - env_steps
-                warning = (f"the run ends at {env_steps:,} of its {budget:,} env steps: the rest is granted to "
-                           + ", ".join(f"{label} ({n:,} steps)" for label, n in sorted(frozen.items()))
-                           + f", whose heartbeat stopped {STALL_S:g} s ago (frozen?)")
+                warning = (
+                    f"the run ends at {env_steps:,} of its {budget:,} env steps: the rest is granted to "
+                    + ", ".join(f"{label} ({n:,} steps)" for label, n in sorted(frozen.items()))
+                    + f", whose heartbeat stopped {STALL_S:g} s ago (frozen?)"
+                )
                 print(f"[evaluator] {warning}", flush=True)
             if evaluator.due(env_steps) or out_of_budget:
                 if self._pool is not None:  # (the win rates against the pool: its latest snapshots)
@@ -71,15 +86,20 @@ class EvaluatorWorker:
                     break
             time.sleep(0.05)
         counts = self._counter.get_counts()
-        result = evaluator.result(counts.get("env_steps", 0), counts.get("learner_steps", 0),
-                                  time.time() - self._launched_at)
+        result = evaluator.result(
+            counts.get("env_steps", 0), counts.get("learner_steps", 0), time.time() - self._launched_at
+        )
         if should_stop():
             result["stopped"] = True
         if held:
             result["env_steps_held"] = held
         evaluator.close()
-        return {**summary(evaluator.stopwatch, time.monotonic() - self._start), "result": result,
-                "schedule": evaluator.save(), **({"warning": warning} if warning else {})}
+        return {
+            **summary(evaluator.stopwatch, time.monotonic() - self._start),
+            "result": result,
+            "schedule": evaluator.save(),
+            **({"warning": warning} if warning else {}),
+        }
 
 
 class Heartbeats:
@@ -91,8 +111,8 @@ class Heartbeats:
     def saw(self, counts: dict[str, float]) -> None:
         now = time.monotonic()
         for key, count in counts.items():
-            if key.startswith(ALIVE) and self._seen.get(key[len(ALIVE):], (None,))[0] != count:
-                self._seen[key[len(ALIVE):]] = (count, now)
+            if key.startswith(ALIVE) and self._seen.get(key[len(ALIVE) :], (None,))[0] != count:
+                self._seen[key[len(ALIVE) :]] = (count, now)
 
     def frozen(self, held: dict[str, int]) -> dict[str, int]:
         """``held`` (``{label: env steps}``, ``step_grants.holders``) if every one of them has

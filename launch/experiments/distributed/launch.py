@@ -30,10 +30,18 @@ from shoal.launch.experiments.tracking import start_tracking
 from shoal.launch.programs import Resources, launch
 
 
-def run_distributed_experiment(config: ExperimentConfig, num_actors: int | str = 4, launcher: str = "processes", *,
-                               resources: Mapping[str, Resources] | None = None, ray_address: str | None = None,
-                               ports: tuple[int, int] | None = None, params_via: str = "auto",
-                               stop: threading.Event | None = None, launched_at: float | None = None) -> dict[str, Any]:
+def run_distributed_experiment(
+    config: ExperimentConfig,
+    num_actors: int | str = 4,
+    launcher: str = "processes",
+    *,
+    resources: Mapping[str, Resources] | None = None,
+    ray_address: str | None = None,
+    ports: tuple[int, int] | None = None,
+    params_via: str = "auto",
+    stop: threading.Event | None = None,
+    launched_at: float | None = None,
+) -> dict[str, Any]:
     """Trains ``config`` as a distributed program until solved, out of budget, or ``stop`` is
     set (then the result has ``"terminated": stop.reason``, default ``"SIGTERM"``; stopped before
     its evaluator served, the result has no evaluation: ``num_evals`` 0); returns the result
@@ -54,13 +62,25 @@ def run_distributed_experiment(config: ExperimentConfig, num_actors: int | str =
     (a cluster that refuses it is a ``ValueError``), and ``config.run.dir`` must be on storage
     every host of the cluster sees (checked; a ``ValueError`` otherwise).
     """
-    settings = LaunchSettings(launcher=launcher, num_actors=num_actors, ray_address=ray_address,
-                              resources=dict(resources or {}), ports=ports, params_via=params_via)
+    settings = LaunchSettings(
+        launcher=launcher,
+        num_actors=num_actors,
+        ray_address=ray_address,
+        resources=dict(resources or {}),
+        ports=ports,
+        params_via=params_via,
+    )
     return run_launched(config, settings, stop=stop, launched_at=launched_at)
 
 
-def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: threading.Event | None = None,
-                 launched_at: float | None = None, actors_flag: str = "num_actors") -> dict[str, Any]:
+def run_launched(
+    config: ExperimentConfig,
+    settings: LaunchSettings,
+    *,
+    stop: threading.Event | None = None,
+    launched_at: float | None = None,
+    actors_flag: str = "num_actors",
+) -> dict[str, Any]:
     """``run_distributed_experiment`` with its launch as one ``LaunchSettings`` (the CLI's and a
     resumed run's way in; ``actors_flag``: how an error names ``num_actors``). Everything is
     checked once, by ``preflight.prepare``, before anything is written."""
@@ -68,7 +88,9 @@ def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: th
     # This process and the nodes it starts (which inherit its environment) share the machine's
     # accelerator with the learner: none of them takes 75% of its memory up front.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    spec, saved, num_actors, program, settings = prepare(config, settings, launched_at, actors_flag)  # (what --dry-run checks too)
+    spec, saved, num_actors, program, settings = prepare(
+        config, settings, launched_at, actors_flag
+    )  # (what --dry-run checks too)
     if settings.launcher == "ray":
         _join_ray(settings.ray_address, config.run.dir)
     run_begins()  # (from here a signal stops the program instead of ending this process: interrupts)
@@ -76,11 +98,19 @@ def run_launched(config: ExperimentConfig, settings: LaunchSettings, *, stop: th
     tracker, result = None, None
     try:
         tracker = start_tracking(config)
-        driver = ProgramDriver(config, spec, saved, launched_at, autoscale=_autoscale(settings, num_actors, launched_at))
+        driver = ProgramDriver(
+            config, spec, saved, launched_at, autoscale=_autoscale(settings, num_actors, launched_at)
+        )
         reader_env = {**CPU_ENV, "SHOAL_PARAMS_VIA": settings.params_via}
-        run = launch(program, settings.launcher, run_dir=config.run.dir, ray_address=settings.ray_address,
-                     ports=settings.ports, group_env={"actor": reader_env, "evaluator": reader_env},
-                     before_stop=driver.last_checkpoint)
+        run = launch(
+            program,
+            settings.launcher,
+            run_dir=config.run.dir,
+            ray_address=settings.ray_address,
+            ports=settings.ports,
+            group_env={"actor": reader_env, "evaluator": reader_env},
+            before_stop=driver.last_checkpoint,
+        )
         result = driver.follow(run, stop)
         result.update(launcher=settings.launcher, process_s=round(process_seconds(), 3))
         if run_dir is not None:
@@ -111,8 +141,10 @@ def _join_ray(ray_address: str | None, run_dir: str | None) -> None:
         from shoal.launch.programs.ray.cluster import check_shared_directory, connect
         from shoal.launch.programs.ray.launcher import peer_timeout_s
     except ImportError:
-        raise ValueError("the Ray launcher needs the 'ray' extra, which is not installed; run "
-                         "pip install -e '.[ray]' (from the Shoal repository)") from None
+        raise ValueError(
+            "the Ray launcher needs the 'ray' extra, which is not installed; run "
+            "pip install -e '.[ray]' (from the Shoal repository)"
+        ) from None
     peer_timeout_s()  # (SHOAL_PEER_TIMEOUT_S checked)
     connect(ray_address)
     if ray_address and run_dir:

@@ -35,24 +35,40 @@ class LearnerWorker:
     replay half of the run's checkpoints when the driver asks. ``spec``: the run's env spec
     (the driver's: this node steps no env)."""
 
-    def __init__(self, config: ExperimentConfig, spec: EnvironmentSpec, replay: ReplayClient, counter,
-                 resume: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        spec: EnvironmentSpec,
+        replay: ReplayClient,
+        counter,
+        resume: dict[str, Any] | None = None,
+    ) -> None:
         self._counter, self._replay = counter, replay
         builder = config.builder
         self._local, self.stopwatch = Counter(), Stopwatch()
         logger = make_logger("learner", config.run.dir, terminal=False, step_key="learner_steps")
         dataset = builder.make_dataset_iterator(replay, spec)
-        self._learner = builder.make_learner(jax.random.PRNGKey(config.run.seed), config.make_networks(spec),
-                                             dataset, logger, self._local, replay, self.stopwatch)
+        self._learner = builder.make_learner(
+            jax.random.PRNGKey(config.run.seed),
+            config.make_networks(spec),
+            dataset,
+            logger,
+            self._local,
+            replay,
+            self.stopwatch,
+        )
         self._checkpointer = Checkpointer(config.run.dir) if config.run.dir else None
         self._resumed: dict[str, Any] | None = None
         if resume is not None:
             self._local.restore({k: v for k, v in resume["counter"].items() if k == "learner_steps"})
-            self._resumed = {"env_steps": resume["env_steps"], "learner_version": resume["learner_version"],
-                             "learner_digest": restore_learner(config.run.dir, self._learner, resume),
-                             "replay_items": _replay_items(replay),
-                             "checkpoint_replay_items": resume.get("replay_items"),
-                             "checkpoint_replay_items_range": resume.get("replay_items_range")}
+            self._resumed = {
+                "env_steps": resume["env_steps"],
+                "learner_version": resume["learner_version"],
+                "learner_digest": restore_learner(config.run.dir, self._learner, resume),
+                "replay_items": _replay_items(replay),
+                "checkpoint_replay_items": resume.get("replay_items"),
+                "checkpoint_replay_items_range": resume.get("replay_items_range"),
+            }
             print(f"[learner] resumed at env step {resume['env_steps']:,}: {self._resumed}", flush=True)
         self._run_dir, self._pool = config.run.dir, None
         if config.multiagent.self_play:  # (its snapshot pool: taken here, served to the actors and the evaluator)
@@ -93,8 +109,10 @@ class LearnerWorker:
 
     def timing(self) -> dict[str, Any]:
         """Seconds per component so far and the wall seconds they are of (the autoscaler's)."""
-        return {"time_s": self.stopwatch.snapshot(),
-                "wall_s": time.monotonic() - self._started if self._started else 0.0}
+        return {
+            "time_s": self.stopwatch.snapshot(),
+            "wall_s": time.monotonic() - self._started if self._started else 0.0,
+        }
 
     def checkpoint(self, env_steps: int) -> dict[str, Any]:
         """Writes replay's and the learner's checkpoints (between two updates); returns what was
@@ -145,8 +163,7 @@ class LearnerWorker:
             if not should_stop():
                 raise
             # (a stop that came while the update waited on replay, which then closed: no failure)
-            print(f"[learner] stopping: its last update did not end ({failure(e)}); the program is ending",
-                  flush=True)
+            print(f"[learner] stopping: its last update did not end ({failure(e)}); the program is ending", flush=True)
         finally:
             self._running.clear()
             self._serve_checkpoints()  # (one asked for just before the stop)
@@ -160,9 +177,15 @@ class LearnerWorker:
         except Exception as e:  # noqa: BLE001 -- the counter stopped first (the program is ending)
             print(f"[learner] stopping: its last counts were not reported ({failure(e)})", flush=True)
         pool = {"self_play_pool": self._pool.versions} if self._pool is not None else {}
-        return summary(self.stopwatch, time.monotonic() - started, first_update_at=self._first_update_at,
-                       first_update_env_steps=self._first_update_env_steps,
-                       counts=self._local.get_counts(), resumed=self._resumed, **pool)
+        return summary(
+            self.stopwatch,
+            time.monotonic() - started,
+            first_update_at=self._first_update_at,
+            first_update_env_steps=self._first_update_env_steps,
+            counts=self._local.get_counts(),
+            resumed=self._resumed,
+            **pool,
+        )
 
     def _report(self, reported: dict[str, float], first: bool = False) -> dict[str, float]:
         """Adds the learner's counts since ``reported`` to the run's counter; ``first``: its first

@@ -32,8 +32,12 @@ class Prepared(NamedTuple):
     settings: LaunchSettings
 
 
-def prepare(config: ExperimentConfig, settings: LaunchSettings, launched_at: float | None = None,
-            actors_flag: str = "num_actors") -> Prepared:
+def prepare(
+    config: ExperimentConfig,
+    settings: LaunchSettings,
+    launched_at: float | None = None,
+    actors_flag: str = "num_actors",
+) -> Prepared:
     """Checks every setting of a distributed run (``ValueError``, one line, for the first bad
     one: the launch settings -- launcher, actors (named ``actors_flag``), ``params_via`` --,
     the config and the ``SHOAL_*`` variables, each ``resources`` group and that ``ports`` holds
@@ -68,13 +72,26 @@ def prepare(config: ExperimentConfig, settings: LaunchSettings, launched_at: flo
     return Prepared(spec, saved, num_actors, program, settings)
 
 
-def prepare_distributed(config: ExperimentConfig, num_actors: int = 4, launcher: str = "processes", *,
-                        resources: Mapping[str, Any] | None = None, ports: tuple[int, int] | None = None,
-                        params_via: str = "auto", ray_address: str | None = None,
-                        launched_at: float | None = None) -> Prepared:
+def prepare_distributed(
+    config: ExperimentConfig,
+    num_actors: int = 4,
+    launcher: str = "processes",
+    *,
+    resources: Mapping[str, Any] | None = None,
+    ports: tuple[int, int] | None = None,
+    params_via: str = "auto",
+    ray_address: str | None = None,
+    launched_at: float | None = None,
+) -> Prepared:
     """``prepare`` with the launch settings as ``run_distributed_experiment``'s arguments."""
-    settings = LaunchSettings(launcher=launcher, num_actors=num_actors, ray_address=ray_address,
-                              resources=dict(resources or {}), ports=ports, params_via=params_via)
+    settings = LaunchSettings(
+        launcher=launcher,
+        num_actors=num_actors,
+        ray_address=ray_address,
+        resources=dict(resources or {}),
+        ports=ports,
+        params_via=params_via,
+    )
     return prepare(config, settings, launched_at)
 
 
@@ -86,6 +103,8 @@ def _check_params_fit_rpc(config: ExperimentConfig, spec: EnvironmentSpec) -> No
     sizes = learner_bytes(config.builder, config.make_networks(spec))
     limit = max_message_bytes()
     if sizes is not None and sizes[1] > limit:
-        raise ValueError(f"the learner's parameters ({sizes[1] / 2**20:,.1f} MiB) are larger than one RPC message "
-                         f"may be ({MAX_MESSAGE_ENV}={limit / 2**20:g}, at most 2047), and actors read them over RPC "
-                         "(--params-via rpc, or Ray): raise the limit, or choose smaller networks")
+        raise ValueError(
+            f"the learner's parameters ({sizes[1] / 2**20:,.1f} MiB) are larger than one RPC message "
+            f"may be ({MAX_MESSAGE_ENV}={limit / 2**20:g}, at most 2047), and actors read them over RPC "
+            "(--params-via rpc, or Ray): raise the limit, or choose smaller networks"
+        )

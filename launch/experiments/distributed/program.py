@@ -34,12 +34,19 @@ from shoal.launch.programs.nodes import ServiceNode
 from shoal.launch.programs.program import Program
 
 # Actors and the evaluator act on the CPU with one XLA thread each; the learner keeps the accelerators.
-CPU_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "",
-           "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+CPU_ENV = {
+    "JAX_PLATFORMS": "cpu",
+    "CUDA_VISIBLE_DEVICES": "",
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+}
 
 
-def make_distributed_program(config: ExperimentConfig, num_actors: int = 4, launched_at: float | None = None,
-                             resume: dict[str, Any] | None = None) -> Program:
+def make_distributed_program(
+    config: ExperimentConfig,
+    num_actors: int = 4,
+    launched_at: float | None = None,
+    resume: dict[str, Any] | None = None,
+) -> Program:
     """The program graph for ``config``, as an entry of the Python API: the config is validated
     first (bad settings raise here, before launch) and its env spec read off one single env
     (built, never reset: ``config.environment_spec``).
@@ -58,8 +65,13 @@ def make_distributed_program(config: ExperimentConfig, num_actors: int = 4, laun
     return program_graph(config, spec, num_actors, launched_at, resume)
 
 
-def program_graph(config: ExperimentConfig, spec: EnvironmentSpec, num_actors: int, launched_at: float | None = None,
-                  resume: dict[str, Any] | None = None) -> Program:
+def program_graph(
+    config: ExperimentConfig,
+    spec: EnvironmentSpec,
+    num_actors: int,
+    launched_at: float | None = None,
+    resume: dict[str, Any] | None = None,
+) -> Program:
     """The program graph of a checked ``config`` whose env has ``spec`` (validates nothing,
     builds no env, no network): each node gets ``spec`` as an argument; replay's tables take
     their extras from ``builder.extras_spec`` (declared, no networks) where replay runs."""
@@ -68,30 +80,80 @@ def program_graph(config: ExperimentConfig, spec: EnvironmentSpec, num_actors: i
     program = Program(builder.name)
     checkpoints = os.path.join(config.run.dir, "checkpoints", "replay") if config.run.dir else None
     tables = _replay_tables(builder, spec)
-    replay = program.add_node(ReplayNode(tables, checkpoint_dir=checkpoints, checkpoint=resume.get("replay_checkpoint"),
-                                         backend=config.replay_backend(), seed=config.run.seed), label="replay")
+    replay = program.add_node(
+        ReplayNode(
+            tables,
+            checkpoint_dir=checkpoints,
+            checkpoint=resume.get("replay_checkpoint"),
+            backend=config.replay_backend(),
+            seed=config.run.seed,
+        ),
+        label="replay",
+    )
     # Each service serves what its clients call, no more (e.g. no remote Counter.restore).
-    counter = program.add_node(ServiceNode(Counter, resume.get("counter"), methods=("increment", "get_counts")),
-                               label="counter")
-    learner = program.add_node(ServiceNode(LearnerWorker, config, spec, replay, counter, resume or None,
-                                           methods=("get_variables", "shared_params", "version", "checkpoint", "timing",
-                                                    "snapshot_versions", "snapshot")),
-                               label="learner")
+    counter = program.add_node(
+        ServiceNode(Counter, resume.get("counter"), methods=("increment", "get_counts")), label="counter"
+    )
+    learner = program.add_node(
+        ServiceNode(
+            LearnerWorker,
+            config,
+            spec,
+            replay,
+            counter,
+            resume or None,
+            methods=(
+                "get_variables",
+                "shared_params",
+                "version",
+                "checkpoint",
+                "timing",
+                "snapshot_versions",
+                "snapshot",
+            ),
+        ),
+        label="learner",
+    )
     actors = resume.get("actors") or {}
-    program.add_group("actor", functools.partial(_actor_node, config, spec, replay, learner, counter, actors),
-                      num_actors, restartable=True)
-    program.add_node(ServiceNode(EvaluatorWorker, config, learner, counter, launched_at, resume.get("evaluator"),
-                                 methods=("save", "progress"), ends_program=True), label="evaluator")
+    program.add_group(
+        "actor",
+        functools.partial(_actor_node, config, spec, replay, learner, counter, actors),
+        num_actors,
+        restartable=True,
+    )
+    program.add_node(
+        ServiceNode(
+            EvaluatorWorker,
+            config,
+            learner,
+            counter,
+            launched_at,
+            resume.get("evaluator"),
+            methods=("save", "progress"),
+            ends_program=True,
+        ),
+        label="evaluator",
+    )
     # On a cluster, the services the learner talks to all the time run on its machine (give a
     # group --resources to let the engine place it instead).
     program.colocate(("replay", "counter", "evaluator"), with_node="learner")
     return program
 
 
-def _actor_node(config: ExperimentConfig, spec: EnvironmentSpec, replay, learner, counter, resumes: dict[str, Any],
-                index: int) -> ServiceNode:
-    return ServiceNode(ActorWorker, config, spec, index, replay, learner, counter, resumes.get(f"actor_{index}"),
-                       methods=("save", "timing"))
+def _actor_node(
+    config: ExperimentConfig, spec: EnvironmentSpec, replay, learner, counter, resumes: dict[str, Any], index: int
+) -> ServiceNode:
+    return ServiceNode(
+        ActorWorker,
+        config,
+        spec,
+        index,
+        replay,
+        learner,
+        counter,
+        resumes.get(f"actor_{index}"),
+        methods=("save", "timing"),
+    )
 
 
 def _replay_tables(builder, spec: EnvironmentSpec):

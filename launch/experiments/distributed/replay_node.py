@@ -45,8 +45,14 @@ def _name(fn: Any) -> str:
 class ReplayNode(Node):
     kind = "replay"
 
-    def __init__(self, tables: Sequence[Any] | Callable[[], list], checkpoint_dir: str | None = None,
-                 checkpoint: str | None = None, backend: str | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        tables: Sequence[Any] | Callable[[], list],
+        checkpoint_dir: str | None = None,
+        checkpoint: str | None = None,
+        backend: str | None = None,
+        seed: int = 0,
+    ) -> None:
         from shoal.replay.backends import check_backend
 
         super().__init__()
@@ -67,9 +73,12 @@ class ReplayNode(Node):
         from shoal.replay.backends import remote_client
 
         # (native: calls wait server-side at most their own timeout, 120 s: the deadline is beyond it)
-        return remote_client(self.backend, address,
-                             rpc=lambda: RpcClient(address, token=ctx.token, timeout_s=NATIVE_CALL_TIMEOUT_S),
-                             shared_memory=value("SHOAL_REPLAY_VIA") != "rpc")
+        return remote_client(
+            self.backend,
+            address,
+            rpc=lambda: RpcClient(address, token=ctx.token, timeout_s=NATIVE_CALL_TIMEOUT_S),
+            shared_memory=value("SHOAL_REPLAY_VIA") != "rpc",
+        )
 
     def run(self, ctx: NodeContext) -> None:
         from shoal.replay.backends import make_replay_server
@@ -78,8 +87,12 @@ class ReplayNode(Node):
             self._check_checkpoint()
         if self.backend == "native":  # (served by Shoal's RPC layer, which replay does not import)
             return self._run_native(ctx)
-        server = ctx.serve(lambda port: make_replay_server(self.make_tables(), "reverb", port=port or None,
-                                                           checkpoint_dir=self.checkpoint_dir), "replay server")
+        server = ctx.serve(
+            lambda port: make_replay_server(
+                self.make_tables(), "reverb", port=port or None, checkpoint_dir=self.checkpoint_dir
+            ),
+            "replay server",
+        )
         ctx.publish(server.port)
         try:
             ctx.stop_event.wait()
@@ -91,9 +104,17 @@ class ReplayNode(Node):
         from shoal.replay.backends import NATIVE_SERVICE_METHODS, make_replay_server
 
         replay = make_replay_server(self.make_tables(), "native", checkpoint_dir=self.checkpoint_dir, seed=self.seed)
-        server = ctx.serve(lambda port: RpcServer(replay, host=ctx.bind_host, port=port, token=ctx.token,
-                                                  methods=NATIVE_SERVICE_METHODS, max_workers=NATIVE_WORKERS),
-                           "replay server").start()
+        server = ctx.serve(
+            lambda port: RpcServer(
+                replay,
+                host=ctx.bind_host,
+                port=port,
+                token=ctx.token,
+                methods=NATIVE_SERVICE_METHODS,
+                max_workers=NATIVE_WORKERS,
+            ),
+            "replay server",
+        ).start()
         ctx.publish(server.port)
         try:
             ctx.stop_event.wait()
@@ -103,6 +124,8 @@ class ReplayNode(Node):
 
     def _check_checkpoint(self) -> None:
         if not os.path.isdir(os.path.join(self.checkpoint_dir or "", self.checkpoint)):
-            raise RuntimeError(f"the replay checkpoint {self.checkpoint!r} that run.json names is not in "
-                               f"{self.checkpoint_dir} on host {socket.gethostname()}: the replay would start "
-                               "empty; on a cluster, --run-dir must be storage every host mounts")
+            raise RuntimeError(
+                f"the replay checkpoint {self.checkpoint!r} that run.json names is not in "
+                f"{self.checkpoint_dir} on host {socket.gethostname()}: the replay would start "
+                "empty; on a cluster, --run-dir must be storage every host mounts"
+            )

@@ -8,10 +8,18 @@ from typing import Any
 from shoal.core.timing import breakdown
 
 
-def program_result(evaluator: dict[str, Any] | None, summaries: dict[str, Any], *, terminated: str | None,
-                   checkpointed: dict[str, int] | None, saved: dict[str, Any] | None, launched_at: float,
-                   actor_counts: list[dict[str, Any]], autoscale_mode: str | None,
-                   actors_ran: dict[str, str] | None = None) -> dict[str, Any]:
+def program_result(
+    evaluator: dict[str, Any] | None,
+    summaries: dict[str, Any],
+    *,
+    terminated: str | None,
+    checkpointed: dict[str, int] | None,
+    saved: dict[str, Any] | None,
+    launched_at: float,
+    actor_counts: list[dict[str, Any]],
+    autoscale_mode: str | None,
+    actors_ran: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """The evaluator's result with every node's summary (``summaries``, by label).
 
     ``env_steps`` is the counter's as the run's last checkpoint recorded it (``checkpointed``,
@@ -35,12 +43,16 @@ def program_result(evaluator: dict[str, Any] | None, summaries: dict[str, Any], 
     actors = {label: s for label, s in summaries.items() if label.startswith("actor_")}
     learner = summaries.get("learner") or {}
     missing = {label: state for label, state in sorted((actors_ran or {}).items()) if label not in actors}
-    result.update(time_breakdown={label: breakdown(s["time_s"], s["wall_s"]) for label, s in summaries.items()},
-                  num_actors=len(actors) + len(missing), actor_steps_per_s=round(sum(s["steps_per_s"] for s in actors.values()), 1),
-                  actor_steps_per_s_each={label: round(s["steps_per_s"], 1) for label, s in actors.items()})
+    result.update(
+        time_breakdown={label: breakdown(s["time_s"], s["wall_s"]) for label, s in summaries.items()},
+        num_actors=len(actors) + len(missing),
+        actor_steps_per_s=round(sum(s["steps_per_s"] for s in actors.values()), 1),
+        actor_steps_per_s_each={label: round(s["steps_per_s"], 1) for label, s in actors.items()},
+    )
     if missing:
-        result["time_breakdown"] = dict(sorted({**result["time_breakdown"],
-                                                **{label: {"other": 1.0} for label in missing}}.items()))
+        result["time_breakdown"] = dict(
+            sorted({**result["time_breakdown"], **{label: {"other": 1.0} for label in missing}}.items())
+        )
         result["actors_without_summary"] = missing
     counts = learner.get("counts") or {}
     if checkpointed is not None:  # (run.json's counts)
@@ -56,9 +68,11 @@ def program_result(evaluator: dict[str, Any] | None, summaries: dict[str, Any], 
     if learner.get("first_update_env_steps") is not None:  # (the run's env steps at that moment)
         result["first_update_env_steps"] = learner["first_update_env_steps"]
     if saved is not None:
-        result["resumed_from"] = {**(learner.get("resumed") or {}),
-                                  "actors": {k: v.get("env_steps") for k, v in (saved.get("actors") or {}).items()},
-                                  "next_eval_at": (saved.get("evaluator") or {}).get("next")}
+        result["resumed_from"] = {
+            **(learner.get("resumed") or {}),
+            "actors": {k: v.get("env_steps") for k, v in (saved.get("actors") or {}).items()},
+            "next_eval_at": (saved.get("evaluator") or {}).get("next"),
+        }
     if actor_counts:  # each change of the actor count: when, to what, why
         result["actor_counts"] = actor_counts
     if autoscale_mode is not None:

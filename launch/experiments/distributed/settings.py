@@ -48,11 +48,16 @@ def check_num_actors(num_actors: Any, launcher: str, what: str = "num_actors") -
     except ValueError as e:
         raise ValueError(f"{what}: {e}") from None
     if isinstance(num_actors, bool) or not isinstance(num_actors, int) or not 1 <= num_actors <= cap:
-        raise ValueError(f"{what} must be an integer in [1, {cap}] on this machine ({cores} cores), "
-                         f"got {num_actors!r}; for more, use a cluster (the Ray launcher)")
+        raise ValueError(
+            f"{what} must be an integer in [1, {cap}] on this machine ({cores} cores), "
+            f"got {num_actors!r}; for more, use a cluster (the Ray launcher)"
+        )
     if num_actors > cores and launcher != "ray":
-        print(f"shoal: warning: {num_actors} actor processes on {cores} CPU cores: they will share the "
-              "cores (fine for slow envs, slower per actor for fast ones)", file=sys.stderr)
+        print(
+            f"shoal: warning: {num_actors} actor processes on {cores} CPU cores: they will share the "
+            "cores (fine for slow envs, slower per actor for fast ones)",
+            file=sys.stderr,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,10 +93,14 @@ class LaunchSettings:
 
     def record(self) -> dict[str, Any]:
         """The ``"launch"`` record of ``config.json`` (JSON: resources and ports as text)."""
-        return {"launcher": self.launcher, "num_actors": self.num_actors, "ray_address": self.ray_address,
-                "resources": [f"{group}:{r.text()}" for group, r in self.resources.items()],
-                "ports": f"{self.ports[0]}-{self.ports[1]}" if self.ports else None,
-                "params_via": self.params_via}
+        return {
+            "launcher": self.launcher,
+            "num_actors": self.num_actors,
+            "ray_address": self.ray_address,
+            "resources": [f"{group}:{r.text()}" for group, r in self.resources.items()],
+            "ports": f"{self.ports[0]}-{self.ports[1]}" if self.ports else None,
+            "params_via": self.params_via,
+        }
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> LaunchSettings:
@@ -100,9 +109,14 @@ class LaunchSettings:
         for text in record.get("resources") or []:
             group, _, spec = str(text).partition(":")
             resources[group] = Resources.parse(spec)
-        return cls(launcher=record.get("launcher") or "processes", num_actors=record.get("num_actors", 4),
-                   ray_address=record.get("ray_address"), resources=resources,
-                   ports=parse_ports(record.get("ports")), params_via=record.get("params_via") or "auto")
+        return cls(
+            launcher=record.get("launcher") or "processes",
+            num_actors=record.get("num_actors", 4),
+            ray_address=record.get("ray_address"),
+            resources=resources,
+            ports=parse_ports(record.get("ports")),
+            params_via=record.get("params_via") or "auto",
+        )
 
     def replace(self, **changes: Any) -> LaunchSettings:
         return dataclasses.replace(self, **changes)

@@ -22,15 +22,19 @@ TRANSIENT = (GRANTED, SETTLED, ALIVE, LEARNING)  # counter keys of this launch o
 def committed_env_steps(counts: dict[str, float]) -> int:
     """The env steps a run has taken or granted (``StepGrants``): ``env_steps`` plus every
     actor's grants not yet settled."""
-    return int(counts.get("env_steps", 0)) + int(sum(
-        v - counts.get(SETTLED + k[len(GRANTED):], 0) for k, v in counts.items() if k.startswith(GRANTED)))
+    return int(counts.get("env_steps", 0)) + int(
+        sum(v - counts.get(SETTLED + k[len(GRANTED) :], 0) for k, v in counts.items() if k.startswith(GRANTED))
+    )
 
 
 def holders(counts: dict[str, float]) -> dict[str, int]:
     """``{label: env steps}`` of the actors holding grants they have not settled (taken and
     not reported yet, or not taken)."""
-    held = {k[len(GRANTED):]: int(v - counts.get(SETTLED + k[len(GRANTED):], 0))
-            for k, v in counts.items() if k.startswith(GRANTED)}
+    held = {
+        k[len(GRANTED) :]: int(v - counts.get(SETTLED + k[len(GRANTED) :], 0))
+        for k, v in counts.items()
+        if k.startswith(GRANTED)
+    }
     return {label: n for label, n in held.items() if n > 0}
 
 
@@ -90,8 +94,9 @@ class StepGrants:
     a rate-limited table holds the other agents' actors back. ``None``: not paced.
     """
 
-    def __init__(self, counter, label: str, budget: int, num_envs: int, restarted: bool = False,
-                 head_start: int | None = None) -> None:
+    def __init__(
+        self, counter, label: str, budget: int, num_envs: int, restarted: bool = False, head_start: int | None = None
+    ) -> None:
         self._counter, self._label, self._budget, self._n = counter, label, int(budget), int(num_envs)
         self._granted, self._settled = GRANTED + label, SETTLED + label
         self.left = 0  # vector steps this actor may still take
@@ -116,8 +121,11 @@ class StepGrants:
         (the actor stops)."""
         if release:
             self._unused, self.left = self._unused + self.left * self._n, 0
-        fields = {"env_steps": env_steps, f"env_steps_{self._label}": env_steps,
-                  self._settled: env_steps + self._unused}
+        fields = {
+            "env_steps": env_steps,
+            f"env_steps_{self._label}": env_steps,
+            self._settled: env_steps + self._unused,
+        }
         self._unused, chunk = 0, self._chunk_size() if ask else 0
         if chunk:
             fields[self._granted] = chunk

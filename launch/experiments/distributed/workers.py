@@ -57,9 +57,15 @@ def check_env_spec(label: str, env, spec: EnvironmentSpec) -> None:
     process would otherwise fail in the networks, with flax's shape errors, at every restart."""
     mine = make_environment_spec(env)
     if (mine.observation, mine.action, mine.num_actions, mine.num_envs) != (
-            spec.observation, spec.action, spec.num_actions, spec.num_envs):
-        raise SpecMismatch(f"{label}'s env has {_shown(mine)}; the run's (read by the driver) has {_shown(spec)}: "
-                           "the env (or its factory) must build the same env in every process")
+        spec.observation,
+        spec.action,
+        spec.num_actions,
+        spec.num_envs,
+    ):
+        raise SpecMismatch(
+            f"{label}'s env has {_shown(mine)}; the run's (read by the driver) has {_shown(spec)}: "
+            "the env (or its factory) must build the same env in every process"
+        )
 
 
 def summary(stopwatch: Stopwatch, wall_s: float, **figures: Any) -> dict[str, Any]:
@@ -75,8 +81,16 @@ class ActorWorker:
     Until the learner's first update it takes at most twice the env steps the builder needs
     before learning (``StepGrants``' pacing), then waits for the learner."""
 
-    def __init__(self, config: ExperimentConfig, spec: EnvironmentSpec, actor_id: int, replay: ReplayClient,
-                 learner, counter, resume: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        spec: EnvironmentSpec,
+        actor_id: int,
+        replay: ReplayClient,
+        learner,
+        counter,
+        resume: dict[str, Any] | None = None,
+    ) -> None:
         self._label, self._counter, self._learner = f"actor_{actor_id}", counter, learner
         # (the evaluator tells waiting from frozen by it; it beats while this actor builds and
         # compiles too: a restarted one holds its predecessor's grant until its first report)
@@ -87,19 +101,32 @@ class ActorWorker:
             self._heartbeat.stop()
             raise
 
-    def _build(self, config: ExperimentConfig, spec: EnvironmentSpec, actor_id: int, replay: ReplayClient,
-               learner, counter, resume: dict[str, Any] | None) -> None:
+    def _build(
+        self,
+        config: ExperimentConfig,
+        spec: EnvironmentSpec,
+        actor_id: int,
+        replay: ReplayClient,
+        learner,
+        counter,
+        resume: dict[str, Any] | None,
+    ) -> None:
         ctx = current_context()
         restarted = ctx is not None and ctx.start_count > 1
         resume = None if restarted else resume  # (a restart: the counter knows better)
         done = int(resume["env_steps"]) if resume else int(counter.get_counts().get(f"env_steps_{self._label}", 0))
         if resume:
-            print(f"[{self._label}] resumes its schedules from its checkpoint at {done:,} env steps "
-                  f"(key {resume['key']})", flush=True)
+            print(
+                f"[{self._label}] resumes its schedules from its checkpoint at {done:,} env steps "
+                f"(key {resume['key']})",
+                flush=True,
+            )
         elif done:
             print(f"[{self._label}] continues its schedules from {done:,} env steps", flush=True)
         seed = config.run.seed + 10_007 * (actor_id + 1) + done  # (a restart does not replay its episodes)
-        self._env = config.make_env(config.env.num_envs, seed)  # (the run's spec is the driver's: same env id and count)
+        self._env = config.make_env(
+            config.env.num_envs, seed
+        )  # (the run's spec is the driver's: same env id and count)
         try:
             check_env_spec(self._label, self._env, spec)
         except SpecMismatch:
@@ -110,8 +137,9 @@ class ActorWorker:
         self._adder = builder.make_adder(replay, spec)
         source = LocalFirstSource(learner)
         print(f"[{self._label}] reads parameters {'from shared memory' if source.local else 'over RPC'}", flush=True)
-        self._actor = builder.make_actor(jax.random.PRNGKey(seed), policy, spec, source, self._adder,
-                                         env_steps_offset=done)
+        self._actor = builder.make_actor(
+            jax.random.PRNGKey(seed), policy, spec, source, self._adder, env_steps_offset=done
+        )
         self._pool = self_play_pool(config, learner)  # (self-play: the learner node's snapshots, mirrored)
         if self._pool is not None:
             self._env.play_against(self._pool, policy)
@@ -121,7 +149,9 @@ class ActorWorker:
         self._loop = EnvironmentLoop(self._env, self._actor, logger=self._logger, label=self._label)
         # (paced until the learner's first update: StepGrants)
         head_start = 2 * max(builder.env_steps_before_learning(spec), config.env.num_envs)
-        self._grants = StepGrants(counter, self._label, config.run.max_env_steps, config.env.num_envs, restarted, head_start)
+        self._grants = StepGrants(
+            counter, self._label, config.run.max_env_steps, config.env.num_envs, restarted, head_start
+        )
         self._lock = threading.Lock()  # save() sees the schedule and key of the same step
         self._snapshot = self._actor.save()  # (taken at every report: for save() while a step blocks)
         self._started: float | None = None
@@ -139,8 +169,10 @@ class ActorWorker:
 
     def timing(self) -> dict[str, Any]:
         """Seconds per component so far and the wall seconds they are of (the autoscaler's)."""
-        return {"time_s": self._loop.stopwatch.snapshot(),
-                "wall_s": time.monotonic() - self._started if self._started else 0.0}
+        return {
+            "time_s": self._loop.stopwatch.snapshot(),
+            "wall_s": time.monotonic() - self._started if self._started else 0.0,
+        }
 
     def run(self) -> dict[str, Any]:
         """Acts until asked to stop; returns its summary. A stop while a step waits on a service
@@ -155,8 +187,11 @@ class ActorWorker:
             if not should_stop():
                 raise
             ended = True  # (the nodes it calls are stopping: no more calls to them but the adder's close)
-            print(f"[{self._label}] stopping: its last step did not end ({failure(e)}): the program is "
-                  "ending; its last steps are not reported", flush=True)
+            print(
+                f"[{self._label}] stopping: its last step did not end ({failure(e)}): the program is "
+                "ending; its last steps are not reported",
+                flush=True,
+            )
         finally:
             self._heartbeat.stop()
         wall_s = time.monotonic() - started
@@ -166,8 +201,11 @@ class ActorWorker:
             self._end_quietly("no last log row: the learner did not answer", self._log_staleness, loop)
         closed = self._end_quietly("replay did not take its last items", close_adder, self._adder, STOP_FLUSH_S)
         if closed is False and not ended:
-            print(f"[{self._label}] stopping: replay did not take this actor's last items within {STOP_FLUSH_S:g}s "
-                  "(the table's rate limiter held them back); they are dropped", flush=True)
+            print(
+                f"[{self._label}] stopping: replay did not take this actor's last items within {STOP_FLUSH_S:g}s "
+                "(the table's rate limiter held them back); they are dropped",
+                flush=True,
+            )
         self._logger.close()
         return summary(loop.stopwatch, wall_s, env_steps=loop.env_steps, steps_per_s=loop.env_steps / max(wall_s, 1e-9))
 

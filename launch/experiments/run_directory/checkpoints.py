@@ -59,8 +59,11 @@ def spec_record(spec: EnvironmentSpec) -> dict[str, Any]:
     key, for a Dict observation)."""
     record = lambda s: [list(s.shape), str(s.dtype)]  # noqa: E731
     observation = map_observation(record, spec.observation)
-    return {"observation": observation,
-            "action": [list(spec.action.shape), str(spec.action.dtype)], "num_actions": spec.num_actions}
+    return {
+        "observation": observation,
+        "action": [list(spec.action.shape), str(spec.action.dtype)],
+        "num_actions": spec.num_actions,
+    }
 
 
 class Checkpointer:
@@ -72,8 +75,9 @@ class Checkpointer:
         self._ocp = ocp
         self.directory = os.path.join(os.path.abspath(run_dir), "checkpoints")  # (orbax wants absolute paths)
         self.replay_directory = os.path.join(self.directory, "replay")
-        self._manager = ocp.CheckpointManager(os.path.join(self.directory, "learner"),
-                                              options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
+        self._manager = ocp.CheckpointManager(
+            os.path.join(self.directory, "learner"), options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True)
+        )
 
     def save(self, env_steps: int, learner: Any, replay_client: Any | None = None) -> dict[str, Any]:
         """Checkpoints replay (if a client is given), then the learner; returns what ``commit``
@@ -86,14 +90,19 @@ class Checkpointer:
             after = _item_counts(replay_client)
             written["replay_checkpoint"] = os.path.basename(path.rstrip("/"))
             written["replay_items"] = after
-            written["replay_items_range"] = {name: [min(before.get(name, n), n), max(before.get(name, n), n)]
-                                             for name, n in after.items()}
+            written["replay_items_range"] = {
+                name: [min(before.get(name, n), n), max(before.get(name, n), n)] for name, n in after.items()
+            }
         learner_state = jax.tree_util.tree_map(np.asarray, learner.save())
         step = max(int(env_steps), (self._manager.latest_step() or -1) + 1)  # steps must increase
         self._manager.save(step, args=self._ocp.args.StandardSave(learner_state))
         self._manager.wait_until_finished()
-        return {**written, "learner_step": step, "learner_version": int(learner_state["version"]),
-                "learner_digest": digest(learner_state)}
+        return {
+            **written,
+            "learner_step": step,
+            "learner_version": int(learner_state["version"]),
+            "learner_digest": digest(learner_state),
+        }
 
 
 def commit(run_dir: str, written: dict[str, Any], env_steps: int, **state: Any) -> dict[str, Any]:
@@ -128,8 +137,11 @@ def _item_counts(replay_client: Any) -> dict[str, int]:
     return {name: int(info.current_size) for name, info in replay_client.server_info().items()}
 
 
-_DISK_ERRORS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
-                "File too large": errno.EFBIG}
+_DISK_ERRORS = {
+    "No space left on device": errno.ENOSPC,
+    "Disk quota exceeded": errno.EDQUOT,
+    "File too large": errno.EFBIG,
+}
 
 
 def _checkpoint_replay(replay_client: Any, directory: str) -> str:
@@ -167,28 +179,38 @@ def check_resumable(run_dir: str, run: dict[str, Any], agent: str, spec: Environ
     part of it is missing or cannot be read (the learner's state is read through once:
     ``check_learner_checkpoint``). Nothing is written before this passes."""
     if run.get("agent") != agent:
-        raise ValueError(f"the checkpoint in {run_dir} is of agent {run['agent']!r}, but its config.json "
-                         f"names {agent!r}; resume it with its own config")
+        raise ValueError(
+            f"the checkpoint in {run_dir} is of agent {run['agent']!r}, but its config.json "
+            f"names {agent!r}; resume it with its own config"
+        )
     saved, now = run.get("spec"), spec_record(spec)
     if saved != now:  # (run.json's schema made it an object)
-        diff = ", ".join(f"{key} {saved.get(key)} (checkpoint) vs {now.get(key)} (config.json)"
-                         for key in now if saved.get(key) != now.get(key))
-        raise ValueError(f"the checkpoint in {run_dir} was made for another environment than config.json "
-                         f"names: {diff}")
+        diff = ", ".join(
+            f"{key} {saved.get(key)} (checkpoint) vs {now.get(key)} (config.json)"
+            for key in now
+            if saved.get(key) != now.get(key)
+        )
+        raise ValueError(f"the checkpoint in {run_dir} was made for another environment than config.json names: {diff}")
     learner = os.path.join(run_dir, "checkpoints", "learner", str(run.get("learner_step")))
     if not os.path.isdir(learner):
-        raise ValueError(f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names learner checkpoint step "
-                         f"{run.get('learner_step')}, which is not in {os.path.dirname(learner)}; the "
-                         "checkpoint is incomplete and cannot be resumed")
+        raise ValueError(
+            f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names learner checkpoint step "
+            f"{run.get('learner_step')}, which is not in {os.path.dirname(learner)}; the "
+            "checkpoint is incomplete and cannot be resumed"
+        )
     pool = pool_path(run_dir, run)
     if pool and not os.path.isfile(pool):
-        raise ValueError(f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names self-play pool {os.path.basename(pool)!r}, "
-                         f"which is not in {os.path.dirname(pool)}; the checkpoint is incomplete and cannot be resumed")
+        raise ValueError(
+            f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names self-play pool {os.path.basename(pool)!r}, "
+            f"which is not in {os.path.dirname(pool)}; the checkpoint is incomplete and cannot be resumed"
+        )
     replay = run.get("replay_checkpoint")
     if replay and not os.path.isdir(os.path.join(run_dir, "checkpoints", "replay", replay)):
-        raise ValueError(f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names replay checkpoint {replay!r}, "
-                         f"which is not in {os.path.join(run_dir, 'checkpoints', 'replay')}: the replay would start "
-                         "empty; the checkpoint is incomplete and cannot be resumed")
+        raise ValueError(
+            f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names replay checkpoint {replay!r}, "
+            f"which is not in {os.path.join(run_dir, 'checkpoints', 'replay')}: the replay would start "
+            "empty; the checkpoint is incomplete and cannot be resumed"
+        )
     if replay:
         check_replay_checkpoint(run_dir, replay)
     check_learner_checkpoint(run_dir, run)
@@ -202,10 +224,12 @@ def check_replay_checkpoint(run_dir: str, name: str) -> None:
     without ``DONE``, so the run would go on with an empty replay."""
     path = os.path.join(run_dir, "checkpoints", "replay", name)
     if not os.path.isfile(os.path.join(path, "DONE")):
-        raise ValueError(f"{path} has no DONE file, so the replay checkpoint that "
-                         f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names is incomplete and the replay "
-                         "would start empty; the run cannot be resumed from it: to start over, train into a new "
-                         "--run-dir")
+        raise ValueError(
+            f"{path} has no DONE file, so the replay checkpoint that "
+            f"{os.path.join(run_dir, 'checkpoints', 'run.json')} names is incomplete and the replay "
+            "would start empty; the run cannot be resumed from it: to start over, train into a new "
+            "--run-dir"
+        )
     from shoal.replay.backends import check_checkpoint_files
 
     check_checkpoint_files(path)
@@ -235,8 +259,10 @@ def _readable(run_dir: str, run: dict[str, Any]) -> Iterator[None]:
         where = files[-1] if files else os.path.join(run_dir, "checkpoints", "learner", str(run["learner_step"]))
         code = re.match(r"[A-Z_]{4,}(?=:)", text)
         reason = code.group(0) if code else f"{type(e).__name__}: {text.splitlines()[0][:120] if text else ''}"
-        raise ValueError(f"{where}: the learner checkpoint cannot be read ({reason}): it is damaged or not "
-                         "this run's; the run cannot be resumed from it") from None
+        raise ValueError(
+            f"{where}: the learner checkpoint cannot be read ({reason}): it is damaged or not "
+            "this run's; the run cannot be resumed from it"
+        ) from None
 
 
 def restore_learner(run_dir: str, learner: Any, run: dict[str, Any]) -> str:

@@ -47,8 +47,9 @@ RESUMABLE_CHANGES = ("max_env_steps", "checkpoint_every_s", "progress", "progres
 NAMED_CODE = {"env_factory": "--env-factory", "env_id": "--env", "agent": "--agent", "ray_address": "--ray-address"}
 
 
-def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
-                        launch: LaunchSettings | None = None) -> RunDirectory:
+def claim_run_directory(
+    config: ExperimentConfig, spec: EnvironmentSpec, launch: LaunchSettings | None = None
+) -> RunDirectory:
     """Locks ``config.run.dir`` (one live run per directory). A fresh run refuses a directory
     that holds another run's checkpoints and writes its ``config.json`` (with ``launch``: how
     it was launched); a resumed one checks its checkpoint against ``config`` and ``spec``.
@@ -69,8 +70,10 @@ def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
             keep_only_replay_checkpoint(os.path.join(config.run.dir, "checkpoints"), saved.get("replay_checkpoint"))
         else:
             if saved is not None:
-                raise ValueError(f"run directory {config.run.dir!r} holds the checkpoints of an earlier run; "
-                                 "continue it with --resume, or choose another --run-dir")
+                raise ValueError(
+                    f"run directory {config.run.dir!r} holds the checkpoints of an earlier run; "
+                    "continue it with --resume, or choose another --run-dir"
+                )
             run_dir.write_json("config.json", {**config.to_dict(), "launch": launch.record() if launch else None})
     except BaseException:
         run_dir.unlock()
@@ -78,8 +81,9 @@ def claim_run_directory(config: ExperimentConfig, spec: EnvironmentSpec,
     return run_dir
 
 
-def load_run(run_dir: str, trust_run_dir: bool = False,
-             **changes: Any) -> tuple[ExperimentConfig, LaunchSettings | None]:
+def load_run(
+    run_dir: str, trust_run_dir: bool = False, **changes: Any
+) -> tuple[ExperimentConfig, LaunchSettings | None]:
     """The config a run saved in ``run_dir`` (set to resume; ``changes`` among
     ``RESUMABLE_CHANGES`` applied) and its launch settings (``None``: one process).
 
@@ -93,8 +97,10 @@ def load_run(run_dir: str, trust_run_dir: bool = False,
     named = {key: value for key in NAMED_CODE if (value := changes.pop(key, None)) is not None}
     unknown = sorted(set(changes) - set(RESUMABLE_CHANGES))
     if unknown:
-        raise ValueError(f"a resumed run keeps its saved settings; only {', '.join(RESUMABLE_CHANGES)} "
-                         f"may change, not {', '.join(unknown)}")
+        raise ValueError(
+            f"a resumed run keeps its saved settings; only {', '.join(RESUMABLE_CHANGES)} "
+            f"may change, not {', '.join(unknown)}"
+        )
     check_run_directory(run_dir, resume=True)
     path = os.path.join(run_dir, "config.json")
     saved = read_json(path, "the run's config")
@@ -105,8 +111,10 @@ def load_run(run_dir: str, trust_run_dir: bool = False,
     check_config(path, saved)
     read_run(run_dir)  # (run.json's schema)
     launch = saved.get("launch")
-    return (config_from_dict(saved, run_dir=run_dir, resume=True, **changes),
-            LaunchSettings.from_record(launch) if launch else None)
+    return (
+        config_from_dict(saved, run_dir=run_dir, resume=True, **changes),
+        LaunchSettings.from_record(launch) if launch else None,
+    )
 
 
 def check_named_code(path: str, saved: dict[str, Any], named: dict[str, Any], trust_run_dir: bool) -> None:
@@ -119,13 +127,19 @@ def check_named_code(path: str, saved: dict[str, Any], named: dict[str, Any], tr
     from shoal.envs.env_sources import factory_path
 
     launch = saved.get("launch")
-    recorded = {"env_factory": saved.get("env_factory"), "env_id": saved.get("env_id"), "agent": saved.get("agent"),
-                "ray_address": launch.get("ray_address") if isinstance(launch, dict) else None}
+    recorded = {
+        "env_factory": saved.get("env_factory"),
+        "env_id": saved.get("env_id"),
+        "agent": saved.get("agent"),
+        "ray_address": launch.get("ray_address") if isinstance(launch, dict) else None,
+    }
     for key, value in named.items():
         given = factory_path(value) if key == "env_factory" else value
         if given != recorded[key]:
-            raise ValueError(f"{NAMED_CODE[key]} {given!r} is not the run's ({path} has {key} "
-                             f"{recorded[key]!r}): a resumed run keeps its own; give its value, or drop {NAMED_CODE[key]}")
+            raise ValueError(
+                f"{NAMED_CODE[key]} {given!r} is not the run's ({path} has {key} "
+                f"{recorded[key]!r}): a resumed run keeps its own; give its value, or drop {NAMED_CODE[key]}"
+            )
     if trust_run_dir:
         return
     for key, value in recorded.items():
@@ -133,9 +147,14 @@ def check_named_code(path: str, saved: dict[str, Any], named: dict[str, Any], tr
             continue
         if key == "env_id" and ":" not in value or key == "agent" and value in builtin_agents():
             continue  # (a registered gymnasium id, a built-in agent: nothing of the directory's is imported)
-        what = {"env_factory": "an env factory, which a resume would import and call",
-                "env_id": "an env id that imports its module", "agent": "an agent that is not built in, "
-                "which a resume would import", "ray_address": "a Ray cluster, which a resume would join"}[key]
-        raise ValueError(f"{path} names {key} {value!r}, {what}; a resume runs nothing only its run directory "
-                         f"names: if it is yours, name it again ({NAMED_CODE[key]} {shlex.quote(value)}) or pass "
-                         "--trust-run-dir (trust_run_dir=True in Python)")
+        what = {
+            "env_factory": "an env factory, which a resume would import and call",
+            "env_id": "an env id that imports its module",
+            "agent": "an agent that is not built in, which a resume would import",
+            "ray_address": "a Ray cluster, which a resume would join",
+        }[key]
+        raise ValueError(
+            f"{path} names {key} {value!r}, {what}; a resume runs nothing only its run directory "
+            f"names: if it is yours, name it again ({NAMED_CODE[key]} {shlex.quote(value)}) or pass "
+            "--trust-run-dir (trust_run_dir=True in Python)"
+        )

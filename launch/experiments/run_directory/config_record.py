@@ -30,8 +30,10 @@ def record_version(path: str, saved: Any) -> int:
     version = saved["schema_version"]
     known = " or ".join(map(str, KNOWN_VERSIONS))
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema_version {version} is newer than this Shoal reads ({known}): "
-                         "the run was written by a later Shoal; upgrade Shoal to use it")
+        raise ValueError(
+            f"{path}: schema_version {version} is newer than this Shoal reads ({known}): "
+            "the run was written by a later Shoal; upgrade Shoal to use it"
+        )
     if isinstance(version, bool) or not isinstance(version, int) or version not in KNOWN_VERSIONS:
         raise ValueError(f"{path}: schema_version must be {known}, got {json.dumps(version)[:60]}")
     return version
@@ -63,7 +65,7 @@ def flat_record(saved: dict[str, Any], path: str = "config.json") -> dict[str, A
         if key == "schema_version":
             continue
         if key in GROUPS:
-            for field, item in (value.items() if isinstance(value, dict) else ()):
+            for field, item in value.items() if isinstance(value, dict) else ():
                 flat[FLAT_NAMES.get((key, field), f"{key}.{field}")] = item
         else:
             flat[key] = value

@@ -36,21 +36,27 @@ class RunDirectory:
             os.makedirs(self.path, exist_ok=True)
             fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as e:
-            raise ValueError(f"cannot use {self.path!r} as a run directory: {e.strerror or e} "
-                             "(choose another --run-dir)") from None
+            raise ValueError(
+                f"cannot use {self.path!r} as a run directory: {e.strerror or e} (choose another --run-dir)"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ValueError(f"run directory {self.path!r} is in use by another run (pid {self.owner()}); "
-                             "choose another --run-dir, or wait for that run to end") from None
+            raise ValueError(
+                f"run directory {self.path!r} is in use by another run (pid {self.owner()}); "
+                "choose another --run-dir, or wait for that run to end"
+            ) from None
         try:
-            check_run_directory(self.path, resume=resume)  # (again: what was checked could have changed before the lock)
+            check_run_directory(
+                self.path, resume=resume
+            )  # (again: what was checked could have changed before the lock)
             write_atomic(self.file(".lock"), str(os.getpid()))
         except OSError as e:  # e.g. a read-only mount
             os.close(fd)
-            raise ValueError(f"cannot write to the run directory {self.path!r}: {e.strerror or e} "
-                             "(choose another --run-dir)") from None
+            raise ValueError(
+                f"cannot write to the run directory {self.path!r}: {e.strerror or e} (choose another --run-dir)"
+            ) from None
         except BaseException:
             os.close(fd)
             raise
@@ -104,7 +110,13 @@ def _flock_holder(path: str) -> int | None:
         fields = line.split()
         if "->" in fields:  # (a waiter, not the holder)
             continue
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == where and fields[4].isdigit() and int(fields[4]) > 0:
+        if (
+            len(fields) >= 6
+            and fields[1] == "FLOCK"
+            and fields[5] == where
+            and fields[4].isdigit()
+            and int(fields[4]) > 0
+        ):
             return int(fields[4])
     return None
 
@@ -125,7 +137,9 @@ def read_json(path: str, what: str) -> Any:
     except FileNotFoundError:
         return None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} ({what}) is damaged: {e.msg} at line {e.lineno}; it cannot be "
-                         "read back (was the run killed while writing it?)") from None
+        raise ValueError(
+            f"{path} ({what}) is damaged: {e.msg} at line {e.lineno}; it cannot be "
+            "read back (was the run killed while writing it?)"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"cannot read {path} ({what}): {getattr(e, 'strerror', None) or e}") from None

@@ -26,8 +26,14 @@ from shoal.launch.experiments.config_groups import FLAT_NAMES, GROUPS
 from shoal.launch.experiments.distributed.autoscale import AUTO  # (its bounds are checked with the other settings)
 from shoal.launch.experiments.run_directory.config_record import record_version
 
-LAUNCH_FIELDS = {"launcher": str, "num_actors": int | str, "ray_address": str | None, "resources": list[str],
-                 "ports": str | None, "params_via": str}
+LAUNCH_FIELDS = {
+    "launcher": str,
+    "num_actors": int | str,
+    "ray_address": str | None,
+    "resources": list[str],
+    "ports": str | None,
+    "params_via": str,
+}
 NOT_CHECKED = {("run", "resume")}  # (never recorded)
 EVALUATOR_FIELDS = {"next": int, "num_evals": int, "last_return": float | None, "last_at": int, "eval_s": float}
 
@@ -69,8 +75,12 @@ def check_config(path: str, saved: Any) -> None:
             settings = typing.get_type_hints(config_class(saved["agent"]))
             for key, value in saved["agent_config"].items():
                 if key not in settings:
-                    _fail(path, f"agent_config.{key}", f"a {saved['agent']} setting (one of "
-                          f"{', '.join(sorted(settings))})", key)
+                    _fail(
+                        path,
+                        f"agent_config.{key}",
+                        f"a {saved['agent']} setting (one of {', '.join(sorted(settings))})",
+                        key,
+                    )
                 _check(path, f"agent_config.{key}", value, settings[key])
     launch = saved.get("launch")
     _check(path, "launch", launch, dict | None)
@@ -78,7 +88,7 @@ def check_config(path: str, saved: Any) -> None:
         if launch and key in launch:
             _check(path, f"launch.{key}", launch[key], kind)
     if launch and isinstance(launch.get("num_actors"), str) and not AUTO.match(launch["num_actors"]):
-        _fail(path, "launch.num_actors", "an integer, \"auto\" or \"auto:MIN-MAX\"", launch["num_actors"])
+        _fail(path, "launch.num_actors", 'an integer, "auto" or "auto:MIN-MAX"', launch["num_actors"])
 
 
 def check_run(path: str, run: Any) -> None:
@@ -88,9 +98,16 @@ def check_run(path: str, run: Any) -> None:
     ``[0, 2**53)``), the evaluator's schedule (or null: it starts afresh), each actor's schedule
     position and RNG key, and the replay checkpoint (a directory name)."""
     _check(path, "the checkpoint record", run, dict)
-    for key, kind in (("env_steps", int), ("learner_step", int), ("learner_version", int),
-                      ("learner_digest", str), ("agent", str), ("spec", dict), ("counter", dict),
-                      ("actors", dict)):
+    for key, kind in (
+        ("env_steps", int),
+        ("learner_step", int),
+        ("learner_version", int),
+        ("learner_digest", str),
+        ("agent", str),
+        ("spec", dict),
+        ("counter", dict),
+        ("actors", dict),
+    ):
         if key not in run:
             raise ValueError(f"{path}: {key} is missing; the checkpoint record is incomplete")
         _check(path, key, run[key], kind)
@@ -149,8 +166,14 @@ def _describe(kind: Any) -> str:
         return " or ".join(_describe(arg) for arg in args)
     if origin in (list, tuple):
         return f"a list of {_describe(args[0]).split(' ', 1)[1]}s"
-    return {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
-            dict: "an object", type(None): "null"}.get(kind, getattr(kind, "__name__", str(kind)))
+    return {
+        int: "an integer",
+        float: "a finite number",
+        bool: "true or false",
+        str: "a string",
+        dict: "an object",
+        type(None): "null",
+    }.get(kind, getattr(kind, "__name__", str(kind)))
 
 
 def _non_negative(path: str, field: str, value: float) -> None:

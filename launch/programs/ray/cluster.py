@@ -35,9 +35,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 RAY_EXIT_GRACE_S = 2.0  # how long a local Ray's processes have to end after ray.shutdown()
 # The reaper: reads pids until ``done`` (a clean shutdown: it exits) or the end of its pipe (its
 # driver is gone: it kills each pid whose command line is still Ray's, not a reused pid's).
-REAPER = ('pids=; while read -r pid; do [ "$pid" = done ] && exit 0; pids="$pids $pid"; done; '
-          'for pid in $pids; do case "$(tr "\\000" " " < /proc/$pid/cmdline 2>/dev/null)" in '
-          '*ray*) kill -9 "$pid" 2>/dev/null;; esac; done')
+REAPER = (
+    'pids=; while read -r pid; do [ "$pid" = done ] && exit 0; pids="$pids $pid"; done; '
+    'for pid in $pids; do case "$(tr "\\000" " " < /proc/$pid/cmdline 2>/dev/null)" in '
+    '*ray*) kill -9 "$pid" 2>/dev/null;; esac; done'
+)
 
 
 def _signal_handlers() -> dict:
@@ -79,11 +81,15 @@ def connect(ray_address: str | None, namespace: str = "shoal") -> bool:
             warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
             if not ray_address:  # (Ray's default, token authentication, needs no line on the terminal)
                 logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_token_notice)
-            ray.init(address=ray_address, namespace=f"{namespace}-{uuid.uuid4().hex[:8]}",
-                     log_to_driver=True, logging_level=logging.WARNING,
-                     # (a local Ray: every CPU, no dashboard; a cluster's are its own)
-                     num_cpus=None if ray_address else os.cpu_count(),
-                     include_dashboard=None if ray_address else False)
+            ray.init(
+                address=ray_address,
+                namespace=f"{namespace}-{uuid.uuid4().hex[:8]}",
+                log_to_driver=True,
+                logging_level=logging.WARNING,
+                # (a local Ray: every CPU, no dashboard; a cluster's are its own)
+                num_cpus=None if ray_address else os.cpu_count(),
+                include_dashboard=None if ray_address else False,
+            )
     except Exception as e:  # noqa: BLE001 -- turned into one line
         raise ValueError(_connect_error(ray_address, e)) from None
     finally:
@@ -117,9 +123,14 @@ def _start_reaper() -> None:
     try:
         with warnings.catch_warnings():  # (JAX warns of any fork; this one is a fork and exec)
             warnings.filterwarnings("ignore", message="os.fork", category=RuntimeWarning)
-            _reaper = subprocess.Popen(["sh", "-c", REAPER, "shoal-ray-reaper"], stdin=subprocess.PIPE,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-                                       start_new_session=True)  # (its own session: not a terminal's Ctrl-C)
+            _reaper = subprocess.Popen(
+                ["sh", "-c", REAPER, "shoal-ray-reaper"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+            )  # (its own session: not a terminal's Ctrl-C)
         assert _reaper.stdin is not None
         _reaper.stdin.write("".join(f"{process.pid}\n" for process in _ray_processes()))
         _reaper.stdin.flush()
@@ -153,9 +164,11 @@ def _connect_error(ray_address: str | None, e: Exception) -> str:
     text = (str(e).strip().splitlines() or [""])[0][:300]
     auth = "authentication" in f"{type(e).__name__} {e}".lower() or "token" in str(e).lower()
     if auth or (ray_address and not os.environ.get("RAY_AUTH_TOKEN")):
-        return (f"{where} refused this driver ({type(e).__name__}: {text}); a cluster with token "
-                "authentication needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<the cluster's token> in the "
-                "driver's environment")
+        return (
+            f"{where} refused this driver ({type(e).__name__}: {text}); a cluster with token "
+            "authentication needs RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<the cluster's token> in the "
+            "driver's environment"
+        )
     return f"cannot connect to {where} ({type(e).__name__}: {text}); is it running, and is --ray-address right?"
 
 
@@ -175,8 +188,12 @@ def check_shared_directory(path: str, timeout_s: float = 60.0) -> None:
         raise ValueError(f"cannot write to {base} (for --run-dir {path}): {e.strerror or e}") from None
     try:
         nodes = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes() if n.get("Alive")}
-        refs = {node_id: _read_probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-                .remote(probe) for node_id in nodes}
+        refs = {
+            node_id: _read_probe.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+            ).remote(probe)
+            for node_id in nodes
+        }
         blind = []
         for node_id, ref in refs.items():
             try:
@@ -188,9 +205,11 @@ def check_shared_directory(path: str, timeout_s: float = 60.0) -> None:
     finally:
         os.remove(probe)
     if blind:
-        raise ValueError(f"--run-dir {path} is not on storage every host of the Ray cluster shares: "
-                         f"{', '.join(sorted(blind))} do(es) not see {base} as this host does; under Ray the run "
-                         "directory must be on a shared filesystem (e.g. NFS) mounted at the same path everywhere")
+        raise ValueError(
+            f"--run-dir {path} is not on storage every host of the Ray cluster shares: "
+            f"{', '.join(sorted(blind))} do(es) not see {base} as this host does; under Ray the run "
+            "directory must be on a shared filesystem (e.g. NFS) mounted at the same path everywhere"
+        )
 
 
 @ray.remote(num_cpus=0)

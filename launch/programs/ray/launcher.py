@@ -66,20 +66,39 @@ def peer_timeout_s() -> float:
 # as a task's: max_concurrency, an actor's, is not among them.)
 @ray.remote(max_concurrency=4)  # type: ignore[call-overload]
 class _NodeActor:
-    def __init__(self, node: Node, addresses: Any, token: str, ports: tuple[int, int] | None,
-                 peer_timeout: float, log_dir: str | None = None, host: str | None = None,
-                 local: bool = False) -> None:
+    def __init__(
+        self,
+        node: Node,
+        addresses: Any,
+        token: str,
+        ports: tuple[int, int] | None,
+        peer_timeout: float,
+        log_dir: str | None = None,
+        host: str | None = None,
+        local: bool = False,
+    ) -> None:
         self._node, self._addresses = node, addresses
         self._log = _output_to(log_dir, node.label)
         self._where = (ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address())
         start = ray.get(addresses.started.remote(node.label, self._where[0], os.getpid()))
         bind, advertise = bind_hosts(host, local, self._where[1])
-        self._ctx = NodeContext(node.label, node.group, RayAddressBook(addresses), token, bind_host=bind,
-                                advertise_host=advertise, start_count=start, ports=ports)
+        self._ctx = NodeContext(
+            node.label,
+            node.group,
+            RayAddressBook(addresses),
+            token,
+            bind_host=bind,
+            advertise_host=advertise,
+            start_count=start,
+            ports=ports,
+        )
         set_context(self._ctx, process_wide=True)
         threading.Thread(target=self._watchdog, args=(peer_timeout,), name="watchdog", daemon=True).start()
-        print(f"[{node.label}] started (pid {os.getpid()}, node {self._where[0]} at {self._where[1]}, "
-              f"group {node.group}{f', restart {start - 1}' if start > 1 else ''})", flush=True)
+        print(
+            f"[{node.label}] started (pid {os.getpid()}, node {self._where[0]} at {self._where[1]}, "
+            f"group {node.group}{f', restart {start - 1}' if start > 1 else ''})",
+            flush=True,
+        )
 
     def _watchdog(self, peer_timeout: float) -> None:
         """Exits this process once the launcher's address book has been unreachable for
@@ -91,8 +110,12 @@ class _NodeActor:
                 heard = time.monotonic()
             except Exception:  # noqa: BLE001 -- unreachable (timed out) or gone (killed)
                 if time.monotonic() - heard > peer_timeout:
-                    print(f"[{self._node.label}] has not reached the launcher for {peer_timeout:g}s: exiting "
-                          "(cut off from the program, or the program ended)", file=sys.stderr, flush=True)
+                    print(
+                        f"[{self._node.label}] has not reached the launcher for {peer_timeout:g}s: exiting "
+                        "(cut off from the program, or the program ended)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     sweep_segments([os.getpid()], even_alive=True)
                     os._exit(1)
             time.sleep(WATCHDOG_EVERY_S)
@@ -154,11 +177,14 @@ def _sweep(pids: list[int], wait_s: float) -> int:
     return len(sweep_segments(pids))
 
 
-def _actor_options(resources: Resources | None, restartable: bool, max_restarts: int,
-                   env: Mapping[str, str]) -> dict[str, Any]:
-    options: dict[str, Any] = {"max_restarts": max_restarts if restartable else 0,
-                               "max_task_retries": -1 if restartable else 0,
-                               "runtime_env": {"env_vars": dict(env)}}
+def _actor_options(
+    resources: Resources | None, restartable: bool, max_restarts: int, env: Mapping[str, str]
+) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "max_restarts": max_restarts if restartable else 0,
+        "max_task_retries": -1 if restartable else 0,
+        "runtime_env": {"env_vars": dict(env)},
+    }
     if resources is not None:
         for name in ("num_cpus", "num_gpus", "memory"):
             if getattr(resources, name) is not None:
@@ -168,10 +194,19 @@ def _actor_options(resources: Resources | None, restartable: bool, max_restarts:
     return options
 
 
-def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[str, str]],
-               ray_address: str | None, max_restarts: int, grace_s: float,
-               ports: tuple[int, int] | None = DEFAULT_PORTS, before_stop=None,
-               log_dir: str | None = None, host: str | None = None) -> ProgramRun:
+def launch_ray(
+    program: Program,
+    *,
+    token: str,
+    group_env: Mapping[str, Mapping[str, str]],
+    ray_address: str | None,
+    max_restarts: int,
+    grace_s: float,
+    ports: tuple[int, int] | None = DEFAULT_PORTS,
+    before_stop=None,
+    log_dir: str | None = None,
+    host: str | None = None,
+) -> ProgramRun:
     peer_timeout = peer_timeout_s()
     started_ray = connect(ray_address, namespace=f"shoal-{program.name}")
     local = ray_address is None and (started_ray or started_local())  # (a local Ray of this process's)
@@ -183,19 +218,26 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
 
     def make_worker(node: Node) -> RayWorker:
         env = {**forwarded, **group_env.get(node.group, {})}
-        options = _actor_options(program.resources.get(node.group),
-                                 node.group in program.restartable, max_restarts, env)
+        options = _actor_options(
+            program.resources.get(node.group), node.group in program.restartable, max_restarts, env
+        )
         anchor = program.placed_beside(node)
         if anchor:  # (pinned beside its anchor, it needs no CPU of its own to be placed there)
             options.setdefault("num_cpus", 0)
 
         def make_actor(opts: dict[str, Any]) -> Any:
             return _NodeActor.options(  # type: ignore[attr-defined]  # (as Addresses.options above)
-                name=node.label, **opts).remote(node, addresses, token, ports, peer_timeout, log_dir, host, local)
+                name=node.label, **opts
+            ).remote(node, addresses, token, ports, peer_timeout, log_dir, host, local)
 
-        workers[node.label] = RayWorker(node, make_actor, options,
-                                        (lambda: workers.get(anchor)) if anchor else None,
-                                        lambda: ray.get(addresses.starts.remote(), timeout=10), peer_timeout)
+        workers[node.label] = RayWorker(
+            node,
+            make_actor,
+            options,
+            (lambda: workers.get(anchor)) if anchor else None,
+            lambda: ray.get(addresses.starts.remote(), timeout=10),
+            peer_timeout,
+        )
         return workers[node.label]
 
     def close() -> None:  # every actor this launch made, finished or not, and what killed ones left
@@ -208,13 +250,25 @@ def launch_ray(program: Program, *, token: str, group_env: Mapping[str, Mapping[
         by_node: dict[str, list[int]] = {}
         for node_id, pid in pids.values():
             by_node.setdefault(node_id, []).append(pid)
-        sweeps = [_sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-                  .remote(node_pids, 5.0) for node_id, node_pids in by_node.items()]
+        sweeps = [
+            _sweep.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
+                node_pids, 5.0
+            )
+            for node_id, node_pids in by_node.items()
+        ]
         ray.wait(sweeps, num_returns=len(sweeps), timeout=6)  # (a host cut off: its nodes sweep themselves)
         ray.kill(addresses, no_restart=True)
         if started_ray or started_local():  # (a local Ray this process started, here or before the launch)
             shutdown_local()
 
-    return ProgramRun(program, make_worker, launcher="ray", address_book=RayAddressBook(addresses),
-                      token=token, max_restarts=max_restarts, grace_s=grace_s, on_close=close,
-                      before_stop=before_stop)
+    return ProgramRun(
+        program,
+        make_worker,
+        launcher="ray",
+        address_book=RayAddressBook(addresses),
+        token=token,
+        max_restarts=max_restarts,
+        grace_s=grace_s,
+        on_close=close,
+        before_stop=before_stop,
+    )

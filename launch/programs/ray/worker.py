@@ -58,8 +58,10 @@ def _free_per_node() -> dict[str, tuple[str, dict[str, float], dict[str, float]]
         nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
     except Exception:  # noqa: BLE001 -- (a private API: a warning without the table then)
         return {}
-    return {node_id: (n.get("NodeManagerAddress", "?"), free.get(node_id, {}), n.get("Resources", {}))
-            for node_id, n in nodes.items()}
+    return {
+        node_id: (n.get("NodeManagerAddress", "?"), free.get(node_id, {}), n.get("Resources", {}))
+        for node_id, n in nodes.items()
+    }
 
 
 def _fits(wanted: dict[str, float], free: dict[str, float]) -> bool:
@@ -78,16 +80,25 @@ def _unplaced(actor: Any) -> bool:
 
 
 def _show(amounts: dict[str, float]) -> str:
-    return ", ".join(f"{k}={v / 2**30:.1f}GiB" if k == "memory" else f"{k}={v:g}"
-                     for k, v in sorted(amounts.items()) if not k.startswith("node:") and k != "object_store_memory")
+    return ", ".join(
+        f"{k}={v / 2**30:.1f}GiB" if k == "memory" else f"{k}={v:g}"
+        for k, v in sorted(amounts.items())
+        if not k.startswith("node:") and k != "object_store_memory"
+    )
 
 
 class RayWorker:
     managed_restarts = True
 
-    def __init__(self, node: Node, make_actor: Callable[[dict[str, Any]], Any], options: dict[str, Any],
-                 beside: Callable[[], RayWorker | None] | None, starts: Callable[[], dict[str, int]],
-                 peer_timeout_s: float) -> None:
+    def __init__(
+        self,
+        node: Node,
+        make_actor: Callable[[dict[str, Any]], Any],
+        options: dict[str, Any],
+        beside: Callable[[], RayWorker | None] | None,
+        starts: Callable[[], dict[str, int]],
+        peer_timeout_s: float,
+    ) -> None:
         self.node, self._make_actor, self._options = node, make_actor, options
         self._beside, self._starts, self._peer_timeout_s = beside, starts, peer_timeout_s
         self.actor: Any = None  # (the Ray actor, once created)
@@ -165,13 +176,17 @@ class RayWorker:
                 self._next_check = now + 1.0  # (asks Ray's GCS at most once a second)
                 self._warn_unplaceable()
         elif silent > self._peer_timeout_s:
-            self.failure = (f"no answer from {self.node.label} on {self.where[1]} for {silent:.0f}s "
-                            f"(a network partition, or a frozen host; SHOAL_PEER_TIMEOUT_S={self._peer_timeout_s:g})")
+            self.failure = (
+                f"no answer from {self.node.label} on {self.where[1]} for {silent:.0f}s "
+                f"(a network partition, or a frozen host; SHOAL_PEER_TIMEOUT_S={self._peer_timeout_s:g})"
+            )
             self._code = 1
         elif silent > SILENT_WARN_S and not self._silent_warned:
             self._silent_warned = True
-            _say(f"{self.node.label} on {self.where[1]} has not answered for {silent:.0f}s (cut off by the "
-                 f"network, frozen, or restarting?); the run fails if it stays silent for {self._peer_timeout_s:g}s")
+            _say(
+                f"{self.node.label} on {self.where[1]} has not answered for {silent:.0f}s (cut off by the "
+                f"network, frozen, or restarting?); the run fails if it stays silent for {self._peer_timeout_s:g}s"
+            )
 
     def _warn_unplaceable(self) -> None:
         """Warns once that the node cannot be placed, when two checks ``PENDING_CONFIRM_S`` apart
@@ -195,11 +210,14 @@ class RayWorker:
             return
         self._pending_warned = True
         where = f"beside {anchor.node.label}" if anchor is not None else "on any node"
-        table = "; ".join(f"{ip}: free {_show(free) or 'nothing'} of {_show(total)}"
-                          for ip, free, total in nodes.values())
-        _say(f"{self.node.label} cannot be placed {where}: it asks for {_show(wanted)} and no node has that "
-             f"free ({table}); it stays pending until resources free up (a node given resources but no "
-             f"num_cpus reserves 1 CPU: see --resources)")
+        table = "; ".join(
+            f"{ip}: free {_show(free) or 'nothing'} of {_show(total)}" for ip, free, total in nodes.values()
+        )
+        _say(
+            f"{self.node.label} cannot be placed {where}: it asks for {_show(wanted)} and no node has that "
+            f"free ({table}); it stays pending until resources free up (a node given resources but no "
+            f"num_cpus reserves 1 CPU: see --resources)"
+        )
 
     def poll(self) -> int | None:
         if self._code is None and self.ref is not None and ray.wait([self.ref], timeout=0)[0]:

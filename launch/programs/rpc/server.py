@@ -61,8 +61,7 @@ def is_loopback(host: str) -> bool:
 
 
 def public_methods(obj: Any, methods: Sequence[str] | None = None) -> dict[str, Any]:
-    names = [n for n in dir(obj) if not n.startswith("_") and n != "run"
-             and callable(getattr(obj, n, None))]
+    names = [n for n in dir(obj) if not n.startswith("_") and n != "run" and callable(getattr(obj, n, None))]
     if methods is not None:
         unknown = sorted(set(methods) - set(names))
         if unknown:
@@ -74,20 +73,31 @@ def public_methods(obj: Any, methods: Sequence[str] | None = None) -> dict[str, 
 class RpcServer:
     """Serves ``obj``'s public methods (or just ``methods``) at ``address`` once started."""
 
-    def __init__(self, obj: Any, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 max_workers: int = 16, methods: Sequence[str] | None = None,
-                 max_message_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        obj: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        max_workers: int = 16,
+        methods: Sequence[str] | None = None,
+        max_message_bytes: int | None = None,
+    ) -> None:
         if not is_loopback(host) and not token:
-            raise ValueError(f"refusing to serve RPC on {host!r} without a token: every process "
-                             "that can reach that interface could call this server (pass a token, "
-                             "or bind 127.0.0.1)")
+            raise ValueError(
+                f"refusing to serve RPC on {host!r} without a token: every process "
+                "that can reach that interface could call this server (pass a token, "
+                "or bind 127.0.0.1)"
+            )
         self._methods = public_methods(obj, methods)
         self._token = token.encode() if token else None
-        self._server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers),
-                                   options=[*channel_options(max_message_bytes),
-                                            ("grpc.so_reuseport", 0)])  # (a taken port fails to bind)
+        self._server = grpc.server(
+            concurrent.futures.ThreadPoolExecutor(max_workers),
+            options=[*channel_options(max_message_bytes), ("grpc.so_reuseport", 0)],
+        )  # (a taken port fails to bind)
         handler = grpc.method_handlers_generic_handler(
-            SERVICE, {"Call": grpc.stream_unary_rpc_method_handler(self._handle)})
+            SERVICE, {"Call": grpc.stream_unary_rpc_method_handler(self._handle)}
+        )
         self._server.add_generic_rpc_handlers((handler,))
         try:
             self.port = self._server.add_insecure_port(f"{host}:{port}")
@@ -117,15 +127,22 @@ class RpcServer:
             if not isinstance(message, dict):
                 raise CodecError(f"a call is a dict, not {type(message).__name__}")
             name, args, kwargs = message["method"], message.get("args", []), message.get("kwargs", {})
-            if not (isinstance(name, str) and isinstance(args, list) and isinstance(kwargs, dict)
-                    and all(isinstance(k, str) for k in kwargs)):
+            if not (
+                isinstance(name, str)
+                and isinstance(args, list)
+                and isinstance(kwargs, dict)
+                and all(isinstance(k, str) for k in kwargs)
+            ):
                 raise CodecError("a call is {'method': str, 'args': list, 'kwargs': {str: ...}}")
         except (CodecError, KeyError, TypeError) as e:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"bad request: {e}")
         method = self._methods.get(name)
         if method is None:
-            _abort(context, grpc.StatusCode.UNIMPLEMENTED,
-                   f"no method {name!r} is served; available: {', '.join(sorted(self._methods))}")
+            _abort(
+                context,
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"no method {name!r} is served; available: {', '.join(sorted(self._methods))}",
+            )
         try:
             result = method(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 -- reported to the caller, the server keeps serving
