@@ -3,7 +3,7 @@
 At the top, what every run shares:
 
 * ``config`` -- ``ExperimentConfig``, the single input of both runners; its groups
-  (``config_groups``) and ``config.json``'s layout by schema version (``config_record``);
+  (``config_groups``); ``config.json``'s layout by schema version is ``run_directory/config_record``;
 * ``runner`` -- ``run_experiment``: one process (actor, replay, learner, evaluator);
 * ``resuming`` -- ``resume_experiment``, above both runners;
 * ``evaluation``, ``pacing``, ``interrupts``, ``callbacks`` -- evaluating, pacing the learner
@@ -16,8 +16,8 @@ At the top, what every run shares:
 Its rooms:
 
 * ``run_directory/`` -- a run's directory: owning it (``directory``), claiming and reading it
-  back (``claim``), its state files' schemas (``schemas``), its ``checkpoints`` and
-  ``replay_checkpoints``;
+  back (``claim``), its state files' schemas (``schemas``; ``config_record``: config.json's
+  versions), its ``checkpoints`` and ``replay_checkpoints``;
 * ``distributed/`` -- the run as a program: ``launch`` (``run_distributed_experiment``),
   ``settings`` (``LaunchSettings``), ``preflight``, the ``program``'s graph, its nodes
   (``workers``, ``learner_worker``, ``replay_node``, ``shared_params``, ``step_grants``), the

@@ -97,12 +97,12 @@ def test_a_factory_named_again_or_a_trusted_directory_is_used(finished, tmp_path
     assert rc == 2 and "--agent 'ppo' is not the run's" in errors[0], text
     assert _files(run_dir) == before
     # given again (or trusted): the config is the run's, its factory as the run recorded it
-    assert load_run(str(run_dir), env_factory=factory)[0].env_factory == factory
-    assert load_run(str(run_dir), trust_run_dir=True)[0].env_factory == factory
+    assert load_run(str(run_dir), env_factory=factory)[0].env.factory == factory
+    assert load_run(str(run_dir), trust_run_dir=True)[0].env.factory == factory
     from tests.user_envs import short_cartpole  # (named by the function itself, from Python)
 
     assert (
-        load_run(str(run_dir), env_factory=short_cartpole, agent="dqn", env_id="CartPole-v1")[0].env_factory == factory
+        load_run(str(run_dir), env_factory=short_cartpole, agent="dqn", env_id="CartPole-v1")[0].env.factory == factory
     )
     rc, errors, text = shoal_main(
         "train",
