@@ -268,7 +268,13 @@ def test_a_native_replay_node_under_a_local_ray_listens_on_loopback_only(tmp_pat
 
     program = Program("bind")
     program.add_node(ReplayNode([TABLES[0]], backend="native"), label="replay")
-    run = launch(program, "ray", run_dir=str(tmp_path))
+    try:
+        run = launch(program, "ray", run_dir=str(tmp_path))
+    except ValueError as e:  # Ray's own start timed out (once in a full suite on 2 cores, with
+        # another worker's 2-node cluster starting): says nothing of Shoal, so started afresh once
+        if "timed out during startup" not in str(e):
+            raise
+        run = launch(program, "ray", run_dir=str(tmp_path / "again"))
     try:
         client = run.client("replay", timeout_s=240)
         host, port = client.server_address.removeprefix("native://").rsplit(":", 1)
