@@ -19,6 +19,7 @@ from tests.shoal_cli import run_shoal, start_shoal
 from tests.test_autoscale import check_grows_from_one_actor
 from tests.test_elastic import check_grows_and_shrinks
 from tests.test_examples import EXAMPLES
+from tests.test_replay_trust import TABLES, sizes
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]  # a real Ray cluster
@@ -53,6 +54,40 @@ ACROSS_HOSTS = pytest.mark.skipif(
     "config.getoption('markexpr') and 'slow' in config.getoption('markexpr') and netns_unavailable() is None",
     reason="tests/test_multihost.py covers it across two hosts (network namespaces)",
 )
+
+
+@pytest.mark.timeout(300)
+def test_a_native_replay_node_under_a_local_ray_listens_on_loopback_only(tmp_path):
+    # (here, first in the module, so that it never runs beside this module's 2-node cluster: a
+    # local Ray started while another worker's cluster started timed out in full suites)
+    pytest.importorskip("ray")
+    import psutil
+
+    from shoal.launch.experiments.distributed.replay_node import ReplayNode
+    from shoal.launch.programs import Program, launch
+
+    program = Program("bind")
+    program.add_node(ReplayNode([TABLES[0]], backend="native"), label="replay")
+    try:
+        run = launch(program, "ray", run_dir=str(tmp_path))
+    except ValueError as e:  # Ray's own start timed out (once in a full suite on 2 cores, with
+        # another worker's 2-node cluster starting): says nothing of Shoal, so started afresh once
+        if "timed out during startup" not in str(e):
+            raise
+        run = launch(program, "ray", run_dir=str(tmp_path / "again"))
+    try:
+        client = run.client("replay", timeout_s=240)
+        host, port = client.server_address.removeprefix("native://").rsplit(":", 1)
+        assert host == "127.0.0.1"
+        listening = [
+            c.laddr.ip.removeprefix("::ffff:")
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == int(port)
+        ]
+        assert listening == ["127.0.0.1"], listening
+        assert sizes(client) == {"t": 0}
+    finally:
+        run.stop()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@
   negative priority (the rule ``mutate_priorities`` keeps), and a sample of more than
   ``MAX_SAMPLE_ITEMS`` items: one error to that caller, the table untouched, and the next
   correct call served.
-* Under a local Ray (no ``--ray-address``) the replay node listens on loopback only.
+* Under a local Ray (no ``--ray-address``) the replay node listens on loopback only (tests/test_ray.py).
 * A resume refuses a replay checkpoint that ``run.json`` names but that is incomplete (no
   ``DONE``), and a damaged one (a truncated ``steps.npz``, an edited ``tables.json``), in one
   line naming the file, with nothing removed or written: in the one-process resume and the
@@ -254,40 +254,6 @@ def test_servers_under_a_local_ray_bind_loopback_unless_asked():
     assert bind_hosts(None, False, "10.1.2.3") == ("0.0.0.0", "10.1.2.3")  # a cluster: every interface
     assert bind_hosts("0.0.0.0", True, "10.1.2.3") == ("0.0.0.0", "10.1.2.3")  # asked for
     assert bind_hosts("10.1.2.3", True, "10.1.2.3") == ("10.1.2.3", "10.1.2.3")
-
-
-@pytest.mark.e2e
-@pytest.mark.ray
-@pytest.mark.timeout(300)
-def test_a_native_replay_node_under_a_local_ray_listens_on_loopback_only(tmp_path):
-    pytest.importorskip("ray")
-    import psutil
-
-    from shoal.launch.experiments.distributed.replay_node import ReplayNode
-    from shoal.launch.programs import Program, launch
-
-    program = Program("bind")
-    program.add_node(ReplayNode([TABLES[0]], backend="native"), label="replay")
-    try:
-        run = launch(program, "ray", run_dir=str(tmp_path))
-    except ValueError as e:  # Ray's own start timed out (once in a full suite on 2 cores, with
-        # another worker's 2-node cluster starting): says nothing of Shoal, so started afresh once
-        if "timed out during startup" not in str(e):
-            raise
-        run = launch(program, "ray", run_dir=str(tmp_path / "again"))
-    try:
-        client = run.client("replay", timeout_s=240)
-        host, port = client.server_address.removeprefix("native://").rsplit(":", 1)
-        assert host == "127.0.0.1"
-        listening = [
-            c.laddr.ip.removeprefix("::ffff:")
-            for c in psutil.net_connections("tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == int(port)
-        ]
-        assert listening == ["127.0.0.1"], listening
-        assert sizes(client) == {"t": 0}
-    finally:
-        run.stop()
 
 
 # -- resume from a replay checkpoint that is incomplete or damaged (items 6 and 7) ----------------
