@@ -100,19 +100,27 @@ class BatchedActor(Actor, Saveable):
             self._pending = None  # (computed from the states before the reset)
 
     def observe(
-        self, step: Step, next_observation: np.ndarray | None = None, stopwatch: Stopwatch | None = None
+        self,
+        step: Step,
+        next_observation: np.ndarray | None = None,
+        stopwatch: Stopwatch | None = None,
+        before_write: Callable[[], None] | None = None,
     ) -> None:
         """Records ``step`` and hands it to the adder. With ``next_observation`` (the array the
         next ``select_action`` will be given) it first starts the policy on it, so that the
         policy computes while the adder writes (``select_action`` then only collects the
         actions; it computes them again if the params changed in between). ``stopwatch`` times
-        that start as ``policy``."""
+        that start as ``policy``. ``before_write`` is called after that start and before the
+        adder writes (``EnvironmentLoop``'s overlap: it takes the actions and sends them to the
+        env, which steps while the adder writes)."""
         self.steps += 1
         if self._state is not None:  # (a feed-forward policy's step does no more than before)
             self.end_episodes(np.asarray(step.terminated) | np.asarray(step.truncated))
         if next_observation is not None:
             with stopwatch.time("policy") if stopwatch is not None else contextlib.nullcontext():
                 self._pending = self._dispatch(next_observation)
+        if before_write is not None:
+            before_write()
         if self._adder is not None:
             self._adder.add(step)
 

@@ -13,6 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from shoal.actors.actor import BatchedActor
 from shoal.core.counting import Counter
 from shoal.core.environment_variables import value
 from shoal.core.interfaces import Actor
@@ -22,6 +23,7 @@ from shoal.core.timing import Stopwatch, breakdown
 from shoal.core.types import Step
 from shoal.envs.environments import action_clipper, final_observations
 from shoal.envs.observations import check_action_mask
+from shoal.envs.stepping import make_stepper
 
 
 class EnvironmentLoop:
@@ -44,6 +46,12 @@ class EnvironmentLoop:
     status 1 (``on_stall`` replaces that): the step cannot be interrupted, and a distributed
     run's launcher restarts the actor (a one-process run stops; its last checkpoint stays). A
     thread of the loop's own checks it (``_watch``); the step only writes when it started.
+
+    ``overlap`` (``shoal.envs.stepping``: ``"off"``, ``"thread"``, ``"process"`` or ``"auto"``)
+    steps the env elsewhere, so that the adder's write, ``update`` and the loop's own work run
+    while the env takes the next step (``_step_overlapped``): the same steps, actions and keys as
+    without, but for the params an action is computed with (those before ``update``). ``close``
+    ends its worker (a finalizer does too).
     """
 
     def __init__(
@@ -56,6 +64,7 @@ class EnvironmentLoop:
         prefetch: bool | None = None,
         on_stall: Callable[[str], None] | None = None,
         label: str = "the actor",
+        overlap: str = "off",
     ) -> None:
         self._env = env
         self._label = label
@@ -78,6 +87,10 @@ class EnvironmentLoop:
         self._last_log, self._last_seconds = self._start, {}
         self._stepping_since: float | None = None  # (the watch's one reading: when the env step began)
         self._step_timeout_s = float(value("SHOAL_STEP_TIMEOUT_S"))
+        self._stepper = make_stepper(env, overlap)  # (after the reset: a worker takes the env as it stands)
+        self.overlap = self._stepper.kind if self._stepper is not None else "off"
+        self._sent: tuple | None = None  # (the actions and extras of the step in flight, overlapped)
+        self._stepper_finalizer = weakref.finalize(self, self._stepper.close) if self._stepper is not None else None
         threading.Thread(
             target=_watch,
             args=(weakref.ref(self), self._step_timeout_s, on_stall or _stalled),
@@ -94,6 +107,9 @@ class EnvironmentLoop:
         )
 
     def step(self) -> None:
+        if self._stepper is not None:
+            self._step_overlapped()
+            return
         obs, stopwatch = self._obs, self.stopwatch
         with stopwatch.time("policy"):
             action, extras = self._actor.select_action(obs)
@@ -108,16 +124,7 @@ class EnvironmentLoop:
             raise RuntimeError(
                 f"the environment raised in step() after {self.env_steps} env steps: {type(e).__name__}: {e}"
             ) from e
-        bad = _non_finite_envs(next_obs, self._float_keys) if self._float_keys else None
-        if bad:
-            raise RuntimeError(
-                f"the environment returned a non-finite observation after "
-                f"{self.env_steps} env steps (NaN or inf in envs {bad})"
-            )
-        with np.errstate(over="ignore", invalid="ignore"):  # (an overflow is the check's to report)
-            returns = self._returns + info.get("game_reward", reward)  # (the game's own score, where training clips it)
-        _check_rewards(reward, returns, self.env_steps)  # (before the actor, and replay, sees the step)
-        check_action_mask(next_obs, self.env_steps + self._num_envs, self._actions)
+        returns = self._checked(next_obs, reward, info)
         step = Step(
             obs,
             action,
@@ -134,6 +141,93 @@ class EnvironmentLoop:
                 self._actor.observe(step)
         with stopwatch.time("param_fetch"):
             self._actor.update()
+        self._count(next_obs, returns, terminated, truncated)
+
+    def _step_overlapped(self) -> None:
+        """``step`` with the env stepping elsewhere (``overlap``): the next step's actions are
+        sent to the env as soon as they are computed, and the adder's write of this step, the
+        params' update and the loop's own work run while the env steps. The actor sees the same
+        calls in the same order as in ``step``, except that ``update`` comes after the next
+        actions are computed (so they are computed with the params before that update)."""
+        obs, stopwatch = self._obs, self.stopwatch
+        if self._sent is None:  # (the first step: none in flight yet)
+            with stopwatch.time("policy"):
+                self._send(*self._actor.select_action(obs))
+        action, extras = self._sent  # type: ignore[misc]
+        with stopwatch.time("env_step"):
+            next_obs, reward, terminated, truncated, info = self._receive()
+        returns = self._checked(next_obs, reward, info)
+        step = Step(
+            obs,
+            action,
+            reward,
+            terminated,
+            truncated,
+            final_observations(next_obs, terminated, truncated, info),
+            extras,
+        )
+
+        def send_next() -> None:
+            with stopwatch.time("policy"):
+                self._send(*self._actor.select_action(next_obs))
+
+        with stopwatch.time("replay_insert"):
+            if isinstance(self._actor, BatchedActor):  # (sent before its adder writes)
+                self._actor.observe(step, next_obs, stopwatch, before_write=send_next)
+            else:
+                if self._prefetch:
+                    self._actor.observe(step, next_obs, stopwatch)
+                else:
+                    self._actor.observe(step)
+                send_next()
+        with stopwatch.time("param_fetch"):
+            self._actor.update()
+        self._count(next_obs, returns, terminated, truncated)
+
+    def _send(self, action, extras) -> None:
+        """Starts the env's step with ``action`` (the stepper's), and marks it for the stall watch."""
+        self._sent = (action, extras)
+        self._stepping_since = time.monotonic()
+        try:
+            self._stepper.send(self._clip(action))  # type: ignore[union-attr]
+        except Exception as e:  # noqa: BLE001 -- named, once, instead of a traceback
+            self._stepping_since = None
+            raise RuntimeError(
+                f"the environment raised in step() after {self.env_steps} env steps: {type(e).__name__}: {e}"
+            ) from e
+
+    def _receive(self) -> tuple:
+        """The step in flight's results; one ``RuntimeError`` line if the env raised, its worker
+        ended, or it has not returned within 1.5x the stall bound (the watch ends the process
+        first, unless ``on_stall`` does not)."""
+        bound = 1.5 * self._step_timeout_s + 1.0
+        try:
+            return self._stepper.recv(bound)  # type: ignore[union-attr]
+        except TimeoutError:
+            raise RuntimeError(self.stall_message(bound)) from None
+        except Exception as e:  # noqa: BLE001 -- named, once, instead of a traceback
+            raise RuntimeError(
+                f"the environment raised in step() after {self.env_steps} env steps: {type(e).__name__}: {e}"
+            ) from e
+        finally:
+            self._sent, self._stepping_since = None, None
+
+    def _checked(self, next_obs, reward, info) -> np.ndarray:
+        """The episode returns after this step, once its observation and rewards passed the checks."""
+        bad = _non_finite_envs(next_obs, self._float_keys) if self._float_keys else None
+        if bad:
+            raise RuntimeError(
+                f"the environment returned a non-finite observation after "
+                f"{self.env_steps} env steps (NaN or inf in envs {bad})"
+            )
+        with np.errstate(over="ignore", invalid="ignore"):  # (an overflow is the check's to report)
+            returns = self._returns + info.get("game_reward", reward)  # (the game's own score, where training clips it)
+        _check_rewards(reward, returns, self.env_steps)  # (before the actor, and replay, sees the step)
+        check_action_mask(next_obs, self.env_steps + self._num_envs, self._actions)
+        return returns
+
+    def _count(self, next_obs, returns: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
+        """The step's bookkeeping: the next observation, returns and lengths, episodes and counts."""
         self._obs = next_obs
         self._returns = returns
         self._lengths += 1
@@ -142,6 +236,10 @@ class EnvironmentLoop:
             self._returns[i], self._lengths[i] = 0.0, 0
         self.env_steps += self._num_envs
         self._counter.increment(env_steps=self._num_envs)
+
+    def close(self) -> None:
+        """Ends the env's worker (``overlap``), if any; the env itself is its owner's to close."""
+        self._stepper_finalizer() if self._stepper_finalizer is not None else None
 
     def log(self, **extra: Any) -> Mapping[str, Any]:
         """Writes one row: counts, steps/s since start, recent episode stats, ``extra``."""

@@ -94,13 +94,15 @@ def replay_backend() -> str | None:
 
 
 def actor_rates(
-    env_id: str, num_envs: int, seconds: float, rounds: int = 4, **settings
+    env_id: str, num_envs: int, seconds: float, rounds: int = 4, overlap: str = "off", **settings
 ) -> tuple[dict[str, float], dict]:
     """Env steps/s of: the raw vector env (random actions), the actor loop (``EnvironmentLoop``)
     with the DQN policy (``settings``: its config overrides), and the loop with the policy and
     its adder, each over ``seconds`` in ``rounds`` windows taken in turns (each on an env of its
     own); and what a vector step of the latter cost: microseconds per component of the loop's
-    time breakdown (``other``: the loop's own work; ``raw_env_step``: the raw env's step)."""
+    time breakdown (``other``: the loop's own work; ``raw_env_step``: the raw env's step). The
+    loops step their envs as ``overlap`` says (``EnvironmentLoop``'s; the raw env on this thread);
+    ``costs["overlap"]`` is what it resolved to (``env_step`` is then the wait for the env)."""
     envs = [make_vector_env(env_id, num_envs, seed=0) for _ in range(3)]
     spec = make_environment_spec(envs[0])
     builder, policy, params = _dqn(spec, **settings)
@@ -109,7 +111,9 @@ def actor_rates(
     try:
         adder = builder.make_adder(server.client, spec, policy)
         loops = [
-            EnvironmentLoop(env, BatchedActor(policy, jax.random.PRNGKey(0), client, a, num_envs=num_envs))
+            EnvironmentLoop(
+                env, BatchedActor(policy, jax.random.PRNGKey(0), client, a, num_envs=num_envs), overlap=overlap
+            )
             for env, a in zip(envs[1:], (None, adder))
         ]
         envs[0].reset(seed=0)
@@ -125,6 +129,8 @@ def actor_rates(
                 window.run(seconds / rounds)
         adder.close()
     finally:
+        for loop in locals().get("loops", []):
+            loop.close()
         server.stop()
         for env in envs:
             env.close()
@@ -134,7 +140,7 @@ def actor_rates(
     costs["other"] = added.seconds / vector_steps * 1e6 - sum(costs.values())
     costs["raw_env_step"] = 1e6 * num_envs / raw.rate
     rates = {"raw_env_sps": raw.rate, "actor_sps": plain.rate, "actor_adder_sps": added.rate}
-    return rates, {k: round(v) for k, v in costs.items()}
+    return rates, {**{k: round(v) for k, v in costs.items()}, "overlap": loops[1].overlap}
 
 
 def scaling_table():
@@ -198,6 +204,12 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--replay-backend", choices=["reverb", "native"], default=None)
+    parser.add_argument(
+        "--overlap",
+        choices=["auto", "off", "thread", "process"],
+        default="auto",
+        help="the actor loop's (default auto)",
+    )
     args = parser.parse_args()
     if args.replay_backend:
         os.environ["SHOAL_BENCH_REPLAY"] = args.replay_backend
@@ -206,7 +218,7 @@ def main() -> None:
         from shoal.agents.presets import find_preset
 
         settings = find_preset("dqn", "ALE/Breakout-v5").settings
-    rates, costs = actor_rates(args.env, args.num_envs, args.seconds, **settings)
+    rates, costs = actor_rates(args.env, args.num_envs, args.seconds, overlap=args.overlap, **settings)
     print(
         json.dumps(
             {

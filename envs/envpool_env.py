@@ -78,6 +78,14 @@ def _protocol(task: str, sticky_actions: float) -> dict:
     )
 
 
+def is_classic_task(task: str) -> bool:
+    """Whether ``task`` is one of EnvPool's classic-control tasks (``CartPole-v1``)."""
+    import envpool.registration as registration
+
+    spec = registration.registry.specs.get(task)
+    return spec is not None and "classic_control" in str(spec)
+
+
 def default_threads(task: str, num_envs: int) -> int:
     """EnvPool's threads for ``task``: 1 for a classic-control task (a step of 16 CartPoles takes
     78 us in one thread, 147 us in two: handing the work over costs more than it does), else one

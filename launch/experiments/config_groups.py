@@ -20,6 +20,7 @@ import gymnasium as gym
 
 from shoal.core.settings import setting
 from shoal.envs.environments import STICKY_ACTIONS
+from shoal.envs.stepping import check_overlap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +42,11 @@ class EnvConfig:
         ``None``: for Atari, as its protocol does.
       action_masks: use the env's action masks (``info["action_mask"]``, or an ``action_mask``
         key of a Dict observation; ``shoal.envs.observations``). ``False``: masks are dropped.
+      actor_overlap: where an actor's env steps while its adder writes (``shoal.envs.stepping``):
+        ``"off"`` (on the actor's thread), ``"thread"`` (a thread: for envs that leave the GIL,
+        EnvPool and ale-py's), ``"process"`` (a worker process), or ``"auto"``: by env family,
+        for a distributed run's actors (a one-process run steps on its thread); see
+        ``docs/benchmarks.md``, "Actors that overlap".
     """
 
     id: str
@@ -50,6 +56,10 @@ class EnvConfig:
     sticky_actions: float = setting(STICKY_ACTIONS, low=0.0, high=1.0)
     clip_rewards: bool | None = None
     action_masks: bool = True
+    actor_overlap: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_overlap(self.actor_overlap)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +171,7 @@ FLAT_FIELDS: dict[str, tuple[str | None, str]] = {
     "sticky_actions": ("env", "sticky_actions"),
     "clip_rewards": ("env", "clip_rewards"),
     "action_masks": ("env", "action_masks"),
+    "actor_overlap": ("env", "actor_overlap"),
     **{
         name: ("multiagent", name)
         for name in ("agent_ids", "agent_groups", "global_state", "self_play", "self_play_pool", "self_play_every")

@@ -136,7 +136,10 @@ def _train(
         counter,
         train_logger,
         stopwatch,
+        # (auto: a one-process run's env steps on its thread, the run it always was; the learner's update shares it)
+        overlap="off" if config.env.actor_overlap == "auto" else config.env.actor_overlap,
     )
+    _closing(stack, "the env's worker", loop.close)
     loop.env_steps = int(counter.get_counts().get("env_steps", 0))
     progress = (
         TerminalLogger("train", time_delta=config.tracking.progress_every_s) if config.tracking.progress else None

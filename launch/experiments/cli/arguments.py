@@ -201,6 +201,14 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         help="Atari: the probability "
         "that the emulator repeats the previous action (default: 0.25, the published protocol)",
     )
+    add(
+        "--actor-overlap",
+        choices=["auto", "off", "thread", "process"],
+        default=default("auto"),
+        help="where an actor's env steps while its policy and adder work: off (on the actor's thread), "
+        "thread (EnvPool's and ale-py's envs, which leave the GIL), process (a worker process); auto "
+        "(default): by env family for a distributed run's actors, off in one process (docs/benchmarks.md)",
+    )
     add("--run-dir", default=default(None), help="output folder (default: runs/<agent>-<env>-s<seed>-<time>)")
     add(
         "--preset",

@@ -111,6 +111,7 @@ EXPERIMENT_FLAGS = {
     "--sticky-actions": "sticky_actions",
     "--video-every": "video_every",
     "--replay": "replay",
+    "--actor-overlap": "actor_overlap",
 }
 
 

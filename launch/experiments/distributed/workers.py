@@ -146,7 +146,9 @@ class ActorWorker:
         if resume:
             self._actor.restore(resume)
         self._logger = make_logger(self._label, config.run.dir, terminal=False)
-        self._loop = EnvironmentLoop(self._env, self._actor, logger=self._logger, label=self._label)
+        self._loop = EnvironmentLoop(
+            self._env, self._actor, logger=self._logger, label=self._label, overlap=config.env.actor_overlap
+        )
         # (paced until the learner's first update: StepGrants)
         head_start = 2 * max(builder.env_steps_before_learning(spec), config.env.num_envs)
         self._grants = StepGrants(
