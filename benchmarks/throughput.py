@@ -8,7 +8,8 @@
   what one vector step of the former cost, microseconds per component of the loop's time
   breakdown (``raw_env_step``: the raw env's step, for comparison).
   ``actor_efficiency_atari`` (with ``--atari``): the same on ALE/Breakout-v5 with 8 envs and
-  DQN's ``atari`` preset (the Nature CNN, 1-step transitions of 84x84x4 frames).
+  DQN's ``atari`` preset (the Nature CNN, 1-step transitions of 84x84x4 frames). The loops step
+  their envs as ``--actor-overlap`` says (default ``auto``: a thread for Atari, else on the loop's thread).
 * ``actor_scaling``: 1, 2, 4, 8, 16 actor processes on a latency-bound env (CartPole with a 1 ms
   sleep per env step, 16 envs per actor), all feeding one real replay server: total steps/s /
   (N x the 1-actor figure). The 16 processes start once; phases switch N of them on.
@@ -46,7 +47,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def actor_efficiency(seconds: float, atari: bool = False) -> dict:
+def actor_efficiency(seconds: float, atari: bool = False, overlap: str = "auto") -> dict:
     from actor_bench import actor_rates  # (benchmarks/ helpers)
 
     if atari:
@@ -56,7 +57,7 @@ def actor_efficiency(seconds: float, atari: bool = False) -> dict:
         settings = find_preset("dqn", env_id).settings
     else:
         env_id, num_envs, suffix, settings = "CartPole-v1", 16, "", {}
-    rates, costs = actor_rates(env_id, num_envs, seconds, **settings)
+    rates, costs = actor_rates(env_id, num_envs, seconds, overlap=overlap, **settings)
     return {
         f"actor_efficiency{suffix}": round(rates["actor_adder_sps"] / rates["raw_env_sps"], 3),
         f"actor_policy_efficiency{suffix}": round(rates["actor_sps"] / rates["raw_env_sps"], 3),
@@ -282,6 +283,13 @@ def main() -> None:
         help="the replay backend of actor_efficiency and learner_feed_ratio (default: reverb "
         "where installed, else native)",
     )
+    parser.add_argument(
+        "--actor-overlap",
+        choices=["auto", "off", "thread", "process"],
+        default="auto",
+        help="how the actor loops of actor_efficiency step their envs (EnvironmentLoop's overlap; default "
+        "auto, as a distributed run's actors: actor_step_us names what it resolved to)",
+    )
     parser.add_argument("--verbose", action="store_true", help="keep Reverb's and TensorFlow's log lines")
     args = parser.parse_args()
     if args.scaling[0] != 1:
@@ -297,8 +305,8 @@ def main() -> None:
     phase = args.window or (1.5 if args.quick else 5.0)
     started, out = time.monotonic(), {"quick": args.quick, "cpu_count": os.cpu_count()}
     parts = [
-        ("actor", lambda: actor_efficiency(window)),
-        *([("actor_atari", lambda: actor_efficiency(window, atari=True))] if args.atari else []),
+        ("actor", lambda: actor_efficiency(window, overlap=args.actor_overlap)),
+        *([("actor_atari", lambda: actor_efficiency(window, True, args.actor_overlap))] if args.atari else []),
         ("rpc", lambda: rpc(10 if args.window else 40 if args.quick else 200)),
         ("learner", lambda: _learner(window, args.learner_devices)),
         ("scaling", lambda: actor_scaling(phase, tuple(args.scaling))),

@@ -30,6 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.utils import EzPickle
 
 OVERLAPS = ("auto", "off", "thread", "process")
 _SPIN_S = 0.0005  # (recv polls this long before it blocks: waking up from a blocked read costs ~40 us here)
@@ -101,10 +102,31 @@ def portable(env: gym.vector.VectorEnv) -> bytes:
     """``env`` pickled as it stands (its envs, their RNGs and the vector env's autoreset state);
     a ``SyncVectorEnv`` without its ``env_fns`` (``gym.make_vec``'s are local functions; they only
     made the envs, which it holds). Raises what pickle raises for an env that cannot move."""
+    fresh = _pickles_fresh(env)
+    if fresh is not None:
+        raise TypeError(
+            f"{fresh} pickles as a fresh copy made from its constructor's arguments (gymnasium's EzPickle), "
+            "not as it stands"
+        )
     if isinstance(env, gym.vector.SyncVectorEnv):
         state = {k: v for k, v in env.__dict__.items() if k != "env_fns"}
         return pickle.dumps((type(env), state))
     return pickle.dumps((None, env))
+
+
+def _pickles_fresh(env: Any) -> str | None:
+    """The name of the first env or wrapper in ``env`` (a vector env's envs, each down its
+    wrappers) that pickles as a new instance rather than as it stands (``EzPickle``: Box2D's,
+    MuJoCo's), or ``None``."""
+    stack = [env, *getattr(env, "envs", ())]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, EzPickle):
+            return type(x).__name__
+        inner = getattr(x, "env", None)
+        if inner is not None and inner is not x:
+            stack.append(inner)
+    return None
 
 
 def _unpickled(data: bytes) -> gym.vector.VectorEnv:

@@ -220,3 +220,13 @@ def test_a_stuck_env_in_a_thread_is_one_line(monkeypatch):
         loop.step()
     assert stalls and "has not returned" in stalls[0]  # (the watch saw it too)
     loop.close()
+
+
+def test_an_env_that_pickles_fresh_is_refused_for_a_process():
+    """Box2D's envs pickle as new instances (EzPickle): moved to a worker they would not be the
+    env as it stands, so ``process`` refuses them in one line."""
+    pytest.importorskip("Box2D")
+    env = make_vector_env("LunarLander-v3", 2, seed=0)
+    with pytest.raises(ValueError, match=r"^actor overlap 'process': .*LunarLander pickles as a fresh copy"):
+        ProcessStepper(env)
+    env.close()
