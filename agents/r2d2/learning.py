@@ -247,7 +247,8 @@ def extras_spec(config: R2D2Config) -> dict[str, ArraySpec]:
 
 def make_policy(networks: R2D2Networks, config: R2D2Config, evaluation: bool) -> Policy:
     """Epsilon-greedy on the online Q (module docstring), carrying the LSTM state and each env's
-    epsilon (``-1`` until its episode's first step draws one); evaluation uses ``eval_epsilon``."""
+    epsilon (``-1`` until its episode's first step draws one); evaluation uses ``eval_epsilon``
+    (with ``eval_epsilon`` 0 it draws no random numbers: ``shoal export``)."""
     network, num_actions = networks.network, networks.num_actions
     choices = jnp.asarray(epsilons(config), jnp.float32)
 
@@ -268,6 +269,8 @@ def make_policy(networks: R2D2Networks, config: R2D2Config, evaluation: bool) ->
         core, q = apply_network(network, params, state["core"], observation)
         mask = action_mask(observation)
         greedy = jnp.argmax(mask_logits(q, mask), axis=-1).astype(jnp.int32)
+        if evaluation and config.eval_epsilon == 0:  # (no random draw: shoal export's greedy policy)
+            return greedy, {}, key, {"core": core, "epsilon": jnp.zeros(greedy.shape, jnp.float32)}
         key, draw_key, explore_key, action_key = jax.random.split(key, 4)
         if evaluation:
             epsilon = jnp.full(greedy.shape, config.eval_epsilon, jnp.float32)

@@ -23,5 +23,6 @@ Its rooms:
   (``workers``, ``learner_worker``, ``replay_node``, ``shared_params``, ``step_grants``), the
   ``driver`` and the ``autoscale`` rule and loop;
 * ``cli/`` -- the ``shoal`` command line: ``main``, ``arguments``, ``commands``, ``status``,
-  ``compare`` and its ``aggregates``.
+  ``compare`` and its ``aggregates``;
+* ``formats/`` -- files for other tools: ``onnx_model`` (``shoal export --format onnx``).
 """

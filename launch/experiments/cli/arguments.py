@@ -374,7 +374,7 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     _code_flags(evaluate)
     text = (
         "export a run's trained policy as a file JAX runs without Shoal (jax.export; it loads with pip install "
-        "jax flatbuffers absl-py), with FILE.json beside it"
+        "jax flatbuffers absl-py), with FILE.json beside it, or as an ONNX model (--format onnx)"
     )
     export = sub.add_parser(
         "export",
@@ -402,6 +402,13 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         default=None,
         metavar="N",
         help="the one batch size the exported function takes (default: any)",
+    )
+    export.add_argument(
+        "--format",
+        choices=("jax", "onnx"),
+        default=None,
+        help="jax: jax.export's file (and FILE.json); onnx: an ONNX model, its specs in its metadata "
+        "(Python 3.12+, the onnx extra); default: onnx for a FILE ending in .onnx, else jax",
     )
     _code_flags(export)
     text = "compare runs: curves per task, and final returns over seeds (IQM, optimality gap, bootstrap intervals)"

@@ -275,7 +275,7 @@ def _named(args: argparse.Namespace) -> dict:
 
 
 def export(args: argparse.Namespace) -> dict:
-    """``shoal export``: the run's greedy policy as a ``jax.export`` file (``exporting.export_policy``)."""
+    """``shoal export``: the run's greedy policy as a ``jax.export`` file or an ONNX model (``exporting.export_policy``)."""
     from shoal.launch.experiments.exporting import export_policy
 
     return export_policy(
@@ -284,6 +284,7 @@ def export(args: argparse.Namespace) -> dict:
         checkpoint=args.checkpoint,
         batch_size=args.batch_size,
         trust_run_dir=args.trust_run_dir,
+        format=args.format,
         **_named(args),
     )
 

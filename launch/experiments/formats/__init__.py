@@ -1,0 +1,2 @@
+"""Files Shoal writes for other tools to read: a trained policy as an ONNX model
+(``onnx_model``, for ``shoal export --format onnx``)."""
