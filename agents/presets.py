@@ -14,12 +14,15 @@ The family of a gymnasium id is read off its registered entry point:
     memory  -- tasks that need memory: Shoal's own (shoal/CartPoleNoVelocity-v1) and popgym's
 
 ``shoal train`` applies the preset of the env's family by default (``--preset NAME`` picks one,
-``--preset none`` keeps the agent's plain defaults); ``--set`` overrides any field after it.
+``--preset none`` keeps the agent's plain defaults, ``--preset FILE.json`` reads one from a file:
+``load_preset_file``, e.g. ``shoal tune``'s best trial); ``--set`` overrides any field after it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +85,8 @@ def find_preset(agent: str, env_id: str, name: str | None = "auto") -> Preset | 
     (a family, or ``agent/family``), or none (``name`` ``None`` or ``"none"``)."""
     if name is None or name == "none":
         return None
+    if name.endswith(".json") or os.path.isfile(name):  # (a file; "dqn/atari" names a preset)
+        return load_preset_file(agent, name)
     available = {p.family: p for p in presets(agent)}
     if name == "auto":
         detected = task_family(env_id)
@@ -93,6 +98,44 @@ def find_preset(agent: str, env_id: str, name: str | None = "auto") -> Preset | 
             "or none (the plain defaults)"
         )
     return available[family]
+
+
+def load_preset_file(agent: str, path: str) -> Preset:
+    """A preset written to a JSON file (``shoal tune``'s ``best_preset.json``, or a user's)::
+
+        {"agent": "dqn", "source": "...", "settings": {"learning_rate": 0.002},
+         "experiment": {"max_env_steps": 50000, "eval_every": 2000}}
+
+    ``settings`` are ``agent``'s config fields, ``experiment`` flat experiment settings (both
+    checked where a preset's are); ``source`` says where it comes from. One line for a file of
+    another agent, or one that is not a preset."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"--preset {path}: no such file (a preset name, none, auto, or a preset .json file)") from None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--preset {path}: cannot read it as JSON: {getattr(e, 'strerror', None) or e}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("settings", {}), dict):
+        raise ValueError(f"--preset {path}: expected a JSON object with settings (and agent, experiment, source)")
+    unknown = sorted(set(record) - {"agent", "env", "source", "base_preset", "settings", "experiment"})
+    if unknown:
+        raise ValueError(
+            f"--preset {path}: unknown key(s) {', '.join(unknown)} (accepted: agent, env, source, base_preset, "
+            "settings, experiment)"
+        )
+    if record.get("agent", agent) != agent:
+        raise ValueError(f"--preset {path}: a preset of {record['agent']}, not of --agent {agent}")
+    if not isinstance(record.get("experiment", {}), dict):
+        raise ValueError(f"--preset {path}: experiment must be an object of experiment settings")
+    settings = {k: tuple(v) if isinstance(v, list) else v for k, v in record.get("settings", {}).items()}
+    return Preset(
+        agent=agent,
+        family=f"file:{os.path.basename(path)}",
+        source=str(record.get("source", path)),
+        settings=settings,
+        experiment=dict(record.get("experiment", {})),
+    )
 
 
 def describe_presets() -> str:

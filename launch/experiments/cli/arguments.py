@@ -217,7 +217,8 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         help="tuned settings for a task family "
         "(agent and experiment settings; the --max-env-steps, --num-envs, --eval-every and "
         "--eval-episodes you give override them): auto (default: the family of --env), none (the "
-        f"agent's plain defaults), or one of {_presets_text()}",
+        f"agent's plain defaults), one of {_presets_text()}, or a preset FILE (.json, e.g. the "
+        "best_preset.json shoal tune writes)",
     )
     add(
         "--set",
@@ -433,6 +434,9 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     compare.add_argument(
         "--bootstrap-samples", type=int, default=2000, help="resamples per interval, 1 to 100,000 (default 2000)"
     )
+    from shoal.launch.experiments.tune.command import add_parser as add_tune_parser
+
+    add_tune_parser(sub)  # (shoal tune: its flags live with it)
     return parser
 
 

@@ -218,6 +218,11 @@ def control(args: argparse.Namespace) -> None:
     run removes meanwhile is passed): it reads nothing through a link."""
     from shoal.launch.programs.control import connect_control
 
+    if args.command == "status" and os.path.isfile(os.path.join(args.run_dir, "tune.json")):  # (a shoal tune's)
+        from shoal.launch.experiments.tune.report import describe_tune
+
+        print("\n".join(describe_tune(args.run_dir)), flush=True)
+        return
     if args.command == "scale":
         from shoal.launch.experiments.distributed.settings import max_actors
 

@@ -95,6 +95,12 @@ def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
         if args.command == "export":
             print(json_text(commands.export(args), "the export"), flush=True)
             return 0
+        if args.command == "tune":  # (its own summary line; a stop keeps the finished trials)
+            from shoal.launch.experiments.tune.command import tune_command
+
+            summary = tune_command(args, stop)
+            print(json_text(summary, "the tune's summary"), flush=True)
+            return EXIT_CODES.get(summary.get("terminated"), 0)
         result = commands.train(
             args, given_flags(argv), started, filter_stderr=own_process and not args.verbose, stop=stop
         )

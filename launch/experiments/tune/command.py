@@ -1,0 +1,267 @@
+"""``shoal tune``: its flags (``add_parser``) and what it does (``tune_command``).
+
+    shoal tune --agent dqn --env CartPole-v1 --trials 20 --max-env-steps 30000 --out runs/tune-dqn
+    shoal tune --resume runs/tune-dqn            # an interrupted tune, its finished trials kept
+    shoal status runs/tune-dqn                   # its trials, best first
+
+Every check comes before anything is written or started (one ``shoal: error:`` line, exit 2):
+``--jobs`` above this machine's cores, a space naming a setting the agent has not, a range that
+is empty or of the wrong type, a study file of another agent, Optuna not installed. SIGTERM (or
+Ctrl-C) stops the running trials (each marked ``interrupted``: failed, not counted), keeps the
+finished ones, writes the reports and prints the summary line (exit 143, or 130).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import re
+import sys
+import threading
+from typing import Any
+
+from shoal.launch.experiments.cli.flag_values import parse_override
+
+RESUME_FLAGS = ("trials", "jobs", "agent", "env")  # (--agent/--env only name the tune's own again)
+NEW_TUNE_FLAGS = {
+    "space": "--space",
+    "out": "--out",
+    "seeds": "--seeds",
+    "objective": "--objective",
+    "preset": "--preset",
+    "overrides": "--set",
+    "max_env_steps": "--max-env-steps",
+    "eval_every": "--eval-every",
+    "eval_episodes": "--eval-episodes",
+    "num_envs": "--num-envs",
+    "target_return": "--target-return",
+    "startup_trials": "--startup-trials",
+    "sampler_seed": "--sampler-seed",
+    "no_prune": "--no-prune",
+}
+EXPERIMENT_FLAGS = ("max_env_steps", "eval_every", "eval_episodes", "num_envs", "target_return")
+
+
+def add_parser(sub: Any) -> None:
+    """Adds ``shoal tune`` to the ``shoal`` parser's subcommands."""
+    text = "tune an agent's settings with Optuna (TPE, pruning from evaluations; the 'tune' extra)"
+    tune = sub.add_parser(
+        "tune",
+        help=text,
+        description=text.capitalize() + ". Each trial trains in this process (one process per "
+        "--jobs); the study is DIR/study.db (SQLite), so an interrupted tune continues with --resume DIR. "
+        "Writes DIR/trials.csv, summary.md, best_preset.json (shoal train --preset FILE) and importance.png "
+        "(the 'plots' extra). Ends with one JSON line on stdout.",
+    )
+    tune.add_argument("--agent", default=None, help="the agent to tune (a registered name)")
+    tune.add_argument("--env", default=None, help="the gymnasium id each trial trains on")
+    tune.add_argument("--trials", type=int, default=None, help="trials to finish (with --resume: a new total)")
+    tune.add_argument(
+        "--space",
+        default=None,
+        metavar="FILE",
+        help="the search space: a .yaml (space: and first_trials:) or .py (SPACE, FIRST_TRIALS) file "
+        "(default: the agent's, docs/tuning.md)",
+    )
+    tune.add_argument(
+        "--out", default=None, metavar="DIR", help="the tune directory (default: runs/tune-<agent>-<env>-<time>)"
+    )
+    tune.add_argument(
+        "--jobs", type=int, default=None, help="trials run at once, each in a process (default 1; at most the cores)"
+    )
+    tune.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S", help="each trial's seeds (default: 0)")
+    tune.add_argument(
+        "--objective",
+        default=None,
+        help="iqm (default: the interquartile mean of the seeds' final evaluation returns, maximized) or "
+        "time-to-threshold (env steps to the target return, minimized; no pruning)",
+    )
+    tune.add_argument(
+        "--resume", default=None, metavar="DIR", help="continue the tune in DIR (--trials, --jobs may change)"
+    )
+    tune.add_argument("--preset", default=None, metavar="NAME", help="the preset trials start from (default: auto)")
+    tune.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        type=parse_override,
+        default=None,
+        metavar="KEY=VALUE",
+        help="an agent setting every trial has (repeatable; not one the space samples)",
+    )
+    tune.add_argument("--max-env-steps", type=int, default=None, help="each seed's step budget (default: the preset's)")
+    tune.add_argument("--eval-every", type=int, default=None, help="env steps between evaluations (pruning points)")
+    tune.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation")
+    tune.add_argument("--num-envs", type=int, default=None, help="envs stepped together")
+    tune.add_argument("--target-return", type=float, default=None, help="a seed stops at this mean evaluation return")
+    tune.add_argument(
+        "--startup-trials",
+        type=int,
+        default=None,
+        metavar="N",
+        help="trials sampled at random, and finished before any is pruned (default 5)",
+    )
+    tune.add_argument("--sampler-seed", type=int, default=None, help="the TPE sampler's seed (default 0)")
+    tune.add_argument("--no-prune", action="store_true", default=None, help="never prune a trial")
+
+
+def default_tune_dir(agent: str, env_id: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", f"tune-{agent}-{env_id}").strip("-.")
+    return os.path.join("runs", f"{stem}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    """A new tune's settings from its flags (checked, nothing written)."""
+    from shoal.agents import config_class
+    from shoal.core.settings import parse_setting
+    from shoal.launch.experiments.tune.spaces import DEFAULT_SPACES, check_space, load_space_file
+    from shoal.launch.experiments.tune.study import TuneSettings, check_settings
+
+    if args.agent is None or args.env is None or args.trials is None:
+        missing = [
+            flag
+            for flag, value in (("--agent", args.agent), ("--env", args.env), ("--trials", args.trials))
+            if value is None
+        ]
+        raise ValueError(f"shoal tune needs {', '.join(missing)} (or --resume DIR)")
+    config_cls = config_class(args.agent)  # (an unknown agent: one line naming the known ones)
+    if args.space is not None:
+        space, first = load_space_file(args.space)
+        where = f"--space {args.space}"
+    elif args.agent in DEFAULT_SPACES:
+        space, first, where = DEFAULT_SPACES[args.agent], [], f"{args.agent}'s default space"
+    else:
+        raise ValueError(f"{args.agent} has no default search space: give one with --space FILE (docs/tuning.md)")
+    experiment = {name: getattr(args, name) for name in EXPERIMENT_FLAGS if getattr(args, name) is not None}
+    settings = TuneSettings(
+        agent=args.agent,
+        env_id=args.env,
+        trials=args.trials,
+        space=check_space(args.agent, config_cls, space, first, where),
+        seeds=tuple(args.seeds or (0,)),
+        objective=args.objective or "iqm",
+        preset=args.preset or "auto",
+        fixed={key: parse_setting(config_cls, key, value) for key, value in args.overrides or []},
+        experiment=experiment,
+        startup_trials=5 if args.startup_trials is None else args.startup_trials,
+        sampler_seed=args.sampler_seed or 0,
+        prune=not args.no_prune,
+    )
+    check_settings(settings)
+    return settings
+
+
+def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Runs ``shoal tune``; returns its summary (``"terminated"``: the signal that stopped it)."""
+    from shoal.launch.experiments.tune import study as studies
+
+    jobs = 1 if args.jobs is None else args.jobs
+    cores = os.cpu_count() or 1
+    if not 1 <= jobs <= cores:
+        raise ValueError(f"--jobs must be in [1, {cores}] on this machine ({cores} cores), got {jobs}")
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise ValueError("shoal tune needs Optuna: pip install 'shoal[tune]' (or pip install optuna)") from None
+    if args.resume is not None:
+        extra = [flag for dest, flag in NEW_TUNE_FLAGS.items() if getattr(args, dest) is not None]
+        if extra:
+            raise ValueError(
+                f"--resume continues a tune with its own settings; drop {', '.join(extra)} (only --trials, --jobs may change)"
+            )
+        tune_dir = args.resume
+        settings = studies.read_settings(tune_dir)
+        studies.check_resumed(tune_dir, settings, args.agent, args.env)
+        if args.trials is not None:
+            settings = dataclasses.replace(settings, trials=args.trials)
+            studies.check_settings(settings)
+    else:
+        settings = _settings(args)
+        tune_dir = args.out or default_tune_dir(args.agent, args.env)
+        studies.check_new_directory(tune_dir, settings.agent)
+    stop = stop if stop is not None else threading.Event()
+    if args.resume is None:
+        studies.create(tune_dir, settings)
+    with studies.locked(tune_dir):
+        if args.resume is not None:
+            _write_settings(tune_dir, settings)
+            _fail_stale_trials(tune_dir)
+        print(
+            f"shoal tune: {tune_dir}: {settings.trials} trials of {settings.agent} on {settings.env_id}",
+            file=sys.stderr,
+            flush=True,
+        )
+        from shoal.launch.experiments import interrupts
+        from shoal.launch.experiments.compilation_cache import enable_compilation_cache
+
+        enable_compilation_cache()  # (trials compile the same functions: the second on reads them)
+
+        interrupts.run_begins()  # (from here a signal stops the trials: the finished ones are kept)
+        if jobs == 1:
+            _run_here(tune_dir, settings, stop)
+        else:
+            _run_processes(tune_dir, jobs, stop)
+        from shoal.launch.experiments.tune.report import write_reports
+
+        summary = write_reports(tune_dir, studies.load(tune_dir), settings)
+    if stop.is_set():
+        summary["terminated"] = getattr(stop, "reason", "SIGTERM")
+    return summary
+
+
+def _write_settings(tune_dir: str, settings: Any) -> None:
+    import json
+
+    with open(os.path.join(tune_dir, "tune.json"), "w") as f:
+        json.dump(settings.record(), f, indent=2)
+        f.write("\n")
+
+
+def _fail_stale_trials(tune_dir: str) -> None:
+    """Trials left running by a tune that was killed (none runs now: this process holds the
+    directory's lock) are failed, with no error: interrupted (``trials.counted``)."""
+    import optuna
+
+    from shoal.launch.experiments.tune import study as studies
+
+    study = studies.load(tune_dir)
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+
+
+def _run_here(tune_dir: str, settings: Any, stop: threading.Event) -> None:
+    from shoal.launch.experiments.tune import study as studies
+    from shoal.launch.experiments.tune.report import write_reports
+    from shoal.launch.experiments.tune.trials import _print_trial, work
+
+    def after(study: Any, trial: Any, state: str) -> None:
+        _print_trial(study, trial, state)
+        write_reports(tune_dir, studies.load(tune_dir), settings)
+
+    work(tune_dir, stop, 0, on_trial=after)
+
+
+def _run_processes(tune_dir: str, jobs: int, stop: threading.Event) -> None:
+    """``jobs`` worker processes on the study; a stop is passed on to them as SIGTERM."""
+    import multiprocessing
+    import signal
+
+    from shoal.launch.experiments.tune.trials import worker_main
+
+    context = multiprocessing.get_context("spawn")  # (JAX in the parent: never fork it)
+    workers = [context.Process(target=worker_main, args=(tune_dir, i), name=f"tune-worker-{i}") for i in range(jobs)]
+    for w in workers:
+        w.start()
+    signalled = False
+    while any(w.is_alive() for w in workers):
+        if stop.is_set() and not signalled:
+            for w in workers:
+                if w.pid is not None and w.is_alive():
+                    os.kill(w.pid, signal.SIGTERM)
+            signalled = True
+        next(w for w in workers if w.is_alive()).join(0.2)  # (a stop is passed on within 0.2 s)
+    failed = [w.name for w in workers if w.exitcode not in (0, None) and not stop.is_set()]
+    if failed:
+        raise RuntimeError(f"tune worker(s) {', '.join(failed)} failed (their lines above say why)")
