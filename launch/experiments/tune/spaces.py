@@ -239,14 +239,14 @@ def _param(what: str, name: str, spec: Any, hint: Any, accepted: Range | None) -
         checked = tuple(_choice(what, _as_number(c) if kind in (int, float) else c, kind, accepted) for c in choices)
         return Param(name, "categorical", choices=checked)
     if kind not in (int, float):
-        raise ValueError(f"{what}: a {getattr(kind, '__name__', kind)} setting takes choices: [..], not a range")
+        raise ValueError(f"{what}: {_article(kind)} setting takes choices: [..], not a range")
     if "low" not in spec or "high" not in spec:
         raise ValueError(f"{what}: a range needs both low and high, got {dict(spec)!r}")
     low, high, log = _as_number(spec["low"]), _as_number(spec["high"]), spec.get("log", False)
     for bound in (low, high):
         if not _number(bound, kind is int):
             expected = "an integer" if kind is int else "a number"
-            raise ValueError(f"{what}: an {kind.__name__} setting's range takes {expected}, got {bound!r}")
+            raise ValueError(f"{what}: {_article(kind)} setting's range takes {expected}, got {bound!r}")
     if not isinstance(log, bool):
         raise ValueError(f"{what}: log must be true or false, got {log!r}")
     if not low < high:
@@ -264,6 +264,11 @@ def _param(what: str, name: str, spec: Any, hint: Any, accepted: Range | None) -
     )
 
 
+def _article(kind: Any) -> str:
+    name = getattr(kind, "__name__", str(kind))
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
 def _choice(what: str, value: Any, kind: Any, accepted: Range | None) -> Any:
     """One choice, checked as the field takes it."""
     if kind is tuple:
@@ -278,13 +283,13 @@ def _choice(what: str, value: Any, kind: Any, accepted: Range | None) -> Any:
     elif kind in (int, float):
         if not _number(value, kind is int):
             raise ValueError(
-                f"{what}: an {kind.__name__} setting's choice must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+                f"{what}: {_article(kind)} setting's choice must be {'an integer' if kind is int else 'a number'}, got {value!r}"
             )
         value = float(value) if kind is float else value
         numbers_in = (value,)
     else:
         if not isinstance(value, kind if isinstance(kind, type) else object):
-            raise ValueError(f"{what}: a {getattr(kind, '__name__', kind)} setting's choice, got {value!r}")
+            raise ValueError(f"{what}: {_article(kind)} setting's choices must be of its type, got {value!r}")
         return value
     if accepted is not None and not all(accepted.contains(x) for x in numbers_in):
         raise ValueError(

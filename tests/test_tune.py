@@ -1,0 +1,181 @@
+"""``shoal tune``: real tiny tunes on CartPole (pruning, SIGTERM and ``--resume``, the best
+trial's preset trained by ``shoal train --preset FILE``), and the bad inputs refused in one line
+before anything starts."""
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+
+import pytest
+
+optuna = pytest.importorskip("optuna", reason="shoal tune needs the tune extra (pip install -e '.[tune]')")
+
+from shoal.agents import config_class  # noqa: E402
+from shoal.agents.registry import builtin_agents  # noqa: E402
+from shoal.launch.experiments.cli.main import main  # noqa: E402
+from shoal.launch.experiments.tune import study as studies  # noqa: E402
+from shoal.launch.experiments.tune.spaces import DEFAULT_SPACES, check_space  # noqa: E402
+from tests.shoal_cli import run_shoal, start_shoal  # noqa: E402
+from tests.waiting import csv_rows, wait_for  # noqa: E402
+
+# Each trial: a few thousand CartPole steps in one process (seconds)
+TINY = ["--env", "CartPole-v1", "--max-env-steps", "3000", "--eval-every", "500", "--eval-episodes", "3"]
+TINY += ["--num-envs", "4", "--startup-trials", "1"]
+
+
+def _states(tune_dir) -> dict[int, str]:
+    """``{trial number: state}`` read off the study file with SQLite ({} before it exists)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{tune_dir}/study.db?mode=ro", uri=True)) as db:
+            return dict(db.execute("SELECT number, state FROM trials"))
+    except sqlite3.Error:
+        return {}
+
+
+def _space(path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_every_agent_has_a_default_space_its_config_takes():
+    for agent in builtin_agents():
+        space = check_space(agent, config_class(agent), DEFAULT_SPACES[agent], where=f"{agent}'s default space")
+        assert len(space.params) >= 4, agent
+
+
+@pytest.mark.parametrize(
+    "space, message",
+    [
+        ("space: {learning_rat: {low: 0.001, high: 0.01}}", "'learning_rat' is not a setting of dqn; its settings:"),
+        ("space: {learning_rate: {low: 0.01, high: 0.001}}", "learning_rate: the range [0.01, 0.001] is empty"),
+        ("space: {n_step: {low: 1.5, high: 5}}", "n_step: an int setting's range takes an integer, got 1.5"),
+        ("space: {prioritized_replay: {low: 0, high: 1}}", "prioritized_replay: a bool setting takes choices"),
+        (
+            "space: {learning_rate: {choices: [0.001, fast]}}",
+            "learning_rate: a float setting's choice must be a number",
+        ),
+        ("space: {learning_rate: {low: 0.001, high: 2.0}}", "leaves the setting's accepted range (0, 1]"),
+    ],
+)
+def test_a_bad_space_is_one_line_and_nothing_starts(tmp_path, capsys, space, message):
+    out = tmp_path / "tune"
+    code = main(
+        [
+            "tune",
+            "--agent",
+            "dqn",
+            "--trials",
+            "3",
+            "--space",
+            _space(tmp_path / "s.yaml", space),
+            "--out",
+            str(out),
+            *TINY,
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("shoal: error: --space "), err
+    assert message in err, err
+    assert not out.exists()
+
+
+def test_jobs_above_the_cores_is_one_line(tmp_path, capsys):
+    out = tmp_path / "tune"
+    code = main(
+        ["tune", "--agent", "dqn", "--trials", "3", "--jobs", str((os.cpu_count() or 1) + 1), "--out", str(out), *TINY]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and f"--jobs must be in [1, {os.cpu_count()}]" in err, err
+    assert not out.exists()
+
+
+def test_a_study_of_another_agent_is_one_line(tmp_path, capsys):
+    other = tmp_path / "ppo-tune"
+    space = check_space("ppo", config_class("ppo"), {"learning_rate": {"low": 1e-4, "high": 1e-2}})
+    studies.create(str(other), studies.TuneSettings("ppo", "CartPole-v1", 3, space))
+    for argv, message in [
+        (
+            ["--agent", "dqn", "--trials", "3", "--out", str(other), *TINY],
+            f"{other}/study.db is a study of ppo, not dqn",
+        ),
+        (["--resume", str(other), "--agent", "dqn"], f"--resume {other}: its study tunes ppo, not --agent dqn"),
+    ]:
+        assert main(["tune", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    # a ppo study file copied into a dqn tune's directory
+    mixed = tmp_path / "mixed"
+    dqn_space = check_space("dqn", config_class("dqn"), {"learning_rate": {"low": 1e-4, "high": 1e-2}})
+    studies.create(str(mixed), studies.TuneSettings("dqn", "CartPole-v1", 3, dqn_space))
+    os.replace(other / "study.db", mixed / "study.db")
+    assert main(["tune", "--resume", str(mixed)]) == 2
+    err = capsys.readouterr().err
+    assert "is a study of ppo, but tune.json tunes dqn" in err and err.count("\n") == 1, err
+    assert _states(mixed) == {} and not (mixed / "trials").exists()  # (nothing started)
+
+
+@pytest.mark.e2e  # (real training: 3 trials, then shoal train from the preset)
+def test_a_tiny_tune_prunes_the_hopeless_trial_and_writes_a_preset_that_trains(tmp_path):
+    # trial 0 the default learning rate, trial 1 one that cannot learn (1e-9), trial 2 sampled
+    space = "space:\n  learning_rate: {low: 1.0e-9, high: 1.0e-2, log: true}\n"
+    space += "first_trials:\n  - {learning_rate: 0.004}\n  - {learning_rate: 1.0e-9}\n"
+    out = tmp_path / "tune"
+    done = run_shoal(
+        "tune", "--agent", "dqn", "--trials", "3", "--space", _space(tmp_path / "s.yaml", space), "--out", str(out),
+        *TINY, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    states = _states(out)
+    assert states[0] == "COMPLETE" and states[1] == "PRUNED" and len(states) == 3, (states, done.stderr)
+    assert "trial 1 pruned (learning_rate=1e-09)" in done.stderr
+    for name in ("trials.csv", "summary.md", "best_preset.json", "tune.json"):
+        assert (out / name).is_file(), name
+    preset = json.loads((out / "best_preset.json").read_text())
+    assert preset["agent"] == "dqn" and preset["settings"] == summary["best_settings"]
+    assert preset["experiment"]["max_env_steps"] == 3000
+    status = run_shoal("status", str(out), timeout=120)
+    assert status.returncode == 0 and "pruned" in status.stdout and "best: trial" in status.stdout, status.stderr
+    run_dir = tmp_path / "trained"
+    trained = run_shoal(
+        "train", "--agent", "dqn", "--env", "CartPole-v1", "--preset", str(out / "best_preset.json"),
+        "--max-env-steps", "1500", "--run-dir", str(run_dir), "--quiet", timeout=300,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    assert json.loads(trained.stdout.strip().splitlines()[-1])["env_steps"] == 1500
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["preset"] == "dqn/file:best_preset.json"
+    assert config["agent_config"]["learning_rate"] == preset["settings"]["learning_rate"]
+
+
+@pytest.mark.e2e  # (real training in a shoal tune process, stopped and resumed)
+def test_sigterm_keeps_the_finished_trial_and_resume_goes_on(tmp_path):
+    space = (
+        "space:\n  learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}\nfirst_trials:\n  - {learning_rate: 0.004}\n"
+    )
+    out = tmp_path / "tune"
+    argv = ["--agent", "dqn", "--trials", "3", "--space", _space(tmp_path / "s.yaml", space), "--no-prune"]
+    tune = start_shoal(
+        "tune", *argv, "--out", str(out), *TINY, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:  # the event: trial 0 finished and trial 1 evaluated once (it is mid-run)
+        wait_for(lambda: _states(out).get(0) == "COMPLETE" and csv_rows(out / "trials/1/s0/eval.csv"), 240, "trial 1")
+        tune.send_signal(signal.SIGTERM)
+        stdout, stderr = tune.communicate(timeout=120)
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+    assert tune.returncode == 143, stderr
+    assert json.loads(stdout.strip().splitlines()[-1])["terminated"] == "SIGTERM"
+    assert _states(out) == {0: "COMPLETE", 1: "FAIL"}, stderr  # (the running trial: interrupted)
+    first = studies.load(str(out)).trials[0].value
+    resumed = run_shoal("tune", "--resume", str(out), "--trials", "2", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    study = studies.load(str(out))
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "COMPLETE"]
+    assert study.trials[0].value == first  # (kept, not run again)
+    status = run_shoal("status", str(out), timeout=120)
+    assert "interrupted" in status.stdout and "2 trials (2 complete, 1 interrupted)" in status.stdout, status.stdout
