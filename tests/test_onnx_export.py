@@ -187,3 +187,42 @@ def test_onnx_without_the_extra_names_the_install_in_one_line(tmp_path, capsys, 
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "needs the onnx extra (jax2onnx is missing)" in lines[0], lines
     assert "pip install --no-deps jax2onnx==" in lines[0] and os.listdir(tmp_path) == []
+
+
+@pytest.mark.e2e
+def test_the_deployment_pages_worked_example_runs_as_written(tmp_path):
+    """docs/exporting.md's commands (the quickstart's DQN, exported) and its program, verbatim,
+    in a Python that imports neither JAX nor Shoal: the ten episodes it plays return 500."""
+    pytest.importorskip("jax2onnx", reason="the onnx extra (Python 3.12+)")
+    pytest.importorskip("onnxruntime", reason="the onnx extra (Python 3.12+)")
+    import re
+
+    from tests.shoal_cli import run_shoal
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "exporting.md")) as f:
+        page = f.read()
+    program = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "InferenceSession" in b)
+    trained = run_shoal(
+        "train",
+        "--agent",
+        "dqn",
+        "--env",
+        "CartPole-v1",
+        "--seed",
+        "0",
+        "--run-dir",
+        "runs/dqn-cartpole",
+        timeout=600,
+        cwd=str(tmp_path),
+    )
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert json.loads(trained.stdout.strip().splitlines()[-1])["solved"]  # (the quickstart's run: 500)
+    exported = run_shoal("export", "runs/dqn-cartpole", "--out", "policy.onnx", timeout=300, cwd=str(tmp_path))
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    (tmp_path / "play.py").write_text(
+        program + "\nimport sys\n\nprint(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'shoal')))\n"
+    )
+    ran = subprocess.run([sys.executable, "play.py"], capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    lines = ran.stdout.strip().splitlines()
+    assert lines[-1] == "[]" and float(lines[-2]) == 500.0, lines
