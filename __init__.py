@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     """``shoal.load_policy``: a trained policy out of its run directory (``shoal.launch``'s)."""
     if name == "load_policy":
-        from shoal.launch.experiments.trained_policy import load_policy
+        from shoal.launch.experiments.trained_policy import load_policy  # lazy: `import shoal` stays light
 
         return load_policy
     raise AttributeError(f"module 'shoal' has no attribute {name!r}")

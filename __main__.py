@@ -20,7 +20,7 @@ def entry() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (started with Ctrl-C ignored: kept so)
             signal.signal(sig, _leave)
-    from shoal.launch.experiments.cli.main import entry as cli_entry
+    from shoal.launch.experiments.cli.main import entry as cli_entry  # lazy: after the signal handlers
 
     cli_entry()
 

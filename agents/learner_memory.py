@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 import numpy as np
+import psutil
 
 from shoal.core.specs import EnvironmentSpec
 
@@ -61,7 +62,6 @@ def device_memory() -> tuple[int, str]:
         stats = device.memory_stats() or {}
         if stats.get("bytes_limit"):
             return int(stats["bytes_limit"]), f"{device.device_kind} memory"
-    import psutil
 
     return int(psutil.virtual_memory().total), "this machine's memory"
 

@@ -26,7 +26,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import gymnasium as gym
+
 from shoal.agents.registry import builder_class, builtin_agents
+from shoal.envs.environments import is_atari, resolve_env_id
 
 FAMILIES = {
     "gymnasium.envs.classic_control": "classic",
@@ -57,10 +60,6 @@ class Preset:
 
 def task_family(env_id: str) -> str | None:
     """The family of a registered gymnasium id (``None`` for one outside those above)."""
-    import gymnasium as gym
-
-    from shoal.envs.environments import is_atari, resolve_env_id
-
     if is_atari(env_id):
         return "atari"
     try:

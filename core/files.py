@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pwd
 import secrets
 import stat
 import sys
@@ -122,8 +123,6 @@ def make_dirs(path: str) -> None:
 
 def _who(uid: int) -> str:
     try:
-        import pwd
-
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except (KeyError, ImportError):
         return f"uid {uid}"

@@ -12,6 +12,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
+import cloudpickle
+
 
 def import_module_for(module: str, what: str) -> ModuleType:
     """``importlib.import_module(module)``, or the file ``module`` names if it ends in ``.py``
@@ -60,8 +62,6 @@ def import_file(path: str) -> ModuleType:
         del sys.modules[name]
         raise
     try:
-        import cloudpickle
-
         cloudpickle.register_pickle_by_value(module)
     except ImportError:  # (no distributed launcher in this install)
         pass

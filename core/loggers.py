@@ -114,7 +114,7 @@ class TensorBoardLogger(Logger):
 
     def _events(self) -> Any:
         if self._writer is None:
-            from tensorboardX import SummaryWriter
+            from tensorboardX import SummaryWriter  # lazy: tensorboardX (protobuf), after the first env step
 
             self._writer = SummaryWriter(self.path, flush_secs=5)
         return self._writer

@@ -107,7 +107,7 @@ STICKY_ACTIONS = 0.25  # Machado et al. (2018)
 
 def _import_ale(env_id: str) -> None:
     try:
-        import ale_py  # noqa: F401 -- registers the ALE/ ids with gymnasium
+        import ale_py  # noqa: F401 -- lazy: optional extra (atari); registers the ALE/ ids with gymnasium
     except ImportError:
         raise ValueError(
             f"{env_id} needs the 'atari' extra, which is not installed; run "
@@ -125,7 +125,7 @@ def _register_minatar(env_id: str) -> None:
     if any(name.startswith(MINATAR_PREFIX) for name in gym.registry):
         return
     try:
-        import minatar.gym
+        import minatar.gym  # lazy: optional extra (minatar)
     except ImportError:
         raise ValueError(
             f"{env_id} needs the 'minatar' extra, which is not installed; run "
@@ -140,7 +140,7 @@ POPGYM_PREFIX = "popgym-"
 def _register_popgym(env_id: str) -> None:
     """Registers popgym's ids (``popgym-RepeatPreviousEasy-v0``, ...): importing popgym does."""
     try:
-        import popgym  # noqa: F401 -- registers the popgym- ids with gymnasium
+        import popgym  # noqa: F401 -- lazy: optional extra (popgym); registers the popgym- ids
     except ImportError:
         raise ValueError(
             f"{env_id} needs the 'popgym' extra, which is not installed; run "
@@ -195,7 +195,7 @@ def make_atari_vector_env(
     """ale-py's ``AtariVectorEnv`` with the protocol in the module docstring (unclipped rewards;
     ``env_args`` override its settings)."""
     check_env_id(env_id)  # (imports ale-py, or names the extra)
-    from ale_py.vector_env import AtariVectorEnv
+    from ale_py.vector_env import AtariVectorEnv  # lazy: optional extra (atari)
 
     protocol = dict(
         repeat_action_probability=sticky_actions,

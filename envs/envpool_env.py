@@ -29,7 +29,7 @@ def is_envpool(env_id: str) -> bool:
 
 def _envpool():
     try:
-        import envpool
+        import envpool  # lazy: optional extra (envpool)
     except ImportError:
         raise ValueError(
             "envpool: ids need the envpool package: pip install 'shoal[envpool]' "
@@ -54,7 +54,7 @@ def task_id(env_id: str) -> str:
 
 def is_atari_task(task: str) -> bool:
     """Whether ``task`` is one of EnvPool's Atari games (``Pong-v5``)."""
-    import envpool.registration as registration
+    import envpool.registration as registration  # lazy: optional extra (envpool)
 
     spec = registration.registry.specs.get(task)  # (import path, spec class, env classes)
     return spec is not None and "atari" in str(spec).lower()
@@ -80,7 +80,7 @@ def _protocol(task: str, sticky_actions: float) -> dict:
 
 def is_classic_task(task: str) -> bool:
     """Whether ``task`` is one of EnvPool's classic-control tasks (``CartPole-v1``)."""
-    import envpool.registration as registration
+    import envpool.registration as registration  # lazy: optional extra (envpool)
 
     spec = registration.registry.specs.get(task)
     return spec is not None and "classic_control" in str(spec)
@@ -90,7 +90,7 @@ def default_threads(task: str, num_envs: int) -> int:
     """EnvPool's threads for ``task``: 1 for a classic-control task (a step of 16 CartPoles takes
     78 us in one thread, 147 us in two: handing the work over costs more than it does), else one
     per core up to ``num_envs`` (8 Pongs: 2.7 ms a step in one thread, 2.2 ms in two, on 2 cores)."""
-    import envpool.registration as registration
+    import envpool.registration as registration  # lazy: optional extra (envpool)
 
     spec = registration.registry.specs.get(task)
     if spec is not None and "classic_control" in str(spec):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 NAMESPACE = "shoal/"
 VISIBLE = (0, 2)  # CartPole's [x, x_dot, theta, theta_dot]: position and angle
@@ -32,8 +33,6 @@ class HideVelocities(gym.ObservationWrapper):
 
 def cart_pole_no_velocity(**kwargs) -> gym.Env:
     """CartPole (gymnasium's ``CartPoleEnv``, ``kwargs`` its own) with its velocities hidden."""
-    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
-
     return HideVelocities(CartPoleEnv(**kwargs))
 
 

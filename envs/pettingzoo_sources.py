@@ -53,7 +53,7 @@ def _constructor(env_id: str) -> Callable[..., Any]:
                 "(PettingZoo's parallel and AEC constructors)"
             )
         make = getattr(module, function)
-    from pettingzoo.utils.env import AECEnv, ParallelEnv
+    from pettingzoo.utils.env import AECEnv, ParallelEnv  # lazy: optional extra (pettingzoo)
 
     check_env_callable(make, function, what, (ParallelEnv, AECEnv))  # (before it is called)
     return make  # (the env it makes says which API it has)
@@ -61,14 +61,14 @@ def _constructor(env_id: str) -> Callable[..., Any]:
 
 def _as_parallel(env: Any, env_id: str) -> Any:
     """``env`` as a PettingZoo parallel env (an AEC env converted), or a one-line ``ValueError``."""
-    from pettingzoo.utils.env import AECEnv, ParallelEnv
+    from pettingzoo.utils.env import AECEnv, ParallelEnv  # lazy: optional extra (pettingzoo)
 
     if isinstance(env, ParallelEnv) or (
         hasattr(env, "possible_agents") and hasattr(env, "step") and not isinstance(env, AECEnv)
     ):
         return env
     if isinstance(env, AECEnv):
-        from pettingzoo.utils.conversions import aec_to_parallel
+        from pettingzoo.utils.conversions import aec_to_parallel  # lazy: optional extra (pettingzoo)
 
         try:
             return aec_to_parallel(env)
@@ -119,7 +119,7 @@ def _make(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) ->
 
 
 def _make_turns(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) -> Any:
-    from pettingzoo.utils.env import AECEnv
+    from pettingzoo.utils.env import AECEnv  # lazy: optional extra (pettingzoo)
 
     env = _called(make, env_id, env_args)
     if not isinstance(env, AECEnv):

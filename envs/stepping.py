@@ -32,6 +32,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.utils import EzPickle
 
+from shoal.envs.envpool_env import is_classic_task
+
 OVERLAPS = ("auto", "off", "thread", "process")
 _SPIN_S = 0.0005  # (recv polls this long before it blocks: waking up from a blocked read costs ~40 us here)
 _CLOSE_S = 10.0  # (how long close() waits for a worker to end before it terminates it)
@@ -51,8 +53,6 @@ def steps_off_gil(env: gym.vector.VectorEnv) -> bool:
     env = getattr(env, "unwrapped", env)
     names = {cls.__name__ for cls in type(env).__mro__}
     if "EnvPoolVectorEnv" in names:
-        from shoal.envs.envpool_env import is_classic_task
-
         return not is_classic_task(getattr(env, "task", ""))
     return "AtariVectorEnv" in names
 

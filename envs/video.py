@@ -24,6 +24,9 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.core.interfaces import Actor
+from shoal.envs.environments import _atari_game, is_atari, make_vector_env
+from shoal.envs.multiagent import AgentRows
+from shoal.envs.selfplay import SelfPlayRows
 
 MAX_FRAMES = 5_000  # (a longer episode is cut: about 2.8 minutes at 30 frames a second)
 FPS = 30
@@ -32,7 +35,7 @@ FPS = 30
 def check_video_extra() -> None:
     """One ``ValueError`` naming the extra if ``imageio-ffmpeg`` is not installed."""
     try:
-        import imageio_ffmpeg
+        import imageio_ffmpeg  # lazy: optional extra (video)
 
         del imageio_ffmpeg
     except ImportError:
@@ -135,7 +138,7 @@ def record_episode_within(
 def encode_mp4(frames: list[np.ndarray], fps: int = FPS) -> bytes:
     """The frames as H.264 MP4 bytes (``imageio-ffmpeg``); frames it cannot take are a
     ``ValueError`` before ffmpeg starts (``check_frame``)."""
-    import imageio_ffmpeg
+    import imageio_ffmpeg  # lazy: optional extra (video)
 
     if not frames:
         raise ValueError("a video needs at least one frame")
@@ -163,7 +166,7 @@ def encode_gif(
 ) -> tuple[bytes, tuple[int, int]]:
     """The frames as an animated GIF (Pillow), at most ``max_width`` pixels wide and
     ``max_fps`` frames a second (frames dropped evenly), and its ``(height, width)``."""
-    from PIL import Image
+    from PIL import Image  # lazy: Pillow, not a dependency (GIFs only)
 
     every = max(1, round(fps / max_fps))
     height, width = frames[0].shape[:2]
@@ -191,8 +194,8 @@ class TensorBoardVideos:
         self._writer: Any = None
 
     def add(self, frames: list[np.ndarray], step: int, fps: int = FPS) -> None:
-        from tensorboardX import SummaryWriter
-        from tensorboardX.proto.summary_pb2 import Summary
+        from tensorboardX import SummaryWriter  # lazy: tensorboardX (protobuf), videos only
+        from tensorboardX.proto.summary_pb2 import Summary  # lazy: tensorboardX (protobuf), videos only
 
         gif, (height, width) = encode_gif(frames, fps)
         if self._writer is None:
@@ -210,10 +213,6 @@ class TensorBoardVideos:
 def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[], np.ndarray]]:
     """A 1-env evaluation env of ``config`` (an ``ExperimentConfig``) that renders, and the
     function that returns its current RGB frame (see the module docstring)."""
-    from shoal.envs.environments import _atari_game, is_atari, make_vector_env
-    from shoal.envs.multiagent import AgentRows
-    from shoal.envs.selfplay import SelfPlayRows
-
     if is_atari(config.env.id) and config.env.factory is None:
         game = _atari_game(config.env.id)
         env = gym.vector.SyncVectorEnv(
@@ -253,7 +252,7 @@ class RenderedAtari(gym.Env):
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, game: str, sticky_actions: float, noop_max: int = 30) -> None:
-        from ale_py import AtariEnv
+        from ale_py import AtariEnv  # lazy: optional extra (atari)
 
         self._env = AtariEnv(
             game,

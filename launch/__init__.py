@@ -12,6 +12,8 @@ The experiment names load on first use (they import JAX, gymnasium and Reverb), 
 process which needs none of them (or must set XLA flags first) starts fast.
 """
 
+import importlib
+
 from shoal.launch.programs import (
     FunctionNode,
     Handle,
@@ -52,8 +54,6 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'shoal.launch' has no attribute {name!r}")
 

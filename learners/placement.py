@@ -27,7 +27,7 @@ def shard_map(f: Callable, mesh: Mesh, in_specs: Any, out_specs: Any) -> Callabl
     equal by all-reducing their gradients, which the 2-device tests check."""
     if hasattr(jax, "shard_map"):  # JAX >= 0.6.1
         return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
-    from jax.experimental.shard_map import shard_map as legacy_shard_map  # JAX 0.4.34
+    from jax.experimental.shard_map import shard_map as legacy_shard_map  # lazy: JAX 0.4.34's fallback
 
     return legacy_shard_map(f, mesh, in_specs, out_specs, check_rep=False)
 

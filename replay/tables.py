@@ -196,7 +196,7 @@ def without_insert_blocking(tables: Sequence[Any]) -> list[Any]:
         if isinstance(table, TableSpec):
             out.append(table.replace(rate_limit=dataclasses.replace(table.rate_limit, max_diff=sys.float_info.max)))
             continue
-        import reverb  # (a reverb.Table: the user's process has Reverb's full import already)
+        import reverb  # lazy: Reverb (TensorFlow), only for a reverb.Table
 
         info = table.info.rate_limiter_info
         out.append(

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.agents.components.dict_observations import DictTorso, ObservationKeys, observation_keys
+from shoal.agents.components.recurrent import RecurrentActorCritic
 from shoal.agents.components.torsos import Torso, choose_torso, frame_scale, image_spec, is_image, make_torso
 from shoal.core.specs import EnvironmentSpec, ObservationSpec
 from shoal.envs.multiagent import GLOBAL_STATE
@@ -233,8 +234,6 @@ def make_actor_critic_networks(
     size = spec.action.shape[0] if spec.num_actions is None else 0
     observation, frames = spec.observation, image_spec(spec)
     if lstm_size:
-        from shoal.agents.components.recurrent import RecurrentActorCritic
-
         keys = (
             observation_keys(observation, torso, spec.observation_space) if isinstance(observation, Mapping) else None
         )

@@ -23,8 +23,10 @@ from shoal.envs import check_env_id
 from shoal.envs.env_sources import check_env_args, load_env_factory
 from shoal.envs.environments import is_atari, resolve_env_id
 from shoal.envs.multiagent import GLOBAL_STATE, env_maker, is_pettingzoo, policy_groups
+from shoal.envs.video import check_video_extra
 from shoal.launch.experiments.callbacks import check_callbacks
 from shoal.launch.experiments.config_groups import FLAT_NAMES, GROUPS
+from shoal.launch.experiments.trackers import check_backend
 
 
 def check_experiment_settings(config: Any) -> None:
@@ -51,12 +53,8 @@ def check_experiment_settings(config: Any) -> None:
     config.agent_group_indices()
     warn_of_a_target_out_of_reach(config)
     if config.tracking.video_every:
-        from shoal.envs.video import check_video_extra
-
         check_video_extra()
     if config.tracking.tracker is not None:
-        from shoal.launch.experiments.trackers import check_backend
-
         check_backend(config.tracking.tracker)
         if not config.run.dir:
             raise ValueError(

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import os
 
+import jax
+
+from shoal.core import environment_variables as variables
+
 ENV = "SHOAL_COMPILATION_CACHE"
 
 
@@ -22,8 +26,6 @@ def default_directory() -> str:
 def enable_compilation_cache() -> str | None:
     """Turns the cache on for this process and the node processes it starts; returns its
     directory, or ``None`` if ``SHOAL_COMPILATION_CACHE=off``."""
-    from shoal.core import environment_variables as variables
-
     path = variables.value(ENV) or default_directory()
     if path.lower() == "off":
         return None
@@ -35,7 +37,6 @@ def enable_compilation_cache() -> str | None:
     }
     for name, value in settings.items():
         os.environ.setdefault(name.upper(), str(value))  # read by JAX in node processes
-    import jax
 
     for name, value in settings.items():
         jax.config.update(name, value)

@@ -10,8 +10,10 @@ from typing import Any
 import gymnasium as gym
 import jax
 
+from shoal.agents import get_builder
 from shoal.agents.builders import AgentBuilder
-from shoal.agents.registry import agent_name
+from shoal.agents.presets import find_preset
+from shoal.agents.registry import agent_name, config_class
 from shoal.core.specs import EnvironmentSpec
 from shoal.envs import environment_spec, make_vector_env
 from shoal.envs.env_sources import factory_path
@@ -35,6 +37,7 @@ from shoal.launch.experiments.config_groups import (
     split_flat,
 )
 from shoal.launch.experiments.run_directory.config_record import SCHEMA_VERSION, grouped_record, record_version
+from shoal.replay.backends import check_backend
 
 __all__ = [
     "ExperimentConfig",
@@ -158,8 +161,6 @@ class ExperimentConfig:
     def replay_backend(self) -> str:
         """The replay backend this run uses (``replay.backend``, or this Python's default); a
         one-line ``ValueError`` if it cannot run here."""
-        from shoal.replay.backends import check_backend
-
         return check_backend(self.replay.backend)
 
     def make_env(self, num_envs: int, seed: int, evaluation: bool = False):
@@ -230,9 +231,6 @@ class ExperimentConfig:
 def config_from_dict(saved: dict[str, Any], **changes: Any) -> ExperimentConfig:
     """The ``ExperimentConfig`` a run saved in its ``config.json`` (``to_dict``'s, or a record of
     schema version 1: ``config_record``), with ``changes`` (flat names, as ``replace``)."""
-    from shoal.agents import get_builder
-    from shoal.agents.registry import config_class
-
     version = record_version("config.json", saved)
     grouped = grouped_record(saved)
     missing = [
@@ -271,9 +269,6 @@ def experiment_config(
     ``None``), then ``agent_settings``; the experiment's settings likewise (the preset's, then
     ``experiment``), by flat name (``max_env_steps``, ``num_envs``, ``eval_every``, ...:
     ``config_groups.FLAT_FIELDS``)."""
-    from shoal.agents import get_builder
-    from shoal.agents.presets import find_preset
-
     chosen = find_preset(agent, env_id, preset)
     settings = {**(chosen.settings if chosen else {}), **(agent_settings or {})}
     fields = {**(chosen.experiment if chosen else {}), **experiment}

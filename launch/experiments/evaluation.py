@@ -12,12 +12,16 @@ import jax
 import numpy as np
 
 from shoal.actors import evaluate
+from shoal.core.environment_variables import value
+from shoal.core.files import make_dirs, write_atomic
 from shoal.core.interfaces import VariableSource
 from shoal.core.loggers import make_logger
 from shoal.core.specs import make_environment_spec
 from shoal.core.timing import Stopwatch
 from shoal.envs.environments import env_protocol
 from shoal.envs.multiagent import agent_returns
+from shoal.envs.selfplay import OPPONENTS
+from shoal.envs.video import TensorBoardVideos, encode_mp4, record_episode_within, video_env
 from shoal.launch.experiments.callbacks import Callbacks, Evaluation
 
 EVAL_SEED_OFFSET = 1_000_003
@@ -138,8 +142,6 @@ class Evaluator:
         """The share of games won (return > 0) against each opponent of ``shoal.envs.selfplay``:
         the evaluation's own (a lookahead player: ``returns``), a random player and the pool
         (``None``: a stopping run interrupted them)."""
-        from shoal.envs.selfplay import OPPONENTS
-
         rates, default = {}, self._env.opponent
         try:
             for opponent in OPPONENTS:
@@ -165,10 +167,6 @@ class Evaluator:
         and to TensorBoard (``tb/eval``, an animated GIF; ``shoal.envs.video``); a failure is one
         warning line, and no more videos are tried. A frame that takes longer than
         ``SHOAL_STEP_TIMEOUT_S`` (a renderer that hangs) is such a failure."""
-        from shoal.core.environment_variables import value
-        from shoal.core.files import make_dirs, write_atomic
-        from shoal.envs.video import TensorBoardVideos, encode_mp4, record_episode_within, video_env
-
         config = self._config
         try:
             if self._video is None:

@@ -27,6 +27,8 @@ import sys
 import threading
 import time
 
+from shoal.core.native_log_filter import restore_stderr
+
 EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 LEAVE_AFTER_S = 1.0  # how long a set-up may take to unwind after a signal
 
@@ -80,7 +82,6 @@ class _Handler:
 
 def _leave_after(name: str, grace_s: float) -> None:
     time.sleep(grace_s)
-    from shoal.core.native_log_filter import restore_stderr
 
     restore_stderr()
     os.write(2, f"shoal: {'interrupted' if name == 'SIGINT' else 'terminated'}\n".encode())

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from shoal.launch.experiments.run_directory.claim import load_run
+from shoal.launch.experiments.runner import run_experiment
+
 
 def resume_experiment(run_dir: str, **changes: Any) -> dict[str, Any]:
     """Continues the run in ``run_dir`` from its last checkpoint, with the runner, launch
@@ -16,13 +19,9 @@ def resume_experiment(run_dir: str, **changes: Any) -> dict[str, Any]:
     factory, a ``module:EnvId``, an agent that is not built in or a Ray address its
     ``config.json`` records must be given again (``env_factory=``, ``env_id=``, ``agent=``,
     ``ray_address=``, each the run's own value), or the directory trusted (``trust_run_dir=True``)."""
-    from shoal.launch.experiments.run_directory.claim import load_run
-
     config, launch = load_run(run_dir, **changes)
     if launch is None:
-        from shoal.launch.experiments.runner import run_experiment
-
         return run_experiment(config)
-    from shoal.launch.experiments.distributed.launch import run_launched
+    from shoal.launch.experiments.distributed.launch import run_launched  # lazy: distributed only (grpc)
 
     return run_launched(config, launch)

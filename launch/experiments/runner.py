@@ -29,6 +29,7 @@ from shoal.core.native_log_filter import native_log_lines_dropped
 from shoal.core.notices import COMPILE_HINT, while_slow
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
+from shoal.envs.selfplay import SnapshotPool
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.interrupts import run_begins
@@ -44,6 +45,7 @@ from shoal.launch.experiments.run_directory.checkpoints import (
 from shoal.launch.experiments.run_directory.claim import claim_run_directory
 from shoal.launch.experiments.run_directory.self_play_pools import restore_pool, save_pool
 from shoal.launch.experiments.tracking import start_tracking
+from shoal.replay import make_replay_server, without_insert_blocking
 
 
 def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None) -> dict[str, Any]:
@@ -87,8 +89,6 @@ def _train(
     stop: threading.Event | None,
     stack: contextlib.ExitStack,
 ) -> dict[str, Any]:
-    from shoal.replay import make_replay_server, without_insert_blocking
-
     builder = config.builder
     checkpointer = Checkpointer(config.run.dir) if config.run.dir else None
     networks = config.make_networks(spec)
@@ -213,7 +213,6 @@ def _self_play(config: ExperimentConfig, env, evaluator, policy, learner) -> Any
     the training env's and the evaluator's opponents play; ``None`` for other runs."""
     if not config.multiagent.self_play:
         return None
-    from shoal.envs.selfplay import SnapshotPool
 
     pool = SnapshotPool(config.multiagent.self_play_pool, config.multiagent.self_play_every)
     pool.maybe_add(learner)

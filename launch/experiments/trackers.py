@@ -95,7 +95,7 @@ class WandbBackend(Backend):
         # (before wandb is imported: its Sentry reporter, and the wandb-core service it starts,
         # read it once)
         os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
-        import wandb
+        import wandb  # lazy: optional extra (wandb)
 
         self._run = wandb.init(
             project=os.environ.get("WANDB_PROJECT", "shoal"),
@@ -124,7 +124,7 @@ class WandbBackend(Backend):
             self._run.log({f"{label}/{key}": value for key, value in row.items()})
 
     def video(self, path: str, env_steps: int) -> None:
-        import wandb
+        import wandb  # lazy: optional extra (wandb)
 
         self._define("eval")
         self._run.log({"eval/video": wandb.Video(path, format="mp4"), "eval/env_steps": env_steps})
@@ -149,8 +149,8 @@ class MlflowBackend(Backend):
     def start(self, run_dir: str, config: dict[str, Any], resume_id: str | None) -> str:
         for name, value in MLFLOW_HTTP.items():
             os.environ.setdefault(name, value)
-        from mlflow import MlflowClient
-        from mlflow.entities import Param
+        from mlflow import MlflowClient  # lazy: optional extra (mlflow)
+        from mlflow.entities import Param  # lazy: optional extra (mlflow)
 
         for name in ("mlflow", "alembic"):
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -184,7 +184,7 @@ class MlflowBackend(Backend):
 
     def _log_metrics(self, values: Sequence[tuple[str, float, int]]) -> None:
         """``(key, value, step)`` triples, in batches of MLflow's most (1000 a call)."""
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # lazy: optional extra (mlflow)
 
         now = int(time.time() * 1000)
         metrics = [Metric(key, value, now, step) for key, value, step in values]

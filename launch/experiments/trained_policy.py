@@ -26,8 +26,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from shoal.actors import BatchedActor, VariableClient
+from shoal.actors.loops import evaluate
+from shoal.agents.registry import agent_name
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
+from shoal.launch.experiments.run_directory.checkpoints import _readable, read_run
+from shoal.launch.experiments.run_directory.claim import load_run
 
 MAX_EPISODES = 100_000  # the most episodes one evaluate_run plays (shoal evaluate --episodes)
 ENVS_AT_ONCE = 256  # the most envs (episodes side by side) one round of evaluate_run makes
@@ -85,8 +90,6 @@ class TrainedPolicy:
     def actor(self, num_envs: int) -> Any:
         """The batched actor for ``num_envs`` rows (made at the first call of that size)."""
         if num_envs not in self._actors:
-            from shoal.actors import BatchedActor, VariableClient
-
             client = VariableClient(self._source, asynchronous=False)
             self._actors[num_envs] = BatchedActor(
                 self._policy, jax.random.PRNGKey(self._seed), client, num_envs=num_envs
@@ -149,9 +152,7 @@ def checkpoints(run_dir: str) -> list[int]:
 def _params(run_dir: str, builder: Any, networks: Any, step: int) -> Any:
     """The parameters of learner checkpoint ``step`` (restored into the structure of
     ``builder.init_state``; without one, read as saved and its ``params`` taken)."""
-    import orbax.checkpoint as ocp
-
-    from shoal.launch.experiments.run_directory.checkpoints import _readable
+    import orbax.checkpoint as ocp  # lazy: orbax (0.2 s), only where a checkpoint is read
 
     manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
     template = builder.init_state(jax.random.PRNGKey(0), networks)
@@ -189,9 +190,6 @@ def load_policy(
     trained with one (``config.json`` cannot record code). ``named``: ``agent=``,
     ``env_factory=``, ``env_id=`` as for a resume, to use code the directory names (or
     ``trust_run_dir=True``)."""
-    from shoal.launch.experiments.run_directory.checkpoints import read_run
-    from shoal.launch.experiments.run_directory.claim import load_run
-
     config, _ = load_run(run_dir, trust_run_dir=trust_run_dir, **named)
     if network_factory is not None:
         config.network_factory = network_factory
@@ -286,9 +284,6 @@ def evaluate_run(
     sum of its agents' returns, its length its longest agent's (the result names the ``agents``). ``progress_every_s``: a line on stderr at most this often while it runs (and
     one at the start of an evaluation of more than one round); ``None``: silent. Bad arguments
     are refused (``ValueError``, one line) before the run directory is read."""
-    from shoal.actors.loops import evaluate
-    from shoal.agents.registry import agent_name
-
     if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_EPISODES:
         raise ValueError(f"--episodes must be in [1, {MAX_EPISODES:,}], got {episodes!r}")
     last_seed = MAX_SEED - episodes + 1  # (the episodes' seeds, seed to seed + episodes - 1, all <= MAX_SEED)

@@ -16,6 +16,7 @@ import secrets
 from typing import Any
 
 from shoal.core.files import json_text, make_dirs, write_atomic
+from shoal.launch.programs.rpc import RpcClient, RpcServer
 
 
 class _Control:
@@ -42,8 +43,6 @@ def serve_control(run: Any, directory: str, limits: dict[str, tuple[int, int]] |
     """Starts the control server of ``run`` (stopped when the program ends); ``limits``:
     ``{group: (fewest, most)}`` nodes ``scale`` may run; ``autoscale``: the run's autoscale
     loop (its ``status()``, and ``pinned`` set by a manual ``scale`` of the actors)."""
-    from shoal.launch.programs.rpc import RpcServer
-
     token = secrets.token_urlsafe(32)
     server = RpcServer(_Control(run, limits or {}, autoscale), host="127.0.0.1", token=token).start()
     run.closers.append(server.stop)
@@ -102,8 +101,6 @@ def _read(path: str, what: str) -> str:
 
 def connect_control(directory: str, timeout_s: float = 10.0):
     """An RPC client to the control service of the program running in ``directory``."""
-    from shoal.launch.programs.rpc import RpcClient
-
     text = _read(os.path.join(directory, "control.json"), "the program's control address")
     try:
         written = json.loads(text)

@@ -77,7 +77,7 @@ def launch(
     # inflate a run's step counter).
     token = token or os.environ.get("SHOAL_TOKEN") or secrets.token_urlsafe(32)
     if launcher == "ray":
-        from shoal.launch.programs.ray.launcher import DEFAULT_PORTS, launch_ray
+        from shoal.launch.programs.ray.launcher import DEFAULT_PORTS, launch_ray  # lazy: optional extra (ray)
 
         log_dir = None
         if run_dir is not None:

@@ -20,6 +20,8 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
+import cloudpickle
+
 from shoal.core.files import open_append
 from shoal.launch.programs.addressing import FileAddressBook
 from shoal.launch.programs.nodes import NodeContext, set_context
@@ -98,8 +100,6 @@ class ProcessWorker:
     managed_restarts, restarts = False, 0
 
     def __init__(self, node: Node, run_dir: str, env: Mapping[str, str]) -> None:
-        import cloudpickle
-
         self.node, self.run_dir, self.env = node, run_dir, dict(env)
         self.log_path = os.path.join(run_dir, "logs", f"{node.label}.log")
         self._definition = cloudpickle.dumps(node)

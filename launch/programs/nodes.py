@@ -151,12 +151,12 @@ class ServiceNode(Node):
         return _name(self.factory)
 
     def make_client(self, address: str, ctx: NodeContext) -> Any:
-        from shoal.launch.programs.rpc import RpcClient
+        from shoal.launch.programs.rpc import RpcClient  # lazy: grpc, only where a node is served or called
 
         return RpcClient(address, token=ctx.token)
 
     def run(self, ctx: NodeContext) -> Any:
-        from shoal.launch.programs.rpc import RpcServer
+        from shoal.launch.programs.rpc import RpcServer  # lazy: grpc, only where a node is served or called
 
         obj = self.factory(*ctx.deref(self.args), **ctx.deref(self.kwargs))
         server = ctx.serve(

@@ -28,6 +28,12 @@ import threading
 import time
 import traceback
 
+import cloudpickle
+
+from shoal.core.environment_variables import value
+from shoal.launch.programs.addressing import FileAddressBook
+from shoal.launch.programs.nodes import NodeContext, set_context
+
 # (failure_line lives in stopping.py: nothing in the package imports this module, which runs as
 # ``python -m``; imported first by its package, runpy would warn at the top of every node's log)
 from shoal.launch.programs.stopping import failure_line
@@ -51,11 +57,6 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def main(label: str, addresses_dir: str, parent_pid: str, result_fd: str) -> int:
     _die_with_parent(int(parent_pid))
-    import cloudpickle
-
-    from shoal.core.environment_variables import value
-    from shoal.launch.programs.addressing import FileAddressBook
-    from shoal.launch.programs.nodes import NodeContext, set_context
 
     node = cloudpickle.load(sys.stdin.buffer)  # (the launcher's pipe; see the module doc)
     if node.label != label:

@@ -51,6 +51,8 @@ import tree
 
 from shoal.core.shared_memory import Attached
 from shoal.replay.checkpoints import latest_checkpoint
+from shoal.replay.native.checkpoint_files import read_checkpoint
+from shoal.replay.native.client import NativeReplayClient
 from shoal.replay.native.columns import ColumnStore, Pooled
 from shoal.replay.native.payload import stacked_groups
 from shoal.replay.native.table import ReplayClosed, Saved, Table
@@ -139,7 +141,6 @@ class NativeReplayServer:
             if self.restored_from:
                 self._restore(self.restored_from)
         self._sampled_at_start = {name: t.samples for name, t in self._tables.items()}
-        from shoal.replay.native.client import NativeReplayClient
 
         self.address = f"inprocess-{id(self):x}"
         self.client = NativeReplayClient(self, self.address, in_process=True)
@@ -385,8 +386,6 @@ class NativeReplayServer:
 
     def _restore(self, path: str) -> None:
         """Puts back the checkpoint at ``path`` (checked through first: ``checkpoint_files``)."""
-        from shoal.replay.native.checkpoint_files import read_checkpoint
-
         record, blocks = read_checkpoint(path, self._checker)
         ids = []  # (each layout's steps go into the store at once, held until the items hold them)
         for number, block in enumerate(blocks):

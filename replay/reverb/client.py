@@ -46,7 +46,7 @@ def reverb_modules() -> tuple[Any, Any, Any]:
 
 
 def _full_modules() -> tuple[Any, Any, Any]:
-    import reverb
+    import reverb  # lazy: Reverb's full import (TensorFlow)
 
     return reverb.pybind, reverb.trajectory_writer, reverb.errors
 
@@ -159,7 +159,7 @@ class ReverbClient:
 
     def _full(self) -> Any:
         if self._reverb is None:
-            import reverb
+            import reverb  # lazy: Reverb's full import (TensorFlow)
 
             self._reverb = reverb.Client(self.server_address)
         return self._reverb

@@ -53,8 +53,8 @@ class ReverbSampler:
 
     def _open(self) -> Any:
         """Reverb's TensorFlow dataset of the table (the import of TensorFlow happens here)."""
-        import reverb  # (imports TensorFlow: only a process that samples on Reverb pays for it)
-        import tensorflow as tf
+        import reverb  # lazy: imports TensorFlow: only a process that samples on Reverb
+        import tensorflow as tf  # lazy: imports TensorFlow: only a process that samples on Reverb
 
         dataset = reverb.TrajectoryDataset.from_table_signature(
             self._address,
@@ -73,7 +73,7 @@ class ReverbSampler:
     def example(self, num_items: int) -> SampledItems:
         """Zeros shaped as the table's items (its signature read from the server: this imports
         TensorFlow; an agent's ``example_batch`` gives the same without)."""
-        import reverb  # (imports TensorFlow, as above)
+        import reverb  # lazy: imports TensorFlow, as above
 
         signature = reverb.Client(self._address).server_info(timeout=int(self._timeout_s))[self._table].signature
         data = tree.map_structure(lambda spec: np.zeros((num_items, *spec.shape), spec.dtype.as_numpy_dtype), signature)

@@ -28,11 +28,11 @@ def pyplot(what: str = "shoal compare's figures") -> Any:
     """matplotlib's ``pyplot`` on the Agg backend (files, no display); where matplotlib is not
     installed, a ``RuntimeError`` of one line saying that ``what`` needs the ``plots`` extra."""
     try:
-        import matplotlib  # (the plots extra: loaded only to draw a figure)
+        import matplotlib  # lazy: optional extra (plots)
     except ImportError:
         raise RuntimeError(f"{what} need matplotlib, which is not installed: pip install 'shoal[plots]'") from None
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: optional extra (plots)
 
     return plt
 

@@ -7,6 +7,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from shoal.core import environment_variables
+from shoal.launch.experiments.trackers import BACKENDS
+from shoal.launch.programs import Resources
+
 
 def parse_override(text: str) -> tuple[str, str]:
     if "=" not in text:
@@ -17,7 +21,7 @@ def parse_override(text: str) -> tuple[str, str]:
 
 def parse_env_arg(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` -> ``(key, value)``, the value a Python literal where it reads as one."""
-    from shoal.envs.env_sources import parse_env_value
+    from shoal.envs.env_sources import parse_env_value  # lazy: the CLI's import stays light
 
     key, sep, value = text.partition("=")
     if not sep or not key.strip().isidentifier():
@@ -47,8 +51,6 @@ def parse_num_actors(text: str) -> int | str:
 
 def parse_track(text: str) -> str | None:
     """A tracking backend's name, or ``none`` -> ``None``."""
-    from shoal.launch.experiments.trackers import BACKENDS
-
     if text == "none":
         return None
     if text not in BACKENDS:
@@ -58,8 +60,6 @@ def parse_track(text: str) -> str | None:
 
 def parse_resources(text: str) -> tuple[str, Any]:
     """``GROUP:NAME=VALUE[,NAME=VALUE...]`` -> ``(group, Resources)``."""
-    from shoal.launch.programs import Resources
-
     group, _, spec = text.partition(":")
     try:
         if not group:
@@ -73,9 +73,7 @@ def parse_resources(text: str) -> tuple[str, Any]:
 
 def parse_ports(text: str) -> tuple[int, int] | None:
     """``FIRST-LAST`` -> ``(first, last)``."""
-    from shoal.core.environment_variables import parse_ports
-
     try:
-        return parse_ports(text)
+        return environment_variables.parse_ports(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"--ports: {e}") from None

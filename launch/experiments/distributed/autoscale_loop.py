@@ -48,7 +48,7 @@ class RayRoom:
         self._cpus, self._asked_for = cpus_per_actor, None
 
     def __call__(self) -> tuple[bool, str]:
-        import ray
+        import ray  # lazy: optional extra (ray)
 
         free = float(ray.available_resources().get("CPU", 0.0))
         if free >= self._cpus:
@@ -58,7 +58,7 @@ class RayRoom:
             return False, f"no free cluster CPU (asked Ray's autoscaler for {wanted} CPUs)"
         self._asked_for = wanted
         try:
-            from ray.autoscaler.sdk import request_resources
+            from ray.autoscaler.sdk import request_resources  # lazy: optional extra (ray)
 
             request_resources(num_cpus=wanted)
         except Exception as e:  # noqa: BLE001 -- no autoscaler to ask: a fixed cluster

@@ -16,7 +16,7 @@ from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.results import program_result
 from shoal.launch.experiments.distributed.settings import max_actors
-from shoal.launch.experiments.distributed.step_grants import LEARNING
+from shoal.launch.experiments.distributed.step_grants import LEARNING, TRANSIENT
 from shoal.launch.experiments.evaluation import next_evaluation
 from shoal.launch.experiments.run_directory.checkpoints import Periodic, commit, spec_record
 from shoal.launch.programs.control import serve_control
@@ -243,8 +243,6 @@ class ProgramDriver:
         serving actor's schedule and RNG (an actor that is restarting, or not serving yet, keeps
         its last known one). Its ``env_steps`` (the counter's) and ``learner_steps`` (the
         learner's, as of the state it wrote) are the ones the run's result reports."""
-        from shoal.launch.experiments.distributed.step_grants import TRANSIENT
-
         with self._lock:
             counts = {
                 name: value

@@ -20,6 +20,7 @@ from typing import Any
 
 from shoal.core.timing import process_seconds
 from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.distributed.autoscale_loop import AutoscaleLoop, CpuRoom, RayRoom
 from shoal.launch.experiments.distributed.driver import ProgramDriver
 from shoal.launch.experiments.distributed.preflight import prepare
 from shoal.launch.experiments.distributed.program import CPU_ENV
@@ -128,7 +129,6 @@ def _autoscale(settings: LaunchSettings, num_actors: int, launched_at: float):
     bounds = settings.actor_bounds()
     if bounds is None:
         return None
-    from shoal.launch.experiments.distributed.autoscale_loop import AutoscaleLoop, CpuRoom, RayRoom
 
     room = RayRoom() if settings.launcher == "ray" else CpuRoom()
     return AutoscaleLoop(bounds, num_actors, room, started_at=launched_at)
@@ -138,8 +138,8 @@ def _join_ray(ray_address: str | None, run_dir: str | None) -> None:
     """Connects to Ray (errors as one ``ValueError``) and, on a cluster, checks that every host
     sees ``run_dir``: both before anything is written."""
     try:
-        from shoal.launch.programs.ray.cluster import check_shared_directory, connect
-        from shoal.launch.programs.ray.launcher import peer_timeout_s
+        from shoal.launch.programs.ray.cluster import check_shared_directory, connect  # lazy: optional extra (ray)
+        from shoal.launch.programs.ray.launcher import peer_timeout_s  # lazy: optional extra (ray)
     except ImportError:
         raise ValueError(
             "the Ray launcher needs the 'ray' extra, which is not installed; run "

@@ -19,6 +19,7 @@ from shoal.core.loggers import make_logger
 from shoal.core.notices import COMPILE_HINT, while_slow
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
+from shoal.envs.snapshot_pool import SnapshotPool
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.shared_params import ParamsPublisher
 from shoal.launch.experiments.distributed.step_grants import LEARNING
@@ -72,8 +73,6 @@ class LearnerWorker:
             print(f"[learner] resumed at env step {resume['env_steps']:,}: {self._resumed}", flush=True)
         self._run_dir, self._pool = config.run.dir, None
         if config.multiagent.self_play:  # (its snapshot pool: taken here, served to the actors and the evaluator)
-            from shoal.envs.snapshot_pool import SnapshotPool
-
             self._pool = SnapshotPool(config.multiagent.self_play_pool, config.multiagent.self_play_every)
             if resume is None or not restore_pool(self._pool, config.run.dir, resume, self._learner.get_variables()[1]):
                 self._pool.maybe_add(self._learner)

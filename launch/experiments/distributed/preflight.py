@@ -13,10 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from shoal.agents.learner_memory import learner_bytes
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.distributed.program import program_graph
 from shoal.launch.experiments.distributed.settings import LaunchSettings, max_actors
+from shoal.launch.experiments.run_directory.checkpoints import read_run
+from shoal.launch.programs.launching import check_ports
 from shoal.launch.programs.program import Program
+from shoal.launch.programs.rpc.server import MAX_MESSAGE_ENV, max_message_bytes
 
 
 class Prepared(NamedTuple):
@@ -45,10 +50,6 @@ def prepare(
     learner's memory) and builds its program. Reads the run's checkpoint when resuming; writes nothing. The learner's memory is
     checked against this machine's unless it runs on a Ray cluster (``ray_address``: its host
     is the cluster's choice); the cluster itself is not joined here."""
-    from shoal.launch.experiments.distributed.program import program_graph
-    from shoal.launch.experiments.run_directory.checkpoints import read_run
-    from shoal.launch.programs.launching import check_ports
-
     settings.check(actors_flag)
     config.validate_settings()
     saved = read_run(config.run.dir) if config.run.resume and config.run.dir else None
@@ -97,9 +98,6 @@ def prepare_distributed(
 
 def _check_params_fit_rpc(config: ExperimentConfig, spec: EnvironmentSpec) -> None:
     """Actors that read the learner's parameters over RPC need them within one message."""
-    from shoal.agents.learner_memory import learner_bytes
-    from shoal.launch.programs.rpc.server import MAX_MESSAGE_ENV, max_message_bytes
-
     sizes = learner_bytes(config.builder, config.make_networks(spec))
     limit = max_message_bytes()
     if sizes is not None and sizes[1] > limit:

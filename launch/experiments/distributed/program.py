@@ -32,6 +32,7 @@ from shoal.launch.experiments.distributed.replay_node import ReplayNode
 from shoal.launch.experiments.distributed.workers import ActorWorker
 from shoal.launch.programs.nodes import ServiceNode
 from shoal.launch.programs.program import Program
+from shoal.replay.tables import TableSpec
 
 # Actors and the evaluator act on the CPU with one XLA thread each; the learner keeps the accelerators.
 CPU_ENV = {
@@ -160,8 +161,6 @@ def _replay_tables(builder, spec: EnvironmentSpec):
     """The replay node's tables: the ``TableSpec``s themselves, made here (plain data: the node
     then unpickles no agent module, and starts without JAX or TensorFlow); or, where the agent
     builds ``reverb.Table``s (not picklable), its factory, called in the node."""
-    from shoal.replay.tables import TableSpec
-
     tables = builder.make_replay_tables(spec)
     if all(isinstance(table, TableSpec) for table in tables):
         return tables

@@ -30,6 +30,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from shoal.core.environment_variables import value
 from shoal.launch.programs.nodes import NodeContext
 from shoal.launch.programs.program import Node
 
@@ -53,7 +54,7 @@ class ReplayNode(Node):
         backend: str | None = None,
         seed: int = 0,
     ) -> None:
-        from shoal.replay.backends import check_backend
+        from shoal.replay.backends import check_backend  # lazy: a handle's holder loads no backend
 
         super().__init__()
         self.tables, self.checkpoint_dir, self.checkpoint = tables, checkpoint_dir, checkpoint
@@ -68,9 +69,8 @@ class ReplayNode(Node):
         return f"{self.backend}({', '.join(table.name for table in self.tables)})"
 
     def make_client(self, address: str, ctx: NodeContext) -> Any:
-        from shoal.core.environment_variables import value
-        from shoal.launch.programs.rpc import RpcClient
-        from shoal.replay.backends import remote_client
+        from shoal.launch.programs.rpc import RpcClient  # lazy: grpc, only nodes that use replay
+        from shoal.replay.backends import remote_client  # lazy: a handle's holder loads no backend
 
         # (native: calls wait server-side at most their own timeout, 120 s: the deadline is beyond it)
         return remote_client(
@@ -81,7 +81,7 @@ class ReplayNode(Node):
         )
 
     def run(self, ctx: NodeContext) -> None:
-        from shoal.replay.backends import make_replay_server
+        from shoal.replay.backends import make_replay_server  # lazy: a handle's holder loads no backend
 
         if self.checkpoint:
             self._check_checkpoint()
@@ -100,8 +100,11 @@ class ReplayNode(Node):
             server.stop()
 
     def _run_native(self, ctx: NodeContext) -> None:
-        from shoal.launch.programs.rpc import RpcServer
-        from shoal.replay.backends import NATIVE_SERVICE_METHODS, make_replay_server
+        from shoal.launch.programs.rpc import RpcServer  # lazy: grpc, only nodes that use replay
+        from shoal.replay.backends import (  # lazy: a handle's holder loads no backend
+            NATIVE_SERVICE_METHODS,
+            make_replay_server,
+        )
 
         replay = make_replay_server(self.make_tables(), "native", checkpoint_dir=self.checkpoint_dir, seed=self.seed)
         server = ctx.serve(

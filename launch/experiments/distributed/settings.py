@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.core.environment_variables import parse_ports
+from shoal.launch.experiments.distributed.autoscale import parse_auto
 from shoal.launch.programs.launching import LAUNCHERS
 from shoal.launch.programs.resources import Resources
 
@@ -32,8 +33,6 @@ def max_actors() -> int:
 def actor_bounds(num_actors: Any, launcher: str) -> tuple[int, int] | None:
     """``(MIN, MAX)`` of an autoscaled ``num_actors`` (``"auto"``: from 1 to this machine's
     cores, at least 2, or ``max_actors()`` under Ray; ``"auto:MIN-MAX"``); ``None`` for a count."""
-    from shoal.launch.experiments.distributed.autoscale import parse_auto
-
     cores = os.cpu_count() or 1
     return parse_auto(num_actors, max_actors(), max_actors() if launcher == "ray" else max(2, cores))
 

@@ -23,6 +23,7 @@ from shoal.core.interfaces import Adder
 from shoal.core.loggers import make_logger
 from shoal.core.specs import EnvironmentSpec, make_environment_spec, map_observation
 from shoal.core.timing import Stopwatch
+from shoal.envs.snapshot_pool import PoolMirror
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.distributed.shared_params import LocalFirstSource
 from shoal.launch.experiments.distributed.step_grants import Heartbeat, StepGrants
@@ -267,7 +268,6 @@ def self_play_pool(config: ExperimentConfig, learner) -> Any:
     other runs): the opponents of this node's games (``shoal.envs.snapshot_pool``)."""
     if not config.multiagent.self_play:
         return None
-    from shoal.envs.snapshot_pool import PoolMirror
 
     pool = PoolMirror(learner)
     pool.sync()

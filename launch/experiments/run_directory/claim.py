@@ -25,8 +25,11 @@ import os
 import shlex
 from typing import Any
 
+from shoal.agents.builders import try_factories
+from shoal.agents.registry import builtin_agents
 from shoal.core.files import check_run_directory
 from shoal.core.specs import EnvironmentSpec
+from shoal.envs.env_sources import factory_path
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
 from shoal.launch.experiments.distributed.settings import LaunchSettings
 from shoal.launch.experiments.run_directory.checkpoints import check_resumable, read_run
@@ -55,8 +58,6 @@ def claim_run_directory(
     it was launched); a resumed one checks its checkpoint against ``config`` and ``spec``.
     First, before anything is written, the agent's factories that build nothing heavy are tried
     (``shoal.agents.builders.try_factories``): a builder that fails there is one line."""
-    from shoal.agents.builders import try_factories
-
     try_factories(config.builder, spec, config.make_networks)
     run_dir = RunDirectory(config.run.dir).lock(resume=config.run.resume)
     try:
@@ -123,9 +124,6 @@ def check_named_code(path: str, saved: dict[str, Any], named: dict[str, Any], tr
     a value in ``named`` that is not the run's is refused too. Reads ``saved`` only: nothing is
     imported (a field of the wrong type is ``check_config``'s to refuse, before any import).
     ``saved`` is in the flat layout of schema version 1 (``config_record.flat_record``)."""
-    from shoal.agents.registry import builtin_agents
-    from shoal.envs.env_sources import factory_path
-
     launch = saved.get("launch")
     recorded = {
         "env_factory": saved.get("env_factory"),

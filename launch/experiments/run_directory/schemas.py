@@ -22,6 +22,7 @@ import numbers
 import typing
 from typing import Any
 
+from shoal.agents.registry import config_class
 from shoal.launch.experiments.config_groups import FLAT_NAMES, GROUPS
 from shoal.launch.experiments.distributed.autoscale import AUTO  # (its bounds are checked with the other settings)
 from shoal.launch.experiments.run_directory.config_record import record_version
@@ -45,8 +46,6 @@ def check_config(path: str, saved: Any) -> None:
     a field named ``group.field``; version 1: at the top level by flat name), ``agent`` a
     registered agent whose settings ``agent_config`` holds, ``launch`` null or the distributed
     launch settings. (Missing keys are ``config_from_dict``'s to name.)"""
-    from shoal.agents.registry import config_class
-
     _check(path, "the config", saved, dict)
     version = record_version(path, saved)
     for group, kind in GROUPS.items():

@@ -52,7 +52,7 @@ def requested(options: dict[str, Any]) -> dict[str, float]:
 def _free_per_node() -> dict[str, tuple[str, dict[str, float], dict[str, float]]]:
     """``{node_id: (ip, free, total)}`` of the cluster's alive nodes (empty if Ray cannot say)."""
     try:
-        from ray._private import state
+        from ray._private import state  # lazy: optional extra (ray), a private module
 
         free = state.available_resources_per_node()
         nodes = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
@@ -71,7 +71,7 @@ def _fits(wanted: dict[str, float], free: dict[str, float]) -> bool:
 def _unplaced(actor: Any) -> bool:
     """Whether Ray has no worker process for ``actor`` yet (it is not merely starting)."""
     try:
-        from ray._private import state
+        from ray._private import state  # lazy: optional extra (ray), a private module
 
         record = state.actors(actor._actor_id.hex())
     except Exception:  # noqa: BLE001 -- (a private API: no warning then)
