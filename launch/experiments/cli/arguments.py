@@ -28,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _presets_text() -> str:
     try:
-        from shoal.agents.presets import describe_presets
+        from shoal.agents.presets import describe_presets  # lazy: the CLI's import stays light
 
         return describe_presets()
     except ImportError:  # pragma: no cover

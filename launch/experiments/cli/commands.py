@@ -17,9 +17,25 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from shoal.agents import config_class
+from shoal.agents.builders import try_factories
+from shoal.core.files import check_run_directory, json_text
+from shoal.core.native_log_filter import drop_native_log_lines, keep_native_log_lines
+from shoal.core.settings import parse_setting
+from shoal.launch.experiments.cli.compare import compare as compare_runs
+from shoal.launch.experiments.cli.compare import markdown_table
+from shoal.launch.experiments.cli.status import describe_run
+from shoal.launch.experiments.compilation_cache import enable_compilation_cache
+from shoal.launch.experiments.config import experiment_config
+from shoal.launch.experiments.distributed.preflight import prepare
+from shoal.launch.experiments.distributed.settings import LaunchSettings, max_actors
+from shoal.launch.experiments.exporting import export_policy
+from shoal.launch.experiments.run_directory.claim import load_run
+from shoal.launch.experiments.runner import run_experiment
+from shoal.launch.experiments.trained_policy import PROGRESS_EVERY_S, evaluate_run
+
 if TYPE_CHECKING:
     from shoal.launch.experiments.config import ExperimentConfig
-    from shoal.launch.experiments.distributed.settings import LaunchSettings
 
 # The `shoal train` flags that may come with --resume (the rest are the run's own); those of
 # NAMED_AGAIN only name again what the run's config.json does (runs.check_named_code).
@@ -47,16 +63,10 @@ def train(
     ``None`` after ``--dry-run``. ``filter_stderr``: keep native libraries' log lines off fd 2.
     ``stop``: the run's stop request (``interrupts.install``); without one, SIGTERM stops the
     run gracefully while it runs."""
-    from shoal.launch.experiments.compilation_cache import enable_compilation_cache
-
     config, launch = _resumed(args, given) if args.resume else _new(args, given)
     # Each setting is checked once, by the runner this hands the config to (run_experiment, or
     # preflight.prepare for a distributed run and its --dry-run), before any file or server is made.
     if args.dry_run:  # what would run, checked as a run checks it: the resolved config, and the program's graph
-        from shoal.agents.builders import try_factories
-        from shoal.core.files import json_text
-        from shoal.launch.experiments.distributed.preflight import prepare
-
         if launch is None:  # one process: checked as run_experiment checks it; no program graph
             config.validate_settings()
             spec = config.environment_spec()
@@ -76,7 +86,6 @@ def train(
         print("edges: " + ", ".join(f"{user} -> {used}" for user, used in program.edges()))
         return None
     enable_compilation_cache()
-    from shoal.core.native_log_filter import drop_native_log_lines, keep_native_log_lines
 
     if not filter_stderr:  # (--verbose, or main() called in a process of the caller's: fd 2 is left alone)
         keep_native_log_lines()
@@ -88,10 +97,9 @@ def train(
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a graceful stop
     try:
         if launch:
-            from shoal.launch.experiments.distributed.launch import run_launched
+            from shoal.launch.experiments.distributed.launch import run_launched  # lazy: distributed only (grpc)
 
             return run_launched(config, launch, stop=stop, launched_at=started, actors_flag=_actors_flag(given))
-        from shoal.launch.experiments.runner import run_experiment
 
         return run_experiment(config, stop)
     finally:
@@ -125,10 +133,6 @@ def default_run_dir(agent: str, env: str, seed: int) -> str:
 
 def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, LaunchSettings | None]:
     """The config and launch settings (``None``: one process) of a new run from ``args``."""
-    from shoal.agents import config_class
-    from shoal.core.settings import parse_setting
-    from shoal.launch.experiments.config import experiment_config
-
     if args.trust_run_dir:
         raise ValueError("--trust-run-dir applies to --resume (a new run names its own code)")
     settings = {key: parse_setting(config_class(args.agent), key, value) for key, value in args.overrides}
@@ -169,8 +173,6 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         )
     launch = None
     if args.launcher is not None:  # (checked where the run checks it: preflight.prepare)
-        from shoal.launch.experiments.distributed.settings import LaunchSettings
-
         launch = LaunchSettings(
             launcher=args.launcher,
             num_actors=args.num_actors,
@@ -189,8 +191,6 @@ def _actors_flag(given: list[str]) -> str:
 
 def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, LaunchSettings | None]:
     """The config and launch settings ``args.resume`` saved (only ``RESUME_FLAGS`` may change)."""
-    from shoal.launch.experiments.run_directory.claim import load_run
-
     extra = [flag for flag in given if flag not in RESUME_FLAGS]
     if extra:
         raise ValueError(
@@ -216,24 +216,19 @@ def control(args: argparse.Namespace) -> None:
     of a run that ended or runs in one process. ``status`` first checks the run directory as a
     run does (``check_run_directory``: no link in it, nothing another user owns; an entry a live
     run removes meanwhile is passed): it reads nothing through a link."""
-    from shoal.launch.programs.control import connect_control
+    from shoal.launch.programs.control import connect_control  # lazy: grpc, only shoal scale/status ask a program
 
     if args.command == "status" and os.path.isfile(os.path.join(args.run_dir, "tune.json")):  # (a shoal tune's)
         from shoal.launch.experiments.tune.report import describe_tune
 
         print("\n".join(describe_tune(args.run_dir)), flush=True)
         return
-    if args.command == "scale":
-        from shoal.launch.experiments.distributed.settings import max_actors
-
-        if not 1 <= args.actors <= max_actors():
-            raise ValueError(
-                f"--actors must be in [1, {max_actors()}] on this machine ({os.cpu_count()} cores), got {args.actors}"
-            )
+    if args.command == "scale" and not 1 <= args.actors <= max_actors():
+        raise ValueError(
+            f"--actors must be in [1, {max_actors()}] on this machine ({os.cpu_count()} cores), got {args.actors}"
+        )
     is_run = args.command == "status" and os.path.isfile(os.path.join(args.run_dir, "config.json"))
     if is_run:  # (before anything is read or printed)
-        from shoal.core.files import check_run_directory
-
         check_run_directory(args.run_dir, flag=None)  # (a refusal names what to fix here, not another --run-dir)
     try:
         client = connect_control(args.run_dir)
@@ -250,8 +245,6 @@ def control(args: argparse.Namespace) -> None:
         if autoscale is not None:
             print(f"actors: {autoscale['mode']}, target {autoscale['target']}: {autoscale['reason']}")
     if is_run:
-        from shoal.launch.experiments.cli.status import describe_run
-
         if client is not None:
             print()
         print("\n".join(describe_run(args.run_dir, running=client is not None)), flush=True)
@@ -259,8 +252,6 @@ def control(args: argparse.Namespace) -> None:
 
 def evaluate(args: argparse.Namespace) -> dict:
     """``shoal evaluate``: the run's policy on ``--episodes`` episodes (``trained.evaluate_run``)."""
-    from shoal.launch.experiments.trained_policy import PROGRESS_EVERY_S, evaluate_run
-
     return evaluate_run(
         args.run_dir,
         episodes=args.episodes,
@@ -281,8 +272,6 @@ def _named(args: argparse.Namespace) -> dict:
 
 def export(args: argparse.Namespace) -> dict:
     """``shoal export``: the run's greedy policy as a ``jax.export`` file or an ONNX model (``exporting.export_policy``)."""
-    from shoal.launch.experiments.exporting import export_policy
-
     return export_policy(
         args.run_dir,
         args.out,
@@ -296,9 +285,6 @@ def export(args: argparse.Namespace) -> dict:
 
 def compare(args: argparse.Namespace) -> None:
     """``shoal compare``: prints the markdown table, writes it and the plots to ``--out``."""
-    from shoal.launch.experiments.cli.compare import compare as compare_runs
-    from shoal.launch.experiments.cli.compare import markdown_table
-
     summary = compare_runs(args.run_dirs, by=args.by, out=args.out, samples=args.bootstrap_samples)
     print(markdown_table(summary), end="", flush=True)
     print(

@@ -26,7 +26,10 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from shoal.core.files import json_text
+from shoal.core.native_log_filter import restore_stderr
+from shoal.launch.experiments import interrupts
 from shoal.launch.experiments.cli.arguments import build_parser, given_flags
+from shoal.launch.experiments.interrupts import EXIT_CODES
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -51,8 +54,6 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
     """Runs one ``shoal`` command; returns its exit status. ``own_process``: this process is
     the ``shoal`` executable (it takes SIGINT and SIGTERM, see ``interrupts``, and may take over
     file descriptor 2 to filter native log lines)."""
-    from shoal.launch.experiments import interrupts
-
     if own_process and "" not in sys.path and os.getcwd() not in sys.path:
         # (``--agent my_module:MyBuilder`` or ``--env-factory my_envs:make`` from the directory the
         # user stands in, as ``python -m shoal`` finds it; last on the path: it shadows nothing)
@@ -72,8 +73,7 @@ def main(argv: Sequence[str] | None = None, own_process: bool = False) -> int:
 
 
 def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
-    from shoal.launch.experiments.cli import commands
-    from shoal.launch.experiments.interrupts import EXIT_CODES
+    from shoal.launch.experiments.cli import commands  # lazy: JAX etc. once a command runs
 
     started = time.time()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -140,7 +140,6 @@ def entry() -> NoReturn:
     to tear down JAX, TensorFlow, Reverb and orbax (seconds on a busy machine, after the run's
     result is out and its run directory released)."""
     code = main(own_process=True)
-    from shoal.core.native_log_filter import restore_stderr
 
     sys.stdout.flush()
     restore_stderr()  # (forwards what the native-log filter still holds)
