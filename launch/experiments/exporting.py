@@ -49,8 +49,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export  # (a submodule to import on JAX 0.4.34)
 
+from shoal.agents.registry import agent_name
 from shoal.core.files import check_output, write_output
 from shoal.core.types import ActorInfo
+from shoal.launch.experiments.formats import onnx_model
+from shoal.launch.experiments.formats.onnx_model import require_converter
+from shoal.launch.experiments.trained_policy import load_policy
 
 PLATFORMS = ("cpu", "cuda")
 
@@ -154,8 +158,6 @@ def _policy_function(policy: Any) -> tuple[Callable[..., Any], Any]:
 
 
 def _about(policy: Any, run_dir: str, format: str) -> dict[str, Any]:
-    from shoal.agents.registry import agent_name
-
     return {
         "format": format,
         "policy": "greedy",
@@ -189,12 +191,7 @@ def export_policy(
         raise ValueError(f"--batch-size must be a positive integer, got {batch_size!r}")
     format = export_format(out, format)
     if format == "onnx":
-        from shoal.launch.experiments.formats.onnx_model import require_converter
-
         require_converter()
-    from shoal.agents.registry import agent_name
-    from shoal.launch.experiments.trained_policy import load_policy
-
     check_out(run_dir, out, sidecar=format == "jax")
     policy = load_policy(run_dir, checkpoint, greedy=True, trust_run_dir=trust_run_dir, **named)
     act, initial_state = _policy_function(policy)
@@ -242,8 +239,6 @@ def _export_onnx(
     """``export_policy`` in the onnx format (``formats.onnx_model``): inputs the observation (a Dict
     observation's keys, sorted) and a recurrent policy's state leaves, outputs ``action`` and the
     next state's leaves."""
-    from shoal.launch.experiments.formats import onnx_model
-
     spec = policy.spec.observation
     names = onnx_model.input_names(spec)
     leaves, tree = jax.tree_util.tree_flatten(None if initial_state is None else initial_state(1))

@@ -32,7 +32,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any
+
+import jax
 
 JAX2ONNX = "jax2onnx==0.17.1"  # the converter release the tests ran
 JAX2ONNX_INSTALL = f"pip install 'shoal[onnx]' && pip install --no-deps {JAX2ONNX}"
@@ -42,16 +45,14 @@ OPSET = 17  # ONNX opset of the model (onnxruntime >= 1.14 runs it)
 def require_converter() -> None:
     """Raises ``ValueError`` (one line) where jax2onnx cannot run: Python < 3.12, or not installed."""
     if sys.version_info < (3, 12):
-        import jax
-
         raise ValueError(
             f"--format onnx needs jax2onnx, which needs JAX >= 0.8.1 and numpy 2: Python 3.12 or later "
             f"(this is Python {sys.version_info.major}.{sys.version_info.minor} with JAX {jax.__version__}); "
             "export with --format jax here, or from a Python 3.12+ install of Shoal"
         )
     try:
-        import jax2onnx  # noqa: F401
-        import onnx  # noqa: F401
+        import jax2onnx  # noqa: F401 -- lazy: optional extra (onnx)
+        import onnx  # noqa: F401 -- lazy: optional extra (onnx)
     except ImportError as e:
         raise ValueError(f"--format onnx needs the onnx extra ({e.name} is missing): {JAX2ONNX_INSTALL}") from None
 
@@ -71,8 +72,8 @@ def convert(act: Callable[..., Any], inputs: list[Any], names: list[str], output
     ``inputs`` (``jax.ShapeDtypeStruct``s, named ``names``) returning arrays (named
     ``outputs``). Whatever jax2onnx cannot express, or a model ONNX's checker refuses, is a
     ``ValueError`` of one line."""
-    import jax2onnx
-    import onnx
+    import jax2onnx  # lazy: optional extra (onnx)
+    import onnx  # lazy: optional extra (onnx)
 
     try:
         model = jax2onnx.to_onnx(
@@ -88,8 +89,6 @@ def convert(act: Callable[..., Any], inputs: list[Any], names: list[str], output
 
 
 def _version(name: str) -> str:
-    from importlib.metadata import version
-
     return version(name)
 
 
@@ -117,7 +116,7 @@ def serialized(model: Any, metadata: dict[str, Any]) -> bytes:
 
 def described_inputs(model: Any) -> list[dict[str, Any]]:
     """``model``'s inputs: name, element dtype and shape (a symbolic dimension by its name)."""
-    import onnx
+    import onnx  # lazy: optional extra (onnx)
 
     return [
         {

@@ -16,13 +16,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
+import multiprocessing
 import os
 import re
+import signal
 import sys
 import threading
 from typing import Any
 
+from shoal.core.settings import parse_setting
+from shoal.launch.experiments import interrupts
 from shoal.launch.experiments.cli.flag_values import parse_override
+from shoal.launch.experiments.tune import study as studies
+from shoal.launch.experiments.tune.report import write_reports
+from shoal.launch.experiments.tune.spaces import DEFAULT_SPACES, check_space, load_space_file
+from shoal.launch.experiments.tune.study import TuneSettings, check_settings
+from shoal.launch.experiments.tune.trials import _print_trial, work, worker_main
 
 RESUME_FLAGS = ("trials", "jobs", "agent", "env")  # (--agent/--env only name the tune's own again)
 NEW_TUNE_FLAGS = {
@@ -114,10 +124,7 @@ def default_tune_dir(agent: str, env_id: str) -> str:
 
 def _settings(args: argparse.Namespace) -> Any:
     """A new tune's settings from its flags (checked, nothing written)."""
-    from shoal.agents import config_class
-    from shoal.core.settings import parse_setting
-    from shoal.launch.experiments.tune.spaces import DEFAULT_SPACES, check_space, load_space_file
-    from shoal.launch.experiments.tune.study import TuneSettings, check_settings
+    from shoal.agents import config_class  # lazy: JAX, off the CLI's path
 
     if args.agent is None or args.env is None or args.trials is None:
         missing = [
@@ -155,14 +162,12 @@ def _settings(args: argparse.Namespace) -> Any:
 
 def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) -> dict[str, Any]:
     """Runs ``shoal tune``; returns its summary (``"terminated"``: the signal that stopped it)."""
-    from shoal.launch.experiments.tune import study as studies
-
     jobs = 1 if args.jobs is None else args.jobs
     cores = os.cpu_count() or 1
     if not 1 <= jobs <= cores:
         raise ValueError(f"--jobs must be in [1, {cores}] on this machine ({cores} cores), got {jobs}")
     try:
-        import optuna  # noqa: F401
+        import optuna  # noqa: F401 -- lazy: optional extra (tune)
     except ImportError:
         raise ValueError("shoal tune needs Optuna: pip install 'shoal[tune]' (or pip install optuna)") from None
     if args.resume is not None:
@@ -193,8 +198,7 @@ def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) 
             file=sys.stderr,
             flush=True,
         )
-        from shoal.launch.experiments import interrupts
-        from shoal.launch.experiments.compilation_cache import enable_compilation_cache
+        from shoal.launch.experiments.compilation_cache import enable_compilation_cache  # lazy: JAX, off the CLI's path
 
         enable_compilation_cache()  # (trials compile the same functions: the second on reads them)
 
@@ -203,7 +207,6 @@ def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) 
             _run_here(tune_dir, settings, stop)
         else:
             _run_processes(tune_dir, jobs, stop)
-        from shoal.launch.experiments.tune.report import write_reports
 
         summary = write_reports(tune_dir, studies.load(tune_dir), settings)
     if stop.is_set():
@@ -212,8 +215,6 @@ def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) 
 
 
 def _write_settings(tune_dir: str, settings: Any) -> None:
-    import json
-
     with open(os.path.join(tune_dir, "tune.json"), "w") as f:
         json.dump(settings.record(), f, indent=2)
         f.write("\n")
@@ -222,9 +223,7 @@ def _write_settings(tune_dir: str, settings: Any) -> None:
 def _fail_stale_trials(tune_dir: str) -> None:
     """Trials left running by a tune that was killed (none runs now: this process holds the
     directory's lock) are failed, with no error: interrupted (``trials.counted``)."""
-    import optuna
-
-    from shoal.launch.experiments.tune import study as studies
+    import optuna  # lazy: optional extra (tune)
 
     study = studies.load(tune_dir)
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
@@ -232,10 +231,6 @@ def _fail_stale_trials(tune_dir: str) -> None:
 
 
 def _run_here(tune_dir: str, settings: Any, stop: threading.Event) -> None:
-    from shoal.launch.experiments.tune import study as studies
-    from shoal.launch.experiments.tune.report import write_reports
-    from shoal.launch.experiments.tune.trials import _print_trial, work
-
     def after(study: Any, trial: Any, state: str) -> None:
         _print_trial(study, trial, state)
         write_reports(tune_dir, studies.load(tune_dir), settings)
@@ -245,11 +240,6 @@ def _run_here(tune_dir: str, settings: Any, stop: threading.Event) -> None:
 
 def _run_processes(tune_dir: str, jobs: int, stop: threading.Event) -> None:
     """``jobs`` worker processes on the study; a stop is passed on to them as SIGTERM."""
-    import multiprocessing
-    import signal
-
-    from shoal.launch.experiments.tune.trials import worker_main
-
     context = multiprocessing.get_context("spawn")  # (JAX in the parent: never fork it)
     workers = [context.Process(target=worker_main, args=(tune_dir, i), name=f"tune-worker-{i}") for i in range(jobs)]
     for w in workers:

@@ -145,7 +145,7 @@ def load_space_file(path: str) -> tuple[Mapping[str, Any], Sequence[Mapping[str,
         if not isinstance(space, Mapping):
             raise ValueError(f"--space {path}: defines no SPACE dict (field -> {{low, high}} or {{choices}})")
     elif path.endswith((".yaml", ".yml")):
-        import yaml
+        import yaml  # lazy: PyYAML, not a dependency (YAML files only)
 
         try:
             with open(path) as f:

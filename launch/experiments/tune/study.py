@@ -18,6 +18,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,7 +76,7 @@ class TuneSettings:
 
 def settings_from_record(record: dict[str, Any], where: str) -> TuneSettings:
     """The settings a ``tune.json`` holds (its space checked again, as a new tune's is)."""
-    from shoal.agents import config_class
+    from shoal.agents import config_class  # lazy: JAX, off the CLI's path
 
     try:
         space = check_space(
@@ -108,7 +109,7 @@ def check_settings(settings: TuneSettings) -> None:
 
 def trial_config(settings: TuneSettings, sampled: dict[str, Any], seed: int, run_dir: str | None, callbacks=()) -> Any:
     """The ``ExperimentConfig`` of one seed of a trial (``sampled``: its settings)."""
-    from shoal.launch.experiments.config import experiment_config
+    from shoal.launch.experiments.config import experiment_config  # lazy: JAX, off the CLI's path
 
     return experiment_config(
         settings.agent,
@@ -158,8 +159,6 @@ def check_new_directory(tune_dir: str, agent: str) -> None:
 def study_agent(tune_dir: str) -> str | None:
     """The agent the study file in ``tune_dir`` records (``None``: no study there), read with
     SQLite alone (no Optuna needed, nothing written)."""
-    import sqlite3
-
     path = os.path.join(tune_dir, STUDY_FILE)
     if not os.path.isfile(path):
         return None
@@ -188,7 +187,7 @@ def check_resumed(tune_dir: str, settings: TuneSettings, agent: str | None, env_
 
 def create(tune_dir: str, settings: TuneSettings) -> None:
     """Writes ``tune.json`` and creates the study (its first trials enqueued)."""
-    import optuna
+    import optuna  # lazy: optional extra (tune)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # (shoal tune prints its own lines)
     os.makedirs(tune_dir, exist_ok=True)
@@ -205,7 +204,7 @@ def create(tune_dir: str, settings: TuneSettings) -> None:
 
 def load(tune_dir: str, sampler: Any = None, pruner: Any = None) -> Any:
     """The study of ``tune_dir`` (Optuna's ``Study``)."""
-    import optuna
+    import optuna  # lazy: optional extra (tune)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.load_study(study_name=STUDY_NAME, storage=storage_url(tune_dir), sampler=sampler, pruner=pruner)

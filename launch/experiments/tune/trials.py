@@ -12,12 +12,14 @@ another trial takes its place on ``--resume``).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
 from typing import Any
 
 from shoal.launch.experiments.callbacks import Callback, Evaluation
+from shoal.launch.experiments.cli.aggregates import iqm
 from shoal.launch.experiments.tune import study as studies
 from shoal.launch.experiments.tune.study import TuneSettings
 
@@ -39,8 +41,6 @@ class PruneOnEvaluation(Callback):
 
 def objective_value(settings: TuneSettings, results: list[dict[str, Any]]) -> float:
     """The trial's value from its seeds' results."""
-    from shoal.launch.experiments.cli.aggregates import iqm
-
     if settings.objective == "iqm":
         return iqm([r["final_eval_return"] for r in results])
     budget = settings.experiment.get("max_env_steps")
@@ -50,9 +50,9 @@ def objective_value(settings: TuneSettings, results: list[dict[str, Any]]) -> fl
 def run_trial(tune_dir: str, settings: TuneSettings, study: Any, trial: Any, stop: threading.Event) -> str:
     """Trains ``trial``'s seeds one after the other and tells the study how it ended; returns
     its state's name (``interrupted``: ``stop`` was set while it ran)."""
-    import optuna
+    import optuna  # lazy: optional extra (tune)
 
-    from shoal.launch.experiments.runner import run_experiment
+    from shoal.launch.experiments.runner import run_experiment  # lazy: JAX, off the CLI's path
 
     started = time.monotonic()
     try:
@@ -86,7 +86,7 @@ def run_trial(tune_dir: str, settings: TuneSettings, study: Any, trial: Any, sto
 
 
 def _fail(study: Any, trial: Any, error: str) -> str:
-    import optuna
+    import optuna  # lazy: optional extra (tune)
 
     trial.set_user_attr("error", error.splitlines()[0] if error else "failed")
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -96,7 +96,7 @@ def _fail(study: Any, trial: Any, error: str) -> str:
 def counted(study: Any) -> int:
     """Trials that count toward ``--trials``: finished (complete, pruned, failed but not
     interrupted) or running (an enqueued first trial counts once it is asked for)."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # lazy: optional extra (tune)
 
     total = 0
     for t in study.get_trials(deepcopy=False):
@@ -109,13 +109,13 @@ def counted(study: Any) -> int:
 def interrupted(trial: Any) -> bool:
     """Whether a (frozen) trial was interrupted: failed with no error (stopped by a signal, or
     left running by a tune that was killed)."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # lazy: optional extra (tune)
 
     return trial.state == TrialState.FAIL and "error" not in trial.user_attrs
 
 
 def sampler_and_pruner(settings: TuneSettings, worker: int) -> tuple[Any, Any]:
-    import optuna
+    import optuna  # lazy: optional extra (tune)
 
     sampler = optuna.samplers.TPESampler(seed=settings.sampler_seed + worker, n_startup_trials=settings.startup_trials)
     pruner = (
@@ -144,9 +144,7 @@ def work(tune_dir: str, stop: threading.Event, worker: int = 0, on_trial: Any = 
 
 def worker_main(tune_dir: str, worker: int) -> None:  # pragma: no cover -- runs in a --jobs process
     """A ``--jobs`` worker process: ``work`` until done, SIGTERM or SIGINT (a graceful stop)."""
-    import signal
-
-    from shoal.launch.experiments.compilation_cache import enable_compilation_cache
+    from shoal.launch.experiments.compilation_cache import enable_compilation_cache  # lazy: JAX, off the CLI's path
 
     enable_compilation_cache()
     stop = threading.Event()
