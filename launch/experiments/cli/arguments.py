@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from shoal.launch.experiments.cli import flag_values
+from shoal.launch.experiments.tune.command import add_parser as add_tune_parser
 
 
 class _Parser(argparse.ArgumentParser):
@@ -434,7 +435,6 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     compare.add_argument(
         "--bootstrap-samples", type=int, default=2000, help="resamples per interval, 1 to 100,000 (default 2000)"
     )
-    from shoal.launch.experiments.tune.command import add_parser as add_tune_parser
 
     add_tune_parser(sub)  # (shoal tune: its flags live with it)
     return parser

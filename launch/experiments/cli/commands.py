@@ -33,6 +33,7 @@ from shoal.launch.experiments.exporting import export_policy
 from shoal.launch.experiments.run_directory.claim import load_run
 from shoal.launch.experiments.runner import run_experiment
 from shoal.launch.experiments.trained_policy import PROGRESS_EVERY_S, evaluate_run
+from shoal.launch.experiments.tune.report import describe_tune
 
 if TYPE_CHECKING:
     from shoal.launch.experiments.config import ExperimentConfig
@@ -219,8 +220,6 @@ def control(args: argparse.Namespace) -> None:
     from shoal.launch.programs.control import connect_control  # lazy: grpc, only shoal scale/status ask a program
 
     if args.command == "status" and os.path.isfile(os.path.join(args.run_dir, "tune.json")):  # (a shoal tune's)
-        from shoal.launch.experiments.tune.report import describe_tune
-
         print("\n".join(describe_tune(args.run_dir)), flush=True)
         return
     if args.command == "scale" and not 1 <= args.actors <= max_actors():

@@ -30,6 +30,7 @@ from shoal.core.native_log_filter import restore_stderr
 from shoal.launch.experiments import interrupts
 from shoal.launch.experiments.cli.arguments import build_parser, given_flags
 from shoal.launch.experiments.interrupts import EXIT_CODES
+from shoal.launch.experiments.tune.command import tune_command
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
@@ -96,8 +97,6 @@ def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
             print(json_text(commands.export(args), "the export"), flush=True)
             return 0
         if args.command == "tune":  # (its own summary line; a stop keeps the finished trials)
-            from shoal.launch.experiments.tune.command import tune_command
-
             summary = tune_command(args, stop)
             print(json_text(summary, "the tune's summary"), flush=True)
             return EXIT_CODES.get(summary.get("terminated"), 0)

@@ -15,6 +15,7 @@ import json
 import math
 import os
 from typing import Any
+import warnings
 
 from shoal.launch.experiments.tune import study as studies
 from shoal.launch.experiments.tune.study import TuneSettings
@@ -139,14 +140,13 @@ def write_importance(tune_dir: str, study: Any, complete: int) -> str | None:
     if complete < 2:
         return None
     try:
-        import matplotlib
+        import matplotlib  # lazy: optional extra (plots)
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from optuna.visualization.matplotlib import plot_param_importances
+        import matplotlib.pyplot as plt  # lazy: optional extra (plots)
+        from optuna.visualization.matplotlib import plot_param_importances  # lazy: optional extras (tune, plots)
     except ImportError:
         return None
-    import warnings
 
     path = os.path.join(tune_dir, "importance.png")
     try:
