@@ -14,8 +14,8 @@ import csv
 import json
 import math
 import os
-from typing import Any
 import warnings
+from typing import Any
 
 from shoal.launch.experiments.tune import study as studies
 from shoal.launch.experiments.tune.study import TuneSettings
