@@ -27,7 +27,6 @@ from shoal.launch.experiments.cli.compare import markdown_table
 from shoal.launch.experiments.cli.status import describe_run
 from shoal.launch.experiments.compilation_cache import enable_compilation_cache
 from shoal.launch.experiments.config import experiment_config
-from shoal.launch.experiments.distributed.preflight import prepare
 from shoal.launch.experiments.distributed.settings import LaunchSettings, max_actors
 from shoal.launch.experiments.exporting import export_policy
 from shoal.launch.experiments.run_directory.claim import load_run
@@ -79,6 +78,8 @@ def train(
                 "process's thread (--launcher processes|inprocess|ray makes a program of nodes)"
             )
             return None
+        from shoal.launch.experiments.distributed.preflight import prepare  # lazy: distributed only (grpc)
+
         prepared = prepare(config, launch, started, actors_flag=_actors_flag(given))  # (joins no cluster)
         try_factories(config.builder, prepared.spec, config.make_networks)  # (as claim_run_directory does)
         program = prepared.program
