@@ -94,7 +94,13 @@ def replay_backend() -> str | None:
 
 
 def actor_rates(
-    env_id: str, num_envs: int, seconds: float, rounds: int = 4, overlap: str = "off", **settings
+    env_id: str,
+    num_envs: int,
+    seconds: float,
+    rounds: int = 4,
+    overlap: str = "off",
+    also: tuple[str, ...] = (),
+    **settings,
 ) -> tuple[dict[str, float], dict]:
     """Env steps/s of: the raw vector env (random actions), the actor loop (``EnvironmentLoop``)
     with the DQN policy (``settings``: its config overrides), and the loop with the policy and
@@ -102,19 +108,20 @@ def actor_rates(
     own); and what a vector step of the latter cost: microseconds per component of the loop's
     time breakdown (``other``: the loop's own work; ``raw_env_step``: the raw env's step). The
     loops step their envs as ``overlap`` says (``EnvironmentLoop``'s; the raw env on this thread);
-    ``costs["overlap"]`` is what it resolved to (``env_step`` is then the wait for the env)."""
-    envs = [make_vector_env(env_id, num_envs, seed=0) for _ in range(3)]
+    ``costs["overlap"]`` is what it resolved to (``env_step`` is then the wait for the env).
+    ``also``: overlaps whose loops (policy and adder) are measured in the same turns, as
+    ``actor_adder_sps_<overlap>`` (a fair comparison on a machine whose load drifts)."""
+    envs = [make_vector_env(env_id, num_envs, seed=0) for _ in range(3 + len(also))]
     spec = make_environment_spec(envs[0])
     builder, policy, params = _dqn(spec, **settings)
     client = VariableClient(FixedParams(params), asynchronous=False)
     server = make_replay_server([free_table(builder, spec, policy)], replay_backend())
     try:
-        adder = builder.make_adder(server.client, spec, policy)
+        adders = [builder.make_adder(server.client, spec, policy) for _ in range(1 + len(also))]
+        adder = adders[0]
         loops = [
-            EnvironmentLoop(
-                env, BatchedActor(policy, jax.random.PRNGKey(0), client, a, num_envs=num_envs), overlap=overlap
-            )
-            for env, a in zip(envs[1:], (None, adder))
+            EnvironmentLoop(env, BatchedActor(policy, jax.random.PRNGKey(0), client, a, num_envs=num_envs), overlap=o)
+            for env, a, o in zip(envs[1:], (None, *adders), (overlap, overlap, *also))
         ]
         envs[0].reset(seed=0)
         windows = [
@@ -127,19 +134,21 @@ def actor_rates(
         for _ in range(rounds):
             for window in windows:
                 window.run(seconds / rounds)
-        adder.close()
+        for a in adders:
+            a.close()
     finally:
         for loop in locals().get("loops", []):
             loop.close()
         server.stop()
         for env in envs:
             env.close()
-    raw, plain, added = windows
+    raw, plain, added, *others = windows
     vector_steps = added.steps // num_envs
     costs = {k: (v - before.get(k, 0.0)) / vector_steps * 1e6 for k, v in loops[1].stopwatch.snapshot().items()}
     costs["other"] = added.seconds / vector_steps * 1e6 - sum(costs.values())
     costs["raw_env_step"] = 1e6 * num_envs / raw.rate
     rates = {"raw_env_sps": raw.rate, "actor_sps": plain.rate, "actor_adder_sps": added.rate}
+    rates.update({f"actor_adder_sps_{o}": w.rate for o, w in zip(also, others)})
     return rates, {**{k: round(v) for k, v in costs.items()}, "overlap": loops[1].overlap}
 
 
@@ -210,6 +219,13 @@ def main() -> None:
         default="auto",
         help="the actor loop's (default auto)",
     )
+    parser.add_argument(
+        "--also-overlap",
+        nargs="*",
+        default=[],
+        choices=["off", "thread", "process"],
+        help="loops with these overlaps measured in the same turns (actor_efficiency_<overlap>)",
+    )
     args = parser.parse_args()
     if args.replay_backend:
         os.environ["SHOAL_BENCH_REPLAY"] = args.replay_backend
@@ -218,7 +234,9 @@ def main() -> None:
         from shoal.agents.presets import find_preset
 
         settings = find_preset("dqn", "ALE/Breakout-v5").settings
-    rates, costs = actor_rates(args.env, args.num_envs, args.seconds, overlap=args.overlap, **settings)
+    rates, costs = actor_rates(
+        args.env, args.num_envs, args.seconds, overlap=args.overlap, also=tuple(args.also_overlap), **settings
+    )
     print(
         json.dumps(
             {
@@ -226,6 +244,10 @@ def main() -> None:
                 "num_envs": args.num_envs,
                 "actor_efficiency": round(rates["actor_adder_sps"] / rates["raw_env_sps"], 3),
                 "actor_policy_efficiency": round(rates["actor_sps"] / rates["raw_env_sps"], 3),
+                **{
+                    f"actor_efficiency_{o}": round(rates[f"actor_adder_sps_{o}"] / rates["raw_env_sps"], 3)
+                    for o in args.also_overlap
+                },
                 "actor_sps": {k: round(v) for k, v in rates.items()},
                 "actor_step_us": costs,
             }
