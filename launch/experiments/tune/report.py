@@ -3,7 +3,8 @@
 * ``trials.csv``: one row per trial (number, state, value, seconds, each sampled setting, why it
   failed); ``summary.md``: the same as a markdown table, best first, under a line on the tune;
 * ``best_preset.json``: the best complete trial as a preset file (``shoal train --preset FILE``:
-  its agent settings, the tune's fixed ones included, and the experiment settings it trained with);
+  every agent and experiment setting it trained with that is not the agent's default: the
+  preset the tune started from, the fixed ones, the sampled ones, the tune's budget);
 * ``importance.png``: Optuna's hyperparameter importances (fANOVA), where matplotlib is
   installed (the ``plots`` extra) and two or more trials completed.
 """
@@ -118,15 +119,20 @@ def write_preset(tune_dir: str, study: Any, settings: TuneSettings, number: int)
     """The trial ``number`` as a preset file (``shoal train --preset FILE``); returns its path."""
     trial = study.get_trials(deepcopy=False)[number]
     sampled = trial.user_attrs.get("settings") or {}
-    fixed = {k: list(v) if isinstance(v, tuple) else v for k, v in settings.fixed.items()}
+    from shoal.agents.presets import find_preset  # lazy: gymnasium and the agents, off the CLI's path
+
+    # (the trials' whole settings: the preset they started from, the fixed ones, the sampled ones)
+    start = find_preset(settings.agent, settings.env_id, settings.preset)
+    base = start.name if start is not None else "none"
+    agent_settings = {**(start.settings if start else {}), **settings.fixed, **sampled}
     preset = {
         "agent": settings.agent,
         "env": settings.env_id,
         "source": f"shoal tune {tune_dir}: trial {number}, {settings.objective} {trial.value:.6g} "
-        f"over seeds {', '.join(map(str, settings.seeds))}, from preset {settings.preset}",
-        "base_preset": settings.preset,
-        "settings": {**fixed, **sampled},
-        "experiment": dict(settings.experiment),
+        f"over seeds {', '.join(map(str, settings.seeds))}, from preset {base}",
+        "base_preset": base,
+        "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in agent_settings.items()},
+        "experiment": {**(start.experiment if start else {}), **settings.experiment},
     }
     path = os.path.join(tune_dir, PRESET_FILE)
     with open(path, "w") as f:
