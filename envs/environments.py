@@ -27,6 +27,7 @@ from shoal.envs.env_sources import EnvFactory, check_env_module, make_single_env
 from shoal.envs.envpool_env import EnvPoolVectorEnv, is_envpool
 from shoal.envs.envpool_env import is_atari_task as envpool_is_atari
 from shoal.envs.envpool_env import task_id as envpool_task
+from shoal.envs.jax_envs import check_jax_env_id, is_jax_env, jax_environment_spec, make_jax_env
 from shoal.envs.multiagent import AgentRows, agent_rows, env_maker, is_pettingzoo
 from shoal.envs.observations import adapt_env
 from shoal.envs.selfplay import SelfPlayRows
@@ -37,6 +38,9 @@ def resolve_env_id(env_id: str) -> str:
     registers itself) and gives ``EnvId``. Raises a ``ValueError`` naming close matches if the
     id is not registered, or one line naming the accepted forms if it is neither ``EnvId`` nor
     ``module:EnvId`` (an empty part, a relative module, a second colon)."""
+    if is_jax_env(env_id):  # (gymnax:<Id>: a JAX env, for the compiled loop; shoal.envs.jax_envs)
+        check_jax_env_id(env_id)
+        return env_id
     if is_pettingzoo(env_id):
         env_maker(env_id)  # (imports it, or one line)
         return env_id
@@ -59,6 +63,9 @@ def resolve_env_id(env_id: str) -> str:
 
 def check_env_id(env_id: str) -> None:
     """Raises a ``ValueError`` naming close matches if ``env_id`` is not registered."""
+    if is_jax_env(env_id):
+        check_jax_env_id(env_id)
+        return
     if is_pettingzoo(env_id):
         env_maker(env_id)
         return
@@ -259,6 +266,11 @@ def make_vector_env(
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if is_jax_env(env_id) and env_factory is None:
+        raise ValueError(
+            f"{env_id} is a JAX env: it runs in the compiled loop (--launcher anakin, its default); "
+            "through actors and replay it is not supported yet"
+        )
     if is_pettingzoo(env_id) and env_factory is None and self_play:
         env = SelfPlayRows(
             env_maker(env_id, env_args, turns=True), num_envs, seed, "lookahead" if evaluation else "pool", env_id
@@ -325,6 +337,8 @@ def environment_spec(
     is read instead: they may change the frames)."""
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if is_jax_env(env_id) and env_factory is None:  # (the compiled loop's env: its params read, never stepped)
+        return jax_environment_spec(*make_jax_env(env_id, env_args), num_envs)
     if is_pettingzoo(env_id) and env_factory is None and self_play:  # (a row per copy: the learner's seat)
         game = SelfPlayRows(env_maker(env_id, env_args, turns=True), 1, 0, name=env_id)
         try:

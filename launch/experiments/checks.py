@@ -22,6 +22,7 @@ from shoal.core.specs import EnvironmentSpec
 from shoal.envs import check_env_id
 from shoal.envs.env_sources import check_env_args, load_env_factory
 from shoal.envs.environments import is_atari, resolve_env_id
+from shoal.envs.jax_envs import is_jax_env
 from shoal.envs.multiagent import GLOBAL_STATE, env_maker, is_pettingzoo, policy_groups
 from shoal.envs.video import check_video_extra
 from shoal.launch.experiments.callbacks import check_callbacks
@@ -42,7 +43,7 @@ def check_experiment_settings(config: Any) -> None:
         env_maker(config.env.id, config.env.args if isinstance(config.env.args, Mapping) else None)  # (args checked)
     else:
         check_env_id(config.env.id)
-        if config.env.args and not is_atari(config.env.id):
+        if config.env.args and not is_atari(config.env.id) and not is_jax_env(config.env.id):  # (JAX: params)
             check_env_args(resolve_env_id(config.env.id), config.env.args)
     if not isinstance(config.env.args, Mapping) or not all(isinstance(k, str) for k in config.env.args):
         raise ValueError(f"env_args must be a dict of keyword arguments, got {config.env.args!r}")
@@ -98,6 +99,7 @@ def warn_of_a_target_out_of_reach(config: Any) -> None:
         or config.env.factory is not None
         or not isinstance(limit, int)
         or is_pettingzoo(config.env.id)
+        or is_jax_env(config.env.id)
     ):
         return
     registered = gym.spec(resolve_env_id(config.env.id))

@@ -18,6 +18,7 @@ from shoal.core.specs import EnvironmentSpec
 from shoal.envs import environment_spec, make_vector_env
 from shoal.envs.env_sources import factory_path
 from shoal.envs.environments import resolve_env_id
+from shoal.envs.jax_envs import is_jax_env, reward_threshold
 from shoal.envs.multiagent import is_pettingzoo
 from shoal.launch.experiments.checks import (
     agent_groups,
@@ -135,6 +136,8 @@ class ExperimentConfig:
             return self.evaluation.target_return
         if self.env.factory is not None or is_pettingzoo(self.env.id):
             return None
+        if is_jax_env(self.env.id):  # (gymnax's ports of gymnasium's envs: gymnasium's threshold)
+            return reward_threshold(self.env.id)
         return gym.spec(resolve_env_id(self.env.id)).reward_threshold
 
     def validate(self, spec: EnvironmentSpec | None = None, check_memory: bool = True) -> None:

@@ -233,10 +233,12 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     )
     add(
         "--launcher",
-        choices=["processes", "inprocess", "ray"],
+        choices=["processes", "inprocess", "ray", "anakin"],
         default=default(None),
         help="run as a distributed program: one process per node, one thread per node (for "
-        "debugging), or one Ray actor per node. Default: the single-process runner",
+        "debugging), or one Ray actor per node; or anakin: env, policy and PPO's update compiled "
+        "into one function on this machine's devices, for a JAX env (gymnax:<Id>; docs/anakin.md). "
+        "Default: the single-process runner, or anakin for a JAX env",
     )
     add(
         "--num-actors",

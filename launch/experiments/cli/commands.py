@@ -64,9 +64,23 @@ def train(
     ``stop``: the run's stop request (``interrupts.install``); without one, SIGTERM stops the
     run gracefully while it runs."""
     config, launch = _resumed(args, given) if args.resume else _new(args, given)
+    from shoal.envs.jax_envs import is_jax_env  # lazy: only train asks (the compiled loop's env ids)
+
+    anakin = launch is None and (getattr(args, "launcher", None) == "anakin" or is_jax_env(config.env.id))
     # Each setting is checked once, by the runner this hands the config to (run_experiment, or
     # preflight.prepare for a distributed run and its --dry-run), before any file or server is made.
     if args.dry_run:  # what would run, checked as a run checks it: the resolved config, and the program's graph
+        if anakin:  # the compiled loop: checked as run_anakin checks it
+            import jax  # lazy: the devices the compiled loop would run on
+
+            from shoal.launch.experiments.anakin import check_anakin  # lazy: only anakin runs need it
+
+            config.validate_settings()
+            check_anakin(config, len(jax.local_devices()))
+            config.validate_agent(config.environment_spec())
+            print(json_text({**config.to_dict(), "launch": None}, "the resolved config"))
+            print("anakin: the envs, the policy and PPO's update compiled into one function on this machine's devices")
+            return None
         if launch is None:  # one process: checked as run_experiment checks it; no program graph
             config.validate_settings()
             spec = config.environment_spec()
@@ -103,6 +117,10 @@ def train(
 
             return run_launched(config, launch, stop=stop, launched_at=started, actors_flag=_actors_flag(given))
 
+        if anakin:
+            from shoal.launch.experiments.anakin import run_anakin  # lazy: only anakin runs need it
+
+            return run_anakin(config, stop)
         return run_experiment(config, stop)
     finally:
         if previous is not None:
@@ -173,8 +191,20 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
             "processes, inprocess or ray (or drop them: one process runs one actor and uses no ports "
             "nor resources)"
         )
+    from shoal.envs.jax_envs import is_jax_env  # lazy: only a new run asks
+
+    if args.launcher == "anakin" and distributed_only:
+        raise ValueError(
+            f"{', '.join(distributed_only)} apply to a distributed program; --launcher anakin runs the envs "
+            "and the update in one compiled function on this machine's devices (set --num-envs instead)"
+        )
+    if args.launcher not in (None, "anakin") and is_jax_env(args.env):
+        raise ValueError(
+            f"{args.env} is a JAX env: it runs with --launcher anakin (its default); through actors and "
+            f"replay (--launcher {args.launcher}) it is not supported yet"
+        )
     launch = None
-    if args.launcher is not None:  # (checked where the run checks it: preflight.prepare)
+    if args.launcher not in (None, "anakin"):  # (checked where the run checks it: preflight.prepare)
         launch = LaunchSettings(
             launcher=args.launcher,
             num_actors=args.num_actors,

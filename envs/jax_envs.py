@@ -1,0 +1,227 @@
+"""Environments written in JAX: gymnax's ids (``--env gymnax:CartPole-v1``) and any env with
+gymnax's functional API, stepped as ``N`` copies inside one compiled function.
+
+The protocol (``JaxEnv``) is gymnax's: an env object with
+
+* ``default_params``: the env's parameters (a pytree; gymnax's ``EnvParams``);
+* ``reset(key, params) -> (obs, state)``;
+* ``step(key, state, action, params) -> (obs, state, reward, terminated, truncated, info)``, or
+  gymnax's older five values ``(obs, state, reward, done, info)`` (then ``info["truncated"]``,
+  where present, marks a time limit: bootstrapped, not terminal);
+* ``observation_space(params)`` and ``action_space(params)``: gymnax spaces (``Box`` with
+  ``low``, ``high``, ``shape``, ``dtype``; ``Discrete`` with ``n``), or gymnasium's.
+
+An env whose ``step`` already resets at an episode's end (gymnax's ``Environment`` does, and
+puts the last observation in ``info["final_observation"]``) says so with ``auto_resets = True``;
+otherwise ``JaxVectorEnv.step`` resets it itself. Your own JAX env is one class away: write these
+five members and pass ``JaxVectorEnv(MyEnv(), num_envs)`` to ``shoal.launch.experiments.anakin``.
+
+``JaxVectorEnv`` is the adapter the compiled loop steps: ``num_envs`` copies ``vmap``-ed, reset
+inside ``step`` where an episode ended, with each env's episode return and length carried as
+arrays (``EnvState``), the observation the step ended in kept beside the next one (``Step``),
+continuous actions clipped to the space. Its spaces map to Shoal's ``EnvironmentSpec`` as a
+gymnasium env's do (``core.specs``): a Box observation, Discrete or Box actions; anything else
+is one line.
+
+gymnax is the ``gymnax`` extra, installed without its dependencies (its wheel asks for
+gymnasium < 1.4, Shoal runs 1.4; what it imports at run time, JAX, flax, chex and PyYAML, Shoal
+installs): ``pip install -e '.[gymnax]' && pip install --no-deps "gymnax==1.0.1"``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from shoal.core.specs import EnvironmentSpec, make_environment_spec
+
+SOURCES = ("gymnax",)  # the JAX env sources ``--env SOURCE:ID`` names
+INSTALL = "pip install -e '.[gymnax]' && pip install --no-deps \"gymnax==1.0.1\""
+
+
+@runtime_checkable
+class JaxEnv(Protocol):
+    """gymnax's functional env API (module docstring)."""
+
+    @property
+    def default_params(self) -> Any: ...
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[Any, Any]: ...
+
+    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple[Any, ...]: ...
+
+    def observation_space(self, params: Any) -> Any: ...
+
+    def action_space(self, params: Any) -> Any: ...
+
+
+def is_jax_env(env_id: str) -> bool:
+    """Whether ``env_id`` names a JAX env source (``gymnax:<Id>``)."""
+    return isinstance(env_id, str) and env_id.partition(":")[0] in SOURCES and ":" in env_id
+
+
+def _gymnax() -> Any:
+    try:
+        import gymnax  # lazy: optional extra (gymnax), installed --no-deps
+    except ImportError:
+        raise ValueError(f"gymnax envs need the 'gymnax' extra, which is not installed; run {INSTALL}") from None
+    return gymnax
+
+
+def check_jax_env_id(env_id: str) -> None:
+    """Raises a one-line ``ValueError`` for an id gymnax does not register (naming close
+    matches), or where gymnax is not installed."""
+    source, _, name = env_id.partition(":")
+    gymnax = _gymnax()
+    known = list(gymnax.registered_envs)
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(f'{source}:{c}' for c in close)}?" if close else ""
+        raise ValueError(f"unknown {source} environment id {name!r}{hint} (gymnax registers {', '.join(known)})")
+
+
+def make_jax_env(env_id: str, env_args: Mapping[str, Any] | None = None) -> tuple[Any, Any]:
+    """``(env, params)`` of a JAX env id; ``env_args`` replace fields of the env's params
+    (``--env-arg max_steps_in_episode=200``), each checked against them in one line."""
+    check_jax_env_id(env_id)
+    env, params = _gymnax().make(env_id.partition(":")[2])
+    if env_args:
+        fields = list(getattr(params, "__dataclass_fields__", {}))
+        unknown = [key for key in env_args if key not in fields]
+        if unknown:
+            raise ValueError(
+                f"{env_id} has no parameter {', '.join(unknown)}; --env-arg sets its params: {', '.join(fields)}"
+            )
+        params = params.replace(**env_args)
+    return env, params
+
+
+def gym_space(space: Any, what: str) -> gym.Space:
+    """A gymnax (or gymnasium) ``Box``/``Discrete`` space as gymnasium's; one line for any other."""
+    if isinstance(space, gym.spaces.Box | gym.spaces.Discrete):
+        return space
+    kind = type(space).__name__
+    if kind == "Discrete" and hasattr(space, "n"):
+        return gym.spaces.Discrete(int(space.n))
+    if kind == "Box" and hasattr(space, "shape"):
+        shape = tuple(int(d) for d in space.shape)
+        dtype = np.dtype(space.dtype)
+        low = np.broadcast_to(np.asarray(space.low, dtype), shape)
+        high = np.broadcast_to(np.asarray(space.high, dtype), shape)
+        return gym.spaces.Box(low, high, shape, dtype)
+    raise ValueError(f"{what} space {space!r} ({kind}) is not supported; Shoal maps Box and Discrete spaces")
+
+
+def jax_environment_spec(env: Any, params: Any, num_envs: int) -> EnvironmentSpec:
+    """The ``EnvironmentSpec`` of ``num_envs`` copies of ``env``: a Box observation (or a flat
+    Dict of them), Discrete or Box actions; one-line ``ValueError`` otherwise (a Discrete
+    observation, as gymnax's ``FrozenLake-misc`` has, included: one-hot it in the env)."""
+    observation = gym_space(env.observation_space(params), "observation")
+    if isinstance(observation, gym.spaces.Discrete):
+        raise ValueError(
+            f"observation space {observation} is Discrete; the compiled loop takes Box observations "
+            "(one-hot encode them in the env)"
+        )
+    action = gym_space(env.action_space(params), "action")
+    return make_environment_spec(_Spaces(observation, action), num_envs)
+
+
+class _Spaces:
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        self.observation_space, self.action_space = observation_space, action_space
+
+
+def reward_threshold(env_id: str) -> float | None:
+    """The return that counts as solved: gymnasium's ``reward_threshold`` for a gymnax env that
+    is a port of a gymnasium one under the same id (``CartPole-v1``: 475), else ``None``."""
+    name = env_id.partition(":")[2]
+    return gym.spec(name).reward_threshold if name in gym.registry else None
+
+
+class EnvState(NamedTuple):
+    """The vector env's state: the envs' own, and each env's running episode return and length."""
+
+    env: Any
+    episode_return: jax.Array  # [N] float32
+    episode_length: jax.Array  # [N] int32
+
+
+class Step(NamedTuple):
+    """One vector step, ``[N, ...]`` each: what PPO's batch needs and the episode statistics."""
+
+    observation: Any  # the next observation (after a reset, where the episode ended)
+    final_observation: Any  # the observation the step ended in (before any reset)
+    reward: jax.Array
+    terminated: jax.Array
+    truncated: jax.Array
+    episode_return: jax.Array  # the return of the episode that ended here (0 elsewhere)
+    episode_length: jax.Array  # its length (0 elsewhere)
+
+
+class JaxVectorEnv:
+    """``num_envs`` copies of a ``JaxEnv``, stepped with ``vmap``, reset where an episode ends.
+
+    Pure functions (to call under ``jit``): ``reset(key) -> (obs, EnvState)`` with ``key`` one
+    key for all envs, ``step(key, state, action) -> (EnvState, Step)``.
+    """
+
+    def __init__(self, env: Any, num_envs: int, params: Any = None) -> None:
+        self.env, self.num_envs = env, int(num_envs)
+        self.params = env.default_params if params is None else params
+        self.spec = jax_environment_spec(env, self.params, num_envs)
+        gymnax_env = type(env).__module__.startswith("gymnax.")
+        self.auto_resets = bool(getattr(env, "auto_resets", gymnax_env))
+        space = self.spec.action_space
+        self._bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+
+    def reset(self, key: jax.Array, num_envs: int | None = None) -> tuple[Any, EnvState]:
+        n = self.num_envs if num_envs is None else num_envs
+        obs, state = jax.vmap(self.env.reset, (0, None))(jax.random.split(key, n), self.params)
+        return obs, EnvState(state, jnp.zeros(n, jnp.float32), jnp.zeros(n, jnp.int32))
+
+    def _step_one(self, key: jax.Array, state: Any, action: jax.Array) -> tuple[Any, ...]:
+        step_key, reset_key = jax.random.split(key)
+        if self._bounds is not None:
+            action = jnp.clip(action, *self._bounds)
+        out = self.env.step(step_key, state, action, self.params)
+        if len(out) == 6:
+            obs, next_state, reward, terminated, truncated, info = out
+        else:
+            obs, next_state, reward, done, info = out
+            truncated = jnp.asarray(info.get("truncated", False), bool) if isinstance(info, Mapping) else False
+            terminated = jnp.logical_and(done, jnp.logical_not(truncated))
+        terminated, truncated = jnp.asarray(terminated, bool), jnp.asarray(truncated, bool)
+        done = jnp.logical_or(terminated, truncated)
+        final = info.get("final_observation", obs) if isinstance(info, Mapping) and self.auto_resets else obs
+        if not self.auto_resets:
+            reset_obs, reset_state = self.env.reset(reset_key, self.params)
+            pick = lambda a, b: jax.lax.select(jnp.broadcast_to(done, jnp.shape(a)), a, b)  # noqa: E731
+            obs = jax.tree_util.tree_map(pick, reset_obs, obs)
+            next_state = jax.tree_util.tree_map(pick, reset_state, next_state)
+        return obs, final, next_state, jnp.asarray(reward, jnp.float32), terminated, truncated
+
+    def step(self, key: jax.Array, state: EnvState, action: jax.Array) -> tuple[EnvState, Step]:
+        n = state.episode_return.shape[0]
+        obs, final, env_state, reward, terminated, truncated = jax.vmap(self._step_one)(
+            jax.random.split(key, n), state.env, action
+        )
+        done = jnp.logical_or(terminated, truncated)
+        episode_return = state.episode_return + reward
+        episode_length = state.episode_length + 1
+        step = Step(
+            obs,
+            final,
+            reward,
+            terminated,
+            truncated,
+            jnp.where(done, episode_return, 0.0),
+            jnp.where(done, episode_length, 0),
+        )
+        kept = jnp.logical_not(done)
+        return EnvState(env_state, episode_return * kept, episode_length * kept), step

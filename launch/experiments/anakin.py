@@ -1,0 +1,316 @@
+"""The compiled loop (``--launcher anakin``; Hessel et al., 2021, *Podracer architectures*): for a
+JAX env (``shoal.envs.jax_envs``), the env steps, the policy and PPO's update are one jitted
+function, sharded over the local devices.
+
+One *iteration* rolls out ``rollout_length`` (``T``) steps of ``num_envs`` (``N``) vmapped envs
+with ``lax.scan``, acting with PPO's own policy (``builder.make_policy``), and hands the rollout,
+laid out as the replay path's batches (``[N, T, ...]``: observation, next observation, action,
+reward, terminated, truncated, the policy's extras), to PPO's own update
+(``learning.make_update(networks, config, builder.loss)``: the same loss, GAE, schedules and
+optimizer as the replay-backed learner; nothing copied). One *dispatch* runs as many iterations
+as fit between two evaluations (``eval_every`` env steps) in a ``fori_loop``: the host sees the
+device only there, to log a row and evaluate. With more than one local device the envs are split
+over them (``shard_map`` on the learner's mesh, ``shoal.learners.placement``): each device steps
+``N / devices`` envs and the update all-reduces its gradients, as the learner's does.
+
+Evaluation plays ``eval_episodes`` envs greedily (PPO's evaluation policy) to their first
+episode's end, in one jitted ``while_loop``. A run writes ``config.json``, the CSV logs
+(``train``, ``learner``, ``eval``) and ``result.json`` in its run directory, and returns the
+result line the other runners return (with ``"launcher": "anakin"``). Not yet: checkpoints and
+resume, callbacks, videos, recurrent PPO and the other agents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from shoal.agents.ppo import learning
+from shoal.agents.ppo.builder import PPOBuilder
+from shoal.core.loggers import TerminalLogger, make_logger
+from shoal.core.timing import Stopwatch, breakdown, process_seconds
+from shoal.core.types import ActorInfo
+from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_env
+from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.run_directory.claim import claim_run_directory
+from shoal.learners.placement import Placement, shard_map
+from shoal.learners.updates import AXIS_NAME
+
+EVAL_SEED_OFFSET = 1_000_003  # (as the evaluator's: evaluation k resets with seed + this + 7919 k)
+EVAL_STEP_CAP = 100_000  # an evaluation episode longer than this is cut
+
+
+class Carry(NamedTuple):
+    """What one dispatch carries from iteration to iteration (per device: its envs)."""
+
+    train: learning.TrainingState  # replicated
+    env: Any  # jax_envs.EnvState, [N / devices] per device
+    observation: Any  # [N / devices, ...]
+    discounted_return: jax.Array  # [N / devices]: for reward normalization (as DiscountedReturns)
+    key: jax.Array  # replicated; each device folds in its index
+    updates: jax.Array  # updates done (the params version the policy records)
+    episodes: jax.Array  # episodes ended in this dispatch (over all devices) ...
+    return_sum: jax.Array  # ... the sum of their returns
+    length_sum: jax.Array  # ... and of their lengths
+
+
+def check_anakin(config: ExperimentConfig, num_devices: int, launcher_given: bool = True) -> None:
+    """One ``ValueError`` line for what the compiled loop does not run (before anything is made)."""
+    if not is_jax_env(config.env.id):
+        raise ValueError(
+            f"--launcher anakin compiles the env into the training loop, and {config.env.id} is not a JAX env "
+            "(a gymnasium env steps in Python on the host); name one, e.g. --env gymnax:CartPole-v1, "
+            "or drop --launcher anakin"
+        )
+    if config.env.factory is not None:
+        raise ValueError("--launcher anakin takes a JAX env id (gymnax:<Id>), not --env-factory")
+    if not isinstance(config.builder, PPOBuilder):
+        raise ValueError(f"--launcher anakin trains PPO for now (--agent ppo), not {config.builder.name}")
+    c = config.builder.config
+    if c.lstm_size:
+        raise ValueError("--launcher anakin runs feed-forward PPO for now (lstm_size=0)")
+    if c.rollouts_per_update != 1:
+        raise ValueError(
+            f"--launcher anakin updates on every rollout of its num_envs envs: rollouts_per_update must be 1, "
+            f"got {c.rollouts_per_update} (raise --num-envs instead)"
+        )
+    if config.env.num_envs % num_devices:
+        raise ValueError(
+            f"--num-envs {config.env.num_envs} does not divide over the {num_devices} local devices: "
+            f"the compiled loop steps num_envs / devices envs on each (use a multiple of {num_devices})"
+        )
+
+
+def make_iteration(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv) -> Any:
+    """One iteration on one device's envs: ``carry -> carry`` (rollout, then PPO's update)."""
+    config = builder.config
+    policy = builder.make_policy(networks, venv.spec, evaluation=False)
+    update = learning.make_update(networks, config, builder.loss)  # PPO's update, its loss seam included
+    steps_per_iteration = config.rollout_length * venv.num_envs
+
+    def env_step(carry: Carry, key: jax.Array) -> tuple[Carry, dict]:
+        policy_key, step_key = jax.random.split(key)
+        info = ActorInfo(carry.updates * steps_per_iteration, carry.updates)
+        action, extras, _ = policy.apply(carry.train.params, policy_key, carry.observation, info)
+        env, step = venv.step(step_key, carry.env, action)
+        done = jnp.logical_or(step.terminated, step.truncated)
+        discounted = config.discount * carry.discounted_return + step.reward
+        if config.normalize_rewards:
+            extras = {**extras, "discounted_return": discounted}
+        transition = {
+            "observation": carry.observation,
+            "next_observation": step.final_observation,
+            "action": action,
+            "reward": step.reward,
+            "terminated": step.terminated,
+            "truncated": step.truncated,
+            "extras": extras,
+        }
+        ended = jax.lax.psum(jnp.sum(done), AXIS_NAME)
+        carry = carry._replace(
+            env=env,
+            observation=step.observation,
+            discounted_return=jnp.where(done, 0.0, discounted),
+            episodes=carry.episodes + ended,
+            return_sum=carry.return_sum + jax.lax.psum(jnp.sum(step.episode_return), AXIS_NAME),
+            length_sum=carry.length_sum + jax.lax.psum(jnp.sum(step.episode_length), AXIS_NAME),
+        )
+        return carry, transition
+
+    def iteration(carry: Carry) -> tuple[Carry, dict]:
+        key, rollout_key = jax.random.split(carry.key)
+        device_key = jax.random.fold_in(rollout_key, jax.lax.axis_index(AXIS_NAME))
+        carry, rollout = jax.lax.scan(env_step, carry, jax.random.split(device_key, config.rollout_length))
+        batch = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), rollout)  # [T, N, ...] -> [N, T, ...]
+        train, out = update(carry.train, batch)
+        return carry._replace(train=train, key=key, updates=carry.updates + 1), dict(out.metrics)
+
+    return iteration
+
+
+def make_dispatch(iteration: Any, placement: Placement) -> Any:
+    """``(carry, n) -> (carry, metrics of the last iteration)``: ``n`` iterations (``n >= 1``, a
+    traced number: one compilation for every ``n``), jitted over the devices' mesh."""
+
+    def run(carry: Carry, n: jax.Array) -> tuple[Carry, dict]:
+        zero = jnp.zeros((), jnp.float32)
+        carry = carry._replace(episodes=zero, return_sum=zero, length_sum=zero)
+        carry, metrics = iteration(carry)
+        return jax.lax.fori_loop(1, n, lambda _, cm: iteration(cm[0]), (carry, metrics))
+
+    split = P(AXIS_NAME)
+    specs = Carry(P(), split, split, split, P(), P(), P(), P(), P())
+    return jax.jit(shard_map(run, placement.mesh, (specs, P()), (specs, P())))
+
+
+def make_evaluation(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv, episodes: int) -> Any:
+    """``(params, key) -> returns [episodes]``: each env's first episode, greedy, in one while_loop."""
+    policy = builder.make_policy(networks, venv.spec, evaluation=True)
+
+    def evaluate(params: Any, key: jax.Array) -> jax.Array:
+        reset_key, key = jax.random.split(key)
+        obs, env = venv.reset(reset_key, episodes)
+        info = ActorInfo(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+
+        def body(state: tuple) -> tuple:
+            obs, env, key, returns, done, t = state
+            key, policy_key, step_key = jax.random.split(key, 3)
+            action, _, _ = policy.apply(params, policy_key, obs, info)
+            env, step = venv.step(step_key, env, action)
+            ended = jnp.logical_and(jnp.logical_or(step.terminated, step.truncated), jnp.logical_not(done))
+            return step.observation, env, key, jnp.where(ended, step.episode_return, returns), done | ended, t + 1
+
+        def going(state: tuple) -> jax.Array:
+            return jnp.logical_and(jnp.logical_not(jnp.all(state[4])), state[5] < EVAL_STEP_CAP)
+
+        zeros = jnp.zeros(episodes, jnp.float32)
+        state = jax.lax.while_loop(going, body, (obs, env, key, zeros, jnp.zeros(episodes, bool), 0))
+        _, env, _, returns, done, _ = state
+        return jnp.where(done, returns, env.episode_return)  # (an episode cut at the cap: its return so far)
+
+    return jax.jit(evaluate)
+
+
+def run_anakin(config: ExperimentConfig, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Trains ``config`` (PPO on a JAX env) in the compiled loop until the greedy evaluation
+    reaches the target return, ``max_env_steps`` runs out or ``stop`` is set; returns the
+    result line (and writes it, with the logs, in the run directory if there is one)."""
+    start = time.monotonic()
+    config.validate_settings()
+    placement = Placement(jax.local_devices())
+    check_anakin(config, len(placement.devices))
+    if config.run.resume:
+        raise ValueError("--launcher anakin does not checkpoint yet: a run of it cannot be resumed")
+    env, params = make_jax_env(config.env.id, config.env.args)
+    venv = JaxVectorEnv(env, config.env.num_envs, params)
+    spec = venv.spec
+    config.validate_agent(spec)
+    run_dir = claim_run_directory(config, spec) if config.run.dir else None
+    with contextlib.ExitStack() as stack:
+        if run_dir is not None:
+            stack.callback(run_dir.unlock)
+        result = _train(config, venv, placement, start, stop, stack)
+        result["process_s"] = round(process_seconds(), 3)
+        if run_dir is not None:
+            run_dir.write_json("result.json", result)
+    return result
+
+
+def _train(
+    config: ExperimentConfig,
+    venv: JaxVectorEnv,
+    placement: Placement,
+    start: float,
+    stop: threading.Event | None,
+    stack: contextlib.ExitStack,
+) -> dict[str, Any]:
+    builder: PPOBuilder = config.builder  # type: ignore[assignment]  # (check_anakin: a PPOBuilder)
+    c, n = builder.config, venv.num_envs
+    stopwatch = Stopwatch()
+    networks = config.make_networks(venv.spec)
+    train_key, env_key, loop_key = jax.random.split(jax.random.PRNGKey(config.run.seed), 3)
+    observation, env_state = venv.reset(env_key)
+    zero = jnp.zeros((), jnp.float32)
+    carry = Carry(
+        placement.replicate(builder.init_state(train_key, networks)),
+        placement.shard(env_state),
+        placement.shard(observation),
+        placement.shard(jnp.zeros(n, jnp.float32)),
+        placement.replicate(loop_key),
+        placement.replicate(jnp.zeros((), jnp.int32)),
+        *placement.replicate((zero, zero, zero)),
+    )
+    steps_per_iteration = n * c.rollout_length
+    per_dispatch = max(1, config.evaluation.every // steps_per_iteration)
+    loggers = {name: make_logger(name, config.run.dir, terminal=False) for name in ("train", "eval")}
+    loggers["learner"] = make_logger("learner", config.run.dir, terminal=False, step_key="learner_steps")
+    for logger in loggers.values():
+        stack.callback(logger.close)
+    progress = TerminalLogger("train", time_delta=0.0) if config.tracking.progress else None
+    with stopwatch.time("compile"):
+        dispatch = make_dispatch(make_iteration(builder, networks, venv), placement)
+        dispatch = dispatch.lower(carry, jnp.int32(per_dispatch)).compile()
+        evaluation = make_evaluation(builder, networks, venv, config.evaluation.episodes)
+        evaluation = evaluation.lower(carry.train.params, jax.random.PRNGKey(0)).compile()
+    target = config.resolved_target_return()
+    env_steps = updates = num_evals = 0
+    last_return: float | None = None
+    eval_s, first_step_s = 0.0, None
+
+    def evaluate() -> float:
+        nonlocal num_evals, eval_s
+        t0 = time.monotonic()
+        with stopwatch.time("evaluation"):
+            key = jax.random.PRNGKey(config.run.seed + EVAL_SEED_OFFSET + 7919 * num_evals)
+            returns = np.asarray(evaluation(carry.train.params, key))
+        eval_s += time.monotonic() - t0
+        num_evals += 1
+        mean = float(np.mean(returns))
+        loggers["eval"].write(
+            {
+                "env_steps": env_steps,
+                "eval_return": mean,
+                "eval_return_min": float(np.min(returns)),
+                "eval_return_max": float(np.max(returns)),
+                "params_version": updates,
+                "wall_s": time.monotonic() - start,
+            }
+        )
+        return mean
+
+    solved = False
+    while env_steps < config.run.max_env_steps and not (stop is not None and stop.is_set()):
+        todo = min(per_dispatch, math.ceil((config.run.max_env_steps - env_steps) / steps_per_iteration))
+        t0 = time.monotonic()
+        with stopwatch.time("train"):  # (one dispatch: env steps and updates, on the device)
+            carry, metrics = dispatch(carry, jnp.int32(todo))
+            metrics, stats = jax.device_get((metrics, (carry.episodes, carry.return_sum, carry.length_sum)))
+        if first_step_s is None:
+            first_step_s = process_seconds()
+        env_steps, updates = env_steps + todo * steps_per_iteration, updates + todo
+        episodes, return_sum, length_sum = (float(x) for x in stats)
+        row = {
+            "env_steps": env_steps,
+            "steps_per_s": todo * steps_per_iteration / max(time.monotonic() - t0, 1e-9),
+            "learner_steps": updates,
+            "episodes": int(episodes),
+            "episode_return": return_sum / episodes if episodes else float("nan"),
+            "episode_length": length_sum / episodes if episodes else float("nan"),
+            "eval_return": last_return if last_return is not None else float("nan"),
+            "wall_s": time.monotonic() - start,
+        }
+        loggers["train"].write(row)
+        loggers["learner"].write({"learner_steps": updates, **{k: float(v) for k, v in metrics.items()}})
+        if progress is not None:
+            progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps", "episode_return")})
+        last_return = evaluate()
+        if target is not None and last_return >= target:
+            solved = True
+            break
+    wall_s = time.monotonic() - start
+    return {
+        "agent": builder.name,
+        "env": config.env.id,
+        "seed": config.run.seed,
+        "solved": solved,
+        "env_steps": int(env_steps),
+        "wall_s": round(wall_s, 3),
+        "train_s": round(wall_s - eval_s, 3),
+        "eval_s": round(eval_s, 3),
+        "final_eval_return": last_return,
+        "learner_steps": int(updates),
+        "num_evals": num_evals,
+        "launcher": "anakin",
+        "devices": len(placement.devices),
+        "time_breakdown": {"process": breakdown(stopwatch.seconds, wall_s)},
+        **({"first_step_s": round(first_step_s, 3)} if first_step_s is not None else {}),
+        **({"terminated": getattr(stop, "reason", "SIGTERM")} if stop is not None and stop.is_set() else {}),
+    }
