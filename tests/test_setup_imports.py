@@ -172,3 +172,52 @@ def test_packages_import_one_way() -> None:
 def test_the_known_back_edges_are_still_there() -> None:
     gone = KNOWN_BACK_EDGES - _back_edges()
     assert not gone, f"{sorted(gone)} are gone: drop them from KNOWN_BACK_EDGES"
+
+
+# -- imports at the top: one inside a function says why (``# lazy: <reason>``) ---------------------
+
+
+def _unexplained(source: str, where: str) -> list[str]:
+    """``where:line module`` of each import inside a function body of ``source`` without a
+    ``# lazy:`` comment on one of its lines."""
+    lines = source.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(source, where)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and not any(
+                "# lazy:" in line or "-- lazy:" in line for line in lines[node.lineno - 1 : node.end_lineno]
+            ):
+                module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                found.append(f"{where}:{node.lineno} {'.' * getattr(node, 'level', 0)}{module}")
+    return found
+
+
+def _unexplained_function_imports() -> list[str]:
+    """Every function-level import of the package (tests, benchmarks and examples aside) that
+    does not say why it waits."""
+    found = set()
+    for path in _modules().values():
+        found.update(_unexplained(path.read_text(), str(path.relative_to(ROOT))))
+    return sorted(found)
+
+
+def test_the_reason_check_sees_an_unexplained_import() -> None:
+    source = (
+        "import os\n\n\ndef f():\n    import json\n    import ray  # lazy: optional extra (ray)\n"
+        "    from . import (  # noqa: F401 -- lazy: a cycle\n        x,\n    )\n"
+    )
+    assert _unexplained(source, "m.py") == ["m.py:5 json"]
+
+
+def test_function_level_imports_say_why() -> None:
+    """Imports belong at the top of their module. One that must wait inside a function (an optional
+    extra, a heavy import off the start path, a cycle) carries ``# lazy: <reason>`` on its line."""
+    found = _unexplained_function_imports()
+    assert not found, (
+        f"{len(found)} import(s) inside a function without a reason: {', '.join(found)}. Move each to the "
+        "top of its module; if it must stay inside the function (an optional extra such as ray or "
+        "matplotlib, a heavy import a plain `shoal train` must not pay, an import cycle), end its line "
+        "with `# lazy: <reason in a few words>` (docs/concepts.md, 'Layout')"
+    )
