@@ -10,6 +10,7 @@ yields, in numpy) imports where Reverb is not installed.
 
 import importlib
 import os
+from typing import Any
 
 # Reverb and TF log every sampler connection at INFO level; keep the terminal readable.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -58,7 +59,7 @@ _NAMES = {
 _MODULE = {name: module for module, names in _NAMES.items() for name in names}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _MODULE:
         return getattr(importlib.import_module(_MODULE[name]), name)
     raise AttributeError(f"module 'shoal.replay' has no attribute {name!r}")

@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import functools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tree
@@ -45,7 +46,7 @@ from shoal.core.types import Step
 from shoal.replay.contract import ReplayClient
 
 
-def _cast_observation(observation, spec: ObservationSpec):
+def _cast_observation(observation: Any, spec: ObservationSpec) -> Any:
     """An observation (an array, or a dict of arrays) with the dtypes of ``spec``."""
     if isinstance(spec, Mapping):
         return {key: np.asarray(observation[key], s.dtype) for key, s in spec.items()}
@@ -80,7 +81,7 @@ class _WriterAdder(Adder):
         self._table = table
         self._priority = priority
 
-    def _append(self, data) -> None:
+    def _append(self, data: Any) -> None:
         """Appends one step (a structure of arrays) to the writer's columns."""
         self._writer.append(tree.flatten(data))
 

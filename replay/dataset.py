@@ -114,7 +114,7 @@ def _concatenate(parts: list) -> tuple[Any, Any]:
     return (tree.map_structure(join, *[p.data for p in parts]), tree.map_structure(join, *[p.info for p in parts]))
 
 
-def _slice(data: Any, info: Any, start: int, stop: int):
+def _slice(data: Any, info: Any, start: int, stop: int) -> tuple[Any, Any]:
     cut = lambda x: x[start:stop]  # noqa: E731
     return tree.map_structure(cut, data), tree.map_structure(cut, info)
 
@@ -125,7 +125,7 @@ def transition_batches(
     """Batches of ``[batch_size, num_steps, ...]`` transitions (see the module docstring)."""
     items_per_batch = transition_items_per_batch(batch_size, num_envs)
 
-    def layout(data, info) -> Sample:
+    def layout(data: Any, info: Any) -> Sample:
         def per_transition(x: np.ndarray) -> np.ndarray:
             # [steps * items, envs, ...] -> [steps, items * envs, ...] -> first batch_size -> [batch, steps, ...]
             x = x.reshape(num_steps, items_per_batch * num_envs, *x.shape[2:])[:, :batch_size]
@@ -147,7 +147,7 @@ def sequence_batches(server: Any, table: str, *, num_envs: int, num_items: int =
     """Batches of ``[num_items * num_envs, length, ...]`` env sequences (see the module docstring),
     from a queue: each item is fetched once, none ahead (``each_item_once``)."""
 
-    def layout(data, info) -> Sample:
+    def layout(data: Any, info: Any) -> Sample:
         def per_sequence(x: np.ndarray) -> np.ndarray:
             # [items, length, envs, ...] -> [items, envs, length, ...] -> [items * envs, length, ...]
             x = np.swapaxes(x, 1, 2)
@@ -162,7 +162,7 @@ def env_sequence_batches(server: Any, table: str, *, batch_size: int) -> ReplayI
     """Batches of ``batch_size`` env sequences ``[batch_size, length, ...]`` and their sampling
     probabilities (see the module docstring), sampled by the table's selector."""
 
-    def layout(data, info) -> Sample:
+    def layout(data: Any, info: Any) -> Sample:
         return Sample({**data, "probability": info.probability.astype(np.float32)}, info.key)
 
     return ReplayIterator(server, table, batch_size, 1, layout)

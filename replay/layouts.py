@@ -25,7 +25,7 @@ def _zeros(spec: ArraySpec, leading: tuple[int, ...]) -> np.ndarray:
     return np.zeros((*leading, *spec.shape), spec.dtype)
 
 
-def _observation(spec: ObservationSpec, leading: tuple[int, ...]):
+def _observation(spec: ObservationSpec, leading: tuple[int, ...]) -> np.ndarray | dict[str, np.ndarray]:
     """Zeros of one observation's array, or a dict of them (a Dict observation)."""
     return map_observation(lambda s: _zeros(s, leading), spec)
 

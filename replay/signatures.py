@@ -20,6 +20,7 @@ bytes). Reverb serves them back as ``tf.TensorSpec``s (``server_info``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ def _tensor(spec: ArraySpec, leading: tuple[int, ...]) -> ArraySpec:
     return ArraySpec((*leading, *spec.shape), spec.dtype)
 
 
-def _observation(spec: ObservationSpec, leading: tuple[int, ...]):
+def _observation(spec: ObservationSpec, leading: tuple[int, ...]) -> Any:
     return map_observation(lambda s: _tensor(s, leading), spec)
 
 

@@ -25,6 +25,8 @@ window; a frame whose count reaches 0 goes back to a free list. Not thread-safe 
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +60,7 @@ def _hash(planes: np.ndarray) -> np.ndarray:
 class FramePool:
     """Frames of one shape ``(H, W)`` uint8, content-addressed (module docstring)."""
 
-    def __init__(self, shape: tuple, capacity: int, allocate, window: int | None = None) -> None:
+    def __init__(self, shape: tuple, capacity: int, allocate: Callable[..., Any], window: int | None = None) -> None:
         self.shape = tuple(shape)
         self._allocate = allocate
         self.frames = allocate((max(1, capacity), *self.shape), np.dtype(np.uint8))

@@ -22,6 +22,7 @@ Selectors are not thread-safe: the table calls them under its lock. ``rng`` is a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -295,8 +296,9 @@ class PrioritizedSelector:
         return slots, tree[self._capacity + slots] / total
 
 
-def make_selector(kind: str, exponent: float | None = None):
-    """The selector named ``kind`` (``shoal.replay.tables.SELECTORS``)."""
+def make_selector(kind: str, exponent: float | None = None) -> Any:
+    """The selector named ``kind`` (``shoal.replay.tables.SELECTORS``); ``Any``: the selectors share no
+    base class (only uniform and prioritized ones have ``select_many``, which ``table`` calls on those)."""
     if kind == "prioritized":
         if exponent is None:
             raise ValueError("a prioritized selector needs a priority exponent")

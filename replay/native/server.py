@@ -43,7 +43,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -173,7 +173,7 @@ class NativeReplayServer:
             self._store.add_rows([(writer, i) for i in indices], list(columns))
         return self._insert(writer, call.tables, call.priorities, call.step_lists, call.release, timeout_s)
 
-    def _held(self, writer: Any):
+    def _held(self, writer: Any) -> Callable[[list[int]], Any]:
         """``CallChecker.check_insert``'s ``held``: the layouts of ``writer``'s steps held here."""
         if not isinstance(writer, str):
             raise ValueError(f"a writer is named by a string, got {type(writer).__name__}")

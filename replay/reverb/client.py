@@ -91,7 +91,7 @@ def _exec_module(name: str, path: str, reverb_names: dict[str, Any]) -> types.Mo
     if reverb_names:
         stand_in = types.SimpleNamespace(**reverb_names)
 
-        def import_(name, globals=None, locals=None, fromlist=(), level=0):
+        def import_(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
             if name == "reverb" and level == 0:
                 return stand_in
             return builtins.__import__(name, globals, locals, fromlist, level)
@@ -101,7 +101,7 @@ def _exec_module(name: str, path: str, reverb_names: dict[str, Any]) -> types.Mo
     return module
 
 
-def _import_lock(name: str):
+def _import_lock(name: str) -> contextlib.AbstractContextManager[Any]:
     """The import system's lock of module ``name`` (so a concurrent import of it waits)."""
     manager = getattr(importlib._bootstrap, "_ModuleLockManager", None)  # (CPython's, since 3.3)
     return manager(name) if manager is not None else contextlib.nullcontext()
