@@ -134,6 +134,8 @@ def test_a_tiny_tune_prunes_the_hopeless_trial_and_writes_a_preset_that_trains(t
     assert "trial 1 pruned (learning_rate=1e-09)" in done.stderr
     for name in ("trials.csv", "summary.md", "best_preset.json", "tune.json"):
         assert (out / name).is_file(), name
+    assert (out / "trials/0/s0/checkpoints/learner").is_dir()  # (evaluate, export: the trial's policy)
+    assert not (out / "trials/0/s0/checkpoints/replay").exists()  # (no trial resumes: replay's goes)
     preset = json.loads((out / "best_preset.json").read_text())
     assert preset["agent"] == "dqn" and preset["base_preset"] == "dqn/classic"
     assert summary["best_settings"].items() <= preset["settings"].items()
@@ -178,5 +180,6 @@ def test_sigterm_keeps_the_finished_trial_and_resume_goes_on(tmp_path):
     study = studies.load(str(out))
     assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "COMPLETE"]
     assert study.trials[0].value == first  # (kept, not run again)
+    assert study.trials[2].params != study.trials[1].params  # (the resumed sampler draws afresh)
     status = run_shoal("status", str(out), timeout=120)
     assert "interrupted" in status.stdout and "2 trials (2 complete, 1 interrupted)" in status.stdout, status.stdout

@@ -2,6 +2,10 @@
 one-process training), pruned from its evaluation curve by a callback, its outcome told to the
 study; ``work`` asks for trials until the tune has enough.
 
+Each seed's run writes a run directory (``DIR/trials/<n>/s<seed>``: logs, ``eval.csv``, the
+learner's checkpoint, which ``shoal evaluate`` and ``shoal export`` read); its replay checkpoint
+is removed when the run ends (a trial is never resumed, and replay is what grows with the task).
+
 A trial's states (Optuna's): ``COMPLETE`` (its objective), ``PRUNED`` (stopped at an evaluation
 by the pruner: the median rule, from the trial's second evaluation on, once ``startup_trials``
 trials finished), ``FAIL`` (its settings were refused or its run failed: ``error`` says why; or
@@ -12,6 +16,7 @@ another trial takes its place on ``--resume``).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -69,6 +74,8 @@ def run_trial(tune_dir: str, settings: TuneSettings, study: Any, trial: Any, sto
             result = run_experiment(config, stop)
         except (ValueError, RuntimeError, FloatingPointError, TimeoutError, OSError) as e:
             return _fail(study, trial, f"seed {seed}: {e}")
+        finally:  # (a trial's run never resumes: its replay checkpoint, the large part, goes)
+            shutil.rmtree(os.path.join(run_dir, "checkpoints", "replay"), ignore_errors=True)
         if result.get("terminated") or stop.is_set():
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return "interrupted"
@@ -114,10 +121,14 @@ def interrupted(trial: Any) -> bool:
     return trial.state == TrialState.FAIL and "error" not in trial.user_attrs
 
 
-def sampler_and_pruner(settings: TuneSettings, worker: int) -> tuple[Any, Any]:
+def sampler_and_pruner(settings: TuneSettings, worker: int, existing: int = 0) -> tuple[Any, Any]:
+    """TPE and the median pruner (or none). The sampler's seed: ``sampler_seed`` + ``worker``,
+    and on a resume (``existing`` trials in the study) another one, so that the resumed tune does
+    not draw its first trials' settings again."""
     import optuna  # lazy: optional extra (tune)
 
-    sampler = optuna.samplers.TPESampler(seed=settings.sampler_seed + worker, n_startup_trials=settings.startup_trials)
+    seed = settings.sampler_seed + worker + 100_003 * existing
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.startup_trials)
     pruner = (
         optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials, n_warmup_steps=PRUNE_FROM_EVALUATION)
         if settings.prune
@@ -130,8 +141,8 @@ def work(tune_dir: str, stop: threading.Event, worker: int = 0, on_trial: Any = 
     """Asks the study for trials and runs them until the tune has ``trials`` of them or ``stop``
     is set (``on_trial(study, trial, state)`` after each)."""
     settings = studies.read_settings(tune_dir)
-    sampler, pruner = sampler_and_pruner(settings, worker)
-    study = studies.load(tune_dir, sampler, pruner)
+    study = studies.load(tune_dir)
+    study.sampler, study.pruner = sampler_and_pruner(settings, worker, len(study.get_trials(deepcopy=False)))
     while not stop.is_set():
         with studies.locked(tune_dir, ".ask.lock", wait=True):  # (workers never ask past --trials)
             if counted(study) >= settings.trials:
