@@ -183,3 +183,13 @@ def test_sigterm_keeps_the_finished_trial_and_resume_goes_on(tmp_path):
     assert study.trials[2].params != study.trials[1].params  # (the resumed sampler draws afresh)
     status = run_shoal("status", str(out), timeout=120)
     assert "interrupted" in status.stdout and "2 trials (2 complete, 1 interrupted)" in status.stdout, status.stdout
+
+
+def test_a_resume_imports_a_plugin_agent_only_when_named_again(tmp_path, capsys):
+    tune_dir = tmp_path / "plugin-tune"
+    tune_dir.mkdir()
+    record = {"agent": "my_agents:Builder", "env_id": "CartPole-v1", "trials": 3, "space": {"learning_rate": {}}}
+    (tune_dir / "tune.json").write_text(json.dumps(record))
+    assert main(["tune", "--resume", str(tune_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "names the plug-in agent my_agents:Builder: name it again" in err, err

@@ -29,7 +29,6 @@ from shoal.launch.experiments.compilation_cache import enable_compilation_cache
 from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.distributed.settings import LaunchSettings, max_actors
 from shoal.launch.experiments.exporting import export_policy
-from shoal.launch.experiments.formats.minari_dataset import record_dataset
 from shoal.launch.experiments.run_directory.claim import load_run
 from shoal.launch.experiments.runner import run_experiment
 from shoal.launch.experiments.trained_policy import PROGRESS_EVERY_S, evaluate_run
@@ -186,18 +185,18 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         name = getattr(config.builder, "name", None) or args.agent.rpartition(":")[2]
         config = config.replace(run_dir=default_run_dir(name, args.env, args.seed))
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
-    from shoal.envs.jax_envs import is_jax_env  # lazy: only a new run asks
-
-    if distributed_only and (args.launcher == "anakin" or (args.launcher is None and is_jax_env(args.env))):
-        raise ValueError(
-            f"{', '.join(distributed_only)} apply to a distributed program; --launcher anakin runs the envs "
-            "and the update in one compiled function on this machine's devices (set --num-envs instead)"
-        )
     if args.launcher is None and distributed_only:
         raise ValueError(
             f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
             "processes, inprocess or ray (or drop them: one process runs one actor and uses no ports "
             "nor resources)"
+        )
+    from shoal.envs.jax_envs import is_jax_env  # lazy: only a new run asks
+
+    if args.launcher == "anakin" and distributed_only:
+        raise ValueError(
+            f"{', '.join(distributed_only)} apply to a distributed program; --launcher anakin runs the envs "
+            "and the update in one compiled function on this machine's devices (set --num-envs instead)"
         )
     if args.launcher not in (None, "anakin") and is_jax_env(args.env):
         raise ValueError(
@@ -311,22 +310,6 @@ def export(args: argparse.Namespace) -> dict:
         batch_size=args.batch_size,
         trust_run_dir=args.trust_run_dir,
         format=args.format,
-        **_named(args),
-    )
-
-
-def record(args: argparse.Namespace) -> dict:
-    """``shoal record``: the run's policy's episodes as a Minari dataset (``formats.minari_dataset``)."""
-    return record_dataset(
-        args.run_dir,
-        args.out,
-        args.episodes,
-        dataset_id=args.dataset_id,
-        epsilon=args.epsilon,
-        sample=args.sample,
-        seed=args.seed,
-        checkpoint=args.checkpoint,
-        trust_run_dir=args.trust_run_dir,
         **_named(args),
     )
 

@@ -25,6 +25,7 @@ import sys
 import threading
 from typing import Any
 
+from shoal.core.files import check_run_directory
 from shoal.core.settings import parse_setting
 from shoal.launch.experiments import interrupts
 from shoal.launch.experiments.cli.flag_values import parse_override
@@ -177,7 +178,8 @@ def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) 
                 f"--resume continues a tune with its own settings; drop {', '.join(extra)} (only --trials, --jobs may change)"
             )
         tune_dir = args.resume
-        settings = studies.read_settings(tune_dir)
+        check_run_directory(tune_dir, resume=True, flag=None)  # (as shoal train --resume checks a run's)
+        settings = studies.read_settings(tune_dir, named_agent=args.agent)
         studies.check_resumed(tune_dir, settings, args.agent, args.env)
         if args.trials is not None:
             settings = dataclasses.replace(settings, trials=args.trials)
@@ -185,6 +187,7 @@ def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) 
     else:
         settings = _settings(args)
         tune_dir = args.out or default_tune_dir(args.agent, args.env)
+        check_run_directory(tune_dir, flag="--out")
         studies.check_new_directory(tune_dir, settings.agent)
     stop = stop if stop is not None else threading.Event()
     if args.resume is None:
@@ -206,7 +209,7 @@ def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) 
         if jobs == 1:
             _run_here(tune_dir, settings, stop)
         else:
-            _run_processes(tune_dir, jobs, stop)
+            _run_processes(tune_dir, settings, jobs, stop)
 
         summary = write_reports(tune_dir, studies.load(tune_dir), settings)
     if stop.is_set():
@@ -235,13 +238,15 @@ def _run_here(tune_dir: str, settings: Any, stop: threading.Event) -> None:
         _print_trial(study, trial, state)
         write_reports(tune_dir, studies.load(tune_dir), settings)
 
-    work(tune_dir, stop, 0, on_trial=after)
+    work(tune_dir, settings, stop, 0, on_trial=after)
 
 
-def _run_processes(tune_dir: str, jobs: int, stop: threading.Event) -> None:
+def _run_processes(tune_dir: str, settings: Any, jobs: int, stop: threading.Event) -> None:
     """``jobs`` worker processes on the study; a stop is passed on to them as SIGTERM."""
     context = multiprocessing.get_context("spawn")  # (JAX in the parent: never fork it)
-    workers = [context.Process(target=worker_main, args=(tune_dir, i), name=f"tune-worker-{i}") for i in range(jobs)]
+    workers = [
+        context.Process(target=worker_main, args=(tune_dir, settings, i), name=f"tune-worker-{i}") for i in range(jobs)
+    ]
     for w in workers:
         w.start()
     signalled = False

@@ -169,7 +169,7 @@ def write_importance(tune_dir: str, study: Any, complete: int) -> str | None:
 
 def describe_tune(tune_dir: str) -> list[str]:
     """``shoal status DIR`` of a tune: a line on it, its trials best first, and its files."""
-    settings = studies.read_settings(tune_dir)
+    settings = studies.read_settings(tune_dir, check=False)  # (imports nothing the directory names)
     study = studies.load(tune_dir)
     rows = _rows(study, settings)
     counts: dict[str, int] = {}

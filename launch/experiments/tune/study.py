@@ -22,7 +22,7 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-from shoal.launch.experiments.tune.spaces import SearchSpace, check_space
+from shoal.launch.experiments.tune.spaces import Param, SearchSpace, check_space
 
 STUDY_NAME = "shoal-tune"
 SETTINGS_FILE = "tune.json"
@@ -92,7 +92,9 @@ def settings_from_record(record: dict[str, Any], where: str) -> TuneSettings:
 
 def check_settings(settings: TuneSettings) -> None:
     """The settings every trial shares, checked before anything is written: the objective, the
-    seeds, the agent's fixed settings, and the experiment's (``ExperimentConfig``'s own checks)."""
+    seeds, the agent's fixed settings, and the experiment's (``ExperimentConfig``'s own checks,
+    the agent against the env included, on the settings before any is sampled; a sampled
+    combination the agent refuses fails its trial alone)."""
     if settings.objective not in OBJECTIVES:
         raise ValueError(f"--objective {settings.objective!r}: expected one of {', '.join(OBJECTIVES)}")
     if not 1 <= settings.trials <= 100_000:
@@ -104,7 +106,9 @@ def check_settings(settings: TuneSettings) -> None:
     overlap = sorted(set(settings.fixed) & {p.name for p in settings.space.params})
     if overlap:
         raise ValueError(f"--set {', '.join(overlap)}: the space samples it; drop it from --set or from the space")
-    trial_config(settings, {}, settings.seeds[0], None).validate_settings()
+    config = trial_config(settings, {}, settings.seeds[0], None)  # (the settings before any is sampled)
+    config.validate_settings()
+    config.validate_agent(config.environment_spec())  # (e.g. a budget below DQN's first update)
 
 
 def trial_config(settings: TuneSettings, sampled: dict[str, Any], seed: int, run_dir: str | None, callbacks=()) -> Any:
@@ -128,8 +132,11 @@ def storage_url(tune_dir: str) -> str:
     return "sqlite:///" + os.path.abspath(os.path.join(tune_dir, STUDY_FILE))
 
 
-def read_settings(tune_dir: str) -> TuneSettings:
-    """The settings of the tune in ``tune_dir`` (one line if it holds none)."""
+def read_settings(tune_dir: str, named_agent: str | None = None, check: bool = True) -> TuneSettings:
+    """The settings of the tune in ``tune_dir`` (one line if it holds none). A plug-in agent
+    (``module:Class``) it names is imported only if ``named_agent`` names it again (as
+    ``shoal train --resume`` asks of a run's); ``check=False``: read as recorded, nothing
+    imported (what ``shoal status`` shows)."""
     path = os.path.join(tune_dir, SETTINGS_FILE)
     try:
         with open(path) as f:
@@ -138,9 +145,30 @@ def read_settings(tune_dir: str) -> TuneSettings:
         raise ValueError(f"{tune_dir!r} is not a tune directory (no {SETTINGS_FILE} in it)") from None
     except (OSError, ValueError) as e:
         raise ValueError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
-    if not isinstance(record, dict):
+    if not isinstance(record, dict) or not isinstance(record.get("agent"), str):
         raise ValueError(f"{path}: not a tune's settings")
+    if not check:
+        return _recorded(record, path)
+    agent = record["agent"]
+    if ":" in agent and named_agent != agent:
+        raise ValueError(
+            f"{path} names the plug-in agent {agent}: name it again (--agent {agent}) to import it for the resume"
+        )
     return settings_from_record(record, path)
+
+
+def _recorded(record: dict[str, Any], where: str) -> TuneSettings:
+    """A tune's settings as recorded, its space's settings by name only (unchecked, for reading)."""
+    space = record.get("space")
+    if not isinstance(space, dict):
+        raise ValueError(f"{where}: not a tune's settings (no space)")
+    params = tuple(Param(str(name), "recorded") for name in space)
+    fields = {f.name for f in dataclasses.fields(TuneSettings)} - {"space"}
+    try:
+        values = {k: v for k, v in record.items() if k in fields}
+        return TuneSettings(**{**values, "seeds": tuple(values.get("seeds", (0,))), "space": SearchSpace(params)})
+    except TypeError as e:
+        raise ValueError(f"{where}: not a tune's settings ({e})") from None
 
 
 def check_new_directory(tune_dir: str, agent: str) -> None:

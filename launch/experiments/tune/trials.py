@@ -137,10 +137,9 @@ def sampler_and_pruner(settings: TuneSettings, worker: int, existing: int = 0) -
     return sampler, pruner
 
 
-def work(tune_dir: str, stop: threading.Event, worker: int = 0, on_trial: Any = None) -> None:
-    """Asks the study for trials and runs them until the tune has ``trials`` of them or ``stop``
-    is set (``on_trial(study, trial, state)`` after each)."""
-    settings = studies.read_settings(tune_dir)
+def work(tune_dir: str, settings: TuneSettings, stop: threading.Event, worker: int = 0, on_trial: Any = None) -> None:
+    """Asks the study for trials and runs them until the tune has ``settings.trials`` of them or
+    ``stop`` is set (``on_trial(study, trial, state)`` after each)."""
     study = studies.load(tune_dir)
     study.sampler, study.pruner = sampler_and_pruner(settings, worker, len(study.get_trials(deepcopy=False)))
     while not stop.is_set():
@@ -153,7 +152,9 @@ def work(tune_dir: str, stop: threading.Event, worker: int = 0, on_trial: Any = 
             on_trial(study, trial, state)
 
 
-def worker_main(tune_dir: str, worker: int) -> None:  # pragma: no cover -- runs in a --jobs process
+def worker_main(
+    tune_dir: str, settings: TuneSettings, worker: int
+) -> None:  # pragma: no cover -- runs in a --jobs process
     """A ``--jobs`` worker process: ``work`` until done, SIGTERM or SIGINT (a graceful stop)."""
     from shoal.launch.experiments.compilation_cache import enable_compilation_cache  # lazy: JAX, off the CLI's path
 
@@ -162,7 +163,7 @@ def worker_main(tune_dir: str, worker: int) -> None:  # pragma: no cover -- runs
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        work(tune_dir, stop, worker, on_trial=_print_trial)
+        work(tune_dir, settings, stop, worker, on_trial=_print_trial)
     except ValueError as e:
         print(f"shoal tune: error: worker {worker}: {e}", file=sys.stderr, flush=True)
         sys.exit(2)
