@@ -4,6 +4,7 @@ episode stats as the plain loop for a fixed seed; the overlapped run is the same
 the params change; every wait is bounded and ends in one line; workers end with the loop."""
 
 import gc
+import json
 import os
 import time
 
@@ -18,6 +19,8 @@ from shoal.core.interfaces import Adder, VariableSource
 from shoal.core.types import Policy
 from shoal.envs import make_vector_env
 from shoal.envs.stepping import ProcessStepper, check_overlap, resolve_overlap
+from shoal.launch import EnvConfig
+from shoal.launch.experiments.cli.main import main
 
 NUM_ENVS, STEPS = 4, 80
 
@@ -146,8 +149,6 @@ def test_auto_picks_by_env_family():
 def test_bad_overlap_is_one_line():
     with pytest.raises(ValueError, match=r"^actor overlap 'halves' is not one of auto, off, thread, process$"):
         check_overlap("halves")
-    from shoal.launch import EnvConfig
-
     with pytest.raises(ValueError, match="actor overlap 'x'"):
         EnvConfig("CartPole-v1", actor_overlap="x")
 
@@ -241,3 +242,14 @@ def test_an_env_that_pickles_fresh_is_refused_for_a_process():
     with pytest.raises(ValueError, match=r"^actor overlap 'process': .*LunarLander pickles as a fresh copy"):
         ProcessStepper(env)
     env.close()
+
+
+def test_the_flag_reaches_the_config(capsys, tmp_path):
+    """``--actor-overlap`` sets ``env.actor_overlap`` (``--dry-run`` prints the resolved config);
+    a value it does not know is refused by the parser."""
+    run_dir = str(tmp_path / "run")
+    args = ["train", "--agent", "dqn", "--env", "CartPole-v1", "--run-dir", run_dir, "--dry-run"]
+    assert main([*args, "--actor-overlap", "process"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["env"]["actor_overlap"] == "process"
+    assert main([*args, "--actor-overlap", "halves"]) == 2
+    assert "invalid choice: 'halves'" in capsys.readouterr().err
