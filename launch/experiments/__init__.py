@@ -24,5 +24,6 @@ Its rooms:
   ``driver`` and the ``autoscale`` rule and loop;
 * ``cli/`` -- the ``shoal`` command line: ``main``, ``arguments``, ``commands``, ``status``,
   ``compare`` and its ``aggregates``;
-* ``formats/`` -- files for other tools: ``onnx_model`` (``shoal export --format onnx``).
+* ``formats/`` -- files for other tools: ``onnx_model`` (``shoal export --format onnx``),
+  ``minari_dataset`` (``shoal record``).
 """

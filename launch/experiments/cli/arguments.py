@@ -415,6 +415,32 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         "(Python 3.12+, the onnx extra); default: onnx for a FILE ending in .onnx, else jax",
     )
     _code_flags(export)
+    text = "record a run's policy playing its env as a Minari dataset (an offline-RL dataset minari reads)"
+    record = sub.add_parser(
+        "record",
+        help=text,
+        description=text.capitalize() + ". Greedy (or --sample, or --epsilon of random actions); reads "
+        "the run's last complete checkpoint (or --checkpoint); prints one JSON line. Needs the offline extra.",
+    )
+    record.add_argument("run_dir", help="the run directory (its --run-dir)")
+    record.add_argument("--episodes", type=int, required=True, metavar="N", help="episodes to record")
+    record.add_argument(
+        "--out", required=True, metavar="DIR", help="the dataset's directory: new, not in a run directory"
+    )
+    record.add_argument(
+        "--dataset-id", default=None, metavar="ID", help="the Minari dataset id (default: DIR's name, -v0 added)"
+    )
+    record.add_argument("--epsilon", type=float, default=0.0, help="the share of uniformly random actions (default: 0)")
+    record.add_argument("--sample", action="store_true", help="sample as the actors did, not greedily")
+    record.add_argument("--seed", type=int, default=0, help="the envs' and the draws' seed (default: 0)")
+    record.add_argument(
+        "--checkpoint",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="a learner checkpoint's env step (in RUN_DIR/checkpoints/learner; default: the last)",
+    )
+    _code_flags(record)
     text = "compare runs: curves per task, and final returns over seeds (IQM, optimality gap, bootstrap intervals)"
     compare = sub.add_parser(
         "compare",

@@ -29,6 +29,7 @@ from shoal.launch.experiments.compilation_cache import enable_compilation_cache
 from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.distributed.settings import LaunchSettings, max_actors
 from shoal.launch.experiments.exporting import export_policy
+from shoal.launch.experiments.formats.minari_dataset import record_dataset
 from shoal.launch.experiments.run_directory.claim import load_run
 from shoal.launch.experiments.runner import run_experiment
 from shoal.launch.experiments.trained_policy import PROGRESS_EVERY_S, evaluate_run
@@ -310,6 +311,22 @@ def export(args: argparse.Namespace) -> dict:
         batch_size=args.batch_size,
         trust_run_dir=args.trust_run_dir,
         format=args.format,
+        **_named(args),
+    )
+
+
+def record(args: argparse.Namespace) -> dict:
+    """``shoal record``: the run's policy's episodes as a Minari dataset (``formats.minari_dataset``)."""
+    return record_dataset(
+        args.run_dir,
+        args.out,
+        args.episodes,
+        dataset_id=args.dataset_id,
+        epsilon=args.epsilon,
+        sample=args.sample,
+        seed=args.seed,
+        checkpoint=args.checkpoint,
+        trust_run_dir=args.trust_run_dir,
         **_named(args),
     )
 

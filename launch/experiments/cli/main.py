@@ -96,6 +96,9 @@ def _main(argv: Sequence[str] | None, own_process: bool, stop: Any) -> int:
         if args.command == "export":
             print(json_text(commands.export(args), "the export"), flush=True)
             return 0
+        if args.command == "record":
+            print(json_text(commands.record(args), "the recording"), flush=True)
+            return 0
         if args.command == "tune":  # (its own summary line; a stop keeps the finished trials)
             summary = tune_command(args, stop)
             print(json_text(summary, "the tune's summary"), flush=True)
