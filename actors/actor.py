@@ -61,7 +61,8 @@ class BatchedActor(Actor, Saveable):
         self._num_envs = num_envs
         self._offset = env_steps_offset
         self.steps = 0  # vector steps taken
-        self._device_params, self._device_version = None, None
+        self._device_params: Any = None
+        self._device_version: int | None = None
         self._state = self._fresh = None
         self._pending: _Pending | None = None  # (an action prefetched by ``observe``)
         if policy.initial_state is not None:

@@ -8,7 +8,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, cast
 
 import gymnasium as gym
 import numpy as np
@@ -24,6 +24,13 @@ from shoal.core.types import Step
 from shoal.envs.environments import action_clipper, final_observations
 from shoal.envs.observations import check_action_mask
 from shoal.envs.stepping import make_stepper
+
+
+class _Prefetching(Protocol):
+    """An actor that prefetches (``prefetches``): its ``observe`` also takes the next observation,
+    to start the policy on it early, and the loop's stopwatch (``BatchedActor``'s)."""
+
+    def observe(self, step: Step, next_observation: Any, stopwatch: Stopwatch) -> None: ...
 
 
 class EnvironmentLoop:
@@ -84,7 +91,7 @@ class EnvironmentLoop:
         self._start = time.monotonic()
         self.env_steps = 0
         self.stopwatch = stopwatch or Stopwatch()
-        self._last_log, self._last_seconds = self._start, {}
+        self._last_log, self._last_seconds = self._start, dict[str, float]()
         self._stepping_since: float | None = None  # (the watch's one reading: when the env step began)
         self._step_timeout_s = float(value("SHOAL_STEP_TIMEOUT_S"))
         self._stepper = make_stepper(env, overlap)  # (after the reset: a worker takes the env as it stands)
@@ -105,6 +112,14 @@ class EnvironmentLoop:
             f"({_env_name(self._env)}) has not returned in {stuck_s:.0f} s, after {self.env_steps:,} env "
             f"steps (SHOAL_STEP_TIMEOUT_S={self._step_timeout_s:g}); a stuck environment: its process ends"
         )
+
+    def stuck_since(self) -> float | None:
+        """When the env step under way began (``None``: none is). A step sent to an overlapped
+        env that has returned, its results not yet taken (a paced actor between steps), is none."""
+        since = self._stepping_since
+        if since is not None and self._stepper is not None and self._stepper.ready():
+            return None
+        return since
 
     def step(self) -> None:
         if self._stepper is not None:
@@ -136,7 +151,7 @@ class EnvironmentLoop:
         )
         with stopwatch.time("replay_insert"):
             if self._prefetch:
-                self._actor.observe(step, next_obs, stopwatch)
+                cast(_Prefetching, self._actor).observe(step, next_obs, stopwatch)
             else:
                 self._actor.observe(step)
         with stopwatch.time("param_fetch"):
@@ -176,7 +191,7 @@ class EnvironmentLoop:
                 self._actor.observe(step, next_obs, stopwatch, before_write=send_next)
             else:
                 if self._prefetch:
-                    self._actor.observe(step, next_obs, stopwatch)
+                    cast(_Prefetching, self._actor).observe(step, next_obs, stopwatch)
                 else:
                     self._actor.observe(step)
                 send_next()
@@ -265,7 +280,7 @@ def _watch(loop_ref: weakref.ref[EnvironmentLoop], bound_s: float, on_stall: Cal
     """Every ``bound_s / 4`` seconds (at most 1 s), whether the loop's env step has taken longer
     than ``bound_s``: then ``on_stall(line)``, once. Ends with the loop (a weak reference)."""
     while (loop := loop_ref()) is not None:
-        since = loop._stepping_since
+        since = loop.stuck_since()
         if since is not None and time.monotonic() - since > bound_s:
             on_stall(loop.stall_message(time.monotonic() - since))
             return
@@ -330,6 +345,9 @@ class _EvaluationSteps:
         self._env, self._bound_s = env, bound_s
         self._stepping_since: float | None = None
         self.env_steps = 0
+
+    def stuck_since(self) -> float | None:
+        return self._stepping_since
 
     def stall_message(self, stuck_s: float) -> str:
         return (

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -161,7 +161,15 @@ def check_action_mask(observation: ObservationSpec, num_actions: int | None, act
         raise ValueError("the observation has nothing but an action_mask; agents need something to observe")
 
 
-def make_environment_spec(env: gym.Env | gym.vector.VectorEnv, num_envs: int | None = None) -> EnvironmentSpec:
+class HasSpaces(Protocol):
+    """What ``make_environment_spec`` reads of an env: its spaces (a vector env's ``single_`` ones
+    where it has them)."""
+
+    observation_space: gym.Space
+    action_space: gym.Space
+
+
+def make_environment_spec(env: HasSpaces, num_envs: int | None = None) -> EnvironmentSpec:
     """Builds the spec of a gymnasium env or vector env (using its *single* spaces); its
     ``num_envs`` is the vector env's size, or the ``num_envs`` given (a single env read for the
     spec of a vector env of that size)."""

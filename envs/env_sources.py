@@ -25,9 +25,10 @@ import inspect
 import math
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
 
 from shoal.core.importing import import_attribute
 
@@ -124,9 +125,9 @@ def factory_path(factory: str | EnvFactory | None) -> str | None:
 def _parameters(env_id: str) -> dict[str, inspect.Parameter] | None:
     """The keyword parameters ``env_id``'s constructor takes (``None``: any, or unknown)."""
     try:
-        creator = gym.spec(env_id).entry_point
-        creator = gym.envs.registration.load_env_creator(creator) if isinstance(creator, str) else creator
-        parameters = inspect.signature(creator).parameters.values()
+        entry_point = gym.spec(env_id).entry_point
+        creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+        parameters = inspect.signature(cast(Callable[..., Any], creator)).parameters.values()  # (None: raises)
     except Exception:  # noqa: BLE001 -- a constructor we cannot read: gym.make will say
         return None
     if any(p.kind == p.VAR_KEYWORD for p in parameters):
@@ -155,7 +156,7 @@ def check_env_args(env_id: str, env_args: Mapping[str, Any]) -> None:
     if unknown:
         raise ValueError(
             f"{env_id} takes no argument {', '.join(repr(k) for k in unknown)} (--env-arg); "
-            f"its arguments: {', '.join(accepted) or 'none'}"
+            f"its arguments: {', '.join(accepted or ()) or 'none'}"
         )
     for key, value in env_args.items():
         default = parameters[key].default if parameters and key in parameters else None

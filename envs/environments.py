@@ -271,6 +271,7 @@ def make_vector_env(
             f"{env_id} is a JAX env: it runs in the compiled loop (--launcher anakin, its default); "
             "through actors and replay it is not supported yet"
         )
+    env: gym.vector.VectorEnv
     if is_pettingzoo(env_id) and env_factory is None and self_play:
         env = SelfPlayRows(
             env_maker(env_id, env_args, turns=True), num_envs, seed, "lookahead" if evaluation else "pool", env_id
@@ -299,7 +300,8 @@ def make_vector_env(
                 env_id,
                 num_envs=num_envs,
                 vectorization_mode="sync",
-                wrappers=[functools.partial(adapt_env, action_masks=action_masks)],
+                # (adapt_env may return the env itself, unwrapped: gymnasium takes any callable)
+                wrappers=[functools.partial(adapt_env, action_masks=action_masks)],  # type: ignore[list-item]
                 vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
             )
         except gym.error.DependencyNotInstalled as e:
@@ -358,6 +360,7 @@ def environment_spec(
             return make_environment_spec(spaces, num_envs * rows.num_envs)
         finally:
             rows.close()
+    env: Any  # (a single env, or Atari's 1-env vector env)
     if env_factory is not None or (env_args and not is_atari(env_id)):
         env = _adapted_env(
             resolve_env_id(env_id) if env_factory is None else env_id, env_args, env_factory, action_masks

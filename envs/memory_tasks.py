@@ -11,6 +11,8 @@ asked for, so ``shoal train --env shoal/CartPoleNoVelocity-v1`` needs no import 
 
 from __future__ import annotations
 
+from typing import cast
+
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
@@ -24,7 +26,8 @@ class HideVelocities(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        low, high = env.observation_space.low[list(VISIBLE)], env.observation_space.high[list(VISIBLE)]
+        space = cast(gym.spaces.Box, env.observation_space)  # (CartPole's)
+        low, high = space.low[list(VISIBLE)], space.high[list(VISIBLE)]
         self.observation_space = gym.spaces.Box(low, high, (len(VISIBLE),), np.float32)
 
     def observation(self, observation: np.ndarray) -> np.ndarray:

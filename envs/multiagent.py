@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -68,7 +68,7 @@ def _state_space(env: Any, name: str) -> gym.spaces.Box:
     return gym.spaces.Box(-np.inf, np.inf, (int(np.prod(space.shape)),), np.float32)
 
 
-def _sizes(spaces: Mapping[str, gym.Space], what: str, name: str) -> list[int] | None:
+def _sizes(spaces: Mapping[str, Any], what: str, name: str) -> list[int] | None:
     """Each agent's size where agents' ``what`` spaces differ (``None`` where they are the same):
     rank-1 Boxes of one dtype, or Discrete spaces starting at 0; anything else one line."""
     first, *rest = spaces.values()
@@ -89,7 +89,7 @@ def _sizes(spaces: Mapping[str, gym.Space], what: str, name: str) -> list[int] |
     return [int(s.n) if discrete else int(s.shape[0]) for s in spaces.values()]
 
 
-def _padded(spaces: Mapping[str, gym.Space]) -> gym.Space:
+def _padded(spaces: Mapping[str, Any]) -> gym.Space:
     """The one space every agent's fits in: the largest Discrete, or a Box as long as the longest
     (each entry's bounds those of every agent that has it; padding entries 0)."""
     first = next(iter(spaces.values()))
@@ -106,7 +106,7 @@ def _padded(spaces: Mapping[str, gym.Space]) -> gym.Space:
 
 def _action_size(space: gym.Space) -> int:
     """How many actions (Discrete) or action entries (a 1-d Box) a row's mask has."""
-    return int(space.n) if isinstance(space, gym.spaces.Discrete) else int(space.shape[0])
+    return int(space.n) if isinstance(space, gym.spaces.Discrete) else int(cast(tuple[int], space.shape)[0])
 
 
 def _pad(values: Any, size: int) -> np.ndarray:
@@ -205,7 +205,7 @@ class AgentRows(gym.vector.VectorEnv):
         """One agent's observation as its row has it."""
         n = len(self.agents)
         if self._obs_sizes:
-            observation = _pad(observation, self._inner.shape[0])
+            observation = _pad(observation, cast(tuple[int], self._inner.shape)[0])
         if isinstance(self.single_observation_space, gym.spaces.Box):
             if self._ids:
                 return np.concatenate([np.asarray(observation, np.float32).reshape(-1), _one_hot(index, n)])
@@ -218,7 +218,9 @@ class AgentRows(gym.vector.VectorEnv):
                 raise ValueError(f"{self.name} gave info['action_mask'] at its first reset but not since")
             fields[ACTION_MASK] = allowed_actions(info[ACTION_MASK])
         if self._size_mask:  # (the agent's own actions, or action entries: the first n of the padded set)
-            own = _pad(np.ones(self._action_sizes[index], np.int8), _action_size(self.single_action_space))
+            own = _pad(
+                np.ones(cast(list[int], self._action_sizes)[index], np.int8), _action_size(self.single_action_space)
+            )
             fields[ACTION_MASK] = own if ACTION_MASK not in fields else own & _pad(fields[ACTION_MASK], len(own))
         if self._ids:
             fields[AGENT_ID] = _one_hot(index, n)
@@ -234,12 +236,13 @@ class AgentRows(gym.vector.VectorEnv):
             if self._ids:
                 row[-len(self.agents) :] = _one_hot(index, len(self.agents))
             return row
-        row = {k: np.zeros(s.shape, s.dtype) for k, s in space.spaces.items()}
-        if ACTION_MASK in row and isinstance(self.single_action_space, gym.spaces.Discrete):
-            row[ACTION_MASK][0] = 1  # (continuous actions: no entry in use, no gradient)
+        spaces: Mapping[str, Any] = cast(gym.spaces.Dict, space).spaces  # (Boxes, read as such)
+        fields = {k: np.zeros(s.shape, s.dtype) for k, s in spaces.items()}
+        if ACTION_MASK in fields and isinstance(self.single_action_space, gym.spaces.Discrete):
+            fields[ACTION_MASK][0] = 1  # (continuous actions: no entry in use, no gradient)
         if self._ids:
-            row[AGENT_ID] = _one_hot(index, len(self.agents))
-        return row
+            fields[AGENT_ID] = _one_hot(index, len(self.agents))
+        return fields
 
     def _rows(
         self, env: Any, observations: Mapping[str, Any], infos: Mapping[str, Any], playing: Any = None

@@ -28,7 +28,7 @@ allowed action stops the run (``check_action_mask``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -95,7 +95,7 @@ class BinaryPlanes(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        h, w, c = env.observation_space.shape
+        h, w, c = cast(tuple[int, int, int], env.observation_space.shape)
         self.observation_space = gym.spaces.Box(0, 1, (c, h, w), np.uint8)
 
     def observation(self, observation: Any) -> np.ndarray:
@@ -156,7 +156,7 @@ class ActionMaskKey(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        spaces = dict(env.observation_space.spaces)
+        spaces = dict(cast(gym.spaces.Dict, env.observation_space).spaces)
         spaces[ACTION_MASK] = gym.spaces.Box(0, 1, spaces[ACTION_MASK].shape, np.int8)
         self.observation_space = gym.spaces.Dict(spaces)
 
@@ -170,7 +170,7 @@ class DropActionMask(gym.ObservationWrapper):
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
         self.observation_space = gym.spaces.Dict(
-            {k: s for k, s in env.observation_space.spaces.items() if k != ACTION_MASK}
+            {k: s for k, s in cast(gym.spaces.Dict, env.observation_space).spaces.items() if k != ACTION_MASK}
         )
 
     def observation(self, observation: dict) -> dict:
@@ -188,13 +188,15 @@ def adapt_env(env: gym.Env, action_masks: bool = True) -> gym.Env:
     has_key = isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
     if has_key and not action_masks:
         return DropActionMask(env)
-    if has_key and isinstance(space.spaces[ACTION_MASK], (gym.spaces.Box, gym.spaces.MultiBinary)):
+    if has_key and isinstance(
+        cast(gym.spaces.Dict, space).spaces[ACTION_MASK], (gym.spaces.Box, gym.spaces.MultiBinary)
+    ):
         return ActionMaskKey(env)  # (other spaces: refused by the spec, in one line)
     if action_masks and not has_key:
         _, info = env.reset()  # (does the env give info masks? the vector env reseeds it)
         if ACTION_MASK in info:
             env = InfoActionMask(env)
-            _mask(info, int(env.action_space.n))  # (a wrong shape: raised now)
+            _mask(info, int(cast(gym.spaces.Discrete, env.action_space).n))  # (a wrong shape: raised now)
     return env
 
 

@@ -90,6 +90,7 @@ def env_maker(env_id: str, env_args: Mapping[str, Any] | None = None, turns: boo
     turn-based game, for ``shoal.envs.selfplay``)."""
     make = _constructor(env_id)
     env_args = dict(env_args or {})
+    parameters: Mapping[str, inspect.Parameter]
     try:
         parameters = inspect.signature(make).parameters
     except (TypeError, ValueError):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import jax
@@ -141,7 +141,7 @@ class SelfPlayRows(gym.vector.VectorEnv):
 
     def _opponent_moves(self, copies: list[int]) -> list[int]:
         moves: dict[int, int] = {}
-        snapshots = {}
+        snapshots: dict[int, tuple[Any, list[int]]] = {}  # version -> (params, copies)
         for c in copies:
             player = self._players[c]
             if player == "random":
@@ -164,7 +164,11 @@ class SelfPlayRows(gym.vector.VectorEnv):
     def _legal(self, env: Any) -> np.ndarray:
         obs = env.observe(env.agent_selection)
         mask = obs.get(ACTION_MASK) if isinstance(obs, Mapping) else None
-        return np.flatnonzero(mask) if mask is not None else np.arange(self.single_action_space.n)
+        return (
+            np.flatnonzero(mask)
+            if mask is not None
+            else np.arange(cast(gym.spaces.Discrete, self.single_action_space).n)
+        )
 
     def _random_move(self, c: int) -> int:
         return int(self._rng.choice(self._legal(self.envs[c])))

@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -215,11 +215,11 @@ def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[]
     function that returns its current RGB frame (see the module docstring)."""
     if is_atari(config.env.id) and config.env.factory is None:
         game = _atari_game(config.env.id)
-        env = gym.vector.SyncVectorEnv(
+        atari = gym.vector.SyncVectorEnv(
             [lambda: RenderedAtari(game, config.env.sticky_actions)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
         )
-        env.reset(seed=seed)
-        return env, lambda: env.envs[0].render()
+        atari.reset(seed=seed)
+        return atari, lambda: cast(np.ndarray, atari.envs[0].render())
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # (pygame draws off screen, and says nothing of it)
     env = make_vector_env(
         config.env.id,
@@ -233,7 +233,9 @@ def video_env(config: Any, seed: int) -> tuple[gym.vector.VectorEnv, Callable[[]
         global_state=config.multiagent.global_state,
         self_play=config.multiagent.self_play,
     )
-    return env, (env.render if isinstance(env, (AgentRows, SelfPlayRows)) else lambda: env.call("render")[0])
+    if isinstance(env, (AgentRows, SelfPlayRows)):
+        return env, cast(Callable[[], np.ndarray], env.render)
+    return env, lambda: cast(Any, env).call("render")[0]  # (a SyncVectorEnv or a wrapper of one)
 
 
 def _area_weights(size: int, out: int) -> np.ndarray:
