@@ -193,3 +193,18 @@ def test_a_resume_imports_a_plugin_agent_only_when_named_again(tmp_path, capsys)
     assert main(["tune", "--resume", str(tune_dir)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "names the plug-in agent my_agents:Builder: name it again" in err, err
+
+
+@pytest.mark.e2e  # (real training, in this process)
+def test_run_tune_from_python(tmp_path):
+    from shoal.launch.experiments.tune import run_tune
+
+    with pytest.raises(ValueError, match="seed: each trial sets it itself"):
+        run_tune("dqn", "CartPole-v1", 1, seed=3)
+    space = {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}, "n_step": {"choices": [1, 3]}}
+    summary = run_tune(
+        "dqn", "CartPole-v1", 1, space=space, out=str(tmp_path / "tune"), max_env_steps=1500, eval_every=500,
+        eval_episodes=2, num_envs=4,
+    )  # fmt: skip
+    assert summary["trials"] == {"complete": 1} and set(summary["best_settings"]) == {"learning_rate", "n_step"}
+    assert _states(tmp_path / "tune") == {0: "COMPLETE"}

@@ -23,6 +23,7 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shoal.core.files import check_run_directory
@@ -123,7 +124,7 @@ def default_tune_dir(agent: str, env_id: str) -> str:
     return os.path.join("runs", f"{stem}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
 
 
-def _settings(args: argparse.Namespace) -> Any:
+def _settings(args: argparse.Namespace) -> TuneSettings:
     """A new tune's settings from its flags (checked, nothing written)."""
     from shoal.agents import config_class  # lazy: JAX, off the CLI's path
 
@@ -161,9 +162,7 @@ def _settings(args: argparse.Namespace) -> Any:
     return settings
 
 
-def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) -> dict[str, Any]:
-    """Runs ``shoal tune``; returns its summary (``"terminated"``: the signal that stopped it)."""
-    jobs = 1 if args.jobs is None else args.jobs
+def _check_jobs_and_optuna(jobs: int) -> None:
     cores = os.cpu_count() or 1
     if not 1 <= jobs <= cores:
         raise ValueError(f"--jobs must be in [1, {cores}] on this machine ({cores} cores), got {jobs}")
@@ -171,6 +170,80 @@ def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) 
         import optuna  # noqa: F401 -- lazy: optional extra (tune)
     except ImportError:
         raise ValueError("shoal tune needs Optuna: pip install 'shoal[tune]' (or pip install optuna)") from None
+
+
+# (the flat names each trial's run sets itself)
+TRIAL_FIELDS = ("seed", "run_dir", "progress", "callbacks")
+
+
+def run_tune(
+    agent: str,
+    env_id: str,
+    trials: int,
+    *,
+    space: Mapping[str, Any] | str | None = None,
+    first_trials: Sequence[Mapping[str, Any]] = (),
+    out: str | None = None,
+    jobs: int = 1,
+    seeds: Sequence[int] = (0,),
+    objective: str = "iqm",
+    preset: str = "auto",
+    settings: Mapping[str, Any] | None = None,
+    startup_trials: int = 5,
+    sampler_seed: int = 0,
+    prune: bool = True,
+    stop: threading.Event | None = None,
+    **experiment: Any,
+) -> dict[str, Any]:
+    """``shoal tune`` from Python: a new tune of ``agent`` on ``env_id`` in ``out`` (default
+    ``runs/tune-<agent>-<env>-<time>``); returns the summary the command prints.
+
+    ``space``: a dict as a space file's ``space:`` (with ``first_trials``), a file's path, or
+    ``None`` (the agent's default space); ``settings``: agent settings every trial has (``--set``);
+    ``experiment``: experiment settings by flat name (``max_env_steps=20_000, eval_every=2_000``);
+    ``stop``: set it to stop the tune as SIGTERM does. Checked as the command checks them
+    (``ValueError``, one line, before anything is written). Resume with ``shoal tune --resume``."""
+    from shoal.agents import config_class  # lazy: JAX, off the CLI's path
+
+    _check_jobs_and_optuna(jobs)
+    config_cls = config_class(agent)
+    if isinstance(space, str):
+        space, first_trials = load_space_file(space)
+        where = "the space file"
+    elif space is None:
+        if agent not in DEFAULT_SPACES:
+            raise ValueError(f"{agent} has no default search space: give one (space=...)")
+        space, where = DEFAULT_SPACES[agent], f"{agent}'s default space"
+    else:
+        where = "the space"
+    taken = sorted(set(experiment) & set(TRIAL_FIELDS))
+    if taken:
+        raise ValueError(f"{', '.join(taken)}: each trial sets it itself (seeds=..., out=...)")
+    tune = TuneSettings(
+        agent=agent,
+        env_id=env_id,
+        trials=trials,
+        space=check_space(agent, config_cls, space, first_trials, where),
+        seeds=tuple(seeds),
+        objective=objective,
+        preset=preset,
+        fixed=dict(settings or {}),
+        experiment=dict(experiment),
+        startup_trials=startup_trials,
+        sampler_seed=sampler_seed,
+        prune=prune,
+    )
+    check_settings(tune)
+    tune_dir = out or default_tune_dir(agent, env_id)
+    check_run_directory(tune_dir, flag="out")
+    studies.check_new_directory(tune_dir, agent)
+    return execute(tune_dir, tune, jobs, stop)
+
+
+def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Runs ``shoal tune``; returns its summary (``"terminated"``: the signal that stopped it)."""
+    jobs = 1 if args.jobs is None else args.jobs
+    _check_jobs_and_optuna(jobs)
     if args.resume is not None:
         extra = [flag for dest, flag in NEW_TUNE_FLAGS.items() if getattr(args, dest) is not None]
         if extra:
@@ -189,11 +262,19 @@ def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) 
         tune_dir = args.out or default_tune_dir(args.agent, args.env)
         check_run_directory(tune_dir, flag="--out")
         studies.check_new_directory(tune_dir, settings.agent)
+    return execute(tune_dir, settings, jobs, stop, resumed=args.resume is not None)
+
+
+def execute(
+    tune_dir: str, settings: TuneSettings, jobs: int, stop: threading.Event | None = None, resumed: bool = False
+) -> dict[str, Any]:
+    """Runs a checked tune in ``tune_dir`` (``resumed``: its study exists) to its trials or
+    ``stop``; returns its summary."""
     stop = stop if stop is not None else threading.Event()
-    if args.resume is None:
+    if not resumed:
         studies.create(tune_dir, settings)
     with studies.locked(tune_dir):
-        if args.resume is not None:
+        if resumed:
             _write_settings(tune_dir, settings)
             _fail_stale_trials(tune_dir)
         print(
