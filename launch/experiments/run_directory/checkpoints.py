@@ -28,7 +28,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -184,7 +184,7 @@ def check_resumable(run_dir: str, run: dict[str, Any], agent: str, spec: Environ
             f"the checkpoint in {run_dir} is of agent {run['agent']!r}, but its config.json "
             f"names {agent!r}; resume it with its own config"
         )
-    saved, now = run.get("spec"), spec_record(spec)
+    saved, now = cast(dict[str, Any], run.get("spec")), spec_record(spec)
     if saved != now:  # (run.json's schema made it an object)
         diff = ", ".join(
             f"{key} {saved.get(key)} (checkpoint) vs {now.get(key)} (config.json)"

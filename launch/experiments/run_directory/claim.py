@@ -59,20 +59,23 @@ def claim_run_directory(
     First, before anything is written, the agent's factories that build nothing heavy are tried
     (``shoal.agents.builders.try_factories``): a builder that fails there is one line."""
     try_factories(config.builder, spec, config.make_networks)
-    run_dir = RunDirectory(config.run.dir).lock(resume=config.run.resume)
+    directory = config.run.dir
+    if directory is None:
+        raise ValueError("claim_run_directory needs a run directory (config.run.dir), got None")
+    run_dir = RunDirectory(directory).lock(resume=config.run.resume)
     try:
-        saved = read_run(config.run.dir)
+        saved = read_run(directory)
         if config.run.resume:
             if saved is None:
-                raise ValueError(f"run directory {config.run.dir!r} holds no checkpoint to resume")
-            recover_committed_replay(os.path.join(config.run.dir, "checkpoints"), saved.get("replay_checkpoint"))
-            check_resumable(config.run.dir, saved, config.builder.name, spec)
+                raise ValueError(f"run directory {directory!r} holds no checkpoint to resume")
+            recover_committed_replay(os.path.join(directory, "checkpoints"), saved.get("replay_checkpoint"))
+            check_resumable(directory, saved, config.builder.name, spec)
             # Reverb loads its latest checkpoint: make that the one run.json names.
-            keep_only_replay_checkpoint(os.path.join(config.run.dir, "checkpoints"), saved.get("replay_checkpoint"))
+            keep_only_replay_checkpoint(os.path.join(directory, "checkpoints"), saved.get("replay_checkpoint"))
         else:
             if saved is not None:
                 raise ValueError(
-                    f"run directory {config.run.dir!r} holds the checkpoints of an earlier run; "
+                    f"run directory {directory!r} holds the checkpoints of an earlier run; "
                     "continue it with --resume, or choose another --run-dir"
                 )
             run_dir.write_json("config.json", {**config.to_dict(), "launch": launch.record() if launch else None})

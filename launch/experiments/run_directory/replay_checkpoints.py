@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any
+from typing import Any, TypeGuard
 
 from shoal.launch.experiments.run_directory.directory import read_json
 
@@ -44,7 +44,7 @@ def keep_committed_replay(checkpoints: str) -> None:
     os.rename(partial, kept)
 
 
-def _one_name(name: Any) -> bool:
+def _one_name(name: Any) -> TypeGuard[str]:
     """Whether ``name`` is one directory entry's name (no path)."""
     return isinstance(name, str) and name not in ("", ".", "..") and os.sep not in name and "\0" not in name
 

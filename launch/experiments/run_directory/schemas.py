@@ -27,7 +27,7 @@ from shoal.launch.experiments.config_groups import FLAT_NAMES, GROUPS
 from shoal.launch.experiments.distributed.autoscale import AUTO  # (its bounds are checked with the other settings)
 from shoal.launch.experiments.run_directory.config_record import record_version
 
-LAUNCH_FIELDS = {
+LAUNCH_FIELDS: dict[str, Any] = {
     "launcher": str,
     "num_actors": int | str,
     "ray_address": str | None,
@@ -36,7 +36,13 @@ LAUNCH_FIELDS = {
     "params_via": str,
 }
 NOT_CHECKED = {("run", "resume")}  # (never recorded)
-EVALUATOR_FIELDS = {"next": int, "num_evals": int, "last_return": float | None, "last_at": int, "eval_s": float}
+EVALUATOR_FIELDS: dict[str, Any] = {
+    "next": int,
+    "num_evals": int,
+    "last_return": float | None,
+    "last_at": int,
+    "eval_s": float,
+}
 
 
 def check_config(path: str, saved: Any) -> None:
