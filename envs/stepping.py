@@ -85,6 +85,11 @@ class ThreadStepper:
             raise RuntimeError("a step is already in flight: recv() it first")
         self._future = self._pool.submit(self._env.step, actions)
 
+    def ready(self) -> bool:
+        """Whether the step in flight has returned (its results wait for ``recv``)."""
+        future = self._future
+        return future is not None and future.done()
+
     def recv(self, timeout_s: float) -> tuple:
         if self._future is None:
             raise RuntimeError("no step in flight: send() one first")
@@ -144,6 +149,7 @@ def serve(read_fd: int, write_fd: int) -> None:
     the results to ``write_fd``, until ``None`` (or the pipe closes)."""
     commands, results = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     env = _unpickled(commands.recv_bytes())  # (its own parent's pipe)
+    results.send_bytes(b"ready")
     try:
         while True:
             try:
@@ -167,7 +173,7 @@ class ProcessStepper:
 
     kind = "process"
 
-    def __init__(self, env: gym.vector.VectorEnv) -> None:
+    def __init__(self, env: gym.vector.VectorEnv, start_timeout_s: float = 120.0) -> None:
         try:
             data = portable(env)
         except Exception as e:  # noqa: BLE001 -- named, in one line
@@ -190,6 +196,24 @@ class ProcessStepper:
         self._finalizer = weakref.finalize(self, _end_worker, self._commands, self._results, self._process)
         self._commands.send_bytes(data)
         self._in_flight = False
+        self._await_start(start_timeout_s)
+
+    def _await_start(self, timeout_s: float) -> None:
+        """Waits until the worker holds the env (a fresh Python's imports: ~1 s), so that its
+        first step is not charged with them; one line if it ends or does not start in time."""
+        if not self._results.poll(timeout_s):
+            self.close()
+            raise RuntimeError(f"the env's worker process did not start within {timeout_s:g} s")
+        try:
+            started = self._results.recv_bytes() == b"ready"
+        except (EOFError, OSError):
+            started = False
+        if not started:
+            self.close()
+            raise RuntimeError(
+                f"the env's worker process ended as it started (exit code {self._process.poll()}; its "
+                "error, if any, is on stderr above)"
+            ) from None
 
     def send(self, actions: Any) -> None:
         if self._in_flight:
@@ -199,6 +223,14 @@ class ProcessStepper:
         except OSError as e:
             raise RuntimeError(f"the env's worker process ended (exit code {self._process.poll()}): {e}") from None
         self._in_flight = True
+
+    def ready(self) -> bool:
+        """Whether the step in flight has returned (its results wait in the pipe for ``recv``;
+        also read from the loop's stall watch: a poll of the pipe, which takes nothing from it)."""
+        try:
+            return self._in_flight and self._results.poll(0)
+        except (OSError, ValueError):  # (closed: nothing will come)
+            return False
 
     def recv(self, timeout_s: float) -> tuple:
         if not self._in_flight:

@@ -253,3 +253,22 @@ def test_the_flag_reaches_the_config(capsys, tmp_path):
     assert json.loads(capsys.readouterr().out.splitlines()[0])["env"]["actor_overlap"] == "process"
     assert main([*args, "--actor-overlap", "halves"]) == 2
     assert "invalid choice: 'halves'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overlap", ["thread", "process"])
+def test_a_loop_that_pauses_between_steps_is_no_stall(overlap, monkeypatch):
+    """An overlapped loop's next step is in flight between two ``step`` calls; a loop that pauses
+    there longer than the bound (a paced actor) is not stuck once the env has returned."""
+    monkeypatch.setenv("SHOAL_STEP_TIMEOUT_S", "1")
+    stalls = []
+    env = make_vector_env("CartPole-v1", 2, seed=0)
+    actor = BatchedActor(random_policy(False), jax.random.PRNGKey(0), VariableClient(Versions(10**9)), num_envs=2)
+    loop = EnvironmentLoop(env, actor, overlap=overlap, on_stall=stalls.append)
+    try:
+        for _ in range(3):  # (the worker is up: each step waited for its env)
+            loop.step()
+        time.sleep(3)  # (the watch looks every 0.25 s: 12 looks at a step sent 3 s ago)
+        loop.step()
+        assert stalls == []
+    finally:
+        loop.close()
