@@ -210,6 +210,7 @@ class ActorWorker:
                 flush=True,
             )
         self._logger.close()
+        loop.close()  # (its env's worker, if it overlaps: ended, not left to the process's exit)
         return summary(loop.stopwatch, wall_s, env_steps=loop.env_steps, steps_per_s=loop.env_steps / max(wall_s, 1e-9))
 
     def _act(self) -> None:
