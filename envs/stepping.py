@@ -61,8 +61,8 @@ def resolve_overlap(overlap: str, env: gym.vector.VectorEnv) -> str:
     """What ``"auto"`` means for ``env`` (other values are returned as they are): ``"thread"``
     for an env that steps outside the GIL (``steps_off_gil``: Atari on ale-py or EnvPool, where
     the policy and the adder then run while its C++ threads step), else ``"off"``. Measured on 2
-    cores (``docs/benchmarks.md``, "Actors that overlap"): the Atari actor gains 12-20%; a
-    classic-control env loses by either overlap (its 16 envs step in 50-200 us, about what the
+    cores (``docs/benchmarks.md``, "Actors that overlap"): the Atari actor gained 12-20% on a
+    quiet machine (-5% to +22% under a load of 4-6); a classic-control env loses by either overlap (its 16 envs step in 50-200 us, about what the
     hand-over to a thread or a process and back costs), so ``"process"`` is a choice, not a default."""
     check_overlap(overlap)
     if overlap != "auto":
