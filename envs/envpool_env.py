@@ -27,7 +27,8 @@ def is_envpool(env_id: str) -> bool:
     return env_id.startswith(PREFIX)
 
 
-def _envpool():
+def _envpool() -> Any:
+    """The ``envpool`` module (the envpool extra; a one-line ``ValueError`` naming it if absent)."""
     try:
         import envpool  # lazy: optional extra (envpool)
     except ImportError:
@@ -36,6 +37,11 @@ def _envpool():
             "(wheels for Linux x86-64, CPython 3.11 and 3.12)"
         ) from None
     return envpool
+
+
+def _task_spec(task: str) -> Any:
+    """EnvPool's registered spec of ``task`` (its import path, spec class and env classes), or ``None``."""
+    return _envpool().registration.registry.specs.get(task)
 
 
 def task_id(env_id: str) -> str:
@@ -54,9 +60,7 @@ def task_id(env_id: str) -> str:
 
 def is_atari_task(task: str) -> bool:
     """Whether ``task`` is one of EnvPool's Atari games (``Pong-v5``)."""
-    import envpool.registration as registration  # lazy: optional extra (envpool)
-
-    spec = registration.registry.specs.get(task)  # (import path, spec class, env classes)
+    spec = _task_spec(task)
     return spec is not None and "atari" in str(spec).lower()
 
 
@@ -80,9 +84,7 @@ def _protocol(task: str, sticky_actions: float) -> dict:
 
 def is_classic_task(task: str) -> bool:
     """Whether ``task`` is one of EnvPool's classic-control tasks (``CartPole-v1``)."""
-    import envpool.registration as registration  # lazy: optional extra (envpool)
-
-    spec = registration.registry.specs.get(task)
+    spec = _task_spec(task)
     return spec is not None and "classic_control" in str(spec)
 
 
@@ -90,9 +92,7 @@ def default_threads(task: str, num_envs: int) -> int:
     """EnvPool's threads for ``task``: 1 for a classic-control task (a step of 16 CartPoles takes
     78 us in one thread, 147 us in two: handing the work over costs more than it does), else one
     per core up to ``num_envs`` (8 Pongs: 2.7 ms a step in one thread, 2.2 ms in two, on 2 cores)."""
-    import envpool.registration as registration  # lazy: optional extra (envpool)
-
-    spec = registration.registry.specs.get(task)
+    spec = _task_spec(task)
     if spec is not None and "classic_control" in str(spec):
         return 1
     return max(1, min(num_envs, os.cpu_count() or 1))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,6 +22,16 @@ PREFIX = "pettingzoo:"
 def is_pettingzoo(env_id: Any) -> bool:
     """Whether ``env_id`` names a PettingZoo env (``pettingzoo:<module>[:<function>]``)."""
     return isinstance(env_id, str) and env_id.startswith(PREFIX)
+
+
+def _pettingzoo() -> Any:
+    """PettingZoo's two env classes and its AEC-to-parallel conversion (the pettingzoo extra, which
+    importing a ``pettingzoo:`` id's module has already required)."""
+    from pettingzoo.utils import conversions, env  # lazy: optional extra (pettingzoo)
+
+    return types.SimpleNamespace(
+        AECEnv=env.AECEnv, ParallelEnv=env.ParallelEnv, aec_to_parallel=conversions.aec_to_parallel
+    )
 
 
 def _constructor(env_id: str) -> Callable[..., Any]:
@@ -53,25 +64,20 @@ def _constructor(env_id: str) -> Callable[..., Any]:
                 "(PettingZoo's parallel and AEC constructors)"
             )
         make = getattr(module, function)
-    from pettingzoo.utils.env import AECEnv, ParallelEnv  # lazy: optional extra (pettingzoo)
-
-    check_env_callable(make, function, what, (ParallelEnv, AECEnv))  # (before it is called)
+    check_env_callable(make, function, what, (_pettingzoo().ParallelEnv, _pettingzoo().AECEnv))  # (before it is called)
     return make  # (the env it makes says which API it has)
 
 
 def _as_parallel(env: Any, env_id: str) -> Any:
     """``env`` as a PettingZoo parallel env (an AEC env converted), or a one-line ``ValueError``."""
-    from pettingzoo.utils.env import AECEnv, ParallelEnv  # lazy: optional extra (pettingzoo)
-
-    if isinstance(env, ParallelEnv) or (
-        hasattr(env, "possible_agents") and hasattr(env, "step") and not isinstance(env, AECEnv)
+    pettingzoo = _pettingzoo()
+    if isinstance(env, pettingzoo.ParallelEnv) or (
+        hasattr(env, "possible_agents") and hasattr(env, "step") and not isinstance(env, pettingzoo.AECEnv)
     ):
         return env
-    if isinstance(env, AECEnv):
-        from pettingzoo.utils.conversions import aec_to_parallel  # lazy: optional extra (pettingzoo)
-
+    if isinstance(env, pettingzoo.AECEnv):
         try:
-            return aec_to_parallel(env)
+            return pettingzoo.aec_to_parallel(env)
         except AssertionError as e:  # (PettingZoo refuses envs whose agents act in turns)
             env.close()
             reason = " ".join(str(e).split())
@@ -120,10 +126,8 @@ def _make(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) ->
 
 
 def _make_turns(make: Callable[..., Any], env_id: str, env_args: Mapping[str, Any]) -> Any:
-    from pettingzoo.utils.env import AECEnv  # lazy: optional extra (pettingzoo)
-
     env = _called(make, env_id, env_args)
-    if not isinstance(env, AECEnv):
+    if not isinstance(env, _pettingzoo().AECEnv):
         env.close()
         raise ValueError(
             f"--self-play takes a turn-based game (a PettingZoo AEC env, e.g. "

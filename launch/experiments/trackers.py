@@ -97,6 +97,7 @@ class WandbBackend(Backend):
         os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
         import wandb  # lazy: optional extra (wandb)
 
+        self._wandb = wandb
         self._run = wandb.init(
             project=os.environ.get("WANDB_PROJECT", "shoal"),
             name=os.path.basename(os.path.abspath(run_dir)),
@@ -124,10 +125,8 @@ class WandbBackend(Backend):
             self._run.log({f"{label}/{key}": value for key, value in row.items()})
 
     def video(self, path: str, env_steps: int) -> None:
-        import wandb  # lazy: optional extra (wandb)
-
         self._define("eval")
-        self._run.log({"eval/video": wandb.Video(path, format="mp4"), "eval/env_steps": env_steps})
+        self._run.log({"eval/video": self._wandb.Video(path, format="mp4"), "eval/env_steps": env_steps})
 
     def finish(self, result: dict[str, Any] | None) -> None:
         if result is not None:
@@ -150,7 +149,7 @@ class MlflowBackend(Backend):
         for name, value in MLFLOW_HTTP.items():
             os.environ.setdefault(name, value)
         from mlflow import MlflowClient  # lazy: optional extra (mlflow)
-        from mlflow.entities import Param  # lazy: optional extra (mlflow)
+        from mlflow.entities import Metric, Param  # lazy: optional extra (mlflow)
 
         for name in ("mlflow", "alembic"):
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -158,6 +157,7 @@ class MlflowBackend(Backend):
         given = os.environ.get("MLFLOW_TRACKING_URI")
         self._uri = given or f"sqlite:///{os.path.abspath('mlflow.db')}"
         self._client = client = MlflowClient(tracking_uri=self._uri)
+        self._metric = Metric
         self._run_dir = run_dir
         if resume_id is not None:
             client.update_run(resume_id, status="RUNNING")
@@ -184,10 +184,8 @@ class MlflowBackend(Backend):
 
     def _log_metrics(self, values: Sequence[tuple[str, float, int]]) -> None:
         """``(key, value, step)`` triples, in batches of MLflow's most (1000 a call)."""
-        from mlflow.entities import Metric  # lazy: optional extra (mlflow)
-
         now = int(time.time() * 1000)
-        metrics = [Metric(key, value, now, step) for key, value, step in values]
+        metrics = [self._metric(key, value, now, step) for key, value, step in values]
         for first in range(0, len(metrics), 1000):
             self._client.log_batch(self._id, metrics=metrics[first : first + 1000])
 

@@ -31,7 +31,7 @@ from shoal.actors.loops import evaluate
 from shoal.agents.registry import agent_name
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
-from shoal.launch.experiments.run_directory.checkpoints import _readable, read_run
+from shoal.launch.experiments.run_directory.checkpoints import _readable, orbax_checkpoint, read_run
 from shoal.launch.experiments.run_directory.claim import load_run
 
 MAX_EPISODES = 100_000  # the most episodes one evaluate_run plays (shoal evaluate --episodes)
@@ -152,7 +152,7 @@ def checkpoints(run_dir: str) -> list[int]:
 def _params(run_dir: str, builder: Any, networks: Any, step: int) -> Any:
     """The parameters of learner checkpoint ``step`` (restored into the structure of
     ``builder.init_state``; without one, read as saved and its ``params`` taken)."""
-    import orbax.checkpoint as ocp  # lazy: orbax (0.2 s), only where a checkpoint is read
+    ocp = orbax_checkpoint()
 
     manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
     template = builder.init_state(jax.random.PRNGKey(0), networks)

@@ -25,7 +25,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from shoal.replay.reverb.sampler import ReverbSampler
+from shoal.replay.reverb.sampler import ReverbSampler, full_reverb
 
 _native: tuple[Any, Any, Any] | None = None  # (pybind, trajectory_writer, errors) modules
 
@@ -46,8 +46,7 @@ def reverb_modules() -> tuple[Any, Any, Any]:
 
 
 def _full_modules() -> tuple[Any, Any, Any]:
-    import reverb  # lazy: Reverb's full import (TensorFlow)
-
+    reverb = full_reverb()
     return reverb.pybind, reverb.trajectory_writer, reverb.errors
 
 
@@ -159,9 +158,7 @@ class ReverbClient:
 
     def _full(self) -> Any:
         if self._reverb is None:
-            import reverb  # lazy: Reverb's full import (TensorFlow)
-
-            self._reverb = reverb.Client(self.server_address)
+            self._reverb = full_reverb().Client(self.server_address)
         return self._reverb
 
 

@@ -20,6 +20,14 @@ import tree
 from shoal.replay.contract import SampledItems, SampleInfo
 
 
+def full_reverb() -> Any:
+    """The ``reverb`` package, fully imported: it imports TensorFlow, so only what uses Reverb's own
+    Python API (its dataset, a look at a table, checkpoints) pays for it."""
+    import reverb  # lazy: Reverb's full import (TensorFlow)
+
+    return reverb
+
+
 class ReverbSampler:
     """Items of ``table`` on the Reverb server at ``address``, ``items_per_update`` at a time."""
 
@@ -53,8 +61,9 @@ class ReverbSampler:
 
     def _open(self) -> Any:
         """Reverb's TensorFlow dataset of the table (the import of TensorFlow happens here)."""
-        import reverb  # lazy: imports TensorFlow: only a process that samples on Reverb
-        import tensorflow as tf  # lazy: imports TensorFlow: only a process that samples on Reverb
+        import tensorflow as tf  # lazy: only a process that samples on Reverb imports TensorFlow
+
+        reverb = full_reverb()
 
         dataset = reverb.TrajectoryDataset.from_table_signature(
             self._address,
@@ -73,9 +82,7 @@ class ReverbSampler:
     def example(self, num_items: int) -> SampledItems:
         """Zeros shaped as the table's items (its signature read from the server: this imports
         TensorFlow; an agent's ``example_batch`` gives the same without)."""
-        import reverb  # lazy: imports TensorFlow, as above
-
-        signature = reverb.Client(self._address).server_info(timeout=int(self._timeout_s))[self._table].signature
+        signature = full_reverb().Client(self._address).server_info(timeout=int(self._timeout_s))[self._table].signature
         data = tree.map_structure(lambda spec: np.zeros((num_items, *spec.shape), spec.dtype.as_numpy_dtype), signature)
         return SampledItems(data, SampleInfo.zeros(num_items))
 

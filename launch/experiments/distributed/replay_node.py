@@ -43,6 +43,14 @@ def _name(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
+def _backends() -> Any:
+    """``shoal.replay.backends``, imported where replay is served or used (it imports gymnasium): a
+    node that only passes a replay handle on (the counter) loads no backend."""
+    from shoal.replay import backends  # lazy: a handle's holder loads no backend
+
+    return backends
+
+
 class ReplayNode(Node):
     kind = "replay"
 
@@ -54,11 +62,9 @@ class ReplayNode(Node):
         backend: str | None = None,
         seed: int = 0,
     ) -> None:
-        from shoal.replay.backends import check_backend  # lazy: a handle's holder loads no backend
-
         super().__init__()
         self.tables, self.checkpoint_dir, self.checkpoint = tables, checkpoint_dir, checkpoint
-        self.backend, self.seed = check_backend(backend), seed
+        self.backend, self.seed = _backends().check_backend(backend), seed
 
     def make_tables(self) -> list:
         return self.tables() if callable(self.tables) else list(self.tables)
@@ -70,10 +76,9 @@ class ReplayNode(Node):
 
     def make_client(self, address: str, ctx: NodeContext) -> Any:
         from shoal.launch.programs.rpc import RpcClient  # lazy: grpc, only nodes that use replay
-        from shoal.replay.backends import remote_client  # lazy: a handle's holder loads no backend
 
         # (native: calls wait server-side at most their own timeout, 120 s: the deadline is beyond it)
-        return remote_client(
+        return _backends().remote_client(
             self.backend,
             address,
             rpc=lambda: RpcClient(address, token=ctx.token, timeout_s=NATIVE_CALL_TIMEOUT_S),
@@ -81,14 +86,12 @@ class ReplayNode(Node):
         )
 
     def run(self, ctx: NodeContext) -> None:
-        from shoal.replay.backends import make_replay_server  # lazy: a handle's holder loads no backend
-
         if self.checkpoint:
             self._check_checkpoint()
         if self.backend == "native":  # (served by Shoal's RPC layer, which replay does not import)
             return self._run_native(ctx)
         server = ctx.serve(
-            lambda port: make_replay_server(
+            lambda port: _backends().make_replay_server(
                 self.make_tables(), "reverb", port=port or None, checkpoint_dir=self.checkpoint_dir
             ),
             "replay server",
@@ -101,19 +104,19 @@ class ReplayNode(Node):
 
     def _run_native(self, ctx: NodeContext) -> None:
         from shoal.launch.programs.rpc import RpcServer  # lazy: grpc, only nodes that use replay
-        from shoal.replay.backends import (  # lazy: a handle's holder loads no backend
-            NATIVE_SERVICE_METHODS,
-            make_replay_server,
-        )
 
-        replay = make_replay_server(self.make_tables(), "native", checkpoint_dir=self.checkpoint_dir, seed=self.seed)
+        backends = _backends()
+
+        replay = backends.make_replay_server(
+            self.make_tables(), "native", checkpoint_dir=self.checkpoint_dir, seed=self.seed
+        )
         server = ctx.serve(
             lambda port: RpcServer(
                 replay,
                 host=ctx.bind_host,
                 port=port,
                 token=ctx.token,
-                methods=NATIVE_SERVICE_METHODS,
+                methods=backends.NATIVE_SERVICE_METHODS,
                 max_workers=NATIVE_WORKERS,
             ),
             "replay server",

@@ -45,6 +45,13 @@ from shoal.launch.experiments.run_directory.self_play_pools import keep_only_poo
 from shoal.replay.backends import check_checkpoint_files
 
 
+def orbax_checkpoint() -> Any:
+    """``orbax.checkpoint``, imported by the runs that save or read a learner checkpoint only (0.2 s)."""
+    import orbax.checkpoint as ocp  # lazy: orbax (0.2 s), only runs that checkpoint
+
+    return ocp
+
+
 def digest(tree: Any) -> str:
     """A SHA-256 of every leaf's dtype, shape and bytes: equal digests, bit-identical states."""
     h = hashlib.sha256()
@@ -71,7 +78,7 @@ class Checkpointer:
     """Writes the learner's state (orbax) and Reverb's checkpoint of ``run_dir``'s run."""
 
     def __init__(self, run_dir: str) -> None:
-        import orbax.checkpoint as ocp  # lazy: orbax (0.2 s), only runs that checkpoint
+        ocp = orbax_checkpoint()
 
         self._ocp = ocp
         self.directory = os.path.join(os.path.abspath(run_dir), "checkpoints")  # (orbax wants absolute paths)
@@ -239,7 +246,7 @@ def check_learner_checkpoint(run_dir: str, run: dict[str, Any]) -> None:
     """Reads the learner checkpoint ``run`` names through (as host arrays, then dropped), so a
     damaged or foreign file is refused in one ``ValueError`` naming it before a resumed run
     writes anything or starts a node."""
-    import orbax.checkpoint as ocp  # lazy: orbax (0.2 s), only where a checkpoint is read or written
+    ocp = orbax_checkpoint()
 
     with _readable(run_dir, run):
         manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
@@ -267,7 +274,7 @@ def _readable(run_dir: str, run: dict[str, Any]) -> Iterator[None]:
 
 def restore_learner(run_dir: str, learner: Any, run: dict[str, Any]) -> str:
     """Restores ``learner`` to the checkpoint ``run`` names; returns the restored state's digest."""
-    import orbax.checkpoint as ocp  # lazy: orbax (0.2 s), only where a checkpoint is read or written
+    ocp = orbax_checkpoint()
 
     manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
     template = jax.tree_util.tree_map(np.asarray, learner.save())
