@@ -143,8 +143,9 @@ def make_dispatch(iteration: Any, placement: Placement) -> Any:
     def run(carry: Carry, n: jax.Array) -> tuple[Carry, dict]:
         zero = jnp.zeros((), jnp.float32)
         carry = carry._replace(episodes=zero, return_sum=zero, length_sum=zero)
-        carry, metrics = iteration(carry)
-        return jax.lax.fori_loop(1, n, lambda _, cm: iteration(cm[0]), (carry, metrics))
+        shapes = jax.eval_shape(iteration, carry)[1]  # (the metrics' structure: iteration traced once more, not compiled)
+        metrics = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+        return jax.lax.fori_loop(0, n, lambda _, cm: iteration(cm[0]), (carry, metrics))
 
     split = P(AXIS_NAME)
     specs = Carry(P(), split, split, split, P(), P(), P(), P(), P())
@@ -242,6 +243,7 @@ def _train(
         evaluation = evaluation.lower(carry.train.params, jax.random.PRNGKey(0)).compile()
     target = config.resolved_target_return()
     env_steps = updates = num_evals = 0
+    sgd_steps = c.num_epochs * c.num_minibatches  # per update
     last_return: float | None = None
     eval_s, first_step_s = 0.0, None
 
@@ -276,11 +278,12 @@ def _train(
         if first_step_s is None:
             first_step_s = process_seconds()
         env_steps, updates = env_steps + todo * steps_per_iteration, updates + todo
+        learner_steps = updates * sgd_steps  # (SGD steps, as the replay-backed learner counts them)
         episodes, return_sum, length_sum = (float(x) for x in stats)
         row = {
             "env_steps": env_steps,
             "steps_per_s": todo * steps_per_iteration / max(time.monotonic() - t0, 1e-9),
-            "learner_steps": updates,
+            "learner_steps": learner_steps,
             "episodes": int(episodes),
             "episode_return": return_sum / episodes if episodes else float("nan"),
             "episode_length": length_sum / episodes if episodes else float("nan"),
@@ -288,7 +291,9 @@ def _train(
             "wall_s": time.monotonic() - start,
         }
         loggers["train"].write(row)
-        loggers["learner"].write({"learner_steps": updates, **{k: float(v) for k, v in metrics.items()}})
+        loggers["learner"].write(
+            {"learner_steps": learner_steps, "updates": updates, **{k: float(v) for k, v in metrics.items()}}
+        )
         if progress is not None:
             progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps", "episode_return")})
         last_return = evaluate()
@@ -306,7 +311,7 @@ def _train(
         "train_s": round(wall_s - eval_s, 3),
         "eval_s": round(eval_s, 3),
         "final_eval_return": last_return,
-        "learner_steps": int(updates),
+        "learner_steps": int(updates * sgd_steps),
         "num_evals": num_evals,
         "launcher": "anakin",
         "devices": len(placement.devices),

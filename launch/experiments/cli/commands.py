@@ -186,18 +186,18 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         name = getattr(config.builder, "name", None) or args.agent.rpartition(":")[2]
         config = config.replace(run_dir=default_run_dir(name, args.env, args.seed))
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
+    from shoal.envs.jax_envs import is_jax_env  # lazy: only a new run asks
+
+    if distributed_only and (args.launcher == "anakin" or (args.launcher is None and is_jax_env(args.env))):
+        raise ValueError(
+            f"{', '.join(distributed_only)} apply to a distributed program; --launcher anakin runs the envs "
+            "and the update in one compiled function on this machine's devices (set --num-envs instead)"
+        )
     if args.launcher is None and distributed_only:
         raise ValueError(
             f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
             "processes, inprocess or ray (or drop them: one process runs one actor and uses no ports "
             "nor resources)"
-        )
-    from shoal.envs.jax_envs import is_jax_env  # lazy: only a new run asks
-
-    if args.launcher == "anakin" and distributed_only:
-        raise ValueError(
-            f"{', '.join(distributed_only)} apply to a distributed program; --launcher anakin runs the envs "
-            "and the update in one compiled function on this machine's devices (set --num-envs instead)"
         )
     if args.launcher not in (None, "anakin") and is_jax_env(args.env):
         raise ValueError(
