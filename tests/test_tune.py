@@ -118,7 +118,7 @@ def test_a_study_of_another_agent_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.e2e  # (real training: 3 trials, then shoal train from the preset)
-def test_a_tiny_tune_prunes_the_hopeless_trial_and_writes_a_preset_that_trains(tmp_path):
+def test_a_tiny_tune_prunes_the_hopeless_trial_and_writes_a_preset_that_trains(tmp_path, capsys):
     # trial 0 the default learning rate, trial 1 one that cannot learn (1e-9), trial 2 sampled
     space = "space:\n  learning_rate: {low: 1.0e-9, high: 1.0e-2, log: true}\n"
     space += "first_trials:\n  - {learning_rate: 0.004}\n  - {learning_rate: 1.0e-9}\n"
@@ -140,22 +140,23 @@ def test_a_tiny_tune_prunes_the_hopeless_trial_and_writes_a_preset_that_trains(t
     assert preset["agent"] == "dqn" and preset["base_preset"] == "dqn/classic"
     assert summary["best_settings"].items() <= preset["settings"].items()
     assert preset["experiment"]["max_env_steps"] == 3000
-    status = run_shoal("status", str(out), timeout=120)
-    assert status.returncode == 0 and "pruned" in status.stdout and "best: trial" in status.stdout, status.stderr
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0  # (in this process: the CLI's code, without a start)
+    status = capsys.readouterr().out
+    assert "pruned" in status and "best: trial" in status, status
     run_dir = tmp_path / "trained"
-    trained = run_shoal(
+    assert main([
         "train", "--agent", "dqn", "--env", "CartPole-v1", "--preset", str(out / "best_preset.json"),
-        "--max-env-steps", "1500", "--run-dir", str(run_dir), "--quiet", timeout=300,
-    )  # fmt: skip
-    assert trained.returncode == 0, trained.stderr
-    assert json.loads(trained.stdout.strip().splitlines()[-1])["env_steps"] == 1500
+        "--max-env-steps", "1500", "--run-dir", str(run_dir), "--quiet",
+    ]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["env_steps"] == 1500
     config = json.loads((run_dir / "config.json").read_text())
     assert config["preset"] == "dqn/file:best_preset.json"
     assert config["agent_config"]["learning_rate"] == preset["settings"]["learning_rate"]
 
 
 @pytest.mark.e2e  # (real training in a shoal tune process, stopped and resumed)
-def test_sigterm_keeps_the_finished_trial_and_resume_goes_on(tmp_path):
+def test_sigterm_keeps_the_finished_trial_and_resume_goes_on(tmp_path, capsys):
     space = (
         "space:\n  learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}\nfirst_trials:\n  - {learning_rate: 0.004}\n"
     )
@@ -165,9 +166,12 @@ def test_sigterm_keeps_the_finished_trial_and_resume_goes_on(tmp_path):
         "tune", *argv, "--out", str(out), *TINY, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:  # the event: trial 0 finished and trial 1 evaluated once (it is mid-run)
-        wait_for(lambda: _states(out).get(0) == "COMPLETE" and csv_rows(out / "trials/1/s0/eval.csv"), 240, "trial 1")
+        mid_run = lambda: _states(out).get(0) == "COMPLETE" and csv_rows(out / "trials/1/s0/eval.csv")  # noqa: E731
+        wait_for(lambda: mid_run() or tune.poll() is not None, 600, "trial 1's first evaluation")
+        ended_early = tune.poll() is not None
         tune.send_signal(signal.SIGTERM)
-        stdout, stderr = tune.communicate(timeout=120)
+        stdout, stderr = tune.communicate(timeout=300)
+        assert not ended_early, f"the tune ended before trial 1 ran (states {_states(out)}): {stderr}"
     finally:
         if tune.poll() is None:
             tune.kill()
@@ -181,8 +185,10 @@ def test_sigterm_keeps_the_finished_trial_and_resume_goes_on(tmp_path):
     assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "COMPLETE"]
     assert study.trials[0].value == first  # (kept, not run again)
     assert study.trials[2].params != study.trials[1].params  # (the resumed sampler draws afresh)
-    status = run_shoal("status", str(out), timeout=120)
-    assert "interrupted" in status.stdout and "2 trials (2 complete, 1 interrupted)" in status.stdout, status.stdout
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    status = capsys.readouterr().out
+    assert "interrupted" in status and "2 trials (2 complete, 1 interrupted)" in status, status
 
 
 def test_a_resume_imports_a_plugin_agent_only_when_named_again(tmp_path, capsys):
