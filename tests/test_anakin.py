@@ -173,3 +173,19 @@ def test_without_gymnax_a_jax_env_is_one_line_naming_the_install(tmp_path, capsy
         "pip install -e '.[gymnax]' && pip install --no-deps \"gymnax==1.0.1\""
     ]
     assert not (tmp_path / "run").exists()
+
+
+def test_your_own_jax_env_registered_with_gymnax_trains_by_id():
+    """docs/anakin.md's route for an env of your own: gymnax's functional API (here gymnax's older
+    five values, and no reset of its own: the adapter resets it), registered with gymnax."""
+    import gymnax
+
+    from tests.test_jax_envs import CountTo
+
+    if "ShoalCountTo-v0" not in gymnax.registered_envs:
+        gymnax.register("ShoalCountTo-v0", CountTo)
+    config = experiment_config(
+        "ppo", "gymnax:ShoalCountTo-v0", max_env_steps=2048, eval_every=512, target_return=3.0, progress=False
+    )
+    result = run_anakin(config)
+    assert result["solved"] and result["final_eval_return"] == 3.0 and result["num_evals"] == 1, result

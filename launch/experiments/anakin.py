@@ -239,6 +239,7 @@ def _train(
     with stopwatch.time("compile"):
         dispatch = make_dispatch(make_iteration(builder, networks, venv), placement)
         dispatch = dispatch.lower(carry, jnp.int32(per_dispatch)).compile()
+    with stopwatch.time("compile_evaluation"):
         evaluation = make_evaluation(builder, networks, venv, config.evaluation.episodes)
         evaluation = evaluation.lower(carry.train.params, jax.random.PRNGKey(0)).compile()
     target = config.resolved_target_return()
