@@ -189,3 +189,14 @@ def test_your_own_jax_env_registered_with_gymnax_trains_by_id():
     )
     result = run_anakin(config)
     assert result["solved"] and result["final_eval_return"] == 3.0 and result["num_evals"] == 1, result
+
+
+def test_continuous_actions_train_in_the_compiled_loop(tmp_path):
+    """PPO's Gaussian policy on gymnax's Pendulum (Box actions, clipped to the space by the
+    adapter): a few dispatches run and evaluate (Pendulum has no registered threshold)."""
+    config = experiment_config(
+        "ppo", "gymnax:Pendulum-v1", max_env_steps=2048, eval_every=1024, run_dir=str(tmp_path / "run"), progress=False
+    )
+    result = run_anakin(config)
+    assert not result["solved"] and result["num_evals"] == 2 and -2000 < result["final_eval_return"] < 0, result
+    assert len(rows(tmp_path / "run" / "learner.csv")) == 2
