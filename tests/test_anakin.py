@@ -7,6 +7,7 @@ asks for gymnasium < 1.4), so no extra of ``dev`` can bring it: CI, which instal
 skips this file (docs/anakin.md)."""
 
 import csv
+import json
 import os
 import sys
 
@@ -200,3 +201,19 @@ def test_continuous_actions_train_in_the_compiled_loop(tmp_path):
     result = run_anakin(config)
     assert not result["solved"] and result["num_evals"] == 2 and -2000 < result["final_eval_return"] < 0, result
     assert len(rows(tmp_path / "run" / "learner.csv")) == 2
+
+
+def test_a_resumed_run_continues_exactly(tmp_path, capsys, monkeypatch):
+    """Stopped at 2,048 env steps (its last checkpoint) and resumed with ``shoal train --resume``
+    to 4,096, a run logs what the run that never stopped logs, row by row."""
+    monkeypatch.chdir(tmp_path)
+    run_anakin(short(run_dir=str(tmp_path / "whole")))
+    flags = ["--eval-every", "1024", "--target-return", "1e9", "--quiet"]
+    first = ["train", "--agent", "ppo", "--env", "gymnax:CartPole-v1", "--max-env-steps", "2048", *flags]
+    assert main([*first, "--run-dir", str(tmp_path / "parts")]) == 0
+    assert main(["train", "--resume", str(tmp_path / "parts"), "--max-env-steps", "4096", "--quiet"]) == 0
+    resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert resumed["resumed_from"] == 2048 and resumed["env_steps"] == 4096, resumed
+    for name, columns in (("eval.csv", ["env_steps", "eval_return"]), ("learner.csv", ["learner_steps", "loss"])):
+        whole, parts = (rows(tmp_path / run / name) for run in ("whole", "parts"))
+        assert [[r[c] for c in columns] for r in parts] == [[r[c] for c in columns] for r in whole], name

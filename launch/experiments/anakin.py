@@ -16,8 +16,9 @@ over them (``shard_map`` on the learner's mesh, ``shoal.learners.placement``): e
 Evaluation plays ``eval_episodes`` envs greedily (PPO's evaluation policy) to their first
 episode's end, in one jitted ``while_loop``. A run writes ``config.json``, the CSV logs
 (``train``, ``learner``, ``eval``) and ``result.json`` in its run directory, and returns the
-result line the other runners return (with ``"launcher": "anakin"``). Not yet: checkpoints and
-resume, callbacks, videos, recurrent PPO and the other agents.
+result line the other runners return (with ``"launcher": "anakin"``). It checkpoints every
+``checkpoint_every_s`` and at its end (at a dispatch's end: ``anakin_checkpoints``), and a resumed
+run continues exactly. Not yet: callbacks, videos, recurrent PPO and the other agents.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.core.types import ActorInfo
 from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_env
+from shoal.launch.experiments.anakin_checkpoints import restore_checkpoint, save_checkpoint
 from shoal.launch.experiments.config import ExperimentConfig
+from shoal.launch.experiments.run_directory.checkpoints import Checkpointer, Periodic
 from shoal.launch.experiments.run_directory.claim import claim_run_directory
 from shoal.learners.placement import Placement, shard_map
 from shoal.learners.updates import AXIS_NAME
@@ -62,7 +65,7 @@ class Carry(NamedTuple):
     length_sum: jax.Array  # ... and of their lengths
 
 
-def check_anakin(config: ExperimentConfig, num_devices: int, launcher_given: bool = True) -> None:
+def check_anakin(config: ExperimentConfig, num_devices: int) -> None:
     """One ``ValueError`` line for what the compiled loop does not run (before anything is made)."""
     if not is_jax_env(config.env.id):
         raise ValueError(
@@ -143,13 +146,22 @@ def make_dispatch(iteration: Any, placement: Placement) -> Any:
     def run(carry: Carry, n: jax.Array) -> tuple[Carry, dict]:
         zero = jnp.zeros((), jnp.float32)
         carry = carry._replace(episodes=zero, return_sum=zero, length_sum=zero)
-        shapes = jax.eval_shape(iteration, carry)[1]  # (the metrics' structure: iteration traced once more, not compiled)
+        shapes = jax.eval_shape(iteration, carry)[
+            1
+        ]  # (the metrics' structure: iteration traced once more, not compiled)
         metrics = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
         return jax.lax.fori_loop(0, n, lambda _, cm: iteration(cm[0]), (carry, metrics))
 
     split = P(AXIS_NAME)
     specs = Carry(P(), split, split, split, P(), P(), P(), P(), P())
     return jax.jit(shard_map(run, placement.mesh, (specs, P()), (specs, P())))
+
+
+def place(carry: Carry, placement: Placement) -> Carry:
+    """The carry on the devices: the training state, key and counters replicated, the envs split."""
+    split = [placement.shard(x) for x in (carry.env, carry.observation, carry.discounted_return)]
+    replicated = [placement.replicate(x) for x in (carry.key, carry.updates, carry.episodes, carry.return_sum)]
+    return Carry(placement.replicate(carry.train), *split, *replicated, placement.replicate(carry.length_sum))
 
 
 def make_evaluation(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv, episodes: int) -> Any:
@@ -188,8 +200,6 @@ def run_anakin(config: ExperimentConfig, stop: threading.Event | None = None) ->
     config.validate_settings()
     placement = Placement(jax.local_devices())
     check_anakin(config, len(placement.devices))
-    if config.run.resume:
-        raise ValueError("--launcher anakin does not checkpoint yet: a run of it cannot be resumed")
     env, params = make_jax_env(config.env.id, config.env.args)
     venv = JaxVectorEnv(env, config.env.num_envs, params)
     spec = venv.spec
@@ -220,22 +230,33 @@ def _train(
     train_key, env_key, loop_key = jax.random.split(jax.random.PRNGKey(config.run.seed), 3)
     observation, env_state = venv.reset(env_key)
     zero = jnp.zeros((), jnp.float32)
-    carry = Carry(
-        placement.replicate(builder.init_state(train_key, networks)),
-        placement.shard(env_state),
-        placement.shard(observation),
-        placement.shard(jnp.zeros(n, jnp.float32)),
-        placement.replicate(loop_key),
-        placement.replicate(jnp.zeros((), jnp.int32)),
-        *placement.replicate((zero, zero, zero)),
+    initial = Carry(
+        builder.init_state(train_key, networks),
+        env_state,
+        observation,
+        jnp.zeros(n, jnp.float32),
+        loop_key,
+        jnp.zeros((), jnp.int32),
+        zero,
+        zero,
+        zero,
     )
+    host: dict[str, Any] = {"env_steps": 0, "updates": 0, "learner_steps": 0, "num_evals": 0, "last_return": None}
+    resumed_from = None
+    if config.run.resume:
+        assert config.run.dir is not None  # (run_experiment's rule: a resume needs its run directory)
+        initial, host = restore_checkpoint(config.run.dir, jax.device_get(initial))
+        resumed_from = host["env_steps"]
+    carry = place(initial, placement)
     steps_per_iteration = n * c.rollout_length
     per_dispatch = max(1, config.evaluation.every // steps_per_iteration)
     loggers = {name: make_logger(name, config.run.dir, terminal=False) for name in ("train", "eval")}
     loggers["learner"] = make_logger("learner", config.run.dir, terminal=False, step_key="learner_steps")
     for logger in loggers.values():
         stack.callback(logger.close)
-    progress = TerminalLogger("train", time_delta=0.0) if config.tracking.progress else None
+    progress = (
+        TerminalLogger("train", time_delta=config.tracking.progress_every_s) if config.tracking.progress else None
+    )
     with stopwatch.time("compile"):
         dispatch = make_dispatch(make_iteration(builder, networks, venv), placement)
         dispatch = dispatch.lower(carry, jnp.int32(per_dispatch)).compile()
@@ -243,10 +264,27 @@ def _train(
         evaluation = make_evaluation(builder, networks, venv, config.evaluation.episodes)
         evaluation = evaluation.lower(carry.train.params, jax.random.PRNGKey(0)).compile()
     target = config.resolved_target_return()
-    env_steps = updates = num_evals = 0
+    env_steps, updates, num_evals = host["env_steps"], host["updates"], host["num_evals"]
     sgd_steps = c.num_epochs * c.num_minibatches  # per update
-    last_return: float | None = None
+    last_return: float | None = host["last_return"]
     eval_s, first_step_s = 0.0, None
+    checkpointer = Checkpointer(config.run.dir) if config.run.dir else None
+    due = Periodic(config.run.checkpoint_every_s)
+
+    def checkpoint() -> None:
+        if checkpointer is None or config.run.dir is None:
+            return
+        counts = {"env_steps": env_steps, "updates": updates, "learner_steps": updates * sgd_steps}
+        with stopwatch.time("checkpoint"):
+            save_checkpoint(
+                config.run.dir,
+                checkpointer,
+                carry,
+                {**counts, "num_evals": num_evals, "last_return": last_return},
+                builder.name,
+                venv.spec,
+            )
+        due.reset()
 
     def evaluate() -> float:
         nonlocal num_evals, eval_s
@@ -269,8 +307,8 @@ def _train(
         )
         return mean
 
-    solved = False
-    while env_steps < config.run.max_env_steps and not (stop is not None and stop.is_set()):
+    solved = target is not None and last_return is not None and last_return >= target  # (a resumed run's)
+    while not solved and env_steps < config.run.max_env_steps and not (stop is not None and stop.is_set()):
         todo = min(per_dispatch, math.ceil((config.run.max_env_steps - env_steps) / steps_per_iteration))
         t0 = time.monotonic()
         with stopwatch.time("train"):  # (one dispatch: env steps and updates, on the device)
@@ -298,10 +336,11 @@ def _train(
         if progress is not None:
             progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps", "episode_return")})
         last_return = evaluate()
-        if target is not None and last_return >= target:
-            solved = True
-            break
-    wall_s = time.monotonic() - start
+        solved = target is not None and last_return >= target
+        if not solved and due.due():
+            checkpoint()
+    wall_s = time.monotonic() - start  # (the result is settled: the last checkpoint is not in it)
+    checkpoint()
     return {
         "agent": builder.name,
         "env": config.env.id,
@@ -318,5 +357,6 @@ def _train(
         "devices": len(placement.devices),
         "time_breakdown": {"process": breakdown(stopwatch.seconds, wall_s)},
         **({"first_step_s": round(first_step_s, 3)} if first_step_s is not None else {}),
+        **({"resumed_from": resumed_from} if resumed_from is not None else {}),
         **({"terminated": getattr(stop, "reason", "SIGTERM")} if stop is not None and stop.is_set() else {}),
     }

@@ -30,6 +30,7 @@ from shoal.agents.registry import builtin_agents
 from shoal.core.files import check_run_directory
 from shoal.core.specs import EnvironmentSpec
 from shoal.envs.env_sources import factory_path
+from shoal.envs.jax_envs import is_jax_env
 from shoal.launch.experiments.config import ExperimentConfig, config_from_dict
 from shoal.launch.experiments.distributed.settings import LaunchSettings
 from shoal.launch.experiments.run_directory.checkpoints import check_resumable, read_run
@@ -146,8 +147,8 @@ def check_named_code(path: str, saved: dict[str, Any], named: dict[str, Any], tr
     for key, value in recorded.items():
         if not isinstance(value, str) or key in named:
             continue
-        if key == "env_id" and ":" not in value or key == "agent" and value in builtin_agents():
-            continue  # (a registered gymnasium id, a built-in agent: nothing of the directory's is imported)
+        if key == "env_id" and (":" not in value or is_jax_env(value)) or key == "agent" and value in builtin_agents():
+            continue  # (a registered gymnasium id, a gymnax id, a built-in agent: nothing of the directory's is imported)
         what = {
             "env_factory": "an env factory, which a resume would import and call",
             "env_id": "an env id that imports its module",
