@@ -1,25 +1,4 @@
-"""The compiled loop (``--launcher anakin``; Hessel et al., 2021, *Podracer architectures*): for a
-JAX env (``shoal.envs.jax_envs``), the env steps, the policy and PPO's update are one jitted
-function, sharded over the local devices.
-
-One *iteration* rolls out ``rollout_length`` (``T``) steps of ``num_envs`` (``N``) vmapped envs
-with ``lax.scan``, acting with PPO's own policy (``builder.make_policy``), and hands the rollout,
-laid out as the replay path's batches (``[N, T, ...]``: observation, next observation, action,
-reward, terminated, truncated, the policy's extras), to PPO's own update
-(``learning.make_update(networks, config, builder.loss)``: the same loss, GAE, schedules and
-optimizer as the replay-backed learner; nothing copied). One *dispatch* runs as many iterations
-as fit between two evaluations (``eval_every`` env steps) in a ``fori_loop``: the host sees the
-device only there, to log a row and evaluate. With more than one local device the envs are split
-over them (``shard_map`` on the learner's mesh, ``shoal.learners.placement``): each device steps
-``N / devices`` envs and the update all-reduces its gradients, as the learner's does.
-
-Evaluation plays ``eval_episodes`` envs greedily (PPO's evaluation policy) to their first
-episode's end, in one jitted ``while_loop``. A run writes ``config.json``, the CSV logs
-(``train``, ``learner``, ``eval``) and ``result.json`` in its run directory, and returns the
-result line the other runners return (with ``"launcher": "anakin"``). It checkpoints every
-``checkpoint_every_s`` and at its end (at a dispatch's end: ``anakin_checkpoints``), and a resumed
-run continues exactly. Not yet: callbacks, videos, recurrent PPO and the other agents.
-"""
+"""``run_anakin``: the runner, and the iteration, dispatch and evaluation it compiles (see the package)."""
 
 from __future__ import annotations
 
@@ -40,7 +19,7 @@ from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.core.types import ActorInfo
 from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_env
-from shoal.launch.experiments.anakin_checkpoints import restore_checkpoint, save_checkpoint
+from shoal.launch.experiments.anakin.checkpoints import restore_checkpoint, save_checkpoint
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.run_directory.checkpoints import Checkpointer, Periodic
 from shoal.launch.experiments.run_directory.claim import claim_run_directory
