@@ -27,7 +27,7 @@ from shoal.envs.env_sources import EnvFactory, check_env_module, make_single_env
 from shoal.envs.envpool_env import EnvPoolVectorEnv, is_envpool
 from shoal.envs.envpool_env import is_atari_task as envpool_is_atari
 from shoal.envs.envpool_env import task_id as envpool_task
-from shoal.envs.jax_envs import check_jax_env_id, is_jax_env, jax_environment_spec, make_jax_env
+from shoal.envs.jax_envs import JaxGymVectorEnv, check_jax_env_id, is_jax_env, jax_environment_spec, make_jax_env
 from shoal.envs.multiagent import AgentRows, agent_rows, env_maker, is_pettingzoo
 from shoal.envs.observations import adapt_env
 from shoal.envs.selfplay import SelfPlayRows
@@ -266,11 +266,10 @@ def make_vector_env(
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    if is_jax_env(env_id) and env_factory is None:
-        raise ValueError(
-            f"{env_id} is a JAX env: it runs in the compiled loop (--launcher anakin, its default); "
-            "through actors and replay it is not supported yet"
-        )
+    if is_jax_env(env_id) and env_factory is None:  # (through actors and replay: one jitted step of all envs)
+        jax_env = JaxGymVectorEnv(*make_jax_env(env_id, env_args), num_envs)
+        jax_env.reset(seed=seed)
+        return jax_env
     env: gym.vector.VectorEnv
     if is_pettingzoo(env_id) and env_factory is None and self_play:
         env = SelfPlayRows(

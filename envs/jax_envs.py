@@ -225,3 +225,48 @@ class JaxVectorEnv:
         )
         kept = jnp.logical_not(done)
         return EnvState(env_state, episode_return * kept, episode_length * kept), step
+
+
+class JaxGymVectorEnv(gym.vector.VectorEnv):
+    """``num_envs`` copies of a JAX env as a gymnasium vector env, for the replay-backed actors
+    (so that a JAX env runs both ways, and the two architectures can be set side by side on one
+    task): each ``step`` is one jitted ``JaxVectorEnv.step``, its arrays copied to the host, with
+    gymnasium's ``SAME_STEP`` autoreset (``info["final_obs"]`` where an episode ended), as Shoal's
+    other vector envs. ``reset(seed=s)`` draws every env's start from ``PRNGKey(s)``."""
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+
+    def __init__(self, env: Any, params: Any, num_envs: int) -> None:
+        self._venv = JaxVectorEnv(env, num_envs, params)
+        self.num_envs = num_envs
+        self.single_observation_space = self._venv.spec.observation_space
+        self.single_action_space = self._venv.spec.action_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self._reset, self._step = jax.jit(self._venv.reset), jax.jit(self._venv.step)
+        self._key, self._state = jax.random.PRNGKey(0), None
+        self._action_dtype = self._venv.spec.action.dtype
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        if seed is not None:
+            self._key = jax.random.PRNGKey(seed)
+            self.action_space.seed(seed)
+        self._key, key = jax.random.split(self._key)
+        observation, self._state = self._reset(key)
+        return np.asarray(observation), {}
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        self._key, key = jax.random.split(self._key)
+        self._state, step = self._step(key, self._state, jnp.asarray(np.asarray(actions, self._action_dtype)))
+        step = jax.device_get(step)
+        terminated, truncated = np.asarray(step.terminated), np.asarray(step.truncated)
+        ended = terminated | truncated
+        info: dict[str, Any] = {}
+        if ended.any():
+            final = np.empty(self.num_envs, object)
+            for i in ended.nonzero()[0]:
+                final[i] = np.asarray(step.final_observation[i])
+            info["final_obs"], info["_final_obs"] = final, ended.copy()
+            info["final_info"], info["_final_info"] = {}, ended.copy()
+        reward = np.asarray(step.reward, np.float64)
+        return np.asarray(step.observation), reward, terminated, truncated, info

@@ -130,7 +130,6 @@ def test_both_paths_call_the_one_ppo_loss():
         (["--env", "gymnax:CartPole-v1", "--launcher", "anakin", "--num-actors", "2"], "--num-actors apply to"),
         (["--env", "gymnax:CartPole-v1", "--num-actors", "2"], "--launcher anakin runs the envs and the update"),
         (["--env", "CartPole-v1", "--launcher", "anakin"], "CartPole-v1 is not a JAX env"),
-        (["--env", "gymnax:CartPole-v1", "--launcher", "processes"], "through actors and replay"),
         (["--env", "gymnax:CartPole-v1", "--env-arg", "nope=1"], "gymnax:CartPole-v1 has no parameter nope"),
         (["--env", "gymnax:CartPole-v1", "--agent", "dqn"], "trains PPO for now (--agent ppo), not dqn"),
         (["--env", "gymnax:CartPole-v1", "--set", "lstm_size=8"], "feed-forward PPO for now"),
@@ -217,3 +216,11 @@ def test_a_resumed_run_continues_exactly(tmp_path, capsys, monkeypatch):
     for name, columns in (("eval.csv", ["env_steps", "eval_return"]), ("learner.csv", ["learner_steps", "loss"])):
         whole, parts = (rows(tmp_path / run / name) for run in ("whole", "parts"))
         assert [[r[c] for c in columns] for r in parts] == [[r[c] for c in columns] for r in whole], name
+
+
+def test_a_jax_env_also_runs_through_actors_and_replay():
+    """Both ways for one env: the replay-backed runner steps ``gymnax:CartPole-v1`` as a
+    gymnasium vector env (``JaxGymVectorEnv``) and solves it too."""
+    config = experiment_config("ppo", "gymnax:CartPole-v1", max_env_steps=100_000, progress=False)
+    result = run_experiment(config)
+    assert result["solved"] and "launcher" not in result and result["time_breakdown"]["process"]["env_step"] > 0

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shoal.envs.jax_envs import JaxEnv, JaxVectorEnv, is_jax_env
+from shoal.envs.jax_envs import JaxEnv, JaxGymVectorEnv, JaxVectorEnv, is_jax_env
 
 
 class CountState(NamedTuple):
@@ -79,3 +79,19 @@ def test_a_space_shoal_cannot_map_is_one_line():
 def test_jax_env_ids_are_named_by_their_source():
     assert is_jax_env("gymnax:CartPole-v1")
     assert not is_jax_env("CartPole-v1") and not is_jax_env("gymnax_blines:GymnaxBreakout-v0")
+
+
+def test_as_a_gymnasium_vector_env_it_resets_in_the_same_step():
+    env = JaxGymVectorEnv(CountTo(), Params(), 2)
+    assert env.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (2, 1) and env.single_action_space == gym.spaces.Discrete(2)
+    for _ in range(3):
+        obs, reward, terminated, truncated, info = env.step(np.zeros(2, np.int64))
+    np.testing.assert_array_equal(obs[:, 0], [0, 0])  # (the next episode's first observation)
+    np.testing.assert_array_equal(terminated, [True, True])
+    assert not truncated.any() and reward.dtype == np.float64
+    np.testing.assert_array_equal(np.stack(info["final_obs"])[:, 0], [3, 3])
+    np.testing.assert_array_equal(info["_final_obs"], [True, True])
+    _, _, terminated, _, info = env.step(np.zeros(2, np.int64))
+    assert not terminated.any() and "final_obs" not in info

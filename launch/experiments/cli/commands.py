@@ -199,11 +199,6 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
             "processes, inprocess or ray (or drop them: one process runs one actor and uses no ports "
             "nor resources)"
         )
-    if args.launcher not in (None, "anakin") and is_jax_env(args.env):
-        raise ValueError(
-            f"{args.env} is a JAX env: it runs with --launcher anakin (its default); through actors and "
-            f"replay (--launcher {args.launcher}) it is not supported yet"
-        )
     launch = None
     if args.launcher not in (None, "anakin"):  # (checked where the run checks it: preflight.prepare)
         launch = LaunchSettings(
