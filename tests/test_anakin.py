@@ -216,6 +216,9 @@ def test_a_resumed_run_continues_exactly(tmp_path, capsys, monkeypatch):
     for name, columns in (("eval.csv", ["env_steps", "eval_return"]), ("learner.csv", ["learner_steps", "loss"])):
         whole, parts = (rows(tmp_path / run / name) for run in ("whole", "parts"))
         assert [[r[c] for c in columns] for r in parts] == [[r[c] for c in columns] for r in whole], name
+    assert main(["status", str(tmp_path / "parts")]) == 0
+    status = capsys.readouterr().out.splitlines()
+    assert status[0] == "run: ppo on gymnax:CartPole-v1, seed 0 (anakin: envs, policy and update in one compiled loop)"
 
 
 def test_a_jax_env_also_runs_through_actors_and_replay():

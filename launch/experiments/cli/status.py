@@ -67,12 +67,12 @@ def describe_run(run_dir: str, running: bool) -> list[str]:
     config = flat_record(config, os.path.join(run_dir, "config.json"))  # (either schema version, read flat)
     launch = config.get("launch") if isinstance(config.get("launch"), dict) else None
     how = f"{launch.get('launcher')} launcher, {launch.get('num_actors')} actors" if launch else "one process"
-    lines = [
-        f"run: {config.get('agent')} on {config.get('env_id')}, seed {config.get('seed')} ({how}; "
-        f"{config.get('replay')} replay)"
-    ]
+    how = f"{how}; {config.get('replay')} replay"
     result = _json(os.path.join(run_dir, "result.json"))
     saved = _json(os.path.join(run_dir, "checkpoints", "run.json"))
+    if isinstance(saved, dict) and "anakin" in saved or isinstance(result, dict) and result.get("launcher") == "anakin":
+        how = "anakin: envs, policy and update in one compiled loop"  # (shoal.launch.experiments.anakin)
+    lines = [f"run: {config.get('agent')} on {config.get('env_id')}, seed {config.get('seed')} ({how})"]
     if isinstance(result, dict):
         why = (
             "solved"
