@@ -12,6 +12,7 @@ The family of a gymnasium id is read off its registered entry point:
     atari   -- ale_py (ALE/<Game>-v5)
     minatar -- minatar (MinAtar/<Game>-v1: 10x10 binary planes; the minatar extra)
     memory  -- tasks that need memory: Shoal's own (shoal/CartPoleNoVelocity-v1) and popgym's
+    gymnax-minatar -- gymnax's MinAtar games (gymnax:<Game>-MinAtar: JAX envs, the compiled loop)
 
 ``shoal train`` applies the preset of the env's family by default (``--preset NAME`` picks one,
 ``--preset none`` keeps the agent's plain defaults, ``--preset FILE.json`` reads one from a file:
@@ -63,6 +64,8 @@ def task_family(env_id: str) -> str | None:
     if is_atari(env_id):
         return "atari"
     try:
+    if is_jax_env(env_id):  # (gymnax:<Id>: by its name, gymnax registers no entry points)
+        return "gymnax-minatar" if env_id.endswith("-MinAtar") else None
         entry_point = str(gym.spec(resolve_env_id(env_id)).entry_point)
     except (ValueError, gym.error.Error):
         return None

@@ -26,6 +26,7 @@ ENVS = {
     ("atari", "discrete"): "ALE/Breakout-v5",
     ("minatar", "discrete"): "MinAtar/Breakout-v1",
     ("memory", "discrete"): "shoal/CartPoleNoVelocity-v1",
+    ("gymnax-minatar", "discrete"): "gymnax:Breakout-MinAtar",
 }
 # The kind of action each agent takes first (PPO takes both: its mujoco preset is continuous).
 ACTIONS = {"dqn": "discrete", "impala": "discrete", "ppo": "discrete", "r2d2": "discrete", "sac": "continuous"}
@@ -38,6 +39,7 @@ EXTRAS = {
     "mujoco": "mujoco",
     "atari": "ale_py",
     "minatar": "minatar",
+    "gymnax-minatar": "gymnax",
 }  # (the module each family's extra installs)
 
 
