@@ -31,6 +31,7 @@ import gymnasium as gym
 
 from shoal.agents.registry import builder_class, builtin_agents
 from shoal.envs.environments import is_atari, resolve_env_id
+from shoal.envs.jax_envs import is_jax_env
 
 FAMILIES = {
     "gymnasium.envs.classic_control": "classic",
