@@ -64,9 +64,9 @@ def task_family(env_id: str) -> str | None:
     """The family of a registered gymnasium id (``None`` for one outside those above)."""
     if is_atari(env_id):
         return "atari"
-    try:
     if is_jax_env(env_id):  # (gymnax:<Id>: by its name, gymnax registers no entry points)
         return "gymnax-minatar" if env_id.endswith("-MinAtar") else None
+    try:
         entry_point = str(gym.spec(resolve_env_id(env_id)).entry_point)
     except (ValueError, gym.error.Error):
         return None
