@@ -17,11 +17,14 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+import jax
+
 from shoal.agents import config_class
 from shoal.agents.builders import try_factories
 from shoal.core.files import check_run_directory, json_text
 from shoal.core.native_log_filter import drop_native_log_lines, keep_native_log_lines
 from shoal.core.settings import parse_setting
+from shoal.envs.jax_envs import is_jax_env
 from shoal.launch.experiments.cli.compare import compare as compare_runs
 from shoal.launch.experiments.cli.compare import markdown_table
 from shoal.launch.experiments.cli.status import describe_run
@@ -65,16 +68,12 @@ def train(
     ``stop``: the run's stop request (``interrupts.install``); without one, SIGTERM stops the
     run gracefully while it runs."""
     config, launch = _resumed(args, given) if args.resume else _new(args, given)
-    from shoal.envs.jax_envs import is_jax_env  # lazy: only train asks (the compiled loop's env ids)
-
     anakin = launch is None and (getattr(args, "launcher", None) == "anakin" or is_jax_env(config.env.id))
     # Each setting is checked once, by the runner this hands the config to (run_experiment, or
     # preflight.prepare for a distributed run and its --dry-run), before any file or server is made.
     if args.dry_run:  # what would run, checked as a run checks it: the resolved config, and the program's graph
         if anakin:  # the compiled loop: checked as run_anakin checks it
-            import jax  # lazy: the devices the compiled loop would run on
-
-            from shoal.launch.experiments.anakin import check_anakin  # lazy: only anakin runs need it
+            from shoal.launch.experiments.anakin import check_anakin  # lazy: chex etc., ~150 ms, anakin runs only
 
             config.validate_settings()
             check_anakin(config, len(jax.local_devices()))
@@ -119,7 +118,7 @@ def train(
             return run_launched(config, launch, stop=stop, launched_at=started, actors_flag=_actors_flag(given))
 
         if anakin:
-            from shoal.launch.experiments.anakin import run_anakin  # lazy: only anakin runs need it
+            from shoal.launch.experiments.anakin import run_anakin  # lazy: chex etc., ~150 ms, anakin runs only
 
             return run_anakin(config, stop)
         return run_experiment(config, stop)
@@ -186,8 +185,6 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         name = getattr(config.builder, "name", None) or args.agent.rpartition(":")[2]
         config = config.replace(run_dir=default_run_dir(name, args.env, args.seed))
     distributed_only = [flag for flag in DISTRIBUTED_FLAGS if flag in given]
-    from shoal.envs.jax_envs import is_jax_env  # lazy: only a new run asks
-
     if distributed_only and (args.launcher == "anakin" or (args.launcher is None and is_jax_env(args.env))):
         raise ValueError(
             f"{', '.join(distributed_only)} apply to a distributed program; --launcher anakin runs the envs "
