@@ -29,7 +29,7 @@ import time
 
 from shoal.core.native_log_filter import restore_stderr
 
-EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
+EXIT_CODES: dict[str | None, int] = {"SIGINT": 130, "SIGTERM": 143}  # (looked up with "terminated": or None)
 LEAVE_AFTER_S = 1.0  # how long a set-up may take to unwind after a signal
 
 

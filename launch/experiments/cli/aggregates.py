@@ -22,18 +22,18 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-Scores = Mapping[str, Sequence[float]]
+Scores = Mapping[str, Sequence[float] | np.ndarray]
 MAX_SAMPLES = 100_000  # (resamples of one interval: 50 times the default, seconds of work)
 
 
-def iqm(scores: Sequence[float]) -> float:
+def iqm(scores: Sequence[float] | np.ndarray) -> float:
     """The interquartile mean: ``floor(n / 4)`` scores cut from each end of the sorted scores."""
     x = np.sort(np.asarray(scores, np.float64).ravel())
     cut = int(0.25 * x.size)
     return float(np.mean(x[cut : x.size - cut]))
 
 
-def optimality_gap(scores: Sequence[float], gamma: float = 1.0) -> float:
+def optimality_gap(scores: Sequence[float] | np.ndarray, gamma: float = 1.0) -> float:
     """``mean(max(gamma - score, 0))``."""
     return float(gamma - np.mean(np.minimum(np.asarray(scores, np.float64), gamma)))
 

@@ -107,7 +107,9 @@ class _Episode:
     """One episode being recorded (``observations`` one more than the rest)."""
 
     def __init__(self, observation: Any) -> None:
-        self.observations, self.actions, self.rewards = [observation], [], []
+        self.observations: list[Any] = [observation]
+        self.actions: list[Any] = []
+        self.rewards: list[float] = []
         self.terminations: list[bool] = []
         self.truncations: list[bool] = []
 

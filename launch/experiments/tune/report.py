@@ -158,7 +158,7 @@ def write_importance(tune_dir: str, study: Any, complete: int) -> str | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # (Optuna marks its matplotlib plots experimental)
-            axes = plot_param_importances(study)
+            axes: Any = plot_param_importances(study)  # (its figure: a Figure, typed Figure | SubFigure)
         axes.figure.tight_layout()
         axes.figure.savefig(path, dpi=100)
         plt.close(axes.figure)

@@ -97,7 +97,7 @@ class Param:
         if self.kind == "float":
             return trial.suggest_float(self.name, self.low, self.high, log=self.log)
         if self.kind == "int":
-            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)  # type: ignore[arg-type]  # (an int range has both)
         encoded = {_encode(c): c for c in self.choices}
         return encoded[trial.suggest_categorical(self.name, list(encoded))]
 

@@ -222,7 +222,7 @@ def create(tune_dir: str, settings: TuneSettings) -> None:
     with open(os.path.join(tune_dir, SETTINGS_FILE), "w") as f:
         json.dump(settings.record(), f, indent=2)
         f.write("\n")
-    study = optuna.create_study(study_name=STUDY_NAME, storage=storage_url(tune_dir), direction=settings.direction)
+    study = optuna.create_study(study_name=STUDY_NAME, storage=storage_url(tune_dir), direction=settings.direction)  # type: ignore[arg-type]  # (checked: minimize|maximize)
     study.set_user_attr("agent", settings.agent)
     study.set_user_attr("env_id", settings.env_id)
     study.set_user_attr("objective", settings.objective)
