@@ -132,7 +132,7 @@ def make_dispatch(iteration: Any, placement: Placement) -> Any:
         return jax.lax.fori_loop(0, n, lambda _, cm: iteration(cm[0]), (carry, metrics))
 
     split = P(AXIS_NAME)
-    specs = Carry(P(), split, split, split, P(), P(), P(), P(), P())
+    specs = Carry(P(), split, split, split, P(), P(), P(), P(), P())  # type: ignore[arg-type]  # (a pytree of specs)
     return jax.jit(shard_map(run, placement.mesh, (specs, P()), (specs, P())))
 
 
@@ -140,7 +140,7 @@ def place(carry: Carry, placement: Placement) -> Carry:
     """The carry on the devices: the training state, key and counters replicated, the envs split."""
     split = [placement.shard(x) for x in (carry.env, carry.observation, carry.discounted_return)]
     replicated = [placement.replicate(x) for x in (carry.key, carry.updates, carry.episodes, carry.return_sum)]
-    return Carry(placement.replicate(carry.train), *split, *replicated, placement.replicate(carry.length_sum))
+    return Carry(placement.replicate(carry.train), *split, *replicated, placement.replicate(carry.length_sum))  # type: ignore[call-arg]  # (nine, in order)
 
 
 def make_evaluation(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv, episodes: int) -> Any:

@@ -45,7 +45,8 @@ class RayRoom:
     (``ray.autoscaler.sdk.request_resources``) once per count, and says so."""
 
     def __init__(self, cpus_per_actor: float = 1.0) -> None:
-        self._cpus, self._asked_for = cpus_per_actor, None
+        self._cpus = cpus_per_actor
+        self._asked_for: int | None = None
 
     def __call__(self) -> tuple[bool, str]:
         import ray  # lazy: optional extra (ray)

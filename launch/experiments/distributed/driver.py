@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.launch.experiments.config import ExperimentConfig
@@ -274,9 +274,9 @@ class ProgramDriver:
             self._actors = actors
             if evaluator == "ask":
                 evaluator = self._client(run, "evaluator").save()
-            self._evaluator = evaluator
+            self._evaluator = cast("dict[str, Any] | None", evaluator)  # (no longer "ask")
             commit(
-                self._config.run.dir,
+                cast(str, self._config.run.dir),  # (checkpoints: only where there is a run dir)
                 written,
                 env_steps,
                 agent=self._config.builder.name,
@@ -285,7 +285,7 @@ class ProgramDriver:
                 evaluator=evaluator,
                 actors=actors,
             )
-            self._checkpoints.reset()
+            cast(Periodic, self._checkpoints).reset()
             self._checkpointed = {"env_steps": env_steps, "learner_steps": int(counts.get("learner_steps", 0))}
 
     def last_checkpoint(self, run) -> None:

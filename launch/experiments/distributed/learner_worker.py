@@ -10,7 +10,7 @@ import queue
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import jax
 
@@ -65,7 +65,7 @@ class LearnerWorker:
             self._resumed = {
                 "env_steps": resume["env_steps"],
                 "learner_version": resume["learner_version"],
-                "learner_digest": restore_learner(config.run.dir, self._learner, resume),
+                "learner_digest": restore_learner(cast(str, config.run.dir), self._learner, resume),
                 "replay_items": _replay_items(replay),
                 "checkpoint_replay_items": resume.get("replay_items"),
                 "checkpoint_replay_items_range": resume.get("replay_items_range"),
@@ -74,7 +74,9 @@ class LearnerWorker:
         self._run_dir, self._pool = config.run.dir, None
         if config.multiagent.self_play:  # (its snapshot pool: taken here, served to the actors and the evaluator)
             self._pool = SnapshotPool(config.multiagent.self_play_pool, config.multiagent.self_play_every)
-            if resume is None or not restore_pool(self._pool, config.run.dir, resume, self._learner.get_variables()[1]):
+            if resume is None or not restore_pool(
+                self._pool, cast(str, config.run.dir), resume, self._learner.get_variables()[1]
+            ):
                 self._pool.maybe_add(self._learner)
         # Compile before this node serves (actors and the evaluator wait for it), so the first
         # batches are trained on at once rather than after the compiler (seconds on a CPU). The
@@ -131,9 +133,10 @@ class LearnerWorker:
         while not self._requests.empty():
             env_steps, done = self._requests.get()
             try:
-                written = self._checkpointer.save(env_steps, self._learner, self._replay)
+                # (checkpoints are asked for only where there is a run dir, and so a checkpointer)
+                written = cast(Checkpointer, self._checkpointer).save(env_steps, self._learner, self._replay)
                 if self._pool is not None:  # (its own file per checkpoint, named in run.json)
-                    written["self_play_pool"] = save_pool(self._pool, self._run_dir, written)
+                    written["self_play_pool"] = save_pool(self._pool, cast(str, self._run_dir), written)
                 done.set_result({**written, "learner_steps": int(self._local.get_counts().get("learner_steps", 0))})
             except BaseException as e:  # noqa: BLE001 -- the caller gets it
                 done.set_exception(e)
@@ -186,7 +189,7 @@ class LearnerWorker:
             **pool,
         )
 
-    def _report(self, reported: dict[str, float], first: bool = False) -> dict[str, float]:
+    def _report(self, reported: dict[str, int], first: bool = False) -> dict[str, int]:
         """Adds the learner's counts since ``reported`` to the run's counter; ``first``: its first
         update, also ``LEARNING`` (which ends the actors' pacing)."""
         counts = self._local.get_counts()

@@ -11,7 +11,7 @@ resetting it: no vector env), the program's graph against ``--resources`` and ``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from shoal.agents.learner_memory import learner_bytes
 from shoal.core.specs import EnvironmentSpec
@@ -54,7 +54,7 @@ def prepare(
     config.validate_settings()
     saved = read_run(config.run.dir) if config.run.resume and config.run.dir else None
     bounds = settings.actor_bounds()  # (autoscaled: starts from MIN, or a resumed run's count within bounds)
-    num_actors = bounds[0] if bounds else settings.num_actors
+    num_actors = bounds[0] if bounds else cast(int, settings.num_actors)  # (a count where not autoscaled)
     if saved and saved.get("actors"):  # as many actors as ran at the checkpoint
         num_actors = min(len(saved["actors"]), max_actors())
         if bounds:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from shoal.core.environment_variables import value
 from shoal.launch.programs.nodes import NodeContext
@@ -129,7 +129,7 @@ class ReplayNode(Node):
             server.stop()
 
     def _check_checkpoint(self) -> None:
-        if not os.path.isdir(os.path.join(self.checkpoint_dir or "", self.checkpoint)):
+        if not os.path.isdir(os.path.join(self.checkpoint_dir or "", cast(str, self.checkpoint))):
             raise RuntimeError(
                 f"the replay checkpoint {self.checkpoint!r} that run.json names is not in "
                 f"{self.checkpoint_dir} on host {socket.gethostname()}: the replay would start "

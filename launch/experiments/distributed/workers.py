@@ -14,12 +14,12 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import jax
 
 from shoal.actors import EnvironmentLoop
-from shoal.core.interfaces import Adder
+from shoal.core.interfaces import Actor, Adder
 from shoal.core.loggers import make_logger
 from shoal.core.specs import EnvironmentSpec, make_environment_spec, map_observation
 from shoal.core.timing import Stopwatch
@@ -147,8 +147,12 @@ class ActorWorker:
         if resume:
             self._actor.restore(resume)
         self._logger = make_logger(self._label, config.run.dir, terminal=False)
-        self._loop = EnvironmentLoop(
-            self._env, self._actor, logger=self._logger, label=self._label, overlap=config.env.actor_overlap
+        self._loop = EnvironmentLoop(  # (the builder's actor, typed TrainingActor, is an Actor)
+            self._env,
+            cast(Actor, self._actor),
+            logger=self._logger,
+            label=self._label,
+            overlap=config.env.actor_overlap,
         )
         # (paced until the learner's first update: StepGrants)
         head_start = 2 * max(builder.env_steps_before_learning(spec), config.env.num_envs)
