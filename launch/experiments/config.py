@@ -226,7 +226,7 @@ class ExperimentConfig:
             "preset": self.preset,
             "resolved_target_return": self.resolved_target_return(),
             "agent": agent_name(self.builder),
-            "agent_config": dataclasses.asdict(self.builder.config),
+            "agent_config": dataclasses.asdict(self.builder.config),  # type: ignore[call-overload]  # (a dataclass)
             "jax_devices": [str(d) for d in jax.local_devices()],
         }
 

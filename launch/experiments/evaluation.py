@@ -145,7 +145,7 @@ class Evaluator:
         rates, default = {}, self._env.opponent
         try:
             for opponent in OPPONENTS:
-                games = returns
+                games: np.ndarray | None = returns
                 if opponent != default:
                     self._env.opponent = opponent
                     games = evaluate(

@@ -121,7 +121,7 @@ def greedy_builder(builder: Any) -> Any:
     if not changes:
         return builder
     greedy = copy.copy(builder)
-    greedy.config = dataclasses.replace(config, **changes)
+    greedy.config = dataclasses.replace(config, **changes)  # type: ignore[type-var]  # (an instance: it has fields)
     return greedy
 
 

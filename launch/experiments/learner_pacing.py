@@ -83,7 +83,7 @@ class LearningActor(Actor):
         if next_observation is None:
             self._actor.observe(step)
         else:
-            self._actor.observe(step, next_observation, stopwatch)
+            self._actor.observe(step, next_observation, stopwatch)  # type: ignore[call-arg]  # (a prefetching actor's)
 
     def _train(self) -> None:
         stepped, waiting_since = False, None

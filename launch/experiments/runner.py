@@ -18,12 +18,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 
 from shoal.actors import EnvironmentLoop
 from shoal.core.counting import Counter
+from shoal.core.interfaces import Actor
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.native_log_filter import native_log_lines_dropped
 from shoal.core.notices import COMPILE_HINT, while_slow
@@ -125,7 +126,7 @@ def _train(
     loop = EnvironmentLoop(
         env,
         LearningActor(
-            actor,
+            cast(Actor, actor),  # (the builder's actor, typed TrainingActor, is an Actor)
             learner,
             server,
             dataset.table,
@@ -146,12 +147,12 @@ def _train(
     )
     due = Periodic(config.run.checkpoint_every_s)
 
-    def checkpoint() -> None:
-        written = checkpointer.save(loop.env_steps, learner, server.client)
+    def checkpoint() -> None:  # (called only where there is a run dir, and so a checkpointer)
+        written = cast(Checkpointer, checkpointer).save(loop.env_steps, learner, server.client)
         if pool is not None:  # (its own file per checkpoint, named in run.json: committed with the rest)
-            written["self_play_pool"] = save_pool(pool, config.run.dir, written)
+            written["self_play_pool"] = save_pool(pool, cast(str, config.run.dir), written)
         commit(
-            config.run.dir,
+            cast(str, config.run.dir),
             written,
             loop.env_steps,
             agent=builder.name,
@@ -223,20 +224,20 @@ def _self_play(config: ExperimentConfig, env, evaluator, policy, learner) -> Any
 
 def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server, pool=None) -> dict[str, Any]:
     """Restores the run's checkpoint (replay restored itself when its server started)."""
-    saved = read_run(config.run.dir)
+    saved = cast("dict[str, Any]", read_run(cast(str, config.run.dir)))  # (resumed: its run.json, checked)
     if "actor" not in saved["actors"]:
         raise ValueError(
             f"{config.run.dir}/checkpoints/run.json: actors must hold the one actor of a "
             f"single-process run, got {', '.join(saved['actors']) or 'none'}"
         )
-    restored_digest = restore_learner(config.run.dir, learner, saved)
+    restored_digest = restore_learner(cast(str, config.run.dir), learner, saved)
     counter.restore(saved["counter"])
     actor.restore(saved["actors"]["actor"])
     actor.update(wait=True)  # (its first step acts with the restored params, not the initial ones)
     if saved["evaluator"] is not None:  # (None: a checkpoint of an earlier version without one; afresh)
         evaluator.restore(saved["evaluator"])
     if pool is not None:  # (the pool its checkpoint saved)
-        restore_pool(pool, config.run.dir, saved, learner.get_variables()[1])
+        restore_pool(pool, cast(str, config.run.dir), saved, learner.get_variables()[1])
     replay_items = {name: int(info.current_size) for name, info in server.client.server_info().items()}
     info = {
         "env_steps": saved["env_steps"],
@@ -263,7 +264,7 @@ def _resume(config: ExperimentConfig, learner, counter, actor, evaluator, server
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-def _closing(stack: contextlib.ExitStack, what: str, close: Callable[[], None]) -> None:
+def _closing(stack: contextlib.ExitStack, what: str, close: Callable[[], object]) -> None:
     """Registers ``close`` with ``stack``: a failure does not skip the rest. A full disk is
     raised (after everything else closed) unless an error is already on its way out; other
     failures are reported as warnings."""

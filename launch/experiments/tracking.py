@@ -91,7 +91,7 @@ class RunTracker:
 
     def __init__(self, backend: str, run_dir: str, resume: bool, every_s: float = 5.0) -> None:
         self._name, self._run_dir, self._every_s = backend, run_dir, every_s
-        saved = _saved_state(os.path.join(run_dir, STATE)) if resume else None
+        saved: Any = _saved_state(os.path.join(run_dir, STATE)) if resume else None  # (a dict where same)
         same = isinstance(saved, dict) and saved.get("backend") == backend
         self._resume_id = saved.get("run_id") if same else None
         self._rows: dict[str, int] = dict(saved.get("rows") or {}) if same else {}
@@ -200,7 +200,12 @@ def _saved_state(path: str) -> dict[str, Any] | None:
     saved = read_json(path, "the run's tracking state")
     if saved is None:
         return None
-    fields = {"backend": str, "run_id": (str, type(None)), "rows": dict, "videos": list}
+    fields: dict[str, type | tuple[type, ...]] = {
+        "backend": str,
+        "run_id": (str, type(None)),
+        "rows": dict,
+        "videos": list,
+    }
     bad = None if isinstance(saved, dict) else "the state"
     for key, kind in fields.items() if bad is None else ():
         if key in saved and not isinstance(saved[key], kind):

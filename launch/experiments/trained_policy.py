@@ -298,7 +298,8 @@ def evaluate_run(
         raise ValueError(f"envs_at_once must be a positive integer, got {envs_at_once!r}")
     if progress_every_s is not None and not progress_every_s >= 0:
         raise ValueError(f"progress_every_s must be a number >= 0 or None, got {progress_every_s!r}")
-    seed = int(np.random.SeedSequence().entropy % (last_seed + 1)) if seed is None else int(seed)
+    # (a SeedSequence made without entropy draws it: an int)
+    seed = int(np.random.SeedSequence().entropy % (last_seed + 1)) if seed is None else int(seed)  # type: ignore[operator]
     policy = load_policy(run_dir, checkpoint, greedy=greedy, seed=seed, trust_run_dir=trust_run_dir, **named)
     config = policy.config
     if env_args:
@@ -323,7 +324,8 @@ def evaluate_run(
                 env, progress.actor(policy.actor(rows), rows), seed=seed + first, lengths=row_lengths
             )
             # (an episode is a copy's: its agents' returns summed, the longest agent's length)
-            returns[first : first + copies] = row_returns.reshape(copies, -1).sum(axis=1)
+            # (no should_stop: evaluate returns the returns, never None)
+            returns[first : first + copies] = row_returns.reshape(copies, -1).sum(axis=1)  # type: ignore[union-attr]
             lengths[first : first + copies] = row_lengths.reshape(copies, -1).max(axis=1)
             progress.done = first + copies
     finally:
