@@ -55,7 +55,9 @@ def test_the_quickstart_installs_what_training_needs_and_no_extra():
     assert install == "pip install -e .", install
     assert run.startswith("shoal train "), run
     command = readme_test_command()
-    assert re.match(r"pip install -e '\.\[dev\]' (&& pip install --no-deps -r \S+ )?&& python -m pytest ", command), command
+    assert re.match(r"pip install -e '\.\[dev\]' (&& pip install --no-deps -r \S+ )?&& python -m pytest ", command), (
+        command
+    )
 
 
 def test_ci_installs_and_tests_as_the_readme_says():
