@@ -15,36 +15,14 @@ import numpy as np
 import pytest
 
 from shoal.actors import BatchedActor, EnvironmentLoop, VariableClient
-from shoal.core.interfaces import Adder, VariableSource
 from shoal.core.types import Policy
 from shoal.envs import make_vector_env
 from shoal.envs.stepping import ProcessStepper, check_overlap, resolve_overlap
 from shoal.launch import EnvConfig
 from shoal.launch.experiments.cli.main import main
+from tests.test_prefetch import Recorder, Versions
 
 NUM_ENVS, STEPS = 4, 80
-
-
-class Versions(VariableSource):
-    """Params ``{"w": version}``; the version goes up by one every ``period`` fetches."""
-
-    def __init__(self, period: int) -> None:
-        self.period, self.fetches = period, 0
-
-    def get_variables(self, known_version: int = -1):
-        self.fetches += 1
-        version = self.fetches // self.period
-        return (version, None) if known_version == version else (version, {"w": jnp.float32(version)})
-
-
-class Recorder(Adder):
-    """Keeps every vector step it is given."""
-
-    def __init__(self) -> None:
-        self.steps = []
-
-    def add(self, step) -> None:
-        self.steps.append(step)
 
 
 def random_policy(recurrent: bool) -> Policy:

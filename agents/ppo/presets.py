@@ -63,6 +63,21 @@ CleanRL, the step size is set once per update, from the env steps trained on bef
 
 from shoal.agents.presets import Preset
 
+# gymnax-blines' MinAtar PPO hyperparameters (agents/<Game>-MinAtar/ppo.yaml): ppo/minatar adds
+# Shoal's MinAtar torso, ppo/gymnax-minatar gymnax-blines' own network and clipped value loss
+GYMNAX_BLINES_MINATAR = {
+    "rollout_length": 128,
+    "num_minibatches": 8,
+    "num_epochs": 4,
+    "learning_rate": 5e-4,
+    "discount": 0.999,
+    "gae_lambda": 0.95,
+    "clip_epsilon": 0.2,
+    "entropy_coef": 0.01,
+    "value_coef": 0.5,
+    "max_gradient_norm": 0.5,
+}
+
 PRESETS = [
     Preset("ppo", "classic", "tuned here on CartPole-v1"),
     Preset(
@@ -129,19 +144,7 @@ PRESETS = [
         "ppo",
         "minatar",
         "gymnax-blines agents/<Game>-MinAtar/ppo.yaml",
-        settings={
-            "rollout_length": 128,
-            "num_minibatches": 8,
-            "num_epochs": 4,
-            "learning_rate": 5e-4,
-            "discount": 0.999,
-            "gae_lambda": 0.95,
-            "clip_epsilon": 0.2,
-            "entropy_coef": 0.01,
-            "value_coef": 0.5,
-            "max_gradient_norm": 0.5,
-            "torso": "minatar",
-        },
+        settings={**GYMNAX_BLINES_MINATAR, "torso": "minatar"},
         experiment={"num_envs": 64, "max_env_steps": 10_000_000, "eval_every": 200_000, "eval_episodes": 10},
     ),
     Preset(
@@ -149,17 +152,8 @@ PRESETS = [
         "gymnax-minatar",
         "gymnax-blines agents/<Game>-MinAtar/ppo.yaml, its network and clipped value loss",
         settings={
-            "rollout_length": 128,
-            "num_minibatches": 8,
-            "num_epochs": 4,
-            "learning_rate": 5e-4,
-            "discount": 0.999,
-            "gae_lambda": 0.95,
-            "clip_epsilon": 0.2,
+            **GYMNAX_BLINES_MINATAR,
             "clip_value_loss": True,
-            "entropy_coef": 0.01,
-            "value_coef": 0.5,
-            "max_gradient_norm": 0.5,
             "hidden_sizes": (256, 256),
             "activation": "relu",
             "orthogonal_init": False,
