@@ -1,0 +1,154 @@
+"""Regenerate the generated tables of ``benchmarks/results/published.md`` from the recorded runs.
+
+Each generated table sits between two markers in the page::
+
+    <!-- generated:NAME start -->
+    ...rewritten by this script...
+    <!-- generated:NAME end -->
+
+and comes from one JSON-lines file of records under ``benchmarks/results/`` (see ``SECTIONS``).
+Text outside the markers is never touched. One command rewrites them all::
+
+    python benchmarks/published_tables.py            # rewrite published.md's generated tables
+    python benchmarks/published_tables.py --check    # exit 1 if one is out of date (CI, reviews)
+
+``minatar-ppo``: ``benchmarks/results/minatar/presets.jsonl``, written by
+``benchmarks/minatar_presets.py`` (PPO presets on gymnax's MinAtar games, the compiled loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from collections.abc import Callable
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DOC = os.path.join(HERE, "results", "published.md")
+RESULTS = os.path.join(HERE, "results")
+
+# gymnax-blines' PPO (RobertTLange/gymnax-blines, agents/<Game>-MinAtar/ppo.yaml): the return its
+# training logged at 1.28M env steps (actions sampled from the policy; one seed), as published.md's
+# MinAtar rows cite it. Seaquest has a ppo.yaml there but no logged run (no ppo.pkl).
+GYMNAX_BLINES_1_28M: dict[str, tuple[float | None, str]] = {
+    "Breakout": (15.7, "gymnax-blines `agents/Breakout-MinAtar/ppo.yaml` run: training return logged at 1.28M"),
+    "SpaceInvaders": (58.4, "gymnax-blines `agents/SpaceInvaders-MinAtar/ppo.yaml` run, as for Breakout"),
+    "Freeway": (30.25, "gymnax-blines `agents/Freeway-MinAtar/ppo.pkl`: training return logged at 1,279,936 steps"),
+    "Asterix": (2.14, "gymnax-blines `agents/Asterix-MinAtar/ppo.pkl`: training return logged at 1,279,936 steps"),
+    "Seaquest": (None, "none: gymnax-blines has a Seaquest `ppo.yaml` but no logged run"),
+}
+GAMES = tuple(GYMNAX_BLINES_1_28M)
+
+
+def read_records(path: str) -> list[dict[str, Any]]:
+    """The JSON lines in ``path`` (none when it does not exist)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def median_range(values: list[float], fmt: str = ".2f") -> str:
+    """``median [min-max]`` of ``values`` (the one value alone)."""
+    if len(values) == 1:
+        return f"{values[0]:{fmt}}"
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
+def seeds_text(seeds: list[int]) -> str:
+    """``0-4`` for consecutive seeds, else the list."""
+    seeds = sorted(seeds)
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def minatar_ppo_table(records: list[dict[str, Any]]) -> str:
+    """One row per (preset and overrides, game): final greedy eval and training return over seeds,
+    beside gymnax-blines' figure at 1.28M."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["label"], r["game"]), []).append(r)
+    labels = list(dict.fromkeys(r["label"] for r in records))
+    lines = [
+        "| game | preset (`--preset`, then `--set` overrides) | env steps | seeds | final greedy eval (10 episodes), "
+        "median [range] | training return at the budget, median [range] | gymnax-blines at 1.28M | source | "
+        "training median against it |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for game in GAMES:
+        reference, source = GYMNAX_BLINES_1_28M[game]
+        for label in labels:
+            group = sorted(groups.get((label, game), []), key=lambda r: r["seed"])
+            if not group:
+                continue
+            training = [float(r["training_return"]) for r in group]
+            steps = statistics.median(r["env_steps"] for r in group)
+            if reference is None:
+                verdict = "—"
+            else:
+                gap = statistics.median(training) / reference - 1
+                verdict = f"{'at or above' if gap >= 0 else 'below'} ({gap:+.0%})"
+            lines.append(
+                f"| {game} | `{label}` | {steps / 1e6:.2f}M | {seeds_text([r['seed'] for r in group])} | "
+                f"{median_range([float(r['final_eval_return']) for r in group])} | {median_range(training)} | "
+                f"{'—' if reference is None else reference} | {source} | {verdict} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+# name -> (records, relative to benchmarks/results/; the table made of them)
+SECTIONS: dict[str, tuple[str, Callable[[list[dict[str, Any]]], str]]] = {
+    "minatar-ppo": (os.path.join("minatar", "presets.jsonl"), minatar_ppo_table),
+}
+
+
+def replace_section(text: str, name: str, body: str) -> str:
+    """``text`` with what lies between ``name``'s markers replaced by ``body``."""
+    start, end = f"<!-- generated:{name} start -->", f"<!-- generated:{name} end -->"
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"expected one {start!r} line before one {end!r} line")
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    return f"{head}{start}\n\n{body}\n{end}{tail}"  # (blank lines: markdown ends an HTML block at one)
+
+
+def regenerate(text: str, results: str) -> str:
+    """``text`` with every section in ``SECTIONS`` it has markers for rewritten from ``results``."""
+    for name, (records, table) in SECTIONS.items():
+        if f"<!-- generated:{name} start -->" in text:
+            text = replace_section(text, name, table(read_records(os.path.join(results, records))))
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--doc", default=DOC, help="the page (default: %(default)s)")
+    parser.add_argument("--results", default=RESULTS, help="where the records are (default: %(default)s)")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is out of date")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.doc) as f:
+            text = f.read()
+        new = regenerate(text, args.results)
+    except (OSError, ValueError) as e:
+        print(f"published_tables.py: error: {args.doc}: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        if new != text:
+            print(
+                f"{args.doc}: generated tables out of date: run python benchmarks/published_tables.py", file=sys.stderr
+            )
+            return 1
+        return 0
+    if new != text:
+        with open(args.doc, "w") as f:
+            f.write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""benchmarks/published_tables.py: published.md's generated tables from recorded runs (no training)."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def tables():
+    spec = importlib.util.spec_from_file_location(
+        "published_tables", os.path.join(ROOT, "benchmarks", "published_tables.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def record(game, seed, greedy, training, label="ppo/gymnax-minatar"):
+    return {
+        "label": label,
+        "game": game,
+        "seed": seed,
+        "env_steps": 1_286_144,
+        "final_eval_return": greedy,
+        "training_return": training,
+    }
+
+
+def write_results(tmp_path, records):
+    (tmp_path / "minatar").mkdir()
+    (tmp_path / "minatar" / "presets.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_rewrites_only_between_the_markers_and_checks(tables, tmp_path):
+    records = [record("Breakout", s, 10.0 + s, 12.0 + s) for s in range(5)]
+    records += [record("Breakout", s, 20.0, 17.0, "ppo/gymnax-minatar entropy_coef=0.02") for s in range(5)]
+    records += [record("Seaquest", 0, 3.0, 2.5)]
+    write_results(tmp_path, records)
+    doc = tmp_path / "published.md"
+    doc.write_text("before\n<!-- generated:minatar-ppo start -->\nstale\n<!-- generated:minatar-ppo end -->\nafter\n")
+    args = ["--doc", str(doc), "--results", str(tmp_path)]
+    assert tables.main([*args, "--check"]) == 1  # (out of date: nothing written)
+    assert "stale" in doc.read_text()
+    assert tables.main(args) == 0
+    text = doc.read_text()
+    assert text.startswith("before\n<!-- generated:minatar-ppo start -->\n\n|") and text.endswith(
+        "\n<!-- generated:minatar-ppo end -->\nafter\n"
+    )
+    rows = [line for line in text.splitlines() if line.startswith("| Breakout") or line.startswith("| Seaquest")]
+    assert len(rows) == 3
+    assert "| 0-4 | 12.00 [10.00-14.00] | 14.00 [12.00-16.00] | 15.7 |" in rows[0] and "below (-11%)" in rows[0]
+    assert "`ppo/gymnax-minatar entropy_coef=0.02`" in rows[1] and "at or above (+8%)" in rows[1]
+    assert rows[2].startswith("| Seaquest | `ppo/gymnax-minatar` | 1.29M | 0 | 3.00 | 2.50 | — |")
+    assert tables.main([*args, "--check"]) == 0  # (the same records: the same table)
+
+
+def test_missing_markers_is_one_line_exit_2(tables, tmp_path, capsys):
+    doc = tmp_path / "published.md"
+    doc.write_text("<!-- generated:minatar-ppo start -->\nno end marker\n")
+    assert tables.main(["--doc", str(doc), "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "generated:minatar-ppo end" in err
+    assert doc.read_text() == "<!-- generated:minatar-ppo start -->\nno end marker\n"
+
+
+def test_committed_page_matches_the_committed_records(tables):
+    assert tables.main(["--check"]) == 0, "run: python benchmarks/published_tables.py"
