@@ -62,7 +62,7 @@ class TrainedPolicy:
 
     Attributes: ``config`` (the run's ``ExperimentConfig``), ``spec`` (its env's
     ``EnvironmentSpec``), ``networks`` (the run's, for ``spec``), ``params``, ``checkpoint`` (the
-    learner checkpoint's env-step number).
+    learner checkpoint's env-step number), ``anakin`` (whether the run is the compiled loop's).
     """
 
     def __init__(
@@ -74,8 +74,10 @@ class TrainedPolicy:
         checkpoint: int,
         greedy: bool = True,
         seed: int = 0,
+        anakin: bool = False,
     ) -> None:
         self.config, self.spec, self.params, self.checkpoint = config, spec, params, checkpoint
+        self.anakin = anakin  # (a run of the compiled loop: --launcher anakin)
         self.networks = networks
         self._policy = config.builder.make_policy(networks, spec, evaluation=greedy)
         self._source = _Fixed(params)
@@ -212,8 +214,14 @@ def load_policy(
     finally:
         env.close()
     networks = config.make_networks(spec)
-    params = _params(run_dir, config.builder, networks, int(checkpoint))
-    return TrainedPolicy(config, spec, networks, params, int(checkpoint), greedy=greedy, seed=seed)
+    anakin = isinstance(run, dict) and isinstance(run.get("anakin"), dict)  # (its checkpoints: the whole carry)
+    if anakin:
+        from shoal.launch.experiments.anakin.checkpoints import restore_params  # lazy: anakin runs only
+
+        params = restore_params(run_dir, int(checkpoint), config.builder, networks)
+    else:
+        params = _params(run_dir, config.builder, networks, int(checkpoint))
+    return TrainedPolicy(config, spec, networks, params, int(checkpoint), greedy=greedy, seed=seed, anakin=anakin)
 
 
 class _Progress:
@@ -263,6 +271,38 @@ def _stats(x: np.ndarray) -> dict[str, float]:
     }
 
 
+def _play(
+    policy: TrainedPolicy, episodes: int, seed: int, at_once: int, progress: _Progress
+) -> tuple[np.ndarray, np.ndarray, list[str] | None]:
+    """``(returns, lengths, agents)`` of ``episodes`` episodes of ``policy`` on its env (see
+    ``evaluate_run``), ``at_once`` env copies a round; ``agents``: a many-agent env's, else ``None``."""
+    config = policy.config
+    returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
+    envs: dict[int, Any] = {}  # (one per round size: the full rounds' and the last one's)
+    agents: list[str] | None = None
+    try:
+        for first in range(0, episodes, at_once):
+            copies = min(at_once, episodes - first)  # (episodes of this round: one per env copy)
+            if copies not in envs:
+                envs[copies] = config.make_env(copies, seed + first, evaluation=True)
+            env = envs[copies]
+            rows = env.num_envs  # (a PettingZoo env's: copies x agents, copy by copy; shoal.envs.multiagent)
+            agents = getattr(env, "agents", None) if rows != copies else None
+            row_lengths = np.zeros(rows, np.int64)
+            row_returns = evaluate(
+                env, progress.actor(policy.actor(rows), rows), seed=seed + first, lengths=row_lengths
+            )
+            # (an episode is a copy's: its agents' returns summed, the longest agent's length)
+            # (no should_stop: evaluate returns the returns, never None)
+            returns[first : first + copies] = row_returns.reshape(copies, -1).sum(axis=1)  # type: ignore[union-attr]
+            lengths[first : first + copies] = row_lengths.reshape(copies, -1).max(axis=1)
+            progress.done = first + copies
+    finally:
+        for env in envs.values():
+            env.close()
+    return returns, lengths, agents
+
+
 def evaluate_run(
     run_dir: str,
     episodes: int = 10,
@@ -281,7 +321,10 @@ def evaluate_run(
     episode's seed at most ``MAX_SEED``, as Atari's vector env needs; default: a fresh one);
     returns their return and length statistics (mean, std, median, min, max) with the checkpoint
     and seed used. On a many-agent (PettingZoo) env an episode is one env copy's: its return the
-    sum of its agents' returns, its length its longest agent's (the result names the ``agents``). ``progress_every_s``: a line on stderr at most this often while it runs (and
+    sum of its agents' returns, its length its longest agent's (the result names the ``agents``). A
+    compiled-loop run (``--launcher anakin``) is evaluated as it evaluated itself, in one jitted
+    loop (``anakin.evaluation``): its round that starts at episode ``i`` plays from
+    ``PRNGKey(seed + i)``, so its own evaluations come back exactly for their seeds. ``progress_every_s``: a line on stderr at most this often while it runs (and
     one at the start of an evaluation of more than one round); ``None``: silent. Bad arguments
     are refused (``ValueError``, one line) before the run directory is read."""
     if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_EPISODES:
@@ -305,32 +348,20 @@ def evaluate_run(
     if env_args:
         config.env = dataclasses.replace(config.env, args={**config.env.args, **env_args})
     at_once = min(episodes, envs_at_once)
-    returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
     progress = _Progress(episodes, progress_every_s)
     if progress_every_s is not None and episodes > at_once:
         print(f"shoal evaluate: {episodes:,} episodes, {at_once:,} at a time", file=sys.stderr, flush=True)
-    envs: dict[int, Any] = {}  # (one per round size: the full rounds' and the last one's)
     agents: list[str] | None = None
-    try:
-        for first in range(0, episodes, at_once):
-            copies = min(at_once, episodes - first)  # (episodes of this round: one per env copy)
-            if copies not in envs:
-                envs[copies] = config.make_env(copies, seed + first, evaluation=True)
-            env = envs[copies]
-            rows = env.num_envs  # (a PettingZoo env's: copies x agents, copy by copy; shoal.envs.multiagent)
-            agents = getattr(env, "agents", None) if rows != copies else None
-            row_lengths = np.zeros(rows, np.int64)
-            row_returns = evaluate(
-                env, progress.actor(policy.actor(rows), rows), seed=seed + first, lengths=row_lengths
-            )
-            # (an episode is a copy's: its agents' returns summed, the longest agent's length)
-            # (no should_stop: evaluate returns the returns, never None)
-            returns[first : first + copies] = row_returns.reshape(copies, -1).sum(axis=1)  # type: ignore[union-attr]
-            lengths[first : first + copies] = row_lengths.reshape(copies, -1).max(axis=1)
-            progress.done = first + copies
-    finally:
-        for env in envs.values():
-            env.close()
+    if policy.anakin:  # (the compiled loop's own evaluation: a run's numbers for its seeds; anakin.evaluation)
+        from shoal.launch.experiments.anakin.evaluation import evaluate_compiled  # lazy: anakin runs only
+
+        def on_round(done: int, env_steps: int) -> None:
+            progress.done = done
+            progress.step(env_steps)
+
+        returns, lengths = evaluate_compiled(policy, episodes, seed, at_once, on_round)
+    else:
+        returns, lengths, agents = _play(policy, episodes, seed, at_once, progress)
     per_copy = {"agents": list(agents), "return_of": "each episode's agents together (their sum)"} if agents else {}
     return {
         "run_dir": run_dir,

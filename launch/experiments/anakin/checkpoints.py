@@ -6,11 +6,14 @@ them, so a resumed run makes the same dispatches, draws the same keys and evalua
 as a run that never stopped (``tests/test_anakin.py`` checks it row by row).
 
 The carry is saved as the list of its leaves (plain arrays, on any JAX and orbax): its structure
-comes from the run's config, which rebuilds the same carry to restore into.
+comes from the run's config, which rebuilds the same carry to restore into. Its first leaves are
+PPO's training state (the carry's first field), so ``restore_params`` takes a policy's
+parameters out of a checkpoint without the envs (``load_policy``, ``shoal evaluate/export``).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
@@ -19,7 +22,9 @@ import numpy as np
 from shoal.core.specs import EnvironmentSpec
 from shoal.launch.experiments.run_directory.checkpoints import (
     Checkpointer,
+    _readable,
     commit,
+    orbax_checkpoint,
     read_run,
     restore_learner,
     spec_record,
@@ -78,3 +83,28 @@ def restore_checkpoint(run_dir: str, template: Any) -> tuple[Any, dict[str, Any]
             f"{run_dir}/checkpoints/run.json: anakin.{missing[0]} is missing; the checkpoint is incomplete"
         )
     return state.carry, dict(host)
+
+
+def restore_params(run_dir: str, step: int, builder: Any, networks: Any) -> Any:
+    """The policy's parameters in the compiled loop's checkpoint ``step`` of ``run_dir`` (host
+    arrays): the carry's first leaves, PPO's training state, shaped as ``builder.init_state``'s;
+    a checkpoint whose leaves do not fit is one ``ValueError`` naming it."""
+    ocp = orbax_checkpoint()
+    manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
+    with _readable(run_dir, {"learner_step": step}):
+        saved = manager.restore(step, args=ocp.args.PyTreeRestore())
+    template = builder.init_state(jax.random.PRNGKey(0), networks)
+    wanted = jax.tree_util.tree_leaves(template)
+    leaves = saved.get("leaves") if isinstance(saved, dict) else None
+    if isinstance(leaves, dict):  # (an orbax that reads a list back as {"0": ..., "1": ...})
+        leaves = [leaves[key] for key in sorted(leaves, key=int)]
+    leaves = [np.asarray(x) for x in leaves[: len(wanted)]] if isinstance(leaves, list) else []
+    if len(leaves) < len(wanted) or any(
+        a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype for a, b in zip(leaves, wanted)
+    ):
+        raise ValueError(
+            f"{os.path.join(run_dir, 'checkpoints', 'learner', str(step))}: the compiled loop's checkpoint does not "
+            "hold this run's training state (damaged, or written by another agent or network)"
+        )
+    state = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), leaves)
+    return state["params"] if isinstance(state, dict) else state.params

@@ -20,14 +20,14 @@ from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.core.types import ActorInfo
 from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_env
 from shoal.launch.experiments.anakin.checkpoints import restore_checkpoint, save_checkpoint
+from shoal.launch.experiments.anakin.evaluation import EVAL_SEED_OFFSET, make_evaluation
+from shoal.launch.experiments.callbacks import Callbacks, Evaluation
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.run_directory.checkpoints import Checkpointer, Periodic
 from shoal.launch.experiments.run_directory.claim import claim_run_directory
+from shoal.launch.experiments.tracking import start_tracking
 from shoal.learners.placement import Placement, shard_map
 from shoal.learners.updates import AXIS_NAME
-
-EVAL_SEED_OFFSET = 1_000_003  # (as the evaluator's: evaluation k resets with seed + this + 7919 k)
-EVAL_STEP_CAP = 100_000  # an evaluation episode longer than this is cut
 
 
 class Carry(NamedTuple):
@@ -63,6 +63,11 @@ def check_anakin(config: ExperimentConfig, num_devices: int) -> None:
         raise ValueError(
             f"--launcher anakin updates on every rollout of its num_envs envs: rollouts_per_update must be 1, "
             f"got {c.rollouts_per_update} (raise --num-envs instead)"
+        )
+    if config.tracking.video_every:
+        raise ValueError(
+            f"--launcher anakin records no evaluation videos (its envs run compiled, without a renderer): "
+            f"drop --video-every (got {config.tracking.video_every})"
         )
     if config.env.num_envs % num_devices:
         raise ValueError(
@@ -143,34 +148,6 @@ def place(carry: Carry, placement: Placement) -> Carry:
     return Carry(placement.replicate(carry.train), *split, *replicated, placement.replicate(carry.length_sum))  # type: ignore[call-arg]  # (nine, in order)
 
 
-def make_evaluation(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv, episodes: int) -> Any:
-    """``(params, key) -> returns [episodes]``: each env's first episode, greedy, in one while_loop."""
-    policy = builder.make_policy(networks, venv.spec, evaluation=True)
-
-    def evaluate(params: Any, key: jax.Array) -> jax.Array:
-        reset_key, key = jax.random.split(key)
-        obs, env = venv.reset(reset_key, episodes)
-        info = ActorInfo(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
-
-        def body(state: tuple) -> tuple:
-            obs, env, key, returns, done, t = state
-            key, policy_key, step_key = jax.random.split(key, 3)
-            action, _, _ = policy.apply(params, policy_key, obs, info)
-            env, step = venv.step(step_key, env, action)
-            ended = jnp.logical_and(jnp.logical_or(step.terminated, step.truncated), jnp.logical_not(done))
-            return step.observation, env, key, jnp.where(ended, step.episode_return, returns), done | ended, t + 1
-
-        def going(state: tuple) -> jax.Array:
-            return jnp.logical_and(jnp.logical_not(jnp.all(state[4])), state[5] < EVAL_STEP_CAP)
-
-        zeros = jnp.zeros(episodes, jnp.float32)
-        state = jax.lax.while_loop(going, body, (obs, env, key, zeros, jnp.zeros(episodes, bool), 0))
-        _, env, _, returns, done, _ = state
-        return jnp.where(done, returns, env.episode_return)  # (an episode cut at the cap: its return so far)
-
-    return jax.jit(evaluate)
-
-
 def run_anakin(config: ExperimentConfig, stop: threading.Event | None = None) -> dict[str, Any]:
     """Trains ``config`` (PPO on a JAX env) in the compiled loop until the greedy evaluation
     reaches the target return, ``max_env_steps`` runs out or ``stop`` is set; returns the
@@ -187,10 +164,15 @@ def run_anakin(config: ExperimentConfig, stop: threading.Event | None = None) ->
     with contextlib.ExitStack() as stack:
         if run_dir is not None:
             stack.callback(run_dir.unlock)
-        result = _train(config, venv, placement, start, stop, stack)
-        result["process_s"] = round(process_seconds(), 3)
-        if run_dir is not None:
-            run_dir.write_json("result.json", result)
+        tracker, result = start_tracking(config), None  # (--track: the logs, as the replay path's)
+        try:
+            result = _train(config, venv, placement, start, stop, stack)
+            result["process_s"] = round(process_seconds(), 3)
+            if run_dir is not None:
+                run_dir.write_json("result.json", result)
+        finally:
+            if tracker is not None:
+                tracker.close(result, stop)
     return result
 
 
@@ -240,7 +222,8 @@ def _train(
         dispatch = make_dispatch(make_iteration(builder, networks, venv), placement)
         dispatch = dispatch.lower(carry, jnp.int32(per_dispatch)).compile()
     with stopwatch.time("compile_evaluation"):
-        evaluation = make_evaluation(builder, networks, venv, config.evaluation.episodes)
+        greedy = builder.make_policy(networks, venv.spec, evaluation=True)
+        evaluation = make_evaluation(greedy, venv, config.evaluation.episodes)
         evaluation = evaluation.lower(carry.train.params, jax.random.PRNGKey(0)).compile()
     target = config.resolved_target_return()
     env_steps, updates, num_evals = host["env_steps"], host["updates"], host["num_evals"]
@@ -265,12 +248,16 @@ def _train(
             )
         due.reset()
 
-    def evaluate() -> float:
+    callbacks = Callbacks(list(config.callbacks))
+
+    def evaluate() -> tuple[float, bool]:
+        """Evaluates (a host sync, at a dispatch's end), logs the row and calls the callbacks;
+        ``(the mean return, whether a callback asked to end the run)``."""
         nonlocal num_evals, eval_s
         t0 = time.monotonic()
         with stopwatch.time("evaluation"):
             key = jax.random.PRNGKey(config.run.seed + EVAL_SEED_OFFSET + 7919 * num_evals)
-            returns = np.asarray(evaluation(carry.train.params, key))
+            returns = np.asarray(evaluation(carry.train.params, key)[0])
         eval_s += time.monotonic() - t0
         num_evals += 1
         mean = float(np.mean(returns))
@@ -284,10 +271,25 @@ def _train(
                 "wall_s": time.monotonic() - start,
             }
         )
-        return mean
+        if not callbacks:
+            return mean, False
+        evaluated = Evaluation(  # (host code between two dispatches: no device sync in the scan for it)
+            env_steps=int(env_steps),
+            returns=returns,
+            mean_return=mean,
+            num_evals=num_evals,
+            wall_s=time.monotonic() - start,
+            params=jax.device_get(carry.train.params),
+            params_version=int(updates),
+            run_dir=config.run.dir,
+        )
+        return mean, callbacks.evaluation(evaluated)
 
     solved = target is not None and last_return is not None and last_return >= target  # (a resumed run's)
-    while not solved and env_steps < config.run.max_env_steps and not (stop is not None and stop.is_set()):
+    ended = False  # (a callback asked to end the run)
+    while (
+        not solved and not ended and env_steps < config.run.max_env_steps and not (stop is not None and stop.is_set())
+    ):
         todo = min(per_dispatch, math.ceil((config.run.max_env_steps - env_steps) / steps_per_iteration))
         t0 = time.monotonic()
         with stopwatch.time("train"):  # (one dispatch: env steps and updates, on the device)
@@ -314,13 +316,13 @@ def _train(
         )
         if progress is not None:
             progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps", "episode_return")})
-        last_return = evaluate()
+        last_return, ended = evaluate()
         solved = target is not None and last_return >= target
-        if not solved and due.due():
+        if not (solved or ended) and due.due():
             checkpoint()
     wall_s = time.monotonic() - start  # (the result is settled: the last checkpoint is not in it)
     checkpoint()
-    return {
+    result = {
         "agent": builder.name,
         "env": config.env.id,
         "seed": config.run.seed,
@@ -338,4 +340,7 @@ def _train(
         **({"first_step_s": round(first_step_s, 3)} if first_step_s is not None else {}),
         **({"resumed_from": resumed_from} if resumed_from is not None else {}),
         **({"terminated": getattr(stop, "reason", "SIGTERM")} if stop is not None and stop.is_set() else {}),
+        **({"stopped_by": callbacks.stopped_by} if callbacks.stopped_by else {}),
     }
+    callbacks.end(result)
+    return result

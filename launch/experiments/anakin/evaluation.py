@@ -1,0 +1,87 @@
+"""The compiled loop's evaluation: ``episodes`` envs played to their first episode's end in one
+jitted ``while_loop`` (``make_evaluation``), as a run evaluates and as ``shoal evaluate`` plays
+a run of it again (``evaluate_compiled``).
+
+``shoal evaluate`` of a compiled-loop run uses this evaluation, not the gymnasium wrapper
+(``JaxGymVectorEnv``) the replay path steps: the wrapper draws its keys in another order, so for
+one seed it plays other episodes. With this one a run's numbers come back exactly: evaluation
+``k`` of a run with seed ``s`` (``eval.csv``'s row ``k``, ``eval_episodes`` episodes) is
+``shoal evaluate RUN --episodes <eval_episodes> --seed <s + 1_000_003 + 7919 k>`` of the
+checkpoint it evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from shoal.core.types import ActorInfo
+from shoal.envs.jax_envs import JaxVectorEnv, make_jax_env
+
+EVAL_SEED_OFFSET = 1_000_003  # (as the evaluator's: evaluation k resets with seed + this + 7919 k)
+EVAL_STEP_CAP = 100_000  # an evaluation episode longer than this is cut
+
+
+def make_evaluation(policy: Any, venv: JaxVectorEnv, episodes: int) -> Any:
+    """``(params, key) -> (returns [episodes], lengths [episodes])``: each env's first episode
+    with ``policy`` (the agent's ``Policy``: greedy for a run's evaluation), in one jitted
+    ``while_loop``; an episode cut at ``EVAL_STEP_CAP`` steps counts its return and length so far."""
+
+    def evaluate(params: Any, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        reset_key, key = jax.random.split(key)
+        obs, env = venv.reset(reset_key, episodes)
+        info = ActorInfo(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+
+        def body(state: tuple) -> tuple:
+            obs, env, key, returns, lengths, done, t = state
+            key, policy_key, step_key = jax.random.split(key, 3)
+            action, _, _ = policy.apply(params, policy_key, obs, info)
+            env, step = venv.step(step_key, env, action)
+            ended = jnp.logical_and(jnp.logical_or(step.terminated, step.truncated), jnp.logical_not(done))
+            returns = jnp.where(ended, step.episode_return, returns)
+            lengths = jnp.where(ended, step.episode_length, lengths)
+            return step.observation, env, key, returns, lengths, done | ended, t + 1
+
+        def going(state: tuple) -> jax.Array:
+            return jnp.logical_and(jnp.logical_not(jnp.all(state[5])), state[6] < EVAL_STEP_CAP)
+
+        zeros = jnp.zeros(episodes, jnp.float32)
+        start = (obs, env, key, zeros, jnp.zeros(episodes, jnp.int32), jnp.zeros(episodes, bool), 0)
+        _, env, _, returns, lengths, done, _ = jax.lax.while_loop(going, body, start)
+        return jnp.where(done, returns, env.episode_return), jnp.where(done, lengths, env.episode_length)
+
+    return jax.jit(evaluate)
+
+
+def evaluate_compiled(
+    trained: Any,
+    episodes: int,
+    seed: int,
+    envs_at_once: int,
+    on_round: Callable[[int, int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(returns, lengths)`` of ``episodes`` episodes of ``trained`` (a ``TrainedPolicy`` of a
+    compiled-loop run, greedy or not as loaded) on its run's JAX env (``config.env.args``),
+    ``envs_at_once`` at a time: the round that starts at episode ``i`` plays from
+    ``PRNGKey(seed + i)``. ``on_round(episodes done, env steps of the round)`` after each round."""
+    config = trained.config
+    env, params = make_jax_env(config.env.id, config.env.args)
+    venv = JaxVectorEnv(env, config.env.num_envs, params)
+    at_once = min(episodes, envs_at_once)
+    evaluations: dict[int, Any] = {}  # (one per round size: the full rounds' and the last one's)
+    returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
+    for first in range(0, episodes, at_once):
+        copies = min(at_once, episodes - first)
+        if copies not in evaluations:
+            evaluations[copies] = make_evaluation(trained.policy, venv, copies)
+        round_returns, round_lengths = jax.device_get(
+            evaluations[copies](trained.params, jax.random.PRNGKey(seed + first))
+        )
+        returns[first : first + copies], lengths[first : first + copies] = round_returns, round_lengths
+        if on_round is not None:
+            on_round(first + copies, int(np.sum(round_lengths)))
+    return returns, lengths
