@@ -34,6 +34,8 @@ _AGENTS = {
     "impala": "shoal.agents.impala:IMPALABuilder",
     "sac": "shoal.agents.sac:SACBuilder",
     "r2d2": "shoal.agents.r2d2:R2D2Builder",
+    "bc": "shoal.agents.bc:BCBuilder",
+    "cql": "shoal.agents.cql:CQLBuilder",
 }
 ENTRY_POINT_GROUP = "shoal.agents"
 

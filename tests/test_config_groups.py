@@ -89,7 +89,7 @@ def test_a_v1_config_json_loads_to_the_grouped_config_the_same_flags_make():
     for name in GROUPS:
         if name != "replay":  # (the backend: this Python's default; the fixture's ran on Reverb)
             # (fields newer than the fixture, at their defaults)
-            newer = {"env": {"actor_overlap": "auto"}}.get(name, {})
+            newer = {"env": {"actor_overlap": "auto"}, "run": {"dataset": None}}.get(name, {})
             assert {k: v for k, v in now[name].items() if newer.get(k, ...) != v} == grouped[name], name
 
 
@@ -162,7 +162,13 @@ def test_the_flags_land_in_their_groups(capsys):
     resolved = json.loads(capsys.readouterr().out.splitlines()[0])
     assert resolved["schema_version"] == 2 and resolved["launch"] is None
     assert resolved["env"]["num_envs"] == 4 and resolved["env"]["sticky_actions"] == 0.1
-    assert resolved["run"] == {"seed": 3, "max_env_steps": 3000, "dir": "runs/flags", "checkpoint_every_s": 60.0}
+    assert resolved["run"] == {
+        "seed": 3,
+        "max_env_steps": 3000,
+        "dir": "runs/flags",
+        "checkpoint_every_s": 60.0,
+        "dataset": None,
+    }
     assert resolved["evaluation"] == {"every": 500, "episodes": 3, "target_return": 100.0}
     assert resolved["replay"] == {"backend": "native"} and resolved["tracking"]["progress"] is False
     assert resolved["agent_config"]["learning_rate"] == 0.001

@@ -21,6 +21,8 @@ ENVS = {
     "impala": "CartPole-v1",
     "r2d2": "CartPole-v1",
     "sac": "Pendulum-v1",
+    "bc": "CartPole-v1",
+    "cql": "CartPole-v1",
 }
 
 

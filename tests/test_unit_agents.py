@@ -29,7 +29,15 @@ ENVS = {
     ("gymnax-minatar", "discrete"): "gymnax:Breakout-MinAtar",
 }
 # The kind of action each agent takes first (PPO takes both: its mujoco preset is continuous).
-ACTIONS = {"dqn": "discrete", "impala": "discrete", "ppo": "discrete", "r2d2": "discrete", "sac": "continuous"}
+ACTIONS = {
+    "dqn": "discrete",
+    "impala": "discrete",
+    "ppo": "discrete",
+    "r2d2": "discrete",
+    "sac": "continuous",
+    "bc": "discrete",
+    "cql": "discrete",
+}
 PRESETS = presets()
 EXPERIMENT_FIELDS = set(FLAT_FIELDS) - {"env_id"}  # (the flat names a preset's experiment settings use)
 
@@ -81,7 +89,7 @@ def test_every_registered_agents_default_config_validates(agent):
 def test_unknown_agents_and_settings_are_refused_naming_the_known_ones():
     with pytest.raises(
         ValueError,
-        match="^unknown agent 'a2c'; available: dqn, impala, ppo, r2d2, sac, or module:BuilderClass for a builder of your own$",
+        match="^unknown agent 'a2c'; available: bc, cql, dqn, impala, ppo, r2d2, sac, or module:BuilderClass for a builder of your own$",
     ):
         get_builder("a2c")
     with pytest.raises(ValueError, match="^unknown agent 'a2c'; available:"):

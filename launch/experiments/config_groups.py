@@ -100,6 +100,9 @@ class RunConfig:
         taken when the run stops on SIGTERM or ends.
       resume: continue the run whose checkpoint is in ``dir`` (its counters, schedules,
         learner, replay and RNG) instead of starting afresh. Not recorded in ``config.json``.
+      dataset: a Minari dataset (a local directory) whose episodes fill replay once before
+        training: all an offline agent (``bc``, ``cql``) trains on, a seed of replay for an
+        online one (``dqn``, ``sac``); ``shoal.launch.experiments.offline``.
     """
 
     seed: int = setting(0, low=0, high=2**31 - 1)
@@ -107,6 +110,7 @@ class RunConfig:
     dir: str | None = None
     checkpoint_every_s: float = setting(300.0, low=0.0, low_open=True, high=1e7)
     resume: bool = False
+    dataset: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +185,7 @@ FLAT_FIELDS: dict[str, tuple[str | None, str]] = {
     "run_dir": ("run", "dir"),
     "checkpoint_every_s": ("run", "checkpoint_every_s"),
     "resume": ("run", "resume"),
+    "dataset": ("run", "dataset"),
     "replay": ("replay", "backend"),
     "eval_every": ("evaluation", "every"),
     "eval_episodes": ("evaluation", "episodes"),

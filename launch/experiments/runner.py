@@ -33,8 +33,16 @@ from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.envs.selfplay import SnapshotPool
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
+from shoal.launch.experiments.formats.minari_reading import Episodes
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.learner_pacing import LearningActor
+from shoal.launch.experiments.offline import (
+    check_dataset_settings,
+    fill_replay,
+    is_offline,
+    load_dataset,
+    train_offline,
+)
 from shoal.launch.experiments.run_directory.checkpoints import (
     Checkpointer,
     Periodic,
@@ -67,12 +75,20 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
         _closing(stack, "the environment", env.close)
         spec = make_environment_spec(env)
         config.validate_agent(spec)  # the agent's settings, and whether the budget lets it learn
+        episodes = None  # (--dataset: read and checked before anything is written; a resume's replay holds it)
+        if config.run.dataset is not None or is_offline(config.builder):
+            check_dataset_settings(config)
+            if not config.run.resume:
+                episodes = load_dataset(config, env, spec)
         run_dir = claim_run_directory(config, spec) if config.run.dir else None
         if run_dir is not None:
             _closing(stack, "the run directory lock", run_dir.unlock)
         tracker, result = start_tracking(config), None
         try:
-            result = _train(config, env, spec, start, stop, stack)
+            if is_offline(config.builder):
+                result = train_offline(config, spec, episodes, start, stop, stack, _closing)
+            else:
+                result = _train(config, env, spec, start, stop, stack, episodes)
             result["process_s"] = round(process_seconds(), 3)
             if run_dir is not None:
                 run_dir.write_json("result.json", result)
@@ -89,6 +105,7 @@ def _train(
     start: float,
     stop: threading.Event | None,
     stack: contextlib.ExitStack,
+    episodes: Episodes | None = None,
 ) -> dict[str, Any]:
     builder = config.builder
     checkpointer = Checkpointer(config.run.dir) if config.run.dir else None
@@ -118,6 +135,8 @@ def _train(
     _closing(stack, "the evaluator", evaluator.close)
     pool = _self_play(config, env, evaluator, policy, learner)
     resumed = _resume(config, learner, counter, actor, evaluator, server, pool) if config.run.resume else None
+    # (offline-to-online: replay seeded with the dataset before the actor's first step)
+    seeded = fill_replay(builder, server.client, spec, episodes) if episodes is not None else None
     compiling = (
         functools.partial(while_slow, "compiling the learner's update", sys.stderr, hint=COMPILE_HINT)
         if config.tracking.progress
@@ -202,6 +221,8 @@ def _train(
         result["first_step_s"] = round(first_step_s, 3)
     if resumed is not None:
         result["resumed_from"] = resumed
+    if seeded is not None:
+        result["dataset"] = {"path": config.run.dataset, **seeded}
     if pool is not None:
         result["self_play_pool"] = pool.versions
     if terminated:  # (the signal that stopped it: an interrupts.StopRequest names it)

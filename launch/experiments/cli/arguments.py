@@ -212,6 +212,14 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
     )
     add("--run-dir", default=default(None), help="output folder (default: runs/<agent>-<env>-s<seed>-<time>)")
     add(
+        "--dataset",
+        default=default(None),
+        metavar="PATH",
+        help="a Minari dataset (a local directory, as shoal record or minari's DataCollector writes it) "
+        "whose episodes fill replay once: all that bc and cql train on (no actors; their --max-env-steps "
+        "and --eval-every count learner steps), a seed of replay for dqn and sac (the offline extra)",
+    )
+    add(
         "--preset",
         default=default("auto"),
         metavar="NAME",

@@ -179,6 +179,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         global_state=args.global_state,
         self_play=args.self_play,
         track=args.track,
+        dataset=args.dataset,
         **chosen,
     )
     if args.run_dir is None:  # (named as the result names the agent: a plug-in's own name, not its class)
@@ -195,6 +196,13 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
             f"{', '.join(distributed_only)} apply to a distributed program; add --launcher "
             "processes, inprocess or ray (or drop them: one process runs one actor and uses no ports "
             "nor resources)"
+        )
+    if (args.dataset is not None or getattr(config.builder, "offline", False)) and (
+        args.launcher is not None or is_jax_env(args.env)
+    ):
+        raise ValueError(
+            f"--dataset runs in one process (an offline agent, or replay seeded from a dataset): drop --launcher "
+            f"{args.launcher or 'anakin'}"
         )
     launch = None
     if args.launcher not in (None, "anakin"):  # (checked where the run checks it: preflight.prepare)

@@ -1,0 +1,58 @@
+"""Discrete CQL's loss (Kumar et al. 2020, CQL(H)), on DQN's loss seam.
+
+For a batch of n-step transitions ``(s, a, R, d, s')`` from a fixed dataset (``a`` the
+dataset's action):
+
+    a*     = argmax_a' Q(s', a'; online)                      # double Q, as DQN
+    y      = R + d * Q(s', a*; target)
+    td     = Q(s, a; online) - y
+    loss   = mean_i  huber(td_i) + alpha * (logsumexp_b Q(s_i, b; online) - Q(s_i, a_i; online))
+
+The second term pushes Q down on every action (softly, on the largest) and up on the action the
+data took: actions the dataset never tried cannot look better than those it did, which is what
+plain DQN on a fixed dataset gets wrong (its argmax picks the over-estimated, unseen actions).
+With action masks the logsumexp runs over the allowed actions. Everything else -- the
+optimizer, the target network, the scanned SGD steps, the greedy policy -- is DQN's
+(``shoal.agents.dqn.learning.make_update``, which takes this as its ``loss``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from shoal.agents.components.dict_observations import action_mask, mask_logits
+from shoal.agents.components.flax_apply import apply_network
+from shoal.agents.dqn.learning import LossOutput, double_q_bootstrap
+from shoal.core.types import Batch
+
+
+def cql_loss(
+    network: Any,
+    params: optax.Params,
+    target_params: optax.Params,
+    batch: Batch,
+    huber_delta: float,
+    alpha: float,
+) -> LossOutput:
+    """The loss in the module docstring, per transition (``LossOutput``: its ``td_abs`` is the
+    TD error's alone)."""
+    batch_size = batch["reward"].shape[0]
+    both = jax.tree_util.tree_map(
+        lambda s, s_next: jnp.concatenate([s, s_next]), batch["observation"], batch["next_observation"]
+    )
+    q_online = apply_network(network, params, both)  # (one pass over s and s')
+    q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
+    q_t_target = apply_network(network, target_params, batch["next_observation"])
+    bootstrap = double_q_bootstrap(q_t_online, q_t_target, action_mask(batch["next_observation"]))
+    target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * bootstrap)
+    q_taken = jnp.take_along_axis(q_tm1, batch["action"][:, None].astype(jnp.int32), axis=-1)[:, 0]
+    td = q_taken - target
+    conservative = jax.nn.logsumexp(mask_logits(q_tm1, action_mask(batch["observation"])), axis=-1) - q_taken
+    return LossOutput(optax.huber_loss(td, delta=huber_delta) + alpha * conservative, jnp.abs(td), q_taken)
+
+
+__all__ = ["cql_loss"]

@@ -1,0 +1,114 @@
+"""Training from a dataset (``shoal train --dataset PATH``): replay filled once with the agent's
+own items, then, for an offline agent (``bc``, ``cql``: ``builder.offline``), a learner that
+trains from replay alone while the evaluator still plays the env; for an online agent (``dqn``,
+``sac``), the same filling seeds replay before its actor starts (offline-to-online).
+
+**Filling.** The dataset's episodes are laid end to end and cut into ``num_envs`` contiguous
+lanes of equal length (the run's vector env's width, which replay items are shaped by); the
+agent's adder (``make_adder``: n-step transitions for DQN, CQL and SAC, single transitions for
+BC) takes the lanes' steps as it takes a vector env's. An adder never joins steps across an
+episode's end, so a lane that starts or ends mid-episode loses only its last ``n - 1`` steps,
+and ``steps mod num_envs`` steps are left out at the end (the JSON line of the run counts
+them: ``dataset.transitions``).
+
+**The offline clock.** An offline run steps no env for training: its ``max_env_steps`` and
+``eval_every`` count learner SGD steps (``learner_steps``), and so do ``eval.csv``'s and the
+checkpoints' ``env_steps``; the result's ``env_steps`` is 0. Checkpoints hold replay (the
+dataset's items) with the learner, so ``--resume`` reads no dataset again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+
+from shoal.core.specs import EnvironmentSpec
+from shoal.core.types import Step
+from shoal.launch.experiments.formats.minari_reading import Episodes, read_dataset
+
+ON_POLICY_REFUSAL = (
+    "trains on its own fresh rollouts (on-policy): --dataset seeds replay for dqn or sac, or trains bc or cql"
+)
+
+
+def is_offline(builder: Any) -> bool:
+    """Whether ``builder``'s agent trains from a dataset only (no actors)."""
+    return bool(getattr(builder, "offline", False))
+
+
+def check_dataset_settings(config: Any) -> None:
+    """One line for a ``--dataset`` an agent cannot use, or an offline agent without one."""
+    builder, dataset = config.builder, config.run.dataset
+    name = getattr(builder, "name", type(builder).__name__)
+    if dataset is None and is_offline(builder):
+        raise ValueError(f"agent {name!r} trains offline, from a dataset: give --dataset PATH (a Minari dataset)")
+    if dataset is not None and builder.on_policy:
+        raise ValueError(f"--dataset {dataset!r}: agent {name!r} {ON_POLICY_REFUSAL}")
+
+
+def load_dataset(config: Any, env: Any, spec: EnvironmentSpec) -> Episodes:
+    """The run's dataset, checked against ``env`` (one line, before anything is written); for an
+    offline agent, also that it fits in replay."""
+    if config.builder.extras_spec(spec):
+        raise ValueError(
+            f"--dataset {config.run.dataset!r}: agent {config.builder.name!r} stores what its policy records "
+            f"({', '.join(config.builder.extras_spec(spec))}) with each step, which no dataset holds"
+        )
+    episodes = read_dataset(cast(str, config.run.dataset), env.single_observation_space, env.single_action_space)
+    capacity = getattr(config.builder.config, "max_replay_size", None)
+    if is_offline(config.builder) and capacity is not None and episodes.num_steps > capacity:
+        raise ValueError(
+            f"--dataset {config.run.dataset!r} holds {episodes.num_steps:,} steps, more than max_replay_size="
+            f"{capacity:,}: --set max_replay_size={episodes.num_steps} (an offline agent trains on all of it)"
+        )
+    return episodes
+
+
+def _rows(value: Any, index: np.ndarray) -> Any:
+    return {key: v[index] for key, v in value.items()} if isinstance(value, dict) else value[index]
+
+
+def fill_replay(builder: Any, client: Any, spec: EnvironmentSpec, episodes: Episodes) -> dict[str, Any]:
+    """Writes ``episodes`` into replay through a fresh adder of ``builder`` (module docstring);
+    returns the counts the run reports."""
+    lanes = spec.num_envs
+    length = episodes.num_steps // lanes
+    if length < 1:
+        raise ValueError(
+            f"the dataset holds {episodes.num_steps} steps, fewer than the {lanes} envs replay items are made "
+            "of: --num-envs smaller"
+        )
+    adder = builder.make_adder(client, spec)
+    starts = np.arange(lanes) * length
+    try:
+        for t in range(length):
+            index = starts + t
+            adder.add(
+                Step(
+                    _rows(episodes.observation, index),
+                    episodes.action[index],
+                    episodes.reward[index],
+                    episodes.terminated[index],
+                    episodes.truncated[index],
+                    _rows(episodes.next_observation, index),
+                    {},
+                )
+            )
+        adder.flush()
+    finally:
+        adder.close()
+    n_step = int(getattr(builder.config, "n_step", 1))
+    transitions = lanes * max(0, length - (n_step - 1))
+    return {
+        "episodes": episodes.num_episodes,
+        "steps": episodes.num_steps,
+        "transitions": transitions,
+        "return": {
+            "mean": round(float(episodes.returns.mean()), 3),
+            "quantiles": [round(float(q), 3) for q in np.quantile(episodes.returns, [0, 0.25, 0.5, 0.75, 1])],
+        },
+    }
+
+
+__all__ = ["check_dataset_settings", "fill_replay", "is_offline", "load_dataset"]
