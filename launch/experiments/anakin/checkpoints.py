@@ -93,14 +93,14 @@ def restore_params(run_dir: str, step: int, builder: Any, networks: Any) -> Any:
     manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
     with _readable(run_dir, {"learner_step": step}):
         saved = manager.restore(step, args=ocp.args.PyTreeRestore())
-    template = builder.init_state(jax.random.PRNGKey(0), networks)
+    template = jax.eval_shape(lambda key: builder.init_state(key, networks), jax.random.PRNGKey(0))  # (shapes only)
     wanted = jax.tree_util.tree_leaves(template)
     leaves = saved.get("leaves") if isinstance(saved, dict) else None
     if isinstance(leaves, dict):  # (an orbax that reads a list back as {"0": ..., "1": ...})
         leaves = [leaves[key] for key in sorted(leaves, key=int)]
     leaves = [np.asarray(x) for x in leaves[: len(wanted)]] if isinstance(leaves, list) else []
     if len(leaves) < len(wanted) or any(
-        a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype for a, b in zip(leaves, wanted)
+        a.shape != tuple(b.shape) or a.dtype != b.dtype for a, b in zip(leaves, wanted)
     ):
         raise ValueError(
             f"{os.path.join(run_dir, 'checkpoints', 'learner', str(step))}: the compiled loop's checkpoint does not "
