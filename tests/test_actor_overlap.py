@@ -140,6 +140,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.e2e  # (two worker processes started and ended)
 def test_worker_ends_with_close_and_with_the_loop():
     env = make_vector_env("CartPole-v1", 2, seed=0)
     actor = BatchedActor(random_policy(False), jax.random.PRNGKey(0), VariableClient(Versions(10**9)), num_envs=2)
@@ -197,6 +198,7 @@ class Stuck(gym.vector.VectorWrapper):
         return self.env.step(actions)
 
 
+@pytest.mark.e2e  # (waits out its bound: 2.5 s)
 def test_a_stuck_env_in_a_thread_is_one_line(monkeypatch):
     """The bound (1.5 x SHOAL_STEP_TIMEOUT_S + 1 s = 2.5 s) ends the wait long before the step."""
     monkeypatch.setenv("SHOAL_STEP_TIMEOUT_S", "1")
@@ -233,6 +235,7 @@ def test_the_flag_reaches_the_config(capsys, tmp_path):
     assert "invalid choice: 'halves'" in capsys.readouterr().err
 
 
+@pytest.mark.e2e  # (pauses 3 s, past the bound, by design)
 @pytest.mark.parametrize("overlap", ["thread", "process"])
 def test_a_loop_that_pauses_between_steps_is_no_stall(overlap, monkeypatch):
     """An overlapped loop's next step is in flight between two ``step`` calls; a loop that pauses

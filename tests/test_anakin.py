@@ -78,6 +78,7 @@ def short(seed=0, **flat):
     )
 
 
+@pytest.mark.e2e  # (three short training runs)
 def test_a_seeded_run_is_the_same_twice(tmp_path):
     runs = [run_anakin(short(run_dir=str(tmp_path / f"run{i}"))) for i in range(2)]
     same = ("env_steps", "learner_steps", "num_evals", "final_eval_return", "solved")
@@ -90,6 +91,7 @@ def test_a_seeded_run_is_the_same_twice(tmp_path):
     assert losses[0] != losses[1]  # (another seed, another run)
 
 
+@pytest.mark.e2e  # (a run of each path)
 def test_both_paths_call_the_one_ppo_loss():
     """Anakin's update and the replay-backed learner's are ``learning.make_update(networks,
     config, builder.loss)``: a builder whose loss counts its traces is traced by both."""
@@ -191,6 +193,7 @@ def test_your_own_jax_env_registered_with_gymnax_trains_by_id():
     assert result["solved"] and result["final_eval_return"] == 3.0 and result["num_evals"] == 1, result
 
 
+@pytest.mark.e2e  # (a training run)
 def test_continuous_actions_train_in_the_compiled_loop(tmp_path):
     """PPO's Gaussian policy on gymnax's Pendulum (Box actions, clipped to the space by the
     adapter): a few dispatches run and evaluate (Pendulum has no registered threshold)."""
@@ -202,6 +205,7 @@ def test_continuous_actions_train_in_the_compiled_loop(tmp_path):
     assert len(rows(tmp_path / "run" / "learner.csv")) == 2
 
 
+@pytest.mark.e2e  # (three training runs, through `shoal train`'s code)
 def test_a_resumed_run_continues_exactly(tmp_path, capsys, monkeypatch):
     """Stopped at 2,048 env steps (its last checkpoint) and resumed with ``shoal train --resume``
     to 4,096, a run logs what the run that never stopped logs, row by row."""
@@ -221,6 +225,7 @@ def test_a_resumed_run_continues_exactly(tmp_path, capsys, monkeypatch):
     assert status[0] == "run: ppo on gymnax:CartPole-v1, seed 0 (anakin: envs, policy and update in one compiled loop)"
 
 
+@pytest.mark.e2e  # (a replay-backed run to the solve)
 def test_a_jax_env_also_runs_through_actors_and_replay():
     """Both ways for one env: the replay-backed runner steps ``gymnax:CartPole-v1`` as a
     gymnasium vector env (``JaxGymVectorEnv``) and solves it too."""

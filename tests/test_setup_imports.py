@@ -10,29 +10,43 @@ module, else to ``package`` (its ``__init__``, which imports what it re-exports)
 from __future__ import annotations
 
 import ast
+import functools
+import os
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository root: the package ``shoal``
 SKIPPED = {"tests", "benchmarks", "examples", ".venv", "shoal.egg-info", "build", "dist"}
 
 
+@functools.cache
 def _modules() -> dict[str, pathlib.Path]:
-    """``{dotted name: path}`` of every module of the package."""
+    """``{dotted name: path}`` of every module of the package (read once per test session)."""
     found = {}
-    for path in ROOT.rglob("*.py"):
-        parts = path.relative_to(ROOT).parts
-        if parts[0] in SKIPPED or any(p.startswith(".") for p in parts):
-            continue
-        names = ["shoal", *parts[:-1]] + ([] if path.name == "__init__.py" else [path.stem])
-        found[".".join(names)] = path
+    for folder, subfolders, files in os.walk(ROOT):
+        here = pathlib.Path(folder)
+        top = here == ROOT
+        # (pruned as walked: a virtualenv in the checkout holds tens of thousands of files)
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and not (top and d in SKIPPED)]
+        for file in (f for f in files if f.endswith(".py")):
+            parts = (here / file).relative_to(ROOT).parts
+            names = ["shoal", *parts[:-1]] + ([] if file == "__init__.py" else [file[:-3]])
+            found[".".join(names)] = here / file
     return found
+
+
+@functools.cache
+def _source(path: pathlib.Path) -> tuple[str, ast.Module]:
+    """``path``'s text and its parse, read once per test session (the checks below walk every
+    module several times)."""
+    text = path.read_text()
+    return text, ast.parse(text, str(path))
 
 
 def _imports(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
     """The shoal modules ``name`` imports, anywhere in its source."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     edges = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_source(path)[1]):
         if isinstance(node, ast.Import):
             edges.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -79,8 +93,10 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 KNOWN_EDGES: set[tuple[str, str]] = set()
 
 
+@functools.cache
 def _graph() -> dict[str, set[str]]:
-    """Every module's (a package's ``__init__`` included) edges to the shoal modules it imports."""
+    """Every module's (a package's ``__init__`` included) edges to the shoal modules it imports
+    (built once per test session: the tests read it and never change it)."""
     modules = _modules()
     return {
         name: {t for t in _imports(name, path, modules) if (name, t) not in KNOWN_EDGES}
@@ -177,12 +193,12 @@ def test_the_known_back_edges_are_still_there() -> None:
 # -- imports at the top: one inside a function says why (``# lazy: <reason>``) ---------------------
 
 
-def _unexplained(source: str, where: str) -> list[str]:
-    """``where:line module`` of each import inside a function body of ``source`` without a
-    ``# lazy:`` comment on one of its lines."""
+def _unexplained(source: str, where: str, tree: ast.Module | None = None) -> list[str]:
+    """``where:line module`` of each import inside a function body of ``source`` (parsed as
+    ``tree`` where given) without a ``# lazy:`` comment on one of its lines."""
     lines = source.splitlines()
     found = []
-    for fn in ast.walk(ast.parse(source, where)):
+    for fn in ast.walk(tree or ast.parse(source, where)):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for node in ast.walk(fn):
@@ -199,7 +215,8 @@ def _unexplained_function_imports() -> list[str]:
     does not say why it waits."""
     found = set()
     for path in _modules().values():
-        found.update(_unexplained(path.read_text(), str(path.relative_to(ROOT))))
+        text, tree = _source(path)
+        found.update(_unexplained(text, str(path.relative_to(ROOT)), tree))
     return sorted(found)
 
 

@@ -77,6 +77,7 @@ def _closed_port():
         return s.getsockname()[1]  # (closed once this returns: a connection is refused)
 
 
+@pytest.mark.e2e  # (imports MLflow, ~2 s, and waits on its client)
 def test_an_unreachable_mlflow_is_one_warning_in_seconds(tmp_path, capfd, monkeypatch):
     pytest.importorskip("mlflow")
     import mlflow  # noqa: F401 -- (imported here: its import's seconds are not the tracker's)
