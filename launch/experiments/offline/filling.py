@@ -23,12 +23,14 @@ from typing import Any, cast
 
 import numpy as np
 
+from shoal.agents.transition_replay import TransitionReplayBuilder
 from shoal.core.specs import EnvironmentSpec
 from shoal.core.types import Step
 from shoal.launch.experiments.formats.minari_reading import Episodes, read_dataset
 
 ON_POLICY_REFUSAL = (
-    "trains on its own fresh rollouts (on-policy): --dataset seeds replay for dqn or sac, or trains bc or cql"
+    "learns from its own rollouts or sequences (on-policy: ppo, impala; r2d2: with its recurrent state), which "
+    "a dataset does not hold: --dataset seeds replay for dqn or sac, or trains bc or cql"
 )
 
 
@@ -43,7 +45,7 @@ def check_dataset_settings(config: Any) -> None:
     name = getattr(builder, "name", type(builder).__name__)
     if dataset is None and is_offline(builder):
         raise ValueError(f"agent {name!r} trains offline, from a dataset: give --dataset PATH (a Minari dataset)")
-    if dataset is not None and builder.on_policy:
+    if dataset is not None and not (is_offline(builder) or isinstance(builder, TransitionReplayBuilder)):
         raise ValueError(f"--dataset {dataset!r}: agent {name!r} {ON_POLICY_REFUSAL}")
 
 
