@@ -168,7 +168,8 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         default=default(0),
         metavar="N",
         help="every N evaluations (from the "
-        "first), record one evaluation episode to RUN_DIR/videos/ as an MP4 (the 'video' extra; default: 0, none)",
+        "first), record one evaluation episode to RUN_DIR/videos/ as an MP4 (the 'video' extra; default: 0, none; "
+        "not with --launcher anakin)",
     )
     add(
         "--track",
@@ -371,7 +372,9 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         type=int,
         default=None,
         help="the episodes' seed, >= 0: episode i is reset with seed + i, at most 2**31 - 1 "
-        "(default: a fresh one, printed)",
+        "(default: a fresh one, printed); a --launcher anakin run's: the 256 episodes from episode i play "
+        "from PRNGKey(seed + i) in its compiled evaluation, so its own evaluation k comes back with --seed "
+        "RUN_SEED + 1000003 + 7919 k (docs/anakin.md)",
     )
     evaluate.add_argument("--sample", action="store_true", help="act as in training (sampled), not greedily")
     evaluate.add_argument(
