@@ -176,6 +176,20 @@ def test_shoal_compare_reads_anakin_runs(run, tmp_path, capsys):
     assert (tmp_path / "compared" / "summary.json").is_file()
 
 
+def test_resume_experiment_continues_an_anakin_run_in_the_compiled_loop_with_its_callbacks(run, tmp_path):
+    from shoal.launch import resume_experiment
+
+    run_dir, first, _ = run
+    copy = tmp_path / "copy"  # (the fixture's run stays as it ended)
+    shutil.copytree(run_dir, copy)
+    again = Recorder()
+    result = resume_experiment(str(copy), max_env_steps=3072, callbacks=[again])
+    assert result["launcher"] == "anakin" and result["resumed_from"] == first["env_steps"] == 2048
+    assert result["env_steps"] == 3072 and "stopped_by" not in result
+    assert [e.num_evals for e in again.evaluations] == [5, 6] and len(again.results) == 1
+    assert [int(r["env_steps"]) for r in rows(copy / "eval.csv")] == [512 * i for i in range(1, 7)]
+
+
 @pytest.mark.e2e  # (minari's import)
 def test_shoal_record_writes_an_anakin_runs_episodes(run, tmp_path, capsys):
     pytest.importorskip("minari", reason="the minari extra")

@@ -18,7 +18,10 @@ episode's end, in one jitted ``while_loop``. A run writes ``config.json``, the C
 (``train``, ``learner``, ``eval``) and ``result.json`` in its run directory, and returns the
 result line the other runners return (with ``"launcher": "anakin"``). It checkpoints every
 ``checkpoint_every_s`` and at its end (at a dispatch's end: ``checkpoints``), and a resumed
-run continues exactly. Not yet: callbacks, videos, recurrent PPO and the other agents.
+run continues exactly. Its callbacks are called at each evaluation and at its end (on the host,
+between dispatches), ``--track`` sends its logs, and ``load_policy``, ``shoal evaluate`` (in this
+evaluation, ``anakin.evaluation``: the run's numbers back for its seeds), ``export``, ``status``,
+``compare`` and ``record`` read its run directory. Not yet: videos, recurrent PPO and the other agents.
 """
 
 from shoal.launch.experiments.anakin.runner import check_anakin, run_anakin

@@ -208,6 +208,9 @@ def _train(
         assert config.run.dir is not None  # (run_experiment's rule: a resume needs its run directory)
         initial, host = restore_checkpoint(config.run.dir, jax.device_get(initial))
         resumed_from = host["env_steps"]
+    # (strong types: a fresh carry's weak-typed leaves, e.g. gymnax's step counter, as a restored one's,
+    # so that a resumed run compiles the same program and finds it in the compilation cache)
+    initial = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), initial)
     carry = place(initial, placement)
     steps_per_iteration = n * c.rollout_length
     per_dispatch = max(1, config.evaluation.every // steps_per_iteration)
