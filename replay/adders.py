@@ -180,9 +180,8 @@ class NStepTransitionAdder(_WriterAdder):
         np.logical_or(step.terminated, step.truncated, out=flags[2, -1])
         if len(self._steps) < n:
             return
-        self._append(_n_step_from_window(self._steps, flags, _powers(self._discount, n)))
-        self._create_item(1)
-        self._commit()
+        transition = _n_step_from_window(self._steps, flags, _powers(self._discount, n))
+        self._writer.append_item(self._table, self._priority, tree.flatten(transition))
         self._items += 1
         if self._items % self._max_in_flight == 0:
             # Items stream to the server in the background; this only bounds how many are pending.
@@ -303,18 +302,17 @@ class EnvSequenceAdder(_WriterAdder):
         fields = step._asdict()
         if not step.extras:
             del fields["extras"]
-        if self._shares:
-            columns = tree.flatten(fields)  # [num_envs, ...] each: one step per env
-            self._steps.append([self._writer.append([c[env] for c in columns]) for env in range(self._spec.num_envs)])
+        if self._shares:  # (each env's row a step of its own, in one call: [num_envs, ...] per column)
+            self._steps.append(self._writer.append_rows(tree.flatten(fields)))
         else:
             self._steps.append(fields)
         self._added += 1
         length = self._length
         if self._added < length or (self._added - length) % self._period:
             return
-        if self._shares:
-            for env in range(self._spec.num_envs):
-                self._writer.create_item(self._table, self._priority, [refs[env] for refs in self._steps])
+        if self._shares:  # (each env's steps of the window: a column of the [length, num_envs] indices)
+            for env_steps in np.array(self._steps).T.tolist():
+                self._writer.create_item(self._table, self._priority, env_steps)
             self._items += self._spec.num_envs
             self._commit()
             return

@@ -12,8 +12,9 @@ through the types here (and makes a server or a client through ``shoal.replay.ba
   process) opens ``writer``s for the adders and ``sampler``s for the datasets, reads each
   table's ``TableInfo`` (``server_info``), updates priorities and writes checkpoints;
 * a ``ReplayWriter`` turns steps into items (``append``, ``create_item``, ``commit``,
-  ``flush``, ``close``); ``shares_steps`` says whether an item may name any kept steps (the
-  native writer) or only the last ones appended (Reverb's);
+  ``flush``, ``close``; ``append_rows`` keeps a vector step's envs as steps and ``append_item``
+  makes a one-step item, each in one call); ``shares_steps`` says whether an item may name
+  any kept steps (the native writer) or only the last ones appended (Reverb's);
 * a ``ReplaySampler`` hands ``shoal.replay.dataset.ReplayIterator`` the items it lays out into
   batches: ``SampledItems`` (the items' ``data``, leading axis the items, and their
   ``SampleInfo``).
@@ -120,8 +121,17 @@ class ReplayWriter(Protocol):
     def append(self, columns: list) -> Any:
         """Keeps one step; returns its index where ``shares_steps``."""
 
+    def append_rows(self, columns: list, /) -> Any:
+        """Keeps each row of ``columns`` (arrays whose leading axis is the steps: a vector step's
+        envs) as one step, as ``append`` row by row; returns their indices where ``shares_steps``."""
+
     def create_item(self, table: str, priority: float, steps: Any, /) -> None:
         """An item of the last ``steps`` steps (an int), or of the steps listed (``shares_steps``)."""
+
+    def append_item(self, table: str, priority: float, columns: list, /) -> None:
+        """``append(columns)``, ``create_item(table, priority, 1)`` and ``commit()`` in one call:
+        a whole vector step's one-step item (an n-step adder's). The step serves this item
+        alone: no later item may name it."""
 
     def commit(self) -> None:
         """Ends a vector step's writes (a backend may send them now or gather them)."""

@@ -309,6 +309,25 @@ class ColumnStore:
                 where[step_id] = (lane_number, row)
                 ids[row] = step_id
 
+    def add_item_step(self, columns: list) -> Rows:
+        """One step (``columns`` without a leading axis), copied into a row held by one item
+        alone (no writer holds it, no id names it): a one-step item's ``Rows``, for
+        ``Table.insert_many`` (``release`` it if the item is not inserted)."""
+        with self._lock:
+            layout = tuple([(c.dtype.str, c.shape) for c in columns])
+            lane_number = self._lane_of.get(layout)
+            if lane_number is None:
+                lane_number = self._lane(layout)
+            lane = self._lanes[lane_number]
+            row = lane.take_one()
+            if any(pool is not None for pool in lane.pools):
+                lane.write(row, [c[np.newaxis] for c in columns], 0)
+            else:  # (plain columns: one copy each into the row)
+                for column, source in zip(lane.columns, columns):
+                    column[row] = source
+            lane.refs[row] = 1
+            return Rows(lane_number, row)
+
     # -- references --------------------------------------------------------------------------------
     def hold(self, steps: Sequence[Hashable] | Rows) -> Rows:
         """One more reference to ``steps`` (step ids, or an item's ``Rows``): their ``Rows``."""

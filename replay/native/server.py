@@ -194,6 +194,18 @@ class NativeReplayServer:
             writer, [t for t, _, _ in items], [p for _, p, _ in items], [s for _, _, s in items], release, timeout_s
         )
 
+    def insert_item_local(self, table: str, priority: float, columns: list, timeout_s: float) -> bool:
+        """A one-step item of ``columns`` (one step, the table signature's order) into ``table``
+        at once, in one process (``NativeWriter.append_item``): its step is copied into a row
+        that only the item holds (no writer keeps it). Returns whether the rate limiter let it in
+        before ``timeout_s`` (if not, nothing of it is kept). Not checked, as ``insert_local``."""
+        target = self._table(table)
+        rows = self._store.add_item_step(columns)
+        if target.insert_many([(rows, float(priority))], time.monotonic() + float(timeout_s)):
+            return True
+        self._store.release(rows)
+        return False
+
     def _insert(
         self, writer: str, tables: list, priorities: list, step_lists: list, release: list, timeout_s: float
     ) -> int:

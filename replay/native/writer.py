@@ -67,16 +67,36 @@ class NativeWriter:
         self._unsent_bytes += sum(c.nbytes for c in kept)
         self._window.append(index)
         if len(self._window) > self._keep:
-            old = self._window.popleft()
-            if self._uses[old]:
-                self._leaving.add(old)  # (a pending item uses it: let go once that is inserted)
-            elif old in self._sent:
-                self._sent.discard(old)
-                self._release.append(old)
-            else:
-                dropped = self._columns.pop(old, None)
-                self._unsent_bytes -= sum(c.nbytes for c in dropped or ())
+            self._leave(self._window.popleft())
         return index
+
+    def append_rows(self, columns: list) -> range:
+        """Keeps each row of ``columns`` (arrays whose leading axis is the steps: a vector step's
+        envs) as one step, as ``append`` row by row would, with one copy per column; returns
+        their indices."""
+        copy = np.array if self._client.in_process else np.asarray
+        block = [copy(c) for c in columns]
+        start = self._next
+        indices = range(start, start + len(block[0]))
+        self._next = indices.stop
+        self._columns.update(zip(indices, map(list, zip(*block))))  # (each step: views of its rows)
+        self._unsent_bytes += sum(c.nbytes for c in block)
+        window = self._window
+        window.extend(indices)
+        for _ in range(len(window) - self._keep):
+            self._leave(window.popleft())
+        return indices
+
+    def _leave(self, old: int) -> None:
+        """Step ``old`` left the window: let go of once no pending item uses it."""
+        if self._uses.get(old):
+            self._leaving.add(old)  # (a pending item uses it: let go once that is inserted)
+        elif old in self._sent:
+            self._sent.discard(old)
+            self._release.append(old)
+        else:
+            dropped = self._columns.pop(old, None)
+            self._unsent_bytes -= sum(c.nbytes for c in dropped or ())
 
     def create_item(self, table: str, priority: float, steps: int | list[int]) -> None:
         """An item of the last ``steps`` appended steps, or of the steps ``steps`` lists (what
@@ -86,10 +106,14 @@ class NativeWriter:
             if not 1 <= steps <= len(self._window):
                 raise ValueError(f"an item of {steps} steps, but the writer keeps the last {len(self._window)}")
             steps = list(self._window)[-steps:]
-        elif (
-            not steps
-            or steps[0] < self._window[0]
-            or any(i not in self._columns and i not in self._sent for i in steps)
+        elif not steps or not self._window:
+            raise ValueError(
+                f"an item of steps {list(steps)[:3]}: an item needs at least one step, of those the "
+                f"writer keeps ({len(self._window)} now)"
+            )
+        elif not self._window[0] <= min(steps) <= max(steps) <= self._window[-1] and (
+            # (the window holds consecutive indices: steps inside it are kept; else each is asked)
+            steps[0] < self._window[0] or any(i not in self._columns and i not in self._sent for i in steps)
         ):
             raise ValueError(
                 f"an item of steps the writer no longer keeps ({steps[:3]}...; it keeps "
@@ -97,6 +121,26 @@ class NativeWriter:
             )
         self._items.append([table, float(priority), list(steps)])
         self._uses.update(steps)
+
+    def append_item(self, table: str, priority: float, columns: list) -> None:
+        """``append(columns)``, ``create_item(table, priority, 1)`` and ``commit()`` in one call
+        (an n-step adder's whole vector step), except that the step is kept for this item alone
+        (no later item may name it). In one process, with nothing pending, it goes straight into
+        the table's columns (one copy, no step bookkeeping); if the rate limiter holds it back
+        past the timeout it is pending as ``commit`` leaves it (``TimeoutError``)."""
+        if self._client.in_process and not self._items and self._in_flight is None:
+            if self._client._call("insert_item_local", table, priority, columns, self.timeout_s):
+                return
+            self.append(columns)
+            self.create_item(table, priority, 1)
+            raise TimeoutError(
+                f"replay table '{table}' did not take an item within {self.timeout_s}s "
+                "(inserts wait while the learner lags behind the table's rate limiter or while "
+                "a queue is full)"
+            )
+        self.append(columns)
+        self.create_item(table, priority, 1)
+        self.commit()
 
     def commit(self) -> None:
         """Ends a vector step's writes: in one process its items go in now (a learner in the same

@@ -191,6 +191,18 @@ class ReverbWriter:
             steps = list(self._refs)[-length:]
             self._cpp.CreateItem(table, priority, [list(c) for c in zip(*steps)], [False] * len(steps[0]))
 
+    def append_rows(self, columns: list) -> None:
+        """Each row of ``columns`` (the steps on their leading axis) appended as a step."""
+        for row in zip(*columns):
+            self._refs.append(self._cpp.Append(list(row)))
+
+    def append_item(self, table: str, priority: float, columns: list) -> None:
+        """``append(columns)`` and ``create_item(table, priority, 1)`` (``commit`` does nothing)."""
+        self._last_table = table
+        last = self._cpp.Append(columns)
+        self._refs.append(last)
+        self._cpp.CreateItem(table, priority, [[ref] for ref in last], [True] * len(last))
+
     def commit(self) -> None:
         pass
 
