@@ -12,6 +12,10 @@ and the contract's ``sample``); and the native one-process path (a gated server,
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -148,3 +152,18 @@ def test_the_native_one_process_runner_trains_dqn_on_exactly_the_batches_reverb_
         server.stop()
     assert dataset.items_per_update == 32
     assert consumed[2:] == reference(table.rate_limit, dataset.items_per_update, size)
+
+
+@pytest.mark.e2e  # (one DQN run to solve, ~5-10 s: seed 0 on native solves at 4k env steps)
+@pytest.mark.timeout(300)
+def test_the_replay_solve_benchmark_records_each_run_and_resumes(tmp_path):
+    out = tmp_path / "solve.json"
+    args = [sys.executable, "benchmarks/replay_solve.py", "--backends", "native", "--seeds", "0", "--out", str(out)]
+    for _ in range(2):  # (the second finds the run recorded and runs nothing)
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = (tmp_path / "solve.jsonl").read_text().splitlines()
+    assert len(runs) == 1
+    native = json.loads(out.read_text())["backends"]["native"]
+    assert native["runs"] == native["solved"] == 1
+    assert native["achieved_samples_per_insert"]["median"] == pytest.approx(32, rel=0.1)
