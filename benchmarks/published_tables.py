@@ -75,9 +75,9 @@ def minatar_ppo_table(records: list[dict[str, Any]]) -> str:
     labels = list(dict.fromkeys(r["label"] for r in records))
     lines = [
         "| game | preset (`--preset`, then `--set` overrides) | env steps | seeds | final greedy eval (10 episodes), "
-        "median [range] | training return at the budget, median [range] | gymnax-blines at 1.28M | source | "
-        "training median against it |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "median [range] | training return at the budget, median [range] | training return per seed | "
+        "gymnax-blines at 1.28M | source | training median against it |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for game in GAMES:
         reference, source = GYMNAX_BLINES_1_28M[game]
@@ -95,6 +95,7 @@ def minatar_ppo_table(records: list[dict[str, Any]]) -> str:
             lines.append(
                 f"| {game} | `{label}` | {steps / 1e6:.2f}M | {seeds_text([r['seed'] for r in group])} | "
                 f"{median_range([float(r['final_eval_return']) for r in group])} | {median_range(training)} | "
+                f"{', '.join(f'{v:.1f}' for v in training)} | "
                 f"{'—' if reference is None else reference} | {source} | {verdict} |"
             )
     return "\n".join(lines) + "\n"

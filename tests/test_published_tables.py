@@ -52,9 +52,12 @@ def test_rewrites_only_between_the_markers_and_checks(tables, tmp_path):
     )
     rows = [line for line in text.splitlines() if line.startswith("| Breakout") or line.startswith("| Seaquest")]
     assert len(rows) == 3
-    assert "| 0-4 | 12.00 [10.00-14.00] | 14.00 [12.00-16.00] | 15.7 |" in rows[0] and "below (-11%)" in rows[0]
+    assert (
+        "| 0-4 | 12.00 [10.00-14.00] | 14.00 [12.00-16.00] | 12.0, 13.0, 14.0, 15.0, 16.0 | 15.7 |" in rows[0]
+        and "below (-11%)" in rows[0]
+    )
     assert "`ppo/gymnax-minatar entropy_coef=0.02`" in rows[1] and "at or above (+8%)" in rows[1]
-    assert rows[2].startswith("| Seaquest | `ppo/gymnax-minatar` | 1.29M | 0 | 3.00 | 2.50 | — |")
+    assert rows[2].startswith("| Seaquest | `ppo/gymnax-minatar` | 1.29M | 0 | 3.00 | 2.50 | 2.5 | — |")
     assert tables.main([*args, "--check"]) == 0  # (the same records: the same table)
 
 
