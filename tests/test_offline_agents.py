@@ -222,7 +222,8 @@ def test_an_offline_agent_trains_on_a_dataset_minari_wrote_resumes_exports_and_e
     assert result["learner_steps"] == 400 and result["num_evals"] == 2
     dataset = minari.MinariDataset(os.path.join(cartpole_dataset, "data"))
     assert result["dataset"]["episodes"] == dataset.total_episodes and result["dataset"]["steps"] == dataset.total_steps
-    assert result["dataset"]["transitions"] == 16 * (dataset.total_steps // 16)  # (single transitions: n_step 1)
+    n_step = 1 if agent == "bc" else 3  # (bc: single transitions; cql: DQN's 3-step windows)
+    assert result["dataset"]["transitions"] == 16 * (dataset.total_steps // 16 - (n_step - 1))
     assert result["final_eval_return"] > 100  # (the data's policy balances the pole: cloned in 400 steps)
     with open(os.path.join(run, "config.json")) as f:
         assert json.load(f)["run"]["dataset"] == cartpole_dataset

@@ -2,7 +2,7 @@
 (no env is stepped for training; ``docs/offline-data.md``).
 
 * ``classic`` -- tuned here on a CartPole-v1 dataset of 50k steps (a partly trained DQN with 20%
-  random actions, ``benchmarks/offline.py``): the defaults, 20k SGD steps, evaluations every 1,000.
+  random actions, ``benchmarks/offline.py``): the defaults, 30k SGD steps, evaluations every 1,000.
 """
 
 from shoal.agents.presets import Preset
@@ -12,6 +12,6 @@ PRESETS = [
         "cql",
         "classic",
         "tuned here on a CartPole-v1 dataset (benchmarks/offline.py)",
-        experiment={"max_env_steps": 20_000, "eval_every": 1_000},
+        experiment={"max_env_steps": 30_000, "eval_every": 1_000},
     ),
 ]
