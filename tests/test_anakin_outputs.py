@@ -126,6 +126,17 @@ def test_shoal_evaluate_plays_the_runs_own_last_evaluation_again(run, capsys):
     assert evaluated["length"]["mean"] == evaluated["return"]["mean"]  # (CartPole: a reward of 1 a step)
 
 
+def test_a_longer_evaluation_plays_rounds_each_from_its_first_episodes_key(run):
+    from shoal.launch.experiments.anakin.evaluation import evaluate_compiled
+
+    policy = load_policy(str(run[0]))
+    rounds = []
+    returns, lengths = evaluate_compiled(policy, 10, 7, 4, lambda done, steps: rounds.append((done, steps)))
+    assert [done for done, _ in rounds] == [4, 8, 10] and sum(steps for _, steps in rounds) == lengths.sum()
+    alone, _ = evaluate_compiled(policy, 4, 7 + 8, 4)  # (the last round as an evaluation of its own from seed + 8)
+    np.testing.assert_array_equal(returns[8:], alone[:2])
+
+
 def test_an_exported_policy_acts_as_load_policy_on_recorded_observations(run, loaded, tmp_path, capsys):
     from jax import export
 
@@ -176,6 +187,7 @@ def test_shoal_compare_reads_anakin_runs(run, tmp_path, capsys):
     assert (tmp_path / "compared" / "summary.json").is_file()
 
 
+@pytest.mark.e2e  # (a second compilation where the cache does not serve it: JAX 0.4.34's)
 def test_resume_experiment_continues_an_anakin_run_in_the_compiled_loop_with_its_callbacks(run, tmp_path):
     from shoal.launch import resume_experiment
 

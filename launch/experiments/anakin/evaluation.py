@@ -65,23 +65,20 @@ def evaluate_compiled(
     on_round: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(returns, lengths)`` of ``episodes`` episodes of ``trained`` (a ``TrainedPolicy`` of a
-    compiled-loop run, greedy or not as loaded) on its run's JAX env (``config.env.args``),
-    ``envs_at_once`` at a time: the round that starts at episode ``i`` plays from
-    ``PRNGKey(seed + i)``. ``on_round(episodes done, env steps of the round)`` after each round."""
+    compiled-loop run, greedy or not as loaded) on its run's JAX env (``config.env.args``) in
+    rounds of ``min(episodes, envs_at_once)`` envs (one compilation): the round that starts at
+    episode ``i`` plays from ``PRNGKey(seed + i)``, a last, shorter one keeps the episodes it needs.
+    ``on_round(episodes done, env steps of the round)`` after each round."""
     config = trained.config
     env, params = make_jax_env(config.env.id, config.env.args)
     venv = JaxVectorEnv(env, config.env.num_envs, params)
     at_once = min(episodes, envs_at_once)
-    evaluations: dict[int, Any] = {}  # (one per round size: the full rounds' and the last one's)
+    evaluation = make_evaluation(trained.policy, venv, at_once)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
     for first in range(0, episodes, at_once):
-        copies = min(at_once, episodes - first)
-        if copies not in evaluations:
-            evaluations[copies] = make_evaluation(trained.policy, venv, copies)
-        round_returns, round_lengths = jax.device_get(
-            evaluations[copies](trained.params, jax.random.PRNGKey(seed + first))
-        )
-        returns[first : first + copies], lengths[first : first + copies] = round_returns, round_lengths
+        kept = min(at_once, episodes - first)
+        played = jax.device_get(evaluation(trained.params, jax.random.PRNGKey(seed + first)))
+        returns[first : first + kept], lengths[first : first + kept] = (x[:kept] for x in played)
         if on_round is not None:
-            on_round(first + copies, int(np.sum(round_lengths)))
+            on_round(first + kept, int(np.sum(played[1][:kept])))
     return returns, lengths
