@@ -255,3 +255,26 @@ def test_track_mlflow_sends_an_anakin_runs_logs_and_result(tmp_path):
     ]
     assert tracked.data.metrics["result/final_eval_return"] == pytest.approx(result["final_eval_return"])
     assert len(client.get_metric_history(run_id, "train/steps_per_s")) == 2
+
+
+@pytest.mark.e2e  # (it trains with actors and replay)
+def test_a_jax_env_run_with_replay_resumes_with_replay_and_an_anakin_run_in_the_compiled_loop(run, tmp_path, capsys):
+    from shoal.launch.experiments.runner import run_experiment
+
+    replayed = tmp_path / "replayed"
+    first = run_experiment(config(replayed, max_env_steps=1024, num_envs=4))
+    assert "launcher" not in first
+    code, out, err = cli(capsys, "train", "--resume", str(replayed), "--max-env-steps", "1536", "--quiet")
+    assert code == 0, err
+    again = json.loads(out.strip().splitlines()[-1])
+    assert (
+        "launcher" not in again
+        and again["env_steps"] >= 1536
+        and again["resumed_from"]["env_steps"] == first["env_steps"]
+    )
+    copy = tmp_path / "anakin"
+    shutil.copytree(run[0], copy)
+    code, out, err = cli(capsys, "train", "--resume", str(copy), "--max-env-steps", "2560", "--quiet")
+    assert code == 0, err
+    resumed = json.loads(out.strip().splitlines()[-1])
+    assert resumed["launcher"] == "anakin" and resumed["env_steps"] == 2560

@@ -33,6 +33,7 @@ from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.distributed.settings import LaunchSettings, max_actors
 from shoal.launch.experiments.exporting import export_policy
 from shoal.launch.experiments.formats.minari_dataset import record_dataset
+from shoal.launch.experiments.run_directory.checkpoints import read_run
 from shoal.launch.experiments.run_directory.claim import load_run
 from shoal.launch.experiments.runner import run_experiment
 from shoal.launch.experiments.trained_policy import PROGRESS_EVERY_S, evaluate_run
@@ -69,6 +70,9 @@ def train(
     run gracefully while it runs."""
     config, launch = _resumed(args, given) if args.resume else _new(args, given)
     anakin = launch is None and (getattr(args, "launcher", None) == "anakin" or is_jax_env(config.env.id))
+    if args.resume and launch is None:  # (the runner that wrote the checkpoint: a JAX env may have run with replay)
+        run = read_run(args.resume)
+        anakin = isinstance(run.get("anakin"), dict) if isinstance(run, dict) else anakin
     # Each setting is checked once, by the runner this hands the config to (run_experiment, or
     # preflight.prepare for a distributed run and its --dry-run), before any file or server is made.
     if args.dry_run:  # what would run, checked as a run checks it: the resolved config, and the program's graph
