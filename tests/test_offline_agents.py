@@ -293,9 +293,9 @@ def test_a_dataset_shoal_record_wrote_trains_cql_and_seeds_dqns_replay(tmp_path,
 
 
 @pytest.mark.e2e
-def test_bc_clones_a_continuous_policy_by_mean_squared_error(tmp_path, capsys):
+def test_bc_clones_a_continuous_policy_by_mean_squared_error_and_the_data_seeds_sac(tmp_path, capsys):
     """Pendulum's actions from minari's DataCollector, a proportional controller of the pole's
-    angle: BC's squashed mean regresses them."""
+    angle: BC's squashed mean regresses them; SAC starts from them in replay."""
 
     def controller(observation, rng, space):
         return np.clip(-2.0 * observation[1:2] - 0.5 * observation[2:3], -2.0, 2.0).astype(np.float32)
@@ -310,6 +310,13 @@ def test_bc_clones_a_continuous_policy_by_mean_squared_error(tmp_path, capsys):
     episode = minari.MinariDataset(os.path.join(dataset, "data")).sample_episodes(1)[0]
     cloned = np.asarray(load_policy(run)(episode.observations[:-1].astype(np.float32)))
     assert cloned.shape == episode.actions.shape and np.abs(cloned - episode.actions).mean() < 0.3
+    # offline-to-online for a continuous agent: sac's replay seeded with the same episodes
+    seeded = _train(
+        capsys,
+        *("--agent", "sac", "--env", "Pendulum-v1", "--dataset", dataset, "--run-dir", str(tmp_path / "sac")),
+        *("--max-env-steps", "64", "--eval-every", "64", "--eval-episodes", "1", "--set", "min_replay_size=32"),
+    )
+    assert seeded["dataset"]["steps"] == 1000 and seeded["env_steps"] >= 64 and seeded["learner_steps"] > 0
 
 
 def test_the_cli_documents_dataset(capsys):

@@ -36,13 +36,7 @@ from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.formats.minari_reading import Episodes
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.learner_pacing import LearningActor
-from shoal.launch.experiments.offline import (
-    check_dataset_settings,
-    fill_replay,
-    is_offline,
-    load_dataset,
-    train_offline,
-)
+from shoal.launch.experiments.offline import fill_replay, is_offline, load_dataset, train_offline
 from shoal.launch.experiments.run_directory.checkpoints import (
     Checkpointer,
     Periodic,
@@ -76,10 +70,8 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
         spec = make_environment_spec(env)
         config.validate_agent(spec)  # the agent's settings, and whether the budget lets it learn
         episodes = None  # (--dataset: read and checked before anything is written; a resume's replay holds it)
-        if config.run.dataset is not None or is_offline(config.builder):
-            check_dataset_settings(config)
-            if not config.run.resume:
-                episodes = load_dataset(config, env, spec)
+        if config.run.dataset is not None and not config.run.resume:
+            episodes = load_dataset(config, env, spec)
         run_dir = claim_run_directory(config, spec) if config.run.dir else None
         if run_dir is not None:
             _closing(stack, "the run directory lock", run_dir.unlock)
