@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from shoal.agents.dqn.builder import DQNBuilder
 from shoal.agents.ppo import learning
 from shoal.agents.ppo.builder import PPOBuilder
 from shoal.core.loggers import TerminalLogger, make_logger
@@ -21,6 +22,7 @@ from shoal.core.types import ActorInfo
 from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_env
 from shoal.launch.experiments.anakin.checkpoints import restore_checkpoint, save_checkpoint
 from shoal.launch.experiments.anakin.evaluation import EVAL_SEED_OFFSET, make_evaluation
+from shoal.launch.experiments.anakin.loop import Loop
 from shoal.launch.experiments.callbacks import Callbacks, Evaluation
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.run_directory.checkpoints import Checkpointer, Periodic
@@ -54,16 +56,12 @@ def check_anakin(config: ExperimentConfig, num_devices: int) -> None:
         )
     if config.env.factory is not None:
         raise ValueError("--launcher anakin takes a JAX env id (gymnax:<Id>), not --env-factory")
-    if not isinstance(config.builder, PPOBuilder):
-        raise ValueError(f"--launcher anakin trains PPO for now (--agent ppo), not {config.builder.name}")
-    c = config.builder.config
-    if c.lstm_size:
-        raise ValueError("--launcher anakin runs feed-forward PPO for now (lstm_size=0)")
-    if c.rollouts_per_update != 1:
-        raise ValueError(
-            f"--launcher anakin updates on every rollout of its num_envs envs: rollouts_per_update must be 1, "
-            f"got {c.rollouts_per_update} (raise --num-envs instead)"
-        )
+    if isinstance(config.builder, DQNBuilder):
+        _check_dqn(config, num_devices)
+    elif isinstance(config.builder, PPOBuilder):
+        _check_ppo(config)
+    else:
+        raise ValueError(f"--launcher anakin trains PPO and DQN for now (--agent ppo|dqn), not {config.builder.name}")
     if config.tracking.video_every:
         raise ValueError(
             f"--launcher anakin records no evaluation videos (its envs run compiled, without a renderer): "
@@ -73,6 +71,30 @@ def check_anakin(config: ExperimentConfig, num_devices: int) -> None:
         raise ValueError(
             f"--num-envs {config.env.num_envs} does not divide over the {num_devices} local devices: "
             f"the compiled loop steps num_envs / devices envs on each (use a multiple of {num_devices})"
+        )
+
+
+def _check_ppo(config: ExperimentConfig) -> None:
+    """What PPO's compiled loop does not run, one line."""
+    c = config.builder.config
+    if c.lstm_size:
+        raise ValueError("--launcher anakin runs feed-forward PPO for now (lstm_size=0)")
+    if c.rollouts_per_update != 1:
+        raise ValueError(
+            f"--launcher anakin updates on every rollout of its num_envs envs: rollouts_per_update must be 1, "
+            f"got {c.rollouts_per_update} (raise --num-envs instead)"
+        )
+
+
+def _check_dqn(config: ExperimentConfig, num_devices: int) -> None:
+    """What DQN's compiled loop (``anakin.dqn``) does not run, one line."""
+    c = config.builder.config
+    if c.prioritized_replay:
+        raise ValueError("--launcher anakin samples DQN's device buffer uniformly for now: drop prioritized_replay")
+    if c.batch_size % num_devices:
+        raise ValueError(
+            f"DQN's batch_size {c.batch_size} does not divide over the {num_devices} local devices "
+            f"(each draws batch_size / devices from its envs' rows; use a multiple of {num_devices})"
         )
 
 
@@ -123,7 +145,14 @@ def make_iteration(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv) -> An
     return iteration
 
 
-def make_dispatch(iteration: Any, placement: Placement) -> Any:
+PPO_SPECS = Carry(P(), P(AXIS_NAME), P(AXIS_NAME), P(AXIS_NAME), P(), P(), P(), P(), P())  # type: ignore[arg-type]  # (a pytree of specs)
+
+
+def _is_spec(x: Any) -> bool:
+    return isinstance(x, P)
+
+
+def make_dispatch(iteration: Any, placement: Placement, specs: Any = PPO_SPECS) -> Any:
     """``(carry, n) -> (carry, metrics of the last iteration)``: ``n`` iterations (``n >= 1``, a
     traced number: one compilation for every ``n``), jitted over the devices' mesh."""
 
@@ -136,16 +165,36 @@ def make_dispatch(iteration: Any, placement: Placement) -> Any:
         metrics = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
         return jax.lax.fori_loop(0, n, lambda _, cm: iteration(cm[0]), (carry, metrics))
 
-    split = P(AXIS_NAME)
-    specs = Carry(P(), split, split, split, P(), P(), P(), P(), P())  # type: ignore[arg-type]  # (a pytree of specs)
     return jax.jit(shard_map(run, placement.mesh, (specs, P()), (specs, P())))
 
 
-def place(carry: Carry, placement: Placement) -> Carry:
-    """The carry on the devices: the training state, key and counters replicated, the envs split."""
-    split = [placement.shard(x) for x in (carry.env, carry.observation, carry.discounted_return)]
-    replicated = [placement.replicate(x) for x in (carry.key, carry.updates, carry.episodes, carry.return_sum)]
-    return Carry(placement.replicate(carry.train), *split, *replicated, placement.replicate(carry.length_sum))  # type: ignore[call-arg]  # (nine, in order)
+def place(carry: Any, placement: Placement, specs: Any = PPO_SPECS) -> Any:
+    """The carry on the devices as ``specs`` say: the training state, key and counters
+    replicated, the envs (and a device buffer's rows) split."""
+    return jax.tree_util.tree_map(
+        lambda spec, x: placement.replicate(x) if spec == P() else placement.shard(x), specs, carry, is_leaf=_is_spec
+    )
+
+
+def _ppo_loop(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv, keys: tuple[jax.Array, ...]) -> Loop:
+    """PPO's part of the compiled loop (``make_iteration``)."""
+    train_key, env_key, loop_key = keys
+    observation, env_state = venv.reset(env_key)
+    zero = jnp.zeros((), jnp.float32)
+    initial = Carry(
+        builder.init_state(train_key, networks),
+        env_state,
+        observation,
+        jnp.zeros(venv.num_envs, jnp.float32),
+        loop_key,
+        jnp.zeros((), jnp.int32),
+        zero,
+        zero,
+        zero,
+    )
+    c = builder.config
+    steps = venv.num_envs * c.rollout_length
+    return Loop(initial, make_iteration(builder, networks, venv), PPO_SPECS, steps, c.num_epochs * c.num_minibatches)
 
 
 def run_anakin(config: ExperimentConfig, stop: threading.Event | None = None) -> dict[str, Any]:
@@ -184,24 +233,17 @@ def _train(
     stop: threading.Event | None,
     stack: contextlib.ExitStack,
 ) -> dict[str, Any]:
-    builder: PPOBuilder = config.builder  # type: ignore[assignment]  # (check_anakin: a PPOBuilder)
-    c, n = builder.config, venv.num_envs
+    builder = config.builder
     stopwatch = Stopwatch()
     networks = config.make_networks(venv.spec)
-    train_key, env_key, loop_key = jax.random.split(jax.random.PRNGKey(config.run.seed), 3)
-    observation, env_state = venv.reset(env_key)
-    zero = jnp.zeros((), jnp.float32)
-    initial = Carry(
-        builder.init_state(train_key, networks),
-        env_state,
-        observation,
-        jnp.zeros(n, jnp.float32),
-        loop_key,
-        jnp.zeros((), jnp.int32),
-        zero,
-        zero,
-        zero,
-    )
+    keys = tuple(jax.random.split(jax.random.PRNGKey(config.run.seed), 3))
+    if isinstance(builder, DQNBuilder):
+        from shoal.launch.experiments.anakin import dqn  # (DQN's loop: its device buffer)
+
+        loop = dqn.make_loop(builder, networks, venv, len(placement.devices), *keys)
+    else:
+        loop = _ppo_loop(builder, networks, venv, keys)  # type: ignore[arg-type]  # (check_anakin: PPO or DQN)
+    initial = loop.initial
     host: dict[str, Any] = {"env_steps": 0, "updates": 0, "learner_steps": 0, "num_evals": 0, "last_return": None}
     resumed_from = None
     if config.run.resume:
@@ -211,8 +253,8 @@ def _train(
     # (strong types: a fresh carry's weak-typed leaves, e.g. gymnax's step counter, as a restored one's,
     # so that a resumed run compiles the same program and finds it in the compilation cache)
     initial = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.asarray(x).dtype), initial)
-    carry = place(initial, placement)
-    steps_per_iteration = n * c.rollout_length
+    carry = place(initial, placement, loop.specs)
+    steps_per_iteration = loop.steps_per_iteration
     per_dispatch = max(1, config.evaluation.every // steps_per_iteration)
     loggers = {name: make_logger(name, config.run.dir, terminal=False) for name in ("train", "eval")}
     loggers["learner"] = make_logger("learner", config.run.dir, terminal=False, step_key="learner_steps")
@@ -222,7 +264,7 @@ def _train(
         TerminalLogger("train", time_delta=config.tracking.progress_every_s) if config.tracking.progress else None
     )
     with stopwatch.time("compile"):
-        dispatch = make_dispatch(make_iteration(builder, networks, venv), placement)
+        dispatch = make_dispatch(loop.iteration, placement, loop.specs)
         dispatch = dispatch.lower(carry, jnp.int32(per_dispatch)).compile()
     with stopwatch.time("compile_evaluation"):
         greedy = builder.make_policy(networks, venv.spec, evaluation=True)
@@ -230,7 +272,7 @@ def _train(
         evaluation = evaluation.lower(carry.train.params, jax.random.PRNGKey(0)).compile()
     target = config.resolved_target_return()
     env_steps, updates, num_evals = host["env_steps"], host["updates"], host["num_evals"]
-    sgd_steps = c.num_epochs * c.num_minibatches  # per update
+    sgd_steps = loop.sgd_steps_per_update
     last_return: float | None = host["last_return"]
     eval_s, first_step_s = 0.0, None
     checkpointer = Checkpointer(config.run.dir) if config.run.dir else None
@@ -297,10 +339,12 @@ def _train(
         t0 = time.monotonic()
         with stopwatch.time("train"):  # (one dispatch: env steps and updates, on the device)
             carry, metrics = dispatch(carry, jnp.int32(todo))
-            metrics, stats = jax.device_get((metrics, (carry.episodes, carry.return_sum, carry.length_sum)))
+            metrics, stats, done = jax.device_get(
+                (metrics, (carry.episodes, carry.return_sum, carry.length_sum), carry.updates)
+            )
         if first_step_s is None:
             first_step_s = process_seconds()
-        env_steps, updates = env_steps + todo * steps_per_iteration, updates + todo
+        env_steps, updates = env_steps + todo * steps_per_iteration, int(done)  # (DQN's wait for min_replay_size)
         learner_steps = updates * sgd_steps  # (SGD steps, as the replay-backed learner counts them)
         episodes, return_sum, length_sum = (float(x) for x in stats)
         row = {
