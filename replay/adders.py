@@ -41,14 +41,14 @@ import numpy as np
 import tree
 
 from shoal.core.interfaces import Adder
-from shoal.core.specs import EnvironmentSpec, ObservationSpec
+from shoal.core.specs import ArraySpec, EnvironmentSpec, ObservationSpec
 from shoal.core.types import Step
 from shoal.replay.contract import ReplayClient
 
 
 def _cast_observation(observation: Any, spec: ObservationSpec) -> Any:
     """An observation (an array, or a dict of arrays) with the dtypes of ``spec``."""
-    if isinstance(spec, Mapping):
+    if not isinstance(spec, ArraySpec) and isinstance(spec, Mapping):  # (a dict of them)
         return {key: np.asarray(observation[key], s.dtype) for key, s in spec.items()}
     return np.asarray(observation, spec.dtype)
 

@@ -60,10 +60,10 @@ def _allocate(shape: tuple, dtype: np.dtype) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), dtype).reshape(shape)
 
 
-def _add(refs: np.ndarray, rows: np.ndarray | list[int], value: int) -> None:
+def _add(refs: np.ndarray, rows: np.ndarray | Sequence[int], value: int) -> None:
     """``refs[rows] += value``, each occurrence of a row counted."""
     if len(rows) <= SMALL:
-        for row in rows if isinstance(rows, list) else rows.tolist():
+        for row in rows.tolist() if isinstance(rows, np.ndarray) else rows:
             refs[row] += value
     else:
         np.add.at(refs, np.asarray(rows, np.int64), value)
@@ -124,6 +124,7 @@ class Lane:
         self.layout = layout
         self.checked = tuple((shape, dtype) for dtype, shape in layout)  # (the insert checker's order)
         self.pools = list(pools) or [None] * len(layout)
+        self.plain = all(pool is None for pool in self.pools)  # (no column of pooled frames)
         self.columns = [
             _allocate((capacity, *shape), np.dtype(dtype))
             if pool is None
@@ -320,7 +321,7 @@ class ColumnStore:
                 lane_number = self._lane(layout)
             lane = self._lanes[lane_number]
             row = lane.take_one()
-            if any(pool is not None for pool in lane.pools):
+            if not lane.plain:
                 lane.write(row, [c[np.newaxis] for c in columns], 0)
             else:  # (plain columns: one copy each into the row)
                 for column, source in zip(lane.columns, columns):
@@ -340,15 +341,16 @@ class ColumnStore:
                 if place is not None:
                     self._lanes[place[0]].refs[place[1]] += 1
                     return Rows(place[0], place[1])
-            places = [self._where.get(s) for s in steps]
-            if any(p is None for p in places):
-                missing = [s for s, p in zip(steps, places) if p is None]
-                raise KeyError(f"an item references steps the server does not hold: {missing[:3]}")
-            lanes = {lane for lane, _ in places}  # type: ignore[misc]
-            if len(lanes) > 1:
+            where = self._where
+            try:
+                places = [where[s] for s in steps]
+            except KeyError:
+                missing = [s for s in steps if s not in where]
+                raise KeyError(f"an item references steps the server does not hold: {missing[:3]}") from None
+            lanes, rows = zip(*places)
+            lane = lanes[0]
+            if lanes.count(lane) != len(lanes):
                 raise ValueError("an item's steps must all have one layout (dtypes and shapes)")
-            rows = [row for _, row in places]  # type: ignore[misc]
-            lane = lanes.pop()
             _add(self._lanes[lane].refs, rows, 1)
             return Rows(lane, np.array(rows, np.int64))
 
@@ -372,10 +374,28 @@ class ColumnStore:
         """The writer that added ``step_ids`` holds them no more: each loses that one reference
         once (a step let go of twice, or never added, is left as it is)."""
         with self._lock:
+            if len(step_ids) <= SMALL:
+                for s in step_ids:
+                    place = self._where.get(s)
+                    if place is not None:
+                        self._let_go_row(*place)
+                return
+            # (many: per lane at once; a held id names its writer's row, ``_let_go_row``)
+            where = self._where
+            by_lane: dict[int, list[int]] = {}
             for s in step_ids:
-                place = self._where.get(s)
+                place = where.pop(s, None)
                 if place is not None:
-                    self._let_go_row(*place)
+                    by_lane.setdefault(place[0], []).append(place[1])
+            for lane_number, rows in by_lane.items():
+                lane = self._lanes[lane_number]
+                index = np.array(rows, np.int64)
+                held = index[lane.writer[index]]
+                lane.writer[held] = False
+                ids = lane.ids
+                for row in held.tolist():
+                    ids[row] = None
+                self._release_rows(lane_number, held)
 
     def _let_go_row(self, lane_number: int, row: int) -> None:
         """The writer's reference to ``row`` goes, and with it the step's id: an item is made

@@ -179,11 +179,17 @@ class NativeReplayServer:
             raise ValueError(f"a writer is named by a string, got {type(writer).__name__}")
         return lambda indices: self._store.layouts([(writer, i) for i in indices])
 
-    def insert_local(self, writer: str, steps: list, items: list, release: list, timeout_s: float) -> int:
+    def insert_local(
+        self, writer: str, steps: list, items: list, release: list, timeout_s: float, blocks: Sequence = ()
+    ) -> int:
         """``insert`` in one process (``NativeWriter``'s own lists, no payload to build):
         ``steps`` ``[index, columns]`` pairs (several stacked into one block, so that an item of
-        them is gathered by slices), ``items`` ``[table, priority, step indices]``. Not checked as
-        ``insert`` is: its writers are this process's own (no other process can call it)."""
+        them is gathered by slices), ``blocks`` ``[indices, columns, rows]`` (steps ``indices``
+        are rows ``rows`` of ``columns``, the steps on their leading axis), ``items`` ``[table,
+        priority, step indices]``. Not checked as ``insert`` is: its writers are this process's
+        own (no other process can call it)."""
+        for indices, block, rows in blocks:
+            self._store.add_rows([(writer, i) for i in indices], block, rows)
         if len(steps) == 1:
             index, columns = steps[0]
             self._store.add((writer, index), [c[np.newaxis] for c in columns])

@@ -51,7 +51,9 @@ class NativeWriter:
         self._leaving: set[int] = set()  # steps out of the window that pending items still use
         self._batch = 1 if client.in_process else RPC_BATCH
         self._in_flight: tuple | None = None  # (_Pending, items, release) of the call not confirmed yet
-        self._unsent_bytes = 0  # what the kept steps not sent yet hold
+        self._unsent_bytes = 0  # what the kept steps not sent yet hold (over RPC: in one process nothing waits)
+        self._count_bytes = not client.in_process
+        self._blocks: dict[int, tuple[int, list]] = {}  # (in one process) unsent step -> its append_rows block
         self._uses: collections.Counter[int] = collections.Counter()  # step -> pending items using it
         self._segment: Segment | None = None  # (shared memory with a server on this host)
         self._no_segment = False
@@ -64,7 +66,8 @@ class NativeWriter:
         # (in one process the server keeps the very arrays it is given: copy them)
         copy = np.array if self._client.in_process else np.asarray
         self._columns[index] = kept = [copy(c) for c in columns]
-        self._unsent_bytes += sum(c.nbytes for c in kept)
+        if self._count_bytes:
+            self._unsent_bytes += sum(c.nbytes for c in kept)
         self._window.append(index)
         if len(self._window) > self._keep:
             self._leave(self._window.popleft())
@@ -80,7 +83,10 @@ class NativeWriter:
         indices = range(start, start + len(block[0]))
         self._next = indices.stop
         self._columns.update(zip(indices, map(list, zip(*block))))  # (each step: views of its rows)
-        self._unsent_bytes += sum(c.nbytes for c in block)
+        if self._count_bytes:
+            self._unsent_bytes += sum(c.nbytes for c in block)
+        else:  # (sent as rows of the block: no step is stacked again)
+            self._blocks.update(zip(indices, itertools.repeat((start, block))))
         window = self._window
         window.extend(indices)
         for _ in range(len(window) - self._keep):
@@ -96,7 +102,10 @@ class NativeWriter:
             self._release.append(old)
         else:
             dropped = self._columns.pop(old, None)
-            self._unsent_bytes -= sum(c.nbytes for c in dropped or ())
+            if self._count_bytes:
+                self._unsent_bytes -= sum(c.nbytes for c in dropped or ())
+            else:
+                self._blocks.pop(old, None)
 
     def create_item(self, table: str, priority: float, steps: int | list[int]) -> None:
         """An item of the last ``steps`` appended steps, or of the steps ``steps`` lists (what
@@ -177,25 +186,43 @@ class NativeWriter:
         if not self._items and len(self._release) < 256:
             return
         needed = {i for _, _, steps in self._items for i in steps} - self._sent
-        steps = [[i, self._columns[i]] for i in sorted(needed)]
+        steps, blocks = self._new_steps(sorted(needed))
         items, release = self._items, self._release + sorted(self._leaving)
-        result = self._insert_later(steps, items, release)
+        result = self._insert_later(steps, items, release, blocks)
         self._sent |= needed  # (the server stores every step sent, whatever it inserts)
         self._sent -= self._leaving
         for i in needed:
-            self._unsent_bytes -= sum(c.nbytes for c in self._columns.pop(i))
+            columns = self._columns.pop(i)
+            if self._count_bytes:
+                self._unsent_bytes -= sum(c.nbytes for c in columns)
         self._items, self._release, self._leaving = [], [], set()
         self._uses.clear()
         self._in_flight = (result, items, release, steps)
         if self._client.in_process:
             self._confirm()
 
-    def _insert_later(self, steps: list, items: list, release: list) -> Any:
+    def _new_steps(self, indices: list[int]) -> tuple[list, list]:
+        """Steps ``indices`` (sorted) as a call sends them: ``[index, columns]`` each, and (in one
+        process) those of ``append_rows`` blocks as ``[indices, block, rows]`` per block."""
+        if not self._blocks:
+            return [[i, self._columns[i]] for i in indices], []
+        steps: list = []
+        runs: dict[int, tuple[list, list[int]]] = {}
+        blocks = self._blocks
+        for i in indices:
+            found = blocks.pop(i, None)
+            if found is None:
+                steps.append([i, self._columns[i]])
+            else:
+                runs.setdefault(found[0], (found[1], []))[1].append(i)
+        return steps, [[rows, block, np.subtract(rows, start)] for start, (block, rows) in runs.items()]
+
+    def _insert_later(self, steps: list, items: list, release: list, blocks: list) -> Any:
         """The ``insert`` call (``NativeReplayServer.insert``'s stacked payload); its steps'
         columns through this writer's segment when it has one (the server on this host) and
-        they hold ``SHARED_MIN_BYTES`` or more."""
+        they hold ``SHARED_MIN_BYTES`` or more. ``blocks``: in one process only (``_new_steps``)."""
         if self._client.in_process:  # (direct calls: the writer's own lists, nothing to encode)
-            return self._client._call_later("insert_local", self._id, steps, items, release, self.timeout_s)
+            return self._client._call_later("insert_local", self._id, steps, items, release, self.timeout_s, blocks)
         groups, payload = _groups(steps), _item_payload(items)
         laid_out = [layout for _, group in groups for layout in _layouts(group)]
         size = footprint(laid_out)
@@ -309,6 +336,7 @@ class NativeWriter:
             confirmed = confirmed and not abandoned and not self._items
             release, self._items, self._in_flight = self._release + sorted(self._sent | self._leaving), [], None
             self._release, self._sent, self._leaving, self._columns = [], set(), set(), {}
+            self._blocks = {}
             self._unsent_bytes = 0
             self._uses.clear()
             if release and not abandoned:
