@@ -323,3 +323,15 @@ def test_the_cli_documents_dataset(capsys):
     assert main(["train", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--dataset PATH" in text and "count learner steps" in text
+
+
+def test_a_distributed_program_refuses_a_dataset(cartpole_dataset):
+    import time
+
+    from shoal.launch.experiments.config import experiment_config
+    from shoal.launch.experiments.distributed.preflight import prepare
+    from shoal.launch.experiments.distributed.settings import LaunchSettings
+
+    config = experiment_config("dqn", "CartPole-v1", dataset=cartpole_dataset, run_dir=None)
+    with pytest.raises(ValueError, match=r"^a run from a dataset \(run.dataset; bc, cql\) runs in one process"):
+        prepare(config, LaunchSettings(launcher="processes", num_actors=1), time.time())

@@ -52,6 +52,11 @@ def prepare(
     is the cluster's choice); the cluster itself is not joined here."""
     settings.check(actors_flag)
     config.validate_settings()
+    if config.run.dataset is not None or getattr(config.builder, "offline", False):
+        raise ValueError(
+            "a run from a dataset (run.dataset; bc, cql) runs in one process (run_experiment, shoal train without "
+            f"--launcher), not under launcher {settings.launcher!r}"
+        )
     saved = read_run(config.run.dir) if config.run.resume and config.run.dir else None
     bounds = settings.actor_bounds()  # (autoscaled: starts from MIN, or a resumed run's count within bounds)
     num_actors = bounds[0] if bounds else cast(int, settings.num_actors)  # (a count where not autoscaled)
