@@ -1,0 +1,188 @@
+"""DQN in the compiled loop (``--agent dqn --launcher anakin``): the device buffer's ring, uniform
+draw and minimum size, the n-step transitions it hands DQN's update, and (with gymnax) a run that
+solves gymnax's CartPole, is the same twice, resumes exactly, calls DQN's own loss, and refuses
+what it does not run in one line."""
+
+import csv
+import importlib.util
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from shoal.launch.experiments.anakin import buffer as ring
+from shoal.launch.experiments.anakin.dqn import n_step_transitions
+
+needs_gymnax = pytest.mark.skipif(
+    importlib.util.find_spec("gymnax") is None, reason="gymnax is installed --no-deps, outside .[dev] (docs/anakin.md)"
+)
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def filled(capacity, num_envs, steps):
+    """A ring whose env ``e`` holds ``100 e + t`` at its step ``t`` (``steps`` of them added)."""
+    buffer = ring.init({"x": jnp.zeros((), jnp.int32)}, num_envs, capacity)
+    for t in range(steps):
+        buffer = ring.add(buffer, {"x": 100 * jnp.arange(num_envs) + t})
+    return buffer
+
+
+def test_the_ring_wraps_over_its_oldest_rows():
+    buffer = filled(capacity=3, num_envs=2, steps=5)
+    assert int(buffer.position) == 2 and int(buffer.size) == 3
+    assert np.asarray(buffer.data["x"]).tolist() == [[3, 4, 2], [103, 104, 102]]
+    windows, _ = ring.sample(buffer, jax.random.PRNGKey(0), 200, length=2)
+    starts = {tuple(w) for w in np.asarray(windows["x"]).tolist()}
+    # windows of two consecutive steps of one env, never across the write position (4 -> 2)
+    assert starts == {(2, 3), (3, 4), (102, 103), (103, 104)}
+
+
+def test_the_draw_is_uniform_over_envs_and_rows():
+    buffer = filled(capacity=10, num_envs=2, steps=25)  # full: steps 15..24 of each env
+    windows, (envs, _) = ring.sample(buffer, jax.random.PRNGKey(0), 40_000)
+    values, counts = np.unique(np.asarray(windows["x"])[:, 0], return_counts=True)
+    assert values.tolist() == [*range(15, 25), *range(115, 125)]
+    expected = 40_000 / 20
+    chi2 = float(np.sum((counts - expected) ** 2 / expected))
+    assert chi2 < 43.8, counts  # (chi-square, 19 degrees of freedom: p = 0.001)
+    assert abs(float(np.mean(np.asarray(envs))) - 0.5) < 0.01
+
+
+def test_only_whole_windows_are_drawn_before_the_ring_is_full():
+    assert int(ring.num_windows(filled(5, 1, 0), 3)) == 0
+    buffer = filled(capacity=10, num_envs=1, steps=4)
+    assert int(ring.num_windows(buffer, 3)) == 2 and int(ring.num_windows(buffer, 1)) == 4
+    windows, _ = ring.sample(buffer, jax.random.PRNGKey(1), 100, length=3)
+    assert {tuple(w) for w in np.asarray(windows["x"]).tolist()} == {(0, 1, 2), (1, 2, 3)}
+    with pytest.raises(ValueError, match="capacity >= 1"):
+        ring.init({"x": jnp.zeros(())}, 1, 0)
+
+
+def test_n_step_transitions_stop_at_the_first_episode_end():
+    """Windows of 3 steps: one that goes on, one whose second step terminates, one whose first
+    step is truncated (the adders' return, bootstrap discount and next observation)."""
+    g = 0.5
+    f = lambda *v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    b = lambda *v: jnp.asarray(v, bool)  # noqa: E731
+    windows = {
+        "observation": jnp.asarray([[1, 2, 3], [4, 5, 6], [7, 8, 9]], jnp.float32)[..., None],
+        "action": jnp.asarray([[0, 1, 1], [1, 0, 0], [1, 1, 0]], jnp.int32),
+        "reward": jnp.stack([f(1, 2, 4), f(1, 2, 4), f(1, 2, 4)]),
+        "terminated": jnp.stack([b(0, 0, 0), b(0, 1, 0), b(0, 0, 0)]),
+        "truncated": jnp.stack([b(0, 0, 0), b(0, 0, 0), b(1, 0, 0)]),
+        "next_observation": jnp.asarray([[10, 20, 30], [40, 50, 60], [70, 80, 90]], jnp.float32)[..., None],
+    }
+    out = {k: np.asarray(v) for k, v in n_step_transitions(windows, g).items()}
+    assert out["reward"].tolist() == [1 + g * 2 + g * g * 4, 1 + g * 2, 1.0]
+    assert out["discount"].tolist() == [g**3, 0.0, g]
+    assert out["next_observation"][:, 0].tolist() == [30, 50, 70]
+    assert out["observation"][:, 0].tolist() == [1, 4, 7] and out["action"].tolist() == [0, 1, 1]
+
+
+def short(seed=0, **flat):
+    """A few dispatches of DQN on gymnax's CartPole that stop by budget, not by solving."""
+    from shoal.launch.experiments.config import experiment_config
+
+    return experiment_config(
+        "dqn",
+        "gymnax:CartPole-v1",
+        seed=seed,
+        max_env_steps=3072,
+        eval_every=1024,
+        target_return=1e9,
+        progress=False,
+        **flat,
+    )
+
+
+@needs_gymnax
+@pytest.mark.e2e  # (a training run to the solve, ~15 s)
+def test_anakin_dqn_solves_gymnax_cartpole(tmp_path):
+    from shoal.launch.experiments.anakin import run_anakin
+    from shoal.launch.experiments.config import experiment_config
+
+    config = experiment_config(
+        "dqn", "gymnax:CartPole-v1", seed=0, max_env_steps=50_000, progress=False, run_dir=str(tmp_path / "run")
+    )
+    result = run_anakin(config)
+    assert result["solved"] and result["launcher"] == "anakin" and result["agent"] == "dqn", result
+    learner = rows(tmp_path / "run" / "learner.csv")
+    assert "loss" in learner[-1] and int(learner[-1]["learner_steps"]) == result["learner_steps"] > 0
+    # the replay ratio: batch_size x SGD steps per env step after min_replay_size (32 for the defaults)
+    ratio = 64 * result["learner_steps"] / (result["env_steps"] - 1000)
+    assert 28 <= ratio <= 33, ratio
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["env_steps"] == result["env_steps"]
+
+
+@needs_gymnax
+@pytest.mark.e2e  # (three short training runs)
+def test_a_seeded_anakin_dqn_run_is_the_same_twice_and_calls_dqns_loss(tmp_path, monkeypatch):
+    from shoal.agents.dqn import learning
+    from shoal.agents.dqn.builder import DQNBuilder
+    from shoal.launch.experiments.anakin import run_anakin
+
+    traced = []
+
+    def counting_loss(self, *args):
+        traced.append(args[3]["observation"].shape)
+        return learning.double_q_loss(*args, self.config.huber_delta)
+
+    monkeypatch.setattr(DQNBuilder, "loss", counting_loss)
+    runs = [run_anakin(short(run_dir=str(tmp_path / f"run{i}"))) for i in range(2)]
+    assert traced, "the compiled loop did not call the builder's loss"
+    same = ("env_steps", "learner_steps", "num_evals", "final_eval_return")
+    assert {k: runs[0][k] for k in same} == {k: runs[1][k] for k in same}
+    for name, columns in (("eval.csv", ["eval_return"]), ("learner.csv", ["loss", "q_mean"])):
+        first, second = (rows(tmp_path / f"run{i}" / name) for i in range(2))
+        assert [[r[c] for c in columns] for r in first] == [[r[c] for c in columns] for r in second], name
+    run_anakin(short(seed=1, run_dir=str(tmp_path / "seed1")))
+    losses = [[r["loss"] for r in rows(tmp_path / run / "learner.csv")] for run in ("run0", "seed1")]
+    assert losses[0] != losses[1]
+
+
+@needs_gymnax
+@pytest.mark.e2e  # (three training runs, through `shoal train`'s code)
+def test_a_resumed_anakin_dqn_run_continues_exactly(tmp_path, capsys, monkeypatch):
+    """Stopped at 2,048 env steps and resumed to 3,072 (16 per iteration: 8 envs, 2 steps) (the ring, its position and the keys in the
+    checkpoint), a run logs what the run that never stopped logs."""
+    from shoal.launch.experiments.anakin import run_anakin
+    from shoal.launch.experiments.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    run_anakin(short(run_dir=str(tmp_path / "whole")))
+    flags = ["--eval-every", "1024", "--target-return", "1e9", "--quiet"]
+    first = ["train", "--agent", "dqn", "--env", "gymnax:CartPole-v1", "--max-env-steps", "2048", *flags]
+    assert main([*first, "--run-dir", str(tmp_path / "parts")]) == 0
+    assert main(["train", "--resume", str(tmp_path / "parts"), "--max-env-steps", "3072", "--quiet"]) == 0
+    resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert resumed["resumed_from"] == 2048 and resumed["env_steps"] == 3072, resumed
+    for name, columns in (("eval.csv", ["env_steps", "eval_return"]), ("learner.csv", ["learner_steps", "loss"])):
+        whole, parts = (rows(tmp_path / run / name) for run in ("whole", "parts"))
+        assert [[r[c] for c in columns] for r in parts] == [[r[c] for c in columns] for r in whole], name
+
+
+@needs_gymnax
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--set", "prioritized_replay=true"], "samples DQN's device buffer uniformly for now"),
+        (["--agent", "impala"], "trains PPO and DQN for now (--agent ppo|dqn), not impala"),
+    ],
+)
+def test_what_anakin_dqn_refuses_is_one_line(args, expected, tmp_path, capsys, monkeypatch):
+    from shoal.launch.experiments.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    agent = [] if "--agent" in args else ["--agent", "dqn"]
+    assert main(["train", *agent, "--env", "gymnax:CartPole-v1", *args, "--run-dir", str(run_dir)]) == 2
+    captured = capsys.readouterr()
+    errors = captured.err.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("shoal: error:") and expected in errors[0], errors
+    assert captured.out == "" and not run_dir.exists()
