@@ -133,7 +133,10 @@ def test_both_paths_call_the_one_ppo_loss():
         (["--env", "gymnax:CartPole-v1", "--num-actors", "2"], "--launcher anakin runs the envs and the update"),
         (["--env", "CartPole-v1", "--launcher", "anakin"], "CartPole-v1 is not a JAX env"),
         (["--env", "gymnax:CartPole-v1", "--env-arg", "nope=1"], "gymnax:CartPole-v1 has no parameter nope"),
-        (["--env", "gymnax:CartPole-v1", "--agent", "impala"], "trains PPO and DQN for now (--agent ppo|dqn), not impala"),
+        (
+            ["--env", "gymnax:CartPole-v1", "--agent", "impala"],
+            "trains PPO and DQN for now (--agent ppo|dqn), not impala",
+        ),
         (["--env", "gymnax:CartPole-v1", "--set", "lstm_size=8"], "feed-forward PPO for now"),
     ],
 )
