@@ -18,6 +18,8 @@ process compiles as a first run does):
 Needs gymnax (``pip install --no-deps "gymnax==1.0.1"``, docs/anakin.md)::
 
     python benchmarks/anakin.py --seeds 0 1 2 --out benchmarks/results/anakin.json
+    python benchmarks/anakin.py --agent dqn --anakin-steps 50000 --replay-steps 20000 \
+        --out benchmarks/results/anakin-dqn.json     # DQN: the device buffer against replay
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from typing import Any
 ENVS = {"anakin": "gymnax:CartPole-v1", "replay": "CartPole-v1"}
 
 
-def shoal_train(env: str, run_dir: str, *args: str, cache: str = "off") -> dict[str, Any]:
+def shoal_train(env: str, run_dir: str, *args: str, cache: str = "off", agent: str = "ppo") -> dict[str, Any]:
     """One ``shoal train`` process (``cache``: its compilation cache directory, or ``off``); its result line."""
-    cmd = [sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", env, "--quiet", "--run-dir", run_dir]
+    cmd = [sys.executable, "-m", "shoal", "train", "--agent", agent, "--env", env, "--quiet", "--run-dir", run_dir]
     env_vars = dict(os.environ, SHOAL_COMPILATION_CACHE=cache)
     proc = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env_vars, check=False)
     if proc.returncode != 0:
@@ -54,6 +56,7 @@ def steady_steps_per_s(run_dir: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--agent", default="ppo", choices=["ppo", "dqn"], help="the agent both architectures train")
     parser.add_argument("--anakin-steps", type=int, default=1_000_000, help="throughput budget, Anakin")
     parser.add_argument("--replay-steps", type=int, default=50_000, help="throughput budget, replay-backed")
     parser.add_argument("--out", default=None, help="write the JSON here too")
@@ -63,9 +66,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, env in ENVS.items():
             run_dir = os.path.join(tmp, f"{name}-throughput")
-            result = shoal_train(
-                env, run_dir, "--max-env-steps", str(budget[name]), "--target-return", "1e9", "--eval-every", "100000"
-            )
+            flags = ["--max-env-steps", str(budget[name]), "--target-return", "1e9", "--eval-every", "100000"]
+            result = shoal_train(env, run_dir, *flags, agent=args.agent)
             out["throughput"][name] = {
                 "env": env,
                 "env_steps": result["env_steps"],
@@ -76,14 +78,17 @@ def main() -> None:
             print(json.dumps({name: out["throughput"][name]}), file=sys.stderr, flush=True)
         cache = os.path.join(tmp, "jax-cache")
         for name, env in ENVS.items():
-            shoal_train(env, os.path.join(tmp, f"{name}-warm-up"), cache=cache)  # (fills the cache: not measured)
+            warm_up = os.path.join(tmp, f"{name}-warm-up")
+            shoal_train(env, warm_up, cache=cache, agent=args.agent)  # (fills the cache: not measured)
         for mode in ("cold", "warm"):
             out["time_to_solve"][mode] = {}
             for name, env in ENVS.items():
                 runs = []
                 for seed in args.seeds:
                     run_dir = os.path.join(tmp, f"{name}-solve-{mode}-{seed}")
-                    result = shoal_train(env, run_dir, "--seed", str(seed), cache="off" if mode == "cold" else cache)
+                    result = shoal_train(
+                        env, run_dir, "--seed", str(seed), cache="off" if mode == "cold" else cache, agent=args.agent
+                    )
                     runs.append({k: result[k] for k in ("seed", "solved", "env_steps", "process_s", "wall_s")})
                     print(json.dumps({f"{name} ({mode})": runs[-1]}), file=sys.stderr, flush=True)
                 out["time_to_solve"][mode][name] = {
