@@ -83,7 +83,7 @@ def train(
             check_anakin(config, len(jax.local_devices()))
             config.validate_agent(config.environment_spec())
             print(json_text({**config.to_dict(), "launch": None}, "the resolved config"))
-            print("anakin: the envs, the policy and PPO's update compiled into one function on this machine's devices")
+            print("anakin: the envs, the policy and the agent's update compiled into one function on the devices")
             return None
         if launch is None:  # one process: checked as run_experiment checks it; no program graph
             config.validate_settings()
