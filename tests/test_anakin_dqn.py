@@ -118,6 +118,14 @@ def test_anakin_dqn_solves_gymnax_cartpole(tmp_path):
     ratio = 64 * result["learner_steps"] / (result["env_steps"] - 1000)
     assert 28 <= ratio <= 33, ratio
     assert json.loads((tmp_path / "run" / "result.json").read_text())["env_steps"] == result["env_steps"]
+    # the run's outputs as a PPO run's: load_policy (DQN's greedy policy) and shoal evaluate
+    from shoal.launch import load_policy
+    from shoal.launch.experiments.anakin.evaluation import evaluate_compiled
+
+    policy = load_policy(str(tmp_path / "run"))
+    assert policy.anakin and policy.checkpoint == result["env_steps"]
+    returns, _ = evaluate_compiled(policy, 5, 0, 5)
+    assert float(np.mean(returns)) >= 400, returns
 
 
 @needs_gymnax
