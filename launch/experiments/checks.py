@@ -52,10 +52,10 @@ def check_experiment_settings(config: Any) -> None:
             getattr(config, name), names={field: flat for (group, field), flat in FLAT_NAMES.items() if group == name}
         )
     config.agent_group_indices()
-    if config.run.dataset is not None or getattr(config.builder, "offline", False):
+    if config.run.dataset is not None:
         from shoal.launch.experiments.offline import check_dataset_settings  # lazy: minari's reader, for datasets only
 
-        check_dataset_settings(config)  # (an agent that cannot use --dataset, or an offline one without it)
+        check_dataset_settings(config)  # (an agent that cannot use --dataset)
     warn_of_a_target_out_of_reach(config)
     if config.tracking.video_every:
         check_video_extra()

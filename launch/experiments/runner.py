@@ -36,7 +36,7 @@ from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.formats.minari_reading import Episodes
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.learner_pacing import LearningActor
-from shoal.launch.experiments.offline import fill_replay, is_offline, load_dataset, train_offline
+from shoal.launch.experiments.offline import fill_replay, is_offline, load_dataset, require_dataset, train_offline
 from shoal.launch.experiments.run_directory.checkpoints import (
     Checkpointer,
     Periodic,
@@ -60,6 +60,7 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
     """
     start = time.monotonic()
     config.validate_settings()  # (each check once: these before the env is built, the agent's after)
+    require_dataset(config)  # (bc, cql: a run needs the data)
     if config.run.resume and not config.run.dir:
         raise ValueError("resume needs a run directory")
     with contextlib.ExitStack() as stack:  # closes everything, newest first, however the run ends

@@ -33,6 +33,7 @@ from shoal.launch.experiments.config import experiment_config
 from shoal.launch.experiments.distributed.settings import LaunchSettings, max_actors
 from shoal.launch.experiments.exporting import export_policy
 from shoal.launch.experiments.formats.minari_dataset import record_dataset
+from shoal.launch.experiments.offline import require_dataset
 from shoal.launch.experiments.run_directory.checkpoints import read_run
 from shoal.launch.experiments.run_directory.claim import load_run
 from shoal.launch.experiments.runner import run_experiment
@@ -201,6 +202,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
             "processes, inprocess or ray (or drop them: one process runs one actor and uses no ports "
             "nor resources)"
         )
+    require_dataset(config)  # (bc, cql: before a --dry-run prints a run that could not start)
     if (args.dataset is not None or getattr(config.builder, "offline", False)) and (
         args.launcher is not None or is_jax_env(args.env)
     ):

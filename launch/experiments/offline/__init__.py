@@ -17,7 +17,13 @@ checkpoints' ``env_steps``; the result's ``env_steps`` is 0. Checkpoints hold re
 dataset's items) with the learner, so ``--resume`` reads no dataset again.
 """
 
-from shoal.launch.experiments.offline.filling import check_dataset_settings, fill_replay, is_offline, load_dataset
+from shoal.launch.experiments.offline.filling import (
+    check_dataset_settings,
+    fill_replay,
+    is_offline,
+    load_dataset,
+    require_dataset,
+)
 from shoal.launch.experiments.offline.training import train_offline
 
-__all__ = ["check_dataset_settings", "fill_replay", "is_offline", "load_dataset", "train_offline"]
+__all__ = ["check_dataset_settings", "fill_replay", "is_offline", "load_dataset", "require_dataset", "train_offline"]

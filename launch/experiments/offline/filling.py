@@ -39,12 +39,18 @@ def is_offline(builder: Any) -> bool:
     return bool(getattr(builder, "offline", False))
 
 
+def require_dataset(config: Any) -> None:
+    """One line for an offline agent's run without a dataset (a config of one is otherwise valid:
+    ``validate`` checks the settings, a run needs the data)."""
+    if config.run.dataset is None and is_offline(config.builder):
+        name = getattr(config.builder, "name", type(config.builder).__name__)
+        raise ValueError(f"agent {name!r} trains offline, from a dataset: give --dataset PATH (a Minari dataset)")
+
+
 def check_dataset_settings(config: Any) -> None:
-    """One line for a ``--dataset`` an agent cannot use, or an offline agent without one."""
+    """One line for a ``--dataset`` an agent cannot use."""
     builder, dataset = config.builder, config.run.dataset
     name = getattr(builder, "name", type(builder).__name__)
-    if dataset is None and is_offline(builder):
-        raise ValueError(f"agent {name!r} trains offline, from a dataset: give --dataset PATH (a Minari dataset)")
     if dataset is not None and not (is_offline(builder) or isinstance(builder, TransitionReplayBuilder)):
         raise ValueError(f"--dataset {dataset!r}: agent {name!r} {ON_POLICY_REFUSAL}")
 
@@ -113,4 +119,4 @@ def fill_replay(builder: Any, client: Any, spec: EnvironmentSpec, episodes: Epis
     }
 
 
-__all__ = ["check_dataset_settings", "fill_replay", "is_offline", "load_dataset"]
+__all__ = ["check_dataset_settings", "fill_replay", "is_offline", "load_dataset", "require_dataset"]
