@@ -45,13 +45,35 @@ def test_the_ring_wraps_over_its_oldest_rows():
 
 def test_the_draw_is_uniform_over_envs_and_rows():
     buffer = filled(capacity=10, num_envs=2, steps=25)  # full: steps 15..24 of each env
-    windows, (envs, _) = ring.sample(buffer, jax.random.PRNGKey(0), 40_000)
+    windows, drawn = ring.sample(buffer, jax.random.PRNGKey(0), 40_000)
     values, counts = np.unique(np.asarray(windows["x"])[:, 0], return_counts=True)
     assert values.tolist() == [*range(15, 25), *range(115, 125)]
     expected = 40_000 / 20
     chi2 = float(np.sum((counts - expected) ** 2 / expected))
     assert chi2 < 43.8, counts  # (chi-square, 19 degrees of freedom: p = 0.001)
-    assert abs(float(np.mean(np.asarray(envs))) - 0.5) < 0.01
+    assert abs(float(np.mean(np.asarray(drawn.envs))) - 0.5) < 0.01
+    assert np.allclose(np.asarray(drawn.probability) * int(drawn.table_size), 1.0)
+
+
+def test_a_prioritized_draw_follows_the_priorities_and_takes_new_ones():
+    """Draws in proportion to priority ** exponent over the written windows; new rows get the
+    highest priority so far; ``set_priorities`` writes the drawn rows'."""
+    buffer = ring.init({"x": jnp.zeros((), jnp.int32)}, 2, 8, prioritized=True)
+    for t in range(6):
+        buffer = ring.add(buffer, {"x": 100 * jnp.arange(2) + t})
+    assert np.asarray(buffer.priorities)[:, :6].tolist() == [[1.0] * 6] * 2  # (1 in an empty ring, then the max)
+    # window starts 0..4 (length 2); give env 1's row 3 priority 4, the rest 1: weights 2 and 1/2 (exponent 0.5)
+    everything = ring.Drawn(jnp.asarray([0, 0, 0, 0, 0, 1, 1, 1, 1, 1]), jnp.asarray([0, 1, 2, 3, 4] * 2), None, None)
+    buffer = ring.set_priorities(buffer, everything, jnp.asarray([1.0] * 8 + [4.0, 1.0]))
+    windows, drawn = ring.sample(buffer, jax.random.PRNGKey(0), 60_000, length=2, priority_exponent=0.5)
+    starts = np.asarray(windows["x"])[:, 0]
+    assert set(np.unique(starts).tolist()) == {0, 1, 2, 3, 4, 100, 101, 102, 103, 104}  # (never start 5: half a window)
+    assert abs(np.mean(starts == 103) - 2 / 11) < 0.01 and abs(np.mean(starts == 0) - 1 / 11) < 0.01
+    assert np.allclose(np.asarray(drawn.probability)[starts == 103], 2 / 11) and int(drawn.table_size) == 10
+    buffer = ring.add(buffer, {"x": jnp.asarray([6, 106])})
+    assert np.asarray(buffer.priorities)[:, 6].tolist() == [4.0, 4.0]
+    with pytest.raises(ValueError, match="prioritized=True"):
+        ring.sample(filled(4, 1, 2), jax.random.PRNGKey(0), 1, priority_exponent=0.6)
 
 
 def test_only_whole_windows_are_drawn_before_the_ring_is_full():
@@ -85,13 +107,14 @@ def test_n_step_transitions_stop_at_the_first_episode_end():
     assert out["observation"][:, 0].tolist() == [1, 4, 7] and out["action"].tolist() == [0, 1, 1]
 
 
-def short(seed=0, **flat):
+def short(seed=0, agent_settings=None, **flat):
     """A few dispatches of DQN on gymnax's CartPole that stop by budget, not by solving."""
     from shoal.launch.experiments.config import experiment_config
 
     return experiment_config(
         "dqn",
         "gymnax:CartPole-v1",
+        agent_settings=agent_settings,
         seed=seed,
         max_env_steps=3072,
         eval_every=1024,
@@ -176,20 +199,34 @@ def test_a_resumed_anakin_dqn_run_continues_exactly(tmp_path, capsys, monkeypatc
 
 
 @needs_gymnax
-@pytest.mark.parametrize(
-    "args, expected",
-    [
-        (["--set", "prioritized_replay=true"], "samples DQN's device buffer uniformly for now"),
-        (["--agent", "impala"], "trains PPO and DQN for now (--agent ppo|dqn), not impala"),
-    ],
-)
-def test_what_anakin_dqn_refuses_is_one_line(args, expected, tmp_path, capsys, monkeypatch):
+@pytest.mark.e2e  # (a short training run)
+def test_prioritized_anakin_dqn_trains_on_its_priorities(tmp_path):
+    """``prioritized_replay``: the ring draws by priority, DQN's update weighs the draws and the
+    drawn windows' priorities become their |TD| (the checkpointed ring's priorities differ)."""
+    from shoal.envs.jax_envs import JaxVectorEnv, make_jax_env
+    from shoal.launch.experiments.anakin import dqn, run_anakin
+    from shoal.launch.experiments.anakin.checkpoints import restore_checkpoint
+
+    config = short(agent_settings={"prioritized_replay": True}, run_dir=str(tmp_path / "run"))
+    result = run_anakin(config)
+    assert result["learner_steps"] > 0 and np.isfinite(float(rows(tmp_path / "run" / "learner.csv")[-1]["loss"]))
+    venv = JaxVectorEnv(*make_jax_env(config.env.id, config.env.args)[:1], config.env.num_envs)
+    loop = dqn.make_loop(
+        config.builder, config.make_networks(venv.spec), venv, 1, *jax.random.split(jax.random.PRNGKey(0), 3)
+    )
+    carry, _ = restore_checkpoint(str(tmp_path / "run"), jax.device_get(loop.initial))
+    written = np.asarray(carry.buffer.priorities)[:, : int(carry.buffer.size)]
+    assert written.min() > 0 and len(np.unique(written)) > 100  # (|TD|s written back, not the new rows' one value)
+
+
+@needs_gymnax
+def test_what_anakin_dqn_refuses_is_one_line(tmp_path, capsys, monkeypatch):
     from shoal.launch.experiments.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     run_dir = tmp_path / "run"
-    agent = [] if "--agent" in args else ["--agent", "dqn"]
-    assert main(["train", *agent, "--env", "gymnax:CartPole-v1", *args, "--run-dir", str(run_dir)]) == 2
+    expected = "trains PPO and DQN for now (--agent ppo|dqn), not impala"
+    assert main(["train", "--agent", "impala", "--env", "gymnax:CartPole-v1", "--run-dir", str(run_dir)]) == 2
     captured = capsys.readouterr()
     errors = captured.err.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("shoal: error:") and expected in errors[0], errors

@@ -16,6 +16,9 @@ vector steps, ``u = round(k * N * samples_per_insert / batch_size)`` SGD steps (
 ``sgd_steps_per_update * batch_size`` is a multiple of ``samples_per_insert * N``, as for the
 defaults with ``N`` of 1, 2, 4, 8 or 16). The ring holds ``ceil(max_replay_size / N)`` steps of
 each env. With several devices each holds its envs' rows and draws ``batch_size / devices``.
+With ``prioritized_replay`` the ring draws windows in proportion to ``priority **
+priority_exponent`` (``anakin.buffer``), the update weighs them by DQN's importance weights, and
+the drawn windows' priorities become their ``|TD|`` (the update's ``aux``).
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ class DQNCarry(NamedTuple):
     length_sum: jax.Array  # ... and of their lengths
 
 
-SPECS = DQNCarry(P(), P(AXIS_NAME), P(AXIS_NAME), ring.Buffer(P(AXIS_NAME), P(), P()), P(), P(), P(), P(), P(), P())  # type: ignore[arg-type]  # (a pytree of specs)
+SPECS = DQNCarry(
+    P(), P(AXIS_NAME), P(AXIS_NAME), ring.Buffer(P(AXIS_NAME), P(), P(), P(AXIS_NAME)), P(), P(), P(), P(), P(), P()
+)  # type: ignore[arg-type]  # (a pytree of specs)
+PRIORITY_FLOOR = 1e-6  # (added to |TD|: no written window is never drawn again)
 
 
 def steps_and_updates(builder: DQNBuilder, num_envs: int) -> tuple[int, int]:
@@ -114,7 +120,7 @@ def make_loop(
         builder.init_state(train_key, networks),
         env_state,
         observation,
-        ring.init(example, num_envs, rows),
+        ring.init(example, num_envs, rows, prioritized=c.prioritized_replay),
         loop_key,
         jnp.zeros((), jnp.int32),
         jnp.zeros((), jnp.int32),
@@ -148,12 +154,19 @@ def make_loop(
         )
         return carry, None
 
-    def learn(train: learning.TrainingState, buffer: ring.Buffer, key: jax.Array) -> tuple[Any, dict]:
-        windows, _ = ring.sample(buffer, key, per_device_batch * u, c.n_step)
+    exponent = c.priority_exponent if c.prioritized_replay else None
+
+    def learn(train: learning.TrainingState, buffer: ring.Buffer, key: jax.Array) -> tuple[Any, ring.Buffer, dict]:
+        windows, drawn = ring.sample(buffer, key, per_device_batch * u, c.n_step, exponent)
         batch = n_step_transitions(windows, c.discount)
+        if exponent is not None:  # (DQN's importance weights: (table_size x probability)^-beta)
+            batch["probability"] = drawn.probability
+            batch["table_size"] = jnp.broadcast_to(drawn.table_size, drawn.probability.shape).astype(jnp.float32)
         batch = jax.tree_util.tree_map(lambda x: x.reshape(per_device_batch, u, *x.shape[1:]), batch)
         train, out = update(train, batch)
-        return train, dict(out.metrics)
+        if exponent is not None:  # (|TD| [batch, u], in the draws' order)
+            buffer = ring.set_priorities(buffer, drawn, out.aux.reshape(-1) + PRIORITY_FLOOR)
+        return train, buffer, dict(out.metrics)
 
     def iteration(carry: DQNCarry) -> tuple[DQNCarry, dict]:
         key, rollout_key, sample_key = jax.random.split(carry.key, 3)
@@ -161,13 +174,14 @@ def make_loop(
         carry, _ = jax.lax.scan(env_step, carry, jax.random.split(jax.random.fold_in(rollout_key, device), k))
         ready = ring.num_windows(carry.buffer, c.n_step) * num_envs >= c.min_replay_size
         device_sample_key = jax.random.fold_in(sample_key, device)
-        shapes = jax.eval_shape(learn, carry.train, carry.buffer, device_sample_key)[1]
+        shapes = jax.eval_shape(learn, carry.train, carry.buffer, device_sample_key)[2]
         skipped = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
-        train, metrics = jax.lax.cond(
+        train, buffer, metrics = jax.lax.cond(
             ready,
             lambda: learn(carry.train, carry.buffer, device_sample_key),
-            lambda: (carry.train, skipped),
+            lambda: (carry.train, carry.buffer, skipped),
         )
-        return carry._replace(train=train, key=key, updates=carry.updates + ready.astype(jnp.int32)), metrics
+        updates = carry.updates + ready.astype(jnp.int32)
+        return carry._replace(train=train, buffer=buffer, key=key, updates=updates), metrics
 
     return Loop(initial, iteration, SPECS, k * num_envs, u)

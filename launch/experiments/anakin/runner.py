@@ -89,8 +89,6 @@ def _check_ppo(config: ExperimentConfig) -> None:
 def _check_dqn(config: ExperimentConfig, num_devices: int) -> None:
     """What DQN's compiled loop (``anakin.dqn``) does not run, one line."""
     c = config.builder.config
-    if c.prioritized_replay:
-        raise ValueError("--launcher anakin samples DQN's device buffer uniformly for now: drop prioritized_replay")
     if c.batch_size % num_devices:
         raise ValueError(
             f"DQN's batch_size {c.batch_size} does not divide over the {num_devices} local devices "
