@@ -333,9 +333,10 @@ def test_a_grouped_network_answers_each_row_with_its_groups_parameters_and_learn
         params = grouped.init(jax.random.PRNGKey(0), rows[:1])
         if "log_std" in params["params"]:  # (each group's own: 0 and 1, for as many rows as dimensions)
             params["params"]["log_std"] = params["params"]["log_std"] + jnp.arange(2.0)[:, None]
-        out = grouped.apply(params, rows)
+        out = jax.jit(grouped.apply)(params, rows)
+        inner_apply = jax.jit(inner.apply)  # (one compile, not one per op and row)
         for r, g in enumerate(group_of_row[: len(rows)]):
-            own = inner.apply(jax.tree_util.tree_map(lambda p, g=g: p[g], params), rows[r : r + 1])
+            own = inner_apply(jax.tree_util.tree_map(lambda p, g=g: np.asarray(p)[g], params), rows[r : r + 1])
             for got, want in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(own)):
                 want = want[0] if want.shape[:1] == (1,) else want  # (a row's output, or one for all rows)
                 assert got.shape == (len(rows), *want.shape)
@@ -343,7 +344,7 @@ def test_a_grouped_network_answers_each_row_with_its_groups_parameters_and_learn
     grouped = GroupedNetwork(ActorCritic((8,), 3), [0, 1, 1], 2, "tail")
     params = grouped.init(jax.random.PRNGKey(1), obs[:1])
     in_group_0 = jnp.asarray(group_of_row) == 0
-    grads = jax.grad(lambda p: jnp.sum(jnp.where(in_group_0, grouped.apply(p, obs)[1], 0.0)))(params)
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(jnp.where(in_group_0, grouped.apply(p, obs)[1], 0.0))))(params)
     for leaf in jax.tree_util.tree_leaves(grads):
         assert not np.any(np.asarray(leaf[1])), "group 1's parameters got a gradient from group 0's rows"
     assert any(np.any(np.asarray(leaf[0])) for leaf in jax.tree_util.tree_leaves(grads))
