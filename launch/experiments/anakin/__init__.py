@@ -21,7 +21,12 @@ result line the other runners return (with ``"launcher": "anakin"``). It checkpo
 run continues exactly. Its callbacks are called at each evaluation and at its end (on the host,
 between dispatches), ``--track`` sends its logs, and ``load_policy``, ``shoal evaluate`` (in this
 evaluation, ``anakin.evaluation``: the run's numbers back for its seeds), ``export``, ``status``,
-``compare`` and ``record`` read its run directory. Not yet: videos, recurrent PPO and the other agents.
+``compare`` and ``record`` read its run directory.
+
+DQN runs in it too (``anakin.dqn``): each iteration steps the envs with DQN's epsilon-greedy
+policy into a replay ring held on the device (``anakin.buffer``: uniform or prioritized draws of
+n-step windows), then DQN's own update at its replay ratio. An agent's part is a ``Loop``
+(``anakin.loop``: its first carry, iteration and sharding). Not yet: videos, recurrent PPO, SAC.
 """
 
 from shoal.launch.experiments.anakin.runner import check_anakin, run_anakin

@@ -54,9 +54,9 @@ class DQNCarry(NamedTuple):
     length_sum: jax.Array  # ... and of their lengths
 
 
-SPECS = DQNCarry(
-    P(), P(AXIS_NAME), P(AXIS_NAME), ring.Buffer(P(AXIS_NAME), P(), P(), P(AXIS_NAME)), P(), P(), P(), P(), P(), P()
-)  # type: ignore[arg-type]  # (a pytree of specs)
+_SPLIT, _SAME = P(AXIS_NAME), P()
+# (a pytree of specs in the carry's shape)
+SPECS: Any = DQNCarry._make([_SAME, _SPLIT, _SPLIT, ring.Buffer._make([_SPLIT, _SAME, _SAME, _SPLIT]), *[_SAME] * 6])
 PRIORITY_FLOOR = 1e-6  # (added to |TD|: no written window is never drawn again)
 
 

@@ -14,8 +14,10 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from shoal.agents.dqn.builder import DQNBuilder
+from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.ppo import learning
 from shoal.agents.ppo.builder import PPOBuilder
+from shoal.agents.ppo.config import PPOConfig
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.core.types import ActorInfo
@@ -57,9 +59,9 @@ def check_anakin(config: ExperimentConfig, num_devices: int) -> None:
     if config.env.factory is not None:
         raise ValueError("--launcher anakin takes a JAX env id (gymnax:<Id>), not --env-factory")
     if isinstance(config.builder, DQNBuilder):
-        _check_dqn(config, num_devices)
+        _check_dqn(config.builder.config, num_devices)
     elif isinstance(config.builder, PPOBuilder):
-        _check_ppo(config)
+        _check_ppo(config.builder.config)
     else:
         raise ValueError(f"--launcher anakin trains PPO and DQN for now (--agent ppo|dqn), not {config.builder.name}")
     if config.tracking.video_every:
@@ -74,9 +76,8 @@ def check_anakin(config: ExperimentConfig, num_devices: int) -> None:
         )
 
 
-def _check_ppo(config: ExperimentConfig) -> None:
+def _check_ppo(c: PPOConfig) -> None:
     """What PPO's compiled loop does not run, one line."""
-    c = config.builder.config
     if c.lstm_size:
         raise ValueError("--launcher anakin runs feed-forward PPO for now (lstm_size=0)")
     if c.rollouts_per_update != 1:
@@ -86,9 +87,8 @@ def _check_ppo(config: ExperimentConfig) -> None:
         )
 
 
-def _check_dqn(config: ExperimentConfig, num_devices: int) -> None:
+def _check_dqn(c: DQNConfig, num_devices: int) -> None:
     """What DQN's compiled loop (``anakin.dqn``) does not run, one line."""
-    c = config.builder.config
     if c.batch_size % num_devices:
         raise ValueError(
             f"DQN's batch_size {c.batch_size} does not divide over the {num_devices} local devices "
@@ -196,7 +196,7 @@ def _ppo_loop(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv, keys: tupl
 
 
 def run_anakin(config: ExperimentConfig, stop: threading.Event | None = None) -> dict[str, Any]:
-    """Trains ``config`` (PPO on a JAX env) in the compiled loop until the greedy evaluation
+    """Trains ``config`` (PPO or DQN on a JAX env) in the compiled loop until the greedy evaluation
     reaches the target return, ``max_env_steps`` runs out or ``stop`` is set; returns the
     result line (and writes it, with the logs, in the run directory if there is one)."""
     start = time.monotonic()
