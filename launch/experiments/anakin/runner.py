@@ -22,6 +22,7 @@ from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.core.types import ActorInfo
 from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_env
+from shoal.launch.experiments.anakin import dqn
 from shoal.launch.experiments.anakin.checkpoints import restore_checkpoint, save_checkpoint
 from shoal.launch.experiments.anakin.evaluation import EVAL_SEED_OFFSET, make_evaluation
 from shoal.launch.experiments.anakin.loop import Loop
@@ -236,8 +237,6 @@ def _train(
     networks = config.make_networks(venv.spec)
     keys = tuple(jax.random.split(jax.random.PRNGKey(config.run.seed), 3))
     if isinstance(builder, DQNBuilder):
-        from shoal.launch.experiments.anakin import dqn  # (DQN's loop: its device buffer)
-
         loop = dqn.make_loop(builder, networks, venv, len(placement.devices), *keys)
     else:
         loop = _ppo_loop(builder, networks, venv, keys)  # type: ignore[arg-type]  # (check_anakin: PPO or DQN)
