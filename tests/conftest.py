@@ -7,8 +7,28 @@ import tempfile
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# The CLI caches compiled JAX code; the suite uses a cache of its own, never the user's.
-os.environ.setdefault("SHOAL_COMPILATION_CACHE", tempfile.mkdtemp(prefix="shoal-test-jax-cache-"))
+
+# Compiled JAX code is cached on disk (JAX's persistent cache, keyed by the computation, the JAX
+# version and XLA's flags), in this process and every process a test starts: a later session
+# loads what an earlier one compiled instead of compiling it again (docs/testing.md). The suite
+# uses a cache of its own, never the user's runs' (``~/.cache/shoal/jax``):
+# ``SHOAL_TEST_COMPILATION_CACHE`` names it (default ``~/.cache/shoal/jax-tests``), or ``off``
+# for a fresh one per session (as a clean CI machine has).
+SUITE_CACHE_MAX_BYTES = 1 << 30  # (least recently used entries go first past this size)
+
+
+def _suite_compilation_cache() -> str:
+    chosen = os.environ.get("SHOAL_TEST_COMPILATION_CACHE", "")
+    if chosen.lower() == "off":
+        return tempfile.mkdtemp(prefix="shoal-test-jax-cache-")
+    if chosen:
+        return chosen
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "shoal", "jax-tests")
+
+
+os.environ.setdefault("SHOAL_COMPILATION_CACHE", _suite_compilation_cache())
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(SUITE_CACHE_MAX_BYTES))
 
 # Every test runs on every Python: a run, a server or a dataset a test makes without naming a
 # backend uses this Python's default (Reverb where it is installed, native elsewhere), and the
@@ -23,11 +43,18 @@ def pytest_configure(config):
     check what a computation gives, never how fast it runs, and most of its time was the
     compiler's (every fast test passes either way; the whole suite, e2e included, compiles as a
     user's run does). ``XLA_FLAGS`` naming a level of its own keeps that level. Set here, before
-    this process's first JAX computation starts the backend (the processes a test starts inherit it)."""
+    this process's first JAX computation starts the backend (the processes a test starts inherit it).
+    Then JAX's persistent cache is turned on in this process (the suite's cache, above)."""
     if _leaves_out_e2e(config.getoption("markexpr") or ""):
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_backend_optimization_level" not in flags:
             os.environ["XLA_FLAGS"] = f"{flags} {FAST_LAYER_XLA_FLAG}".strip()
+    import jax  # (after XLA_FLAGS: no backend has started yet)
+
+    from shoal.launch.experiments.compilation_cache import enable_compilation_cache
+
+    if enable_compilation_cache() is not None:  # (this process too, as `shoal train` does)
+        jax.config.update("jax_compilation_cache_max_size", SUITE_CACHE_MAX_BYTES)
 
 
 def _leaves_out_e2e(markexpr: str) -> bool:
