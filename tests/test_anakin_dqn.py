@@ -231,3 +231,23 @@ def test_what_anakin_dqn_refuses_is_one_line(tmp_path, capsys, monkeypatch):
     errors = captured.err.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("shoal: error:") and expected in errors[0], errors
     assert captured.out == "" and not run_dir.exists()
+
+
+@needs_gymnax
+@pytest.mark.e2e  # (`shoal train` in a subprocess: two host devices are set before JAX starts)
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_anakin_dqn_splits_its_envs_and_ring_over_two_devices(prioritized, tmp_path):
+    """Each device steps half the envs into its half of the ring and draws half the batch (uniform
+    or prioritized); the update all-reduces the gradients."""
+    import os
+
+    from tests.shoal_cli import run_shoal
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    args = ["--agent", "dqn", "--env", "gymnax:CartPole-v1", "--max-env-steps", "3072", "--eval-every", "1024"]
+    args += ["--target-return", "1e9", "--set", f"prioritized_replay={str(prioritized).lower()}", "--quiet"]
+    proc = run_shoal("train", *args, "--run-dir", str(tmp_path / "run"), timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["devices"] == 2 and result["env_steps"] == 3072 and result["learner_steps"] > 0, result
+    assert np.isfinite(float(rows(tmp_path / "run" / "learner.csv")[-1]["loss"]))
