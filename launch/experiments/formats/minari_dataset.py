@@ -41,12 +41,11 @@ import numpy as np
 
 from shoal.agents.registry import agent_name
 from shoal.launch.experiments.exporting import _is_run_directory
+from shoal.launch.experiments.formats.minari_reading import DATASET_ID, MINARI_INSTALL
 from shoal.launch.experiments.trained_policy import load_policy
 
 MAX_EPISODES = 1_000_000  # the most episodes one shoal record writes
 ENVS_AT_ONCE = 16  # episodes played side by side
-DATASET_ID = re.compile(r"^([A-Za-z0-9_.-]+/){0,2}[A-Za-z0-9_.]+(-[A-Za-z0-9_.]+)*-v\d+$")
-MINARI_INSTALL = "pip install 'shoal[offline]'"
 
 
 def require_minari() -> Any:

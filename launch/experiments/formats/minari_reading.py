@@ -16,11 +16,14 @@ arrays disagree in length.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from shoal.launch.experiments.formats.minari_dataset import DATASET_ID, MINARI_INSTALL
+# A Minari dataset id (``namespace/name-v0``), and the install line the offline extra needs.
+DATASET_ID = re.compile(r"^([A-Za-z0-9_.-]+/){0,2}[A-Za-z0-9_.]+(-[A-Za-z0-9_.]+)*-v\d+$")
+MINARI_INSTALL = "pip install 'shoal[offline]'"
 
 
 class Episodes(NamedTuple):
