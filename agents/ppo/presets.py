@@ -45,7 +45,10 @@
   compiled loop (``gymnax:<Game>-MinAtar``, ``--launcher anakin``): the ``minatar`` preset's settings
   with its network (the planes flattened into two 256x256 ReLU MLPs, flax's default init) and its
   clipped value loss; evaluations every 500k env steps (one dispatch each). Breakout, seed 0, 10M
-  env steps: greedy 41.0, training return 35.3, 597 s on a 2-core CPU (``docs/anakin.md``).
+  env steps: greedy 41.0, training return 35.3, 597 s on a 2-core CPU (``docs/anakin.md``). At 1.28M,
+  seeds 0-4 (training return, ``benchmarks/minatar_presets.py``): Breakout 13.65 [6.90-22.62], below
+  gymnax-blines' 15.7; SpaceInvaders 63.26 [59.57-81.01], above its 58.4 (``published.md``'s table);
+  ``--set entropy_coef=0.02``: Breakout seed 0 18.00 (the preset 13.65), the other seeds not yet run.
 * ``memory`` -- recurrent PPO for tasks that need memory, after RL-Zoo's ``ppo_lstm`` for
   ``CartPoleNoVel-v1`` (rl-baselines3-zoo ``hyperparams/ppo_lstm.yml``): 8 envs x 32 steps, one
   minibatch of all 256 steps, 20 epochs, learning rate 1e-3 and clip 0.2 both annealed linearly
