@@ -25,8 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from shoal.agents.components.dict_observations import action_mask, mask_logits
-from shoal.agents.components.flax_apply import apply_network
-from shoal.agents.dqn.learning import LossOutput, double_q_bootstrap
+from shoal.agents.dqn.learning import LossOutput, double_q_td
 from shoal.core.types import Batch
 
 
@@ -40,17 +39,7 @@ def cql_loss(
 ) -> LossOutput:
     """The loss in the module docstring, per transition (``LossOutput``: its ``td_abs`` is the
     TD error's alone)."""
-    batch_size = batch["reward"].shape[0]
-    both = jax.tree_util.tree_map(
-        lambda s, s_next: jnp.concatenate([s, s_next]), batch["observation"], batch["next_observation"]
-    )
-    q_online = apply_network(network, params, both)  # (one pass over s and s')
-    q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
-    q_t_target = apply_network(network, target_params, batch["next_observation"])
-    bootstrap = double_q_bootstrap(q_t_online, q_t_target, action_mask(batch["next_observation"]))
-    target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * bootstrap)
-    q_taken = jnp.take_along_axis(q_tm1, batch["action"][:, None].astype(jnp.int32), axis=-1)[:, 0]
-    td = q_taken - target
+    q_tm1, q_taken, td = double_q_td(network, params, target_params, batch)  # (DQN's, as above)
     conservative = jax.nn.logsumexp(mask_logits(q_tm1, action_mask(batch["observation"])), axis=-1) - q_taken
     return LossOutput(optax.huber_loss(td, delta=huber_delta) + alpha * conservative, jnp.abs(td), q_taken)
 

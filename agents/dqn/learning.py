@@ -85,10 +85,11 @@ class LossOutput(NamedTuple):
 Loss = Callable[[Any, optax.Params, optax.Params, dict], LossOutput]
 
 
-def double_q_loss(
-    network: QNetwork, params: optax.Params, target_params: optax.Params, batch: Batch, huber_delta: float
-) -> LossOutput:
-    """DQN's loss (module docstring): ``huber(Q(s, a; online) - y)`` with the double-Q target."""
+def double_q_td(
+    network: QNetwork, params: optax.Params, target_params: optax.Params, batch: Batch
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(Q(s, .; online), Q(s, a; online), td)`` per transition, ``td = Q(s, a) - y`` with the
+    double-Q target ``y`` of the module docstring (no gradient through ``y``)."""
     batch_size = batch["reward"].shape[0]
     # One pass of the online net over s and s' together (half the dispatches of two).
     both = jax.tree_util.tree_map(
@@ -100,7 +101,14 @@ def double_q_loss(
     bootstrap = double_q_bootstrap(q_t_online, q_t_target, action_mask(batch["next_observation"]))
     target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * bootstrap)
     q_taken = jnp.take_along_axis(q_tm1, batch["action"][:, None].astype(jnp.int32), axis=-1)[:, 0]
-    td = q_taken - target
+    return q_tm1, q_taken, q_taken - target
+
+
+def double_q_loss(
+    network: QNetwork, params: optax.Params, target_params: optax.Params, batch: Batch, huber_delta: float
+) -> LossOutput:
+    """DQN's loss (module docstring): ``huber(Q(s, a; online) - y)`` with the double-Q target."""
+    _, q_taken, td = double_q_td(network, params, target_params, batch)
     return LossOutput(optax.huber_loss(td, delta=huber_delta), jnp.abs(td), q_taken)
 
 
