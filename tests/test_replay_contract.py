@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import inspect
 import pathlib
+import time
 import typing
 
 import numpy as np
@@ -139,8 +140,11 @@ def test_a_server_its_client_writer_and_sampler_are_the_contract_s_and_round_tri
         writer.commit()
         writer.flush()
         assert server.client.server_info()["t"].current_size == 1 and server.can_sample("t", 1)
-        sampler = server.client.sampler("t", 1, timeout_s=30.0, poll_s=5.0, each_item_once=True)
-        items = sampler.sample(1)
+        # (a short poll: closing a stream that prefetches past the one item waits that long)
+        sampler = server.client.sampler("t", 1, timeout_s=30.0, poll_s=0.25, each_item_once=True)
+        deadline, items = time.monotonic() + 30.0, None
+        while items is None and time.monotonic() < deadline:  # (a stream that waited poll_s ends: again)
+            items = sampler.sample(1)
         assert isinstance(items, contract.SampledItems) and isinstance(items.info, contract.SampleInfo)
         np.testing.assert_array_equal(items.data["x"], [[1.0, 2.0]])
         assert items.info.times_sampled.tolist() == [1] and server.items_sampled("t") == 1

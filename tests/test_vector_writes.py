@@ -3,6 +3,7 @@ items as the step-by-step calls, on both backends, and the native writer's rate-
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -34,9 +35,13 @@ def _fifo(name: str, max_size: int = 100, rate_limit: RateLimit | None = None, s
 
 
 def _drain(server, table: str, count: int) -> list:
-    sampler = server.client.sampler(table, count, timeout_s=30.0, poll_s=5.0, each_item_once=True)
+    # (poll_s: how long a stream waits for an item before it ends, and so how long the closing of
+    # one that prefetches past the last item waits; a stream that ends empty is opened again)
+    sampler = server.client.sampler(table, count, timeout_s=30.0, poll_s=0.25, each_item_once=True)
     try:
-        got = sampler.sample(count)
+        deadline, got = time.monotonic() + 30.0, None
+        while got is None and time.monotonic() < deadline:
+            got = sampler.sample(count)
         assert got is not None and len(got.info.key) == count
         return tree.flatten(got.data)
     finally:
