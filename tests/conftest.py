@@ -7,6 +7,8 @@ import tempfile
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# As shoal's RPC package sets it, before a test imports grpc itself (its docstring says why).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 # Compiled JAX code is cached on disk (JAX's persistent cache, keyed by the computation, the JAX
 # version and XLA's flags), in this process and every process a test starts: a later session
