@@ -1,3 +1,4 @@
+import contextlib
 import importlib.util
 import itertools
 import os
@@ -16,7 +17,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 # uses a cache of its own, never the user's runs' (``~/.cache/shoal/jax``):
 # ``SHOAL_TEST_COMPILATION_CACHE`` names it (default ``~/.cache/shoal/jax-tests``), or ``off``
 # for a fresh one per session (as a clean CI machine has).
-SUITE_CACHE_MAX_BYTES = 1 << 30  # (least recently used entries go first past this size)
+SUITE_CACHE_MAX_BYTES = 1 << 30  # (past this size at a session's start, the oldest half goes)
 
 
 def _suite_compilation_cache() -> str:
@@ -29,8 +30,26 @@ def _suite_compilation_cache() -> str:
     return os.path.join(base, "shoal", "jax-tests")
 
 
+def _prune(directory: str, max_bytes: int = SUITE_CACHE_MAX_BYTES) -> None:
+    """Past ``max_bytes``, the cache's oldest files go until it holds half that. (Here, once a
+    session, not JAX's own LRU: that locks and lists the directory at every entry it writes, which
+    cost a cold run of the fast layer ~30 s of system time.)"""
+    try:
+        files = [(e.stat().st_mtime, e.stat().st_size, e.path) for e in os.scandir(directory) if e.is_file()]
+    except FileNotFoundError:
+        return
+    total = sum(size for _, size, _ in files)
+    if total <= max_bytes:
+        return
+    for _, size, path in sorted(files):  # (oldest first)
+        if total <= max_bytes // 2:
+            break
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        total -= size
+
+
 os.environ.setdefault("SHOAL_COMPILATION_CACHE", _suite_compilation_cache())
-os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(SUITE_CACHE_MAX_BYTES))
 
 # Every test runs on every Python: a run, a server or a dataset a test makes without naming a
 # backend uses this Python's default (Reverb where it is installed, native elsewhere), and the
@@ -51,12 +70,11 @@ def pytest_configure(config):
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_backend_optimization_level" not in flags:
             os.environ["XLA_FLAGS"] = f"{flags} {FAST_LAYER_XLA_FLAG}".strip()
-    import jax  # (after XLA_FLAGS: no backend has started yet)
-
     from shoal.launch.experiments.compilation_cache import enable_compilation_cache
 
-    if enable_compilation_cache() is not None:  # (this process too, as `shoal train` does)
-        jax.config.update("jax_compilation_cache_max_size", SUITE_CACHE_MAX_BYTES)
+    directory = enable_compilation_cache()  # (this process too, as `shoal train` does)
+    if directory is not None:
+        _prune(directory)
 
 
 def _leaves_out_e2e(markexpr: str) -> bool:
