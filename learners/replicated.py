@@ -138,6 +138,7 @@ class ReplicatedLearner(Learner):
         self._in_flight = InFlightUpdates(MAX_IN_FLIGHT)  # dispatched, their NaN check not done yet
         self._last_log = self._logged_at = time.monotonic()
         self._logged_seconds: dict[str, float] = {}
+        self._unlogged: tuple[Mapping[str, float], Mapping[str, jax.Array]] | None = None
         self._checked_shapes = False
 
     @property
@@ -177,6 +178,8 @@ class ReplicatedLearner(Learner):
         self._in_flight.add(self._version, counts.get("learner_steps", 0), finite, out.metrics, sample)
         if time.monotonic() - self._last_log >= 1.0:  # metrics are read (a device sync) once a second
             self._log(counts, out.metrics)
+        else:
+            self._unlogged = (counts, out.metrics)  # logged by check_finite if no later update is
         return out.metrics
 
     def _log(self, counts: Mapping[str, float], metrics: Mapping[str, jax.Array]) -> None:
@@ -192,14 +195,20 @@ class ReplicatedLearner(Learner):
             }
         )
         self._logged_seconds, self._logged_at, self._last_log = seconds, now, now
+        self._unlogged = None
         row.update(getattr(self._keep_batch, "metrics", dict)())
         self._logger.write(row)
 
     def check_finite(self) -> None:
         """Raises ``FloatingPointError`` if an update's loss (or any metric) was NaN or infinite,
         naming the update and the statistics of the batch that produced it. Updates are checked
-        as they finish (without waiting for them); this waits for the ones still running."""
+        as they finish (without waiting for them); this waits for the ones still running.
+
+        Then it logs the last update's row if the once-a-second log skipped it, so that a learner's
+        log always ends with its final update (a run shorter than a second still has one row)."""
         self._in_flight.check_all()
+        if self._unlogged is not None:
+            self._log(*self._unlogged)
 
     def warm_up(self, example: Sample) -> None:
         """Compiles the update for batches like the host ``Sample`` ``example`` by running it once
