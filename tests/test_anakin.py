@@ -40,6 +40,7 @@ def rows(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.e2e  # (a training run to the solve)
 def test_anakin_ppo_solves_gymnax_cartpole(tmp_path):
     config = experiment_config(
         "ppo",
