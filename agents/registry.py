@@ -36,6 +36,7 @@ _AGENTS = {
     "r2d2": "shoal.agents.r2d2:R2D2Builder",
     "bc": "shoal.agents.bc:BCBuilder",
     "cql": "shoal.agents.cql:CQLBuilder",
+    "iql": "shoal.agents.iql:IQLBuilder",
 }
 ENTRY_POINT_GROUP = "shoal.agents"
 

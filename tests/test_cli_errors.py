@@ -70,7 +70,7 @@ def test_missing_extra_names_the_install_command(tmp_path):
         ("impala", "Pendulum-v1", "IMPALA here takes a discrete action space"),
         ("sac", "CartPole-v1", "SAC needs a 1-d continuous (Box) action space"),
         ("ppo", "CartPole-v1", "num_minibatches=5 must divide rollout_length=32"),
-        ("a2c", "CartPole-v1", "unknown agent 'a2c'; available: bc, cql, dqn, impala, ppo, r2d2, sac"),
+        ("a2c", "CartPole-v1", "unknown agent 'a2c'; available: bc, cql, dqn, impala, iql, ppo, r2d2, sac"),
     ],
 )
 def test_agents_refuse_what_they_cannot_run(agent, env, expected, tmp_path):

@@ -23,6 +23,7 @@ ENVS = {
     "sac": "Pendulum-v1",
     "bc": "CartPole-v1",
     "cql": "CartPole-v1",
+    "iql": "CartPole-v1",
 }
 
 

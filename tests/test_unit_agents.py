@@ -37,6 +37,7 @@ ACTIONS = {
     "sac": "continuous",
     "bc": "discrete",
     "cql": "discrete",
+    "iql": "discrete",
 }
 PRESETS = presets()
 EXPERIMENT_FIELDS = set(FLAT_FIELDS) - {"env_id"}  # (the flat names a preset's experiment settings use)
@@ -89,7 +90,7 @@ def test_every_registered_agents_default_config_validates(agent):
 def test_unknown_agents_and_settings_are_refused_naming_the_known_ones():
     with pytest.raises(
         ValueError,
-        match="^unknown agent 'a2c'; available: bc, cql, dqn, impala, ppo, r2d2, sac, or module:BuilderClass for a builder of your own$",
+        match="^unknown agent 'a2c'; available: bc, cql, dqn, impala, iql, ppo, r2d2, sac, or module:BuilderClass for a builder of your own$",
     ):
         get_builder("a2c")
     with pytest.raises(ValueError, match="^unknown agent 'a2c'; available:"):

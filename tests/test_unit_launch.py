@@ -126,7 +126,7 @@ def test_what_a_run_writes_passes_its_schema(saved_config, saved_v1_config):
         (lambda c: c.update(env_id=7), "env_id must be a string, got 7"),
         (
             lambda c: c.update(agent="a2c"),
-            "agent: unknown agent 'a2c'; available: bc, cql, dqn, impala, ppo, r2d2, sac, or module:BuilderClass",
+            "agent: unknown agent 'a2c'; available: bc, cql, dqn, impala, iql, ppo, r2d2, sac, or module:BuilderClass",
         ),
         (lambda c: c["agent_config"].update(learning_rat=1e-3), "agent_config.learning_rat must be a ppo setting"),
         (
@@ -194,7 +194,7 @@ def shoal(*args):
     [
         ([], "the following arguments are required: command"),
         (["bogus"], "argument command: invalid choice: 'bogus'"),
-        (["train", "--agent", "nope"], "unknown agent 'nope'; available: bc, cql, dqn, impala, ppo, r2d2, sac"),
+        (["train", "--agent", "nope"], "unknown agent 'nope'; available: bc, cql, dqn, impala, iql, ppo, r2d2, sac"),
         (["train", "--env", "NoSuchEnv-v0"], "unknown gymnasium environment id 'NoSuchEnv-v0'"),
         (["train", "--preset", "nope"], "dqn has no preset 'nope'; its presets:"),
         (["train", "--set", "nope=1"], "unknown setting 'nope'"),

@@ -217,7 +217,7 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         default=default(None),
         metavar="PATH",
         help="a Minari dataset (a local directory, as shoal record or minari's DataCollector writes it) "
-        "whose episodes fill replay once: all that bc and cql train on (no actors; their --max-env-steps "
+        "whose episodes fill replay once: all that bc, cql and iql train on (no actors; their --max-env-steps "
         "and --eval-every count learner steps), a seed of replay for dqn and sac (the offline extra)",
     )
     add(

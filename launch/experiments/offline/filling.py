@@ -14,7 +14,7 @@ from shoal.launch.experiments.formats.minari_reading import Episodes, read_datas
 
 ON_POLICY_REFUSAL = (
     "learns from its own rollouts or sequences (on-policy: ppo, impala; r2d2: with its recurrent state), which "
-    "a dataset does not hold: --dataset seeds replay for dqn or sac, or trains bc or cql"
+    "a dataset does not hold: --dataset seeds replay for dqn or sac, or trains bc, cql or iql"
 )
 
 

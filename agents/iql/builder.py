@@ -1,0 +1,69 @@
+"""The IQL builder: BC's replay half (the dataset's single transitions, filled once:
+``shoal.agents.bc.builder``) with the critics' discount in each transition, and IQL's networks,
+learner and greedy policy."""
+
+from __future__ import annotations
+
+import jax
+
+from shoal.agents.bc.builder import BCBuilder
+from shoal.agents.builders import ExtrasSpec
+from shoal.agents.iql import learning
+from shoal.agents.iql.config import IQLConfig
+from shoal.agents.iql.networks import IQLNetworks, make_iql_networks
+from shoal.agents.iql.presets import PRESETS
+from shoal.agents.transition_replay import TABLE
+from shoal.core.counting import Counter
+from shoal.core.interfaces import Adder, Dataset
+from shoal.core.loggers import Logger
+from shoal.core.specs import EnvironmentSpec
+from shoal.core.timing import Stopwatch
+from shoal.core.types import Policy
+from shoal.learners import ReplicatedLearner
+from shoal.replay import NStepTransitionAdder
+from shoal.replay.contract import ReplayClient
+
+
+class IQLBuilder(BCBuilder):
+    """Implicit Q-learning on a dataset's single transitions (``shoal train --agent iql --dataset
+    PATH``), discrete or continuous actions, evaluated greedily on the env."""
+
+    name = "iql"
+    presets = PRESETS
+
+    config: IQLConfig
+
+    def __init__(self, config: IQLConfig) -> None:
+        super().__init__(config)
+
+    def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Adder:
+        # single transitions whose discount is gamma * (1 - terminated)
+        return NStepTransitionAdder(replay_client, TABLE, spec, 1, self.config.discount)
+
+    def make_networks(self, spec: EnvironmentSpec) -> IQLNetworks:  # type: ignore[override]  # (IQL's, not BC's)
+        return make_iql_networks(spec, self.config.hidden_sizes, self.config.torso)
+
+    def make_policy(self, networks: IQLNetworks, spec: EnvironmentSpec, evaluation: bool) -> Policy:  # type: ignore[override]
+        return learning.make_policy(networks)
+
+    def init_state(self, key: jax.Array, networks: IQLNetworks) -> learning.TrainingState:  # type: ignore[override]
+        return learning.init_state(key, networks, self.config)
+
+    def make_learner(  # type: ignore[override]
+        self,
+        key: jax.Array,
+        networks: IQLNetworks,
+        dataset: Dataset,
+        logger: Logger | None = None,
+        counter: Counter | None = None,
+        replay_client: ReplayClient | None = None,
+        stopwatch: Stopwatch | None = None,
+    ) -> ReplicatedLearner:
+        return ReplicatedLearner(
+            self.init_state(key, networks),
+            learning.make_update(networks, self.config),
+            dataset,
+            counter=counter,
+            logger=logger,
+            stopwatch=stopwatch,
+        )
