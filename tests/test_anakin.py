@@ -136,7 +136,7 @@ def test_both_paths_call_the_one_ppo_loss():
         (["--env", "gymnax:CartPole-v1", "--env-arg", "nope=1"], "gymnax:CartPole-v1 has no parameter nope"),
         (
             ["--env", "gymnax:CartPole-v1", "--agent", "impala"],
-            "trains PPO and DQN for now (--agent ppo|dqn), not impala",
+            "trains PPO, DQN and SAC for now (--agent ppo|dqn|sac), not impala",
         ),
         (["--env", "gymnax:CartPole-v1", "--set", "lstm_size=8"], "feed-forward PPO for now"),
     ],

@@ -225,7 +225,7 @@ def test_what_anakin_dqn_refuses_is_one_line(tmp_path, capsys, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     run_dir = tmp_path / "run"
-    expected = "trains PPO and DQN for now (--agent ppo|dqn), not impala"
+    expected = "trains PPO, DQN and SAC for now (--agent ppo|dqn|sac), not impala"
     assert main(["train", "--agent", "impala", "--env", "gymnax:CartPole-v1", "--run-dir", str(run_dir)]) == 2
     captured = capsys.readouterr()
     errors = captured.err.strip().splitlines()

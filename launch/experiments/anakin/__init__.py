@@ -23,10 +23,11 @@ between dispatches), ``--track`` sends its logs, and ``load_policy``, ``shoal ev
 evaluation, ``anakin.evaluation``: the run's numbers back for its seeds), ``export``, ``status``,
 ``compare`` and ``record`` read its run directory.
 
-DQN runs in it too (``anakin.dqn``): each iteration steps the envs with DQN's epsilon-greedy
-policy into a replay ring held on the device (``anakin.buffer``: uniform or prioritized draws of
-n-step windows), then DQN's own update at its replay ratio. An agent's part is a ``Loop``
-(``anakin.loop``: its first carry, iteration and sharding). Not yet: videos, recurrent PPO, SAC.
+DQN and SAC run in it too (``anakin.dqn``, ``anakin.sac``; their shared loop ``anakin.off_policy``):
+each iteration steps the envs with the agent's own acting policy into a replay ring held on the
+device (``anakin.buffer``: uniform or, for DQN, prioritized draws of n-step windows), then the
+agent's own update at its replay ratio. An agent's part is a ``Loop`` (``anakin.loop``: its first
+carry, iteration and sharding). Not yet: videos, recurrent PPO.
 """
 
 from shoal.launch.experiments.anakin.runner import check_anakin, run_anakin

@@ -7,7 +7,7 @@ envs over the devices as it splits the envs' states). ``add`` writes one vector 
 ...]``) at ``position`` and overwrites the oldest row once the ring is full. ``sample`` draws
 windows of ``length`` consecutive steps of one env, uniformly over the env and over every
 window start whose ``length`` steps are all written (``length=1``: uniform transition replay;
-``length=n``: what an n-step return reads, see ``anakin.dqn``). The draw is uniform with
+``length=n``: what an n-step return reads, see ``anakin.off_policy``). The draw is uniform with
 ``jax.random.randint``, or, for a ring made ``prioritized``, proportional to ``priority **
 exponent`` over the written starts (prioritized replay, Schaul et al., 2016): a cumulative sum
 of the weights and a ``searchsorted`` of uniform draws in it (measured against

@@ -1,13 +1,14 @@
-"""Checkpoints of the compiled loop (``shoal.launch.experiments.anakin``): its whole carry (PPO's
-training state, every env's state and observation, the keys) saved where a learner's state goes
-(``checkpoints/learner/<step>``, orbax, through ``run_directory.checkpoints``), and the host's
-counters in ``checkpoints/run.json`` under ``anakin``. Everything the next dispatch reads is in
-them, so a resumed run makes the same dispatches, draws the same keys and evaluates the same way
-as a run that never stopped (``tests/test_anakin.py`` checks it row by row).
+"""Checkpoints of the compiled loop (``shoal.launch.experiments.anakin``): its whole carry (the
+agent's training state, every env's state and observation, DQN's or SAC's replay ring, the keys)
+saved where a learner's state goes (``checkpoints/learner/<step>``, orbax, through
+``run_directory.checkpoints``), and the host's counters in ``checkpoints/run.json`` under
+``anakin``. Everything the next dispatch reads is in them, so a resumed run makes the same
+dispatches, draws the same keys and evaluates the same way as a run that never stopped
+(``tests/test_anakin.py`` checks it row by row).
 
 The carry is saved as the list of its leaves (plain arrays, on any JAX and orbax): its structure
 comes from the run's config, which rebuilds the same carry to restore into. Its first leaves are
-PPO's training state (the carry's first field), so ``restore_params`` takes a policy's
+the agent's training state (the carry's first field), so ``restore_params`` takes a policy's
 parameters out of a checkpoint without the envs (``load_policy``, ``shoal evaluate/export``).
 """
 
@@ -87,8 +88,8 @@ def restore_checkpoint(run_dir: str, template: Any) -> tuple[Any, dict[str, Any]
 
 def restore_params(run_dir: str, step: int, builder: Any, networks: Any) -> Any:
     """The policy's parameters in the compiled loop's checkpoint ``step`` of ``run_dir`` (host
-    arrays): the carry's first leaves, PPO's training state, shaped as ``builder.init_state``'s;
-    a checkpoint whose leaves do not fit is one ``ValueError`` naming it."""
+    arrays): the carry's first leaves, the agent's training state (PPO's, DQN's or SAC's), shaped
+    as ``builder.init_state``'s; a checkpoint whose leaves do not fit is one ``ValueError`` naming it."""
     ocp = orbax_checkpoint()
     manager = ocp.CheckpointManager(os.path.join(os.path.abspath(run_dir), "checkpoints", "learner"))
     with _readable(run_dir, {"learner_step": step}):

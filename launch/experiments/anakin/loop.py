@@ -8,7 +8,8 @@ from typing import Any, NamedTuple
 
 
 class Loop(NamedTuple):
-    """An agent's part of the compiled loop (PPO's: ``anakin.runner``; DQN's: ``anakin.dqn``).
+    """An agent's part of the compiled loop (PPO's: ``anakin.runner``; DQN's and SAC's:
+    ``anakin.off_policy``).
 
     ``initial``: the first carry (host or device arrays; a NamedTuple with the fields ``train``,
     ``key``, ``updates``, ``episodes``, ``return_sum`` and ``length_sum``, the runner reads them).

@@ -14,15 +14,15 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from shoal.agents.dqn.builder import DQNBuilder
-from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.ppo import learning
 from shoal.agents.ppo.builder import PPOBuilder
 from shoal.agents.ppo.config import PPOConfig
+from shoal.agents.sac.builder import SACBuilder
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.core.types import ActorInfo
 from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_env
-from shoal.launch.experiments.anakin import dqn
+from shoal.launch.experiments.anakin import dqn, sac
 from shoal.launch.experiments.anakin.checkpoints import restore_checkpoint, save_checkpoint
 from shoal.launch.experiments.anakin.evaluation import EVAL_SEED_OFFSET, make_evaluation
 from shoal.launch.experiments.anakin.loop import Loop
@@ -59,12 +59,14 @@ def check_anakin(config: ExperimentConfig, num_devices: int) -> None:
         )
     if config.env.factory is not None:
         raise ValueError("--launcher anakin takes a JAX env id (gymnax:<Id>), not --env-factory")
-    if isinstance(config.builder, DQNBuilder):
-        _check_dqn(config.builder.config, num_devices)
+    if isinstance(config.builder, (DQNBuilder, SACBuilder)):
+        _check_batch(config.builder.name, config.builder.config.batch_size, num_devices)
     elif isinstance(config.builder, PPOBuilder):
         _check_ppo(config.builder.config)
     else:
-        raise ValueError(f"--launcher anakin trains PPO and DQN for now (--agent ppo|dqn), not {config.builder.name}")
+        raise ValueError(
+            f"--launcher anakin trains PPO, DQN and SAC for now (--agent ppo|dqn|sac), not {config.builder.name}"
+        )
     if config.tracking.video_every:
         raise ValueError(
             f"--launcher anakin records no evaluation videos (its envs run compiled, without a renderer): "
@@ -88,11 +90,11 @@ def _check_ppo(c: PPOConfig) -> None:
         )
 
 
-def _check_dqn(c: DQNConfig, num_devices: int) -> None:
-    """What DQN's compiled loop (``anakin.dqn``) does not run, one line."""
-    if c.batch_size % num_devices:
+def _check_batch(agent: str, batch_size: int, num_devices: int) -> None:
+    """What DQN's and SAC's compiled loop (``anakin.off_policy``) does not run, one line."""
+    if batch_size % num_devices:
         raise ValueError(
-            f"DQN's batch_size {c.batch_size} does not divide over the {num_devices} local devices "
+            f"{agent.upper()}'s batch_size {batch_size} does not divide over the {num_devices} local devices "
             f"(each draws batch_size / devices from its envs' rows; use a multiple of {num_devices})"
         )
 
@@ -197,7 +199,7 @@ def _ppo_loop(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv, keys: tupl
 
 
 def run_anakin(config: ExperimentConfig, stop: threading.Event | None = None) -> dict[str, Any]:
-    """Trains ``config`` (PPO or DQN on a JAX env) in the compiled loop until the greedy evaluation
+    """Trains ``config`` (PPO, DQN or SAC on a JAX env) in the compiled loop until the greedy evaluation
     reaches the target return, ``max_env_steps`` runs out or ``stop`` is set; returns the
     result line (and writes it, with the logs, in the run directory if there is one)."""
     start = time.monotonic()
@@ -238,8 +240,10 @@ def _train(
     keys = tuple(jax.random.split(jax.random.PRNGKey(config.run.seed), 3))
     if isinstance(builder, DQNBuilder):
         loop = dqn.make_loop(builder, networks, venv, len(placement.devices), *keys)
+    elif isinstance(builder, SACBuilder):
+        loop = sac.make_loop(builder, networks, venv, len(placement.devices), *keys)
     else:
-        loop = _ppo_loop(builder, networks, venv, keys)  # type: ignore[arg-type]  # (check_anakin: PPO or DQN)
+        loop = _ppo_loop(builder, networks, venv, keys)  # type: ignore[arg-type]  # (check_anakin: PPO, DQN or SAC)
     initial = loop.initial
     host: dict[str, Any] = {"env_steps": 0, "updates": 0, "learner_steps": 0, "num_evals": 0, "last_return": None}
     resumed_from = None
