@@ -177,3 +177,23 @@ def test_what_anakin_sac_refuses_is_one_line(tmp_path, capsys, monkeypatch):
     errors = captured.err.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("shoal: error:") and "continuous (Box)" in errors[0], errors
     assert captured.out == "" and not run_dir.exists()
+
+
+@needs_gymnax
+@pytest.mark.e2e  # (`shoal train` in a subprocess: two host devices are set before JAX starts)
+def test_anakin_sac_splits_its_envs_and_ring_over_two_devices(tmp_path):
+    """Each device steps half the envs into its half of the ring and draws half the batch; SAC's
+    update averages the gradients over the two (``pmean``)."""
+    import os
+
+    from tests.shoal_cli import run_shoal
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    args = ["--agent", "sac", "--env", "gymnax:Pendulum-v1", "--max-env-steps", "2048", "--eval-every", "1024"]
+    proc = run_shoal(
+        "train", *args, "--target-return", "1e9", "--quiet", "--run-dir", str(tmp_path / "run"), timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["devices"] == 2 and result["env_steps"] == 2048 and result["learner_steps"] > 0, result
+    assert np.isfinite(float(rows(tmp_path / "run" / "learner.csv")[-1]["critic_loss"]))
