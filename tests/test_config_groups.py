@@ -89,7 +89,7 @@ def test_a_v1_config_json_loads_to_the_grouped_config_the_same_flags_make():
     for name in GROUPS:
         if name != "replay":  # (the backend: this Python's default; the fixture's ran on Reverb)
             # (fields newer than the fixture, at their defaults)
-            newer = {"env": {"actor_overlap": "auto"}, "run": {"dataset": None}}.get(name, {})
+            newer = {"env": {"actor_overlap": "auto"}, "run": {"dataset": None, "record_dataset": None}}.get(name, {})
             assert {k: v for k, v in now[name].items() if newer.get(k, ...) != v} == grouped[name], name
 
 
@@ -168,6 +168,7 @@ def test_the_flags_land_in_their_groups(capsys):
         "dir": "runs/flags",
         "checkpoint_every_s": 60.0,
         "dataset": None,
+        "record_dataset": None,
     }
     assert resolved["evaluation"] == {"every": 500, "episodes": 3, "target_return": 100.0}
     assert resolved["replay"] == {"backend": "native"} and resolved["tracking"]["progress"] is False

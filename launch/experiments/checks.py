@@ -56,6 +56,10 @@ def check_experiment_settings(config: Any) -> None:
         from shoal.launch.experiments.offline import check_dataset_settings  # lazy: minari's reader, for datasets only
 
         check_dataset_settings(config)  # (an agent that cannot use --dataset)
+    if config.run.record_dataset is not None:
+        from shoal.launch.experiments.formats.minari_recording import check_record_dataset  # lazy: minari
+
+        check_record_dataset(config)
     warn_of_a_target_out_of_reach(config)
     if config.tracking.video_every:
         check_video_extra()

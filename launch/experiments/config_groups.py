@@ -103,6 +103,9 @@ class RunConfig:
       dataset: a Minari dataset (a local directory) whose episodes fill replay once before
         training: all an offline agent (``bc``, ``cql``) trains on, a seed of replay for an
         online one (``dqn``, ``sac``); ``shoal.launch.experiments.offline``.
+      record_dataset: a new directory where every whole episode the run's actor played is
+        written as a Minari dataset (one-process runs;
+        ``shoal.launch.experiments.formats.minari_recording``).
     """
 
     seed: int = setting(0, low=0, high=2**31 - 1)
@@ -111,6 +114,7 @@ class RunConfig:
     checkpoint_every_s: float = setting(300.0, low=0.0, low_open=True, high=1e7)
     resume: bool = False
     dataset: str | None = None
+    record_dataset: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +190,7 @@ FLAT_FIELDS: dict[str, tuple[str | None, str]] = {
     "checkpoint_every_s": ("run", "checkpoint_every_s"),
     "resume": ("run", "resume"),
     "dataset": ("run", "dataset"),
+    "record_dataset": ("run", "record_dataset"),
     "replay": ("replay", "backend"),
     "eval_every": ("evaluation", "every"),
     "eval_episodes": ("evaluation", "episodes"),

@@ -54,6 +54,7 @@ from shoal.core.files import check_output, write_output
 from shoal.core.types import ActorInfo
 from shoal.launch.experiments.formats import onnx_model
 from shoal.launch.experiments.formats.onnx_model import require_converter
+from shoal.launch.experiments.run_directory.directory import is_run_directory
 from shoal.launch.experiments.trained_policy import load_policy
 
 PLATFORMS = ("cpu", "cuda")
@@ -78,14 +79,6 @@ def _described(spec: Any) -> Any:
     return {"shape": list(spec.shape), "dtype": np.dtype(spec.dtype).name}
 
 
-def _is_run_directory(directory: str) -> bool:
-    """Whether ``directory`` is a Shoal run's (its ``config.json``, with the ``.lock`` a run
-    writes or its ``checkpoints/``)."""
-    return os.path.isfile(os.path.join(directory, "config.json")) and (
-        os.path.isfile(os.path.join(directory, ".lock")) or os.path.isdir(os.path.join(directory, "checkpoints"))
-    )
-
-
 def check_out(run_dir: str, out: str, sidecar: bool = True) -> None:
     """Refuses (``ValueError``, one line) an ``out`` that ``export_policy`` must not write: in a
     missing directory, a directory itself, inside ``run_dir`` or any run directory (links
@@ -97,7 +90,7 @@ def check_out(run_dir: str, out: str, sidecar: bool = True) -> None:
         raise ValueError(f"--out {out!r} is a directory: give a file name (e.g. {os.path.join(out, 'policy.jax')})")
     own, at = os.path.realpath(run_dir), os.path.realpath(directory)
     while True:
-        if at == own or _is_run_directory(at):
+        if at == own or is_run_directory(at):
             raise ValueError(
                 f"--out {out!r} is inside the run directory {at}: shoal export writes nothing into a "
                 "run directory (it would replace the run's own files); give a path outside it"

@@ -34,6 +34,7 @@ from shoal.envs.selfplay import SnapshotPool
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.formats.minari_reading import Episodes
+from shoal.launch.experiments.formats.minari_recording import DatasetRecorder
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.learner_pacing import LearningActor
 from shoal.launch.experiments.offline import fill_replay, is_offline, load_dataset, require_dataset, train_offline
@@ -123,6 +124,11 @@ def _train(
     _closing(stack, "the learner", learner.close)
     adder = builder.make_adder(server.client, spec)
     _closing(stack, "the adder", adder.close)
+    recorder = None
+    if config.run.record_dataset is not None:  # (the actor's episodes, as a Minari dataset at the end)
+        recorder = DatasetRecorder(adder, config, env, config.env.num_envs)
+        _closing(stack, "the dataset recording", recorder.discard)  # (kept by finish; a failed run leaves none)
+        adder = recorder
     actor = builder.make_actor(actor_key, policy, spec, learner, adder, asynchronous_updates=False)
     evaluator = Evaluator(config, learner, eval_key, start, stopwatch, stop.is_set if stop is not None else None)
     _closing(stack, "the evaluator", evaluator.close)
@@ -209,6 +215,8 @@ def _train(
         checkpoint()
     loop.log(eval_return=evaluator.last_return)
     result = evaluator.result(loop.env_steps, counter.get_counts().get("learner_steps", 0), wall_s)
+    if recorder is not None:
+        result["record_dataset"] = recorder.finish()
     result["time_breakdown"] = {"process": breakdown(stopwatch.seconds, wall_s)}
     if first_step_s is not None:
         result["first_step_s"] = round(first_step_s, 3)

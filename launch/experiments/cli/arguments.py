@@ -221,6 +221,13 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         "and --eval-every count learner steps), a seed of replay for dqn and sac (the offline extra)",
     )
     add(
+        "--record-dataset",
+        default=default(None),
+        metavar="DIR",
+        help="write every whole episode the run's actor plays (exploring as it trains) as a Minari dataset "
+        "in DIR (new) at the run's end: what --dataset reads (one-process runs; the offline extra)",
+    )
+    add(
         "--preset",
         default=default("auto"),
         metavar="NAME",

@@ -53,6 +53,7 @@ RESUME_FLAGS = (
     "--max-env-steps",
     "--checkpoint-every",
     "--track",
+    "--record-dataset",
     *NAMED_AGAIN,
     "--trust-run-dir",
 )
@@ -185,6 +186,7 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         self_play=args.self_play,
         track=args.track,
         dataset=args.dataset,
+        record_dataset=args.record_dataset,
         **chosen,
     )
     if args.run_dir is None:  # (named as the result names the agent: a plug-in's own name, not its class)
@@ -209,6 +211,10 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
         raise ValueError(
             f"--dataset runs in one process (an offline agent, or replay seeded from a dataset): drop --launcher "
             f"{args.launcher or 'anakin'}"
+        )
+    if args.record_dataset is not None and (args.launcher is not None or is_jax_env(args.env)):
+        raise ValueError(
+            f"--record-dataset records a one-process run's actor: drop --launcher {args.launcher or 'anakin'}"
         )
     launch = None
     if args.launcher not in (None, "anakin"):  # (checked where the run checks it: preflight.prepare)
@@ -243,6 +249,8 @@ def _resumed(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConf
         changes["checkpoint_every_s"] = args.checkpoint_every
     if "--track" in given:
         changes["track"] = args.track
+    if "--record-dataset" in given:
+        changes["record_dataset"] = args.record_dataset
     for flag, key in NAMED_AGAIN.items():  # (the run's own value, named again: the resume may use it)
         if flag in given:
             changes[key] = getattr(args, flag[2:].replace("-", "_"))

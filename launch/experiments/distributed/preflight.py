@@ -57,6 +57,11 @@ def prepare(
             "a run from a dataset (run.dataset; bc, cql) runs in one process (run_experiment, shoal train without "
             f"--launcher), not under launcher {settings.launcher!r}"
         )
+    if config.run.record_dataset is not None:
+        raise ValueError(
+            "--record-dataset (run.record_dataset) records a one-process run's actor (run_experiment, shoal train "
+            f"without --launcher), not the actors of launcher {settings.launcher!r}"
+        )
     saved = read_run(config.run.dir) if config.run.resume and config.run.dir else None
     bounds = settings.actor_bounds()  # (autoscaled: starts from MIN, or a resumed run's count within bounds)
     num_actors = bounds[0] if bounds else cast(int, settings.num_actors)  # (a count where not autoscaled)

@@ -29,9 +29,7 @@ leaves nothing behind.
 
 from __future__ import annotations
 
-import inspect
 import os
-import re
 import shutil
 import tempfile
 from typing import Any
@@ -40,115 +38,21 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.agents.registry import agent_name
-from shoal.launch.experiments.exporting import _is_run_directory
-from shoal.launch.experiments.formats.minari_reading import DATASET_ID, MINARI_INSTALL
+from shoal.launch.experiments.formats.minari_reading import DATASET_ID
+from shoal.launch.experiments.formats.minari_writing import (
+    Episode,
+    check_images,
+    check_out,
+    default_dataset_id,
+    env_row,
+    env_spec,
+    new_storage,
+    require_minari,
+)
 from shoal.launch.experiments.trained_policy import load_policy
 
 MAX_EPISODES = 1_000_000  # the most episodes one shoal record writes
 ENVS_AT_ONCE = 16  # episodes played side by side
-
-
-def require_minari() -> Any:
-    """The ``minari`` module, or a one-line ``ValueError`` naming the extra."""
-    try:
-        import minari  # lazy: optional extra (offline)
-    except ImportError as e:
-        raise ValueError(f"shoal record needs the offline extra ({e.name} is missing): {MINARI_INSTALL}") from None
-    return minari
-
-
-def check_out(run_dir: str, out: str) -> None:
-    """Refuses (``ValueError``, one line) an ``out`` that exists, whose parent does not, or that
-    lies inside ``run_dir`` or any Shoal run directory (links resolved)."""
-    parent = os.path.dirname(os.path.abspath(out))
-    if os.path.lexists(out):
-        raise ValueError(f"--out {out!r} exists: shoal record writes a new dataset directory; give a new path")
-    if not os.path.isdir(parent):
-        raise ValueError(f"--out {out!r}: its directory {parent} does not exist")
-    own, at = os.path.realpath(run_dir), os.path.realpath(parent)
-    while True:
-        if at == own or _is_run_directory(at):
-            raise ValueError(f"--out {out!r} is inside the run directory {at}: give a path outside it")
-        if os.path.dirname(at) == at:
-            return
-        at = os.path.dirname(at)
-
-
-def default_dataset_id(out: str) -> str:
-    """``out``'s last name, ``-v0`` added where it names no version (``cartpole-dqn`` -> ``cartpole-dqn-v0``)."""
-    name = os.path.basename(os.path.normpath(out))
-    return name if re.search(r"-v\d+$", name) else f"{name}-v0"
-
-
-def _env_spec(config: Any, observation_space: Any, action_space: Any) -> Any:
-    """The gymnasium ``EnvSpec`` of the run's env (its id and env arguments) where making it gives
-    the spaces the dataset holds (no wrapper of Shoal's changed them), else ``None``."""
-    if config.env.factory is not None:
-        return None
-    try:
-        spec = gym.spec(config.env.id)
-    except Exception:  # (an id gymnasium does not know: EnvPool's, PettingZoo's, ...)
-        return None
-    spec = spec.copy() if hasattr(spec, "copy") else spec
-    try:
-        env = gym.make(spec, **dict(config.env.args))
-    except Exception:
-        return None
-    try:
-        if env.observation_space != observation_space or env.action_space != action_space:
-            return None
-        return env.spec
-    finally:
-        env.close()
-
-
-class _Episode:
-    """One episode being recorded (``observations`` one more than the rest)."""
-
-    def __init__(self, observation: Any) -> None:
-        self.observations: list[Any] = [observation]
-        self.actions: list[Any] = []
-        self.rewards: list[float] = []
-        self.terminations: list[bool] = []
-        self.truncations: list[bool] = []
-
-    def buffer(self, episode_id: int, seed: int | None) -> Any:
-        from minari.data_collector.episode_buffer import EpisodeBuffer  # lazy: optional extra (offline)
-
-        first = self.observations[0]
-        observations = (
-            {key: [o[key] for o in self.observations] for key in first}
-            if isinstance(first, dict)
-            else self.observations
-        )
-        return EpisodeBuffer(
-            id=episode_id,
-            seed=seed,
-            observations=observations,
-            actions=self.actions,
-            rewards=self.rewards,
-            terminations=self.terminations,
-            truncations=self.truncations,
-            infos={},
-        )
-
-
-def _lossless_images() -> bool:
-    """Whether this minari stores images as they are when asked (0.5.4's ``jpeg_encoding``)."""
-    from minari.dataset.minari_storage import MinariStorage  # lazy: optional extra (offline)
-
-    return "jpeg_encoding" in inspect.signature(MinariStorage.new).parameters
-
-
-def _has_images(space: Any) -> bool:
-    """Whether ``space`` (a Dict's keys too) holds uint8 arrays of rank 2 or 3 (what minari takes for images)."""
-    if isinstance(space, gym.spaces.Dict):
-        return any(_has_images(value) for value in space.spaces.values())
-    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
-
-
-def _row(value: Any, i: int) -> Any:
-    return {key: np.asarray(v[i]) for key, v in value.items()} if isinstance(value, dict) else np.asarray(value[i])
 
 
 def _final(info: dict, i: int) -> Any:
@@ -212,18 +116,17 @@ def record_dataset(
         env.close()
         raise ValueError(f"shoal record writes single-agent envs' episodes; {policy.config.env.id} has many agents")
     observation_space, action_space = env.single_observation_space, env.single_action_space
-    if _has_images(observation_space) and not _lossless_images():
+    try:
+        check_images(observation_space, policy.config.env.id)
+    except ValueError:
         env.close()
-        raise ValueError(
-            f"minari {minari.__version__} stores uint8 images as JPEG (lossy, and HxWxC only), and "
-            f"{policy.config.env.id}'s observations hold images: record them with minari >= 0.5.4 (Python 3.12+)"
-        )
+        raise
     rng = np.random.default_rng(seed)
     done_episodes: list[Any] = []
     try:
         observation, _ = env.reset(seed=seed)
         policy.reset()
-        recording: list[_Episode | None] = [_Episode(_row(observation, i)) for i in range(rows)]
+        recording: list[Episode | None] = [Episode(env_row(observation, i)) for i in range(rows)]
         first_seed = {i: seed + i for i in range(rows)}  # (the first episode of each copy is seeded)
         ids = list(range(rows))
         started = rows
@@ -243,19 +146,19 @@ def record_dataset(
                 episode.terminations.append(bool(terminated[i]))
                 episode.truncations.append(bool(truncated[i]))
                 if not ended[i]:
-                    episode.observations.append(_row(observation, i))
+                    episode.observations.append(env_row(observation, i))
                     continue
                 episode.observations.append(_final(info, i))
                 done_episodes.append((ids[i], episode, first_seed.pop(i, None)))
                 if started < episodes:
-                    recording[i], ids[i] = _Episode(_row(observation, i)), started
+                    recording[i], ids[i] = Episode(env_row(observation, i)), started
                     started += 1
                 else:
                     recording[i] = None
     finally:
         env.close()
     done_episodes.sort(key=lambda done: done[0])
-    spec = _env_spec(policy.config, observation_space, action_space)
+    spec = env_spec(policy.config, observation_space, action_space)
     returns = np.asarray([sum(episode.rewards) for _, episode, _ in done_episodes])
     metadata = {
         "dataset_id": dataset_id,
@@ -270,18 +173,7 @@ def record_dataset(
     parent = os.path.dirname(os.path.abspath(out))
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.normpath(out))}-", dir=parent)
     try:
-        from minari.dataset.minari_storage import MinariStorage  # lazy: optional extra (offline)
-
-        lossless = {"jpeg_encoding": False} if _lossless_images() else {}
-        os.makedirs(os.path.join(staging, "data"))
-        storage = MinariStorage.new(
-            os.path.join(staging, "data"),
-            observation_space=observation_space,
-            action_space=action_space,
-            env_spec=spec,
-            data_format="hdf5",
-            **lossless,
-        )
+        storage = new_storage(staging, observation_space, action_space, spec)
         storage.update_metadata(metadata)
         storage.update_episodes(
             episode.buffer(episode_id, episode_seed) for episode_id, episode, episode_seed in done_episodes
@@ -312,4 +204,4 @@ def record_dataset(
     }
 
 
-__all__ = ["ENVS_AT_ONCE", "MAX_EPISODES", "check_out", "default_dataset_id", "record_dataset", "require_minari"]
+__all__ = ["ENVS_AT_ONCE", "MAX_EPISODES", "record_dataset"]

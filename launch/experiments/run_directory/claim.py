@@ -43,7 +43,15 @@ from shoal.launch.experiments.run_directory.replay_checkpoints import (
 from shoal.launch.experiments.run_directory.schemas import check_config
 
 # What ``resume_experiment`` may change of a saved run (the rest is the run's own).
-RESUMABLE_CHANGES = ("max_env_steps", "checkpoint_every_s", "progress", "progress_every_s", "track", "callbacks")
+RESUMABLE_CHANGES = (
+    "max_env_steps",
+    "checkpoint_every_s",
+    "progress",
+    "progress_every_s",
+    "track",
+    "callbacks",
+    "record_dataset",  # (a resumed run records only where asked again, into a new directory)
+)
 
 # What a run's config.json may name that a resume would import, call or connect to (``agent``
 # only where it is not built in, ``env_id`` only as module:EnvId), and the flag that names it
@@ -100,6 +108,7 @@ def load_run(
     ``checkpoints/run.json`` if there is one, so a resume refuses a damaged or hand-edited one
     in a line before it does anything."""
     named = {key: value for key in NAMED_CODE if (value := changes.pop(key, None)) is not None}
+    changes.setdefault("record_dataset", None)  # (the first run's dataset directory is its own)
     unknown = sorted(set(changes) - set(RESUMABLE_CHANGES))
     if unknown:
         raise ValueError(

@@ -143,3 +143,11 @@ def read_json(path: str, what: str) -> Any:
         ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"cannot read {path} ({what}): {getattr(e, 'strerror', None) or e}") from None
+
+
+def is_run_directory(directory: str) -> bool:
+    """Whether ``directory`` is a Shoal run's (its ``config.json``, with the ``.lock`` a run
+    writes or its ``checkpoints/``)."""
+    return os.path.isfile(os.path.join(directory, "config.json")) and (
+        os.path.isfile(os.path.join(directory, ".lock")) or os.path.isdir(os.path.join(directory, "checkpoints"))
+    )
