@@ -252,7 +252,7 @@ def build_parser(suppress_defaults: bool = False) -> _ShoalParser:
         choices=["processes", "inprocess", "ray", "anakin"],
         default=default(None),
         help="run as a distributed program: one process per node, one thread per node (for "
-        "debugging), or one Ray actor per node; or anakin: env, policy and the update (PPO, DQN) compiled "
+        "debugging), or one Ray actor per node; or anakin: env, policy and the update (PPO, DQN, SAC) compiled "
         "into one function on this machine's devices, for a JAX env (gymnax:<Id>; docs/anakin.md). "
         "Default: the single-process runner, or anakin for a JAX env",
     )
