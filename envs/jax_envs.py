@@ -1,5 +1,6 @@
-"""Environments written in JAX: gymnax's ids (``--env gymnax:CartPole-v1``) and any env with
-gymnax's functional API, stepped as ``N`` copies inside one compiled function.
+"""Environments written in JAX: gymnax's ids (``--env gymnax:CartPole-v1``), Brax's
+(``--env brax:halfcheetah``: ``shoal.envs.brax_envs``) and any env with gymnax's functional API,
+stepped as ``N`` copies inside one compiled function.
 
 The protocol (``JaxEnv``) is gymnax's: an env object with
 
@@ -40,8 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
+from shoal.envs.brax_envs import brax_env_names, make_brax_env
 
-SOURCES = ("gymnax",)  # the JAX env sources ``--env SOURCE:ID`` names
+SOURCES = ("gymnax", "brax")  # the JAX env sources ``--env SOURCE:ID`` names
 INSTALL = "pip install -e '.[gymnax]' && pip install --no-deps \"gymnax==1.0.1\""
 
 
@@ -62,7 +64,7 @@ class JaxEnv(Protocol):
 
 
 def is_jax_env(env_id: str) -> bool:
-    """Whether ``env_id`` names a JAX env source (``gymnax:<Id>``)."""
+    """Whether ``env_id`` names a JAX env source (``gymnax:<Id>``, ``brax:<name>``)."""
     return isinstance(env_id, str) and env_id.partition(":")[0] in SOURCES and ":" in env_id
 
 
@@ -75,21 +77,23 @@ def _gymnax() -> Any:
 
 
 def check_jax_env_id(env_id: str) -> None:
-    """Raises a one-line ``ValueError`` for an id gymnax does not register (naming close
-    matches), or where gymnax is not installed."""
+    """Raises a one-line ``ValueError`` for an id its source (gymnax, Brax) does not register
+    (naming close matches), or where the source is not installed."""
     source, _, name = env_id.partition(":")
-    gymnax = _gymnax()
-    known = list(gymnax.registered_envs)
+    known = brax_env_names() if source == "brax" else list(_gymnax().registered_envs)
     if name not in known:
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(f'{source}:{c}' for c in close)}?" if close else ""
-        raise ValueError(f"unknown {source} environment id {name!r}{hint} (gymnax registers {', '.join(known)})")
+        raise ValueError(f"unknown {source} environment id {name!r}{hint} ({source} registers {', '.join(known)})")
 
 
 def make_jax_env(env_id: str, env_args: Mapping[str, Any] | None = None) -> tuple[Any, Any]:
     """``(env, params)`` of a JAX env id; ``env_args`` replace fields of the env's params
-    (``--env-arg max_steps_in_episode=200``), each checked against them in one line."""
+    (``--env-arg max_steps_in_episode=200``), each checked against them in one line (a Brax env:
+    ``backend`` and ``episode_length``, ``brax_envs.make_brax_env``)."""
     check_jax_env_id(env_id)
+    if env_id.partition(":")[0] == "brax":
+        return make_brax_env(env_id.partition(":")[2], env_args)
     env, params = _gymnax().make(env_id.partition(":")[2])
     if env_args:
         fields = list(getattr(params, "__dataclass_fields__", {}))
