@@ -156,3 +156,13 @@ def test_a_training_run_records_what_its_actor_played_and_bc_trains_on_it(tmp_pa
     # a resume records only where asked again, into a new directory
     assert main(["train", "--resume", str(tmp_path / "dqn"), "--max-env-steps", "4000", "--quiet"]) == 0
     assert "record_dataset" not in json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_the_compiled_loop_refuses_to_record_in_one_line(tmp_path):
+    pytest.importorskip("gymnax", reason="the gymnax extra")
+    from shoal.launch.experiments.anakin import run_anakin
+
+    config = experiment_config("ppo", "gymnax:CartPole-v1", progress=False, record_dataset=str(tmp_path / "d"))
+    with pytest.raises(ValueError, match="--launcher anakin keeps its envs' steps on the device"):
+        run_anakin(config)
+    assert os.listdir(tmp_path) == []

@@ -72,6 +72,12 @@ def check_anakin(config: ExperimentConfig, num_devices: int) -> None:
             f"--launcher anakin records no evaluation videos (its envs run compiled, without a renderer): "
             f"drop --video-every (got {config.tracking.video_every})"
         )
+    if config.run.record_dataset is not None:
+        raise ValueError(
+            "--launcher anakin keeps its envs' steps on the device: --record-dataset records a one-process "
+            "run's actor (run the JAX env through the replay-backed actors, or record a trained policy with "
+            "shoal record)"
+        )
     if config.env.num_envs % num_devices:
         raise ValueError(
             f"--num-envs {config.env.num_envs} does not divide over the {num_devices} local devices: "
