@@ -179,6 +179,15 @@ def test_what_anakin_sac_refuses_is_one_line(tmp_path, capsys, monkeypatch):
     assert captured.out == "" and not run_dir.exists()
 
 
+def test_a_sac_batch_that_does_not_divide_over_the_devices_is_one_line():
+    from shoal.launch.experiments.anakin import check_anakin
+
+    config = config_of(agent_settings={"batch_size": 255})
+    with pytest.raises(ValueError, match="SAC's batch_size 255 does not divide over the 2 local devices"):
+        check_anakin(config, 2)
+    check_anakin(config_of(), 2)  # (256 does)
+
+
 @needs_gymnax
 @pytest.mark.e2e  # (`shoal train` in a subprocess: two host devices are set before JAX starts)
 def test_anakin_sac_splits_its_envs_and_ring_over_two_devices(tmp_path):
