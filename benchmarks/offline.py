@@ -5,14 +5,14 @@ offline agents trained on it.
    averages 200 (a partly trained policy).
 2. ``shoal record RUN --episodes 240 --epsilon 0.2``: ~50k steps of that policy with 20% of its
    actions uniformly random (a Minari dataset; its returns' mean and quantiles are reported).
-3. ``shoal train --agent cql|bc --dataset DATASET --seed S`` for seeds 0-2 (each agent's
+3. ``shoal train --agent cql|bc|iql --dataset DATASET --seed S`` for seeds 0-2 (each agent's
    ``classic`` preset: its budget of SGD steps, evaluations of 10 greedy episodes every 1,000
    SGD steps), stopping at a mean return of 475.
 
 Every command runs as a user's does (the CLI, in a subprocess), niced; the JSON goes to
 ``benchmarks/results/cartpole/offline.json``::
 
-    nice -n 10 python benchmarks/offline.py [--seeds 0 1 2] [--agents cql bc] [--work DIR]
+    nice -n 10 python benchmarks/offline.py [--seeds 0 1 2] [--agents cql bc iql] [--work DIR]
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def evaluations(run_dir: str) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--agents", nargs="+", default=["cql", "bc"])
+    parser.add_argument("--agents", nargs="+", default=["cql", "bc", "iql"])
     parser.add_argument("--episodes", type=int, default=240, help="episodes recorded (~50k steps)")
     parser.add_argument("--data-target", type=float, default=200.0, help="DQN's greedy return when it stops")
     parser.add_argument("--set", action="append", default=[], help="KEY=VALUE for the offline agents")

@@ -3,11 +3,11 @@
 
 * ``classic`` -- tuned here on a CartPole-v1 dataset of 50k steps (a partly trained DQN with 20%
   random actions, ``benchmarks/offline.py``): 64x64 networks, learning rate 1e-3, Polyak step
-  0.02, beta 10 (expectile 0.7 as the paper); 30k SGD steps, evaluations every 1,000. With the
-  paper's MuJoCo settings (the defaults: 256x256, 3e-4, 0.005, beta 3; 64x64 alike) the values
-  were still rising at 30k SGD steps (mean Q 57) and the greedy policy stayed near BC's (~300);
-  with beta 10 and the rest the paper's, seed 0 reached 475 at 16k, seed 1 not by 30k; the
-  faster target (0.02) and learning rate (1e-3) reach it on seeds 0-2 at 8-10k.
+  0.02, beta 10 (expectile 0.7 as the paper); 30k SGD steps, evaluations every 1,000: 475 on
+  seeds 0-2 at 8-10k SGD steps, and 500 in every evaluation after. With 64x64 networks and the
+  paper's learning rate 3e-4 and Polyak step 0.005 (the defaults, for MuJoCo) the values were
+  still rising at 30k SGD steps and the greedy policy stayed near BC's (250-350) with beta 3;
+  with beta 10, seed 0 reached 475 at 16k, seed 1 not by 30k (``docs/offline-data.md``).
 """
 
 from shoal.agents.presets import Preset
