@@ -8,16 +8,19 @@ gRPC server; native: ``NativeReplayServer`` behind Shoal's RPC layer on loopback
 as a distributed run serves it) and writer / sampler *processes* (as actors and a learner are):
 
 * ``insert``: 1, 4 and 16 writer processes, each writing items through the backend's writer
-  (``client.writer``, what the adders use: one step and one item per vector step, and
-  ``flush(block_until_num_items=8)`` every 8 items, as the n-step adder does) for the window:
-  items/s and MB/s over all writers (native: through shared memory, as on one host a
-  distributed run's nodes write; ``SHOAL_REPLAY_VIA=rpc`` for RPC alone);
+  (``client.writer``, what the adders use: one item per vector step in one ``append_item`` call,
+  and ``flush(block_until_num_items=8)`` every 8 items, as the n-step adder does) for the window:
+  items/s, env steps/s (16 or 8 transitions an item) and MB/s over all writers, and the CPU
+  time per item of the writer processes and of this (the server's) process, which hardly moves
+  with the machine's load (native: through shared memory, as on one host a distributed run's
+  nodes write; ``SHOAL_REPLAY_VIA=rpc`` for RPC alone, as across hosts);
 * ``sample``: one sampler process reading batches of 32 items as a learner's dataset does
   (``transition_batches``' iterator) from a filled table: items/s and MB/s.
 
 Items come in two sizes: ``cartpole`` (one vector step of 16 CartPole envs as an n-step
 transition: ~700 B) and ``atari`` (8 envs of 4x84x84 uint8 frames, observation and next
 observation: ~450 KB). The table never blocks (no rate limiting) and holds 2,000 items.
+``--sizes cartpole --writers 1`` measures one part alone.
 
 ``--in-process``: the server, writer and sampler in this one process (what a one-process run
 does; no socket, no second process), on CartPole transitions written as the n-step adder writes
@@ -102,20 +105,20 @@ def _client(backend: str, address: str, token: str | None):
     return make_replay_client(address)
 
 
-def _writer(backend, address, token, size, start, stop, counts, index) -> None:
+def _writer(backend, address, token, size, start, stop, counts, cpu, index) -> None:
     client = _client(backend, address, token)
     writer = client.writer(1, timeout_s=120)
     columns = _item(size, index)
     n = 0
     start.wait()
+    began = time.process_time()
     while not stop.is_set():
-        writer.append(columns)
-        writer.create_item("t", 1.0, 1)
-        writer.commit()
+        writer.append_item("t", 1.0, columns)  # (as the n-step adder writes a vector step)
         n += 1
         if n % 8 == 0:  # (as the n-step adder does: at most 8 items pending, or what the writer allows)
             writer.flush(block_until_num_items=8)
             counts[index] = n
+            cpu[index] = time.process_time() - began
     writer.flush()
     counts[index] = n
     writer.close()
@@ -153,6 +156,12 @@ def _serve(backend: str, size: str):
     return server, server.address, None, server.stop
 
 
+def _cpu_s() -> float:
+    """This process's CPU time (every thread's: the server's)."""
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
 def measure(backend: str, size: str, writers: int, window_s: float) -> dict:
     ctx = mp.get_context("spawn")
     server, address, token, stop_server = _serve(backend, size)
@@ -160,23 +169,29 @@ def measure(backend: str, size: str, writers: int, window_s: float) -> dict:
     try:
         out = {}
         start, stop = ctx.Event(), ctx.Event()
-        counts = ctx.Array("q", writers)
+        counts, cpu = ctx.Array("q", writers), ctx.Array("d", writers)
         procs = [
-            ctx.Process(target=_writer, args=(backend, address, token, size, start, stop, counts, i))
+            ctx.Process(target=_writer, args=(backend, address, token, size, start, stop, counts, cpu, i))
             for i in range(writers)
         ]
         for p in procs:
             p.start()
         time.sleep(2.0 + 0.5 * writers)  # (the writers import and connect before the window)
+        server_cpu = _cpu_s()
         start.set()
         begin = sum(counts)
         time.sleep(window_s)
-        items = sum(counts) - begin
+        written, cpu_s = sum(counts), sum(cpu)  # (the writers' CPU since the start, for these items)
+        items = written - begin
+        server_cpu = _cpu_s() - server_cpu
         stop.set()
         for p in procs:
             p.join(timeout=120)
         out["insert_items_per_s"] = round(items / window_s)
+        out["insert_steps_per_s"] = round(items * SIZES[size][0] / window_s)
         out["insert_mb_per_s"] = round(items * item_bytes / window_s / 1e6, 2)
+        out["insert_writer_cpu_us_per_item"] = round(cpu_s / max(written, 1) * 1e6, 1)
+        out["insert_server_cpu_us_per_item"] = round(server_cpu / max(items, 1) * 1e6, 1)
         if writers == 1:  # the table is full now: sample it
             start, stop = ctx.Event(), ctx.Event()
             counts = ctx.Array("q", 1)
@@ -300,6 +315,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 s windows instead of 5 s")
     parser.add_argument("--backends", default=None, help="comma-separated (default: every installed one)")
     parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--sizes", default=",".join(SIZES), help="comma-separated item sizes (cartpole, atari)")
+    parser.add_argument("--writers", default="1,4,16", help="comma-separated writer process counts")
     parser.add_argument(
         "--in-process",
         action="store_true",
@@ -316,8 +333,8 @@ def main() -> None:
         result[backend] = {"in_process": measure_in_process(backend, window)}
         print(json.dumps({backend: result[backend]}), file=sys.stderr, flush=True)
     for backend in () if args.in_process else backends:
-        for size in SIZES:
-            for writers in (1, 4, 16):
+        for size in args.sizes.split(","):
+            for writers in map(int, args.writers.split(",")):
                 result[f"{backend}/{size}/{writers}_writers"] = measure(backend, size, writers, window)
                 print(
                     json.dumps({f"{backend}/{size}/{writers}_writers": result[f"{backend}/{size}/{writers}_writers"]}),

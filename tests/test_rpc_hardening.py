@@ -212,3 +212,42 @@ def test_oversized_messages_fail_with_a_clear_error(monkeypatch):
             RpcClient(server.address).increment(np.zeros(2**20, np.float32))  # 4 MB
     finally:
         server.stop()
+
+
+BAD_ITEM_RUNS = {  # a columnar insert_items message (one array per field) -> what its one-line error says
+    "wrong shape": (
+        [["t", np.ones(2), [np.zeros((2, 4), np.float32)]]],
+        "is float32[4]; its signature says float32[3]",
+    ),
+    "rows and priorities differ": ([["t", np.ones(3), [np.zeros((2, 3), np.float32)]]], "holds 2 steps, its indices 3"),
+    "NaN field": ([["t", np.ones(2), [np.full((2, 3), np.nan, np.float32)]]], "holds NaN or inf"),
+    "negative priority": ([["t", -np.ones(2), [np.zeros((2, 3), np.float32)]]], "finite numbers >= 0"),
+    "unknown table": ([["nope", np.ones(2), [np.zeros((2, 3), np.float32)]]], "'nope' is not served here"),
+    "not a run": ([["t", np.ones(2)]], "a run of items is [table, priorities, columns]"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ITEM_RUNS))
+def test_a_malformed_columnar_insert_is_refused_in_one_line_and_the_table_is_untouched(case):
+    """``insert_items`` (a writer's one-step items, a column per field) checks the whole message
+    before it stores any of it; a good run sent with a bad one is refused with it."""
+    from shoal.core.specs import ArraySpec
+    from shoal.replay import RateLimit, TableSpec
+    from shoal.replay.native import SERVICE_METHODS, NativeReplayServer
+
+    spec = TableSpec("t", "fifo", "fifo", 10, RateLimit(1.0, 1, -1e9, 1e9), signature=ArraySpec((3,), np.float32))
+    replay = NativeReplayServer([spec])
+    server = RpcServer(replay, token="s3cret", methods=SERVICE_METHODS).start()
+    try:
+        client = RpcClient(server.address, token="s3cret")
+        runs, says = BAD_ITEM_RUNS[case]
+        good = ["t", np.ones(1), [np.zeros((1, 3), np.float32)]]
+        with pytest.raises(RemoteError) as refused:
+            client.insert_items([good, *runs], 5.0)
+        assert refused.value.code == grpc.StatusCode.UNKNOWN and says in str(refused.value), str(refused.value)
+        assert "\n" not in str(refused.value)
+        assert replay.server_info()["t"]["current_size"] == 0 and len(replay._store) == 0
+        assert client.insert_items([good], 5.0) == 1  # (and the server serves on)
+    finally:
+        server.stop()
+        replay.stop()

@@ -13,6 +13,9 @@ without pickling). It is the native backend's ``shoal.replay.contract.ReplayClie
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from types import SimpleNamespace
@@ -80,6 +83,49 @@ def _info(record: Mapping[str, Any]) -> SimpleNamespace:
     )
 
 
+WRITES = frozenset({"insert", "insert_shared", "insert_items", "insert_items_shared"})
+SENDER_IDLE_S = 2.0  # how long a client's sender thread waits for the next write before it ends
+
+
+class _Sender:
+    """The thread that makes a client's writes over RPC (``WRITES``), one at a time in the order
+    given, with the RPC client's blocking call (``call_blocking``): a gRPC future would start a
+    thread of its own to poll the channel for each call made while none is in flight (~0.2 ms of
+    CPU a call, as much as the rest of a small insert). It ends after ``SENDER_IDLE_S`` without a
+    write and starts again with the next."""
+
+    def __init__(self, call: Callable[[str, tuple], Any]) -> None:
+        self._call = call
+        self._queue: collections.deque = collections.deque()
+        self._ready = threading.Condition()
+        self._running = False
+
+    def submit(self, method: str, args: tuple) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._ready:
+            self._queue.append((future, method, args))
+            self._ready.notify()
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="shoal-replay-writes", daemon=True).start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                if not self._queue:
+                    self._ready.wait(SENDER_IDLE_S)
+                if not self._queue:
+                    self._running = False
+                    return
+                future, method, args = self._queue.popleft()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(self._call(method, args))
+                except BaseException as e:  # noqa: BLE001 -- the caller's, raised where it waits
+                    future.set_exception(e)
+
+
 class _Pending:
     """A call under way: calling it waits for its result; ``done()`` says whether it is in."""
 
@@ -102,6 +148,7 @@ class NativeReplayClient:
         self.shared_memory = shared_memory and not in_process and Segment.available()
         self.server_address = SCHEME + address
         self._signatures: dict[str, Any] | None = None
+        self._sender = _Sender(lambda method, args: self._service.call_blocking(method, *args))
         _CLIENTS[self.server_address] = self
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -113,6 +160,9 @@ class NativeReplayClient:
         if self.in_process:  # (the server itself: a direct call, done now)
             result = self._call(method, *args)
             return _Pending(lambda: result, lambda: True)
+        if method in WRITES:  # (a writer's: on this client's sender thread, in order)
+            sent = self._sender.submit(method, args)
+            return _Pending(lambda: self._settle(method, sent.result), sent.done)
         future = self._settle(method, lambda: getattr(self._service.futures, method)(*args))
         return _Pending(lambda: self._settle(method, future.result), future.done)
 

@@ -329,6 +329,19 @@ class ColumnStore:
             lane.refs[row] = 1
             return Rows(lane_number, row)
 
+    def add_item_steps(self, block: list) -> tuple[int, np.ndarray]:
+        """Steps that are the rows of ``block`` (one array per column, the steps on the leading
+        axis), each copied into a row held by one item alone (``add_item_step`` for a whole
+        message of one-step items: one copy per column): ``(lane, rows)``, for
+        ``Table.insert_many`` (``release_rows`` those of items not inserted)."""
+        with self._lock:
+            lane_number = self._lane(layout_of(block))
+            lane = self._lanes[lane_number]
+            taken = lane.take(len(block[0]))
+            lane.write(taken, block, None)
+            lane.refs[taken] = 1
+            return lane_number, taken
+
     # -- references --------------------------------------------------------------------------------
     def hold(self, steps: Sequence[Hashable] | Rows) -> Rows:
         """One more reference to ``steps`` (step ids, or an item's ``Rows``): their ``Rows``."""

@@ -3,7 +3,9 @@
 Steps go stacked: one array per column for each run of consecutive steps of one layout (their
 columns' dtypes and shapes), with the steps' indices; items go as four arrays (tables,
 priorities, lengths, step indices). A call of many small steps and items then costs the RPC
-codec a few arrays, not a few Python objects per step.
+codec a few arrays, not a few Python objects per step. One-step items written whole
+(``append_item``) need no step indices: they travel as ``ItemRun``s (``insert_items``), one
+array per field with the items on its leading axis.
 """
 
 from __future__ import annotations
@@ -52,8 +54,81 @@ def stacked_groups(steps: list[list]) -> list[list]:
     return [[indices, stacked(group)] for indices, group in groups(steps)]
 
 
+def block_groups(blocks: list) -> list[list]:
+    """``append_rows`` blocks ``[indices, block, rows]`` (steps ``indices`` are rows ``rows`` of
+    ``block``'s columns; ``NativeWriter._new_steps``) -> ``[indices, columns]`` groups as
+    ``stacked_groups`` makes them, consecutive blocks of one layout joined: one array per column
+    for a run of vector steps, however many envs' rows it holds (a whole block is sent as it is)."""
+    runs: list[list] = []
+    for indices, block, rows in blocks:
+        part = block if len(rows) == len(block[0]) else [c[rows] for c in block]
+        layout = [(c.dtype, c.shape[1:]) for c in part]
+        if runs and runs[-1][2] == layout:
+            runs[-1][0].extend(indices)
+            runs[-1][1].append(part)
+        else:
+            runs.append([list(indices), [part], layout])
+    return [
+        [np.array(indices, np.int64), parts[0] if len(parts) == 1 else [np.concatenate(c) for c in zip(*parts)]]
+        for indices, parts, _ in runs
+    ]
+
+
 def stacked(group: list[list[np.ndarray]]) -> list[np.ndarray]:
     """A group's columns, its steps on the leading axis."""
     if len(group) == 1:
         return [np.asarray(c)[np.newaxis] for c in group[0]]
     return [np.stack(column) for column in zip(*group)]
+
+
+class ItemRun:
+    """One-step items of one table and layout that a writer holds until its next call
+    (``NativeWriter.append_item`` over RPC): each field's column preallocated, one row per item
+    (copied in as it is written: the caller may reuse its arrays), and their priorities. The
+    message is ``[table, priorities, columns]`` (``NativeReplayServer.insert_items``)."""
+
+    __slots__ = ("table", "columns", "priorities", "count", "row_bytes")
+
+    def __init__(self, table: str, columns: list[np.ndarray], capacity: int) -> None:
+        self.table = table
+        self.columns = [np.empty((capacity, *c.shape), c.dtype) for c in columns]
+        self.priorities = np.empty(capacity, np.float64)
+        self.count = 0
+        self.row_bytes = sum(c.nbytes for c in columns)
+
+    def fits(self, table: str, columns: list[np.ndarray]) -> bool:
+        """Whether an item of ``table`` with these columns joins this run (same table and layout)."""
+        return (
+            table == self.table
+            and len(columns) == len(self.columns)
+            and all(c.shape == a.shape[1:] and c.dtype == a.dtype for c, a in zip(columns, self.columns))
+        )
+
+    def add(self, priority: float, columns: list[np.ndarray]) -> None:
+        """Copies one item's columns into the next row (the columns double when full)."""
+        n = self.count
+        if n == len(self.priorities):
+            grown = max(2 * n, 1)
+            self.columns = [
+                np.concatenate([a, np.empty_like(a, shape=(grown - n, *a.shape[1:]))]) for a in self.columns
+            ]
+            self.priorities = np.concatenate([self.priorities, np.empty(grown - n)])
+        for array, column in zip(self.columns, columns):
+            array[n] = column
+        self.priorities[n] = priority
+        self.count = n + 1
+
+    def message(self) -> list:
+        """``[table, priorities, columns]`` of the items held (views of the run's arrays)."""
+        n = self.count
+        return [self.table, self.priorities[:n], [a[:n] for a in self.columns]]
+
+    @classmethod
+    def of(cls, message: list) -> ItemRun:
+        """A run holding a message's items (those a rate limiter held back: sent again)."""
+        table, priorities, columns = message
+        run = cls(table, [c[0] for c in columns], len(priorities))
+        run.columns = [np.array(c) for c in columns]
+        run.priorities = np.array(priorities, np.float64)
+        run.count = len(priorities)
+        return run

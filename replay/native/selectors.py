@@ -78,6 +78,10 @@ class UniformSelector:
             self._keys[at] = last
             self._position[last] = at
 
+    def delete_many(self, slots: np.ndarray) -> None:
+        for slot in slots.tolist():
+            self.delete(slot)
+
     def select(self, rng: np.random.Generator) -> tuple[int, float]:
         n = self._size
         return int(self._keys[int(rng.integers(n))]), 1.0 / n
@@ -142,6 +146,20 @@ class _OrderedSelector:
             self._head += 1
         while self._tail > self._head and not live[self._tail - 1]:
             self._tail -= 1
+
+    def delete_many(self, slots: np.ndarray) -> None:
+        """``delete`` of each of ``slots``, the ends moved past dead positions at once."""
+        self._live[self._position[slots]] = False
+        alive = np.flatnonzero(self._live[self._head : self._tail])
+        if len(alive):
+            self._head, self._tail = self._head + int(alive[0]), self._head + int(alive[-1]) + 1
+        else:
+            self._tail = self._head
+
+    def oldest(self, count: int) -> np.ndarray:
+        """The slots of the ``count`` oldest items (fewer if it holds fewer), oldest first."""
+        alive = np.flatnonzero(self._live[self._head : self._tail])[:count]
+        return self._keys[alive + self._head]
 
     def select(self, rng: np.random.Generator) -> tuple[int, float]:
         return int(self._keys[self._tail - 1 if self.newest else self._head]), 1.0
@@ -249,6 +267,10 @@ class PrioritizedSelector:
     def delete(self, slot: int) -> None:
         self._live[slot] = False
         self._set(slot, 0.0)
+
+    def delete_many(self, slots: np.ndarray) -> None:
+        self._live[slots] = False
+        self._set_many(np.asarray(slots, np.int64), np.zeros(len(slots)))
 
     def _live_slots(self) -> np.ndarray:
         return np.flatnonzero(self._live)

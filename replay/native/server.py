@@ -61,6 +61,8 @@ from shoal.replay.tables import TableSpec
 
 SERVICE_METHODS = (
     "insert",
+    "insert_items",
+    "insert_items_shared",
     "sample",
     "mutate_priorities",
     "server_info",
@@ -211,6 +213,46 @@ class NativeReplayServer:
             return True
         self._store.release(rows)
         return False
+
+    def insert_items(self, runs: list, timeout_s: float) -> int:
+        """One-step items whose steps come in the call (``NativeWriter.append_item`` over RPC),
+        inserted in order, each waiting for the rate limiter until ``timeout_s`` passed; returns
+        how many went in (fewer than given when the limiter held one back: the rest are not
+        kept; the writer sends them again). ``runs``: ``[table, priorities, columns]``, the items
+        of a run the rows of its columns (one array per signature leaf, the items on the leading
+        axis) with ``priorities`` (a 1-D array). Each run's steps go into the table's columns in
+        one copy per field and its items into the table under one hold of its lock. Everything
+        is checked first (``CallChecker.check_items``): a bad call is one ``ValueError``, nothing
+        of it stored."""
+        timeout_s = check_timeout(timeout_s)
+        checked = self._checker.check_items(runs)
+        deadline = time.monotonic() + timeout_s
+        done = 0
+        for table, priorities, columns in checked:
+            target = self._table(table)
+            lane, rows = self._store.add_item_steps(columns)
+            taken = target.insert_rows(lane, rows, priorities, deadline)
+            done += taken
+            if taken < len(priorities):
+                self._store.release_rows(lane, rows[taken:])
+                break
+        return done
+
+    def insert_items_shared(self, segment: str, runs: list, timeout_s: float) -> int:
+        """``insert_items``, each run's columns read from ``segment`` (``[table, priorities,
+        places]`` runs); -1 if that segment is not mapped here (the writer sends them over RPC)."""
+        mapping = self._segments.get(segment)
+        if mapping is None:
+            return -1
+        timeout_s = check_timeout(timeout_s)
+        laid = []
+        for run in runs if isinstance(runs, list) else [None]:
+            if not (isinstance(run, list) and len(run) == 3 and isinstance(run[2], list)):
+                raise ValueError(f"a run of items is [table, priorities, places], got {str(run)[:60]}")
+            # (float columns copied out before they are checked, as insert_shared's)
+            views = mapping.views(run[2])
+            laid.append([run[0], run[1], [np.array(v) if v.dtype.kind in "fc" else v for v in views]])
+        return self.insert_items(laid, timeout_s)
 
     def _insert(
         self, writer: str, tables: list, priorities: list, step_lists: list, release: list, timeout_s: float

@@ -253,6 +253,81 @@ class Table:
         finally:
             self._release(release)
 
+    def insert_rows(self, lane: int, rows: np.ndarray, priorities: list[float], deadline: float) -> int:
+        """One-step items of rows ``rows`` of lane ``lane`` (held in the store for them) with
+        ``priorities``, in order: the items, rate limiter decisions, counts and removals of
+        ``insert_many``, but a run at a time: as many items as the limiter lets through now go
+        in with array operations (slots, keys, selectors; the oldest items removed at once). A
+        table whose remover is not FIFO, or that holds restored keys or longer items, takes them
+        one at a time (``insert_many``). Returns how many went in (the rest were held back)."""
+        if self.spec.remover != "fifo" or self._foreign or self._rows.shape[1] != 1:
+            items = [(_OneRow(lane, row), p) for row, p in zip(rows.tolist(), priorities)]
+            return self.insert_many(items, deadline)
+        release: list[tuple[int, Any]] = []
+        done, total = 0, len(rows)
+        try:
+            with self._lock:
+                while done < total:
+                    if not self._wait(self._can_insert, deadline):
+                        self._changed.notify_all()
+                        return done
+                    count = self._insert_room(total - done)
+                    self._put_run(lane, rows[done : done + count], priorities[done : done + count], release)
+                    done += count
+                self._changed.notify_all()
+                return total
+        finally:
+            self._release(release)
+
+    def _insert_room(self, wanted: int) -> int:
+        """(Under the lock, ``_can_insert`` true) how many of ``wanted`` items the rate limiter
+        lets in one after another now, each tested as ``_can_insert`` tests it, the removals of
+        a full table counted (at most ``max_size``: a run never removes its own items)."""
+        limit, max_size = self.spec.rate_limit, self.spec.max_size
+        inserts, deletes, size, count = self.inserts, self.deletes, self._size, 0
+        while count < min(wanted, max_size) and (
+            inserts + 1 - deletes <= limit.min_size_to_sample
+            or (inserts + 1) * limit.samples_per_insert - self.samples <= limit.max_diff
+        ):
+            if size >= max_size:
+                deletes += 1
+            else:
+                size += 1
+            inserts += 1
+            count += 1
+        return count
+
+    def _put_run(self, lane: int, rows: np.ndarray, priorities: list[float], release: list) -> None:
+        """(Under the lock) ``len(rows) <= max_size`` one-step items in: those that fit take free
+        slots, each of the rest the slot of the oldest item, removed (as ``insert_many`` does
+        one at a time); the removed items' rows are appended to ``release``."""
+        count = len(rows)
+        fresh = min(count, self.spec.max_size - self._size)
+        while self._top < fresh:
+            self._grow(min(self._slot_limit, 2 * len(self._key)))
+        taken = self._free[self._top - fresh : self._top][::-1].copy()
+        self._top -= fresh
+        removed = count - fresh
+        if removed:  # (the oldest items: FIFO remover, older than every item of this run)
+            old = self._remover.oldest(removed)
+            for old_lane in np.unique(self._lane[old]).tolist():
+                release.append((old_lane, self._rows[old[self._lane[old] == old_lane], 0].copy()))
+            self._sampler.delete_many(old)
+            self._remover.delete_many(old)
+            self._key[old] = 0
+            self._size -= removed
+            self.deletes += removed
+            taken = np.concatenate([taken, old])
+        serials = np.arange(self.inserts + 1, self.inserts + 1 + count, dtype=np.int64)
+        weights = np.asarray(priorities, np.float64)
+        self._key[taken] = serials << self._shift | taken
+        self._serial[taken], self._priority[taken], self._times[taken] = serials, weights, 0
+        self._lane[taken], self._length[taken], self._rows[taken, 0] = lane, 1, rows
+        self._sampler.insert_many(taken, weights)
+        self._remover.insert_many(taken, weights)
+        self._size += count
+        self.inserts += count
+
     def _delete(self, slot: int, release: list[tuple[int, Any]]) -> None:
         """Removes the item in ``slot``; its rows (a copy) are appended to ``release`` for the
         caller to let go of (``_release``) once it read what it needs."""
@@ -518,6 +593,14 @@ class Table:
             self._top = len(remaining)
             self.inserts, self.samples, self.deletes = counts["inserts"], counts["samples"], counts["deletes"]
             self._rng.bit_generator.state = counts["rng"]
+
+
+@dataclasses.dataclass
+class _OneRow:
+    """A one-step item's steps as ``insert_many`` takes them (``Rows``' ``lane`` and ``index``)."""
+
+    lane: int
+    index: int
 
 
 def _keys(keys: Any) -> np.ndarray:

@@ -12,6 +12,9 @@ it the whole run. So every ``insert`` is checked here first, and a bad one is re
   each), tables the server has, lengths >= 1 lying inside the call's indices, priorities finite
   and >= 0 (``check_priorities``: ``mutate_priorities``' rule too), every step an item names sent
   in this call or held from an earlier one of the writer;
+* **one-step items sent whole** (``insert_items``): per run a table the server has, a 1-D
+  array of priorities (the rule above), and one column per signature leaf holding a row per item,
+  of the leaf's shape and dtype, floats finite;
 * **signatures**: an item of one step takes steps whose columns have the shapes and dtypes of
   its table's signature leaves (``tree.flatten`` order, as the adders write them); a longer one,
   of ``length`` steps, needs a signature whose leaves all lead with ``length`` and steps of the
@@ -215,6 +218,32 @@ class CallChecker:
         for table, length in kinds:
             self.pin_length(table, length)
         return Insert(groups, tables, priorities, step_lists, release_ids)
+
+    def check_items(self, runs: Any) -> list[tuple[str, list[float], list[np.ndarray]]]:
+        """``NativeReplayServer.insert_items``' runs ``[table, priorities, columns]``, checked
+        (module docstring): tables the server has, priorities a 1-D array of finite numbers >= 0,
+        one array of numbers per signature leaf with a row per priority, of the leaf's shape and
+        dtype, floats finite; and the table takes one-step items."""
+        checked = []
+        for run in _list(runs, "an insert of items"):
+            parts = _list(run, "a run of items")
+            if len(parts) != 3:
+                raise ValueError(f"a run of items is [table, priorities, columns], got {len(parts)} parts")
+            table, priorities, columns = parts
+            accepts = self.accepts(table)
+            if not isinstance(priorities, np.ndarray) or priorities.ndim != 1:
+                raise ValueError(f"a run's priorities must be a 1-D array, got {_short(priorities)}")
+            listed = check_priorities(priorities)
+            what = f"a run of {len(listed)} items of replay table {table!r}"
+            layout = check_columns(_list(columns, "a run's columns"), len(listed), what)
+            want = accepts.steps_of(table, 1)
+            if want is not None and layout not in want:
+                raise ValueError(_mismatch(table, 1, accepts.names, want[0], layout))
+            if listed:
+                checked.append((table, listed, list(columns)))
+        for table in dict.fromkeys(table for table, _, _ in checked):
+            self.pin_length(table, 1)
+        return checked
 
 
 def restore_checks(checker: CallChecker, table: str, length: int, layout: Layout) -> None:

@@ -1,6 +1,7 @@
 """The RPC client: ``client.method(*args)`` calls ``method`` on the served object.
 
-``client.futures.method(*args)`` returns a future instead (``.result(timeout)``).
+``client.futures.method(*args)`` returns a future instead (``.result(timeout)``);
+``client.call_blocking(method, *args)`` makes gRPC's blocking call (no thread per call).
 ``wait_for_ready(timeout_s)`` blocks until the server answers or raises ``TimeoutError``.
 Every call has a deadline (``timeout_s``, default 60 s); failures raise ``RemoteError``
 carrying the gRPC status code, or ``TimeoutError`` when the deadline passed.
@@ -64,6 +65,17 @@ class RpcClient:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._future(method, args, kwargs).result()
+
+    def call_blocking(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``call`` through gRPC's blocking call, for a thread that makes many calls one after
+        another (a replay writer's sender): a future starts a thread to poll the channel for
+        each call made while none is in flight (~0.2 ms of CPU a call)."""
+        request = encode({"method": method, "args": list(args), "kwargs": kwargs})
+        try:
+            reply = self._stub(request, timeout=self._timeout_s, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise self._error(method, e) from None
+        return decode(reply)
 
     def _future(self, method: str, args, kwargs) -> _Future:
         request = encode({"method": method, "args": list(args), "kwargs": kwargs})
