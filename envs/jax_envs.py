@@ -1,6 +1,7 @@
 """Environments written in JAX: gymnax's ids (``--env gymnax:CartPole-v1``), Brax's
-(``--env brax:halfcheetah``: ``shoal.envs.brax_envs``) and any env with gymnax's functional API,
-stepped as ``N`` copies inside one compiled function.
+(``--env brax:halfcheetah``: ``shoal.envs.brax_envs``), Craftax's (``--env
+craftax:Craftax-Symbolic-v1``) and any env with gymnax's functional API, stepped as ``N`` copies
+inside one compiled function.
 
 The protocol (``JaxEnv``) is gymnax's: an env object with
 
@@ -43,8 +44,13 @@ import numpy as np
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 from shoal.envs.brax_envs import brax_env_names, make_brax_env
 
-SOURCES = ("gymnax", "brax")  # the JAX env sources ``--env SOURCE:ID`` names
+SOURCES = ("gymnax", "brax", "craftax")  # the JAX env sources ``--env SOURCE:ID`` names
 INSTALL = "pip install -e '.[gymnax]' && pip install --no-deps \"gymnax==1.0.1\""
+CRAFTAX_INSTALL = "pip install -e '.[craftax]' && pip install --no-deps \"craftax==1.6.1\""
+# Craftax's envs (Matthews et al., 2024): the full game and Crafter's port (Classic), each with a
+# symbolic observation (a flat vector) or pixels; made without Craftax's own auto-reset, so that
+# the loop's reset keeps each episode's final observation
+CRAFTAX_IDS = ("Craftax-Symbolic-v1", "Craftax-Pixels-v1", "Craftax-Classic-Symbolic-v1", "Craftax-Classic-Pixels-v1")
 
 
 @runtime_checkable
@@ -64,7 +70,7 @@ class JaxEnv(Protocol):
 
 
 def is_jax_env(env_id: str) -> bool:
-    """Whether ``env_id`` names a JAX env source (``gymnax:<Id>``, ``brax:<name>``)."""
+    """Whether ``env_id`` names a JAX env source (``gymnax:<Id>``, ``brax:<name>``, ``craftax:<Id>``)."""
     return isinstance(env_id, str) and env_id.partition(":")[0] in SOURCES and ":" in env_id
 
 
@@ -76,11 +82,27 @@ def _gymnax() -> Any:
     return gymnax
 
 
+def _craftax() -> Any:
+    try:
+        import craftax.craftax_env  # lazy: optional extra (craftax), installed --no-deps
+    except ImportError:
+        raise ValueError(
+            f"craftax envs need the 'craftax' extra, which is not installed; run {CRAFTAX_INSTALL}"
+        ) from None
+    return craftax.craftax_env
+
+
 def check_jax_env_id(env_id: str) -> None:
-    """Raises a one-line ``ValueError`` for an id its source (gymnax, Brax) does not register
-    (naming close matches), or where the source is not installed."""
+    """Raises a one-line ``ValueError`` for an id its source (gymnax, Brax, Craftax) does not
+    register (naming close matches), or where the source is not installed."""
     source, _, name = env_id.partition(":")
-    known = brax_env_names() if source == "brax" else list(_gymnax().registered_envs)
+    if source == "brax":
+        known = brax_env_names()
+    elif source == "craftax":
+        _craftax()
+        known = list(CRAFTAX_IDS)
+    else:
+        known = list(_gymnax().registered_envs)
     if name not in known:
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(f'{source}:{c}' for c in close)}?" if close else ""
@@ -92,9 +114,14 @@ def make_jax_env(env_id: str, env_args: Mapping[str, Any] | None = None) -> tupl
     (``--env-arg max_steps_in_episode=200``), each checked against them in one line (a Brax env:
     ``backend`` and ``episode_length``, ``brax_envs.make_brax_env``)."""
     check_jax_env_id(env_id)
-    if env_id.partition(":")[0] == "brax":
-        return make_brax_env(env_id.partition(":")[2], env_args)
-    env, params = _gymnax().make(env_id.partition(":")[2])
+    source, _, name = env_id.partition(":")
+    if source == "brax":
+        return make_brax_env(name, env_args)
+    if source == "craftax":
+        env = _craftax().make_craftax_env_from_name(name, auto_reset=False)
+        params = env.default_params
+    else:
+        env, params = _gymnax().make(name)
     if env_args:
         fields = list(getattr(params, "__dataclass_fields__", {}))
         unknown = [key for key in env_args if key not in fields]
