@@ -98,6 +98,21 @@ def test_iql_without_a_dataset_is_one_line_and_nothing_is_written(tmp_path, caps
     assert not os.path.exists(run)
 
 
+def test_iql_refuses_an_action_space_it_cannot_squash_into_in_one_line():
+    import dataclasses
+
+    import gymnasium as gym
+
+    from shoal.agents import get_builder
+    from shoal.launch.experiments.config import experiment_config
+
+    spec = experiment_config("iql", "Pendulum-v1", run_dir=None).environment_spec()
+    get_builder("iql").validate(spec, 1)  # (a bounded 1-d Box)
+    for space in [gym.spaces.Box(-np.inf, np.inf, (1,)), gym.spaces.Box(-1.0, 1.0, (2, 2))]:
+        with pytest.raises(ValueError, match=r"^iql acts in a Discrete action space or a 1-d Box with finite bounds"):
+            get_builder("iql").validate(dataclasses.replace(spec, action_space=space), 1)
+
+
 # --- end to end, from the CLI (e2e: each trains for some seconds)
 
 

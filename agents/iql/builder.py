@@ -4,7 +4,9 @@ learner and greedy policy."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import jax
+import numpy as np
 
 from shoal.agents.bc.builder import BCBuilder
 from shoal.agents.builders import ExtrasSpec
@@ -35,6 +37,20 @@ class IQLBuilder(BCBuilder):
 
     def __init__(self, config: IQLConfig) -> None:
         super().__init__(config)
+
+    def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
+        super().validate(spec, num_devices)
+        space = spec.action_space
+        if spec.num_actions is None and not (
+            isinstance(space, gym.spaces.Box)
+            and len(space.shape) == 1
+            and np.all(np.isfinite(space.low))
+            and np.all(np.isfinite(space.high))
+        ):
+            raise ValueError(
+                f"iql acts in a Discrete action space or a 1-d Box with finite bounds (its mean is squashed "
+                f"into them); this environment's is {space}"
+            )
 
     def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Adder:
         # single transitions whose discount is gamma * (1 - terminated)
