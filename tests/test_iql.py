@@ -18,6 +18,7 @@ import pytest
 
 from shoal.agents.iql.learning import awr_weights, expectile_loss
 from shoal.launch.experiments.cli.main import main
+from tests.minari_datasets import collect
 
 # --- the losses, on hand-made numbers
 
@@ -116,33 +117,6 @@ def test_iql_refuses_an_action_space_it_cannot_squash_into_in_one_line():
 # --- end to end, from the CLI (e2e: each trains for some seconds)
 
 
-def _collect(root: str, env_id: str, dataset_id: str, episodes: int, act) -> str:
-    """A dataset written by Minari's own ``DataCollector`` under ``root``."""
-    minari = pytest.importorskip("minari", reason="the offline extra")
-    import gymnasium as gym
-
-    previous = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = root
-    try:
-        env = minari.DataCollector(gym.make(env_id))
-        rng = np.random.default_rng(0)
-        for episode in range(episodes):
-            observation, _ = env.reset(seed=episode)
-            done = False
-            while not done:
-                observation, _, terminated, truncated, _ = env.step(act(observation, rng, env.action_space))
-                done = terminated or truncated
-        with pytest.warns(UserWarning):  # (minari asks for an author, a permalink, ...: not for a test)
-            env.create_dataset(dataset_id, algorithm_name="heuristic")
-        env.close()
-    finally:
-        if previous is None:
-            del os.environ["MINARI_DATASETS_PATH"]
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = previous
-    return os.path.join(root, dataset_id)
-
-
 def _train(capsys, *argv: str) -> dict:
     assert main(["train", *argv, "--quiet"]) == 0, capsys.readouterr().err[-3000:]
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -160,7 +134,7 @@ def test_iql_trains_on_a_cartpole_dataset_resumes_exports_evaluates_and_loads(tm
     def balance(observation, rng, space):  # (returns ~200-500; a random action 20% of the time)
         return int(rng.integers(2)) if rng.random() < 0.2 else int(observation[2] + 0.5 * observation[3] > 0)
 
-    dataset = _collect(str(tmp_path / "minari"), "CartPole-v1", "cartpole-heuristic-v0", 20, balance)
+    dataset = collect(str(tmp_path / "minari"), "CartPole-v1", "cartpole-heuristic-v0", 20, balance)
     import minari
 
     data = minari.MinariDataset(os.path.join(dataset, "data"))
@@ -205,7 +179,7 @@ def test_iql_learns_a_continuous_policy_inside_the_box_from_a_pendulum_dataset(t
     def controller(observation, rng, space):
         return np.clip(-2.0 * observation[1:2] - 0.5 * observation[2:3], -2.0, 2.0).astype(np.float32)
 
-    dataset = _collect(str(tmp_path / "minari"), "Pendulum-v1", "pendulum-controller-v0", 5, controller)
+    dataset = collect(str(tmp_path / "minari"), "Pendulum-v1", "pendulum-controller-v0", 5, controller)
     run = str(tmp_path / "run")
     flags = ["--max-env-steps", "600", "--eval-every", "600", "--eval-episodes", "2", "--target-return", "0"]
     result = _train(capsys, "--agent", "iql", "--env", "Pendulum-v1", "--dataset", dataset, "--run-dir", run, *flags)

@@ -20,36 +20,11 @@ import numpy as np
 import pytest
 
 from shoal.launch.experiments.cli.main import main
+from tests.minari_datasets import collect
 
 minari = pytest.importorskip("minari", reason="the offline extra")
 
 CARTPOLE_ID = "cartpole-heuristic-v0"
-
-
-def _collect(root: str, env_id: str, dataset_id: str, episodes: int, act) -> str:
-    """A dataset written by Minari's own ``DataCollector`` under ``root`` (its ``DIR``)."""
-    import gymnasium as gym
-
-    previous = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = root
-    try:
-        env = minari.DataCollector(gym.make(env_id))
-        rng = np.random.default_rng(0)
-        for episode in range(episodes):
-            observation, _ = env.reset(seed=episode)
-            done = False
-            while not done:
-                observation, _, terminated, truncated, _ = env.step(act(observation, rng, env.action_space))
-                done = terminated or truncated
-        with pytest.warns(UserWarning):  # (minari asks for an author, a permalink, ...: not for a test)
-            env.create_dataset(dataset_id, algorithm_name="heuristic")
-        env.close()
-    finally:
-        if previous is None:
-            del os.environ["MINARI_DATASETS_PATH"]
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = previous
-    return os.path.join(root, dataset_id)
 
 
 def _balance(observation, rng, space):
@@ -60,7 +35,7 @@ def _balance(observation, rng, space):
 @pytest.fixture(scope="module")
 def cartpole_dataset(tmp_path_factory) -> str:
     """20 CartPole episodes written by minari's DataCollector (~5k steps, ~2 s)."""
-    return _collect(str(tmp_path_factory.mktemp("minari")), "CartPole-v1", CARTPOLE_ID, 20, _balance)
+    return collect(str(tmp_path_factory.mktemp("minari")), "CartPole-v1", CARTPOLE_ID, 20, _balance)
 
 
 def _train(capsys, *argv: str) -> dict:
@@ -300,7 +275,7 @@ def test_bc_clones_a_continuous_policy_by_mean_squared_error_and_the_data_seeds_
     def controller(observation, rng, space):
         return np.clip(-2.0 * observation[1:2] - 0.5 * observation[2:3], -2.0, 2.0).astype(np.float32)
 
-    dataset = _collect(str(tmp_path / "minari"), "Pendulum-v1", "pendulum-controller-v0", 5, controller)
+    dataset = collect(str(tmp_path / "minari"), "Pendulum-v1", "pendulum-controller-v0", 5, controller)
     run = str(tmp_path / "run")
     flags = ["--max-env-steps", "300", "--eval-every", "300", "--eval-episodes", "2", "--target-return", "0"]
     result = _train(capsys, "--agent", "bc", "--env", "Pendulum-v1", "--dataset", dataset, "--run-dir", run, *flags)
