@@ -54,6 +54,7 @@ def config_of(seed=0, agent_settings=None, **flat):
 
 
 @needs_gymnax
+@pytest.mark.e2e  # (compiles SAC's whole iteration: ~19 s cold on 2 cores)
 def test_one_compiled_iteration_writes_the_ring_and_runs_sacs_update():
     """A small SAC (batch 8, 2 SGD steps, 4 envs, learning from 4 transitions): one iteration
     writes its k vector steps into the ring ([envs, rows, ...], the Box action float32) and
