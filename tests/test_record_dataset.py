@@ -72,7 +72,7 @@ def _played(env, vector_steps: int, seed: int):
 def test_the_recorder_writes_each_whole_episode_as_the_env_played_it_and_passes_every_step_on(tmp_path):
     out = str(tmp_path / "cartpole-played")
     env = make_vector_env("CartPole-v1", 4, seed=3)
-    steps, expected = _played(env, 400, seed=3)
+    steps, expected = _played(env, 600, seed=3)
     below = Steps()
     recorder = DatasetRecorder(below, _config(out), env, 4)
     for step in steps:
