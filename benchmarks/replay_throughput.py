@@ -112,13 +112,15 @@ def _writer(backend, address, token, size, start, stop, counts, cpu, index) -> N
     n = 0
     start.wait()
     began = time.process_time()
-    while not stop.is_set():
-        writer.append_item("t", 1.0, columns)  # (as the n-step adder writes a vector step)
-        n += 1
-        if n % 8 == 0:  # (as the n-step adder does: at most 8 items pending, or what the writer allows)
-            writer.flush(block_until_num_items=8)
-            counts[index] = n
-            cpu[index] = time.process_time() - began
+    while not stop.is_set():  # (a multiprocessing Event: a lock round, read once per 8 items)
+        for _ in range(8):
+            writer.append_item("t", 1.0, columns)  # (as the n-step adder writes a vector step)
+        n += 8
+        writer.flush(
+            block_until_num_items=8
+        )  # (as the n-step adder does: at most 8 items pending, or what the writer allows)
+        counts[index] = n
+        cpu[index] = time.process_time() - began
     writer.flush()
     counts[index] = n
     writer.close()

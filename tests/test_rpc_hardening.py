@@ -224,6 +224,7 @@ BAD_ITEM_RUNS = {  # a columnar insert_items message (one array per field) -> wh
     "negative priority": ([["t", -np.ones(2), [np.zeros((2, 3), np.float32)]]], "finite numbers >= 0"),
     "unknown table": ([["nope", np.ones(2), [np.zeros((2, 3), np.float32)]]], "'nope' is not served here"),
     "not a run": ([["t", np.ones(2)]], "a run of items is [table, priorities, columns]"),
+    "no columns": ([["t", np.ones(2), []]], "has no columns"),
 }
 
 

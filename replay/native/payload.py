@@ -87,7 +87,7 @@ class ItemRun:
     (copied in as it is written: the caller may reuse its arrays), and their priorities. The
     message is ``[table, priorities, columns]`` (``NativeReplayServer.insert_items``)."""
 
-    __slots__ = ("table", "columns", "priorities", "count", "row_bytes")
+    __slots__ = ("table", "columns", "priorities", "count", "row_bytes", "layout")
 
     def __init__(self, table: str, columns: list[np.ndarray], capacity: int) -> None:
         self.table = table
@@ -95,14 +95,11 @@ class ItemRun:
         self.priorities = np.empty(capacity, np.float64)
         self.count = 0
         self.row_bytes = sum(c.nbytes for c in columns)
+        self.layout = [(c.shape, c.dtype) for c in columns]
 
     def fits(self, table: str, columns: list[np.ndarray]) -> bool:
         """Whether an item of ``table`` with these columns joins this run (same table and layout)."""
-        return (
-            table == self.table
-            and len(columns) == len(self.columns)
-            and all(c.shape == a.shape[1:] and c.dtype == a.dtype for c, a in zip(columns, self.columns))
-        )
+        return table == self.table and [(c.shape, c.dtype) for c in columns] == self.layout
 
     def add(self, priority: float, columns: list[np.ndarray]) -> None:
         """Copies one item's columns into the next row (the columns double when full)."""

@@ -235,7 +235,9 @@ class CallChecker:
                 raise ValueError(f"a run's priorities must be a 1-D array, got {_short(priorities)}")
             listed = check_priorities(priorities)
             what = f"a run of {len(listed)} items of replay table {table!r}"
-            layout = check_columns(_list(columns, "a run's columns"), len(listed), what)
+            if not _list(columns, "a run's columns"):
+                raise ValueError(f"{what} has no columns (one array per signature leaf)")
+            layout = check_columns(columns, len(listed), what)
             want = accepts.steps_of(table, 1)
             if want is not None and layout not in want:
                 raise ValueError(_mismatch(table, 1, accepts.names, want[0], layout))
