@@ -1,4 +1,4 @@
-"""CQL (discrete): DQN's double-Q loss plus the conservative term, trained offline on a dataset."""
+"""CQL: the conservative term on DQN's loss (discrete actions) or SAC's (continuous), trained offline on a dataset."""
 
 from shoal.agents.cql.builder import CQLBuilder
 from shoal.agents.cql.config import CQLConfig
