@@ -138,7 +138,7 @@ def test_both_paths_call_the_one_ppo_loss():
             ["--env", "gymnax:CartPole-v1", "--agent", "impala"],
             "trains PPO, DQN and SAC for now (--agent ppo|dqn|sac), not impala",
         ),
-        (["--env", "gymnax:CartPole-v1", "--set", "lstm_size=8"], "feed-forward PPO for now"),
+        (["--env", "gymnax:CartPole-v1", "--set", "rollouts_per_update=2"], "rollouts_per_update must be 1"),
     ],
 )
 def test_what_anakin_refuses_is_one_line(args, expected, tmp_path, capsys, monkeypatch):

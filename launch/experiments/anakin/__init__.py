@@ -27,7 +27,8 @@ DQN and SAC run in it too (``anakin.dqn``, ``anakin.sac``; their shared loop ``a
 each iteration steps the envs with the agent's own acting policy into a replay ring held on the
 device (``anakin.buffer``: uniform or, for DQN, prioritized draws of n-step windows), then the
 agent's own update at its replay ratio. An agent's part is a ``Loop`` (``anakin.loop``: its first
-carry, iteration and sharding). Not yet: videos, recurrent PPO.
+carry, iteration and sharding). Recurrent PPO (``lstm_size``) carries each env's LSTM state in
+the carry (``runner.make_iteration``). Not yet: videos.
 """
 
 from shoal.launch.experiments.anakin.runner import check_anakin, run_anakin

@@ -28,29 +28,34 @@ EVAL_STEP_CAP = 100_000  # an evaluation episode longer than this is cut
 
 def make_evaluation(policy: Any, venv: JaxVectorEnv, episodes: int) -> Any:
     """``(params, key) -> (returns [episodes], lengths [episodes])``: each env's first episode
-    with ``policy`` (the agent's ``Policy``: greedy for a run's evaluation), in one jitted
-    ``while_loop``; an episode cut at ``EVAL_STEP_CAP`` steps counts its return and length so far."""
+    with ``policy`` (the agent's ``Policy``: greedy for a run's evaluation; a recurrent one from
+    fresh states, carried from step to step), in one jitted ``while_loop``; an episode cut at
+    ``EVAL_STEP_CAP`` steps counts its return and length so far."""
 
     def evaluate(params: Any, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         reset_key, key = jax.random.split(key)
         obs, env = venv.reset(reset_key, episodes)
         info = ActorInfo(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+        memory = None if policy.initial_state is None else policy.initial_state(episodes)
 
         def body(state: tuple) -> tuple:
-            obs, env, key, returns, lengths, done, t = state
+            (obs, memory), env, key, returns, lengths, done, t = state
             key, policy_key, step_key = jax.random.split(key, 3)
-            action, _, _ = policy.apply(params, policy_key, obs, info)
+            if memory is None:
+                action, _, _ = policy.apply(params, policy_key, obs, info)
+            else:  # (an env's later episodes do not count: its state need not start again)
+                action, _, _, memory = policy.apply(params, policy_key, obs, info, memory)
             env, step = venv.step(step_key, env, action)
             ended = jnp.logical_and(jnp.logical_or(step.terminated, step.truncated), jnp.logical_not(done))
             returns = jnp.where(ended, step.episode_return, returns)
             lengths = jnp.where(ended, step.episode_length, lengths)
-            return step.observation, env, key, returns, lengths, done | ended, t + 1
+            return (step.observation, memory), env, key, returns, lengths, done | ended, t + 1
 
         def going(state: tuple) -> jax.Array:
             return jnp.logical_and(jnp.logical_not(jnp.all(state[5])), state[6] < EVAL_STEP_CAP)
 
         zeros = jnp.zeros(episodes, jnp.float32)
-        start = (obs, env, key, zeros, jnp.zeros(episodes, jnp.int32), jnp.zeros(episodes, bool), 0)
+        start = ((obs, memory), env, key, zeros, jnp.zeros(episodes, jnp.int32), jnp.zeros(episodes, bool), 0)
         _, env, _, returns, lengths, done, _ = jax.lax.while_loop(going, body, start)
         return jnp.where(done, returns, env.episode_return), jnp.where(done, lengths, env.episode_length)
 

@@ -47,6 +47,7 @@ class Carry(NamedTuple):
     episodes: jax.Array  # episodes ended in this dispatch (over all devices) ...
     return_sum: jax.Array  # ... the sum of their returns
     length_sum: jax.Array  # ... and of their lengths
+    memory: Any = None  # recurrent PPO: each env's LSTM state [N / devices, 2H] (None: feed-forward)
 
 
 def check_anakin(config: ExperimentConfig, num_devices: int) -> None:
@@ -87,8 +88,6 @@ def check_anakin(config: ExperimentConfig, num_devices: int) -> None:
 
 def _check_ppo(c: PPOConfig) -> None:
     """What PPO's compiled loop does not run, one line."""
-    if c.lstm_size:
-        raise ValueError("--launcher anakin runs feed-forward PPO for now (lstm_size=0)")
     if c.rollouts_per_update != 1:
         raise ValueError(
             f"--launcher anakin updates on every rollout of its num_envs envs: rollouts_per_update must be 1, "
@@ -106,18 +105,31 @@ def _check_batch(agent: str, batch_size: int, num_devices: int) -> None:
 
 
 def make_iteration(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv) -> Any:
-    """One iteration on one device's envs: ``carry -> carry`` (rollout, then PPO's update)."""
+    """One iteration on one device's envs: ``carry -> carry`` (rollout, then PPO's update).
+
+    Recurrent PPO (``lstm_size > 0``): the policy acts from each env's LSTM state in
+    ``carry.memory`` and records it in its extras (``core_state``: the first step's is the state a
+    sequence's unroll starts from, ``agents.ppo.recurrent``); an env's state is reset to zeros
+    where its episode ended, as the replay path's actor does (``BatchedActor``)."""
     config = builder.config
     policy = builder.make_policy(networks, venv.spec, evaluation=False)
+    rnn = policy.initial_state is not None
     update = learning.make_update(networks, config, builder.loss)  # PPO's update, its loss seam included
     steps_per_iteration = config.rollout_length * venv.num_envs
 
     def env_step(carry: Carry, key: jax.Array) -> tuple[Carry, dict]:
         policy_key, step_key = jax.random.split(key)
         info = ActorInfo(carry.updates * steps_per_iteration, carry.updates)
-        action, extras, _ = policy.apply(carry.train.params, policy_key, carry.observation, info)
+        if rnn:
+            action, extras, _, memory = policy.apply(
+                carry.train.params, policy_key, carry.observation, info, carry.memory
+            )
+        else:
+            action, extras, _ = policy.apply(carry.train.params, policy_key, carry.observation, info)
         env, step = venv.step(step_key, carry.env, action)
         done = jnp.logical_or(step.terminated, step.truncated)
+        if rnn:  # (fresh states where an episode ended: the next step starts one)
+            carry = carry._replace(memory=jnp.where(done[:, None], jnp.zeros_like(memory), memory))
         discounted = config.discount * carry.discounted_return + step.reward
         if config.normalize_rewards:
             extras = {**extras, "discounted_return": discounted}
@@ -153,6 +165,7 @@ def make_iteration(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv) -> An
 
 
 PPO_SPECS = Carry(P(), P(AXIS_NAME), P(AXIS_NAME), P(AXIS_NAME), P(), P(), P(), P(), P())  # type: ignore[arg-type]  # (a pytree of specs)
+RECURRENT_PPO_SPECS = PPO_SPECS._replace(memory=P(AXIS_NAME))  # (each env's LSTM state, split as the envs)
 
 
 def _is_spec(x: Any) -> bool:
@@ -188,6 +201,8 @@ def _ppo_loop(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv, keys: tupl
     train_key, env_key, loop_key = keys
     observation, env_state = venv.reset(env_key)
     zero = jnp.zeros((), jnp.float32)
+    initial_state = builder.make_policy(networks, venv.spec, evaluation=False).initial_state
+    memory = None if initial_state is None else initial_state(venv.num_envs)  # (recurrent PPO: fresh states)
     initial = Carry(
         builder.init_state(train_key, networks),
         env_state,
@@ -198,10 +213,12 @@ def _ppo_loop(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv, keys: tupl
         zero,
         zero,
         zero,
+        memory,
     )
     c = builder.config
     steps = venv.num_envs * c.rollout_length
-    return Loop(initial, make_iteration(builder, networks, venv), PPO_SPECS, steps, c.num_epochs * c.num_minibatches)
+    specs = PPO_SPECS if memory is None else RECURRENT_PPO_SPECS
+    return Loop(initial, make_iteration(builder, networks, venv), specs, steps, c.num_epochs * c.num_minibatches)
 
 
 def run_anakin(config: ExperimentConfig, stop: threading.Event | None = None) -> dict[str, Any]:
