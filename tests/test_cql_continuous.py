@@ -102,6 +102,10 @@ def test_cql_picks_dqns_or_sacs_learner_by_the_action_space_and_refuses_what_sac
     cartpole = experiment_config("cql", "CartPole-v1", run_dir=None).environment_spec()
     builder.validate(cartpole, 1)
     assert isinstance(builder.make_networks(cartpole), DQNNetworks)
+    # alpha: None picks its default by the kind of action; a value is used for both
+    weight = builder.config.conservative_weight
+    assert builder.config.alpha is None and weight(discrete=True) == 0.5 and weight(discrete=False) == 5.0
+    assert get_builder("cql", alpha=2.0).config.conservative_weight(False) == 2.0
     with pytest.raises(ValueError, match=r"^prioritized_replay applies to discrete cql"):
         get_builder("cql", prioritized_replay=True).validate(spec, 1)
     with pytest.raises(ValueError, match=r"^SAC squashes actions into the action space's bounds"):

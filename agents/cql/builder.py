@@ -13,6 +13,7 @@ Both train on the dataset's n-step transitions in replay that the dataset fills 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar, cast
 
 import jax
@@ -95,7 +96,12 @@ class CQLBuilder(DQNBuilder):
 
     def loss(self, network: Any, params: optax.Params, target_params: optax.Params, batch: Batch) -> LossOutput:
         """Discrete CQL's loss (``shoal.agents.cql.learning``), on DQN's seam."""
-        return cql_loss(network, params, target_params, batch, self.config.huber_delta, self.config.alpha)
+        c = self.config
+        return cql_loss(network, params, target_params, batch, c.huber_delta, c.conservative_weight(discrete=True))
+
+    def _continuous_config(self) -> CQLConfig:
+        """The config continuous CQL's loss reads: ``alpha`` resolved (``None``: its default)."""
+        return dataclasses.replace(self.config, alpha=self.config.conservative_weight(discrete=False))
 
     def make_learner(
         self,
@@ -111,7 +117,7 @@ class CQLBuilder(DQNBuilder):
             return super().make_learner(key, networks, dataset, logger, counter, replay_client, stopwatch)
         return ReplicatedLearner(
             self.init_state(key, networks),
-            sac_learning.make_update(networks, cast(Any, self.config), cql_sac_loss),  # (SAC's seam)
+            sac_learning.make_update(networks, cast(Any, self._continuous_config()), cql_sac_loss),  # (SAC's seam)
             dataset,
             counter=counter,
             logger=logger,

@@ -1,8 +1,10 @@
 """CQL hyperparameters: DQN's (``shoal.agents.dqn.config``), the conservative weight, and the
-settings of continuous CQL (SAC's: ``shoal.agents.sac.config``). Discrete defaults are tuned for a CartPole-v1 dataset of 50k steps on a 2-core CPU (``benchmarks/offline.py``):
-DQN's network (64x64), 3-step returns and target period, batches of 256, ``alpha`` 0.5 -- at 0.2
-and below the Q-values of unseen actions ran away within 10k SGD steps (returns fell to ~10),
-at 1 with a 500-step target period the greedy policy stayed with the data's (as BC's)."""
+settings of continuous CQL (SAC's: ``shoal.agents.sac.config``). Discrete defaults are tuned for
+a CartPole-v1 dataset of 50k steps on a 2-core CPU (``benchmarks/offline.py``): DQN's network
+(64x64), 3-step returns and target period, batches of 256, ``alpha`` 0.5 (``DISCRETE_ALPHA``,
+its default for discrete actions) -- at 0.2 and below the Q-values of unseen actions ran away
+within 10k SGD steps (returns fell to ~10), at 1 with a 500-step target period the greedy policy
+stayed with the data's (as BC's)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import dataclasses
 
 from shoal.agents.dqn.config import DQNConfig
 from shoal.core.settings import setting
+
+DISCRETE_ALPHA, CONTINUOUS_ALPHA = 0.5, 5.0  # (``alpha``'s default, ``None``, by the kind of action)
 
 
 @dataclasses.dataclass
@@ -28,7 +32,9 @@ class CQLConfig(DQNConfig):
 
     Attributes:
       alpha: the weight of the conservative term ``logsumexp_a Q(s, a) - Q(s, a_data)`` (each
-        critic's, continuous: ``shoal.agents.cql.continuous_learning``).
+        critic's, continuous: ``shoal.agents.cql.continuous_learning``); ``None``: 0.5 for
+        discrete actions (above), 5.0 for continuous ones (measured on a Pendulum-v1 dataset:
+        ``docs/offline-data.md``; at 0.5 the policy fell below the data's).
       max_replay_size: transitions replay holds: the whole dataset must fit (the run says so
         before it starts otherwise).
       num_sampled_actions: continuous: ``N``, the actions per state drawn from each of the
@@ -39,7 +45,7 @@ class CQLConfig(DQNConfig):
       log_std_min / log_std_max: continuous: the policy's log standard deviation's range.
     """
 
-    alpha: float = setting(0.5, low=0.0, high=10_000.0)
+    alpha: float | None = setting(None, low=0.0, high=10_000.0)
     learning_rate: float = setting(1e-3, low=0.0, low_open=True, high=1.0)
     batch_size: int = setting(256, low=1, high=1_000_000)
     n_step: int = setting(3, low=1, high=1_000)
@@ -53,3 +59,9 @@ class CQLConfig(DQNConfig):
     target_entropy: float | None = setting(None, low=-1e6, high=1e6)
     log_std_min: float = setting(-5.0, low=-20.0, high=20.0)
     log_std_max: float = setting(2.0, low=-20.0, high=20.0)
+
+    def conservative_weight(self, discrete: bool) -> float:
+        """``alpha``, or its default for the kind of action (``DISCRETE_ALPHA``, ``CONTINUOUS_ALPHA``)."""
+        if self.alpha is not None:
+            return self.alpha
+        return DISCRETE_ALPHA if discrete else CONTINUOUS_ALPHA
