@@ -92,6 +92,24 @@ def test_the_recorder_writes_each_whole_episode_as_the_env_played_it_and_passes_
     assert sorted(os.listdir(tmp_path)) == ["cartpole-played"]  # (no staging directory left)
 
 
+def test_a_dataset_directory_that_appears_during_the_run_is_never_replaced_and_the_recording_is_kept(tmp_path):
+    out = tmp_path / "late"
+    env = make_vector_env("CartPole-v1", 2, seed=0)
+    steps, _ = _played(env, 50, seed=0)
+    recorder = DatasetRecorder(Steps(), _config(str(out)), env, 2)
+    for step in steps:
+        recorder.add(step)
+    out.mkdir()
+    (out / "theirs").write_text("kept")
+    with pytest.raises(ValueError, match="appeared while the run ran; the recording is kept in"):
+        recorder.finish()
+    recorder.discard()  # (the stack's cleanup after the error: the recording stays)
+    env.close()
+    assert (out / "theirs").read_text() == "kept"
+    kept = [name for name in os.listdir(tmp_path) if name != "late"]
+    assert len(kept) == 1 and os.path.isdir(tmp_path / kept[0] / "data")
+
+
 def test_a_discarded_recording_leaves_nothing(tmp_path):
     env = make_vector_env("CartPole-v1", 2, seed=0)
     steps, _ = _played(env, 50, seed=0)
@@ -124,6 +142,11 @@ def test_what_cannot_be_recorded_is_one_line_and_nothing_is_written(tmp_path, ca
         (
             ["--agent", "bc", "--env", "CartPole-v1", "--dataset", str(tmp_path / "taken"), "--record-dataset", "d"],
             "bc trains offline on --dataset, with no actor",
+        ),
+        (
+            ["--agent", "ppo", "--env", "pettingzoo:mpe2.simple_spread_v3", "--env-arg", "N=2"]
+            + ["--record-dataset", str(tmp_path / "d")],
+            "records single-agent envs' episodes; pettingzoo:mpe2.simple_spread_v3 has many agents",
         ),
     ]
     for argv, expected in cases:

@@ -34,7 +34,7 @@ from shoal.envs.selfplay import SnapshotPool
 from shoal.launch.experiments.config import ExperimentConfig
 from shoal.launch.experiments.evaluation import Evaluator, next_evaluation
 from shoal.launch.experiments.formats.minari_reading import Episodes
-from shoal.launch.experiments.formats.minari_recording import DatasetRecorder
+from shoal.launch.experiments.formats.minari_recording import DatasetRecorder, check_recorded_env
 from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.learner_pacing import LearningActor
 from shoal.launch.experiments.offline import fill_replay, is_offline, load_dataset, require_dataset, train_offline
@@ -71,6 +71,8 @@ def run_experiment(config: ExperimentConfig, stop: threading.Event | None = None
         _closing(stack, "the environment", env.close)
         spec = make_environment_spec(env)
         config.validate_agent(spec)  # the agent's settings, and whether the budget lets it learn
+        if config.run.record_dataset is not None:  # (before the run directory is written)
+            check_recorded_env(config, env)
         episodes = None  # (--dataset: read and checked before anything is written; a resume's replay holds it)
         if config.run.dataset is not None and not config.run.resume:
             episodes = load_dataset(config, env, spec)

@@ -212,10 +212,13 @@ def _new(args: argparse.Namespace, given: list[str]) -> tuple[ExperimentConfig, 
             f"--dataset runs in one process (an offline agent, or replay seeded from a dataset): drop --launcher "
             f"{args.launcher or 'anakin'}"
         )
-    if args.record_dataset is not None and (args.launcher is not None or is_jax_env(args.env)):
+    if args.record_dataset is not None and args.launcher is None and is_jax_env(args.env):
         raise ValueError(
-            f"--record-dataset records a one-process run's actor: drop --launcher {args.launcher or 'anakin'}"
+            f"--record-dataset records a one-process run's actor, and {args.env} runs in the compiled loop "
+            "(--launcher anakin), whose steps stay on the device: record a trained policy with shoal record"
         )
+    if args.record_dataset is not None and args.launcher is not None:
+        raise ValueError(f"--record-dataset records a one-process run's actor: drop --launcher {args.launcher}")
     launch = None
     if args.launcher not in (None, "anakin"):  # (checked where the run checks it: preflight.prepare)
         launch = LaunchSettings(

@@ -64,6 +64,17 @@ def check_record_dataset(config: Any) -> None:
     check_out(config.run.dir, out, flag="--record-dataset", writer="shoal train --record-dataset")
 
 
+def check_recorded_env(config: Any, env: Any, num_envs: int | None = None) -> None:
+    """Refuses (one line) the run's vector ``env`` where its episodes cannot be recorded: agents
+    as rows (more rows than ``num_envs``, by default the config's), or images that this minari
+    would store as JPEG. The runner calls it as soon as the env is made, before the run
+    directory is written."""
+    num_envs = config.env.num_envs if num_envs is None else num_envs
+    if getattr(env, "num_envs", num_envs) != num_envs:
+        raise ValueError(f"--record-dataset records single-agent envs' episodes; {config.env.id} has many agents")
+    check_images(env.single_observation_space, config.env.id)
+
+
 class DatasetRecorder(Adder):
     """An adder that forwards every vector step to ``adder`` and records each env's episodes as a
     Minari dataset at ``out`` (module docstring). ``env`` is the run's vector env (its spaces)."""
@@ -72,9 +83,7 @@ class DatasetRecorder(Adder):
         minari = require_minari("--record-dataset")
         self._adder, self._config, self._out = adder, config, config.run.record_dataset
         self._observation_space, self._action_space = env.single_observation_space, env.single_action_space
-        if getattr(env, "num_envs", num_envs) != num_envs:
-            raise ValueError(f"--record-dataset records single-agent envs' episodes; {config.env.id} has many agents")
-        check_images(self._observation_space, config.env.id)
+        check_recorded_env(config, env, num_envs)
         self._minari_version = minari.__version__
         self._spec = env_spec(config, self._observation_space, self._action_space)
         parent = os.path.dirname(os.path.abspath(self._out))
@@ -126,6 +135,12 @@ class DatasetRecorder(Adder):
         returns what it wrote (path, counts, returns)."""
         if self._staging is None:
             raise RuntimeError("the dataset was already finished or discarded")
+        if os.path.lexists(self._out):  # (made while the run ran: never replaced, the recording kept)
+            staging, self._staging = self._staging, None
+            raise ValueError(
+                f"--record-dataset {self._out!r} appeared while the run ran; the recording is kept in "
+                f"{staging} (its data/ is a Minari dataset without its metadata's id): move it where you want it"
+            )
         self._write_ended()
         agent = agent_name(self._config.builder)
         dataset_id = default_dataset_id(self._out)
@@ -142,13 +157,17 @@ class DatasetRecorder(Adder):
         )
         os.rename(self._staging, self._out)
         self._staging = None
-        returns = np.asarray(self._returns) if self._returns else np.zeros(1)
+        returns = np.asarray(self._returns)
         return {
             "out": self._out,
             "dataset_id": dataset_id,
             "episodes": self._episodes,
             "steps": self._steps,
-            "return": {"mean": float(returns.mean()), "min": float(returns.min()), "max": float(returns.max())},
+            "return": (  # (None where no episode ended)
+                {"mean": float(returns.mean()), "min": float(returns.min()), "max": float(returns.max())}
+                if len(returns)
+                else None
+            ),
             "minari": self._minari_version,
         }
 
@@ -159,4 +178,4 @@ class DatasetRecorder(Adder):
             self._staging = None
 
 
-__all__ = ["FLUSH_EPISODES", "DatasetRecorder", "check_record_dataset"]
+__all__ = ["FLUSH_EPISODES", "DatasetRecorder", "check_record_dataset", "check_recorded_env"]
