@@ -164,7 +164,7 @@ def test_iql_trains_on_a_cartpole_dataset_resumes_exports_evaluates_and_loads(tm
 
     from shoal import load_policy
 
-    observations = data.sample_episodes(1)[0].observations[:-1].astype(np.float32)
+    observations = next(data.iterate_episodes([0])).observations[:-1].astype(np.float32)
     with open(out, "rb") as f:
         artifact = export.deserialize(bytearray(f.read()))
     actions = np.asarray(load_policy(run)(observations))
@@ -190,7 +190,7 @@ def test_iql_learns_a_continuous_policy_inside_the_box_from_a_pendulum_dataset(t
 
     from shoal import load_policy
 
-    episode = minari.MinariDataset(os.path.join(dataset, "data")).sample_episodes(1)[0]
+    episode = next(minari.MinariDataset(os.path.join(dataset, "data")).iterate_episodes([0]))
     acted = np.asarray(load_policy(run)(episode.observations[:-1].astype(np.float32)))
     assert acted.shape == episode.actions.shape and np.abs(acted).max() <= 2.0
     assert np.abs(acted - episode.actions).mean() < 0.4, np.abs(acted - episode.actions).mean()
@@ -205,3 +205,22 @@ def test_iql_learns_a_continuous_policy_inside_the_box_from_a_pendulum_dataset(t
         artifact = export.deserialize(bytearray(f.read()))
     observations = episode.observations[:50].astype(np.float32)
     assert np.allclose(np.asarray(artifact.call(observations)), load_policy(run)(observations), atol=1e-5)
+
+
+def test_continuous_actions_with_image_observations_are_refused_in_one_line():
+    """The continuous critics are SAC's MLPs: images would be read as raw pixels, so such a spec
+    is refused at validate (discrete actions read images through the shared torsos)."""
+    import gymnasium as gym
+
+    from shoal.agents import get_builder
+    from shoal.core.specs import make_environment_spec
+
+    class Spaces:
+        observation_space = gym.spaces.Box(0, 255, (4, 36, 36), np.uint8)
+        action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    builder = get_builder("iql")
+    with pytest.raises(ValueError, match="iql reads image observations with continuous actions through no"):
+        builder.validate(make_environment_spec(Spaces(), 4), 1)
+    Spaces.action_space = gym.spaces.Discrete(3)
+    builder.validate(make_environment_spec(Spaces(), 4), 1)  # (discrete: the CNN torso)

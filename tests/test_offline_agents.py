@@ -213,7 +213,7 @@ def test_an_offline_agent_trains_on_a_dataset_minari_wrote_resumes_exports_and_e
     from shoal import load_policy
 
     policy = load_policy(run)
-    observations = dataset.sample_episodes(1)[0].observations[:-1]
+    observations = next(dataset.iterate_episodes([0])).observations[:-1]
     from jax import export
 
     with open(out, "rb") as f:
@@ -282,7 +282,7 @@ def test_bc_clones_a_continuous_policy_by_mean_squared_error_and_the_data_seeds_
     assert result["dataset"]["steps"] == 1000 and result["learner_steps"] == 300
     from shoal import load_policy
 
-    episode = minari.MinariDataset(os.path.join(dataset, "data")).sample_episodes(1)[0]
+    episode = next(minari.MinariDataset(os.path.join(dataset, "data")).iterate_episodes([0]))
     cloned = np.asarray(load_policy(run)(episode.observations[:-1].astype(np.float32)))
     assert cloned.shape == episode.actions.shape and np.abs(cloned - episode.actions).mean() < 0.3
     # offline-to-online for a continuous agent: sac's replay seeded with the same episodes

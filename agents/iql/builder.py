@@ -4,12 +4,15 @@ learner and greedy policy."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import gymnasium as gym
 import jax
 import numpy as np
 
 from shoal.agents.bc.builder import BCBuilder
 from shoal.agents.builders import ExtrasSpec
+from shoal.agents.components.torsos import is_image, is_image_array
 from shoal.agents.iql import learning
 from shoal.agents.iql.config import IQLConfig
 from shoal.agents.iql.networks import IQLNetworks, make_iql_networks
@@ -50,6 +53,15 @@ class IQLBuilder(BCBuilder):
             raise ValueError(
                 f"iql acts in a Discrete action space or a 1-d Box with finite bounds (its mean is squashed "
                 f"into them); this environment's is {space}"
+            )
+        observation = spec.observation
+        images = is_image(spec) or (
+            isinstance(observation, Mapping) and any(is_image_array(array) for array in observation.values())
+        )
+        if spec.num_actions is None and images:
+            raise ValueError(
+                "iql reads image observations with continuous actions through no convolutional torso yet "
+                "(its twin critics are SAC's MLPs): use discrete actions, or observations without images"
             )
 
     def make_adder(self, replay_client: ReplayClient, spec: EnvironmentSpec, extras: ExtrasSpec | None = None) -> Adder:
