@@ -36,6 +36,8 @@ def test_an_unknown_brax_name_or_argument_is_one_line():
         make_jax_env("brax:ant", {"backend": "fast"})
     with pytest.raises(ValueError, match=r"episode_length must be a positive integer, got 0"):
         make_jax_env("brax:ant", {"episode_length": 0})
+    with pytest.raises(ValueError, match=r"brax:swimmer does not run here: Brax 0.14's swimmer calls jnp.clip"):
+        make_jax_env("brax:swimmer")
 
 
 @pytest.mark.e2e  # (compiles Brax's physics step: ~20 s on 2 cores)
@@ -47,13 +49,25 @@ def test_the_time_limit_truncates_and_the_vector_env_resets_with_the_final_obser
     assert env.single_observation_space.shape == (4,) and env.single_action_space.shape == (1,)
     assert float(env.single_action_space.low[0]) == -1.0 and float(env.single_action_space.high[0]) == 1.0
     observation, _ = env.reset(seed=0)
-    for t in range(5):
+    for t in range(10):  # two episodes of 5 steps: the step count restarts with each
         observation, reward, terminated, truncated, info = env.step(np.zeros((2, 1), np.float32))
         assert not terminated.any()  # (held still, the pendulum stays up within 5 steps)
-        assert truncated.all() == (t == 4) and np.isfinite(reward).all()
-    assert set(np.flatnonzero(info["_final_obs"])) == {0, 1}
-    for i in range(2):  # the final observation is the episode's last; the next one a fresh start
-        assert info["final_obs"][i].shape == (4,) and not np.array_equal(info["final_obs"][i], observation[i])
+        assert list(truncated) == [t in (4, 9)] * 2
+        assert np.isfinite(reward).all()
+        if t in (4, 9):
+            assert set(np.flatnonzero(info["_final_obs"])) == {0, 1}
+            for i in range(2):  # the final observation is the episode's last; the next one a fresh start
+                assert info["final_obs"][i].shape == (4,) and not np.array_equal(info["final_obs"][i], observation[i])
+    env.close()
+    # pushed one way, the pendulum falls: Brax's done is a termination, not a truncation
+    env = make_vector_env("brax:inverted_pendulum", 2, seed=0, env_args={"backend": "positional"})
+    env.reset(seed=0)
+    for _ in range(200):
+        _, _, terminated, truncated, _ = env.step(np.ones((2, 1), np.float32))
+        assert not truncated.any()
+        if terminated.all():
+            break
+    assert terminated.all()
     env.close()
 
 
