@@ -40,8 +40,7 @@ def rows(path):
         return list(csv.DictReader(f))
 
 
-@pytest.mark.e2e  # (a training run to the solve)
-def test_anakin_ppo_solves_gymnax_cartpole(tmp_path):
+def test_anakin_ppo_solves_gymnax_cartpole(tmp_path):  # (in the fast layer: issue 57 asks it there, ~4 s)
     config = experiment_config(
         "ppo",
         "gymnax:CartPole-v1",
