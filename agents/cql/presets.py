@@ -3,6 +3,8 @@
 
 * ``classic`` -- tuned here on a CartPole-v1 dataset of 50k steps (a partly trained DQN with 20%
   random actions, ``benchmarks/offline.py``): the defaults, 30k SGD steps, evaluations every 1,000.
+  On continuous classic tasks (Pendulum-v1) the same: continuous CQL's settings (``alpha`` 5.0)
+  are its defaults, measured on a Pendulum dataset (``benchmarks/offline_pendulum.py``).
 """
 
 from shoal.agents.presets import Preset
