@@ -22,6 +22,7 @@ from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy, Sample
 from shoal.learners import ReplicatedLearner
+from shoal.learners.updates import UpdateFn
 from shoal.replay import NStepTransitionAdder, make_transition_table, transition_batches, transition_signature
 from shoal.replay.contract import ReplayClient
 from shoal.replay.layouts import transition_example
@@ -96,6 +97,10 @@ class BCBuilder(AgentBuilder):
     def init_state(self, key: jax.Array, networks: BCNetworks) -> learning.TrainingState:
         return learning.init_state(key, networks, self.config)
 
+    def make_update(self, networks: BCNetworks) -> UpdateFn:
+        """The learner's update (a subclass with its own losses, as iql, returns its own)."""
+        return learning.make_update(networks, self.config)
+
     def make_learner(
         self,
         key: jax.Array,
@@ -108,7 +113,7 @@ class BCBuilder(AgentBuilder):
     ) -> ReplicatedLearner:
         return ReplicatedLearner(
             self.init_state(key, networks),
-            learning.make_update(networks, self.config),
+            self.make_update(networks),
             dataset,
             counter=counter,
             logger=logger,

@@ -18,13 +18,10 @@ from shoal.agents.iql.config import IQLConfig
 from shoal.agents.iql.networks import IQLNetworks, make_iql_networks
 from shoal.agents.iql.presets import PRESETS
 from shoal.agents.transition_replay import TABLE
-from shoal.core.counting import Counter
-from shoal.core.interfaces import Adder, Dataset
-from shoal.core.loggers import Logger
+from shoal.core.interfaces import Adder
 from shoal.core.specs import EnvironmentSpec
-from shoal.core.timing import Stopwatch
 from shoal.core.types import Policy
-from shoal.learners import ReplicatedLearner
+from shoal.learners.updates import UpdateFn
 from shoal.replay import NStepTransitionAdder
 from shoal.replay.contract import ReplayClient
 
@@ -77,21 +74,5 @@ class IQLBuilder(BCBuilder):
     def init_state(self, key: jax.Array, networks: IQLNetworks) -> learning.TrainingState:  # type: ignore[override]
         return learning.init_state(key, networks, self.config)
 
-    def make_learner(  # type: ignore[override]
-        self,
-        key: jax.Array,
-        networks: IQLNetworks,
-        dataset: Dataset,
-        logger: Logger | None = None,
-        counter: Counter | None = None,
-        replay_client: ReplayClient | None = None,
-        stopwatch: Stopwatch | None = None,
-    ) -> ReplicatedLearner:
-        return ReplicatedLearner(
-            self.init_state(key, networks),
-            learning.make_update(networks, self.config),
-            dataset,
-            counter=counter,
-            logger=logger,
-            stopwatch=stopwatch,
-        )
+    def make_update(self, networks: IQLNetworks) -> UpdateFn:  # type: ignore[override]  # (IQL's losses)
+        return learning.make_update(networks, self.config)
