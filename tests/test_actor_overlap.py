@@ -74,7 +74,10 @@ def assert_same(a, b, episodes: bool = True) -> None:
         assert ended > 0 and any("episode_return" in row for row in rows_a)
 
 
-@pytest.mark.parametrize("overlap", ["thread", "process"])
+@pytest.mark.parametrize(
+    "overlap",
+    ["thread", pytest.param("process", marks=pytest.mark.e2e)],  # (a worker process each: ~1.5 s)
+)
 @pytest.mark.parametrize("recurrent", [False, True])
 def test_overlapped_loop_steps_the_same_transitions(overlap, recurrent):
     """CartPole (its episodes end within the run): every field of every step, the final
@@ -85,6 +88,7 @@ def test_overlapped_loop_steps_the_same_transitions(overlap, recurrent):
     assert_same(plain, overlapped)
 
 
+@pytest.mark.e2e  # (three loops, two of them with a worker process)
 def test_overlapped_loop_is_the_same_run_twice_when_params_change():
     """With params that change every 3 fetches the overlapped loop acts with the params before
     each ``update`` (so its versions differ from the plain loop's), and is the same run twice."""
@@ -103,6 +107,7 @@ def test_envpool_thread_overlap_steps_the_same_transitions():
     assert_same(plain, overlapped)
 
 
+@pytest.mark.e2e  # (two Pong vector envs: ~3 s)
 def test_atari_thread_overlap_steps_the_same_frames():
     """ale-py's vector env (auto's thread): the same frames, rewards and actions (no episode of
     Pong ends within the run)."""
@@ -159,6 +164,7 @@ def test_worker_ends_with_close_and_with_the_loop():
     assert not alive(pid)  # (the finalizer ended it)
 
 
+@pytest.mark.e2e  # (a worker process started and killed)
 def test_a_worker_that_dies_is_one_line():
     env = make_vector_env("CartPole-v1", 2, seed=0)
     actor = BatchedActor(random_policy(False), jax.random.PRNGKey(0), VariableClient(Versions(10**9)), num_envs=2)

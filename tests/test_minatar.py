@@ -58,7 +58,10 @@ def test_the_minatar_networks_patch_matmul_is_its_3x3_convolution():
     )
 
 
-@pytest.mark.parametrize("size", [(84, 84), (37, 41), (50, 63)])
+@pytest.mark.parametrize(
+    "size",  # (37x41 in the fast layer; each size compiles four programs: ~2-5 s)
+    [pytest.param((84, 84), marks=pytest.mark.e2e), (37, 41), pytest.param((50, 63), marks=pytest.mark.e2e)],
+)
 def test_the_nature_networks_folded_first_convolution_is_its_8x8_stride_4_convolution(size):
     """The Nature network's params are those of its plain form (``nn.Conv``s named as flax names
     them: a checkpoint of either loads in the other), and so are its outputs, on frames whose
