@@ -27,7 +27,7 @@ from shoal.envs.env_sources import EnvFactory, check_env_module, make_single_env
 from shoal.envs.envpool_env import EnvPoolVectorEnv, is_envpool
 from shoal.envs.envpool_env import is_atari_task as envpool_is_atari
 from shoal.envs.envpool_env import task_id as envpool_task
-from shoal.envs.jax_envs import JaxGymVectorEnv, check_jax_env_id, is_jax_env, jax_environment_spec, make_jax_env
+from shoal.envs.jax_envs import JaxGymVectorEnv, check_jax_env_id, is_jax_env, make_jax_vector_env
 from shoal.envs.multiagent import AgentRows, agent_rows, env_maker, is_pettingzoo
 from shoal.envs.observations import adapt_env
 from shoal.envs.selfplay import SelfPlayRows
@@ -267,7 +267,8 @@ def make_vector_env(
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if is_jax_env(env_id) and env_factory is None:  # (through actors and replay: one jitted step of all envs)
-        jax_env = JaxGymVectorEnv(*make_jax_env(env_id, env_args), num_envs)
+        venv = make_jax_vector_env(env_id, env_args, num_envs, agent_ids, global_state)  # (JaxMARL's: rows)
+        jax_env = JaxGymVectorEnv(venv.env, venv.params, num_envs, venv)
         jax_env.reset(seed=seed)
         return jax_env
     env: gym.vector.VectorEnv
@@ -339,7 +340,7 @@ def environment_spec(
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if is_jax_env(env_id) and env_factory is None:  # (the compiled loop's env: its params read, never stepped)
-        return jax_environment_spec(*make_jax_env(env_id, env_args), num_envs)
+        return make_jax_vector_env(env_id, env_args, num_envs, agent_ids, global_state).spec
     if is_pettingzoo(env_id) and env_factory is None and self_play:  # (a row per copy: the learner's seat)
         game = SelfPlayRows(env_maker(env_id, env_args, turns=True), 1, 0, name=env_id)
         try:

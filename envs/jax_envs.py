@@ -44,7 +44,7 @@ import numpy as np
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
 from shoal.envs.brax_envs import brax_env_names, make_brax_env
 
-SOURCES = ("gymnax", "brax", "craftax")  # the JAX env sources ``--env SOURCE:ID`` names
+SOURCES = ("gymnax", "brax", "craftax", "jaxmarl")  # the JAX env sources ``--env SOURCE:ID`` names
 INSTALL = "pip install -e '.[gymnax]' && pip install --no-deps \"gymnax==1.0.1\""
 CRAFTAX_INSTALL = "pip install -e '.[craftax]' && pip install --no-deps \"craftax==1.6.1\""
 # Craftax's envs (Matthews et al., 2024): the full game and Crafter's port (Classic), each with a
@@ -70,7 +70,8 @@ class JaxEnv(Protocol):
 
 
 def is_jax_env(env_id: str) -> bool:
-    """Whether ``env_id`` names a JAX env source (``gymnax:<Id>``, ``brax:<name>``, ``craftax:<Id>``)."""
+    """Whether ``env_id`` names a JAX env source (``gymnax:<Id>``, ``brax:<name>``, ``craftax:<Id>``,
+    ``jaxmarl:<Name>``)."""
     return isinstance(env_id, str) and env_id.partition(":")[0] in SOURCES and ":" in env_id
 
 
@@ -93,9 +94,14 @@ def _craftax() -> Any:
 
 
 def check_jax_env_id(env_id: str) -> None:
-    """Raises a one-line ``ValueError`` for an id its source (gymnax, Brax, Craftax) does not
-    register (naming close matches), or where the source is not installed."""
+    """Raises a one-line ``ValueError`` for an id its source (gymnax, Brax, Craftax, JaxMARL) does
+    not register (naming close matches), or where the source is not installed."""
     source, _, name = env_id.partition(":")
+    if source == "jaxmarl":
+        from shoal.envs.jaxmarl_envs import check_jaxmarl_name  # (it subclasses this module's JaxVectorEnv)
+
+        check_jaxmarl_name(name)
+        return
     if source == "brax":
         known = brax_env_names()
     elif source == "craftax":
@@ -112,9 +118,15 @@ def check_jax_env_id(env_id: str) -> None:
 def make_jax_env(env_id: str, env_args: Mapping[str, Any] | None = None) -> tuple[Any, Any]:
     """``(env, params)`` of a JAX env id; ``env_args`` replace fields of the env's params
     (``--env-arg max_steps_in_episode=200``), each checked against them in one line (a Brax env:
-    ``backend`` and ``episode_length``, ``brax_envs.make_brax_env``)."""
+    ``backend`` and ``episode_length``, ``brax_envs.make_brax_env``; a JaxMARL env: one copy of
+    it, all its agents, with ``params`` ``None`` and ``env_args`` its constructor's: step it with
+    ``make_jax_vector_env``, which lays its agents out as rows)."""
     check_jax_env_id(env_id)
     source, _, name = env_id.partition(":")
+    if source == "jaxmarl":
+        from shoal.envs.jaxmarl_envs import make_jaxmarl_env
+
+        return make_jaxmarl_env(name, env_args), None
     if source == "brax":
         return make_brax_env(name, env_args)
     if source == "craftax":
@@ -131,6 +143,25 @@ def make_jax_env(env_id: str, env_args: Mapping[str, Any] | None = None) -> tupl
             )
         params = params.replace(**env_args)
     return env, params
+
+
+def make_jax_vector_env(
+    env_id: str,
+    env_args: Mapping[str, Any] | None,
+    num_envs: int,
+    agent_ids: bool = True,
+    global_state: bool = False,
+) -> JaxVectorEnv:
+    """The vector env the compiled loop (and ``JaxGymVectorEnv``) steps for a JAX env id:
+    ``num_envs`` copies of it; a JaxMARL env's copies with a row per agent
+    (``shoal.envs.jaxmarl_envs.AgentRows``: ``num_envs * agents`` rows, each row's identity in
+    its observation where ``agent_ids``, the copy's global state where ``global_state``)."""
+    env, params = make_jax_env(env_id, env_args)
+    if env_id.partition(":")[0] == "jaxmarl":
+        from shoal.envs.jaxmarl_envs import AgentRows
+
+        return AgentRows(env, num_envs, agent_ids, global_state)
+    return JaxVectorEnv(env, num_envs, params)
 
 
 def gym_space(space: Any, what: str) -> gym.Space:
@@ -267,9 +298,9 @@ class JaxGymVectorEnv(gym.vector.VectorEnv):
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
 
-    def __init__(self, env: Any, params: Any, num_envs: int) -> None:
-        self._venv = JaxVectorEnv(env, num_envs, params)
-        self.num_envs = num_envs
+    def __init__(self, env: Any, params: Any, num_envs: int, venv: JaxVectorEnv | None = None) -> None:
+        self._venv = JaxVectorEnv(env, num_envs, params) if venv is None else venv  # (venv: JaxMARL's rows)
+        self.num_envs = num_envs = self._venv.num_envs
         self.single_observation_space = self._venv.spec.observation_space
         self.single_action_space = self._venv.spec.action_space
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
@@ -284,7 +315,7 @@ class JaxGymVectorEnv(gym.vector.VectorEnv):
             self.action_space.seed(seed)
         self._key, key = jax.random.split(self._key)
         observation, self._state = self._reset(key)
-        return np.asarray(observation), {}
+        return jax.tree_util.tree_map(np.asarray, observation), {}
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
         self._key, key = jax.random.split(self._key)
@@ -296,8 +327,9 @@ class JaxGymVectorEnv(gym.vector.VectorEnv):
         if ended.any():
             final = np.empty(self.num_envs, object)
             for i in ended.nonzero()[0]:
-                final[i] = np.asarray(step.final_observation[i])
+                final[i] = jax.tree_util.tree_map(lambda x, i=i: np.asarray(x[i]), step.final_observation)
             info["final_obs"], info["_final_obs"] = final, ended.copy()
             info["final_info"], info["_final_info"] = {}, ended.copy()
         reward = np.asarray(step.reward, np.float64)
-        return np.asarray(step.observation), reward, terminated, truncated, info
+        observation = jax.tree_util.tree_map(np.asarray, step.observation)  # (a Dict's: a dict of arrays)
+        return observation, reward, terminated, truncated, info

@@ -130,7 +130,9 @@ def agent_groups(config: Any) -> tuple[list[str], list[int]] | None:
     agent's group (``shoal.envs.multiagent.policy_groups``), or ``None`` (one shared policy).
     A one-line ``ValueError`` for multi-agent settings the env or each other rule out."""
     if not is_pettingzoo(config.env.id) or config.env.factory is not None:
-        if config.multiagent.agent_groups or config.multiagent.global_state or config.multiagent.self_play:
+        jaxmarl = config.env.id.startswith("jaxmarl:") and config.env.factory is None  # (its rows: a global state)
+        global_state = config.multiagent.global_state and not jaxmarl
+        if config.multiagent.agent_groups or global_state or config.multiagent.self_play:
             flag = (
                 "agent groups (--agent-group)"
                 if config.multiagent.agent_groups

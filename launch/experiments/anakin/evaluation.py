@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.core.types import ActorInfo
-from shoal.envs.jax_envs import JaxVectorEnv, make_jax_env
+from shoal.envs.jax_envs import JaxVectorEnv, make_jax_vector_env
 
 EVAL_SEED_OFFSET = 1_000_003  # (as the evaluator's: evaluation k resets with seed + this + 7919 k)
 EVAL_STEP_CAP = 100_000  # an evaluation episode longer than this is cut
@@ -35,8 +35,9 @@ def make_evaluation(policy: Any, venv: JaxVectorEnv, episodes: int) -> Any:
     def evaluate(params: Any, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         reset_key, key = jax.random.split(key)
         obs, env = venv.reset(reset_key, episodes)
+        rows = env.episode_return.shape[0]  # (episodes; a JaxMARL env's: its copies' agents, at least episodes)
         info = ActorInfo(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
-        memory = None if policy.initial_state is None else policy.initial_state(episodes)
+        memory = None if policy.initial_state is None else policy.initial_state(rows)
 
         def body(state: tuple) -> tuple:
             (obs, memory), env, key, returns, lengths, done, t = state
@@ -54,10 +55,11 @@ def make_evaluation(policy: Any, venv: JaxVectorEnv, episodes: int) -> Any:
         def going(state: tuple) -> jax.Array:
             return jnp.logical_and(jnp.logical_not(jnp.all(state[5])), state[6] < EVAL_STEP_CAP)
 
-        zeros = jnp.zeros(episodes, jnp.float32)
-        start = ((obs, memory), env, key, zeros, jnp.zeros(episodes, jnp.int32), jnp.zeros(episodes, bool), 0)
+        zeros = jnp.zeros(rows, jnp.float32)
+        start = ((obs, memory), env, key, zeros, jnp.zeros(rows, jnp.int32), jnp.zeros(rows, bool), 0)
         _, env, _, returns, lengths, done, _ = jax.lax.while_loop(going, body, start)
-        return jnp.where(done, returns, env.episode_return), jnp.where(done, lengths, env.episode_length)
+        returns = jnp.where(done, returns, env.episode_return)
+        return returns[:episodes], jnp.where(done, lengths, env.episode_length)[:episodes]
 
     return jax.jit(evaluate)
 
@@ -75,8 +77,10 @@ def evaluate_compiled(
     episode ``i`` plays from ``PRNGKey(seed + i)``, a last, shorter one keeps the episodes it needs.
     ``on_round(episodes done, env steps of the round)`` after each round."""
     config = trained.config
-    env, params = make_jax_env(config.env.id, config.env.args)
-    venv = JaxVectorEnv(env, config.env.num_envs, params)
+    multiagent = config.multiagent
+    venv = make_jax_vector_env(
+        config.env.id, config.env.args, config.env.num_envs, multiagent.agent_ids, multiagent.global_state
+    )
     at_once = min(episodes, envs_at_once)
     evaluation = make_evaluation(trained.policy, venv, at_once)
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)

@@ -21,7 +21,7 @@ from shoal.agents.sac.builder import SACBuilder
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.core.types import ActorInfo
-from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_env
+from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_vector_env
 from shoal.launch.experiments.anakin import dqn, sac
 from shoal.launch.experiments.anakin.checkpoints import restore_checkpoint, save_checkpoint
 from shoal.launch.experiments.anakin.evaluation import EVAL_SEED_OFFSET, make_evaluation
@@ -229,8 +229,10 @@ def run_anakin(config: ExperimentConfig, stop: threading.Event | None = None) ->
     config.validate_settings()
     placement = Placement(jax.local_devices())
     check_anakin(config, len(placement.devices))
-    env, params = make_jax_env(config.env.id, config.env.args)
-    venv = JaxVectorEnv(env, config.env.num_envs, params)
+    multiagent = config.multiagent  # (a JaxMARL env's agents as rows, as a PettingZoo env's)
+    venv = make_jax_vector_env(
+        config.env.id, config.env.args, config.env.num_envs, multiagent.agent_ids, multiagent.global_state
+    )
     spec = venv.spec
     config.validate_agent(spec)
     run_dir = claim_run_directory(config, spec) if config.run.dir else None

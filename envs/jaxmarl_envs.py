@@ -1,0 +1,328 @@
+"""JaxMARL's multi-agent environments (``--env jaxmarl:MPE_simple_spread_v3``) with their agents
+as rows, for the compiled loop (``--launcher anakin``) and, wrapped, the replay-backed actors.
+
+JaxMARL (Rutherford et al., 2024) writes its envs in JAX with one API for many agents:
+``reset(key) -> (obs, state)`` and ``step(key, state, actions) -> (obs, state, rewards, dones,
+infos)``, each of ``obs``/``actions``/``rewards``/``dones`` a dict keyed by agent name (``dones``
+also has ``"__all__"``). ``JaxMarlEnv`` is one copy of such an env with gymnax's functional API
+and a leading agent axis (``obs [A, ...]``, ``action [A]``, ``reward [A]``); ``AgentRows`` steps
+``num_copies`` copies of it and lays each copy's agents out as rows, copy by copy, agents in the
+env's ``agents`` order (``num_copies * A`` rows), as Shoal lays out a PettingZoo env's
+(``shoal.envs.multiagent``): one policy acts for every agent, parameters shared (IPPO with PPO),
+and env steps count rows. Each row is one agent's view:
+
+* its **observation**, with its identity (``agent_ids``, on by default: a one-hot of its index)
+  concatenated to a rank-1 observation (cast to float32), or as the ``agent_id`` key of a Dict
+  ``{"observation": ..., "agent_id": ...}`` for any other Box;
+* with ``global_state`` (``--global-state``: MAPPO's centralised critic), the Dict's
+  ``global_state`` key: every agent's observation of its copy, flattened and concatenated (the
+  "world state" JaxMARL's own MAPPO baselines give MPE's critic), read by the value head only;
+* its **reward**, and the copy's end: every row of a copy ends when ``dones["__all__"]`` does,
+  and the copy resets in the same step (the observation it ended in kept, ``Step.final_observation``).
+  An end at the env's time limit (its state's ``step`` or ``time`` at ``max_steps``: MPE's
+  episodes of 25 steps, Overcooked's 400) is a truncation, bootstrapped; any other a termination.
+
+What maps: envs whose agents all have one Box observation space and one Discrete or Box action
+space (every MPE task of identical agents: ``MPE_simple_v3``, ``MPE_simple_spread_v3``,
+``MPE_simple_reference_v3``, the FACMAC tasks; ``coin_game``, ``overcooked``, ``walker2d_2x3``,
+``ant_4x2`` where Brax is installed). Agents of different spaces (``MPE_simple_tag_v3``'s
+adversaries and good agents, ``hopper_3x1``), observations that are not a Box (``switch_riddle``,
+``storm``) and envs whose agents' actions are masked (``SMAX``, ``hanabi``, ``jaxnav``) are one
+line each. ``--env-arg KEY=VALUE`` values go to JaxMARL's constructor (``jaxmarl.make(name, **args)``).
+
+JaxMARL is the ``jaxmarl`` extra, installed without its dependencies (its 0.2.0 wheel's metadata
+lets pip move JAX and gymnasium off Shoal's pins; what it imports beside JAX, flax and chex,
+jaxtyping and matplotlib, the extra has). It imports on both stacks (JAX 0.4.34 and 0.12):
+``pip install -e '.[jaxmarl]' && pip install --no-deps "jaxmarl==0.2.0"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import inspect
+import io
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from shoal.core.specs import make_environment_spec
+from shoal.envs.jax_envs import EnvState, JaxVectorEnv, Step
+from shoal.envs.multiagent import AGENT_ID, GLOBAL_STATE
+
+SOURCE = "jaxmarl"
+INSTALL = "pip install -e '.[jaxmarl]' && pip install --no-deps \"jaxmarl==0.2.0\""
+MASKED = ("get_avail_actions", "get_legal_moves")  # (the methods with which an env masks its agents' actions)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """stdout swallowed, ``sys.__stdout__`` too: JaxMARL's registry prints which submodules it
+    finds, and its MABrax module, importing Brax, puts ``sys.__stdout__`` back as stdout."""
+    saved, saved_dunder, sink = sys.stdout, sys.__stdout__, io.StringIO()
+    sys.stdout = sys.__stdout__ = sink
+    try:
+        yield
+    finally:
+        sys.stdout, sys.__stdout__ = saved, saved_dunder
+
+
+def _jaxmarl() -> Any:
+    try:
+        with _quiet():
+            import jaxmarl  # lazy: optional extra (jaxmarl), installed --no-deps
+    except ImportError:
+        raise ValueError(f"jaxmarl envs need the 'jaxmarl' extra, which is not installed; run {INSTALL}") from None
+    return jaxmarl
+
+
+def jaxmarl_env_names() -> list[str]:
+    """The env names JaxMARL registers (``MPE_simple_spread_v3``, ``SMAX``, ...)."""
+    return list(_jaxmarl().registered_envs)
+
+
+def check_jaxmarl_name(name: str) -> None:
+    """One-line ``ValueError`` for a name JaxMARL does not register (naming close matches)."""
+    known = jaxmarl_env_names()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(f'{SOURCE}:{c}' for c in close)}?" if close else ""
+        raise ValueError(f"unknown jaxmarl environment id {name!r}{hint} (jaxmarl registers {', '.join(known)})")
+
+
+def _gym_space(space: Any, what: str, env_id: str) -> gym.Space:
+    """A JaxMARL ``Box``/``Discrete`` as gymnasium's; one line naming the env for anything else."""
+    kind = type(space).__name__
+    if kind == "Discrete" and hasattr(space, "n"):
+        return gym.spaces.Discrete(int(space.n))
+    if kind == "Box" and hasattr(space, "shape"):
+        shape = tuple(int(d) for d in np.shape(np.zeros(space.shape)))
+        dtype = np.dtype(space.dtype)
+        low = np.broadcast_to(np.asarray(space.low, dtype), shape)
+        high = np.broadcast_to(np.asarray(space.high, dtype), shape)
+        return gym.spaces.Box(low, high, shape, dtype)
+    raise ValueError(
+        f"{env_id}: its agents' {what} space is a {kind}; the jaxmarl source maps Box observations and "
+        "Discrete or Box actions"
+    )
+
+
+class JaxMarlEnv:
+    """One copy of a JaxMARL env with gymnax's functional API and a leading agent axis
+    (``obs [A, ...]``, ``action [A, ...]``, ``reward``/``terminated``/``truncated`` ``[A]``);
+    ``params`` are unused (JaxMARL's envs hold theirs: ``--env-arg`` goes to the constructor).
+    Checked when made: one line where the agents' spaces differ or are not mapped, or their
+    actions are masked."""
+
+    auto_resets = False
+
+    def __init__(self, env_id: str, env: Any) -> None:
+        self.env_id, self.env, self.agents = env_id, env, list(env.agents)
+        masked = [m for m in MASKED if _overrides(env, m)]
+        if masked:
+            raise ValueError(
+                f"{env_id} masks its agents' actions ({masked[0]}), which the jaxmarl source does not carry "
+                "into the rows yet; it maps envs of unmasked actions, e.g. jaxmarl:MPE_simple_spread_v3"
+            )
+        self._observation = self._one_space("observation", env.observation_space)
+        self._action = self._one_space("action", env.action_space)
+        if isinstance(self._observation, gym.spaces.Discrete):
+            raise ValueError(f"{env_id}: its agents' observation space is Discrete; the jaxmarl source maps Box ones")
+
+    def _one_space(self, what: str, space_of: Any) -> gym.Space:
+        spaces = {agent: _gym_space(space_of(agent), what, self.env_id) for agent in self.agents}
+        first = spaces[self.agents[0]]
+        other = next((a for a in self.agents if spaces[a] != first), None)
+        if other is not None:
+            raise ValueError(
+                f"{self.env_id}: agents {self.agents[0]} and {other} have different {what} spaces ({first} and "
+                f"{spaces[other]}); the jaxmarl source lays agents out as rows of one policy, so they must match"
+            )
+        return first
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def default_params(self) -> None:
+        return None
+
+    def observation_space(self, params: Any = None) -> gym.Space:
+        """Each agent's observation space (the same for all)."""
+        return self._observation
+
+    def action_space(self, params: Any = None) -> gym.Space:
+        """Each agent's action space (the same for all)."""
+        return self._action
+
+    def _stack(self, values: Mapping[str, Any]) -> jax.Array:
+        return jnp.stack([jnp.asarray(values[agent]) for agent in self.agents])
+
+    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, Any]:
+        obs, state = self.env.reset(key)
+        return self._stack(obs), state
+
+    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any = None) -> tuple[Any, ...]:
+        """JaxMARL's ``step_env`` (no reset: ``AgentRows`` resets where a copy ended, keeping
+        the observation it ended in), as ``(obs, state, reward, terminated, truncated, {})``."""
+        obs, state, reward, dones, _ = self.env.step_env(key, state, {a: action[i] for i, a in enumerate(self.agents)})
+        done = jnp.asarray(dones["__all__"], bool)
+        clock = getattr(state, "step", getattr(state, "time", None))
+        limit = getattr(self.env, "max_steps", None)
+        at_limit = jnp.asarray(clock >= limit, bool) if clock is not None and limit is not None else jnp.bool_(False)
+        truncated = jnp.logical_and(done, at_limit)
+        terminated = jnp.logical_and(done, jnp.logical_not(truncated))
+        n = self.num_agents
+        rewards = self._stack(reward).astype(jnp.float32)
+        return self._stack(obs), state, rewards, jnp.full(n, terminated), jnp.full(n, truncated), {}
+
+
+def _overrides(env: Any, method: str) -> bool:
+    """Whether ``env``'s class defines ``method`` beyond JaxMARL's ``MultiAgentEnv`` (where it
+    raises ``NotImplementedError``)."""
+    from jaxmarl.environments.multi_agent_env import MultiAgentEnv  # lazy: optional extra
+
+    mine = getattr(type(env), method, None)
+    return mine is not None and mine is not getattr(MultiAgentEnv, method, None)
+
+
+def make_jaxmarl_env(name: str, env_args: Mapping[str, Any] | None = None) -> JaxMarlEnv:
+    """``JaxMarlEnv`` of the JaxMARL env ``name`` made with ``env_args`` as keyword arguments;
+    one line for an unknown name, arguments it refuses, or spaces it cannot map."""
+    check_jaxmarl_name(name)
+    env_id = f"{SOURCE}:{name}"
+    try:
+        env = _jaxmarl().make(name, **dict(env_args or {}))
+    except (TypeError, ValueError, AssertionError, ImportError) as e:
+        reason = " ".join(str(e).split())[:200]
+        raise ValueError(f"{env_id} with arguments {dict(env_args or {})}: {type(e).__name__}: {reason}") from None
+    known = _arguments(type(env))
+    unknown = sorted(set(env_args or {}) - set(known))
+    if unknown:  # (JaxMARL's constructors pass **kwargs on to their bases, which drop what they do not take)
+        raise ValueError(f"{env_id} takes no argument(s) {', '.join(unknown)}; it takes: {', '.join(known)}")
+    return JaxMarlEnv(env_id, env)
+
+
+def _arguments(cls: type) -> list[str]:
+    """The keyword arguments ``cls``'s constructor and its bases' (down the ``**kwargs`` they pass on) name."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        parameters = list(inspect.signature(init).parameters.values())[1:]
+        names += [
+            p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names
+        ]
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return names
+
+
+class AgentRows(JaxVectorEnv):
+    """``num_copies`` copies of a ``JaxMarlEnv``, a row per (copy, agent): ``num_envs`` is
+    ``num_copies * A`` (module docstring). ``reset(key, rows)`` makes enough copies for
+    ``rows`` rows (a last copy's extra agents included: an evaluation reads the first ``rows``)."""
+
+    def __init__(self, env: JaxMarlEnv, num_copies: int, agent_ids: bool = True, global_state: bool = False) -> None:
+        self.env, self.params, self.auto_resets = env, None, False
+        self.num_agents, self.num_copies = env.num_agents, int(num_copies)
+        self.num_envs = self.num_copies * self.num_agents
+        self._ids, self._state = bool(agent_ids), bool(global_state)
+        inner, action = env.observation_space(), env.action_space()
+        self._concat = self._ids and not self._state and len(inner.shape) == 1
+        self.spec = make_environment_spec(_Spaces(self._row_space(inner), action), self.num_envs)
+        self._bounds = (action.low, action.high) if isinstance(action, gym.spaces.Box) else None
+
+    def _row_space(self, inner: gym.spaces.Box) -> gym.Space:
+        n = self.num_agents
+        if self._concat:
+            low = np.concatenate([inner.low.astype(np.float32), np.zeros(n, np.float32)])
+            high = np.concatenate([inner.high.astype(np.float32), np.ones(n, np.float32)])
+            return gym.spaces.Box(low, high, dtype=np.float32)
+        spaces: dict[str, gym.Space] = {"observation": inner}
+        if self._ids:
+            spaces[AGENT_ID] = gym.spaces.Box(0, 1, (n,), np.float32)
+        if self._state:
+            size = n * int(np.prod(inner.shape))
+            spaces[GLOBAL_STATE] = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+        return inner if len(spaces) == 1 else gym.spaces.Dict(spaces)
+
+    def _rows(self, obs: jax.Array) -> Any:
+        """``[C, A, ...]`` observations as rows ``[C * A, ...]``, each as its row has it."""
+        copies, n = obs.shape[0], self.num_agents
+        ids = jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), (copies, n, n))
+        if self._concat:
+            return jnp.concatenate([obs.astype(jnp.float32), ids], -1).reshape(copies * n, -1)
+        flat = obs.reshape(copies * n, *obs.shape[2:])
+        if not (self._ids or self._state):
+            return flat
+        row: dict[str, jax.Array] = {"observation": flat}
+        if self._ids:
+            row[AGENT_ID] = ids.reshape(copies * n, n)
+        if self._state:
+            world = obs.reshape(copies, 1, -1).astype(jnp.float32)
+            row[GLOBAL_STATE] = jnp.broadcast_to(world, (copies, n, world.shape[-1])).reshape(copies * n, -1)
+        return row
+
+    def reset(self, key: jax.Array, num_envs: int | None = None) -> tuple[Any, EnvState]:
+        rows = self.num_envs if num_envs is None else num_envs
+        copies = -(-rows // self.num_agents)
+        obs, state = jax.vmap(self.env.reset, (0, None))(jax.random.split(key, copies), None)
+        zeros = copies * self.num_agents
+        return self._rows(obs), EnvState(state, jnp.zeros(zeros, jnp.float32), jnp.zeros(zeros, jnp.int32))
+
+    def _step_copy(self, key: jax.Array, state: Any, action: jax.Array) -> tuple[Any, ...]:
+        step_key, reset_key = jax.random.split(key)
+        if self._bounds is not None:
+            action = jnp.clip(action, *self._bounds)
+        obs, next_state, reward, terminated, truncated, _ = self.env.step(step_key, state, action)
+        done = jnp.logical_or(terminated[0], truncated[0])
+        reset_obs, reset_state = self.env.reset(reset_key)
+        pick = lambda a, b: jax.lax.select(jnp.broadcast_to(done, jnp.shape(a)), a, b)  # noqa: E731
+        kept = jax.tree_util.tree_map(pick, reset_state, next_state)
+        return pick(reset_obs, obs), obs, kept, reward, terminated, truncated
+
+    def step(self, key: jax.Array, state: EnvState, action: jax.Array) -> tuple[EnvState, Step]:
+        rows = state.episode_return.shape[0]
+        copies, n = rows // self.num_agents, self.num_agents
+        actions = action.reshape(copies, n, *action.shape[1:])
+        obs, final, env_state, reward, terminated, truncated = jax.vmap(self._step_copy)(
+            jax.random.split(key, copies), state.env, actions
+        )
+        reward, terminated, truncated = (x.reshape(rows) for x in (reward, terminated, truncated))
+        done = jnp.logical_or(terminated, truncated)
+        episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
+        step = Step(
+            self._rows(obs),
+            self._rows(final),
+            reward,
+            terminated,
+            truncated,
+            jnp.where(done, episode_return, 0.0),
+            jnp.where(done, episode_length, 0),
+        )
+        kept = jnp.logical_not(done)
+        return EnvState(env_state, episode_return * kept, episode_length * kept), step
+
+
+class _Spaces:
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        self.observation_space, self.action_space = observation_space, action_space
+
+
+__all__ = [
+    "INSTALL",
+    "SOURCE",
+    "AgentRows",
+    "JaxMarlEnv",
+    "check_jaxmarl_name",
+    "jaxmarl_env_names",
+    "make_jaxmarl_env",
+]
