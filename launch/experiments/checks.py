@@ -137,10 +137,12 @@ def agent_groups(config: Any) -> tuple[list[str], list[int]] | None:
                 "agent groups (--agent-group)"
                 if config.multiagent.agent_groups
                 else "--global-state"
-                if config.multiagent.global_state
+                if global_state
                 else "--self-play"
             )
-            raise ValueError(f"{flag}: for a PettingZoo env (pettingzoo:<module>) only, not {config.env.id}")
+            envs = "a PettingZoo or JaxMARL env (pettingzoo:<module>, jaxmarl:<Name>)" if global_state else ""
+            envs = envs or "a PettingZoo env (pettingzoo:<module>)"
+            raise ValueError(f"{flag}: for {envs} only, not {config.env.id}")
         return None
     if config.multiagent.self_play:
         if config.multiagent.agent_groups or config.multiagent.global_state:
