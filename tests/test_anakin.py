@@ -180,6 +180,7 @@ def test_without_gymnax_a_jax_env_is_one_line_naming_the_install(tmp_path, capsy
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.e2e  # (a training run)
 def test_your_own_jax_env_registered_with_gymnax_trains_by_id():
     """docs/anakin.md's route for an env of your own: gymnax's functional API (here gymnax's older
     five values, and no reset of its own: the adapter resets it), registered with gymnax."""

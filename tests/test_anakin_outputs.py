@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("gymnax", reason="gymnax is installed --no-deps (docs/anakin.md)")
+pytestmark = pytest.mark.e2e  # (a compiled run made and read back by the command line: ~5 s)
 
 import jax  # noqa: E402 -- (after the skip)
 

@@ -100,6 +100,7 @@ def test_a_long_episode_is_cut():
     env.close()
 
 
+@pytest.mark.e2e  # (two Atari envs, one rendering)
 def test_the_atari_video_env_observes_as_the_vector_env_and_renders_the_game_in_colour():
     from shoal.envs.environments import make_atari_vector_env
 
