@@ -14,6 +14,8 @@ Text outside the markers is never touched. One command rewrites them all::
 
 ``minatar-ppo``: ``benchmarks/results/minatar/presets.jsonl``, written by
 ``benchmarks/minatar_presets.py`` (PPO presets on gymnax's MinAtar games, the compiled loop).
+``minatar-ppo-10m``: ``benchmarks/results/minatar/presets-10m.jsonl``, the same script at 10M env
+steps (``--max-env-steps 10000000 --out ...``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ GYMNAX_BLINES_1_28M: dict[str, tuple[float | None, str]] = {
     "Freeway": (30.25, "gymnax-blines `agents/Freeway-MinAtar/ppo.pkl`: training return logged at 1,279,936 steps"),
     "Asterix": (2.14, "gymnax-blines `agents/Asterix-MinAtar/ppo.pkl`: training return logged at 1,279,936 steps"),
     "Seaquest": (None, "none: gymnax-blines has a Seaquest `ppo.yaml` but no logged run"),
+}
+# The same runs' last logged return (at 9,919,936 env steps of their 10M: the mean over the episodes
+# of that log window, actions sampled). pgx's MinAtar PPO example (sotetsuk/pgx,
+# examples/minatar-ppo) trains 20M steps and publishes plots only, so it is no reference at 10M.
+GYMNAX_BLINES_10M: dict[str, tuple[float | None, str]] = {
+    "Breakout": (22.88, "gymnax-blines `agents/Breakout-MinAtar/ppo.pkl`: training return logged at 9,919,936 steps"),
+    "SpaceInvaders": (131.64, "gymnax-blines `agents/SpaceInvaders-MinAtar/ppo.pkl`, as for Breakout"),
+    "Freeway": (58.80, "gymnax-blines `agents/Freeway-MinAtar/ppo.pkl`, as for Breakout"),
+    "Asterix": (14.95, "gymnax-blines `agents/Asterix-MinAtar/ppo.pkl`, as for Breakout"),
+    "Seaquest": (
+        None,
+        "none at 10M: gymnax-blines logged no Seaquest run; pgx's MinAtar PPO plots ~54 at 20M (its own env, sticky actions)",
+    ),
 }
 GAMES = tuple(GYMNAX_BLINES_1_28M)
 
@@ -69,6 +84,17 @@ def seeds_text(seeds: list[int]) -> str:
 def minatar_ppo_table(records: list[dict[str, Any]]) -> str:
     """One row per (preset and overrides, game): final greedy eval and training return over seeds,
     beside gymnax-blines' figure at 1.28M."""
+    return minatar_table(records, GYMNAX_BLINES_1_28M, "1.28M")
+
+
+def minatar_ppo_10m_table(records: list[dict[str, Any]]) -> str:
+    """As ``minatar_ppo_table``, at 10M env steps, beside gymnax-blines' figure at 10M."""
+    return minatar_table(records, GYMNAX_BLINES_10M, "10M")
+
+
+def minatar_table(records: list[dict[str, Any]], references: dict[str, tuple[float | None, str]], budget: str) -> str:
+    """One row per (preset and overrides, game) of ``records`` beside ``references[game]`` (the
+    figure and its source) at ``budget``."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["label"], r["game"]), []).append(r)
@@ -76,11 +102,11 @@ def minatar_ppo_table(records: list[dict[str, Any]]) -> str:
     lines = [
         "| game | preset (`--preset`, then `--set` overrides) | env steps | seeds | final greedy eval (10 episodes), "
         "median [range] | training return at the budget, median [range] | training return per seed | "
-        "gymnax-blines at 1.28M | source | training median against it |",
+        f"gymnax-blines at {budget} | source | training median against it |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for game in GAMES:
-        reference, source = GYMNAX_BLINES_1_28M[game]
+        reference, source = references[game]
         for label in labels:
             group = sorted(groups.get((label, game), []), key=lambda r: r["seed"])
             if not group:
@@ -104,6 +130,7 @@ def minatar_ppo_table(records: list[dict[str, Any]]) -> str:
 # name -> (records, relative to benchmarks/results/; the table made of them)
 SECTIONS: dict[str, tuple[str, Callable[[list[dict[str, Any]]], str]]] = {
     "minatar-ppo": (os.path.join("minatar", "presets.jsonl"), minatar_ppo_table),
+    "minatar-ppo-10m": (os.path.join("minatar", "presets-10m.jsonl"), minatar_ppo_10m_table),
 }
 
 
