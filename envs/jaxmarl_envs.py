@@ -65,11 +65,13 @@ def _quiet() -> Iterator[None]:
     """stdout swallowed, ``sys.__stdout__`` too: JaxMARL's registry prints which submodules it
     finds, and its MABrax module, importing Brax, puts ``sys.__stdout__`` back as stdout."""
     saved, saved_dunder, sink = sys.stdout, sys.__stdout__, io.StringIO()
-    sys.stdout = sys.__stdout__ = sink
+    sys.stdout = sink
+    setattr(sys, "__stdout__", sink)  # noqa: B010 -- (mypy: a name typeshed marks final)
     try:
         yield
     finally:
-        sys.stdout, sys.__stdout__ = saved, saved_dunder
+        sys.stdout = saved
+        setattr(sys, "__stdout__", saved_dunder)  # noqa: B010
 
 
 def _jaxmarl() -> Any:
@@ -129,10 +131,11 @@ class JaxMarlEnv:
                 f"{env_id} masks its agents' actions ({masked[0]}), which the jaxmarl source does not carry "
                 "into the rows yet; it maps envs of unmasked actions, e.g. jaxmarl:MPE_simple_spread_v3"
             )
-        self._observation = self._one_space("observation", env.observation_space)
+        observation = self._one_space("observation", env.observation_space)
         self._action = self._one_space("action", env.action_space)
-        if isinstance(self._observation, gym.spaces.Discrete):
+        if not isinstance(observation, gym.spaces.Box):
             raise ValueError(f"{env_id}: its agents' observation space is Discrete; the jaxmarl source maps Box ones")
+        self._observation: gym.spaces.Box = observation
 
     def _one_space(self, what: str, space_of: Any) -> gym.Space:
         spaces = {agent: _gym_space(space_of(agent), what, self.env_id) for agent in self.agents}
@@ -153,7 +156,7 @@ class JaxMarlEnv:
     def default_params(self) -> None:
         return None
 
-    def observation_space(self, params: Any = None) -> gym.Space:
+    def observation_space(self, params: Any = None) -> gym.spaces.Box:
         """Each agent's observation space (the same for all)."""
         return self._observation
 
@@ -236,7 +239,7 @@ class AgentRows(JaxVectorEnv):
         self.num_envs = self.num_copies * self.num_agents
         self._ids, self._state = bool(agent_ids), bool(global_state)
         inner, action = env.observation_space(), env.action_space()
-        self._concat = self._ids and not self._state and len(inner.shape) == 1
+        self._concat = self._ids and not self._state and inner.low.ndim == 1
         self.spec = make_environment_spec(_Spaces(self._row_space(inner), action), self.num_envs)
         self._bounds = (action.low, action.high) if isinstance(action, gym.spaces.Box) else None
 
