@@ -14,6 +14,9 @@ and env steps count rows. Each row is one agent's view:
 * its **observation**, with its identity (``agent_ids``, on by default: a one-hot of its index)
   concatenated to a rank-1 observation (cast to float32), or as the ``agent_id`` key of a Dict
   ``{"observation": ..., "agent_id": ...}`` for any other Box;
+* where the env masks its agents' actions (SMAX's ``get_avail_actions``, Hanabi's
+  ``get_legal_moves``), its agent's mask, as the Dict's ``action_mask`` key (int8; an agent with
+  no allowed action is allowed action 0), which PPO's categorical honours as a single-agent env's;
 * with ``global_state`` (``--global-state``: MAPPO's centralised critic), the Dict's
   ``global_state`` key: every agent's observation of its copy, flattened and concatenated (the
   "world state" JaxMARL's own MAPPO baselines give MPE's critic), read by the value head only;
@@ -24,11 +27,12 @@ and env steps count rows. Each row is one agent's view:
 
 What maps: envs whose agents all have one Box observation space and one Discrete or Box action
 space (every MPE task of identical agents: ``MPE_simple_v3``, ``MPE_simple_spread_v3``,
-``MPE_simple_reference_v3``, the FACMAC tasks; ``coin_game``, ``overcooked``, ``walker2d_2x3``,
-``ant_4x2`` where Brax is installed). Agents of different spaces (``MPE_simple_tag_v3``'s
-adversaries and good agents, ``hopper_3x1``), observations that are not a Box (``switch_riddle``,
-``storm``) and envs whose agents' actions are masked (``SMAX``, ``hanabi``, ``jaxnav``) are one
-line each. ``--env-arg KEY=VALUE`` values go to JaxMARL's constructor (``jaxmarl.make(name, **args)``).
+``MPE_simple_reference_v3``, the FACMAC tasks; ``SMAX`` and ``HeuristicEnemySMAX``, ``hanabi``,
+``coin_game``, ``overcooked``, and ``walker2d_2x3`` and ``ant_4x2`` where Brax is installed).
+Agents of different spaces (``MPE_simple_tag_v3``'s adversaries and good agents, ``hopper_3x1``),
+observations that are not a Box (``switch_riddle``, ``storm``) and masked actions that are not
+Discrete (``jaxnav``) are one line each. (A space is read as the env's observations have it, traced:
+Overcooked's says ``(5, 4, 26)`` for observations of ``(4, 5, 26)``.) ``--env-arg KEY=VALUE`` values go to JaxMARL's constructor (``jaxmarl.make(name, **args)``).
 
 JaxMARL is the ``jaxmarl`` extra, installed without its dependencies (its 0.2.0 wheel's metadata
 lets pip move JAX and gymnasium off Shoal's pins; what it imports beside JAX, flax and chex,
@@ -51,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from shoal.core.specs import make_environment_spec
+from shoal.core.specs import ACTION_MASK, make_environment_spec
 from shoal.envs.jax_envs import EnvState, JaxVectorEnv, Step
 from shoal.envs.multiagent import AGENT_ID, GLOBAL_STATE
 
@@ -118,24 +122,35 @@ class JaxMarlEnv:
     """One copy of a JaxMARL env with gymnax's functional API and a leading agent axis
     (``obs [A, ...]``, ``action [A, ...]``, ``reward``/``terminated``/``truncated`` ``[A]``);
     ``params`` are unused (JaxMARL's envs hold theirs: ``--env-arg`` goes to the constructor).
-    Checked when made: one line where the agents' spaces differ or are not mapped, or their
-    actions are masked."""
+    Checked when made: one line where the agents' spaces differ or are not mapped, or where it
+    masks actions that are not Discrete. An env that masks its agents' actions (SMAX's
+    ``get_avail_actions``, Hanabi's ``get_legal_moves``) names the method in ``mask_method``;
+    ``action_mask(state)`` reads it (``[A, n]`` int8)."""
 
     auto_resets = False
 
     def __init__(self, env_id: str, env: Any) -> None:
         self.env_id, self.env, self.agents = env_id, env, list(env.agents)
-        masked = [m for m in MASKED if _overrides(env, m)]
-        if masked:
-            raise ValueError(
-                f"{env_id} masks its agents' actions ({masked[0]}), which the jaxmarl source does not carry "
-                "into the rows yet; it maps envs of unmasked actions, e.g. jaxmarl:MPE_simple_spread_v3"
-            )
         observation = self._one_space("observation", env.observation_space)
         self._action = self._one_space("action", env.action_space)
+        self.mask_method = next((m for m in MASKED if _overrides(env, m)), None)
+        if self.mask_method is not None and not isinstance(self._action, gym.spaces.Discrete):
+            raise ValueError(
+                f"{env_id} masks its agents' actions ({self.mask_method}), which are not Discrete "
+                f"({self._action}); the jaxmarl source carries masks of Discrete actions only"
+            )
         if not isinstance(observation, gym.spaces.Box):
             raise ValueError(f"{env_id}: its agents' observation space is Discrete; the jaxmarl source maps Box ones")
-        self._observation: gym.spaces.Box = observation
+        self._observation: gym.spaces.Box = self._as_observed(observation)
+
+    def _as_observed(self, space: gym.spaces.Box) -> gym.spaces.Box:
+        """``space`` with the shape the env's observations have (traced, not run): Overcooked's
+        space says ``(5, 4, 26)`` for observations of ``(4, 5, 26)``."""
+        observed = jax.eval_shape(self.env.reset, jax.random.PRNGKey(0))[0][self.agents[0]]
+        if tuple(observed.shape) == space.shape:
+            return space
+        low, high = float(np.min(space.low)), float(np.max(space.high))
+        return gym.spaces.Box(low, high, tuple(observed.shape), space.dtype)
 
     def _one_space(self, what: str, space_of: Any) -> gym.Space:
         spaces = {agent: _gym_space(space_of(agent), what, self.env_id) for agent in self.agents}
@@ -166,6 +181,14 @@ class JaxMarlEnv:
 
     def _stack(self, values: Mapping[str, Any]) -> jax.Array:
         return jnp.stack([jnp.asarray(values[agent]) for agent in self.agents])
+
+    def action_mask(self, state: Any) -> jax.Array:
+        """``[A, n]`` int8: each agent's allowed actions in ``state`` (``mask_method``'s); an agent
+        with none allowed is allowed action 0 (a categorical over no action is undefined)."""
+        assert self.mask_method is not None
+        mask = self._stack(getattr(self.env, self.mask_method)(state)).astype(jnp.int8)
+        none = jnp.logical_not(mask.any(-1, keepdims=True))
+        return jnp.where(none & (jnp.arange(mask.shape[-1]) == 0), jnp.int8(1), mask)
 
     def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, Any]:
         obs, state = self.env.reset(key)
@@ -237,9 +260,10 @@ class AgentRows(JaxVectorEnv):
         self.env, self.params, self.auto_resets = env, None, False
         self.num_agents, self.num_copies = env.num_agents, int(num_copies)
         self.num_envs = self.num_copies * self.num_agents
-        self._ids, self._state = bool(agent_ids), bool(global_state)
+        self._ids, self._state, self._mask = bool(agent_ids), bool(global_state), env.mask_method is not None
         inner, action = env.observation_space(), env.action_space()
-        self._concat = self._ids and not self._state and inner.low.ndim == 1
+        self._concat = self._ids and not self._state and not self._mask and inner.low.ndim == 1
+        self._num_actions = int(action.n) if isinstance(action, gym.spaces.Discrete) else 0
         self.spec = make_environment_spec(_Spaces(self._row_space(inner), action), self.num_envs)
         self._bounds = (action.low, action.high) if isinstance(action, gym.spaces.Box) else None
 
@@ -255,16 +279,19 @@ class AgentRows(JaxVectorEnv):
         if self._state:
             size = n * int(np.prod(inner.shape))
             spaces[GLOBAL_STATE] = gym.spaces.Box(-np.inf, np.inf, (size,), np.float32)
+        if self._mask:
+            spaces[ACTION_MASK] = gym.spaces.Box(0, 1, (self._num_actions,), np.int8)
         return inner if len(spaces) == 1 else gym.spaces.Dict(spaces)
 
-    def _rows(self, obs: jax.Array) -> Any:
-        """``[C, A, ...]`` observations as rows ``[C * A, ...]``, each as its row has it."""
+    def _rows(self, obs: jax.Array, mask: jax.Array | None = None) -> Any:
+        """``[C, A, ...]`` observations (and ``[C, A, n]`` action masks) as rows ``[C * A, ...]``,
+        each as its row has it."""
         copies, n = obs.shape[0], self.num_agents
         ids = jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), (copies, n, n))
         if self._concat:
             return jnp.concatenate([obs.astype(jnp.float32), ids], -1).reshape(copies * n, -1)
         flat = obs.reshape(copies * n, *obs.shape[2:])
-        if not (self._ids or self._state):
+        if not (self._ids or self._state or self._mask):
             return flat
         row: dict[str, jax.Array] = {"observation": flat}
         if self._ids:
@@ -272,14 +299,22 @@ class AgentRows(JaxVectorEnv):
         if self._state:
             world = obs.reshape(copies, 1, -1).astype(jnp.float32)
             row[GLOBAL_STATE] = jnp.broadcast_to(world, (copies, n, world.shape[-1])).reshape(copies * n, -1)
+        if mask is not None:
+            row[ACTION_MASK] = mask.reshape(copies * n, -1)
         return row
+
+    def _masks(self, state: Any) -> jax.Array | None:
+        """Each copy's agents' action masks ``[C, A, n]`` in its ``state`` ``[C, ...]`` (``None``: unmasked)."""
+        return jax.vmap(self.env.action_mask)(state) if self._mask else None
 
     def reset(self, key: jax.Array, num_envs: int | None = None) -> tuple[Any, EnvState]:
         rows = self.num_envs if num_envs is None else num_envs
         copies = -(-rows // self.num_agents)
         obs, state = jax.vmap(self.env.reset, (0, None))(jax.random.split(key, copies), None)
         zeros = copies * self.num_agents
-        return self._rows(obs), EnvState(state, jnp.zeros(zeros, jnp.float32), jnp.zeros(zeros, jnp.int32))
+        return self._rows(obs, self._masks(state)), EnvState(
+            state, jnp.zeros(zeros, jnp.float32), jnp.zeros(zeros, jnp.int32)
+        )
 
     def _step_copy(self, key: jax.Array, state: Any, action: jax.Array) -> tuple[Any, ...]:
         step_key, reset_key = jax.random.split(key)
@@ -290,21 +325,21 @@ class AgentRows(JaxVectorEnv):
         reset_obs, reset_state = self.env.reset(reset_key)
         pick = lambda a, b: jax.lax.select(jnp.broadcast_to(done, jnp.shape(a)), a, b)  # noqa: E731
         kept = jax.tree_util.tree_map(pick, reset_state, next_state)
-        return pick(reset_obs, obs), obs, kept, reward, terminated, truncated
+        return pick(reset_obs, obs), obs, kept, next_state, reward, terminated, truncated
 
     def step(self, key: jax.Array, state: EnvState, action: jax.Array) -> tuple[EnvState, Step]:
         rows = state.episode_return.shape[0]
         copies, n = rows // self.num_agents, self.num_agents
         actions = action.reshape(copies, n, *action.shape[1:])
-        obs, final, env_state, reward, terminated, truncated = jax.vmap(self._step_copy)(
+        obs, final, env_state, ended_state, reward, terminated, truncated = jax.vmap(self._step_copy)(
             jax.random.split(key, copies), state.env, actions
         )
         reward, terminated, truncated = (x.reshape(rows) for x in (reward, terminated, truncated))
         done = jnp.logical_or(terminated, truncated)
         episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
         step = Step(
-            self._rows(obs),
-            self._rows(final),
+            self._rows(obs, self._masks(env_state)),
+            self._rows(final, self._masks(ended_state)),
             reward,
             terminated,
             truncated,

@@ -63,6 +63,20 @@ def test_the_global_state_and_an_evaluation_of_fewer_rows_than_a_copy_has():
 
 
 @pytest.mark.e2e  # (imports JaxMARL: ~8 s)
+def test_an_env_that_masks_actions_gives_each_row_its_agents_mask():
+    _jaxmarl()
+    venv = make_jax_vector_env("jaxmarl:HeuristicEnemySMAX", None, 2)  # (SMAX's get_avail_actions: 5 allies)
+    assert venv.num_envs == 10 and set(venv.spec.observation_space.spaces) == {"observation", "agent_id", "action_mask"}
+    obs, state = venv.reset(jax.random.PRNGKey(0))
+    mask = np.asarray(obs["action_mask"])
+    assert mask.shape == (10, venv.spec.action_space.n) and mask.dtype == np.int8
+    assert mask.any(-1).all() and not mask.all()  # (each row some action, none every action: enemies out of range)
+    state, out = jax.jit(venv.step)(jax.random.PRNGKey(1), state, jnp.full(10, 4, jnp.int32))  # (4: stop)
+    assert out.observation["action_mask"].shape == (10, venv.spec.action_space.n)
+    assert out.final_observation["action_mask"].shape == (10, venv.spec.action_space.n)
+
+
+@pytest.mark.e2e  # (imports JaxMARL: ~8 s)
 def test_unknown_ids_unmappable_envs_and_arguments_are_one_line():
     _jaxmarl()
     with pytest.raises(ValueError, match=r"unknown jaxmarl environment id 'MPE_simple_sprad_v3'; did you mean"):
@@ -73,6 +87,10 @@ def test_unknown_ids_unmappable_envs_and_arguments_are_one_line():
         make_jax_vector_env("jaxmarl:MPE_simple_tag_v3", None, 1)
     with pytest.raises(ValueError, match=r"switch_riddle: its agents' observation space is a MultiDiscrete"):
         make_jax_vector_env("jaxmarl:switch_riddle", None, 1)
+    with pytest.raises(
+        ValueError, match=r"jaxnav masks its agents' actions \(get_avail_actions\), which are not Discrete"
+    ):
+        make_jax_vector_env("jaxmarl:jaxnav", None, 1)
     with pytest.raises(ValueError, match=r"MPE_simple_spread_v3 takes no argument\(s\) gravity; it takes: num_agents"):
         make_jax_vector_env(SPREAD, {"gravity": 1.0}, 1)
     assert make_jax_vector_env(SPREAD, {"num_agents": 4, "num_landmarks": 4}, 1).num_envs == 4
