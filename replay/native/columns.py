@@ -233,6 +233,7 @@ class ColumnStore:
         self._pools: dict[tuple, FramePool] = {}  # plane shape -> its frames
         self._frames_reserved: dict[tuple, int] = {}
         self._lock = threading.Lock()
+        self._last_item: tuple[int, list[tuple[np.dtype, tuple]]] | None = None  # (add_item_step's)
 
     # -- writes ------------------------------------------------------------------------------------
     def reserve(self, layout: Layout, rows: int) -> None:
@@ -310,16 +311,23 @@ class ColumnStore:
                 where[step_id] = (lane_number, row)
                 ids[row] = step_id
 
-    def add_item_step(self, columns: list) -> Rows:
+    def add_item_step(self, columns: list) -> tuple[int, int]:
         """One step (``columns`` without a leading axis), copied into a row held by one item
-        alone (no writer holds it, no id names it): a one-step item's ``Rows``, for
-        ``Table.insert_many`` (``release`` it if the item is not inserted)."""
+        alone (no writer holds it, no id names it): a one-step item's ``(lane, row)``, for
+        ``Table.insert_row`` (``release_row`` it if the item is not inserted)."""
         with self._lock:
-            layout = tuple([(c.dtype.str, c.shape) for c in columns])
-            lane_number = self._lane_of.get(layout)
-            if lane_number is None:
-                lane_number = self._lane(layout)
-            lane = self._lanes[lane_number]
+            last = self._last_item  # (the lane of the last call's layout: its dtypes and shapes)
+            if last is not None and len(columns) == len(last[1]):
+                for column, (dtype, shape) in zip(columns, last[1]):
+                    if column.dtype is not dtype or column.shape != shape:
+                        last = None
+                        break
+            else:
+                last = None
+            if last is None:
+                lane_number = self._lane(tuple([(c.dtype.str, c.shape) for c in columns]))
+                last = self._last_item = (lane_number, [(c.dtype, c.shape) for c in columns])
+            lane = self._lanes[last[0]]
             row = lane.take_one()
             if not lane.plain:
                 lane.write(row, [c[np.newaxis] for c in columns], 0)
@@ -327,7 +335,7 @@ class ColumnStore:
                 for column, source in zip(lane.columns, columns):
                     column[row] = source
             lane.refs[row] = 1
-            return Rows(lane_number, row)
+            return last[0], row
 
     def add_item_steps(self, block: list) -> tuple[int, np.ndarray]:
         """Steps that are the rows of ``block`` (one array per column, the steps on the leading
@@ -376,6 +384,18 @@ class ColumnStore:
         """One reference less to rows ``rows`` of lane ``lane`` (an item's, let go of)."""
         with self._lock:
             self._release_rows(lane, rows)
+
+    def release_row(self, lane: int, row: int) -> None:
+        """``release_rows`` of one row (a one-step item's), with plain indexing."""
+        with self._lock:
+            made = self._lanes[lane]
+            refs = made.refs
+            refs[row] -= 1
+            if refs[row] <= 0:
+                refs[row] = 0
+                if not made.plain:
+                    made.drop_frames([row])
+                made.give_back([row])
 
     def release(self, steps: Rows) -> None:
         """One reference less to an item's rows (``hold``'s)."""

@@ -14,6 +14,16 @@ each selector holds the slots of the table's items, in arrays (no object per ite
   Reverb does;
 * ``FifoSelector`` / ``LifoSelector``: the oldest / newest item, with probability 1.
 
+A full table's run of one-step inserts (``Table.insert_rows``) replaces items: each new item
+removes the remover's choice and takes its slot. Every selector has ``replace_many(slots,
+priorities)`` (its state as ``delete(slots[i]); insert(slots[i], priorities[i])`` one after
+another would leave it) and, as a remover, ``remove_insert_many(rng, priorities) -> slots``
+(the items such a run removes, one per new item, with the very draws one at a time would make,
+and its state as they leave it): FIFO the oldest, LIFO the newest again and again (each new
+item is the newest), uniform ``count`` positions drawn at once and followed through the dense
+array's swaps in array operations (``_follow``), prioritized one descent per new item (each draw
+is made on the tree the item before changed: the one choice a run cannot make at once).
+
 Slots are small non-negative ints; the arrays grow (doubling) to hold the largest slot given.
 Selectors are not thread-safe: the table calls them under its lock. ``rng`` is a
 ``numpy.random.Generator`` (the table's, seeded from the server's seed).
@@ -37,6 +47,37 @@ def _grown(array: np.ndarray, size: int, fill: int | float | bool = 0) -> np.nda
     return out
 
 
+def previous_of(values: np.ndarray) -> np.ndarray:
+    """Per entry, the index of the last earlier entry of the same value (-1 if none)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    same = ordered[1:] == ordered[:-1]
+    out = np.full(len(values), -1, np.int64)
+    out[order[1:][same]] = order[:-1][same]
+    return out
+
+
+def last_of_each(values: np.ndarray) -> np.ndarray:
+    """A mask of the entries no later entry repeats (each value's last occurrence)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    last = np.ones(len(values), bool)
+    last[:-1] = ordered[1:] != ordered[:-1]
+    out = np.zeros(len(values), bool)
+    out[order[last]] = True
+    return out
+
+
+def _roots(parent: np.ndarray) -> np.ndarray:
+    """Each entry's root in a forest of pointers to earlier entries (a root points to itself),
+    by pointer doubling: ``O(log depth)`` array operations."""
+    while True:
+        up = parent[parent]
+        if (up == parent).all():
+            return parent
+        parent = up
+
+
 class UniformSelector:
     """Every item with probability ``1 / size``: the slots in a dense array (a deleted slot's
     place takes the last one), one draw of ``count`` positions per batch."""
@@ -49,7 +90,8 @@ class UniformSelector:
     def insert(self, slot: int, priority: float) -> None:
         if self._size == len(self._keys):
             self._keys = _grown(self._keys, self._size + 1)
-        self._position = _grown(self._position, slot + 1)
+        if slot >= len(self._position):
+            self._position = _grown(self._position, slot + 1)
         self._position[slot] = self._size
         self._keys[self._size] = slot
         self._size += 1
@@ -90,6 +132,56 @@ class UniformSelector:
         n = self._size
         return self._keys[rng.integers(n, size=count)], np.full(count, 1.0 / n)
 
+    # -- a full table's run of replacements: delete(slot) then insert(slot) per new item. In the
+    # dense array that is a swap of the slot's place with the last place (``n - 1``).
+    def _follow(self, places: np.ndarray) -> np.ndarray:
+        """Replacements of the items at ``places`` (each drawn from ``[0, n)`` on the array as
+        the ones before left it) in one go: the slots removed, in order, and the array as the
+        swaps one at a time leave it. Step ``i`` reads ``x_i`` at ``places[i]``, writes there
+        the last place's value ``x_{i-1}`` (``x_0``: the last slot now) and puts ``x_i`` last;
+        so ``x_i`` is ``x_{i-1}`` when it read the last place, ``x_{j-1}`` when step ``j`` last
+        wrote its place, else the slot there now: pointers resolved at once (``_roots``)."""
+        keys, count, last = self._keys, len(places), self._size - 1
+        parent = np.arange(count + 1)
+        value = np.empty(count + 1, np.int64)
+        value[0], value[1:] = keys[last], keys[places]
+        steps = np.arange(1, count + 1)
+        earlier = previous_of(places)  # (a step index, 0-based, of the same place)
+        at_last = places == last
+        parent[1:] = np.where(at_last, steps - 1, np.where(earlier >= 0, earlier, steps))
+        x = value[_roots(parent)]
+        final = last_of_each(places) & ~at_last  # (each place's last write; the last place's is x_k)
+        written = places[final]
+        keys[written] = x[steps[final] - 1]
+        keys[last] = x[count]
+        self._position[keys[written]] = written
+        self._position[keys[last]] = last
+        return x[1:]
+
+    def _places_of(self, slots: np.ndarray) -> np.ndarray:
+        """The places at which replacements of ``slots`` (in order) find them: the last place
+        when it is the slot the step before put there; the place step ``j + 1`` moved it to
+        when step ``j`` put it last before; else its place now (pointers resolved at once)."""
+        count, last = len(slots), self._size - 1
+        chain = np.empty(count + 1, np.int64)
+        chain[0], chain[1:] = self._keys[last], slots
+        earlier = previous_of(chain)[1:]  # (for steps 1..count: the last earlier index of the slot)
+        steps = np.arange(1, count + 1)
+        at_last = earlier == steps - 1
+        parent = np.arange(count + 1)
+        parent[1:] = np.where(at_last | (earlier < 0), steps, earlier + 1)
+        value = np.empty(count + 1, np.int64)
+        value[0] = last
+        value[1:] = np.where(at_last, last, self._position[slots])
+        return value[_roots(parent)][1:]
+
+    def replace_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        if len(slots):
+            self._follow(self._places_of(slots))
+
+    def remove_insert_many(self, rng: np.random.Generator, priorities: np.ndarray) -> np.ndarray:
+        return self._follow(rng.integers(self._size, size=len(priorities)))
+
 
 class _OrderedSelector:
     """The slots in insertion order, in a ring of positions ``[head, tail)`` (compacted when it
@@ -116,11 +208,14 @@ class _OrderedSelector:
         self._keys, self._live, self._head, self._tail = keys, alive, 0, len(live)
 
     def insert(self, slot: int, priority: float) -> None:
-        self._room(1)
-        self._position = _grown(self._position, slot + 1)
-        self._keys[self._tail], self._live[self._tail] = slot, True
-        self._position[slot] = self._tail
-        self._tail += 1
+        if self._tail == len(self._keys):
+            self._room(1)
+        if slot >= len(self._position):
+            self._position = _grown(self._position, slot + 1)
+        tail = self._tail
+        self._keys[tail], self._live[tail] = slot, True
+        self._position[slot] = tail
+        self._tail = tail + 1
 
     def insert_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         count = len(slots)
@@ -140,12 +235,13 @@ class _OrderedSelector:
         pass
 
     def delete(self, slot: int) -> None:
-        self._live[self._position[slot]] = False
-        live = self._live
-        while self._head < self._tail and not live[self._head]:
-            self._head += 1
-        while self._tail > self._head and not live[self._tail - 1]:
-            self._tail -= 1
+        live, head, tail = self._live, self._head, self._tail
+        live[self._position[slot]] = False
+        while head < tail and not live[head]:
+            head += 1
+        while tail > head and not live[tail - 1]:
+            tail -= 1
+        self._head, self._tail = head, tail
 
     def delete_many(self, slots: np.ndarray) -> None:
         """``delete`` of each of ``slots``, the ends moved past dead positions at once."""
@@ -163,6 +259,20 @@ class _OrderedSelector:
 
     def select(self, rng: np.random.Generator) -> tuple[int, float]:
         return int(self._keys[self._tail - 1 if self.newest else self._head]), 1.0
+
+    def replace_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Each slot's old place dies; each slot goes last as its last replacement put it."""
+        if len(slots):
+            self.delete_many(np.unique(slots))
+            self.insert_many(slots[last_of_each(slots)], priorities)
+
+    def remove_insert_many(self, rng: np.random.Generator, priorities: np.ndarray) -> np.ndarray:
+        """FIFO: the ``count`` oldest (a new item is newer than all of them); LIFO: the newest,
+        then each new item in turn (the newest when the next comes), all in its slot."""
+        count = len(priorities)
+        slots = np.full(count, self._keys[self._tail - 1], np.int64) if self.newest else self.oldest(count)
+        self.replace_many(slots, priorities)
+        return slots
 
 
 class FifoSelector(_OrderedSelector):
@@ -317,10 +427,29 @@ class PrioritizedSelector:
             slots[empty] = self._heaviest()
         return slots, tree[self._capacity + slots] / total
 
+    def replace_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """Each slot's leaf gets its last replacement's weight (the tree is a function of its
+        leaves: the same sums as one replacement at a time)."""
+        if len(slots):
+            last = last_of_each(slots)
+            self._set_many(np.asarray(slots[last], np.int64), self._weights(np.asarray(priorities)[last]))
+
+    def remove_insert_many(self, rng: np.random.Generator, priorities: np.ndarray) -> np.ndarray:
+        """One ``select`` per new item, its weight set in the slot chosen before the next draw
+        (each draw depends on the tree the one before changed, as one at a time)."""
+        weights = self._weights(priorities).tolist()
+        slots = np.empty(len(weights), np.int64)
+        for i, weight in enumerate(weights):
+            slot = self.select(rng)[0]
+            self._set(slot, weight)
+            slots[i] = slot
+        return slots
+
 
 def make_selector(kind: str, exponent: float | None = None) -> Any:
     """The selector named ``kind`` (``shoal.replay.tables.SELECTORS``); ``Any``: the selectors share no
-    base class (only uniform and prioritized ones have ``select_many``, which ``table`` calls on those)."""
+    base class (only uniform and prioritized ones have ``select_many``, which ``table`` calls on
+    those; every one has ``replace_many`` and ``remove_insert_many``)."""
     if kind == "prioritized":
         if exponent is None:
             raise ValueError("a prioritized selector needs a priority exponent")

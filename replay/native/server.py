@@ -208,10 +208,10 @@ class NativeReplayServer:
         that only the item holds (no writer keeps it). Returns whether the rate limiter let it in
         before ``timeout_s`` (if not, nothing of it is kept). Not checked, as ``insert_local``."""
         target = self._table(table)
-        rows = self._store.add_item_step(columns)
-        if target.insert_many([(rows, float(priority))], time.monotonic() + float(timeout_s)):
+        lane, row = self._store.add_item_step(columns)
+        if target.insert_row(lane, row, priority, time.monotonic() + float(timeout_s)):
             return True
-        self._store.release(rows)
+        self._store.release_row(lane, row)
         return False
 
     def insert_items(self, runs: list, timeout_s: float) -> int:

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from shoal.replay.native.selectors import make_selector
+from shoal.replay.native.selectors import last_of_each, make_selector, previous_of
 from shoal.replay.tables import TableSpec
 
 MUTATION_WAIT_S = 60.0
@@ -129,6 +129,7 @@ class Table:
         self.mutations = 0  # calls of mutate (priority updates)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._waiting = 0  # calls waiting on _changed (no one to wake: no notify, ~1 us a call)
         self._closed = False
         self.gated = gated
         self._granted = 0  # (gated) items the sampler may take now
@@ -166,16 +167,16 @@ class Table:
 
     def _put(self, slot: int, key: int, serial: int, lane: int, rows: Any, priority: float, times: int = 0) -> None:
         """Item ``key`` in ``slot`` (its steps held for it), known to the selectors."""
-        single = not isinstance(rows, np.ndarray)  # (one step: its row as an int)
-        length = 1 if single else len(rows)
-        if length != self._rows.shape[1]:
-            self._width(length)
+        if isinstance(rows, int) and self._one_length and self._rows.shape[1] == 1:  # (one step: a row)
+            self._rows[slot, 0] = rows
+            length = 1
+        else:
+            length = 1 if not isinstance(rows, np.ndarray) else len(rows)
+            if length != self._rows.shape[1]:
+                self._width(length)
+            self._rows[slot, :length] = rows
         self._key[slot], self._serial[slot], self._priority[slot] = key, serial, priority
         self._times[slot], self._lane[slot], self._length[slot] = times, lane, length
-        if single:
-            self._rows[slot, 0] = rows
-        else:
-            self._rows[slot, :length] = rows
         self._sampler.insert(slot, priority)
         self._remover.insert(slot, priority)
         self._size += 1
@@ -204,6 +205,11 @@ class Table:
             return False
         return self.inserts * limit.samples_per_insert - self.samples - num_items >= limit.min_diff
 
+    def _wake(self) -> None:
+        """(Under the lock) wakes the calls waiting on this table, if any."""
+        if self._waiting:
+            self._changed.notify_all()
+
     def can_sample(self, num_items: int) -> bool:
         with self._lock:
             return self._can_sample(num_items)
@@ -217,7 +223,11 @@ class Table:
             if left <= 0:
                 return False
             self._changed.notify_all()  # (what this call changed so far may release another)
-            self._changed.wait(left)
+            self._waiting += 1
+            try:
+                self._changed.wait(left)
+            finally:
+                self._waiting -= 1
         if self._closed:
             raise ReplayClosed(f"replay table '{self.spec.name}' was closed")
         return True
@@ -232,12 +242,15 @@ class Table:
         """Inserts ``(steps, priority)`` items in order (their steps already held in the store
         for them: ``Rows``), each as the rate limiter lets it through before ``deadline``, under
         one hold of the lock; returns how many went in (the rest were held back)."""
+        if len(items) == 1 and isinstance(items[0][0].index, int):  # (one one-step item)
+            steps, priority = items[0]
+            return int(self.insert_row(steps.lane, steps.index, priority, deadline))
         release: list[tuple[int, Any]] = []
         try:
             with self._lock:
                 for done, (steps, priority) in enumerate(items):
                     if not self._wait(self._can_insert, deadline):
-                        self._changed.notify_all()
+                        self._wake()
                         return done
                     if self._size >= self.spec.max_size:
                         self._delete(self._remover.select(self._rng)[0], release)
@@ -248,19 +261,48 @@ class Table:
                         key = serial << self._shift | slot
                     self._put(slot, key, serial, steps.lane, steps.index, float(priority))
                     self.inserts += 1
-                self._changed.notify_all()
+                self._wake()
                 return len(items)
         finally:
             self._release(release)
+
+    def insert_row(self, lane: int, row: int, priority: float, deadline: float) -> bool:
+        """``insert_many`` of one one-step item (row ``row`` of lane ``lane``, held in the store
+        for it) with nothing else to do: ``NativeWriter.append_item``'s call in one process.
+        False when the rate limiter held it back until ``deadline`` (nothing was inserted)."""
+        removed_lane, removed = -1, None
+        with self._lock:
+            if (self._closed or not self._can_insert()) and not self._wait(self._can_insert, deadline):
+                self._wake()
+                return False
+            if self._size >= self.spec.max_size:
+                slot = self._remover.select(self._rng)[0]
+                length = int(self._length[slot])
+                removed_lane = int(self._lane[slot])
+                removed = int(self._rows[slot, 0]) if length == 1 else self._rows[slot, :length].copy()
+                self._drop(slot)
+            slot, serial = self._take_slot(), self.inserts + 1
+            key = serial << self._shift | slot
+            while self._foreign and key in self._foreign:  # (a restored key: one not reused)
+                serial += 1 << 20
+                key = serial << self._shift | slot
+            self._put(slot, key, serial, lane, row, float(priority))
+            self.inserts += 1
+            self._wake()
+        if isinstance(removed, int):  # (its rows let go of outside the table's lock, as insert_many's)
+            self._store.release_row(removed_lane, removed)
+        elif removed is not None:
+            self._store.release_rows(removed_lane, removed)
+        return True
 
     def insert_rows(self, lane: int, rows: np.ndarray, priorities: list[float], deadline: float) -> int:
         """One-step items of rows ``rows`` of lane ``lane`` (held in the store for them) with
         ``priorities``, in order: the items, rate limiter decisions, counts and removals of
         ``insert_many``, but a run at a time: as many items as the limiter lets through now go
-        in with array operations (slots, keys, selectors; the oldest items removed at once). A
-        table whose remover is not FIFO, or that holds restored keys or longer items, takes them
-        one at a time (``insert_many``). Returns how many went in (the rest were held back)."""
-        if self.spec.remover != "fifo" or self._foreign or self._rows.shape[1] != 1:
+        in with array operations (slots, keys, selectors; a full table's removals chosen for
+        the run at once, ``_put_run``). A table that holds restored keys or longer items takes
+        them one at a time (``insert_many``). Returns how many went in (the rest were held back)."""
+        if self._foreign or self._rows.shape[1] != 1:
             items = [(_OneRow(lane, row), p) for row, p in zip(rows.tolist(), priorities)]
             return self.insert_many(items, deadline)
         release: list[tuple[int, Any]] = []
@@ -269,12 +311,12 @@ class Table:
             with self._lock:
                 while done < total:
                     if not self._wait(self._can_insert, deadline):
-                        self._changed.notify_all()
+                        self._wake()
                         return done
                     count = self._insert_room(total - done)
                     self._put_run(lane, rows[done : done + count], priorities[done : done + count], release)
                     done += count
-                self._changed.notify_all()
+                self._wake()
                 return total
         finally:
             self._release(release)
@@ -282,7 +324,7 @@ class Table:
     def _insert_room(self, wanted: int) -> int:
         """(Under the lock, ``_can_insert`` true) how many of ``wanted`` items the rate limiter
         lets in one after another now, each tested as ``_can_insert`` tests it, the removals of
-        a full table counted (at most ``max_size``: a run never removes its own items)."""
+        a full table counted (at most ``max_size`` in one run)."""
         limit, max_size = self.spec.rate_limit, self.spec.max_size
         inserts, deletes, size, count = self.inserts, self.deletes, self._size, 0
         while count < min(wanted, max_size) and (
@@ -298,35 +340,53 @@ class Table:
         return count
 
     def _put_run(self, lane: int, rows: np.ndarray, priorities: list[float], release: list) -> None:
-        """(Under the lock) ``len(rows) <= max_size`` one-step items in: those that fit take free
-        slots, each of the rest the slot of the oldest item, removed (as ``insert_many`` does
-        one at a time); the removed items' rows are appended to ``release``."""
+        """(Under the lock) ``len(rows) <= max_size`` one-step items in, as ``insert_many`` puts
+        them one at a time: those that fit take free slots; each of the rest removes the
+        remover's choice and takes its slot (``remove_insert_many``: the same choices and draws,
+        made for the whole run; an item of the run may be the one a later item removes). The
+        removed items' rows are appended to ``release``."""
         count = len(rows)
         fresh = min(count, self.spec.max_size - self._size)
-        while self._top < fresh:
-            self._grow(min(self._slot_limit, 2 * len(self._key)))
-        taken = self._free[self._top - fresh : self._top][::-1].copy()
-        self._top -= fresh
-        removed = count - fresh
-        if removed:  # (the oldest items: FIFO remover, older than every item of this run)
-            old = self._remover.oldest(removed)
-            for old_lane in np.unique(self._lane[old]).tolist():
-                release.append((old_lane, self._rows[old[self._lane[old] == old_lane], 0].copy()))
-            self._sampler.delete_many(old)
-            self._remover.delete_many(old)
-            self._key[old] = 0
-            self._size -= removed
-            self.deletes += removed
-            taken = np.concatenate([taken, old])
-        serials = np.arange(self.inserts + 1, self.inserts + 1 + count, dtype=np.int64)
         weights = np.asarray(priorities, np.float64)
-        self._key[taken] = serials << self._shift | taken
-        self._serial[taken], self._priority[taken], self._times[taken] = serials, weights, 0
-        self._lane[taken], self._length[taken], self._rows[taken, 0] = lane, 1, rows
-        self._sampler.insert_many(taken, weights)
-        self._remover.insert_many(taken, weights)
-        self._size += count
+        serials = np.arange(self.inserts + 1, self.inserts + 1 + count, dtype=np.int64)
+        if fresh:
+            while self._top < fresh:
+                self._grow(min(self._slot_limit, 2 * len(self._key)))
+            taken = self._free[self._top - fresh : self._top][::-1].copy()
+            self._top -= fresh
+            self._set_items(taken, serials[:fresh], lane, rows[:fresh], weights[:fresh])
+            self._sampler.insert_many(taken, weights[:fresh])
+            self._remover.insert_many(taken, weights[:fresh])
+            self._size += fresh
+        if count > fresh:
+            self._replace_run(lane, rows[fresh:], weights[fresh:], serials[fresh:], release)
         self.inserts += count
+
+    def _replace_run(
+        self, lane: int, rows: np.ndarray, weights: np.ndarray, serials: np.ndarray, release: list
+    ) -> None:
+        """(Under the lock, the table full) each new item removes the remover's choice and
+        takes its slot, as one at a time: a slot chosen again holds the run's item that took it
+        before, which is removed in its turn (its row released, its key never seen)."""
+        slots = self._remover.remove_insert_many(self._rng, weights)
+        self._sampler.replace_many(slots, weights)
+        before = previous_of(slots)
+        first = before < 0  # (the item there before the run, else the run's item before)
+        lanes = np.where(first, self._lane[slots], lane)
+        removed = np.where(first, self._rows[slots, 0], rows[np.maximum(before, 0)])
+        for old_lane in np.unique(lanes).tolist():
+            release.append((old_lane, removed[lanes == old_lane]))
+        last = last_of_each(slots)
+        self._set_items(slots[last], serials[last], lane, rows[last], weights[last])
+        self.deletes += len(slots)
+
+    def _set_items(
+        self, slots: np.ndarray, serials: np.ndarray, lane: int, rows: np.ndarray, weights: np.ndarray
+    ) -> None:
+        """One-step items of ``rows`` in ``slots`` (arrays only: the selectors are the caller's)."""
+        self._key[slots] = serials << self._shift | slots
+        self._serial[slots], self._priority[slots], self._times[slots] = serials, weights, 0
+        self._lane[slots], self._length[slots], self._rows[slots, 0] = lane, 1, rows
 
     def _delete(self, slot: int, release: list[tuple[int, Any]]) -> None:
         """Removes the item in ``slot``; its rows (a copy) are appended to ``release`` for the
@@ -334,6 +394,10 @@ class Table:
         length = int(self._length[slot])
         rows = [int(self._rows[slot, 0])] if length == 1 else self._rows[slot, :length].copy()
         release.append((int(self._lane[slot]), rows))
+        self._drop(slot)
+
+    def _drop(self, slot: int) -> None:
+        """Removes the item in ``slot`` (its rows the caller's to let go of)."""
         self._sampler.delete(slot)
         self._remover.delete(slot)
         if self._foreign:

@@ -88,6 +88,8 @@ class NativeWriter:
         self._segment: Segment | None = None  # (shared memory with a server on this host)
         self._no_segment = False
         self._closed = False
+        # (in one process: the server's own method, called directly; nothing to settle)
+        self._insert_item = client._service.insert_item_local if client.in_process else None
 
     def append(self, columns: list) -> int:
         """Keeps one step (a flat list of arrays, the table signature's order); returns its index."""
@@ -170,8 +172,8 @@ class NativeWriter:
         past the timeout it is pending as ``commit`` leaves it (``TimeoutError``). Over RPC it
         joins the items' columns (``ItemRun``: one copy per field), sent as ``commit`` sends
         (after the step items pending before it, if any: those go first, in order)."""
-        if self._client.in_process and not self._items and self._in_flight is None:
-            if self._client._call("insert_item_local", table, priority, columns, self.timeout_s):
+        if self._insert_item is not None and not self._items and self._in_flight is None:
+            if self._insert_item(table, priority, columns, self.timeout_s):
                 return
             self.append(columns)
             self.create_item(table, priority, 1)
