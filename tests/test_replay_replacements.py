@@ -112,7 +112,7 @@ def _lifo_of_old_items(self, rng, priorities):  # (the newest items before the r
     return slots
 
 
-def _uniform_deletes_then_inserts(self, slots, priorities):  # (all removals first: another dense order)
+def _uniform_deletes_then_inserts(self, slots, priorities, distinct=False):  # (all removals first: another dense order)
     self.delete_many(np.unique(slots))
     self.insert_many(slots[sel.last_of_each(slots)], priorities)
 
@@ -157,8 +157,28 @@ def test_uniform_replacements_follow_the_swaps_one_at_a_time_make(seed):
         want.append(slot)
     assert got.tolist() == want
     assert fast._keys[:size].tolist() == slow._keys[:size].tolist()
-    again = sel.UniformSelector()
-    again.insert_many(slots, np.ones(size))
-    again.replace_many(np.array(want, np.int64), np.ones(count))
-    assert again._keys[:size].tolist() == slow._keys[:size].tolist()
-    assert (again._position[again._keys[:size]] == np.arange(size)).all()
+    for distinct in (False, True) if len(set(want)) == count else (False,):  # (and the distinct slots' shortcut)
+        again = sel.UniformSelector()
+        again.insert_many(slots, np.ones(size))
+        again.replace_many(np.array(want, np.int64), np.ones(count), distinct)
+        assert again._keys[:size].tolist() == slow._keys[:size].tolist()
+        assert (again._position[again._keys[:size]] == np.arange(size)).all()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_uniform_replacements_of_distinct_slots_as_one_at_a_time(seed):
+    """``replace_many(..., distinct=True)`` (a FIFO remover's oldest items) against ``delete`` and
+    ``insert`` one at a time, with and without the last slot among them."""
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(2, 12))
+    slots = rng.permutation(30)[:size]
+    chosen = rng.permutation(slots)[: int(rng.integers(1, size + 1))]
+    fast, slow = sel.UniformSelector(), sel.UniformSelector()
+    for selector in (fast, slow):
+        selector.insert_many(slots, np.ones(size))
+    for slot in chosen.tolist():
+        slow.delete(slot)
+        slow.insert(slot, 1.0)
+    fast.replace_many(chosen, np.ones(len(chosen)), True)
+    assert fast._keys[:size].tolist() == slow._keys[:size].tolist()
+    assert (fast._position[fast._keys[:size]] == np.arange(size)).all()

@@ -213,6 +213,13 @@ class Lane:
         self.top -= 1
         return int(self.free[self.top])
 
+    def give_back_one(self, row: int) -> None:
+        if self.top == len(self.free):
+            self.give_back([row])
+        else:
+            self.free[self.top] = row
+            self.top += 1
+
     def give_back(self, rows: np.ndarray | list[int]) -> None:
         end = self.top + len(rows)
         if end > len(self.free):
@@ -395,7 +402,7 @@ class ColumnStore:
                 refs[row] = 0
                 if not made.plain:
                     made.drop_frames([row])
-                made.give_back([row])
+                made.give_back_one(row)
 
     def release(self, steps: Rows) -> None:
         """One reference less to an item's rows (``hold``'s)."""

@@ -17,7 +17,7 @@ each selector holds the slots of the table's items, in arrays (no object per ite
 A full table's run of one-step inserts (``Table.insert_rows``) replaces items: each new item
 removes the remover's choice and takes its slot. Every selector has ``replace_many(slots,
 priorities)`` (its state as ``delete(slots[i]); insert(slots[i], priorities[i])`` one after
-another would leave it) and, as a remover, ``remove_insert_many(rng, priorities) -> slots``
+another would leave it; ``distinct`` when no slot repeats) and, as a remover, ``remove_insert_many(rng, priorities) -> slots``
 (the items such a run removes, one per new item, with the very draws one at a time would make,
 and its state as they leave it): FIFO the oldest, LIFO the newest again and again (each new
 item is the newest), uniform ``count`` positions drawn at once and followed through the dense
@@ -175,9 +175,21 @@ class UniformSelector:
         value[1:] = np.where(at_last, last, self._position[slots])
         return value[_roots(parent)][1:]
 
-    def replace_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        if len(slots):
+    def replace_many(self, slots: np.ndarray, priorities: np.ndarray, distinct: bool = False) -> None:
+        if not len(slots):
+            return
+        last = self._size - 1
+        carry = self._keys[last]
+        if not (distinct and (slots != carry).all()):
             self._follow(self._places_of(slots))
+            return
+        # (distinct slots, none of them last: step i swaps slot i's place, where it has been all
+        # along, with the last place, which holds slot i - 1 (the last slot now for i = 0))
+        places = self._position[slots]
+        self._keys[places] = np.concatenate([[carry], slots[:-1]])
+        self._keys[last] = slots[-1]
+        self._position[self._keys[places]] = places
+        self._position[slots[-1]] = last
 
     def remove_insert_many(self, rng: np.random.Generator, priorities: np.ndarray) -> np.ndarray:
         return self._follow(rng.integers(self._size, size=len(priorities)))
@@ -260,9 +272,13 @@ class _OrderedSelector:
     def select(self, rng: np.random.Generator) -> tuple[int, float]:
         return int(self._keys[self._tail - 1 if self.newest else self._head]), 1.0
 
-    def replace_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        """Each slot's old place dies; each slot goes last as its last replacement put it."""
-        if len(slots):
+    def replace_many(self, slots: np.ndarray, priorities: np.ndarray, distinct: bool = False) -> None:
+        """Each slot's old place dies; each slot goes last as its last replacement put it
+        (``distinct``: the caller knows no slot repeats)."""
+        if distinct:
+            self.delete_many(slots)
+            self.insert_many(slots, priorities)
+        elif len(slots):
             self.delete_many(np.unique(slots))
             self.insert_many(slots[last_of_each(slots)], priorities)
 
@@ -270,8 +286,12 @@ class _OrderedSelector:
         """FIFO: the ``count`` oldest (a new item is newer than all of them); LIFO: the newest,
         then each new item in turn (the newest when the next comes), all in its slot."""
         count = len(priorities)
-        slots = np.full(count, self._keys[self._tail - 1], np.int64) if self.newest else self.oldest(count)
-        self.replace_many(slots, priorities)
+        if self.newest:
+            slots = np.full(count, self._keys[self._tail - 1], np.int64)
+            self.replace_many(slots[-1:], priorities[-1:], True)
+        else:
+            slots = self.oldest(count)
+            self.replace_many(slots, priorities, True)
         return slots
 
 
@@ -427,10 +447,12 @@ class PrioritizedSelector:
             slots[empty] = self._heaviest()
         return slots, tree[self._capacity + slots] / total
 
-    def replace_many(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+    def replace_many(self, slots: np.ndarray, priorities: np.ndarray, distinct: bool = False) -> None:
         """Each slot's leaf gets its last replacement's weight (the tree is a function of its
         leaves: the same sums as one replacement at a time)."""
-        if len(slots):
+        if distinct:
+            self._set_many(np.asarray(slots, np.int64), self._weights(priorities))
+        elif len(slots):
             last = last_of_each(slots)
             self._set_many(np.asarray(slots[last], np.int64), self._weights(np.asarray(priorities)[last]))
 

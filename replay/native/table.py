@@ -275,20 +275,28 @@ class Table:
             if (self._closed or not self._can_insert()) and not self._wait(self._can_insert, deadline):
                 self._wake()
                 return False
-            if self._size >= self.spec.max_size:
+            if self._size >= self.spec.max_size:  # (the removed item's slot is the one taken next)
                 slot = self._remover.select(self._rng)[0]
                 length = int(self._length[slot])
                 removed_lane = int(self._lane[slot])
                 removed = int(self._rows[slot, 0]) if length == 1 else self._rows[slot, :length].copy()
-                self._drop(slot)
-            slot, serial = self._take_slot(), self.inserts + 1
+                self._sampler.delete(slot)
+                self._remover.delete(slot)
+                if self._foreign:
+                    self._foreign.pop(int(self._key[slot]), None)
+                self._size -= 1
+                self.deletes += 1
+            else:
+                slot = self._take_slot()
+            serial = self.inserts + 1
             key = serial << self._shift | slot
             while self._foreign and key in self._foreign:  # (a restored key: one not reused)
                 serial += 1 << 20
                 key = serial << self._shift | slot
             self._put(slot, key, serial, lane, row, float(priority))
             self.inserts += 1
-            self._wake()
+            if self._waiting:
+                self._changed.notify_all()
         if isinstance(removed, int):  # (its rows let go of outside the table's lock, as insert_many's)
             self._store.release_row(removed_lane, removed)
         elif removed is not None:
@@ -324,20 +332,17 @@ class Table:
     def _insert_room(self, wanted: int) -> int:
         """(Under the lock, ``_can_insert`` true) how many of ``wanted`` items the rate limiter
         lets in one after another now, each tested as ``_can_insert`` tests it, the removals of
-        a full table counted (at most ``max_size`` in one run)."""
+        a full table counted (at most ``max_size`` in one run): item ``j``'s test in array
+        operations for all ``j`` at once (the same integer and float arithmetic)."""
         limit, max_size = self.spec.rate_limit, self.spec.max_size
-        inserts, deletes, size, count = self.inserts, self.deletes, self._size, 0
-        while count < min(wanted, max_size) and (
-            inserts + 1 - deletes <= limit.min_size_to_sample
-            or (inserts + 1) * limit.samples_per_insert - self.samples <= limit.max_diff
-        ):
-            if size >= max_size:
-                deletes += 1
-            else:
-                size += 1
-            inserts += 1
-            count += 1
-        return count
+        cap = min(wanted, max_size)
+        j = np.arange(cap, dtype=np.int64)
+        inserts = self.inserts + 1 + j  # (the inserts counted once item j is in)
+        deletes = self.deletes + np.maximum(0, j - (max_size - self._size))  # (a full table's removals before j)
+        ok = (inserts - deletes <= limit.min_size_to_sample) | (
+            inserts * limit.samples_per_insert - self.samples <= limit.max_diff
+        )
+        return cap if ok.all() else int(np.argmin(ok))
 
     def _put_run(self, lane: int, rows: np.ndarray, priorities: list[float], release: list) -> None:
         """(Under the lock) ``len(rows) <= max_size`` one-step items in, as ``insert_many`` puts
@@ -369,16 +374,26 @@ class Table:
         takes its slot, as one at a time: a slot chosen again holds the run's item that took it
         before, which is removed in its turn (its row released, its key never seen)."""
         slots = self._remover.remove_insert_many(self._rng, weights)
-        self._sampler.replace_many(slots, weights)
-        before = previous_of(slots)
-        first = before < 0  # (the item there before the run, else the run's item before)
-        lanes = np.where(first, self._lane[slots], lane)
-        removed = np.where(first, self._rows[slots, 0], rows[np.maximum(before, 0)])
-        for old_lane in np.unique(lanes).tolist():
-            release.append((old_lane, removed[lanes == old_lane]))
-        last = last_of_each(slots)
-        self._set_items(slots[last], serials[last], lane, rows[last], weights[last])
-        self.deletes += len(slots)
+        ordered = np.sort(slots)
+        distinct = bool((ordered[1:] != ordered[:-1]).all())
+        self._sampler.replace_many(slots, weights, distinct)
+        if distinct:  # (each removes an item there before the run)
+            lanes, removed = self._lane[slots], self._rows[slots, 0].copy()
+        else:  # (the item there before the run, else the run's item that took the slot before)
+            before = previous_of(slots)
+            first = before < 0
+            lanes = np.where(first, self._lane[slots], lane)
+            removed = np.where(first, self._rows[slots, 0], rows[np.maximum(before, 0)])
+        if (lanes == lanes[0]).all():
+            release.append((int(lanes[0]), removed))
+        else:
+            for old_lane in np.unique(lanes).tolist():
+                release.append((old_lane, removed[lanes == old_lane]))
+        if not distinct:
+            last = last_of_each(slots)
+            slots, serials, rows, weights = slots[last], serials[last], rows[last], weights[last]
+        self._set_items(slots, serials, lane, rows, weights)
+        self.deletes += len(ordered)
 
     def _set_items(
         self, slots: np.ndarray, serials: np.ndarray, lane: int, rows: np.ndarray, weights: np.ndarray
