@@ -33,6 +33,10 @@ installs): ``pip install -e '.[gymnax]' && pip install --no-deps "gymnax==1.0.1"
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.util
+import sys
+import types
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -75,7 +79,51 @@ def is_jax_env(env_id: str) -> bool:
     return isinstance(env_id, str) and env_id.partition(":")[0] in SOURCES and ":" in env_id
 
 
+# What gymnax's registry imports at its modules' tops only to draw (its Pong's and its bsuite envs'
+# renderers): seaborn (and with it scipy and pandas) and matplotlib's pyplot, ~1.5 s of a 2 s
+# ``import gymnax`` on 2 cores, before the first env step of every run.
+GYMNAX_DRAWING_MODULES = ("seaborn", "matplotlib.pyplot")
+
+
+class _DeferredModule(types.ModuleType):
+    """Stands in ``sys.modules`` for a module not yet imported: the first attribute read imports
+    the real one (which then replaces this in ``sys.modules`` and on its parent package) and every
+    read goes to it. ``__name__`` and ``__spec__`` are its own, so that the import system and
+    ``importlib.util.find_spec`` see an imported module."""
+
+    def __getattr__(self, attribute: str) -> Any:
+        name = self.__name__
+        module = sys.modules.get(name)
+        if module is None or module is self:
+            sys.modules.pop(name, None)
+            module = importlib.import_module(name)  # (a dotted name's parent gets it as its attribute)
+        return getattr(module, attribute)
+
+
+def defer_import(name: str) -> None:
+    """Makes ``import name`` free until the module is used: ``name`` is registered with a stand-in
+    whose first attribute read imports the real module, for whoever reads it. Nothing happens
+    where ``name`` is already imported or not installed."""
+    if name in sys.modules:
+        return
+    try:
+        spec = importlib.util.find_spec(name)  # (imports the parent package of a dotted name)
+    except (ImportError, ValueError):
+        return
+    if spec is None:
+        return
+    stand_in = _DeferredModule(name)
+    stand_in.__spec__ = spec
+    sys.modules[name] = stand_in
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, stand_in)
+
+
 def _gymnax() -> Any:
+    if "gymnax" not in sys.modules:
+        for name in GYMNAX_DRAWING_MODULES:
+            defer_import(name)
     try:
         import gymnax  # lazy: optional extra (gymnax), installed --no-deps
     except ImportError:
