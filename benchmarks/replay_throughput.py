@@ -25,8 +25,10 @@ observation: ~450 KB). The table never blocks (no rate limiting) and holds 2,000
 ``--in-process``: the server, writer and sampler in this one process (what a one-process run
 does; no socket, no second process), on CartPole transitions written as the n-step adder writes
 them (one item per vector step of 16 envs, ``[16, ...]`` per field). Its JSON has, per backend,
-``in_process.insert.steps_per_s`` (env transitions per second, 16 per ``append``/``create_item``/
-``commit``) and ``in_process.sample.{uniform,prioritized}.items_per_s`` (transitions per second in
+``in_process.insert.steps_per_s`` (env transitions per second, 16 per ``append_item`` call: the
+n-step adder's write, as the writer processes above write; ``append_create_commit_steps_per_s``
+the same written as ``append``, ``create_item(1)`` and ``commit``, the figure's path before
+2026-11-29) and ``in_process.sample.{uniform,prioritized}.items_per_s`` (transitions per second in
 batches of 256 -- 16 vector-step items -- from a full table of 500,000 transitions; the
 prioritized table takes one priority update of the batch's items after each batch, as DQN's
 learner sends them), and ``in_process.memory``: the process's resident memory grown by filling
@@ -241,13 +243,17 @@ def _in_process_server(backend: str, sampler: str, max_items: int):
     return make_replay_client(server.address), server.stop
 
 
-def _fill(writer, columns: list, items: int, window_s: float | None = None) -> tuple[int, float]:
-    """Writes ``items`` vector-step items (or as many as fit in ``window_s``): (items, seconds)."""
+def _fill(writer, columns: list, items: int, window_s: float | None = None, steps: bool = False) -> tuple[int, float]:
+    """Writes ``items`` vector-step items (or as many as fit in ``window_s``) with ``append_item``
+    (``steps``: ``append``, ``create_item`` and ``commit``): (items, seconds)."""
     begin, n = time.perf_counter(), 0
     while n < items:
-        writer.append(columns)
-        writer.create_item("t", 1.0, 1)
-        writer.commit()
+        if steps:
+            writer.append(columns)
+            writer.create_item("t", 1.0, 1)
+            writer.commit()
+        else:
+            writer.append_item("t", 1.0, columns)
         n += 1
         if window_s is not None and n % 256 == 0 and time.perf_counter() - begin > window_s:
             break
@@ -275,6 +281,9 @@ def measure_in_process(backend: str, window_s: float) -> dict:
                 rss = psutil.Process().memory_info().rss
                 n, seconds = _fill(writer, columns, max_items, window_s)
                 out["insert"] = {"steps_per_s": round(n * IN_PROCESS_ENVS / seconds), "items_per_s": round(n / seconds)}
+                m, other_s = _fill(writer, columns, max_items, window_s, steps=True)
+                out["insert"]["append_create_commit_steps_per_s"] = round(m * IN_PROCESS_ENVS / other_s)
+                n += m
                 _fill(writer, columns, max_items - n)
                 grown = psutil.Process().memory_info().rss - rss
                 raw = sum(c.nbytes for c in columns) / IN_PROCESS_ENVS
