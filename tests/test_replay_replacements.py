@@ -6,6 +6,8 @@ shortcut) and must see the difference."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -182,3 +184,37 @@ def test_uniform_replacements_of_distinct_slots_as_one_at_a_time(seed):
     fast.replace_many(chosen, np.ones(len(chosen)), True)
     assert fast._keys[:size].tolist() == slow._keys[:size].tolist()
     assert (fast._position[fast._keys[:size]] == np.arange(size)).all()
+
+
+@pytest.mark.parametrize("remover", REMOVERS)
+def test_a_run_held_back_by_the_rate_limiter_takes_as_many_as_one_at_a_time(remover):
+    """With a limiter (nine inserts ahead of the samples at most) a run takes exactly the items
+    one-at-a-time inserts take before one is held back, removals of the full table counted, and
+    the table is left the same."""
+
+    def server() -> NativeReplayServer:
+        spec = TableSpec(
+            "t", "uniform", remover, MAX_SIZE, RateLimit(1.0, 1, -1e9, 9.0), priority_exponent=0.7, signature=SIGNATURE
+        )
+        return NativeReplayServer([spec], seed=5)
+
+    one, run = server(), server()
+    writer = one.client.writer(1, 0.0)
+    try:
+        items, priorities = _items(0, 14)
+        taken = 0
+        for columns, priority in zip(items, priorities.tolist()):
+            try:
+                writer.append_item("t", priority, columns)
+            except TimeoutError:
+                break
+            taken += 1
+        message = [["t", priorities, [np.stack([c[k] for c in items]) for k in range(2)]]]
+        assert run.insert_items(message, 0.0) == taken == 9
+        assert _held(one) == _held(run)
+        assert _sampled(one) == _sampled(run)
+    finally:
+        with contextlib.suppress(TimeoutError):  # (the item held back, if no sample made room)
+            writer.close()
+        one.stop()
+        run.stop()
