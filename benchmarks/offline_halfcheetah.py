@@ -90,16 +90,30 @@ def step(work: str, name: str, argv: list[str]) -> dict | None:
             return None
     with open(lock, "w") as f:
         f.write(str(os.getpid()))
+    attempts_path = os.path.join(work, name + ".attempts.jsonl")
     try:
-        if os.path.exists(run_dir):  # (a run that did not finish: kept aside, run again)
+        command = [*argv, "--run-dir", run_dir]
+        launch = command
+        if os.path.exists(os.path.join(run_dir, "checkpoints", "run.json")) and "--record-dataset" not in argv:
+            # (a run stopped before its end, e.g. by SIGTERM: on from its last checkpoint, its settings kept)
+            budget = argv[argv.index("--max-env-steps") + 1]
+            launch = ["train", "--resume", run_dir, "--max-env-steps", budget, "--quiet"]
+        elif os.path.exists(run_dir):  # (no checkpoint, or a recording run: kept aside, run again)
             os.rename(run_dir, f"{run_dir}.unfinished-{int(time.time())}")
-        argv = [*argv, "--run-dir", run_dir]
-        print(f"{name}: shoal {' '.join(argv)}  [{time.strftime('%H:%M:%S')}]", flush=True)
+        print(f"{name}: shoal {' '.join(launch)}  [{time.strftime('%H:%M:%S')}]", flush=True)
         start = time.time()
-        result = shoal(*argv)
+        try:
+            result = shoal(*launch)
+        finally:
+            with open(attempts_path, "a") as f:
+                f.write(json.dumps({"command": "shoal " + " ".join(launch), "wall_s": round(time.time() - start, 1)}))
+                f.write("\n")
+        with open(attempts_path) as f:
+            attempts = [json.loads(line) for line in f if line.strip()]
         record = {
-            "command": "shoal " + " ".join(argv),
-            "wall_s": round(time.time() - start, 1),
+            "command": "shoal " + " ".join(command),
+            "wall_s": round(sum(attempt["wall_s"] for attempt in attempts), 1),
+            "attempts": attempts,
             "result": result,
             "evaluations": evaluations(run_dir),
         }

@@ -19,6 +19,7 @@ from shoal.core.specs import EnvironmentSpec
 from shoal.core.timing import Stopwatch, breakdown
 from shoal.launch.experiments.evaluation import Evaluator
 from shoal.launch.experiments.formats.minari_reading import Episodes
+from shoal.launch.experiments.interrupts import run_begins
 from shoal.launch.experiments.offline.filling import fill_replay
 from shoal.launch.experiments.run_directory.checkpoints import (
     Checkpointer,
@@ -97,6 +98,7 @@ def train_offline(
     )
     due, last_log, consumed = Periodic(config.run.checkpoint_every_s), time.monotonic(), 0
     items = dataset.items_per_update
+    run_begins()  # (from here SIGTERM / Ctrl-C stop the run at its next step, which then checkpoints)
     while steps() < config.run.max_env_steps and not (stop is not None and stop.is_set()):
         server.grant(dataset.table, items, after_mutations=consumed // items)
         learner.step()
