@@ -28,6 +28,7 @@ invocation is running is skipped). At the end the JSON of every finished step go
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -161,9 +162,8 @@ def main() -> None:
     work = os.path.abspath(args.work)
     os.makedirs(work, exist_ok=True)
     dataset = os.path.join(work, "halfcheetah-sac-replay-v0")
-    records: dict[str, dict | None] = {}
     if "scratch" in args.steps:
-        records["scratch"] = step(work, NAMES["scratch"], [
+        step(work, NAMES["scratch"], [
             "train", "--agent", "sac", *COMMON, "--record-dataset", dataset, "--eval-every", "10000",
             "--target-return", "100000",
         ])  # fmt: skip
@@ -171,19 +171,26 @@ def main() -> None:
         raise SystemExit(f"no dataset at {dataset} yet: run the 'scratch' step first")
     statistics = dataset_statistics(dataset)
     print(f"dataset: {json.dumps(statistics)}", flush=True)
+    try:
+        run_steps(args, work, dataset)
+    finally:  # (a step that failed or was stopped: the others' results are written still)
+        write_results(work, statistics, args.out)
+
+
+def run_steps(args: argparse.Namespace, work: str, dataset: str) -> None:
+    """Steps 3 and 4 (the module docstring), those of ``args.steps``, in order."""
     for agent in ("iql", "cql"):
         if agent in args.steps:
             sets = [flag for s in args.set if s.startswith(agent + ":") for flag in ("--set", s.split(":", 1)[1])]
-            records[agent] = step(work, NAMES[agent], [
+            step(work, NAMES[agent], [
                 "train", "--agent", agent, *COMMON, "--dataset", dataset, "--eval-every", "25000",
                 "--target-return", "100000", *sets,
             ])  # fmt: skip
     if "online" in args.steps:
-        records["online"] = step(work, NAMES["online"], [
+        step(work, NAMES["online"], [
             "train", "--agent", "sac", *COMMON, "--dataset", dataset, "--eval-every", "10000",
             "--target-return", str(int(GOAL)),
         ])  # fmt: skip
-    write_results(work, statistics, args.out)
 
 
 def write_results(work: str, statistics: dict, out: str) -> None:
@@ -191,15 +198,25 @@ def write_results(work: str, statistics: dict, out: str) -> None:
     runs = {}
     for name in STEPS:
         path = os.path.join(work, NAMES[name] + ".json")
+        run_dir = os.path.join(work, NAMES[name])
         if os.path.exists(path):
             with open(path) as f:
-                runs[name] = json.load(f)
-            runs[name].setdefault("evaluations", evaluations(os.path.join(work, NAMES[name])))
+                runs[name] = {"finished": True, **json.load(f)}
+            runs[name].setdefault("evaluations", evaluations(run_dir))
+        elif os.path.exists(os.path.join(run_dir, "eval.csv")) and evaluations(run_dir):  # (stopped, or running)
+            attempts_path = os.path.join(work, NAMES[name] + ".attempts.jsonl")
+            with open(attempts_path) if os.path.exists(attempts_path) else contextlib.nullcontext([]) as f:
+                attempts = [json.loads(line) for line in f if line.strip()]
+            runs[name] = {"finished": False, "attempts": attempts, "evaluations": evaluations(run_dir)}
     summary: dict = {}
     for name, record in runs.items():
         curve = record["evaluations"]
         returns = [point["return"] for point in curve]
-        summary[name] = {"final_return": returns[-1], "best_return": max(returns), "wall_s": record["wall_s"]}
+        summary[name] = {"finished": record["finished"], "final_return": returns[-1], "best_return": max(returns)}
+        if "wall_s" in record:  # (a finished run's; a stopped one's attempts so far)
+            summary[name]["wall_s"] = record["wall_s"]
+        else:
+            summary[name]["wall_s"] = round(sum(attempt["wall_s"] for attempt in record["attempts"]), 1)
         if name in ("scratch", "online"):
             summary[name]["env_steps_to_6000"] = steps_to(curve, GOAL)
         else:
@@ -215,7 +232,7 @@ def write_results(work: str, statistics: dict, out: str) -> None:
         "dataset": statistics,
         "summary": summary,
         "runs": runs,
-        "missing": [name for name in STEPS if name not in runs],
+        "unfinished": [name for name in STEPS if not runs.get(name, {}).get("finished")],
     }
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out + ".tmp", "w") as f:
