@@ -281,6 +281,9 @@ class JaxVectorEnv:
     key for all envs, ``step(key, state, action) -> (EnvState, Step)``.
     """
 
+    num_agents = 1  # (rows per copy of the env: a JaxMARL env's ``AgentRows`` has one per agent)
+    agents: list[str] | None = None  # (their names, where an env has several)
+
     def __init__(self, env: Any, num_envs: int, params: Any = None) -> None:
         self.env, self.num_envs = env, int(num_envs)
         self.params = env.default_params if params is None else params

@@ -258,7 +258,7 @@ class AgentRows(JaxVectorEnv):
 
     def __init__(self, env: JaxMarlEnv, num_copies: int, agent_ids: bool = True, global_state: bool = False) -> None:
         self.env, self.params, self.auto_resets = env, None, False
-        self.num_agents, self.num_copies = env.num_agents, int(num_copies)
+        self.num_agents, self.num_copies, self.agents = env.num_agents, int(num_copies), list(env.agents)
         self.num_envs = self.num_copies * self.num_agents
         self._ids, self._state, self._mask = bool(agent_ids), bool(global_state), env.mask_method is not None
         inner, action = env.observation_space(), env.action_space()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from shoal.envs.jax_envs import check_jax_env_id, make_jax_vector_env
+from shoal.launch.experiments.anakin.evaluation import make_evaluation
 from shoal.launch.experiments.cli.main import main
 
 SPREAD = "jaxmarl:MPE_simple_spread_v3"
@@ -53,13 +55,19 @@ def test_the_agents_are_rows_and_an_episode_ends_every_row_of_its_copy():
 
 
 @pytest.mark.e2e  # (imports JaxMARL: ~8 s)
-def test_the_global_state_and_an_evaluation_of_fewer_rows_than_a_copy_has():
+def test_the_global_state_and_an_evaluation_plays_whole_copies():
     _jaxmarl()
     venv = make_jax_vector_env(SPREAD, None, 2, agent_ids=True, global_state=True)
     assert set(venv.spec.observation_space.spaces) == {"observation", "agent_id", "global_state"}
-    obs, state = venv.reset(jax.random.PRNGKey(1), 4)  # (4 rows: 2 copies, 6 rows, the first 4 read)
+    obs, state = venv.reset(jax.random.PRNGKey(1), 4)  # (4 rows: 2 copies, 6 rows)
     assert obs["global_state"].shape == (6, 54) and state.episode_return.shape == (6,)
     np.testing.assert_array_equal(obs["global_state"][0], np.asarray(obs["observation"][:3]).reshape(-1))
+    # an evaluation of 3 episodes plays 3 copies: 9 rows, every agent of each (as the replay path's)
+    policy = SimpleNamespace(initial_state=None, apply=lambda params, key, obs, info: (jnp.zeros(9, jnp.int32), 0, 0))
+    returns, lengths = make_evaluation(policy, venv, 3)(None, jax.random.PRNGKey(0))
+    assert returns.shape == lengths.shape == (9,) and (np.asarray(lengths) == 26).all()
+    by_copy = np.asarray(returns).reshape(3, 3)
+    assert (by_copy < 0).all() and venv.agents == ["agent_0", "agent_1", "agent_2"]
 
 
 @pytest.mark.e2e  # (imports JaxMARL: ~8 s)

@@ -27,15 +27,17 @@ EVAL_STEP_CAP = 100_000  # an evaluation episode longer than this is cut
 
 
 def make_evaluation(policy: Any, venv: JaxVectorEnv, episodes: int) -> Any:
-    """``(params, key) -> (returns [episodes], lengths [episodes])``: each env's first episode
-    with ``policy`` (the agent's ``Policy``: greedy for a run's evaluation; a recurrent one from
-    fresh states, carried from step to step), in one jitted ``while_loop``; an episode cut at
-    ``EVAL_STEP_CAP`` steps counts its return and length so far."""
+    """``(params, key) -> (returns [rows], lengths [rows])``: ``episodes`` copies of the env,
+    each to its first episode's end, with ``policy`` (the agent's ``Policy``: greedy for a run's
+    evaluation; a recurrent one from fresh states, carried from step to step), in one jitted
+    ``while_loop``; an episode cut at ``EVAL_STEP_CAP`` steps counts its return and length so far.
+    A row per copy, or per copy and agent for a JaxMARL env (``episodes * venv.num_agents``, copy
+    by copy, agents in order), as the replay path's evaluation plays ``episodes`` copies."""
+    rows = episodes * venv.num_agents
 
     def evaluate(params: Any, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         reset_key, key = jax.random.split(key)
-        obs, env = venv.reset(reset_key, episodes)
-        rows = env.episode_return.shape[0]  # (episodes; a JaxMARL env's: its copies' agents, at least episodes)
+        obs, env = venv.reset(reset_key, rows)
         info = ActorInfo(jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
         memory = None if policy.initial_state is None else policy.initial_state(rows)
 
@@ -59,7 +61,7 @@ def make_evaluation(policy: Any, venv: JaxVectorEnv, episodes: int) -> Any:
         start = ((obs, memory), env, key, zeros, jnp.zeros(rows, jnp.int32), jnp.zeros(rows, bool), 0)
         _, env, _, returns, lengths, done, _ = jax.lax.while_loop(going, body, start)
         returns = jnp.where(done, returns, env.episode_return)
-        return returns[:episodes], jnp.where(done, lengths, env.episode_length)[:episodes]
+        return returns, jnp.where(done, lengths, env.episode_length)
 
     return jax.jit(evaluate)
 
@@ -75,7 +77,9 @@ def evaluate_compiled(
     compiled-loop run, greedy or not as loaded) on its run's JAX env (``config.env.args``) in
     rounds of ``min(episodes, envs_at_once)`` envs (one compilation): the round that starts at
     episode ``i`` plays from ``PRNGKey(seed + i)``, a last, shorter one keeps the episodes it needs.
-    ``on_round(episodes done, env steps of the round)`` after each round."""
+    A JaxMARL env's episode is a copy's: its agents' returns summed (the team's), as ``shoal
+    evaluate`` reports a PettingZoo run's. ``on_round(episodes done, env steps of the round)``
+    after each round."""
     config = trained.config
     multiagent = config.multiagent
     venv = make_jax_vector_env(
@@ -86,8 +90,10 @@ def evaluate_compiled(
     returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
     for first in range(0, episodes, at_once):
         kept = min(at_once, episodes - first)
-        played = jax.device_get(evaluation(trained.params, jax.random.PRNGKey(seed + first)))
-        returns[first : first + kept], lengths[first : first + kept] = (x[:kept] for x in played)
+        row_returns, row_lengths = jax.device_get(evaluation(trained.params, jax.random.PRNGKey(seed + first)))
+        per_copy = np.asarray(row_returns).reshape(at_once, venv.num_agents).sum(axis=1)
+        copy_lengths = np.asarray(row_lengths).reshape(at_once, venv.num_agents).max(axis=1)
+        returns[first : first + kept], lengths[first : first + kept] = per_copy[:kept], copy_lengths[:kept]
         if on_round is not None:
-            on_round(first + kept, int(np.sum(played[1][:kept])))
+            on_round(first + kept, int(np.sum(np.asarray(row_lengths).reshape(at_once, -1)[:kept])))
     return returns, lengths

@@ -22,6 +22,7 @@ from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.core.types import ActorInfo
 from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_vector_env
+from shoal.envs.multiagent import agent_returns
 from shoal.launch.experiments.anakin import dqn, sac
 from shoal.launch.experiments.anakin.checkpoints import restore_checkpoint, save_checkpoint
 from shoal.launch.experiments.anakin.evaluation import EVAL_SEED_OFFSET, make_evaluation
@@ -332,16 +333,15 @@ def _train(
         eval_s += time.monotonic() - t0
         num_evals += 1
         mean = float(np.mean(returns))
-        loggers["eval"].write(
-            {
-                "env_steps": env_steps,
-                "eval_return": mean,
-                "eval_return_min": float(np.min(returns)),
-                "eval_return_max": float(np.max(returns)),
-                "params_version": updates,
-                "wall_s": time.monotonic() - start,
-            }
-        )
+        row = {
+            "env_steps": env_steps,
+            "eval_return": mean,
+            "eval_return_min": float(np.min(returns)),
+            "eval_return_max": float(np.max(returns)),
+        }
+        if venv.agents:  # (a JaxMARL env's rows: each agent's and the team's, as the replay path logs them)
+            row.update(agent_returns(returns, venv.agents))
+        loggers["eval"].write({**row, "params_version": updates, "wall_s": time.monotonic() - start})
         if not callbacks:
             return mean, False
         evaluated = Evaluation(  # (host code between two dispatches: no device sync in the scan for it)
