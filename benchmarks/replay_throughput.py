@@ -2,6 +2,7 @@
 
     python benchmarks/replay_throughput.py [--quick] [--backends reverb,native] [--out FILE]
     python benchmarks/replay_throughput.py --in-process [--quick] [--backends ...] [--out FILE]
+    python benchmarks/replay_throughput.py --sample-one-host [--quick] [--backends ...] [--out FILE]
 
 For each backend this Python has (Reverb: Python 3.11), a server in this process (Reverb's
 gRPC server; native: ``NativeReplayServer`` behind Shoal's RPC layer on loopback with a token,
@@ -21,6 +22,13 @@ Items come in two sizes: ``cartpole`` (one vector step of 16 CartPole envs as an
 transition: ~700 B) and ``atari`` (8 envs of 4x84x84 uint8 frames, observation and next
 observation: ~450 KB). The table never blocks (no rate limiting) and holds 2,000 items.
 ``--sizes cartpole --writers 1`` measures one part alone.
+
+``--sample-one-host``: a table of 500,000 CartPole transitions (31,250 vector-step items of 16
+envs) served by this process as ``insert`` serves it, filled in this process, and one sampler
+*process* reading batches of 256 transitions (``transition_batches``, 16 items a batch; native:
+through shared memory, or RPC alone with ``SHOAL_REPLAY_VIA=rpc``) for the window. Its JSON has,
+per backend, ``sample_one_host``: ``items_per_s`` (transitions), ``batches_per_s``, the CPU time
+per transition of the sampler process and of this (the server's) process, and the 1-minute load.
 
 ``--in-process``: the server, writer and sampler in this one process (what a one-process run
 does; no socket, no second process), on CartPole transitions written as the n-step adder writes
@@ -78,14 +86,14 @@ def _item(size: str, seed: int) -> list:
     return [(rng.random(s.shape) * 200).astype(s.dtype) for s in tree.flatten(_signature(size))]
 
 
-def _table(size: str):
+def _table(size: str, max_size: int = 2000):
     from shoal.replay import RateLimit, TableSpec
 
     return TableSpec(
         "t",
         sampler="uniform",
         remover="fifo",
-        max_size=2000,
+        max_size=max_size,
         rate_limit=RateLimit(1.0, 1, -1e300, 1e300),
         signature=_signature(size),
     )
@@ -144,19 +152,19 @@ def _sampler(backend, address, token, size, start, stop, counts) -> None:
     dataset.close()
 
 
-def _serve(backend: str, size: str):
+def _serve(backend: str, size: str, max_size: int = 2000):
     """(server, address, token, stop())."""
     if backend == "native":
         from shoal.launch.programs.rpc import RpcServer
         from shoal.replay.native import SERVICE_METHODS, NativeReplayServer
 
-        replay = NativeReplayServer([_table(size)])
+        replay = NativeReplayServer([_table(size, max_size)])
         token = secrets.token_hex(16)
         rpc = RpcServer(replay, token=token, methods=SERVICE_METHODS, max_workers=64).start()
         return replay, rpc.address, token, lambda: (replay.stop(), rpc.stop())
     from shoal.replay import ReverbServer
 
-    server = ReverbServer([_table(size)])
+    server = ReverbServer([_table(size, max_size)])
     return server, server.address, None, server.stop
 
 
@@ -321,6 +329,67 @@ def measure_in_process(backend: str, window_s: float) -> dict:
     return out
 
 
+def _one_host_sampler(backend, address, token, start, stop, counts, cpu) -> None:
+    from shoal.replay import transition_batches
+
+    client = _client(backend, address, token)
+    dataset = transition_batches(
+        client if backend == "native" else address, "t", num_envs=IN_PROCESS_ENVS, batch_size=IN_PROCESS_BATCH
+    )
+    next(dataset)  # (opens the dataset and its shared-memory segment; TensorFlow's import on Reverb)
+    start.wait()
+    began, n = time.process_time(), 0
+    while not stop.is_set():  # (a multiprocessing Event: a lock round, read once per 8 batches)
+        for _ in range(8):
+            next(dataset)
+        n += 8 * IN_PROCESS_BATCH
+        counts[0] = n
+        cpu[0] = time.process_time() - began
+    dataset.close()
+
+
+def measure_sample_one_host(backend: str, window_s: float) -> dict:
+    """``sample_one_host`` figures of ``backend`` (module docstring)."""
+    ctx = mp.get_context("spawn")
+    max_items = IN_PROCESS_TRANSITIONS // IN_PROCESS_ENVS
+    server, address, token, stop_server = _serve(backend, "cartpole", max_items)
+    try:
+        if backend == "native":
+            client = server.client
+        else:
+            from shoal.replay import make_replay_client
+
+            client = make_replay_client(address)
+        writer = client.writer(1, timeout_s=120)
+        _fill(writer, _item("cartpole", 0), max_items)
+        writer.close()
+        start, stop = ctx.Event(), ctx.Event()
+        counts, cpu = ctx.Array("q", 1), ctx.Array("d", 1)
+        proc = ctx.Process(target=_one_host_sampler, args=(backend, address, token, start, stop, counts, cpu))
+        proc.start()
+        start.set()
+        while counts[0] == 0 and proc.is_alive():  # (its first 8 batches: connected, segment mapped)
+            time.sleep(0.05)
+        begin, cpu_begin, server_cpu, wall = counts[0], cpu[0], _cpu_s(), time.perf_counter()
+        time.sleep(window_s)
+        items, sampler_cpu = counts[0] - begin, cpu[0] - cpu_begin
+        seconds, server_cpu = time.perf_counter() - wall, _cpu_s() - server_cpu
+        stop.set()
+        proc.join(timeout=120)
+        return {
+            "via": "rpc" if backend == "native" and os.environ.get("SHOAL_REPLAY_VIA") == "rpc" else "shm",
+            "table_transitions": max_items * IN_PROCESS_ENVS,
+            "batch_transitions": IN_PROCESS_BATCH,
+            "items_per_s": round(items / seconds),
+            "batches_per_s": round(items / IN_PROCESS_BATCH / seconds, 1),
+            "sampler_cpu_us_per_item": round(sampler_cpu / max(items, 1) * 1e6, 3),
+            "server_cpu_us_per_item": round(server_cpu / max(items, 1) * 1e6, 3),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+        }
+    finally:
+        stop_server()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 s windows instead of 5 s")
@@ -333,6 +402,11 @@ def main() -> None:
         action="store_true",
         help="server, writer and sampler in this process, batches of 256 from 500,000 transitions",
     )
+    parser.add_argument(
+        "--sample-one-host",
+        action="store_true",
+        help="a sampler process reads batches of 256 from 500,000 transitions served by this process",
+    )
     args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from shoal.replay import reverb_installed
@@ -343,7 +417,10 @@ def main() -> None:
     for backend in backends if args.in_process else ():
         result[backend] = {"in_process": measure_in_process(backend, window)}
         print(json.dumps({backend: result[backend]}), file=sys.stderr, flush=True)
-    for backend in () if args.in_process else backends:
+    for backend in backends if args.sample_one_host else ():
+        result.setdefault(backend, {})["sample_one_host"] = measure_sample_one_host(backend, window)
+        print(json.dumps({backend: result[backend]}), file=sys.stderr, flush=True)
+    for backend in () if args.in_process or args.sample_one_host else backends:
         for size in args.sizes.split(","):
             for writers in map(int, args.writers.split(",")):
                 result[f"{backend}/{size}/{writers}_writers"] = measure(backend, size, writers, window)
