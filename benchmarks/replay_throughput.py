@@ -377,7 +377,7 @@ def measure_sample_one_host(backend: str, window_s: float) -> dict:
         stop.set()
         proc.join(timeout=120)
         return {
-            "via": "rpc" if backend == "native" and os.environ.get("SHOAL_REPLAY_VIA") == "rpc" else "shm",
+            "via": "grpc" if backend == "reverb" else ("rpc" if os.environ.get("SHOAL_REPLAY_VIA") == "rpc" else "shm"),
             "table_transitions": max_items * IN_PROCESS_ENVS,
             "batch_transitions": IN_PROCESS_BATCH,
             "items_per_s": round(items / seconds),

@@ -84,20 +84,18 @@ def _info(record: Mapping[str, Any]) -> SimpleNamespace:
 
 
 WRITES = frozenset({"insert", "insert_shared", "insert_items", "insert_items_shared"})
-SAMPLES = frozenset({"sample", "sample_shared"})
 SENDER_IDLE_S = 2.0  # how long a client's sender thread waits for the next write before it ends
 
 
 class _Sender:
-    """The thread that makes a client's writes over RPC (``WRITES``; or a table's samples,
-    ``SAMPLES``), one at a time in the order given, with the RPC client's blocking call
-    (``call_blocking``): a gRPC future would start a thread of its own to poll the channel for
-    each call made while none is in flight (~0.2 ms of CPU a call, as much as the rest of a small
-    insert or of serving a batch). It ends after ``SENDER_IDLE_S`` without a call and starts again
-    with the next."""
+    """The thread that makes a client's writes over RPC (``WRITES``), one at a time in the order
+    given, with the RPC client's blocking call (``call_blocking``): a gRPC future would start a
+    thread of its own to poll the channel for each call made while none is in flight (~0.2 ms of
+    CPU a call, as much as the rest of a small insert). It ends after ``SENDER_IDLE_S`` without a
+    write and starts again with the next."""
 
-    def __init__(self, call: Callable[[str, tuple], Any], name: str = "shoal-replay-writes") -> None:
-        self._call, self._name = call, name
+    def __init__(self, call: Callable[[str, tuple], Any]) -> None:
+        self._call = call
         self._queue: collections.deque = collections.deque()
         self._ready = threading.Condition()
         self._running = False
@@ -109,7 +107,7 @@ class _Sender:
             self._ready.notify()
             if not self._running:
                 self._running = True
-                threading.Thread(target=self._run, name=self._name, daemon=True).start()
+                threading.Thread(target=self._run, name="shoal-replay-writes", daemon=True).start()
         return future
 
     def _run(self) -> None:
@@ -150,8 +148,7 @@ class NativeReplayClient:
         self.shared_memory = shared_memory and not in_process and Segment.available()
         self.server_address = SCHEME + address
         self._signatures: dict[str, Any] | None = None
-        self._sender = _Sender(self._blocking)
-        self._samplers: dict[str, _Sender] = {}  # table -> the thread that makes its samples over RPC
+        self._sender = _Sender(lambda method, args: self._service.call_blocking(method, *args))
         _CLIENTS[self.server_address] = self
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -163,23 +160,11 @@ class NativeReplayClient:
         if self.in_process:  # (the server itself: a direct call, done now)
             result = self._call(method, *args)
             return _Pending(lambda: result, lambda: True)
-        if method in WRITES or method in SAMPLES:
-            # (a writer's: on this client's sender thread, in order; a sample: on its table's
-            # sampling thread -- gRPC's blocking call, not a future and its thread per call)
-            sender = self._sender if method in WRITES else self._sample_sender(args[0])
-            sent = sender.submit(method, args)
+        if method in WRITES:  # (a writer's: on this client's sender thread, in order)
+            sent = self._sender.submit(method, args)
             return _Pending(lambda: self._settle(method, sent.result), sent.done)
         future = self._settle(method, lambda: getattr(self._service.futures, method)(*args))
         return _Pending(lambda: self._settle(method, future.result), future.done)
-
-    def _blocking(self, method: str, args: tuple) -> Any:
-        return self._service.call_blocking(method, *args)
-
-    def _sample_sender(self, table: str) -> _Sender:
-        sender = self._samplers.get(table)
-        if sender is None:
-            sender = self._samplers[table] = _Sender(self._blocking, "shoal-replay-samples")
-        return sender
 
     def _settle(self, method: str, call: Callable[[], Any]) -> Any:
         try:
