@@ -105,6 +105,8 @@ def minatar_table(records: list[dict[str, Any]], references: dict[str, tuple[flo
         f"gymnax-blines at {budget} | source | training median against it |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if not records:
+        lines.append("| (no records yet) | | | | | | | | | |")
     for game in GAMES:
         reference, source = references[game]
         for label in labels:

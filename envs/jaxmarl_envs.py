@@ -47,6 +47,7 @@ import difflib
 import inspect
 import io
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -78,10 +79,17 @@ def _quiet() -> Iterator[None]:
         setattr(sys, "__stdout__", saved_dunder)  # noqa: B010
 
 
+_IMPORTING = threading.Lock()  # (one import at a time swaps the process's stdout)
+
+
 def _jaxmarl() -> Any:
     try:
-        with _quiet():
-            import jaxmarl  # lazy: optional extra (jaxmarl), installed --no-deps
+        with _IMPORTING:
+            if "jaxmarl" in sys.modules:  # (its import has run: nothing to quiet)
+                import jaxmarl  # lazy: optional extra (jaxmarl), installed --no-deps
+            else:
+                with _quiet():
+                    import jaxmarl  # lazy: optional extra (jaxmarl), installed --no-deps
     except ImportError:
         raise ValueError(f"jaxmarl envs need the 'jaxmarl' extra, which is not installed; run {INSTALL}") from None
     return jaxmarl

@@ -7,6 +7,7 @@ shortcut) and must see the difference."""
 from __future__ import annotations
 
 import contextlib
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from shoal.core.specs import ArraySpec
 from shoal.replay.native import NativeReplayServer
 from shoal.replay.native import selectors as sel
+from shoal.replay.native.columns import Rows
 from shoal.replay.tables import RateLimit, TableSpec
 
 SIGNATURE = {"a": ArraySpec((3,), np.float32), "b": ArraySpec((), np.int32)}
@@ -218,3 +220,54 @@ def test_a_run_held_back_by_the_rate_limiter_takes_as_many_as_one_at_a_time(remo
             writer.close()
         one.stop()
         run.stop()
+
+
+def _pairs_match(sampler: str, remover: str) -> bool:
+    """Whether ``append_item`` one at a time leaves the table as the original item loop does
+    (``Table.insert_many`` of two items at a time: the path that holds no shortcut)."""
+    one, ref = _server(sampler, remover), _server(sampler, remover)
+    writer = one.client.writer(1, 1.0)
+    table = ref._tables["t"]
+    try:
+        start, same = 0, True
+        for length in [4, 3, 1, 6, 5, 2, 6, 6, 3, 4, 1, 5]:
+            items, priorities = _items(start, length + length % 2)  # (pairs: an even count)
+            for columns, priority in zip(items, priorities.tolist()):
+                writer.append_item("t", priority, columns)
+            held = [(Rows(*ref._store.add_item_step(c)), p) for c, p in zip(items, priorities.tolist())]
+            for i in range(0, len(held), 2):
+                assert table.insert_many(held[i : i + 2], time.monotonic() + 1.0) == 2
+            same = same and _held(one) == _held(ref)
+            if length % 2:
+                same = same and _sampled(one) == _sampled(ref)
+            start += len(items)
+        return same
+    finally:
+        writer.close()
+        one.stop()
+        ref.stop()
+
+
+@pytest.mark.parametrize("remover", REMOVERS)
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized", "fifo", "lifo"])
+def test_one_at_a_time_is_the_original_item_loop(sampler, remover):
+    assert _pairs_match(sampler, remover)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, float("inf")])
+def test_a_bad_priority_in_process_is_one_line_and_the_full_table_untouched(bad):
+    server = _server("prioritized", "fifo")
+    writer = server.client.writer(1, 1.0)
+    try:
+        items, priorities = _items(0, MAX_SIZE + 1)
+        for columns, priority in zip(items[:MAX_SIZE], priorities.tolist()):
+            writer.append_item("t", priority, columns)
+        before = _held(server)
+        with pytest.raises(ValueError, match=f"^priorities must be finite numbers >= 0, got {bad}$"):
+            writer.append_item("t", bad, items[MAX_SIZE])
+        assert _held(server) == before
+        writer.append_item("t", 1.0, items[MAX_SIZE])  # (the next good one goes in, the oldest out)
+        assert _held(server)[-1][:3] == [MAX_SIZE, MAX_SIZE + 1, 1]  # (size, inserts, deletes)
+    finally:
+        writer.close()
+        server.stop()

@@ -140,8 +140,11 @@ def agent_groups(config: Any) -> tuple[list[str], list[int]] | None:
                 if global_state
                 else "--self-play"
             )
-            envs = "a PettingZoo or JaxMARL env (pettingzoo:<module>, jaxmarl:<Name>)" if global_state else ""
-            envs = envs or "a PettingZoo env (pettingzoo:<module>)"
+            envs = (
+                "a PettingZoo or JaxMARL env (pettingzoo:<module>, jaxmarl:<Name>)"
+                if flag == "--global-state"
+                else "a PettingZoo env (pettingzoo:<module>)"
+            )
             raise ValueError(f"{flag}: for {envs} only, not {config.env.id}")
         return None
     if config.multiagent.self_play:

@@ -280,7 +280,8 @@ class _OrderedSelector:
             self.insert_many(slots, priorities)
         elif len(slots):
             self.delete_many(np.unique(slots))
-            self.insert_many(slots[last_of_each(slots)], priorities)
+            last = last_of_each(slots)
+            self.insert_many(slots[last], priorities[last])
 
     def remove_insert_many(self, rng: np.random.Generator, priorities: np.ndarray) -> np.ndarray:
         """FIFO: the ``count`` oldest (a new item is newer than all of them); LIFO: the newest,

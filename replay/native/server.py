@@ -209,10 +209,13 @@ class NativeReplayServer:
         before ``timeout_s`` (if not, nothing of it is kept). Not checked, as ``insert_local``."""
         target = self._table(table)
         lane, row = self._store.add_item_step(columns)
-        if target.insert_row(lane, row, priority, time.monotonic() + float(timeout_s)):
-            return True
-        self._store.release_row(lane, row)
-        return False
+        inserted = False
+        try:
+            inserted = target.insert_row(lane, row, priority, time.monotonic() + float(timeout_s))
+        finally:
+            if not inserted:  # (held back, or a bad priority refused: the row goes)
+                self._store.release_row(lane, row)
+        return inserted
 
     def insert_items(self, runs: list, timeout_s: float) -> int:
         """One-step items whose steps come in the call (``NativeWriter.append_item`` over RPC),

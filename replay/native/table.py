@@ -34,6 +34,7 @@ reproducible).
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from shoal.replay.native.selectors import last_of_each, make_selector, previous_of
+from shoal.replay.native.validation import check_priorities
 from shoal.replay.tables import TableSpec
 
 MUTATION_WAIT_S = 60.0
@@ -245,6 +247,7 @@ class Table:
         if len(items) == 1 and isinstance(items[0][0].index, int):  # (one one-step item)
             steps, priority = items[0]
             return int(self.insert_row(steps.lane, steps.index, priority, deadline))
+        check_priorities([priority for _, priority in items])  # (before anything moves: the table untouched)
         release: list[tuple[int, Any]] = []
         try:
             with self._lock:
@@ -269,7 +272,10 @@ class Table:
     def insert_row(self, lane: int, row: int, priority: float, deadline: float) -> bool:
         """``insert_many`` of one one-step item (row ``row`` of lane ``lane``, held in the store
         for it) with nothing else to do: ``NativeWriter.append_item``'s call in one process.
-        False when the rate limiter held it back until ``deadline`` (nothing was inserted)."""
+        False when the rate limiter held it back until ``deadline`` (nothing was inserted); a
+        priority that is not a finite number >= 0 is a ``ValueError``, the table untouched."""
+        if not 0.0 <= priority < math.inf:  # (a NaN fails both: checked before anything moves)
+            raise ValueError(f"priorities must be finite numbers >= 0, got {priority}")
         removed_lane, removed = -1, None
         with self._lock:
             if (self._closed or not self._can_insert()) and not self._wait(self._can_insert, deadline):
