@@ -57,7 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.core.specs import ACTION_MASK, make_environment_spec
-from shoal.envs.jax_envs import EnvState, JaxVectorEnv, Step
+from shoal.envs.jax_vector import EnvState, JaxVectorEnv, Step
 from shoal.envs.multiagent import AGENT_ID, GLOBAL_STATE
 
 SOURCE = "jaxmarl"

@@ -4,7 +4,7 @@
 parallel API; e.g. ``pettingzoo:mpe2.simple_spread_v3``) or ``env(**kwargs)`` (its AEC API,
 converted with PettingZoo's ``aec_to_parallel`` where the env allows it), and
 ``pettingzoo:<module>:<function>`` a function of the user's that returns either. ``--env-arg``
-values go to that constructor (``shoal.envs.pettingzoo_sources`` finds it and makes the env).
+values go to that constructor (``shoal.envs.env_sources`` finds it and makes the env).
 
 ``AgentRows`` steps ``num_copies`` copies of the env together and lays every copy's agents out as
 rows, copy by copy, agents in ``possible_agents`` order: ``num_copies * num_agents`` rows, so
@@ -51,8 +51,8 @@ import gymnasium as gym
 import numpy as np
 
 from shoal.core.specs import ACTION_MASK
+from shoal.envs.env_sources import PREFIX, env_maker, is_pettingzoo  # noqa: F401 -- (PREFIX: importable here as before)
 from shoal.envs.observations import allowed_actions
-from shoal.envs.pettingzoo_sources import PREFIX, env_maker, is_pettingzoo  # noqa: F401 -- (PREFIX: importable here as before)
 
 AGENT_ID = "agent_id"
 GLOBAL_STATE = "global_state"

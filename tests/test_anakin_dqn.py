@@ -203,7 +203,8 @@ def test_a_resumed_anakin_dqn_run_continues_exactly(tmp_path, capsys, monkeypatc
 def test_prioritized_anakin_dqn_trains_on_its_priorities(tmp_path):
     """``prioritized_replay``: the ring draws by priority, DQN's update weighs the draws and the
     drawn windows' priorities become their |TD| (the checkpointed ring's priorities differ)."""
-    from shoal.envs.jax_envs import JaxVectorEnv, make_jax_env
+    from shoal.envs.jax_envs import make_jax_env
+    from shoal.envs.jax_vector import JaxVectorEnv
     from shoal.launch.experiments.anakin import dqn, run_anakin
     from shoal.launch.experiments.anakin.checkpoints import restore_checkpoint
 

@@ -59,7 +59,8 @@ def test_one_compiled_iteration_writes_the_ring_and_runs_sacs_update():
     """A small SAC (batch 8, 2 SGD steps, 4 envs, learning from 4 transitions): one iteration
     writes its k vector steps into the ring ([envs, rows, ...], the Box action float32) and
     runs one update of u SGD steps (k = 1 and u = 2 keep the ratio of 4), with SAC's metrics."""
-    from shoal.envs.jax_envs import JaxVectorEnv, make_jax_env
+    from shoal.envs.jax_envs import make_jax_env
+    from shoal.envs.jax_vector import JaxVectorEnv
     from shoal.launch.experiments.anakin import sac
     from shoal.launch.experiments.anakin.runner import make_dispatch, place
     from shoal.learners.placement import Placement

@@ -15,7 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from shoal.envs.jax_envs import CRAFTAX_IDS, check_jax_env_id, jax_environment_spec, make_jax_env
+from shoal.envs.jax_envs import CRAFTAX_IDS, check_jax_env_id, make_jax_env
+from shoal.envs.jax_vector import jax_environment_spec
 from shoal.launch.experiments.cli.main import main
 
 

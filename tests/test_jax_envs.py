@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shoal.envs.jax_envs import JaxEnv, JaxGymVectorEnv, JaxVectorEnv, is_jax_env
+from shoal.envs.jax_envs import JaxEnv, JaxGymVectorEnv, is_jax_env
+from shoal.envs.jax_vector import JaxVectorEnv
 
 
 class CountState(NamedTuple):

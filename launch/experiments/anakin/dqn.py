@@ -20,7 +20,7 @@ import jax
 
 from shoal.agents.dqn import learning
 from shoal.agents.dqn.builder import DQNBuilder
-from shoal.envs.jax_envs import JaxVectorEnv
+from shoal.envs.jax_vector import JaxVectorEnv
 from shoal.launch.experiments.anakin.loop import Loop
 from shoal.launch.experiments.anakin.off_policy import (
     PRIORITY_FLOOR,

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.core.types import ActorInfo
-from shoal.envs.jax_envs import JaxVectorEnv, make_jax_vector_env
+from shoal.envs.jax_envs import make_jax_vector_env
+from shoal.envs.jax_vector import JaxVectorEnv
 
 EVAL_SEED_OFFSET = 1_000_003  # (as the evaluator's: evaluation k resets with seed + this + 7919 k)
 EVAL_STEP_CAP = 100_000  # an evaluation episode longer than this is cut

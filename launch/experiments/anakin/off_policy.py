@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from shoal.core.types import ActorInfo, Policy
-from shoal.envs.jax_envs import JaxVectorEnv
+from shoal.envs.jax_vector import JaxVectorEnv
 from shoal.launch.experiments.anakin import buffer as ring
 from shoal.launch.experiments.anakin.loop import Loop
 from shoal.learners.updates import AXIS_NAME, UpdateFn
@@ -54,7 +54,7 @@ class ReplayCarry(NamedTuple):
     """What one dispatch carries from iteration to iteration (per device: its envs and their rows)."""
 
     train: Any  # the agent's training state, replicated
-    env: Any  # jax_envs.EnvState, [N / devices] per device
+    env: Any  # jax_vector.EnvState, [N / devices] per device
     observation: Any  # [N / devices, ...]
     buffer: ring.Buffer  # data [N / devices, capacity, ...] per device; position and size replicated
     key: jax.Array  # replicated; each device folds in its index

@@ -21,7 +21,8 @@ from shoal.agents.sac.builder import SACBuilder
 from shoal.core.loggers import TerminalLogger, make_logger
 from shoal.core.timing import Stopwatch, breakdown, process_seconds
 from shoal.core.types import ActorInfo
-from shoal.envs.jax_envs import JaxVectorEnv, is_jax_env, make_jax_vector_env
+from shoal.envs.jax_envs import is_jax_env, make_jax_vector_env
+from shoal.envs.jax_vector import JaxVectorEnv
 from shoal.envs.multiagent import agent_returns
 from shoal.launch.experiments.anakin import dqn, sac
 from shoal.launch.experiments.anakin.checkpoints import restore_checkpoint, save_checkpoint
@@ -40,7 +41,7 @@ class Carry(NamedTuple):
     """What one dispatch carries from iteration to iteration (per device: its envs)."""
 
     train: learning.TrainingState  # replicated
-    env: Any  # jax_envs.EnvState, [N / devices] per device
+    env: Any  # jax_vector.EnvState, [N / devices] per device
     observation: Any  # [N / devices, ...]
     discounted_return: jax.Array  # [N / devices]: for reward normalization (as DiscountedReturns)
     key: jax.Array  # replicated; each device folds in its index

@@ -18,7 +18,7 @@ import jax
 from shoal.agents.sac import learning
 from shoal.agents.sac.builder import SACBuilder
 from shoal.agents.sac.networks import SACNetworks
-from shoal.envs.jax_envs import JaxVectorEnv
+from shoal.envs.jax_vector import JaxVectorEnv
 from shoal.launch.experiments.anakin.loop import Loop
 from shoal.launch.experiments.anakin.off_policy import make_replay_loop
 
