@@ -104,6 +104,7 @@ def test_priority_updates_change_sampling():
         server.stop()
 
 
+@pytest.mark.e2e  # (waits out several stream timeouts by design: 1.5 s)
 def test_a_batch_waits_across_streams_and_loses_no_item():
     # A queue sampled 2 items per batch: with one item in, the stream times out (poll_s) and a
     # new one is opened; the item already served is kept, and the batch completes on the next.
