@@ -208,6 +208,7 @@ def test_an_actor_whose_step_hangs_is_named_and_restarted(tmp_path):
     assert "shoal: error: actor_0: " + STUCK.format(steps="392") in log, log
 
 
+@pytest.mark.e2e  # (waits out the 1 s step bound by design)
 def test_an_evaluation_whose_step_hangs_ends_in_one_line(monkeypatch, release_hangs):
     """The evaluator's episodes are watched as the actors' steps are (``actors.loops.evaluate``):
     a step past ``SHOAL_STEP_TIMEOUT_S`` is one line naming the evaluation, the env and the bound
