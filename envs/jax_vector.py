@@ -123,17 +123,32 @@ class JaxVectorEnv:
         obs, final, env_state, reward, terminated, truncated = jax.vmap(self._step_one)(
             jax.random.split(key, n), state.env, action
         )
-        done = jnp.logical_or(terminated, truncated)
-        episode_return = state.episode_return + reward
-        episode_length = state.episode_length + 1
-        step = Step(
-            obs,
-            final,
-            reward,
-            terminated,
-            truncated,
-            jnp.where(done, episode_return, 0.0),
-            jnp.where(done, episode_length, 0),
-        )
-        kept = jnp.logical_not(done)
-        return EnvState(env_state, episode_return * kept, episode_length * kept), step
+        return counted_step(state, env_state, obs, final, reward, terminated, truncated)
+
+
+def counted_step(
+    state: EnvState,
+    env_state: Any,
+    obs: Any,
+    final: Any,
+    reward: jax.Array,
+    terminated: jax.Array,
+    truncated: jax.Array,
+) -> tuple[EnvState, Step]:
+    """A vector step's ``(EnvState, Step)`` from what the envs gave (``[N]`` each): each env's
+    running episode return and length counted on, reported where its episode ended and then
+    started again from zero."""
+    done = jnp.logical_or(terminated, truncated)
+    episode_return = state.episode_return + reward
+    episode_length = state.episode_length + 1
+    step = Step(
+        obs,
+        final,
+        reward,
+        terminated,
+        truncated,
+        jnp.where(done, episode_return, 0.0),
+        jnp.where(done, episode_length, 0),
+    )
+    kept = jnp.logical_not(done)
+    return EnvState(env_state, episode_return * kept, episode_length * kept), step

@@ -57,7 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from shoal.core.specs import ACTION_MASK, make_environment_spec
-from shoal.envs.jax_vector import EnvState, JaxVectorEnv, Step
+from shoal.envs.jax_vector import EnvState, JaxVectorEnv, Step, counted_step
 from shoal.envs.multiagent import AGENT_ID, GLOBAL_STATE
 
 SOURCE = "jaxmarl"
@@ -343,19 +343,9 @@ class AgentRows(JaxVectorEnv):
             jax.random.split(key, copies), state.env, actions
         )
         reward, terminated, truncated = (x.reshape(rows) for x in (reward, terminated, truncated))
-        done = jnp.logical_or(terminated, truncated)
-        episode_return, episode_length = state.episode_return + reward, state.episode_length + 1
-        step = Step(
-            self._rows(obs, self._masks(env_state)),
-            self._rows(final, self._masks(ended_state)),
-            reward,
-            terminated,
-            truncated,
-            jnp.where(done, episode_return, 0.0),
-            jnp.where(done, episode_length, 0),
-        )
-        kept = jnp.logical_not(done)
-        return EnvState(env_state, episode_return * kept, episode_length * kept), step
+        observations = self._rows(obs, self._masks(env_state))
+        finals = self._rows(final, self._masks(ended_state))
+        return counted_step(state, env_state, observations, finals, reward, terminated, truncated)
 
 
 class _Spaces:
