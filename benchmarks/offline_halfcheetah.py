@@ -17,7 +17,8 @@ trained offline on it, and SAC fine-tuned online from it, seed 0.
 
 Every command runs as a user's does (the CLI, in a subprocess), and prints a progress line as
 it starts and ends. Each step's JSON goes to ``--work`` (default /tmp/shoal-offline-halfcheetah)
-and a step whose JSON is there is not run again: rerun the command to continue. ``--steps``
+and a step whose JSON is there is not run again: rerun the command to continue (a step stopped
+after a checkpoint, e.g. by SIGTERM, goes on from it with ``shoal train --resume``). ``--steps``
 runs some steps only (e.g. ``online`` in one process, ``iql cql`` in another: a step another
 invocation is running is skipped). At the end the JSON of every finished step goes to
 ``benchmarks/results/mujoco/halfcheetah-offline.json``::
