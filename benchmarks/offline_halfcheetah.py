@@ -40,6 +40,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from offline import ROOT, shoal  # noqa: E402  (the CartPole benchmark's helpers)
 
+from shoal.core.shared_memory import process_alive  # noqa: E402
+
 OUT = os.path.join(ROOT, "benchmarks", "results", "mujoco", "halfcheetah-offline.json")
 ENV = "HalfCheetah-v5"
 GOAL = 6000.0
@@ -63,16 +65,6 @@ def evaluations(run_dir: str) -> list[dict]:
         ]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def step(work: str, name: str, argv: list[str]) -> dict | None:
     """Runs ``shoal ARGV`` once, its run directory ``WORK/NAME``: the command, its wall time, its
     JSON line and its evaluations go to ``WORK/NAME.json``. ``None`` where another invocation is
@@ -87,7 +79,7 @@ def step(work: str, name: str, argv: list[str]) -> dict | None:
     if os.path.exists(lock):
         with open(lock) as f:
             pid = int(f.read().strip() or 0)
-        if pid and _alive(pid):
+        if pid and process_alive(pid):
             print(f"{name}: running in process {pid}, skipped", flush=True)
             return None
     with open(lock, "w") as f:
