@@ -217,3 +217,21 @@ def test_run_tune_from_python(tmp_path):
     )  # fmt: skip
     assert summary["trials"] == {"complete": 1} and set(summary["best_settings"]) == {"learning_rate", "n_step"}
     assert _states(tmp_path / "tune") == {0: "COMPLETE"}
+
+
+@pytest.mark.e2e  # (real training: two trials of the compiled loop, in this process)
+def test_a_jax_env_tunes_in_the_compiled_loop(tmp_path, capsys):
+    pytest.importorskip("gymnax", reason="gymnax:<Id> needs the gymnax extra")
+    space = (
+        "space:\n  learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}\nfirst_trials:\n  - {learning_rate: 0.003}\n"
+    )
+    out = tmp_path / "tune"
+    argv = ["tune", "--agent", "ppo", "--env", "gymnax:CartPole-v1", "--trials", "2", "--no-prune"]
+    argv += ["--space", _space(tmp_path / "s.yaml", space), "--out", str(out), "--max-env-steps", "4096"]
+    assert main(argv + ["--eval-every", "2048", "--num-envs", "8", "--eval-episodes", "4"]) == 0, capsys.readouterr()
+    assert _states(out) == {0: "COMPLETE", 1: "COMPLETE"}
+    for trial in (0, 1):
+        result = json.loads((out / f"trials/{trial}/s0/result.json").read_text())
+        assert result["launcher"] == "anakin" and result["env_steps"] >= 4096, result  # (not the replay path)
+    preset = json.loads((out / "best_preset.json").read_text())
+    assert preset["env"] == "gymnax:CartPole-v1" and "learning_rate" in preset["settings"]

@@ -49,11 +49,12 @@ NEW_TUNE_FLAGS = {
     "eval_episodes": "--eval-episodes",
     "num_envs": "--num-envs",
     "target_return": "--target-return",
+    "global_state": "--global-state",
     "startup_trials": "--startup-trials",
     "sampler_seed": "--sampler-seed",
     "no_prune": "--no-prune",
 }
-EXPERIMENT_FLAGS = ("max_env_steps", "eval_every", "eval_episodes", "num_envs", "target_return")
+EXPERIMENT_FLAGS = ("max_env_steps", "eval_every", "eval_episodes", "num_envs", "target_return", "global_state")
 
 
 def add_parser(sub: Any) -> None:
@@ -68,7 +69,12 @@ def add_parser(sub: Any) -> None:
         "(the 'plots' extra). Ends with one JSON line on stdout.",
     )
     tune.add_argument("--agent", default=None, help="the agent to tune (a registered name)")
-    tune.add_argument("--env", default=None, help="the gymnasium id each trial trains on")
+    tune.add_argument(
+        "--env",
+        default=None,
+        help="the env each trial trains on: a gymnasium id, or a JAX env's (gymnax:, brax:, craftax:, jaxmarl:), "
+        "trained in the compiled loop as shoal train does",
+    )
     tune.add_argument("--trials", type=int, default=None, help="trials to finish (with --resume: a new total)")
     tune.add_argument(
         "--space",
@@ -108,6 +114,12 @@ def add_parser(sub: Any) -> None:
     tune.add_argument("--eval-episodes", type=int, default=None, help="episodes per evaluation")
     tune.add_argument("--num-envs", type=int, default=None, help="envs stepped together")
     tune.add_argument("--target-return", type=float, default=None, help="a seed stops at this mean evaluation return")
+    tune.add_argument(
+        "--global-state",
+        action="store_true",
+        default=None,
+        help="many agents: the value head reads the global state (MAPPO; as shoal train's flag)",
+    )
     tune.add_argument(
         "--startup-trials",
         type=int,

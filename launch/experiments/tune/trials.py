@@ -1,6 +1,8 @@
-"""Running a tune's trials: each one ``run_experiment`` per seed in this process (Shoal's own
-one-process training), pruned from its evaluation curve by a callback, its outcome told to the
-study; ``work`` asks for trials until the tune has enough.
+"""Running a tune's trials: each one run per seed in this process -- ``run_experiment`` (Shoal's
+own one-process training), or for a JAX env (``gymnax:``, ``brax:``, ``craftax:``, ``jaxmarl:``
+ids) ``run_anakin``, the compiled loop, as ``shoal train`` picks it -- pruned from its evaluation
+curve by a callback, its outcome told to the study; ``work`` asks for trials until the tune has
+enough.
 
 Each seed's run writes a run directory (``DIR/trials/<n>/s<seed>``: logs, ``eval.csv``, the
 learner's checkpoint, which ``shoal evaluate`` and ``shoal export`` read); its replay checkpoint
@@ -23,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+from shoal.envs.jax_envs import is_jax_env
 from shoal.launch.experiments.callbacks import Callback, Evaluation
 from shoal.launch.experiments.cli.aggregates import iqm
 from shoal.launch.experiments.tune import study as studies
@@ -57,8 +60,6 @@ def run_trial(tune_dir: str, settings: TuneSettings, study: Any, trial: Any, sto
     its state's name (``interrupted``: ``stop`` was set while it ran)."""
     import optuna  # lazy: optional extra (tune)
 
-    from shoal.launch.experiments.runner import run_experiment  # lazy: JAX, off the CLI's path
-
     started = time.monotonic()
     try:
         sampled = settings.space.sample(trial)
@@ -71,7 +72,7 @@ def run_trial(tune_dir: str, settings: TuneSettings, study: Any, trial: Any, sto
         run_dir = os.path.join(tune_dir, "trials", str(trial.number), f"s{seed}")
         try:
             config = studies.trial_config(settings, sampled, seed, run_dir, [prune] if prune else [])
-            result = run_experiment(config, stop)
+            result = train_one(config, stop)
         except (ValueError, RuntimeError, FloatingPointError, TimeoutError, OSError) as e:
             return _fail(study, trial, f"seed {seed}: {e}")
         finally:  # (a trial's run never resumes: its replay checkpoint, the large part, goes)
@@ -90,6 +91,18 @@ def run_trial(tune_dir: str, settings: TuneSettings, study: Any, trial: Any, sto
     trial.set_user_attr("wall_s", round(time.monotonic() - started, 3))
     study.tell(trial, value)
     return "complete"
+
+
+def train_one(config: Any, stop: threading.Event) -> dict[str, Any]:
+    """One seed of a trial, trained as ``shoal train`` would: the compiled loop for a JAX env,
+    Shoal's one-process runner for any other."""
+    if is_jax_env(config.env.id):
+        from shoal.launch.experiments.anakin import run_anakin  # lazy: chex etc., anakin runs only
+
+        return run_anakin(config, stop)
+    from shoal.launch.experiments.runner import run_experiment  # lazy: JAX, off the CLI's path
+
+    return run_experiment(config, stop)
 
 
 def _fail(study: Any, trial: Any, error: str) -> str:
