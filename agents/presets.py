@@ -13,6 +13,9 @@ The family of a gymnasium id is read off its registered entry point:
     minatar -- minatar (MinAtar/<Game>-v1: 10x10 binary planes; the minatar extra)
     memory  -- tasks that need memory: Shoal's own (shoal/CartPoleNoVelocity-v1) and popgym's
     gymnax-minatar -- gymnax's MinAtar games (gymnax:<Game>-MinAtar: JAX envs, the compiled loop)
+    brax    -- Brax's envs (brax:<name>: continuous control in JAX, the compiled loop)
+    craftax -- Craftax (craftax:<Id>, the compiled loop)
+    jaxmarl-mpe -- JaxMARL's multi-agent particle envs (jaxmarl:MPE_<name>: agents as rows)
 
 ``shoal train`` applies the preset of the env's family by default (``--preset NAME`` picks one,
 ``--preset none`` keeps the agent's plain defaults, ``--preset FILE.json`` reads one from a file:
@@ -64,8 +67,13 @@ def task_family(env_id: str) -> str | None:
     """The family of a registered gymnasium id (``None`` for one outside those above)."""
     if is_atari(env_id):
         return "atari"
-    if is_jax_env(env_id):  # (gymnax:<Id>: by its name, gymnax registers no entry points)
-        return "gymnax-minatar" if env_id.endswith("-MinAtar") else None
+    if is_jax_env(env_id):  # (a JAX env: by its source and name, none registers entry points)
+        source, name = env_id.split(":", 1)
+        if source == "gymnax":
+            return "gymnax-minatar" if name.endswith("-MinAtar") else None
+        if source == "jaxmarl":
+            return "jaxmarl-mpe" if name.startswith("MPE_") else None
+        return source  # (brax, craftax)
     try:
         entry_point = str(gym.spec(resolve_env_id(env_id)).entry_point)
     except (ValueError, gym.error.Error):

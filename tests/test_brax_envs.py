@@ -75,6 +75,7 @@ def test_the_time_limit_truncates_and_the_vector_env_resets_with_the_final_obser
 def test_ppo_trains_on_a_brax_env_in_the_compiled_loop(tmp_path, capsys):
     pytest.importorskip("brax.envs", reason="the brax extra (Python 3.12+)")
     argv = ["train", "--agent", "ppo", "--env", "brax:inverted_pendulum", "--env-arg", "backend=positional"]
+    argv += ["--preset", "none"]  # (ppo/brax: 2,048 envs, an accelerator's; test_unit_agents validates it)
     argv += ["--max-env-steps", "8192", "--eval-every", "4096", "--run-dir", str(tmp_path / "run"), "--quiet"]
     assert main(argv) == 0, capsys.readouterr().err[-2000:]
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -46,6 +46,7 @@ def test_ppo_trains_on_craftax_classic_in_the_compiled_loop(tmp_path, capsys):
     if sys.version_info < (3, 12):
         pytest.skip("CI time: Python 3.12's run trains it (the same adapter and loop on both stacks)")
     argv = ["train", "--agent", "ppo", "--env", "craftax:Craftax-Classic-Symbolic-v1", "--num-envs", "8"]
+    argv += ["--preset", "none"]  # (ppo/craftax's 3 x 512 MLPs: test_unit_agents validates it; CI time)
     argv += ["--max-env-steps", "4096", "--eval-every", "4096", "--eval-episodes", "2"]
     argv += ["--run-dir", str(tmp_path / "run"), "--quiet"]
     assert main(argv) == 0, capsys.readouterr().err[-2000:]

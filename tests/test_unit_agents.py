@@ -27,6 +27,9 @@ ENVS = {
     ("minatar", "discrete"): "MinAtar/Breakout-v1",
     ("memory", "discrete"): "shoal/CartPoleNoVelocity-v1",
     ("gymnax-minatar", "discrete"): "gymnax:Breakout-MinAtar",
+    ("brax", "continuous"): "brax:inverted_pendulum",
+    ("craftax", "discrete"): "craftax:Craftax-Symbolic-v1",
+    ("jaxmarl-mpe", "discrete"): "jaxmarl:MPE_simple_spread_v3",
 }
 # The kind of action each agent takes first (PPO takes both: its mujoco preset is continuous).
 ACTIONS = {
@@ -49,6 +52,9 @@ EXTRAS = {
     "atari": "ale_py",
     "minatar": "minatar",
     "gymnax-minatar": "gymnax",
+    "brax": "brax",
+    "craftax": "craftax",
+    "jaxmarl-mpe": "jaxmarl",
 }  # (the module each family's extra installs)
 
 

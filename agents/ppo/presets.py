@@ -49,6 +49,24 @@
   seeds 0-4 (training return, ``benchmarks/minatar_presets.py``): Breakout 13.65 [6.90-22.62], below
   gymnax-blines' 15.7; SpaceInvaders 63.26 [59.57-81.01], above its 58.4 (``published.md``'s table);
   ``--set entropy_coef=0.02``: Breakout seed 0 18.00 (the preset 13.65), the other seeds not yet run.
+* ``brax`` -- Brax's own PPO for its envs (``brax:<name>``, the compiled loop; Brax's training
+  notebook, ``notebooks/training.ipynb``: the settings it gives ``inverted_pendulum``,
+  ``inverted_double_pendulum`` and ``humanoid``): 2,048 envs, each update 80 steps of every env
+  (Brax: 16 unrolls of 5 steps, 163,840 env steps), 4 epochs, learning rate 3e-4 (constant),
+  gamma 0.97, GAE lambda 0.95, clip 0.3, entropy 0.01, observations normalized; a 50M-step budget
+  (its ant and humanoid runs'), 20 evaluations. Where Shoal differs: minibatches of 4,096 steps
+  (40 a pass, where Brax takes 32 of 5,120: the minibatches must divide the 80 steps), GAE over
+  the whole 80 steps (Brax bootstraps every 5), rewards scaled by the running return deviation
+  (Brax multiplies them by a fixed ``reward_scaling``, 10 for these envs), the gradient norm
+  clipped at 10 (Brax clips none), and Shoal's two tanh MLPs of 64 (Brax: a policy of four swish
+  layers of 32, a value of five of 256). Made for an accelerator: on a 2-core CPU one update
+  (163,840 env steps) takes minutes; ``--num-envs 64`` trains there, at other settings' pace.
+* ``craftax`` -- Craftax's PPO baseline (``MichaelTMatthews/Craftax_Baselines``, ``ppo.py`` and
+  ``models/actor_critic.py``, the runs behind the Craftax paper's PPO): 1,024 envs x 64 steps,
+  4 epochs of 8 minibatches, learning rate 2e-4 annealed linearly to 0 over the budget, gamma
+  0.99, GAE lambda 0.8, clip 0.2, entropy 0.01, value 0.5, gradient norm 1.0, three tanh layers
+  of 512 in each of the policy and the value (orthogonal init); the paper's 1B-step budget, 20
+  evaluations. Made for an accelerator too (the paper's 1B steps took hours on one GPU).
 * ``memory`` -- recurrent PPO for tasks that need memory, after RL-Zoo's ``ppo_lstm`` for
   ``CartPoleNoVel-v1`` (rl-baselines3-zoo ``hyperparams/ppo_lstm.yml``): 8 envs x 32 steps, one
   minibatch of all 256 steps, 20 epochs, learning rate 1e-3 and clip 0.2 both annealed linearly
@@ -162,6 +180,45 @@ PRESETS = [
             "orthogonal_init": False,
         },
         experiment={"num_envs": 64, "max_env_steps": 10_000_000, "eval_every": 500_000, "eval_episodes": 10},
+    ),
+    Preset(
+        "ppo",
+        "brax",
+        "Brax's training notebook (notebooks/training.ipynb), its PPO settings for inverted_pendulum and humanoid",
+        settings={
+            "rollout_length": 80,
+            "num_minibatches": 40,
+            "num_epochs": 4,
+            "learning_rate": 3e-4,
+            "discount": 0.97,
+            "gae_lambda": 0.95,
+            "clip_epsilon": 0.3,
+            "entropy_coef": 0.01,
+            "max_gradient_norm": 10.0,
+            "normalize_observations": True,
+            "normalize_rewards": True,
+        },
+        experiment={"num_envs": 2048, "max_env_steps": 50_000_000, "eval_every": 2_500_000, "eval_episodes": 32},
+    ),
+    Preset(
+        "ppo",
+        "craftax",
+        "Craftax_Baselines ppo.py (the Craftax paper's PPO)",
+        settings={
+            "rollout_length": 64,
+            "num_minibatches": 8,
+            "num_epochs": 4,
+            "learning_rate": 2e-4,
+            "learning_rate_schedule": "linear",
+            "discount": 0.99,
+            "gae_lambda": 0.8,
+            "clip_epsilon": 0.2,
+            "entropy_coef": 0.01,
+            "value_coef": 0.5,
+            "max_gradient_norm": 1.0,
+            "hidden_sizes": (512, 512, 512),
+        },
+        experiment={"num_envs": 1024, "max_env_steps": 1_000_000_000, "eval_every": 50_000_000, "eval_episodes": 32},
     ),
     Preset(
         "ppo",
