@@ -230,15 +230,22 @@ class NativeReplayClient:
         return self.sample_batch_later(table, num_items, timeout_s, segment)()
 
     def sample_batch_later(
-        self, table: str, num_items: int, timeout_s: float, segment: Segment | None = None
+        self,
+        table: str,
+        num_items: int,
+        timeout_s: float,
+        segment: Segment | None = None,
+        min_items: int | None = None,
     ) -> _Pending:
-        """``sample_batch`` started now (over RPC: while the caller goes on), its result later. At
-        most ``MAX_SAMPLE_ITEMS`` items come in one call (the server's bound): the caller asks
+        """``sample_batch`` started now (over RPC: while the caller goes on), its result later
+        (``min_items``: the server waits for no more than these; ``NativeReplayServer.sample``).
+        At most ``MAX_SAMPLE_ITEMS`` items come in one call (the server's bound): the caller asks
         again for the rest, as it does for the items a timeout held back."""
         num_items = min(int(num_items), MAX_SAMPLE_ITEMS)
+        least = None if min_items is None else min(int(min_items), num_items)
         if segment is None:
-            return self._call_later("sample", table, num_items, float(timeout_s))
-        pending = self._call_later("sample_shared", table, num_items, float(timeout_s), segment.name)
+            return self._call_later("sample", table, num_items, float(timeout_s), least)
+        pending = self._call_later("sample_shared", table, num_items, float(timeout_s), segment.name, least)
 
         def result() -> dict[str, Any] | None:
             served = pending()

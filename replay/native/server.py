@@ -281,12 +281,16 @@ class NativeReplayServer:
         self._store.let_go([(writer, i) for i in release])
         return len(tables)
 
-    def sample(self, table: str, num_items: int, timeout_s: float) -> dict[str, Any] | None:
+    def sample(
+        self, table: str, num_items: int, timeout_s: float, min_items: int | None = None
+    ) -> dict[str, Any] | None:
         """Up to ``num_items`` items of ``table``, as the rate limiter lets them through before
-        ``timeout_s``: ``{"columns": [...], "key", "probability", "table_size", "priority",
+        ``timeout_s`` (with ``min_items``: no waiting past the first ``min_items`` for the rest;
+        ``Table.sample``): ``{"columns": [...], "key", "probability", "table_size", "priority",
         "times_sampled"}`` (arrays, items on the leading axis), or ``None`` if none came."""
         num_items, timeout_s = check_num_items(num_items), check_timeout(timeout_s)
-        taken, columns = self._table(table).sample(num_items, time.monotonic() + timeout_s)
+        least = None if min_items is None else check_num_items(min_items)
+        taken, columns = self._table(table).sample(num_items, time.monotonic() + timeout_s, least)
         if taken is None:
             return None
         return {
@@ -353,10 +357,12 @@ class NativeReplayServer:
         ]
         return self.insert(writer, groups, items, release, timeout_s)
 
-    def sample_shared(self, table: str, num_items: int, timeout_s: float, segment: str) -> dict[str, Any] | None:
+    def sample_shared(
+        self, table: str, num_items: int, timeout_s: float, segment: str, min_items: int | None = None
+    ) -> dict[str, Any] | None:
         """``sample``, its columns laid in ``segment`` (``"places"`` says where; ``"columns"`` is
         then ``None``); in the reply itself if they do not fit or the segment is not mapped here."""
-        served = self.sample(table, num_items, timeout_s)
+        served = self.sample(table, num_items, timeout_s, min_items)
         mapping = self._segments.get(segment)
         if served is not None and mapping is not None:
             places = mapping.put(served["columns"])

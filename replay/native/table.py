@@ -433,6 +433,12 @@ class Table:
         for lane, rows in release:
             self._store.release_rows(lane, rows)
 
+    def _next_is_ready(self) -> bool:
+        """(Under the lock) whether one more item could be sampled now, without waiting."""
+        if self.gated and (self._granted <= 0 or self.mutations < self._mutations_wanted):
+            return False
+        return self._can_sample()
+
     def _ready_now(self, wanted: int) -> int:
         """(Under the lock) how many of ``wanted`` items the limiter (and, gated, the grant) lets
         be sampled one after another right now: the items the per-item rule would take without
@@ -493,12 +499,17 @@ class Table:
             rows,
         )
 
-    def sample(self, num_items: int, deadline: float) -> tuple[Sampled | None, list | None]:
+    def sample(
+        self, num_items: int, deadline: float, min_items: int | None = None
+    ) -> tuple[Sampled | None, list | None]:
         """Up to ``num_items`` items, each taken when the limiter allows it: their metadata
         (``Sampled``, arrays in the order sampled) and their columns (``ColumnStore.gather_rows``),
-        or ``(None, None)`` when no item came. Fewer when ``deadline`` passed first. Items the
+        or ``(None, None)`` when no item came. Fewer when ``deadline`` passed first, or, with
+        ``min_items``, as soon as ``min_items`` were taken and the limiter holds the next one back
+        (a sampler asking for several batches in one call waits only for the first). Items the
         limiter lets through at once are drawn as one batch (``select_many``: the same draws as
         one at a time); the rest one by one as the limiter admits them."""
+        enough = num_items if min_items is None else min(max(1, min_items), num_items)
         parts: list[Sampled] = []
         taken = 0
         release: list[tuple[int, Any]] = []
@@ -513,6 +524,8 @@ class Table:
                         parts.append(self._take(slots, probabilities))
                         taken += ready
                         continue
+                    if taken >= enough and not self._next_is_ready():  # (the rest would wait: not asked to)
+                        break
                     if self.gated:
                         if not self._wait(lambda: self._can_sample() and self._granted > 0, deadline):
                             break
