@@ -70,11 +70,7 @@ def short(seed=0, **flat):
         "ppo",
         "gymnax:CartPole-v1",
         seed=seed,
-        max_env_steps=4096,
-        eval_every=1024,
-        target_return=1e9,
-        progress=False,
-        **flat,
+        **{"max_env_steps": 4096, "eval_every": 1024, "target_return": 1e9, "progress": False, **flat},
     )
 
 
@@ -227,6 +223,45 @@ def test_a_resumed_run_continues_exactly(tmp_path, capsys, monkeypatch):
     assert main(["status", str(tmp_path / "parts")]) == 0
     status = capsys.readouterr().out.splitlines()
     assert status[0] == "run: ppo on gymnax:CartPole-v1, seed 0 (anakin: envs, policy and update in one compiled loop)"
+
+
+class StopAtLook:
+    """A stop event that is set from its ``n``-th look on (the runner looks before each
+    evaluation interval and after each part of one)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.looks = n, 0
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        return self.looks >= self.n
+
+
+@pytest.mark.e2e  # (three short training runs)
+def test_a_stop_between_two_evaluations_ends_the_part_under_way_and_the_run_resumes_on_the_grid(
+    tmp_path, capsys, monkeypatch
+):
+    """A dispatch runs in parts (``runner.PART_S``, here one iteration each): a stop is honoured at
+    the end of the part under way, mid-interval, with no evaluation off the grid; resumed, the run
+    evaluates and logs where the run that never stopped does."""
+    from shoal.launch.experiments.anakin import runner
+
+    monkeypatch.chdir(tmp_path)
+    run_anakin(short(run_dir=str(tmp_path / "whole"), eval_every=2048))  # (4 iterations of 512 an interval)
+    monkeypatch.setattr(runner, "PART_S", 1e-9)  # (parts of one iteration: timing plays no part)
+    stopped = run_anakin(short(run_dir=str(tmp_path / "parts"), eval_every=2048), StopAtLook(3))
+    assert stopped["terminated"] and stopped["env_steps"] == 1024 and stopped["num_evals"] == 0, stopped
+    assert not os.path.exists(tmp_path / "parts" / "eval.csv") or rows(tmp_path / "parts" / "eval.csv") == []
+    assert main(["train", "--resume", str(tmp_path / "parts"), "--quiet"]) == 0
+    resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert resumed["resumed_from"] == 1024 and resumed["env_steps"] == 4096, resumed
+    whole, parts = (rows(tmp_path / run / "eval.csv") for run in ("whole", "parts"))
+    assert [(r["env_steps"], r["eval_return"]) for r in parts] == [(r["env_steps"], r["eval_return"]) for r in whole]
+    columns = ["env_steps", "episodes", "episode_return", "learner_steps"]  # (an interval's sums, in parts or not)
+    whole, parts = (rows(tmp_path / run / "train.csv") for run in ("whole", "parts"))
+    assert [[r[c] for c in columns] for r in parts if r["env_steps"] != "1024"] == [
+        [r[c] for c in columns] for r in whole
+    ]
 
 
 @pytest.mark.e2e  # (a replay-backed run to the solve)

@@ -79,7 +79,7 @@ def test_one_compiled_iteration_writes_the_ring_and_runs_sacs_update():
     assert data["observation"].shape == (4, 16, 3)
     placement = Placement(jax.local_devices()[:1])
     carry, metrics = make_dispatch(loop.iteration, placement, loop.specs)(
-        place(loop.initial, placement, loop.specs), jnp.int32(1)
+        place(loop.initial, placement, loop.specs), jnp.int32(1), jnp.bool_(True)
     )
     assert int(carry.buffer.size) == 1 and int(carry.updates) == 1 and int(carry.env_steps) == 4
     assert {"critic_loss", "policy_loss", "alpha_loss", "alpha", "entropy", "q_mean"} <= set(metrics)

@@ -168,6 +168,9 @@ def make_iteration(builder: PPOBuilder, networks: Any, venv: JaxVectorEnv) -> An
 
 PPO_SPECS = Carry(P(), P(AXIS_NAME), P(AXIS_NAME), P(AXIS_NAME), P(), P(), P(), P(), P())  # type: ignore[arg-type]  # (a pytree of specs)
 RECURRENT_PPO_SPECS = PPO_SPECS._replace(memory=P(AXIS_NAME))  # (each env's LSTM state, split as the envs)
+# A dispatch runs in parts of about this many seconds (timed as they go): a stop (SIGTERM, Ctrl-C,
+# a tune's) is honoured at the end of the part under way, not of the evaluation interval
+PART_S = 2.0
 
 
 def _is_spec(x: Any) -> bool:
@@ -175,19 +178,24 @@ def _is_spec(x: Any) -> bool:
 
 
 def make_dispatch(iteration: Any, placement: Placement, specs: Any = PPO_SPECS) -> Any:
-    """``(carry, n) -> (carry, metrics of the last iteration)``: ``n`` iterations (``n >= 1``, a
-    traced number: one compilation for every ``n``), jitted over the devices' mesh."""
+    """``(carry, n, fresh) -> (carry, metrics of the last iteration)``: ``n`` iterations (``n >= 1``,
+    a traced number: one compilation for every ``n``), jitted over the devices' mesh. ``fresh``
+    (a traced bool) zeroes the carry's episode counts first (an evaluation interval's first part;
+    its later parts add to them: the sums an interval logs are the same in one part or several)."""
 
-    def run(carry: Carry, n: jax.Array) -> tuple[Carry, dict]:
+    def run(carry: Carry, n: jax.Array, fresh: jax.Array) -> tuple[Carry, dict]:
         zero = jnp.zeros((), jnp.float32)
-        carry = carry._replace(episodes=zero, return_sum=zero, length_sum=zero)
+        keep = lambda x: jnp.where(fresh, zero, x)  # noqa: E731
+        carry = carry._replace(
+            episodes=keep(carry.episodes), return_sum=keep(carry.return_sum), length_sum=keep(carry.length_sum)
+        )
         shapes = jax.eval_shape(iteration, carry)[
             1
         ]  # (the metrics' structure: iteration traced once more, not compiled)
         metrics = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
         return jax.lax.fori_loop(0, n, lambda _, cm: iteration(cm[0]), (carry, metrics))
 
-    return jax.jit(shard_map(run, placement.mesh, (specs, P()), (specs, P())))
+    return jax.jit(shard_map(run, placement.mesh, (specs, P(), P()), (specs, P())))
 
 
 def place(carry: Any, placement: Placement, specs: Any = PPO_SPECS) -> Any:
@@ -293,7 +301,7 @@ def _train(
     )
     with stopwatch.time("compile"):
         dispatch = make_dispatch(loop.iteration, placement, loop.specs)
-        dispatch = dispatch.lower(carry, jnp.int32(per_dispatch)).compile()
+        dispatch = dispatch.lower(carry, jnp.int32(per_dispatch), jnp.bool_(True)).compile()
     with stopwatch.time("compile_evaluation"):
         greedy = builder.make_policy(networks, venv.spec, evaluation=True)
         evaluation = make_evaluation(greedy, venv, config.evaluation.episodes)
@@ -358,19 +366,32 @@ def _train(
         return mean, callbacks.evaluation(evaluated)
 
     solved = target is not None and last_return is not None and last_return >= target  # (a resumed run's)
+    part = 1  # (iterations in the next part of a dispatch: grown to ~PART_S once one is timed)
     ended = False  # (a callback asked to end the run)
     while (
         not solved and not ended and env_steps < config.run.max_env_steps and not (stop is not None and stop.is_set())
     ):
-        todo = min(per_dispatch, math.ceil((config.run.max_env_steps - env_steps) / steps_per_iteration))
+        # (to the next evaluation, on the grid of eval_every from step 0: a run stopped between two
+        # evaluations and resumed evaluates where the run that never stopped does)
+        into = (env_steps // steps_per_iteration) % per_dispatch  # (iterations of this interval already run)
+        left = per_dispatch - into
+        todo = min(left, math.ceil((config.run.max_env_steps - env_steps) / steps_per_iteration))
         t0 = time.monotonic()
-        with stopwatch.time("train"):  # (one dispatch: env steps and updates, on the device)
-            carry, metrics = dispatch(carry, jnp.int32(todo))
-            metrics, stats, done = jax.device_get(
-                (metrics, (carry.episodes, carry.return_sum, carry.length_sum), carry.updates)
-            )
+        with stopwatch.time("train"):  # (env steps and updates on the device, in parts of ~PART_S)
+            ran = 0
+            while ran < todo:
+                n = min(todo - ran, part)
+                began = time.monotonic()
+                carry, metrics = dispatch(carry, jnp.int32(n), jnp.bool_(ran == 0 and not into))
+                done = jax.device_get(carry.updates)  # (the part's end: a stop may be honoured here)
+                part = max(1, min(per_dispatch, round(n * PART_S / max(time.monotonic() - began, 1e-6))))
+                ran += n
+                if stop is not None and stop.is_set():
+                    break
+            metrics, stats = jax.device_get((metrics, (carry.episodes, carry.return_sum, carry.length_sum)))
         if first_step_s is None:
             first_step_s = process_seconds()
+        todo = ran  # (fewer where a stop came between two parts)
         env_steps, updates = env_steps + todo * steps_per_iteration, int(done)  # (DQN's wait for min_replay_size)
         learner_steps = updates * sgd_steps  # (SGD steps, as the replay-backed learner counts them)
         episodes, return_sum, length_sum = (float(x) for x in stats)
@@ -390,6 +411,8 @@ def _train(
         )
         if progress is not None:
             progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps", "episode_return")})
+        if stop is not None and stop.is_set() and env_steps // steps_per_iteration % per_dispatch:
+            break  # (stopped between two evaluations: no evaluation off the grid; the checkpoint below)
         last_return, ended = evaluate()
         solved = target is not None and last_return >= target
         if not (solved or ended) and due.due():
