@@ -264,6 +264,18 @@ def test_a_stop_between_two_evaluations_ends_the_part_under_way_and_the_run_resu
     ]
 
 
+@pytest.mark.e2e  # (a short training run)
+def test_a_stop_at_the_end_of_the_last_short_interval_still_evaluates(tmp_path, monkeypatch):
+    """A budget that ends off the grid (3,072 of intervals of 2,048): a stop that comes with the
+    last part of that short interval still evaluates there, as the run that never stopped does."""
+    from shoal.launch.experiments.anakin import runner
+
+    monkeypatch.setattr(runner, "PART_S", 1e-9)  # (parts of one iteration: looks 2-5, then 7-8)
+    result = run_anakin(short(run_dir=str(tmp_path / "run"), eval_every=2048, max_env_steps=3072), StopAtLook(8))
+    assert result["terminated"] and result["env_steps"] == 3072 and result["num_evals"] == 2, result
+    assert [r["env_steps"] for r in rows(tmp_path / "run" / "eval.csv")] == ["2048", "3072"]
+
+
 @pytest.mark.e2e  # (a replay-backed run to the solve)
 def test_a_jax_env_also_runs_through_actors_and_replay():
     """Both ways for one env: the replay-backed runner steps ``gymnax:CartPole-v1`` as a

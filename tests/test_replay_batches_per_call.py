@@ -89,3 +89,26 @@ def test_a_dataset_over_rpc_takes_several_batches_a_call_and_hands_them_out_in_t
     finally:
         rpc.stop()
         server.stop()
+
+
+def test_large_batches_come_fewer_a_call(monkeypatch):
+    from shoal.replay.native import sampler as samplers
+
+    batch_bytes = 8 * (3 * 4 + 4)  # (8 items of a float32[3] and an int32)
+    monkeypatch.setattr(samplers, "CALL_MAX_BYTES", 2 * batch_bytes + 1)  # (room for two batches a call)
+    server = _server("fifo", RateLimit(1.0, 1, -1e300, 1e300), 1)
+    calls = []
+    sample = server.sample
+    server.sample = lambda *args: calls.append(args[1]) or sample(*args)
+    rpc = RpcServer(server, token="t0ken", methods=SERVICE_METHODS).start()
+    client = NativeReplayClient(RpcClient(rpc.address, token="t0ken", timeout_s=30), rpc.address)
+    try:
+        _write(client, range(40))
+        sampler = client.sampler("t", 8, timeout_s=30.0, poll_s=5.0, each_item_once=False)
+        values = np.concatenate([sampler.sample(8).data["b"] for _ in range(5)])
+        sampler.close()
+        np.testing.assert_array_equal(values, np.arange(40))
+        assert calls[:3] == [8, 16, 16], calls
+    finally:
+        rpc.stop()
+        server.stop()

@@ -235,3 +235,15 @@ def test_a_jax_env_tunes_in_the_compiled_loop(tmp_path, capsys):
         assert result["launcher"] == "anakin" and result["env_steps"] >= 4096, result  # (not the replay path)
     preset = json.loads((out / "best_preset.json").read_text())
     assert preset["env"] == "gymnax:CartPole-v1" and "learning_rate" in preset["settings"]
+
+
+def test_a_trial_keeps_only_its_last_learner_checkpoint(tmp_path):
+    from shoal.launch.experiments.tune.trials import _keep_last_learner_checkpoint
+
+    learner = tmp_path / "checkpoints" / "learner"
+    for step in ("2048", "10240", "4096"):
+        (learner / step).mkdir(parents=True)
+    (learner / "tmp").mkdir()  # (not a step: left alone)
+    _keep_last_learner_checkpoint(str(tmp_path))
+    assert sorted(p.name for p in learner.iterdir()) == ["10240", "tmp"]
+    _keep_last_learner_checkpoint(str(tmp_path / "no-run"))  # (a run that wrote none: nothing to do)

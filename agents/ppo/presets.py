@@ -50,11 +50,11 @@
   gymnax-blines' 15.7; SpaceInvaders 63.26 [59.57-81.01], above its 58.4 (``published.md``'s table);
   ``--set entropy_coef=0.02``: Breakout seed 0 18.00 (the preset 13.65), the other seeds not yet run.
 * ``brax`` -- Brax's own PPO for its envs (``brax:<name>``, the compiled loop; Brax's training
-  notebook, ``notebooks/training.ipynb``: the settings it gives ``inverted_pendulum``,
-  ``inverted_double_pendulum`` and ``humanoid``): 2,048 envs, each update 80 steps of every env
-  (Brax: 16 unrolls of 5 steps, 163,840 env steps), 4 epochs, learning rate 3e-4 (constant),
-  gamma 0.97, GAE lambda 0.95, clip 0.3, entropy 0.01, observations normalized; a 50M-step budget
-  (its ant and humanoid runs'), 20 evaluations. Where Shoal differs: minibatches of 4,096 steps
+  notebook, ``notebooks/training.ipynb``: the settings it gives ``inverted_pendulum`` and
+  ``inverted_double_pendulum``, and ``ant``'s but for its 4,096 envs): 2,048 envs, each update 80
+  steps of every env (Brax: 16 unrolls of 5 steps, 163,840 env steps), 4 epochs, learning rate
+  3e-4 (constant), gamma 0.97, GAE lambda 0.95, clip 0.3, entropy 0.01, observations normalized; a
+  50M-step budget (its ant and humanoid runs'), about 20 evaluations. Where Shoal differs: minibatches of 4,096 steps
   (40 a pass, where Brax takes 32 of 5,120: the minibatches must divide the 80 steps), GAE over
   the whole 80 steps (Brax bootstraps every 5), rewards scaled by the running return deviation
   (Brax multiplies them by a fixed ``reward_scaling``, 10 for these envs), the gradient norm
@@ -64,9 +64,9 @@
 * ``craftax`` -- Craftax's PPO baseline (``MichaelTMatthews/Craftax_Baselines``, ``ppo.py`` and
   ``models/actor_critic.py``, the runs behind the Craftax paper's PPO): 1,024 envs x 64 steps,
   4 epochs of 8 minibatches, learning rate 2e-4 annealed linearly to 0 over the budget, gamma
-  0.99, GAE lambda 0.8, clip 0.2, entropy 0.01, value 0.5, gradient norm 1.0, three tanh layers
-  of 512 in each of the policy and the value (orthogonal init); the paper's 1B-step budget, 20
-  evaluations. Made for an accelerator too (the paper's 1B steps took hours on one GPU).
+  0.99, GAE lambda 0.8, clip 0.2 (the value loss clipped too), entropy 0.01, value 0.5, gradient
+  norm 1.0, three tanh layers of 512 in each of the policy and the value (orthogonal init); the
+  paper's 1B-step budget, about 20 evaluations. Made for an accelerator too (the paper's 1B steps took hours on one GPU).
 * ``memory`` -- recurrent PPO for tasks that need memory, after RL-Zoo's ``ppo_lstm`` for
   ``CartPoleNoVel-v1`` (rl-baselines3-zoo ``hyperparams/ppo_lstm.yml``): 8 envs x 32 steps, one
   minibatch of all 256 steps, 20 epochs, learning rate 1e-3 and clip 0.2 both annealed linearly
@@ -184,7 +184,7 @@ PRESETS = [
     Preset(
         "ppo",
         "brax",
-        "Brax's training notebook (notebooks/training.ipynb), its PPO settings for inverted_pendulum and humanoid",
+        "Brax's training notebook (notebooks/training.ipynb), its PPO settings for inverted_pendulum",
         settings={
             "rollout_length": 80,
             "num_minibatches": 40,
@@ -215,6 +215,7 @@ PRESETS = [
             "clip_epsilon": 0.2,
             "entropy_coef": 0.01,
             "value_coef": 0.5,
+            "clip_value_loss": True,
             "max_gradient_norm": 1.0,
             "hidden_sizes": (512, 512, 512),
         },

@@ -12,8 +12,12 @@ Over RPC each call asks for up to ``BATCHES_PER_CALL`` batches, waiting for the 
 (``min_items``: the server adds what its rate limiter lets through at once, never waits for
 it), and this sampler hands them out one batch at a time: a call's fixed cost (~0.4 ms of gRPC
 on this CPU) is paid once per four batches where the limiter allows, and a rate-limited learner
-gets each batch as soon as it would have. Items drawn ahead are drawn on the priorities of the
-moment (as Reverb's samples in flight are); a run in one process draws each batch when asked.
+gets each batch as soon as it would have. Batches larger than ``CALL_MAX_BYTES / 4`` come fewer a
+call (one from ``CALL_MAX_BYTES`` on: an Atari R2D2 batch of ~200 MiB alone), counted from the
+first batch's size. Items drawn ahead are drawn on the priorities of the moment (as Reverb's
+samples in flight are), and from a table with ``max_times_sampled`` they count as sampled when
+drawn (a sampler closed with batches ahead leaves them unused, as it did its one call ahead); a
+run in one process draws each batch when asked.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ import tree
 
 from shoal.core.shared_memory import ALIGN, Segment
 from shoal.replay.contract import SampledItems, SampleInfo
-from shoal.replay.native.writer import SHARED_MIN_BYTES
+from shoal.replay.native.writer import RPC_MAX_BYTES, SHARED_MIN_BYTES
 
-BATCHES_PER_CALL = 4  # over RPC: batches one sample call may bring (the first waited for, the rest as ready)
+BATCHES_PER_CALL = 4  # over RPC: batches one sample call may bring (the first waited for, the rest as ready) ...
+CALL_MAX_BYTES = RPC_MAX_BYTES  # ... as long as they hold at most this many bytes (large batches: one a call)
 
 
 class NativeSampler:
@@ -50,7 +55,9 @@ class NativeSampler:
             served, self._next_part = self._next_part(), None
         else:
             served = self._client.sample_batch(self._table, num_items, self._poll_s, self._segment or None)
-        if served is not None and self._segment is None:
+        if served is not None and self._segment is None:  # (the first batch: its size sets the call's)
+            per_item = sum(c.nbytes for c in served["columns"]) / max(len(served["key"]), 1)
+            self._per_call = max(1, min(self._per_call, int(CALL_MAX_BYTES // max(per_item * self._items, 1))))
             self._segment = self._shared_segment(served["columns"], len(served["key"]))
         if served is not None and len(served["key"]) > num_items:  # (several batches came: keep the rest)
             self._ahead = served

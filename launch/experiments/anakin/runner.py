@@ -391,7 +391,7 @@ def _train(
             metrics, stats = jax.device_get((metrics, (carry.episodes, carry.return_sum, carry.length_sum)))
         if first_step_s is None:
             first_step_s = process_seconds()
-        todo = ran  # (fewer where a stop came between two parts)
+        planned, todo = todo, ran  # (fewer where a stop came between two parts)
         env_steps, updates = env_steps + todo * steps_per_iteration, int(done)  # (DQN's wait for min_replay_size)
         learner_steps = updates * sgd_steps  # (SGD steps, as the replay-backed learner counts them)
         episodes, return_sum, length_sum = (float(x) for x in stats)
@@ -411,8 +411,8 @@ def _train(
         )
         if progress is not None:
             progress.write({k: row[k] for k in ("env_steps", "steps_per_s", "learner_steps", "episode_return")})
-        if stop is not None and stop.is_set() and env_steps // steps_per_iteration % per_dispatch:
-            break  # (stopped between two evaluations: no evaluation off the grid; the checkpoint below)
+        if ran < planned:
+            break  # (stopped between two parts: no evaluation off the grid; the checkpoint below)
         last_return, ended = evaluate()
         solved = target is not None and last_return >= target
         if not (solved or ended) and due.due():

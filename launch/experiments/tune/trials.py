@@ -5,8 +5,9 @@ curve by a callback, its outcome told to the study; ``work`` asks for trials unt
 enough.
 
 Each seed's run writes a run directory (``DIR/trials/<n>/s<seed>``: logs, ``eval.csv``, the
-learner's checkpoint, which ``shoal evaluate`` and ``shoal export`` read); its replay checkpoint
-is removed when the run ends (a trial is never resumed, and replay is what grows with the task).
+learner's last checkpoint, which ``shoal evaluate`` and ``shoal export`` read); its replay
+checkpoint and its earlier learner checkpoints are removed when the run ends (a trial is never
+resumed; replay, and a compiled-loop run's carry with its device replay, grow with the task).
 
 A trial's states (Optuna's): ``COMPLETE`` (its objective), ``PRUNED`` (stopped at an evaluation
 by the pruner: the median rule, from the trial's second evaluation on, once ``startup_trials``
@@ -75,8 +76,9 @@ def run_trial(tune_dir: str, settings: TuneSettings, study: Any, trial: Any, sto
             result = train_one(config, stop)
         except (ValueError, RuntimeError, FloatingPointError, TimeoutError, OSError) as e:
             return _fail(study, trial, f"seed {seed}: {e}")
-        finally:  # (a trial's run never resumes: its replay checkpoint, the large part, goes)
+        finally:  # (a trial's run never resumes: its replay checkpoint goes, and all but its last learner one)
             shutil.rmtree(os.path.join(run_dir, "checkpoints", "replay"), ignore_errors=True)
+            _keep_last_learner_checkpoint(run_dir)
         if result.get("terminated") or stop.is_set():
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return "interrupted"
@@ -91,6 +93,15 @@ def run_trial(tune_dir: str, settings: TuneSettings, study: Any, trial: Any, sto
     trial.set_user_attr("wall_s", round(time.monotonic() - started, 3))
     study.tell(trial, value)
     return "complete"
+
+
+def _keep_last_learner_checkpoint(run_dir: str) -> None:
+    """Removes every learner checkpoint of ``run_dir`` but the last (what ``shoal evaluate`` and
+    ``export`` read): a compiled-loop run's holds its whole carry, a DQN or SAC device replay included."""
+    learner = os.path.join(run_dir, "checkpoints", "learner")
+    steps = sorted(int(name) for name in (os.listdir(learner) if os.path.isdir(learner) else ()) if name.isdigit())
+    for step in steps[:-1]:
+        shutil.rmtree(os.path.join(learner, str(step)), ignore_errors=True)
 
 
 def train_one(config: Any, stop: threading.Event) -> dict[str, Any]:
