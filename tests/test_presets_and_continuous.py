@@ -52,7 +52,7 @@ def test_a_preset_resolves_to_what_it_names_and_flags_and_set_come_after_it():
     )  # preset
     assert resolved["agent_config"]["learning_rate"] == 1e-3 and resolved["num_envs"] == 8  # --set, a flag
     assert resolved["eval_every"] == 32_768 and resolved["max_env_steps"] == 1_000_000  # the preset's experiment
-    with pytest.raises(ValueError, match="sac has no preset 'atari'; its presets: classic, mujoco"):
+    with pytest.raises(ValueError, match="sac has no preset 'atari'; its presets: brax, classic, mujoco"):
         experiment_config("sac", "Pendulum-v1", "atari")
 
 
