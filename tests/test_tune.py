@@ -95,6 +95,21 @@ def test_jobs_above_the_cores_is_one_line(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--ray-address", "127.0.0.1:6379"], "--ray-address 127.0.0.1:6379 needs --launcher ray"),
+        (["--launcher", "ray", "--jobs", "999"], f"--jobs must be in [1, {os.cpu_count()}] on this machine"),
+    ],
+)
+def test_a_bad_ray_flag_is_one_line_before_ray_starts(tmp_path, capsys, argv, message):
+    out = tmp_path / "tune"
+    assert main(["tune", "--agent", "dqn", "--trials", "3", "--out", str(out), *TINY, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not out.exists()
+
+
 def test_a_study_of_another_agent_is_one_line(tmp_path, capsys):
     other = tmp_path / "ppo-tune"
     space = check_space("ppo", config_class("ppo"), {"learning_rate": {"low": 1e-4, "high": 1e-2}})
@@ -247,3 +262,44 @@ def test_a_trial_keeps_only_its_last_learner_checkpoint(tmp_path):
     _keep_last_learner_checkpoint(str(tmp_path))
     assert sorted(p.name for p in learner.iterdir()) == ["10240", "tmp"]
     _keep_last_learner_checkpoint(str(tmp_path / "no-run"))  # (a run that wrote none: nothing to do)
+
+
+@pytest.mark.ray  # (a local Ray started by each shoal tune)
+@pytest.mark.e2e  # (real training: trials as Ray tasks, the study in this process's actor)
+def test_trials_as_ray_tasks_are_pruned_resumed_and_stopped(tmp_path):
+    pytest.importorskip("ray", reason="--launcher ray needs the ray extra")
+    # a tune of one trial in a process, resumed as Ray tasks: its second (enqueued) trial cannot
+    # learn (1e-9) and is pruned through the study's actor
+    space = "space:\n  learning_rate: {low: 1.0e-9, high: 1.0e-2, log: true}\n"
+    space += "first_trials:\n  - {learning_rate: 0.004}\n  - {learning_rate: 1.0e-9}\n"
+    out = tmp_path / "tune"
+    argv = ["--agent", "dqn", "--space", _space(tmp_path / "s.yaml", space), "--out", str(out), *TINY]
+    first = run_shoal("tune", *argv, "--trials", "1", timeout=300)
+    assert first.returncode == 0 and _states(out) == {0: "COMPLETE", 1: "WAITING"}, first.stderr
+    resumed = run_shoal("tune", "--resume", str(out), "--trials", "2", "--launcher", "ray", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _states(out) == {0: "COMPLETE", 1: "PRUNED"}, resumed.stderr
+    assert "trial 1 pruned (learning_rate=1e-09)" in resumed.stderr
+    assert (out / "trials/1/s0/eval.csv").is_file() and (out / "best_preset.json").is_file()
+    # SIGTERM: trial 0 ends at the target return, trial 1 (1e-9) never would; stopped mid-run,
+    # it is interrupted (failed with no error), the finished one kept
+    stopped = tmp_path / "stopped"
+    argv = ["--agent", "dqn", "--space", _space(tmp_path / "s.yaml", space), "--out", str(stopped), *TINY]
+    argv += ["--trials", "3", "--launcher", "ray", "--no-prune", "--target-return", "150"]
+    argv += ["--max-env-steps", "1000000"]  # (after TINY's: trial 1 runs until it is stopped)
+    tune = start_shoal("tune", *argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:  # the event: trial 0 finished and trial 1 evaluated once (it is mid-run)
+        mid_run = lambda: _states(stopped).get(0) == "COMPLETE" and csv_rows(stopped / "trials/1/s0/eval.csv")  # noqa: E731
+        wait_for(lambda: mid_run() or tune.poll() is not None, 600, "trial 1's first evaluation")
+        ended_early = tune.poll() is not None
+        tune.send_signal(signal.SIGTERM)
+        stdout, stderr = tune.communicate(timeout=300)
+        assert not ended_early, f"the tune ended before trial 1 ran (states {_states(stopped)}): {stderr}"
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+    assert tune.returncode == 143, stderr
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["terminated"] == "SIGTERM" and summary["trials"] == {"complete": 1, "interrupted": 1}, summary
+    assert _states(stopped) == {0: "COMPLETE", 1: "FAIL"}, stderr
+    assert "error" not in studies.load(str(stopped)).trials[1].user_attrs  # (interrupted: not counted)

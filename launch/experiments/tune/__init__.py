@@ -4,6 +4,7 @@ training (the ``tune`` extra: ``pip install 'shoal[tune]'``).
 * ``spaces``: search spaces (``DEFAULT_SPACES`` per agent, ``--space`` files) and their checks;
 * ``study``: the tune directory (``tune.json``, ``study.db``) and the checks before it is written;
 * ``trials``: a trial's seeds under ``run_experiment``, pruned at evaluations by a callback;
+* ``on_ray``: ``--launcher ray``, trials as Ray tasks, the study served by an actor here;
 * ``report``: ``trials.csv``, ``summary.md``, ``best_preset.json``, ``importance.png``, and
   ``shoal status DIR``'s lines;
 * ``command``: the ``shoal tune`` command line, and ``run_tune``, the same from Python::

@@ -3,9 +3,10 @@
     shoal tune --agent dqn --env CartPole-v1 --trials 20 --max-env-steps 30000 --out runs/tune-dqn
     shoal tune --resume runs/tune-dqn            # an interrupted tune, its finished trials kept
     shoal status runs/tune-dqn                   # its trials, best first
+    shoal tune ... --jobs 16 --launcher ray --ray-address auto   # trials as Ray tasks (on_ray)
 
 Every check comes before anything is written or started (one ``shoal: error:`` line, exit 2):
-``--jobs`` above this machine's cores, a space naming a setting the agent has not, a range that
+``--jobs`` above this machine's cores (with ``--launcher ray``: the cluster's CPUs), a space naming a setting the agent has not, a range that
 is empty or of the wrong type, a study file of another agent, Optuna not installed. SIGTERM (or
 Ctrl-C) stops the running trials (each marked ``interrupted``: failed, not counted), keeps the
 finished ones, writes the reports and prints the summary line (exit 143, or 130).
@@ -30,13 +31,21 @@ from shoal.core.files import check_run_directory
 from shoal.core.settings import parse_setting
 from shoal.launch.experiments import interrupts
 from shoal.launch.experiments.cli.flag_values import parse_override
+from shoal.launch.experiments.tune import on_ray
 from shoal.launch.experiments.tune import study as studies
 from shoal.launch.experiments.tune.report import write_reports
 from shoal.launch.experiments.tune.spaces import DEFAULT_SPACES, check_space, load_space_file
 from shoal.launch.experiments.tune.study import TuneSettings, check_settings
 from shoal.launch.experiments.tune.trials import _print_trial, work, worker_main
 
-RESUME_FLAGS = ("trials", "jobs", "agent", "env")  # (--agent/--env only name the tune's own again)
+RESUME_FLAGS = (
+    "trials",
+    "jobs",
+    "launcher",
+    "ray_address",
+    "agent",
+    "env",
+)  # (--agent/--env only name the tune's own again)
 NEW_TUNE_FLAGS = {
     "space": "--space",
     "out": "--out",
@@ -87,7 +96,22 @@ def add_parser(sub: Any) -> None:
         "--out", default=None, metavar="DIR", help="the tune directory (default: runs/tune-<agent>-<env>-<time>)"
     )
     tune.add_argument(
-        "--jobs", type=int, default=None, help="trials run at once, each in a process (default 1; at most the cores)"
+        "--jobs",
+        type=int,
+        default=None,
+        help="trials run at once, each in a process (default 1; at most the cores, or the Ray cluster's CPUs)",
+    )
+    tune.add_argument(
+        "--launcher",
+        choices=("processes", "ray"),
+        default=None,
+        help="where trials run: processes on this machine (default), or Ray tasks on a Ray cluster (--ray-address; "
+        "without it a local Ray), the study staying here (docs/tuning.md)",
+    )
+    tune.add_argument(
+        "--ray-address",
+        default=None,
+        help="with --launcher ray: the cluster to join (auto, HOST:PORT; default: a local Ray)",
     )
     tune.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S", help="each trial's seeds (default: 0)")
     tune.add_argument(
@@ -97,7 +121,10 @@ def add_parser(sub: Any) -> None:
         "time-to-threshold (env steps to the target return, minimized; no pruning)",
     )
     tune.add_argument(
-        "--resume", default=None, metavar="DIR", help="continue the tune in DIR (--trials, --jobs may change)"
+        "--resume",
+        default=None,
+        metavar="DIR",
+        help="continue the tune in DIR (--trials, --jobs, --launcher, --ray-address may change)",
     )
     tune.add_argument("--preset", default=None, metavar="NAME", help="the preset trials start from (default: auto)")
     tune.add_argument(
@@ -174,9 +201,15 @@ def _settings(args: argparse.Namespace) -> TuneSettings:
     return settings
 
 
-def _check_jobs_and_optuna(jobs: int) -> None:
+def _check_jobs_and_optuna(jobs: int, launcher: str = "processes", ray_address: str | None = None) -> None:
+    """``--jobs`` against this machine's cores (a Ray cluster's CPUs are counted when it is
+    joined), ``--ray-address`` only with ``--launcher ray``, and Optuna installed."""
+    if launcher not in ("processes", "ray"):
+        raise ValueError(f"launcher must be processes or ray, got {launcher!r}")
+    if ray_address and launcher != "ray":
+        raise ValueError(f"--ray-address {ray_address} needs --launcher ray")
     cores = os.cpu_count() or 1
-    if not 1 <= jobs <= cores:
+    if jobs < 1 or (jobs > cores and not ray_address):
         raise ValueError(f"--jobs must be in [1, {cores}] on this machine ({cores} cores), got {jobs}")
     try:
         import optuna  # noqa: F401 -- lazy: optional extra (tune)
@@ -197,6 +230,8 @@ def run_tune(
     first_trials: Sequence[Mapping[str, Any]] = (),
     out: str | None = None,
     jobs: int = 1,
+    launcher: str = "processes",
+    ray_address: str | None = None,
     seeds: Sequence[int] = (0,),
     objective: str = "iqm",
     preset: str = "auto",
@@ -213,11 +248,12 @@ def run_tune(
     ``space``: a dict as a space file's ``space:`` (with ``first_trials``), a file's path, or
     ``None`` (the agent's default space); ``settings``: agent settings every trial has (``--set``);
     ``experiment``: experiment settings by flat name (``max_env_steps=20_000, eval_every=2_000``);
-    ``stop``: set it to stop the tune as SIGTERM does. Checked as the command checks them
+    ``stop``: set it to stop the tune as SIGTERM does; ``launcher="ray"`` (with ``ray_address``):
+    the trials as Ray tasks, as ``--launcher ray``. Checked as the command checks them
     (``ValueError``, one line, before anything is written). Resume with ``shoal tune --resume``."""
     from shoal.agents import config_class  # lazy: JAX, off the CLI's path
 
-    _check_jobs_and_optuna(jobs)
+    _check_jobs_and_optuna(jobs, launcher, ray_address)
     config_cls = config_class(agent)
     if isinstance(space, str):
         space, first_trials = load_space_file(space)
@@ -249,18 +285,19 @@ def run_tune(
     tune_dir = out or default_tune_dir(agent, env_id)
     check_run_directory(tune_dir, flag="out")
     studies.check_new_directory(tune_dir, agent)
-    return execute(tune_dir, tune, jobs, stop)
+    return execute(tune_dir, tune, jobs, stop, launcher=launcher, ray_address=ray_address)
 
 
 def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) -> dict[str, Any]:
     """Runs ``shoal tune``; returns its summary (``"terminated"``: the signal that stopped it)."""
     jobs = 1 if args.jobs is None else args.jobs
-    _check_jobs_and_optuna(jobs)
+    launcher = args.launcher or "processes"
+    _check_jobs_and_optuna(jobs, launcher, args.ray_address)
     if args.resume is not None:
         extra = [flag for dest, flag in NEW_TUNE_FLAGS.items() if getattr(args, dest) is not None]
         if extra:
             raise ValueError(
-                f"--resume continues a tune with its own settings; drop {', '.join(extra)} (only --trials, --jobs may change)"
+                f"--resume continues a tune with its own settings; drop {', '.join(extra)} (only --trials, --jobs, --launcher, --ray-address may change)"
             )
         tune_dir = args.resume
         check_run_directory(tune_dir, resume=True, flag=None)  # (as shoal train --resume checks a run's)
@@ -274,15 +311,35 @@ def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) 
         tune_dir = args.out or default_tune_dir(args.agent, args.env)
         check_run_directory(tune_dir, flag="--out")
         studies.check_new_directory(tune_dir, settings.agent)
-    return execute(tune_dir, settings, jobs, stop, resumed=args.resume is not None)
+    return execute(
+        tune_dir, settings, jobs, stop, resumed=args.resume is not None, launcher=launcher, ray_address=args.ray_address
+    )
 
 
 def execute(
-    tune_dir: str, settings: TuneSettings, jobs: int, stop: threading.Event | None = None, resumed: bool = False
+    tune_dir: str,
+    settings: TuneSettings,
+    jobs: int,
+    stop: threading.Event | None = None,
+    resumed: bool = False,
+    launcher: str = "processes",
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Runs a checked tune in ``tune_dir`` (``resumed``: its study exists) to its trials or
-    ``stop``; returns its summary."""
+    ``stop``, its trials in processes here or as Ray tasks (``launcher``); returns its summary."""
     stop = stop if stop is not None else threading.Event()
+    if launcher == "ray":  # (joined, and the cluster checked, before anything is written)
+        on_ray.join_cluster(ray_address, tune_dir, jobs)
+        try:
+            return _execute(tune_dir, settings, jobs, stop, resumed, launcher)
+        finally:
+            on_ray.leave_cluster()
+    return _execute(tune_dir, settings, jobs, stop, resumed, launcher)
+
+
+def _execute(
+    tune_dir: str, settings: TuneSettings, jobs: int, stop: threading.Event, resumed: bool, launcher: str
+) -> dict[str, Any]:
     if not resumed:
         studies.create(tune_dir, settings)
     with studies.locked(tune_dir):
@@ -299,7 +356,9 @@ def execute(
         enable_compilation_cache()  # (trials compile the same functions: the second on reads them)
 
         interrupts.run_begins()  # (from here a signal stops the trials: the finished ones are kept)
-        if jobs == 1:
+        if launcher == "ray":
+            _run_on_ray(tune_dir, settings, jobs, stop)
+        elif jobs == 1:
             _run_here(tune_dir, settings, stop)
         else:
             _run_processes(tune_dir, settings, jobs, stop)
@@ -332,6 +391,15 @@ def _run_here(tune_dir: str, settings: Any, stop: threading.Event) -> None:
         write_reports(tune_dir, studies.load(tune_dir), settings)
 
     work(tune_dir, settings, stop, 0, on_trial=after)
+
+
+def _run_on_ray(tune_dir: str, settings: Any, jobs: int, stop: threading.Event) -> None:
+    def after(number: int, state: str) -> None:
+        study = studies.load(tune_dir)
+        _print_trial(study, study.get_trials(deepcopy=False)[number], state)
+        write_reports(tune_dir, study, settings)
+
+    on_ray.run_on_ray(tune_dir, settings, jobs, stop, after)
 
 
 def _run_processes(tune_dir: str, settings: Any, jobs: int, stop: threading.Event) -> None:
