@@ -1,6 +1,6 @@
-"""PPO presets on gymnax's five MinAtar games in the compiled loop: games x seeds, JSON lines out.
+"""Presets on gymnax's five MinAtar games in the compiled loop: games x seeds, JSON lines out.
 
-Each run is a fresh ``shoal train --agent ppo --env gymnax:<Game>-MinAtar --preset P --max-env-steps B
+Each run is a fresh ``shoal train --agent A --env gymnax:<Game>-MinAtar --preset A/P --max-env-steps B
 --seed S [--set K=V ...]`` process (``--launcher anakin``, the default for a gymnax env), as a user
 runs it. Its record, one JSON line appended to ``--out`` as it finishes, is the run's result line
 plus ``game``, ``preset``, ``overrides``, ``label`` (the preset and its overrides: what the tables
@@ -11,6 +11,8 @@ already recorded in ``--out`` is skipped, so the same command run again finishes
 
     python benchmarks/minatar_presets.py --seeds 0 1 2 3 4                      # the preset, 5 games
     python benchmarks/minatar_presets.py --games Breakout --set entropy_coef=0.02  # one change
+    python benchmarks/minatar_presets.py --preset dqn/minatar --max-env-steps 1000000 \
+        --out benchmarks/results/minatar/dqn-presets.jsonl               # DQN: the MinAtar paper's
 
 ``benchmarks/published_tables.py`` turns the records into ``published.md``'s MinAtar rows.
 Needs gymnax (docs/anakin.md); Python 3.12 with JAX 0.12 is the faster stack.
@@ -53,7 +55,7 @@ def run_one(game: str, seed: int, preset: str, overrides: list[str], budget: int
     name = "-".join([preset.replace("/", "_"), *overrides, game, f"s{seed}"]).replace("=", "_")
     run_dir = os.path.join(runs_dir, name)
     cmd = [
-        *(sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", env, "--preset", preset),
+        *(sys.executable, "-m", "shoal", "train", "--agent", preset.split("/")[0], "--env", env, "--preset", preset),
         *("--max-env-steps", str(budget), "--seed", str(seed), "--target-return", "1e12"),
         *("--run-dir", run_dir, "--quiet"),
         *[arg for setting in overrides for arg in ("--set", setting)],
@@ -81,12 +83,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--games", nargs="+", default=list(GAMES), choices=GAMES)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--preset", default="ppo/gymnax-minatar")
+    parser.add_argument("--preset", default="ppo/gymnax-minatar", help="AGENT/PRESET (default: %(default)s)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--max-env-steps", type=int, default=1_280_000)
     parser.add_argument("--out", default=DEFAULT_OUT, help="the JSON lines (default: %(default)s)")
     parser.add_argument("--runs-dir", default="runs/minatar-presets", help="the runs' directories")
     args = parser.parse_args()
+    if "/" not in args.preset:
+        parser.error(f"--preset {args.preset!r}: expected AGENT/PRESET, e.g. ppo/gymnax-minatar or dqn/minatar")
     for setting in args.overrides:
         if "=" not in setting:
             parser.error(f"--set {setting!r}: expected KEY=VALUE")
