@@ -35,6 +35,22 @@ def _states(tune_dir) -> dict[int, str]:
         return {}
 
 
+def _sigterm_mid_trial_1(tune: subprocess.Popen, out) -> tuple[str, str]:
+    """Sends ``tune`` SIGTERM once its trial 0 finished and trial 1 evaluated once (mid-run);
+    returns its (stdout, stderr)."""
+    try:
+        mid_run = lambda: _states(out).get(0) == "COMPLETE" and csv_rows(out / "trials/1/s0/eval.csv")  # noqa: E731
+        wait_for(lambda: mid_run() or tune.poll() is not None, 600, "trial 1's first evaluation")
+        ended_early = tune.poll() is not None
+        tune.send_signal(signal.SIGTERM)
+        stdout, stderr = tune.communicate(timeout=300)
+        assert not ended_early, f"the tune ended before trial 1 ran (states {_states(out)}): {stderr}"
+    finally:
+        if tune.poll() is None:
+            tune.kill()
+    return stdout, stderr
+
+
 def _space(path, text: str) -> str:
     path.write_text(text)
     return str(path)
@@ -183,16 +199,7 @@ def test_sigterm_keeps_the_finished_trial_and_resume_goes_on(tmp_path, capsys):
     tune = start_shoal(
         "tune", *argv, "--out", str(out), *TINY, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    try:  # the event: trial 0 finished and trial 1 evaluated once (it is mid-run)
-        mid_run = lambda: _states(out).get(0) == "COMPLETE" and csv_rows(out / "trials/1/s0/eval.csv")  # noqa: E731
-        wait_for(lambda: mid_run() or tune.poll() is not None, 600, "trial 1's first evaluation")
-        ended_early = tune.poll() is not None
-        tune.send_signal(signal.SIGTERM)
-        stdout, stderr = tune.communicate(timeout=300)
-        assert not ended_early, f"the tune ended before trial 1 ran (states {_states(out)}): {stderr}"
-    finally:
-        if tune.poll() is None:
-            tune.kill()
+    stdout, stderr = _sigterm_mid_trial_1(tune, out)
     assert tune.returncode == 143, stderr
     assert json.loads(stdout.strip().splitlines()[-1])["terminated"] == "SIGTERM"
     assert _states(out) == {0: "COMPLETE", 1: "FAIL"}, stderr  # (the running trial: interrupted)
@@ -288,16 +295,7 @@ def test_trials_as_ray_tasks_are_pruned_resumed_and_stopped(tmp_path):
     argv += ["--trials", "3", "--launcher", "ray", "--no-prune", "--target-return", "150"]
     argv += ["--max-env-steps", "1000000"]  # (after TINY's: trial 1 runs until it is stopped)
     tune = start_shoal("tune", *argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:  # the event: trial 0 finished and trial 1 evaluated once (it is mid-run)
-        mid_run = lambda: _states(stopped).get(0) == "COMPLETE" and csv_rows(stopped / "trials/1/s0/eval.csv")  # noqa: E731
-        wait_for(lambda: mid_run() or tune.poll() is not None, 600, "trial 1's first evaluation")
-        ended_early = tune.poll() is not None
-        tune.send_signal(signal.SIGTERM)
-        stdout, stderr = tune.communicate(timeout=300)
-        assert not ended_early, f"the tune ended before trial 1 ran (states {_states(stopped)}): {stderr}"
-    finally:
-        if tune.poll() is None:
-            tune.kill()
+    stdout, stderr = _sigterm_mid_trial_1(tune, stopped)
     assert tune.returncode == 143, stderr
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["terminated"] == "SIGTERM" and summary["trials"] == {"complete": 1, "interrupted": 1}, summary
