@@ -1,5 +1,6 @@
-"""MAPPO (PPO with ``--global-state``) on JaxMARL's ``MPE_simple_spread_v3`` in the compiled loop:
-seeds x settings, JSON lines out, and the team return on the MAPPO paper's scale.
+"""MAPPO (PPO with ``--global-state``) or IPPO (``--ippo``: each agent's value reads its own
+observation) on JaxMARL's ``MPE_simple_spread_v3`` in the compiled loop: seeds x settings, JSON
+lines out, and the team return on the MAPPO paper's scale.
 
 Each run is a fresh ``shoal train --agent ppo --env jaxmarl:MPE_simple_spread_v3 --global-state
 --preset P --num-envs 128 --max-env-steps 3000000 --eval-every 500000 --eval-episodes 32 --seed S
@@ -13,6 +14,9 @@ recorded is skipped::
 
     python benchmarks/mappo_spread.py --seeds 0 1 2 3 4                        # the preset (ppo/jaxmarl-mpe)
     python benchmarks/mappo_spread.py --preset none --seeds 0 1 2 3 4          # PPO's plain defaults
+    python benchmarks/mappo_spread.py --ippo --seeds 0 1 2 3 4                 # IPPO, the same preset
+
+An IPPO record's ``label`` starts with ``ippo`` (``ippo auto``); ``algorithm`` says which.
 
 Needs JaxMARL (the jaxmarl extra, installed ``--no-deps``; docs/anakin.md).
 """
@@ -34,12 +38,19 @@ DEFAULT_OUT = os.path.join(
 ENV = "jaxmarl:MPE_simple_spread_v3"
 
 
-def run_one(seed: int, preset: str, overrides: list[str], runs_dir: str) -> dict[str, Any]:
+def label_of(preset: str, overrides: list[str], ippo: bool) -> str:
+    """What the records group by: ``[ippo] PRESET [KEY=VALUE ...]``."""
+    return " ".join([*(["ippo"] if ippo else []), preset, *overrides])
+
+
+def run_one(seed: int, preset: str, overrides: list[str], runs_dir: str, ippo: bool = False) -> dict[str, Any]:
     """One ``shoal train`` process; its result line with the team return."""
-    label = " ".join([preset, *overrides])
-    run_dir = os.path.join(runs_dir, "-".join([preset.replace("/", "_"), *overrides, f"s{seed}"]).replace("=", "_"))
+    label = label_of(preset, overrides, ippo)
+    name = "-".join([*(["ippo"] if ippo else []), preset.replace("/", "_"), *overrides, f"s{seed}"])
+    run_dir = os.path.join(runs_dir, name.replace("=", "_"))
     cmd = [
-        *(sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", ENV, "--global-state"),
+        *(sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", ENV),
+        *([] if ippo else ["--global-state"]),
         *("--preset", preset, "--num-envs", "128", "--max-env-steps", "3000000", "--eval-every", "500000"),
         *("--eval-episodes", "32", "--seed", str(seed), "--run-dir", run_dir, "--quiet"),
         *[arg for setting in overrides for arg in ("--set", setting)],
@@ -50,7 +61,15 @@ def run_one(seed: int, preset: str, overrides: list[str], runs_dir: str) -> dict
     result = json.loads(done.stdout.strip().splitlines()[-1])
     with open(os.path.join(run_dir, "eval.csv"), newline="") as f:
         team = float(list(csv.DictReader(f))[-1]["eval_team_return"])
-    return {**result, "label": label, "team_return": team, "mappo_scale": 2 * team - 75, "run_dir": run_dir}
+    algorithm = "ippo" if ippo else "mappo"
+    return {
+        **result,
+        "label": label,
+        "algorithm": algorithm,
+        "team_return": team,
+        "mappo_scale": 2 * team - 75,
+        "run_dir": run_dir,
+    }
 
 
 def main() -> None:
@@ -60,8 +79,9 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--runs-dir", default="runs/mappo-spread")
+    parser.add_argument("--ippo", action="store_true", help="IPPO: no --global-state (default: MAPPO)")
     args = parser.parse_args()
-    label = " ".join([args.preset, *args.overrides])
+    label = label_of(args.preset, args.overrides, args.ippo)
     records = []
     if os.path.exists(args.out):
         with open(args.out) as f:
@@ -70,12 +90,12 @@ def main() -> None:
     for seed in args.seeds:
         if (label, seed) in done:
             continue
-        record = run_one(seed, args.preset, args.overrides, args.runs_dir)
+        record = run_one(seed, args.preset, args.overrides, args.runs_dir, args.ippo)
         with open(args.out, "a") as f:
             f.write(json.dumps(record) + "\n")
         records.append(record)
         print(
-            f"[mappo] {label} seed {seed}: team {record['team_return']:.2f} ({record['mappo_scale']:.1f})", flush=True
+            f"[spread] {label} seed {seed}: team {record['team_return']:.2f} ({record['mappo_scale']:.1f})", flush=True
         )
     mine = [r for r in records if r["label"] == label]
     if mine:
