@@ -16,6 +16,8 @@ Text outside the markers is never touched. One command rewrites them all::
 ``benchmarks/minatar_presets.py`` (PPO presets on gymnax's MinAtar games, the compiled loop).
 ``minatar-ppo-10m``: ``benchmarks/results/minatar/presets-10m.jsonl``, the same script at 10M env
 steps (``--max-env-steps 10000000 --out ...``).
+``minatar-dqn``: ``benchmarks/results/minatar/dqn-presets.jsonl``, the same script with ``--preset
+dqn/minatar --max-env-steps 1000000`` (the MinAtar paper's DQN).
 """
 
 from __future__ import annotations
@@ -55,6 +57,18 @@ GYMNAX_BLINES_10M: dict[str, tuple[float | None, str]] = {
         "none at 10M: gymnax-blines logged no Seaquest run; pgx's MinAtar PPO plots ~54 at 20M (its own env, sticky actions)",
     ),
 }
+# The MinAtar paper's DQN (Young & Tian, 2019; kenjyoung/MinAtar's README, its learning-curve figure
+# img/learning_curves.gif): the training return (a 100-episode moving average, 30 runs, all six
+# actions, sticky actions 0.1) read off the figure at 1M frames (= env steps: no frame skip), to
+# about +-0.3 (+-1 for SpaceInvaders; Asterix sits on a steep rise there, +-3). The paper trains 5M.
+YOUNG_TIAN_DQN = "the MinAtar paper's DQN (Young & Tian, 2019), README figure `img/learning_curves.gif`"
+YOUNG_TIAN_DQN_1M: dict[str, tuple[float | None, str]] = {
+    "Breakout": (9.2, f"{YOUNG_TIAN_DQN}, read off at 1M (the paper: 10.0 at 5M)"),
+    "SpaceInvaders": (32.5, f"{YOUNG_TIAN_DQN}, read off at 1M (43.2 at 5M)"),
+    "Freeway": (47.8, f"{YOUNG_TIAN_DQN}, read off at 1M (50.2 at 5M)"),
+    "Asterix": (7.0, f"{YOUNG_TIAN_DQN}, read off at 1M on a steep rise, +-3 (17.2 at 5M)"),
+    "Seaquest": (1.0, f"{YOUNG_TIAN_DQN}, read off at 1M (20.4 at 5M; MinAtar's Seaquest before its 1.0.11 fix)"),
+}
 GAMES = tuple(GYMNAX_BLINES_1_28M)
 
 
@@ -92,17 +106,31 @@ def minatar_ppo_10m_table(records: list[dict[str, Any]]) -> str:
     return minatar_table(records, GYMNAX_BLINES_10M, "10M")
 
 
-def minatar_table(records: list[dict[str, Any]], references: dict[str, tuple[float | None, str]], budget: str) -> str:
+def minatar_dqn_table(records: list[dict[str, Any]]) -> str:
+    """As ``minatar_ppo_table`` for DQN at 1M env steps, beside the MinAtar paper's DQN at 1M."""
+    return minatar_table(
+        records, YOUNG_TIAN_DQN_1M, "1M", "the MinAtar paper's DQN", "final eval (ε = 0.01, 10 episodes)"
+    )
+
+
+def minatar_table(
+    records: list[dict[str, Any]],
+    references: dict[str, tuple[float | None, str]],
+    budget: str,
+    reference_name: str = "gymnax-blines",
+    evaluation: str = "final greedy eval (10 episodes)",
+) -> str:
     """One row per (preset and overrides, game) of ``records`` beside ``references[game]`` (the
-    figure and its source) at ``budget``."""
+    figure and its source, ``reference_name``'s) at ``budget``; ``evaluation`` names the
+    records' ``final_eval_return``."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["label"], r["game"]), []).append(r)
     labels = list(dict.fromkeys(r["label"] for r in records))
     lines = [
-        "| game | preset (`--preset`, then `--set` overrides) | env steps | seeds | final greedy eval (10 episodes), "
+        f"| game | preset (`--preset`, then `--set` overrides) | env steps | seeds | {evaluation}, "
         "median [range] | training return at the budget, median [range] | training return per seed | "
-        f"gymnax-blines at {budget} | source | training median against it |",
+        f"{reference_name} at {budget} | source | training median against it |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     if not records:
@@ -133,6 +161,7 @@ def minatar_table(records: list[dict[str, Any]], references: dict[str, tuple[flo
 SECTIONS: dict[str, tuple[str, Callable[[list[dict[str, Any]]], str]]] = {
     "minatar-ppo": (os.path.join("minatar", "presets.jsonl"), minatar_ppo_table),
     "minatar-ppo-10m": (os.path.join("minatar", "presets-10m.jsonl"), minatar_ppo_10m_table),
+    "minatar-dqn": (os.path.join("minatar", "dqn-presets.jsonl"), minatar_dqn_table),
 }
 
 

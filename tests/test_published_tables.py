@@ -72,3 +72,13 @@ def test_missing_markers_is_one_line_exit_2(tables, tmp_path, capsys):
 
 def test_committed_page_matches_the_committed_records(tables):
     assert tables.main(["--check"]) == 0, "run: python benchmarks/published_tables.py"
+
+
+def test_dqn_rows_stand_beside_the_minatar_papers_dqn(tables):
+    records = [record("Freeway", s, 30.0, 40.0 + s, "dqn/minatar") for s in range(3)]
+    table = tables.minatar_dqn_table(records)
+    assert "final eval (ε = 0.01, 10 episodes)" in table and "the MinAtar paper's DQN at 1M" in table
+    row = next(line for line in table.splitlines() if line.startswith("| Freeway"))
+    assert (
+        "| 0-2 | 30.00 [30.00-30.00] | 41.00 [40.00-42.00] | 40.0, 41.0, 42.0 | 47.8 |" in row and "below (-14%)" in row
+    )
