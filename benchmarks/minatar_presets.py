@@ -11,8 +11,7 @@ already recorded in ``--out`` is skipped, so the same command run again finishes
 
     python benchmarks/minatar_presets.py --seeds 0 1 2 3 4                      # the preset, 5 games
     python benchmarks/minatar_presets.py --games Breakout --set entropy_coef=0.02  # one change
-    python benchmarks/minatar_presets.py --preset dqn/minatar --max-env-steps 1000000 \
-        --out benchmarks/results/minatar/dqn-presets.jsonl               # DQN: the MinAtar paper's
+    python benchmarks/minatar_presets.py --preset dqn/minatar --max-env-steps 1000000  # DQN (dqn-presets.jsonl)
 
 ``benchmarks/published_tables.py`` turns the records into ``published.md``'s MinAtar rows.
 Needs gymnax (docs/anakin.md); Python 3.12 with JAX 0.12 is the faster stack.
@@ -32,7 +31,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from solve import training_return  # noqa: E402  (benchmarks/ is scripts, not a package)
 
 GAMES = ("Breakout", "SpaceInvaders", "Freeway", "Asterix", "Seaquest")
-DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "minatar", "presets.jsonl")
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "minatar")
+
+
+def default_out(agent: str) -> str:
+    """Each agent's records apart (its table has its own reference): ``presets.jsonl`` for PPO,
+    ``<agent>-presets.jsonl`` for another."""
+    return os.path.join(RESULTS, "presets.jsonl" if agent == "ppo" else f"{agent}-presets.jsonl")
 
 
 def label_of(preset: str, overrides: list[str]) -> str:
@@ -86,11 +91,12 @@ def main() -> None:
     parser.add_argument("--preset", default="ppo/gymnax-minatar", help="AGENT/PRESET (default: %(default)s)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--max-env-steps", type=int, default=1_280_000)
-    parser.add_argument("--out", default=DEFAULT_OUT, help="the JSON lines (default: %(default)s)")
+    parser.add_argument("--out", default=None, help="the JSON lines (default: results/minatar/presets.jsonl for PPO)")
     parser.add_argument("--runs-dir", default="runs/minatar-presets", help="the runs' directories")
     args = parser.parse_args()
     if "/" not in args.preset:
         parser.error(f"--preset {args.preset!r}: expected AGENT/PRESET, e.g. ppo/gymnax-minatar or dqn/minatar")
+    args.out = args.out or default_out(args.preset.split("/")[0])
     for setting in args.overrides:
         if "=" not in setting:
             parser.error(f"--set {setting!r}: expected KEY=VALUE")

@@ -329,8 +329,9 @@ def execute(
     ``stop``, its trials in processes here or as Ray tasks (``launcher``); returns its summary."""
     stop = stop if stop is not None else threading.Event()
     if launcher == "ray":  # (joined, and the cluster checked, before anything is written)
-        on_ray.join_cluster(ray_address, tune_dir, jobs)
+        tune_dir = os.path.abspath(tune_dir)  # (as every node's tasks and the study's actor see it)
         try:
+            on_ray.join_cluster(ray_address, tune_dir, jobs, "--resume" if resumed else "--out")
             return _execute(tune_dir, settings, jobs, stop, resumed, launcher)
         finally:
             on_ray.leave_cluster()

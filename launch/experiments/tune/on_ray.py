@@ -22,6 +22,7 @@ that dies (its node lost, its process killed) fails its trial with the reason. W
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -29,17 +30,17 @@ from typing import Any
 
 from shoal.launch.experiments.tune import study as studies
 from shoal.launch.experiments.tune.study import TuneSettings
-from shoal.launch.experiments.tune.trials import counted, run_trial, sampler_and_pruner
+from shoal.launch.experiments.tune.trials import counted, interrupted, run_trial, sampler_and_pruner
 
 HOST_TIMEOUT_S = 120.0  # the longest a call of the study's actor may take (it is on this node)
 STOP_TIMEOUT_S = 60.0  # how long stopped trials have to end (a compiled loop's part: ~2 s) before they are killed
 STOP_POLL_S = 0.5  # how often a trial asks whether the tune stops
 
 
-def join_cluster(ray_address: str | None, tune_dir: str, jobs: int) -> None:
+def join_cluster(ray_address: str | None, tune_dir: str, jobs: int, flag: str = "--out") -> None:
     """Connects to Ray (``None``: a local Ray of this machine's CPUs) and checks that the
-    cluster has ``jobs`` CPUs and, on a cluster, that every host sees ``tune_dir``; every
-    refusal one ``ValueError``, before anything is written."""
+    cluster has ``jobs`` CPUs and, where it has more than one node, that every node sees
+    ``tune_dir`` (given as ``flag``); every refusal one ``ValueError``, before anything is written."""
     try:
         import ray  # lazy: optional extra (ray)
 
@@ -53,8 +54,8 @@ def join_cluster(ray_address: str | None, tune_dir: str, jobs: int) -> None:
     if not 1 <= jobs <= cpus:
         where = f"the Ray cluster at {ray_address}" if ray_address else "the local Ray"
         raise ValueError(f"--jobs must be in [1, {cpus}] with --launcher ray ({where} has {cpus} CPUs), got {jobs}")
-    if ray_address:
-        check_shared_directory(tune_dir)
+    if ray_address or sum(1 for node in ray.nodes() if node.get("Alive")) > 1:
+        check_shared_directory(tune_dir, flag=flag)
 
 
 def leave_cluster() -> None:
@@ -98,18 +99,25 @@ class StudyHost:
         return getattr(self.trials[number], name)(*args, **kwargs)
 
     def tell(self, number: int, values: Any = None, state: Any = None) -> None:
-        self.study.tell(self.trials.pop(number), values, state=state)
+        self.study.tell(self.trials[number], values, state=state)
+        del self.trials[number]  # (after the tell: one that failed leaves the trial to ``end``)
 
-    def end(self, number: int, error: str | None = None) -> None:
-        """Fails trial ``number`` if it is still running: ``error`` (its task died) or none
-        (interrupted: not counted)."""
+    def end(self, number: int, error: str | None = None) -> str:
+        """Fails trial ``number`` if it is still running: ``error`` (its task failed) or none
+        (interrupted: not counted); returns how it ended (``complete``, ``pruned``, ``failed``,
+        ``interrupted``)."""
         import optuna  # lazy: optional extra (tune)
 
-        trial = self.trials.pop(number, None)
+        trial = self.trials.get(number)
         if trial is not None:
             if error:
                 trial.set_user_attr("error", error.splitlines()[0])
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            del self.trials[number]
+        frozen = self.study.get_trials(deepcopy=False)[number]
+        if interrupted(frozen):
+            return "interrupted"
+        return {"COMPLETE": "complete", "PRUNED": "pruned"}.get(frozen.state.name, "failed")
 
 
 class RemoteTrial:
@@ -139,12 +147,28 @@ class RemoteStudy:
 
 
 def _get(ref: Any, what: str, timeout_s: float = HOST_TIMEOUT_S) -> Any:
+    """``ref``'s value; an exception the actor raised is raised here as itself (Optuna's
+    ``ValueError``, as ``run_trial`` expects it), not Ray's wrapper with its header line."""
     import ray  # lazy: optional extra (ray)
 
     try:
         return ray.get(ref, timeout=timeout_s)
     except ray.exceptions.GetTimeoutError:
         raise TimeoutError(f"the tune's study did not answer {what} within {timeout_s:.0f} s") from None
+    except ray.exceptions.RayTaskError as e:
+        if isinstance(e.cause, Exception):
+            raise e.cause from None
+        raise
+
+
+def _task_error(error: Exception) -> str:
+    """One line for a trial task that raised: its own exception, or how Ray lost it."""
+    import ray  # lazy: optional extra (ray)
+
+    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(error.cause, BaseException):
+        cause = error.cause
+        return f"{type(cause).__name__}: {str(cause).strip().splitlines()[0] if str(cause).strip() else ''}"
+    return f"its Ray task died: {str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
 
 
 def trial_task(tune_dir: str, settings: TuneSettings, host: Any, number: int) -> str:
@@ -152,6 +176,7 @@ def trial_task(tune_dir: str, settings: TuneSettings, host: Any, number: int) ->
     returns its state's name."""
     from shoal.launch.experiments.compilation_cache import enable_compilation_cache  # lazy: JAX
 
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # (trials may share a GPU)
     enable_compilation_cache()
     stop, ended = threading.Event(), threading.Event()
     threading.Thread(target=_watch, args=(host, stop, ended), name="tune-stop-watch", daemon=True).start()
@@ -193,7 +218,11 @@ def run_on_ray(
                 number = _get(host.ask.remote(), "a new trial")
                 if number is None:
                     break
-                running[task.remote(tune_dir, settings, host, number)] = number
+                try:
+                    running[task.remote(tune_dir, settings, host, number)] = number
+                except Exception as e:  # (not submitted: its trial fails, not left running)
+                    _get(host.end.remote(number, f"its Ray task could not start: {e}"), f"trial {number}'s failure")
+                    raise
             if not running or stop.is_set():
                 return
             done, _ = ray.wait(list(running), num_returns=1, timeout=0.2)  # (a stop is seen within 0.2 s)
@@ -201,18 +230,22 @@ def run_on_ray(
                 number = running.pop(ref)
                 try:
                     state = ray.get(ref)
-                except ray.exceptions.RayError as e:  # (its process or node died)
-                    error = f"its Ray task died: {str(e).strip().splitlines()[0]}"
-                    _get(host.end.remote(number, error), f"trial {number}'s failure")
-                    print(f"shoal tune: trial {number} failed: {error}", file=sys.stderr, flush=True)
+                except ray.exceptions.RayError as e:  # (it raised, or its process or node died)
+                    _get(host.end.remote(number, _task_error(e)), f"trial {number}'s failure")
                     state = "failed"
                 on_trial(number, state)
     finally:
         if running:  # (each trial stops its run, tells the study and returns; the stuck are killed)
             host.stop.remote()
-            _, stuck = ray.wait(list(running), num_returns=len(running), timeout=STOP_TIMEOUT_S)
-            for ref in stuck:
+            hurry = getattr(stop, "hurry", None)  # (a second signal: kill them now)
+            waited = 0.0
+            pending = list(running)
+            while pending and waited < STOP_TIMEOUT_S and not (hurry is not None and hurry.is_set()):
+                _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.2)
+                waited += 0.2
+            for ref in pending:
                 ray.cancel(ref, force=True)
         for number in running.values():
-            _get(host.end.remote(number), f"trial {number}'s interruption")
+            state = _get(host.end.remote(number), f"trial {number}'s interruption")
+            print(f"shoal tune: trial {number} {state}", file=sys.stderr, flush=True)
         ray.kill(host)

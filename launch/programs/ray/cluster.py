@@ -172,7 +172,7 @@ def _connect_error(ray_address: str | None, e: Exception) -> str:
     return f"cannot connect to {where} ({type(e).__name__}: {text}); is it running, and is --ray-address right?"
 
 
-def check_shared_directory(path: str, timeout_s: float = 60.0) -> None:
+def check_shared_directory(path: str, timeout_s: float = 60.0, flag: str = "--run-dir") -> None:
     """Raises ``ValueError`` unless every alive node of the Ray cluster sees the directory
     ``path`` (or its nearest existing parent) as this process does: a run directory must be on
     storage every host mounts. Writes one probe file there for the check and removes it."""
@@ -185,7 +185,7 @@ def check_shared_directory(path: str, timeout_s: float = 60.0) -> None:
         with open(probe, "w") as f:
             f.write(nonce)
     except OSError as e:
-        raise ValueError(f"cannot write to {base} (for --run-dir {path}): {e.strerror or e}") from None
+        raise ValueError(f"cannot write to {base} (for {flag} {path}): {e.strerror or e}") from None
     try:
         nodes = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes() if n.get("Alive")}
         refs = {
@@ -206,7 +206,7 @@ def check_shared_directory(path: str, timeout_s: float = 60.0) -> None:
         os.remove(probe)
     if blind:
         raise ValueError(
-            f"--run-dir {path} is not on storage every host of the Ray cluster shares: "
+            f"{flag} {path} is not on storage every host of the Ray cluster shares: "
             f"{', '.join(sorted(blind))} do(es) not see {base} as this host does; under Ray the run "
             "directory must be on a shared filesystem (e.g. NFS) mounted at the same path everywhere"
         )
