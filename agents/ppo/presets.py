@@ -41,14 +41,19 @@
   seed 0). With gymnax's settings (no sticky actions, a 1,000-step cap) that PPO's Breakout
   seeds either hold a 7-brick routine or pass gymnax-blines' 15.7 (median 13.98-14.19, seeds
   0-5); ``--set entropy_coef=0.02`` frees five seeds of six (median 17.23).
-* ``gymnax-minatar`` -- gymnax-blines' PPO as its code has it, for gymnax's own MinAtar games in the
-  compiled loop (``gymnax:<Game>-MinAtar``, ``--launcher anakin``): the ``minatar`` preset's settings
-  with its network (the planes flattened into two 256x256 ReLU MLPs, flax's default init) and its
-  clipped value loss; evaluations every 500k env steps (one dispatch each). Breakout, seed 0, 10M
-  env steps: greedy 41.0, training return 35.3, 597 s on a 2-core CPU (``docs/anakin.md``). At 1.28M,
-  seeds 0-4 (training return, ``benchmarks/minatar_presets.py``): Breakout 13.65 [6.90-22.62], below
-  gymnax-blines' 15.7; SpaceInvaders 63.26 [59.57-81.01], above its 58.4 (``published.md``'s table);
-  ``--set entropy_coef=0.02``: Breakout seed 0 18.00 (the preset 13.65), the other seeds not yet run.
+* ``gymnax-minatar`` -- for gymnax's own MinAtar games in the compiled loop (``gymnax:<Game>-MinAtar``,
+  ``--launcher anakin``): gymnax-blines' PPO (its network: the planes flattened into two 256x256
+  ReLU MLPs, flax's default init; its clipped value loss; its rollouts of 128 x 64 envs) with five
+  settings found here with ``shoal tune`` on Breakout (``benchmarks/spaces/ppo_breakout_minatar.yaml``,
+  1.28M env steps, seed 0; ``benchmarks/results/minatar/tune-ppo-breakout/``): learning rate 9.7e-4
+  (gymnax-blines: 5e-4), entropy 1e-3 (0.01), 3 epochs (4) of 16 minibatches (8), discount 0.99
+  (0.999). At 1.28M env steps, seeds 0-4, training return (``benchmarks/minatar_presets.py``,
+  ``published.md``'s table): at or above gymnax-blines on each of its four logged games, where its
+  own settings were below on Breakout (13.65 against 15.7) and Asterix (2.10 against 2.14):
+  Breakout 20.54, SpaceInvaders 87.48, Freeway 38.30, Asterix 2.84. Evaluations every 500k env
+  steps (one dispatch each). gymnax-blines' own settings: ``--set learning_rate=0.0005 --set
+  entropy_coef=0.01 --set num_epochs=4 --set num_minibatches=8 --set discount=0.999`` (Breakout,
+  seed 0, 10M env steps: greedy 41.0, training return 35.3, 597 s on a 2-core CPU).
 * ``brax`` -- Brax's own PPO for its envs (``brax:<name>``, the compiled loop; Brax's training
   notebook, ``notebooks/training.ipynb``: the settings it gives ``inverted_pendulum`` and
   ``inverted_double_pendulum``, and ``ant``'s but for its 4,096 envs): 2,048 envs, each update 80
@@ -106,6 +111,15 @@ GYMNAX_BLINES_MINATAR = {
     "entropy_coef": 0.01,
     "value_coef": 0.5,
     "max_gradient_norm": 0.5,
+}
+# shoal tune on gymnax's Breakout-MinAtar (benchmarks/results/minatar/tune-ppo-breakout/): the
+# settings of ppo/gymnax-minatar that differ from gymnax-blines'
+TUNED_ON_BREAKOUT = {
+    "learning_rate": 9.7e-4,
+    "entropy_coef": 1e-3,
+    "num_epochs": 3,
+    "num_minibatches": 16,
+    "discount": 0.99,
 }
 
 PRESETS = [
@@ -180,9 +194,10 @@ PRESETS = [
     Preset(
         "ppo",
         "gymnax-minatar",
-        "gymnax-blines agents/<Game>-MinAtar/ppo.yaml, its network and clipped value loss",
+        "gymnax-blines agents/<Game>-MinAtar/ppo.yaml, its network and clipped value loss; five settings tuned here",
         settings={
             **GYMNAX_BLINES_MINATAR,
+            **TUNED_ON_BREAKOUT,
             "clip_value_loss": True,
             "hidden_sizes": (256, 256),
             "activation": "relu",
