@@ -46,8 +46,8 @@ def label_of(preset: str, overrides: list[str], ippo: bool) -> str:
 def run_one(seed: int, preset: str, overrides: list[str], runs_dir: str, ippo: bool = False) -> dict[str, Any]:
     """One ``shoal train`` process; its result line with the team return."""
     label = label_of(preset, overrides, ippo)
-    name = "-".join([*(["ippo"] if ippo else []), preset.replace("/", "_"), *overrides, f"s{seed}"])
-    run_dir = os.path.join(runs_dir, name.replace("=", "_"))
+    name = f"{label}-s{seed}".replace(" ", "-").replace("/", "_").replace("=", "_")
+    run_dir = os.path.join(runs_dir, name)
     cmd = [
         *(sys.executable, "-m", "shoal", "train", "--agent", "ppo", "--env", ENV),
         *([] if ippo else ["--global-state"]),

@@ -126,9 +126,8 @@ def minatar_table(
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["label"], r["game"]), []).append(r)
-    labels = sorted(
-        dict.fromkeys(r["label"] for r in records), key=lambda label: " " in label
-    )  # (a preset, then overrides)
+    # (a preset's own row first, then its overrides')
+    labels = sorted(dict.fromkeys(r["label"] for r in records), key=lambda label: " " in label)
     lines = [
         f"| game | preset (`--preset`, then `--set` overrides) | env steps | seeds | {evaluation}, "
         "median [range] | training return at the budget, median [range] | training return per seed | "

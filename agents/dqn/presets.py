@@ -34,22 +34,20 @@ from shoal.agents.presets import Preset
 
 # The MinAtar paper's DQN (examples/dqn.py): the minatar and gymnax-minatar presets
 MINATAR_DQN = {
-    "settings": {
-        "learning_rate": 2.5e-4,
-        "batch_size": 32,
-        "max_replay_size": 100_000,
-        "min_replay_size": 5_000,
-        "samples_per_insert": 32.0,
-        "target_update_period": 1_000,
-        "epsilon_end": 0.1,
-        "epsilon_decay_steps": 100_000,
-        "n_step": 1,
-        "huber_delta": 1.0,
-        "torso": "minatar",
-        "eval_epsilon": 0.01,
-    },
-    "experiment": {"num_envs": 4, "max_env_steps": 5_000_000, "eval_every": 100_000, "eval_episodes": 10},
+    "learning_rate": 2.5e-4,
+    "batch_size": 32,
+    "max_replay_size": 100_000,
+    "min_replay_size": 5_000,
+    "samples_per_insert": 32.0,
+    "target_update_period": 1_000,
+    "epsilon_end": 0.1,
+    "epsilon_decay_steps": 100_000,
+    "n_step": 1,
+    "huber_delta": 1.0,
+    "torso": "minatar",
+    "eval_epsilon": 0.01,
 }
+MINATAR_DQN_EXPERIMENT = {"num_envs": 4, "max_env_steps": 5_000_000, "eval_every": 100_000, "eval_episodes": 10}
 
 PRESETS = [
     Preset("dqn", "classic", "tuned here on CartPole-v1 (15 seeds)"),
@@ -90,8 +88,18 @@ PRESETS = [
         },
         experiment={"num_envs": 8, "max_env_steps": 10_000_000, "eval_every": 100_000, "eval_episodes": 8},
     ),
-    Preset("dqn", "minatar", "MinAtar examples/dqn.py (Young & Tian, 2019)", **MINATAR_DQN),
     Preset(
-        "dqn", "gymnax-minatar", "MinAtar examples/dqn.py (Young & Tian, 2019), in the compiled loop", **MINATAR_DQN
+        "dqn",
+        "minatar",
+        "MinAtar examples/dqn.py (Young & Tian, 2019)",
+        settings=MINATAR_DQN,
+        experiment=MINATAR_DQN_EXPERIMENT,
+    ),
+    Preset(
+        "dqn",
+        "gymnax-minatar",
+        "MinAtar examples/dqn.py (Young & Tian, 2019), in the compiled loop",
+        settings=MINATAR_DQN,
+        experiment=MINATAR_DQN_EXPERIMENT,
     ),
 ]

@@ -38,14 +38,8 @@ from shoal.launch.experiments.tune.spaces import DEFAULT_SPACES, check_space, lo
 from shoal.launch.experiments.tune.study import TuneSettings, check_settings
 from shoal.launch.experiments.tune.trials import _print_trial, work, worker_main
 
-RESUME_FLAGS = (
-    "trials",
-    "jobs",
-    "launcher",
-    "ray_address",
-    "agent",
-    "env",
-)  # (--agent/--env only name the tune's own again)
+# (--agent/--env only name the tune's own again)
+RESUME_FLAGS = ("trials", "jobs", "launcher", "ray_address", "agent", "env")
 NEW_TUNE_FLAGS = {
     "space": "--space",
     "out": "--out",
@@ -386,21 +380,22 @@ def _fail_stale_trials(tune_dir: str) -> None:
         study.tell(t.number, state=optuna.trial.TrialState.FAIL)
 
 
-def _run_here(tune_dir: str, settings: Any, stop: threading.Event) -> None:
-    def after(study: Any, trial: Any, state: str) -> None:
-        _print_trial(study, trial, state)
-        write_reports(tune_dir, studies.load(tune_dir), settings)
+def _reported(tune_dir: str, settings: Any, trial_number: int, state: str) -> None:
+    """A trial's line, and the reports rewritten, once it ended (in this process)."""
+    study = studies.load(tune_dir)
+    _print_trial(study, study.get_trials(deepcopy=False)[trial_number], state)
+    write_reports(tune_dir, study, settings)
 
+
+def _run_here(tune_dir: str, settings: Any, stop: threading.Event) -> None:
+    after = lambda study, trial, state: _reported(tune_dir, settings, trial.number, state)  # noqa: E731
     work(tune_dir, settings, stop, 0, on_trial=after)
 
 
 def _run_on_ray(tune_dir: str, settings: Any, jobs: int, stop: threading.Event) -> None:
-    def after(number: int, state: str) -> None:
-        study = studies.load(tune_dir)
-        _print_trial(study, study.get_trials(deepcopy=False)[number], state)
-        write_reports(tune_dir, study, settings)
-
-    on_ray.run_on_ray(tune_dir, settings, jobs, stop, after)
+    on_ray.run_on_ray(
+        tune_dir, settings, jobs, stop, lambda number, state: _reported(tune_dir, settings, number, state)
+    )
 
 
 def _run_processes(tune_dir: str, settings: Any, jobs: int, stop: threading.Event) -> None:

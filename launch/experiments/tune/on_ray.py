@@ -165,10 +165,15 @@ def _task_error(error: Exception) -> str:
     """One line for a trial task that raised: its own exception, or how Ray lost it."""
     import ray  # lazy: optional extra (ray)
 
-    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(error.cause, BaseException):
-        cause = error.cause
-        return f"{type(cause).__name__}: {str(cause).strip().splitlines()[0] if str(cause).strip() else ''}"
-    return f"its Ray task died: {str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}"
+    cause = error.cause if isinstance(error, ray.exceptions.RayTaskError) else None
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {_first_line(cause)}"
+    return f"its Ray task died: {_first_line(error) or type(error).__name__}"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def trial_task(tune_dir: str, settings: TuneSettings, host: Any, number: int) -> str:
