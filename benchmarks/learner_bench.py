@@ -35,6 +35,7 @@ import math
 import os
 import sys
 import time
+from collections import deque
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -46,6 +47,7 @@ from shoal.core.interfaces import Dataset  # noqa: E402
 from shoal.core.specs import make_environment_spec  # noqa: E402
 from shoal.core.types import Sample  # noqa: E402
 from shoal.envs import make_vector_env  # noqa: E402
+from shoal.learners.replicated import MAX_IN_FLIGHT  # noqa: E402
 
 # agent -> (env, num_envs, {config name: settings})
 CONFIGS = {
@@ -188,7 +190,10 @@ def learner_speed(
         data = learner._place.shard(next(dataset).data)  # one batch, already on the devices
         state = {"params": learner._params, "rest": jax.tree_util.tree_map(lambda x: x.copy(), learner._rest)}
 
+        donated: deque = deque(maxlen=MAX_IN_FLIGHT)  # (as the learner keeps them: update_checks)
+
         def in_memory_step():
+            donated.append(state["rest"])
             state["params"], state["rest"], _, _ = learner._update(state["params"], state["rest"], data)
 
         in_memory = _rate(in_memory_step, seconds, lambda: jax.block_until_ready(state["params"]))
@@ -348,7 +353,10 @@ def replay_feed_ratio(name: str, seconds: float) -> dict:
         data = learner._place.shard(builder.example_batch(spec, policy).data)
         state = {"params": learner._params, "rest": jax.tree_util.tree_map(lambda x: x.copy(), learner._rest)}
 
+        donated: deque = deque(maxlen=MAX_IN_FLIGHT)  # (as the learner keeps them: update_checks)
+
         def in_memory_step():
+            donated.append(state["rest"])
             state["params"], state["rest"], _, _ = learner._update(state["params"], state["rest"], data)
 
         # (windows in turns, ROUNDS of each: the same update in memory drifts with the machine's

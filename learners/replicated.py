@@ -163,7 +163,8 @@ class ReplicatedLearner(Learner):
 
     def _step(self, sample: Any, data: Any) -> Mapping[str, Any]:
         self._in_flight.check_finished()
-        params, self._rest, out, finite = self._update(self._params, self._rest, data)
+        donated = self._rest  # (kept until the update is checked: see update_checks)
+        params, self._rest, out, finite = self._update(self._params, donated, data)
         with self._lock:
             self._params, self._version = params, self._version + 1
         if not self._checked_shapes:
@@ -175,7 +176,7 @@ class ReplicatedLearner(Learner):
         if sgd_steps is None:  # a data-dependent count: read it (waits for the update)
             sgd_steps = int(out.sgd_steps)
         counts = self._counter.increment(learner_steps=sgd_steps)
-        self._in_flight.add(self._version, counts.get("learner_steps", 0), finite, out.metrics, sample)
+        self._in_flight.add(self._version, counts.get("learner_steps", 0), finite, out.metrics, sample, donated)
         if time.monotonic() - self._last_log >= 1.0:  # metrics are read (a device sync) once a second
             self._log(counts, out.metrics)
         else:

@@ -435,6 +435,45 @@ def test_items_of_one_envs_steps_interleaved_with_other_envs_are_gathered_intact
         replay.stop()
 
 
+def test_a_queue_grown_past_its_first_slots_drains_and_fills_again():
+    """A table's slot arrays start at ``MIN_SLOTS`` and double as items come; a queue holding
+    more than that, then drained by its sampler (each item removed as it is taken), gives every
+    slot back (once found: the free-slot stack was shorter than the grown table, and the drain
+    failed with an IndexError past the first ``MIN_SLOTS`` removals), and fills and drains again
+    in order."""
+    import numpy as np
+
+    from shoal.core.specs import ArraySpec
+    from shoal.replay import RateLimit, TableSpec
+    from shoal.replay.native import NativeReplayServer
+    from shoal.replay.native.table import MIN_SLOTS
+
+    count = 3 * MIN_SLOTS + 5
+    table = TableSpec(
+        "q",
+        sampler="fifo",
+        remover="fifo",
+        max_size=4 * MIN_SLOTS,
+        rate_limit=RateLimit(1.0, 1, -1e9, 1e9),
+        max_times_sampled=1,
+        signature={"x": ArraySpec((), np.int64)},
+    )
+    replay = NativeReplayServer([table])
+    try:
+        for round_ in range(2):
+            values = np.arange(count) + round_ * count
+            for start in range(0, count, 1000):  # (runs of items: the table grows while it holds some)
+                run = values[start : start + 1000]
+                assert replay.insert_items([["q", np.ones(len(run)), [run]]], 1.0) == len(run)
+            got = []
+            while len(got) < count:
+                got.extend(replay.sample("q", 1000, 1.0)["columns"][0].tolist())
+            assert got == values.tolist()
+            assert replay.server_info()["q"]["current_size"] == 0
+    finally:
+        replay.stop()
+
+
 def test_a_server_that_lost_a_writers_segment_takes_its_steps_over_rpc():
     """A replay node started again maps no segment of the writer's: the writer sends the same
     steps over RPC, and from then on."""

@@ -155,9 +155,12 @@ class Table:
             raise RuntimeError(f"replay table '{self.spec.name}' has no free slot (max_size {self.spec.max_size})")
         for name in ("_key", "_serial", "_priority", "_times", "_lane", "_length", "_rows"):
             setattr(self, name, _grown(getattr(self, name), capacity))
-        added = np.arange(capacity - 1, old - 1, -1, dtype=np.int64)
-        self._free = np.concatenate([added, self._free[: self._top]])
-        self._top = len(self._free)
+        # (the free stack holds every slot at most: ``capacity`` entries, the new slots at the
+        # bottom, the free old ones on top, taken first)
+        free = np.empty(capacity, np.int64)
+        free[: capacity - old] = np.arange(capacity - 1, old - 1, -1, dtype=np.int64)
+        free[capacity - old : capacity - old + self._top] = self._free[: self._top]
+        self._free, self._top = free, capacity - old + self._top
 
     def _width(self, length: int) -> None:
         if length != self._rows.shape[1] and (self._size or self.inserts or len(self._foreign)):
