@@ -18,6 +18,10 @@ puts the last observation in ``info["final_observation"]``) says so with ``auto_
 otherwise ``JaxVectorEnv.step`` resets it itself. Your own JAX env is one class away: write these
 five members and pass ``JaxVectorEnv(MyEnv(), num_envs)`` to ``shoal.launch.experiments.anakin``.
 
+gymnax's MinAtar games (``gymnax:<Game>-MinAtar``) are given MinAtar's own observations
+(``MinAtarPlanes``: uint8 ``[C, H, W]`` frames, as ``MinAtar/<Game>-v1`` gives them), so that
+the agents' torsos read them alike.
+
 ``JaxVectorEnv`` is the adapter the compiled loop steps: ``num_envs`` copies ``vmap``-ed, reset
 inside ``step`` where an episode ended, with each env's episode return and length carried as
 arrays (``EnvState``), the observation the step ended in kept beside the next one (``Step``),
@@ -179,6 +183,8 @@ def make_jax_env(env_id: str, env_args: Mapping[str, Any] | None = None) -> tupl
         params = env.default_params
     else:
         env, params = _gymnax().make(name)
+        if name.endswith("-MinAtar"):
+            env = MinAtarPlanes(env)
     if env_args:
         fields = list(getattr(params, "__dataclass_fields__", {}))
         unknown = [key for key in env_args if key not in fields]
@@ -188,6 +194,45 @@ def make_jax_env(env_id: str, env_args: Mapping[str, Any] | None = None) -> tupl
             )
         params = params.replace(**env_args)
     return env, params
+
+
+class MinAtarPlanes:
+    """A gymnax MinAtar game whose observations are the uint8 ``[C, H, W]`` planes in {0, 1} that
+    MinAtar's own games give Shoal's agents (``shoal.envs.observations.BinaryPlanes``), not
+    gymnax's float32 ``[H, W, C]``: so that the MinAtar presets' convolutional torso reads them
+    (``torso=auto`` picks it, as for ``MinAtar/<Game>-v1``) and replay holds a byte per cell. The
+    values are the same; only their order and dtype differ (an MLP torso reads them flattened in
+    channel-first order). Everything else is gymnax's env (``auto_resets`` as gymnax's)."""
+
+    auto_resets = True
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def __getattr__(self, name: str) -> Any:  # (default_params, num_actions, name, ...: gymnax's)
+        return getattr(self.env, name)
+
+    @staticmethod
+    def planes(observation: jax.Array) -> jax.Array:
+        """``[..., H, W, C]`` planes in [0, 1] -> uint8 ``[..., C, H, W]``."""
+        return jnp.moveaxis(jnp.asarray(observation > 0, jnp.uint8), -1, -3)
+
+    def reset(self, key: jax.Array, params: Any) -> tuple[jax.Array, Any]:
+        observation, state = self.env.reset(key, params)
+        return self.planes(observation), state
+
+    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple[Any, ...]:
+        observation, *rest, info = self.env.step(key, state, action, params)
+        if isinstance(info, Mapping) and "final_observation" in info:
+            info = {**info, "final_observation": self.planes(info["final_observation"])}
+        return (self.planes(observation), *rest, info)
+
+    def observation_space(self, params: Any) -> gym.spaces.Box:
+        height, width, channels = (int(d) for d in self.env.observation_space(params).shape)
+        return gym.spaces.Box(0, 1, (channels, height, width), np.uint8)
+
+    def action_space(self, params: Any) -> Any:
+        return self.env.action_space(params)
 
 
 def make_jax_vector_env(

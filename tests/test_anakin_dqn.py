@@ -252,3 +252,57 @@ def test_anakin_dqn_splits_its_envs_and_ring_over_two_devices(prioritized, tmp_p
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["devices"] == 2 and result["env_steps"] == 3072 and result["learner_steps"] > 0, result
     assert np.isfinite(float(rows(tmp_path / "run" / "learner.csv")[-1]["loss"]))
+
+
+@needs_gymnax
+def test_gymnax_minatar_planes_reach_the_agents_as_minatars_frames_and_its_network_reads_them():
+    """gymnax gives MinAtar's planes as float32 ``[H, W, C]``; Shoal gives them as MinAtar's own
+    games do (uint8 ``[C, H, W]``, the same values), on reset and in a step's final observation,
+    so that the MinAtar preset's convolutional torso reads them (it once fell back to an MLP)."""
+    import gymnax
+
+    from shoal.agents.dqn.builder import DQNBuilder
+    from shoal.agents.dqn.config import DQNConfig
+    from shoal.agents.presets import find_preset
+    from shoal.envs.jax_envs import make_jax_env
+    from shoal.envs.jax_vector import jax_environment_spec
+
+    env, params = make_jax_env("gymnax:Freeway-MinAtar")
+    raw, _ = gymnax.make("Freeway-MinAtar")
+    spec = jax_environment_spec(env, params, 2)
+    assert spec.observation.shape == (7, 10, 10) and spec.observation.dtype == np.uint8
+    key = jax.random.PRNGKey(3)
+    obs, state = env.reset(key, params)
+    raw_obs, _ = raw.reset(key, params)
+    np.testing.assert_array_equal(np.asarray(obs), np.transpose(np.asarray(raw_obs), (2, 0, 1)).astype(np.uint8))
+    step = env.step(jax.random.PRNGKey(4), state, 1, params)
+    raw_step = raw.step(jax.random.PRNGKey(4), state, 1, params)
+    for mine, theirs in ((step[0], raw_step[0]), (step[-1]["final_observation"], raw_step[-1]["final_observation"])):
+        assert mine.dtype == jnp.uint8
+        np.testing.assert_array_equal(np.asarray(mine), np.transpose(np.asarray(theirs), (2, 0, 1)))
+
+    settings = find_preset("dqn", "gymnax:Freeway-MinAtar").settings
+    assert settings["torso"] == "minatar"
+    conv = DQNBuilder(DQNConfig(**{k: v for k, v in settings.items() if k in DQNConfig.__dataclass_fields__}))
+    conv.validate(spec, 1)
+    assert conv.make_networks(spec).q_network.has_convolutions
+    flat = DQNBuilder(DQNConfig(torso="mlp", hidden_sizes=(32,)))
+    flat.validate(spec, 1)
+    q = flat.make_networks(spec).q_network
+    assert not q.has_convolutions
+    weights = q.init(jax.random.PRNGKey(0), jnp.zeros((1, 7, 10, 10), jnp.uint8))["params"]
+    assert weights["Dense_0"]["kernel"].shape == (700, 32)
+
+
+def test_a_convolutional_torso_named_for_observations_that_are_not_frames_is_one_line():
+    from shoal.agents.dqn.builder import DQNBuilder
+    from shoal.agents.dqn.config import DQNConfig
+    from shoal.agents.ppo.builder import PPOBuilder
+    from shoal.agents.ppo.config import PPOConfig
+    from shoal.envs import environment_spec
+
+    spec = environment_spec("CartPole-v1", 2)
+    for builder in (DQNBuilder(DQNConfig(torso="minatar")), PPOBuilder(PPOConfig(torso="nature"))):
+        with pytest.raises(ValueError, match=r"torso=\w+ reads image observations .* float32 \(4,\): use torso=auto"):
+            builder.validate(spec, 1)
+    DQNBuilder(DQNConfig(torso="mlp")).validate(spec, 1)  # (an MLP reads anything flat)

@@ -43,7 +43,7 @@ class BCBuilder(AgentBuilder):
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         super().validate(spec, num_devices)
-        check_torso(self.config.torso)
+        check_torso(self.config.torso, spec=spec)
         if self.config.batch_size % num_devices:
             raise ValueError(
                 f"batch_size={self.config.batch_size} must be a positive multiple of the number of local "

@@ -190,10 +190,18 @@ class MinAtarCNN(nn.Module):
         return nn.relu(nn.Dense(128, kernel_init=_orthogonal())(x.reshape(x.shape[0], -1)))
 
 
-def check_torso(kind: str, also: tuple[str, ...] = ()) -> None:
-    """Raises ``ValueError`` unless ``kind`` is one of ``TORSOS`` or of ``also`` (an agent's own)."""
+def check_torso(kind: str, also: tuple[str, ...] = (), spec: EnvironmentSpec | None = None) -> None:
+    """Raises ``ValueError`` unless ``kind`` is one of ``TORSOS`` or of ``also`` (an agent's own),
+    and, given the env's ``spec``, for a convolutional torso named where the observations are not
+    frames (nor a Dict, whose image keys take it): one line, not an MLP in its place."""
     if kind not in TORSOS + also:
         raise ValueError(f"torso must be one of {', '.join(TORSOS + also)}, got {kind!r}")
+    observation = None if spec is None else spec.observation
+    if kind in TORSOS[1:] and isinstance(observation, ArraySpec) and not is_image_array(observation):
+        raise ValueError(
+            f"torso={kind} reads image observations (rank-3 uint8 frames [C, H, W]); this env's are "
+            f"{np.dtype(observation.dtype).name} {tuple(observation.shape)}: use torso=auto (an MLP of hidden_sizes)"
+        )
 
 
 def make_torso(torso: Torso, name: str | None = None) -> nn.Module:

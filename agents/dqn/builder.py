@@ -42,7 +42,9 @@ class DQNBuilder(TransitionReplayBuilder):
                 f"DQN needs a discrete action space; this environment's is "
                 f"{spec.action_space} (try a Discrete-action env such as CartPole-v1)"
             )
-        check_torso(self.config.torso)
+        check_torso(self.config.torso, also=("mlp",), spec=spec)
+        if self.config.torso == "mlp" and spec.dict_observations:
+            raise ValueError("torso=mlp reads frames flattened: not a Dict observation (use torso=auto there)")
         super().validate(spec, num_devices)
 
     def priority_exponent(self) -> float | None:

@@ -21,7 +21,9 @@ class DQNConfig:
       torso: for image observations (rank-3 uint8 frames): the convolutional torso, ``nature``
         (the Nature DQN network), ``impala`` (the IMPALA ResNet), ``minatar`` (MinAtar's one
         convolution and dense 128) or ``auto`` (``nature`` for frames of 36x36 or more, else
-        ``minatar``); ``hidden_sizes`` then do not apply.
+        ``minatar``); ``hidden_sizes`` then do not apply. ``mlp``: none, the frames flattened
+        into the MLP of ``hidden_sizes``. A convolutional torso named for observations that
+        are not frames is one line (``torso=auto`` reads them with the MLP).
       target_update_period: SGD steps between copies of the online params to the target net.
       samples_per_insert: replay ratio, transitions trained on per transition inserted
         (``batch_size * sgd_steps / env_steps``); enforced by the table's rate limiter.

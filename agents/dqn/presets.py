@@ -26,8 +26,9 @@
   for gymnax's MinAtar games in the compiled loop (``gymnax:<Game>-MinAtar``, ``--launcher
   anakin``: the replay buffer on the device). At 1M env steps, seeds 0-4 (the ``minatar``
   preset's records, the same settings; ``benchmarks/minatar_presets.py --preset dqn/minatar
-  --max-env-steps 1000000``, about 250 s a run on a 2-core CPU), the training return stands beside
-  the MinAtar paper's own DQN curve at 1M in ``published.md``.
+  --max-env-steps 1000000``, 20-35 minutes a run on a 2-core CPU), the training return stands
+  beside the MinAtar paper's own DQN curve at 1M in ``published.md`` (the runs before 2026-11-29
+  read gymnax's planes with a 64x64 MLP, not the MinAtar network: ``torso=mlp`` rows there).
 """
 
 from shoal.agents.presets import Preset

@@ -53,7 +53,7 @@ class IMPALABuilder(AgentBuilder):
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         c = self.config
         discrete_actions(spec)
-        check_torso(c.torso)
+        check_torso(c.torso, spec=spec)
         super().validate(spec, num_devices)
         if c.sequences_per_update % spec.num_envs:
             raise ValueError(

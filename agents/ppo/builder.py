@@ -46,7 +46,7 @@ class PPOBuilder(AgentBuilder):
 
     def validate(self, spec: EnvironmentSpec, num_devices: int) -> None:
         c = self.config
-        check_torso(c.torso, also=("mlp",))
+        check_torso(c.torso, also=("mlp",), spec=spec)
         if c.torso == "mlp" and (spec.num_actions is None or c.lstm_size or spec.dict_observations):
             raise ValueError(
                 "torso=mlp reads frames with a categorical, feed-forward policy: not with continuous "

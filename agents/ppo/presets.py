@@ -199,6 +199,7 @@ PRESETS = [
             **GYMNAX_BLINES_MINATAR,
             **TUNED_ON_BREAKOUT,
             "clip_value_loss": True,
+            "torso": "mlp",  # (gymnax's planes come as frames: MinAtarPlanes)
             "hidden_sizes": (256, 256),
             "activation": "relu",
             "orthogonal_init": False,

@@ -51,7 +51,7 @@ class R2D2Builder(AgentBuilder):
         c = self.config
         if spec.num_actions is None:
             raise ValueError(f"R2D2 needs a discrete action space; this environment's is {spec.action_space}")
-        check_torso(c.torso)
+        check_torso(c.torso, spec=spec)
         super().validate(spec, num_devices)
         if c.batch_size % num_devices:
             raise ValueError(
