@@ -190,7 +190,7 @@ def learner_speed(
         data = learner._place.shard(next(dataset).data)  # one batch, already on the devices
         state = {"params": learner._params, "rest": jax.tree_util.tree_map(lambda x: x.copy(), learner._rest)}
 
-        donated: deque = deque(maxlen=MAX_IN_FLIGHT)  # (as the learner keeps them: update_checks)
+        donated: deque = deque(maxlen=2 * MAX_IN_FLIGHT)  # (as the learner keeps them: update_checks)
 
         def in_memory_step():
             donated.append(state["rest"])
@@ -353,7 +353,7 @@ def replay_feed_ratio(name: str, seconds: float) -> dict:
         data = learner._place.shard(builder.example_batch(spec, policy).data)
         state = {"params": learner._params, "rest": jax.tree_util.tree_map(lambda x: x.copy(), learner._rest)}
 
-        donated: deque = deque(maxlen=MAX_IN_FLIGHT)  # (as the learner keeps them: update_checks)
+        donated: deque = deque(maxlen=2 * MAX_IN_FLIGHT)  # (as the learner keeps them: update_checks)
 
         def in_memory_step():
             donated.append(state["rest"])

@@ -210,6 +210,8 @@ class MinAtarPlanes:
         self.env = env
 
     def __getattr__(self, name: str) -> Any:  # (default_params, num_actions, name, ...: gymnax's)
+        if name == "env" or name.startswith("__"):  # (copy and pickle ask before ``env`` is set)
+            raise AttributeError(name)
         return getattr(self.env, name)
 
     @staticmethod

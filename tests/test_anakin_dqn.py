@@ -259,6 +259,8 @@ def test_gymnax_minatar_planes_reach_the_agents_as_minatars_frames_and_its_netwo
     """gymnax gives MinAtar's planes as float32 ``[H, W, C]``; Shoal gives them as MinAtar's own
     games do (uint8 ``[C, H, W]``, the same values), on reset and in a step's final observation,
     so that the MinAtar preset's convolutional torso reads them (it once fell back to an MLP)."""
+    import pickle
+
     import gymnax
 
     from shoal.agents.dqn.builder import DQNBuilder
@@ -271,6 +273,7 @@ def test_gymnax_minatar_planes_reach_the_agents_as_minatars_frames_and_its_netwo
     raw, _ = gymnax.make("Freeway-MinAtar")
     spec = jax_environment_spec(env, params, 2)
     assert spec.observation.shape == (7, 10, 10) and spec.observation.dtype == np.uint8
+    assert pickle.loads(pickle.dumps(env)).observation_space(params).shape == (7, 10, 10)  # (and copies)
     key = jax.random.PRNGKey(3)
     obs, state = env.reset(key, params)
     raw_obs, _ = raw.reset(key, params)

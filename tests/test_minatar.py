@@ -126,7 +126,7 @@ def test_ppos_mlp_torso_reads_the_planes_flat_with_two_mlps_and_refuses_what_it_
     with pytest.raises(ValueError, match="torso=mlp reads frames with a categorical, feed-forward policy"):
         PPOBuilder(PPOConfig(torso="mlp", lstm_size=8)).validate(spec, 1)
     with pytest.raises(ValueError, match="torso must be one of auto, nature, impala, minatar, got 'mlp'"):
-        choose_torso("mlp", spec.observation.shape)  # (the other agents' torsos: PPO's alone reads frames flat)
+        choose_torso("mlp", spec.observation.shape)  # (the shared torsos: PPO and DQN read frames flat themselves)
 
 
 def test_ppos_activation_sets_its_mlps_hidden_layers_and_is_refused_where_there_are_none():

@@ -96,6 +96,31 @@ def test_shoal_evaluate_prints_one_json_line_and_refuses_a_checkpoint_it_lacks(p
     ], bad.stderr
 
 
+def test_a_checkpoint_made_for_other_observations_is_refused_in_one_line(ppo_run, tmp_path):
+    """Networks of the same shapes would load a checkpoint made for observations of another
+    layout (gymnax's MinAtar planes before they came as frames) and read them wrongly: the
+    checkpoint's recorded spec is compared first."""
+    import shutil
+
+    from shoal import load_policy
+
+    run_dir = str(tmp_path / "copy")
+    shutil.copytree(ppo_run[0], run_dir)
+    path = os.path.join(run_dir, "checkpoints", "run.json")
+    with open(path) as f:
+        run = json.load(f)
+    assert run["spec"]["observation"] == [[4], "float32"]
+    run["spec"]["observation"] = [[4], "uint8"]
+    with open(path, "w") as f:
+        json.dump(run, f)
+    with pytest.raises(
+        ValueError,
+        match=r"made for another environment than this Shoal makes of its config: "
+        r"observation \[\[4\], 'uint8'\] \(checkpoint\) vs \[\[4\], 'float32'\] \(now\)$",
+    ):
+        load_policy(run_dir)
+
+
 CLEAN_LOAD = """
 import sys
 sys.modules["shoal"] = None  # (this program cannot import Shoal)

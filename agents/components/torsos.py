@@ -14,8 +14,8 @@ uint8 observations get one of these, flat ones an MLP.
 * ``minatar`` -- the MinAtar network (Young & Tian, 2019): conv 16 3x3 stride 1, dense 128,
   ReLUs (for small images, e.g. MinAtar's 10x10);
 * ``auto`` (the agents' default) -- ``nature`` for frames of at least 36x36, else ``minatar``;
-* ``mlp`` (PPO only) -- no convolution: the frames, scaled and flattened, go into the policy's
-  and the value's MLPs of ``hidden_sizes`` (gymnax-blines' MinAtar network).
+* ``mlp`` (PPO and DQN) -- no convolution: the frames, scaled and flattened, go into the MLPs of
+  ``hidden_sizes`` (PPO's policy and value MLPs: gymnax-blines' MinAtar network).
 """
 
 from __future__ import annotations

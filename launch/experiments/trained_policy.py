@@ -31,7 +31,7 @@ from shoal.actors.loops import evaluate
 from shoal.agents.registry import agent_name
 from shoal.core.interfaces import VariableSource
 from shoal.core.specs import EnvironmentSpec, make_environment_spec
-from shoal.launch.experiments.run_directory.checkpoints import _readable, orbax_checkpoint, read_run
+from shoal.launch.experiments.run_directory.checkpoints import _readable, check_spec, orbax_checkpoint, read_run
 from shoal.launch.experiments.run_directory.claim import load_run
 
 MAX_EPISODES = 100_000  # the most episodes one evaluate_run plays (shoal evaluate --episodes)
@@ -213,6 +213,8 @@ def load_policy(
         spec = make_environment_spec(env)
     finally:
         env.close()
+    if isinstance(run, dict) and isinstance(run.get("spec"), dict):  # (e.g. an env whose observations changed since)
+        check_spec(run_dir, run, spec, "now", "this Shoal makes of its config")
     networks = config.make_networks(spec)
     anakin = isinstance(run, dict) and isinstance(run.get("anakin"), dict)  # (its checkpoints: the whole carry)
     if anakin:

@@ -181,6 +181,21 @@ def read_run(run_dir: str) -> dict[str, Any] | None:
     return run
 
 
+def check_spec(run_dir: str, run: dict[str, Any], spec: EnvironmentSpec, now_from: str, than: str) -> None:
+    """Raises ``ValueError`` naming what differs if the checkpoint ``run`` names was made for
+    observations or actions other than ``spec``'s (``now_from``: where ``spec`` comes from, in the
+    diff; ``than``: the message's words for it); networks of the same shapes would otherwise load
+    and read them wrongly."""
+    saved, now = cast(dict[str, Any], run.get("spec")), spec_record(spec)
+    if saved != now:  # (run.json's schema made it an object)
+        diff = ", ".join(
+            f"{key} {saved.get(key)} (checkpoint) vs {now.get(key)} ({now_from})"
+            for key in now
+            if saved.get(key) != now.get(key)
+        )
+        raise ValueError(f"the checkpoint in {run_dir} was made for another environment than {than}: {diff}")
+
+
 def check_resumable(run_dir: str, run: dict[str, Any], agent: str, spec: EnvironmentSpec) -> None:
     """Raises ``ValueError`` saying what does not match if the checkpoint ``run`` names cannot
     continue ``agent`` on an environment of ``spec`` (e.g. an edited ``config.json``), or if a
@@ -191,14 +206,7 @@ def check_resumable(run_dir: str, run: dict[str, Any], agent: str, spec: Environ
             f"the checkpoint in {run_dir} is of agent {run['agent']!r}, but its config.json "
             f"names {agent!r}; resume it with its own config"
         )
-    saved, now = cast(dict[str, Any], run.get("spec")), spec_record(spec)
-    if saved != now:  # (run.json's schema made it an object)
-        diff = ", ".join(
-            f"{key} {saved.get(key)} (checkpoint) vs {now.get(key)} (config.json)"
-            for key in now
-            if saved.get(key) != now.get(key)
-        )
-        raise ValueError(f"the checkpoint in {run_dir} was made for another environment than config.json names: {diff}")
+    check_spec(run_dir, run, spec, "config.json", "config.json names")
     learner = os.path.join(run_dir, "checkpoints", "learner", str(run.get("learner_step")))
     if not os.path.isdir(learner):
         raise ValueError(
