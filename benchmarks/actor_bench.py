@@ -161,22 +161,22 @@ def scaling_table():
 
 
 def scaling_actor_steps(
-    index: int, address: str, ready, go, start_at, phase_s: float, actors_per_phase: tuple[int, ...]
+    index: int, server: tuple, ready, go, start_at, phase_s: float, actors_per_phase: tuple[int, ...]
 ) -> list[int]:
     """One actor process: builds and compiles, puts its index on ``ready``, waits for ``go``;
     from Unix time ``start_at.value``, phase k lasts ``phase_s`` and this actor acts in it if
     ``index < actors_per_phase[k]``. Returns env steps per phase (a step counts in the phase it
     ends in; the first 10% of each phase is left out, and the count scaled back up)."""
-    from shoal.replay import make_replay_client
+    from replay_throughput import client_of
 
     if SLEEP_ENV not in gym.registry:
         gym.register(SLEEP_ENV, entry_point=SleepyCartPole, max_episode_steps=500)
     env = make_vector_env(SLEEP_ENV, 16, seed=index)
     spec = make_environment_spec(env)
     builder, policy, params = _dqn(spec)
-    # (Shoal's client of the Reverb server, as a run's actors have: Reverb's own ``Client`` has
-    # another writer, whose create_item the adder's call does not fit)
-    adder = builder.make_adder(make_replay_client(address), spec, policy)
+    # (Shoal's client of the server (``server``: backend, address, token), as a run's actors
+    # have: Reverb's own ``Client`` has another writer, whose create_item the adder's call does not fit)
+    adder = builder.make_adder(client_of(*server), spec, policy)
     actor = BatchedActor(
         policy, jax.random.PRNGKey(index), VariableClient(FixedParams(params), asynchronous=False), adder, num_envs=16
     )

@@ -99,7 +99,8 @@ def _table(size: str, max_size: int = 2000):
     )
 
 
-def _client(backend: str, address: str, token: str | None):
+def client_of(backend: str, address: str, token: str | None):
+    """A client, in another process, of the server ``serve`` made."""
     if backend == "native":
         from shoal.launch.programs.rpc import RpcClient
         from shoal.replay.native import NativeReplayClient
@@ -116,7 +117,7 @@ def _client(backend: str, address: str, token: str | None):
 
 
 def _writer(backend, address, token, size, start, stop, counts, cpu, index) -> None:
-    client = _client(backend, address, token)
+    client = client_of(backend, address, token)
     writer = client.writer(1, timeout_s=120)
     columns = _item(size, index)
     n = 0
@@ -139,7 +140,7 @@ def _writer(backend, address, token, size, start, stop, counts, cpu, index) -> N
 def _sampler(backend, address, token, size, start, stop, counts) -> None:
     from shoal.replay import transition_batches
 
-    client = _client(backend, address, token)
+    client = client_of(backend, address, token)
     envs = SIZES[size][0]
     dataset = transition_batches(client if backend == "native" else address, "t", num_envs=envs, batch_size=32 * envs)
     next(dataset)  # (opens the dataset: TensorFlow's import on Reverb)
@@ -154,17 +155,23 @@ def _sampler(backend, address, token, size, start, stop, counts) -> None:
 
 def _serve(backend: str, size: str, max_size: int = 2000):
     """(server, address, token, stop())."""
+    return serve(backend, [_table(size, max_size)])
+
+
+def serve(backend: str, tables: list):
+    """``(server, address, token, stop())``: a server of ``tables`` in this process that other
+    processes reach (``client_of``): native behind Shoal's RPC with a token, or Reverb's."""
     if backend == "native":
         from shoal.launch.programs.rpc import RpcServer
         from shoal.replay.native import SERVICE_METHODS, NativeReplayServer
 
-        replay = NativeReplayServer([_table(size, max_size)])
+        replay = NativeReplayServer(tables)
         token = secrets.token_hex(16)
         rpc = RpcServer(replay, token=token, methods=SERVICE_METHODS, max_workers=64).start()
         return replay, rpc.address, token, lambda: (replay.stop(), rpc.stop())
     from shoal.replay import ReverbServer
 
-    server = ReverbServer([_table(size, max_size)])
+    server = ReverbServer(tables)
     return server, server.address, None, server.stop
 
 
@@ -332,7 +339,7 @@ def measure_in_process(backend: str, window_s: float) -> dict:
 def _one_host_sampler(backend, address, token, start, stop, counts, cpu) -> None:
     from shoal.replay import transition_batches
 
-    client = _client(backend, address, token)
+    client = client_of(backend, address, token)
     dataset = transition_batches(
         client if backend == "native" else address, "t", num_envs=IN_PROCESS_ENVS, batch_size=IN_PROCESS_BATCH
     )

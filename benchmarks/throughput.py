@@ -11,7 +11,8 @@
   DQN's ``atari`` preset (the Nature CNN, 1-step transitions of 84x84x4 frames). The loops step
   their envs as ``--actor-overlap`` says (default ``auto``: a thread for Atari, else on the loop's thread).
 * ``actor_scaling``: 1, 2, 4, 8, 16 actor processes on a latency-bound env (CartPole with a 1 ms
-  sleep per env step, 16 envs per actor), all feeding one real replay server: total steps/s /
+  sleep per env step, 16 envs per actor), all feeding one real replay server (``--replay-backend``'s,
+  served as a distributed run's replay node serves it: ``actor_scaling_backend``): total steps/s /
   (N x the 1-actor figure). The 16 processes start once; phases switch N of them on.
 * ``learner_feed_ratio``: DQN and PPO updates/s fed from Reverb (a filled table, the real
   dataset iterator and device prefetch) / the same jitted update on a batch already on the
@@ -66,13 +67,13 @@ def actor_efficiency(seconds: float, atari: bool = False, overlap: str = "auto")
     }
 
 
-def _scaling_actor(index: int, address: str, ready, go, start_at, phase_s: float, scaling, out) -> None:
+def _scaling_actor(index: int, server: tuple, ready, go, start_at, phase_s: float, scaling, out) -> None:
     """One scaling actor process: puts ``(index, env steps per phase)`` on ``out``, or
     ``(index, "why it failed")`` (its exception, in one line) on ``ready`` and ``out``."""
     try:
         from actor_bench import scaling_actor_steps
 
-        out.put((index, scaling_actor_steps(index, address, ready, go, start_at, phase_s, scaling)))
+        out.put((index, scaling_actor_steps(index, server, ready, go, start_at, phase_s, scaling)))
     except BaseException as e:  # noqa: BLE001 -- the parent names it, in one line (whichever queue it waits on)
         ready.put((index, _line(e)))
         out.put((index, _line(e)))
@@ -113,11 +114,13 @@ def _gather(queue, procs, timeout_s: float, what: str) -> dict[int, object]:
 
 
 def actor_scaling(phase_s: float, scaling: tuple[int, ...]) -> dict:
-    from actor_bench import scaling_table
+    from actor_bench import replay_backend, scaling_table
+    from replay_throughput import serve
 
-    from shoal.replay import ReverbServer
+    from shoal.replay.backends import check_backend
 
-    server = ReverbServer([scaling_table()])
+    backend = check_backend(replay_backend())
+    _, address, token, stop_server = serve(backend, [scaling_table()])
     ctx = mp.get_context("spawn")
     ready, results, go, start_at = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
     # Each actor process: one XLA thread on the CPU (as the distributed program's actors).
@@ -128,7 +131,7 @@ def actor_scaling(phase_s: float, scaling: tuple[int, ...]) -> dict:
         ctx.Process(
             target=_scaling_actor,
             daemon=True,
-            args=(i, f"localhost:{server.port}", ready, go, start_at, phase_s, scaling, results),
+            args=(i, (backend, address, token), ready, go, start_at, phase_s, scaling, results),
         )
         for i in range(scaling[-1])
     ]
@@ -146,11 +149,12 @@ def actor_scaling(phase_s: float, scaling: tuple[int, ...]) -> dict:
             p.join(10)
             if p.is_alive():
                 p.kill()
-        server.stop()
+        stop_server()
     totals = [sum(per_phase[k] for _, per_phase in steps) / phase_s for k in range(len(scaling))]
     return {
         "actor_scaling": {str(n): round(total / (n * totals[0]), 3) for n, total in zip(scaling, totals)},
         "actor_scaling_sps": {str(n): round(total) for n, total in zip(scaling, totals)},
+        "actor_scaling_backend": backend,
     }
 
 
