@@ -36,6 +36,7 @@ import os
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -163,6 +164,20 @@ def python_dispatches():
         setattr(pjit, name, original)
 
 
+def in_memory_stepper(learner, data) -> tuple[Callable[[], None], Callable[[], None]]:
+    """``(step, done)``: ``learner``'s compiled update applied again and again to ``data`` (a
+    batch already on the devices) from a copy of its state, keeping the last donated states as
+    the learner does (``shoal.learners.update_checks``), and the wait for the last update."""
+    state = {"params": learner._params, "rest": jax.tree_util.tree_map(lambda x: x.copy(), learner._rest)}
+    donated: deque = deque(maxlen=2 * MAX_IN_FLIGHT)
+
+    def step() -> None:
+        donated.append(state["rest"])
+        state["params"], state["rest"], _, _ = learner._update(state["params"], state["rest"], data)
+
+    return step, lambda: jax.block_until_ready(state["params"])
+
+
 def learner_speed(
     agent: str, config_name: str, seconds: float, env_id: str | None = None, settings: dict | None = None
 ) -> dict:
@@ -188,15 +203,9 @@ def learner_speed(
         with python_dispatches() as missed:
             fed = _rate(learner.step, seconds, learner.check_finite, calls)
         data = learner._place.shard(next(dataset).data)  # one batch, already on the devices
-        state = {"params": learner._params, "rest": jax.tree_util.tree_map(lambda x: x.copy(), learner._rest)}
+        in_memory_step, in_memory_done = in_memory_stepper(learner, data)
 
-        donated: deque = deque(maxlen=2 * MAX_IN_FLIGHT)  # (as the learner keeps them: update_checks)
-
-        def in_memory_step():
-            donated.append(state["rest"])
-            state["params"], state["rest"], _, _ = learner._update(state["params"], state["rest"], data)
-
-        in_memory = _rate(in_memory_step, seconds, lambda: jax.block_until_ready(state["params"]))
+        in_memory = _rate(in_memory_step, seconds, in_memory_done)
         sgd_steps = learner._static_sgd_steps or 1
     finally:
         learner.close()
@@ -351,19 +360,13 @@ def replay_feed_ratio(name: str, seconds: float) -> dict:
         fill(max(4, 2000 // steps_per_update))
         learner.warm_up(builder.example_batch(spec, policy))
         data = learner._place.shard(builder.example_batch(spec, policy).data)
-        state = {"params": learner._params, "rest": jax.tree_util.tree_map(lambda x: x.copy(), learner._rest)}
-
-        donated: deque = deque(maxlen=2 * MAX_IN_FLIGHT)  # (as the learner keeps them: update_checks)
-
-        def in_memory_step():
-            donated.append(state["rest"])
-            state["params"], state["rest"], _, _ = learner._update(state["params"], state["rest"], data)
+        in_memory_step, in_memory_done = in_memory_stepper(learner, data)
 
         # (windows in turns, ROUNDS of each: the same update in memory drifts with the machine's
         # load as much as the feed does, and the ratio takes both from the same minutes)
         in_memory = fed = 0.0
         for _ in range(ROUNDS):
-            rate = _rate(in_memory_step, seconds / ROUNDS, lambda: jax.block_until_ready(state["params"]))
+            rate = _rate(in_memory_step, seconds / ROUNDS, in_memory_done)
             in_memory += rate / ROUNDS
             if name == "ppo":  # a queue: every update takes its own rollout
                 fill(max(5, math.ceil(rate * seconds / ROUNDS)) + 4)
