@@ -10,7 +10,7 @@ import optax
 
 from shoal.agents.components.torsos import check_torso
 from shoal.agents.dqn import learning
-from shoal.agents.dqn.config import DQNConfig
+from shoal.agents.dqn.config import DQNConfig, check_optimizer
 from shoal.agents.dqn.networks import DQNNetworks, make_networks
 from shoal.agents.dqn.presets import PRESETS
 from shoal.agents.transition_replay import TABLE, TransitionReplayBuilder
@@ -42,6 +42,7 @@ class DQNBuilder(TransitionReplayBuilder):
                 f"DQN needs a discrete action space; this environment's is "
                 f"{spec.action_space} (try a Discrete-action env such as CartPole-v1)"
             )
+        check_optimizer(self.config)
         check_torso(self.config.torso, also=("mlp",), spec=spec)
         if self.config.torso == "mlp" and spec.dict_observations:
             raise ValueError("torso=mlp reads frames flattened: not a Dict observation (use torso=auto there)")

@@ -13,7 +13,10 @@ class DQNConfig:
     transitions (env steps), not Reverb items.
 
     Attributes:
-      learning_rate: Adam step size.
+      learning_rate: the optimizer's step size.
+      optimizer: ``adam`` (the default) or ``rmsprop``: the MinAtar and Nature DQNs' centred
+        RMSProp (squared-gradient decay 0.95, epsilon 0.01 added outside the square root, as
+        PyTorch's ``RMSprop(alpha=0.95, eps=0.01, centered=True)`` in MinAtar's ``examples/dqn.py``).
       batch_size: transitions per SGD step (the global batch, split across devices).
       discount: gamma.
       n_step: horizon of the n-step return ``sum_{k<n} gamma^k r_{t+k} + gamma^n Q(s_{t+n})``.
@@ -43,6 +46,7 @@ class DQNConfig:
     """
 
     learning_rate: float = setting(4e-3, low=0.0, low_open=True, high=1.0)
+    optimizer: str = "adam"
     batch_size: int = setting(64, low=1, high=1_000_000)
     discount: float = setting(0.99, low=0.0, high=1.0)
     n_step: int = setting(3, low=1, high=1_000)
@@ -64,3 +68,12 @@ class DQNConfig:
     max_gradient_norm: float = setting(10.0, low=0.0, low_open=True)
     huber_delta: float = setting(1.0, low=0.0, low_open=True)
     variable_update_period: int = setting(1, low=1, high=1_000_000)
+
+
+OPTIMIZERS = ("adam", "rmsprop")
+
+
+def check_optimizer(config: DQNConfig) -> None:
+    """Raises ``ValueError`` (one line) for an optimizer DQN does not have."""
+    if config.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {config.optimizer!r}")

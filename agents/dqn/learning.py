@@ -48,7 +48,12 @@ class TrainingState(NamedTuple):
 
 
 def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm), optax.adam(config.learning_rate))
+    """The gradient clipped at ``max_gradient_norm``, then Adam or centred RMSProp (``config.optimizer``)."""
+    if config.optimizer == "rmsprop":  # PyTorch's RMSprop(alpha=0.95, eps=0.01, centered=True)
+        step = optax.rmsprop(config.learning_rate, decay=0.95, eps=0.01, centered=True, eps_in_sqrt=False)
+    else:
+        step = optax.adam(config.learning_rate)
+    return optax.chain(optax.clip_by_global_norm(config.max_gradient_norm), step)
 
 
 def init_state(

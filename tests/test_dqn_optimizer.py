@@ -1,0 +1,52 @@
+"""DQN's optimizer setting: Adam by default, or the MinAtar paper's centred RMSProp."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from shoal.agents.dqn.config import DQNConfig
+from shoal.agents.dqn.learning import make_optimizer
+
+
+def centred_rmsprop_by_hand(grads: list[np.ndarray], lr: float) -> np.ndarray:
+    """PyTorch's ``RMSprop(alpha=0.95, eps=0.01, centered=True)`` (its documented algorithm),
+    the parameter's total change after ``grads``."""
+    square_avg = grad_avg = change = np.zeros_like(grads[0])
+    for g in grads:
+        square_avg = 0.95 * square_avg + 0.05 * g * g
+        grad_avg = 0.95 * grad_avg + 0.05 * g
+        change = change - lr * g / (np.sqrt(square_avg - grad_avg**2) + 0.01)
+    return change
+
+
+def test_rmsprop_is_the_minatar_papers_centred_rmsprop():
+    config = dataclasses.replace(DQNConfig(), optimizer="rmsprop", learning_rate=2.5e-4, max_gradient_norm=1e9)
+    optimizer = make_optimizer(config)
+    params = jnp.zeros(3)
+    state = optimizer.init(params)
+    grads = [np.array([0.5, -2.0, 0.01], np.float32), np.array([0.4, 1.0, 0.02], np.float32)] * 3
+    total = jnp.zeros(3)
+    for g in grads:
+        updates, state = optimizer.update(jnp.asarray(g), state, params)
+        total = total + updates
+    np.testing.assert_allclose(total, centred_rmsprop_by_hand(grads, 2.5e-4), rtol=1e-4)
+    # ... and not Adam's step (whose first step is lr * sign(g) whatever the gradient's size)
+    adam = make_optimizer(dataclasses.replace(config, optimizer="adam"))
+    first, _ = adam.update(jnp.asarray(grads[0]), adam.init(params), params)
+    assert not np.allclose(first, centred_rmsprop_by_hand(grads[:1], 2.5e-4), rtol=1e-2)
+
+
+def test_an_unknown_optimizer_is_one_line_before_anything_starts(tmp_path, capsys, monkeypatch):
+    from shoal.launch.experiments.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    args = ["train", "--agent", "dqn", "--env", "CartPole-v1", "--set", "optimizer=sgd", "--run-dir", str(run_dir)]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    errors = captured.err.strip().splitlines()
+    assert errors == ["shoal: error: optimizer must be one of adam, rmsprop, got 'sgd'"], errors
+    assert captured.out == "" and not run_dir.exists()
