@@ -202,7 +202,7 @@ def learner_speed(
         calls: list = []
         with python_dispatches() as missed:
             fed = _rate(learner.step, seconds, learner.check_finite, calls)
-        data = learner._place.shard(next(dataset).data)  # one batch, already on the devices
+        data = learner.placed(next(dataset).data)  # one batch, already on the devices
         in_memory_step, in_memory_done = in_memory_stepper(learner, data)
 
         in_memory = _rate(in_memory_step, seconds, in_memory_done)
@@ -359,7 +359,7 @@ def replay_feed_ratio(name: str, seconds: float) -> dict:
     try:
         fill(max(4, 2000 // steps_per_update))
         learner.warm_up(builder.example_batch(spec, policy))
-        data = learner._place.shard(builder.example_batch(spec, policy).data)
+        data = learner.placed(builder.example_batch(spec, policy).data)
         in_memory_step, in_memory_done = in_memory_stepper(learner, data)
 
         # (windows in turns, ROUNDS of each: the same update in memory drifts with the machine's

@@ -51,6 +51,7 @@ from shoal.core.loggers import Logger, NoOpLogger
 from shoal.core.timing import Stopwatch, breakdown
 from shoal.core.types import Batch, Params, Sample, TrainState
 from shoal.learners.background import DevicePrefetcher, HostHook
+from shoal.learners.packing import pack, packs_batches, unpacked
 from shoal.learners.placement import Placement, owned, shard_map
 from shoal.learners.update_checks import InFlightUpdates, check_metric_shapes
 from shoal.learners.updates import AXIS_NAME, UpdateFn, UpdateOutput
@@ -85,6 +86,10 @@ class ReplicatedLearner(Learner):
         also places them on the devices (``False``: the compiled update takes the host batch and
         places it itself, in C++ -- on 2 CPU cores here, and in an H100 measurement, faster than
         placing from a Python thread, which competes for the interpreter lock).
+
+    On accelerators each host batch is packed (``shoal.learners.packing``): its fields' bytes in
+    one array, one transfer to the devices, taken apart inside the compiled update
+    (``SHOAL_PACK_BATCHES=1|0`` says otherwise; ``packs_batches``).
     """
 
     def __init__(
@@ -110,7 +115,7 @@ class ReplicatedLearner(Learner):
         def step_fn(
             params: Params, rest: TrainState, batch: Batch
         ) -> tuple[Params, TrainState, UpdateOutput, jax.Array]:
-            new_state, out = update(_join(rest, params), batch)
+            new_state, out = update(_join(rest, params), unpacked(batch))
             if isinstance(out.sgd_steps, int):  # known when tracing: step() need not read it back
                 self._static_sgd_steps = out.sgd_steps
             finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(m)) for m in jax.tree_util.tree_leaves(out.metrics)]))
@@ -125,7 +130,14 @@ class ReplicatedLearner(Learner):
             in_shardings=(place.replicated, place.replicated, place.split),
             donate_argnums=(1,),
         )
-        self._prepare = place.shard if place_ahead else place.check  # what the update is given, as a batch
+        self.packs_batches = packs_batches(place.devices)
+        self._host_batch = pack if self.packs_batches else (lambda data: data)
+        placed = place.shard if place_ahead else place.check
+
+        def prepare(data: Batch) -> Any:  # what the update is given, as a batch
+            return placed(self._host_batch(data))
+
+        self._prepare = prepare
         self._batches = DevicePrefetcher(dataset, self._prepare, buffer_size=prefetch)
         self._hook = HostHook(after_update) if after_update is not None else None
         self._keep_batch = keep_batch
@@ -210,6 +222,11 @@ class ReplicatedLearner(Learner):
         self._in_flight.check_all()
         if self._unlogged is not None:
             self._log(*self._unlogged)
+
+    def placed(self, data: Batch) -> Any:
+        """The host batch ``data`` on the devices as the compiled update takes it (packed, where
+        this learner packs batches): e.g. to time the update on a batch already there."""
+        return self._place.shard(self._host_batch(data))
 
     def warm_up(self, example: Sample) -> None:
         """Compiles the update for batches like the host ``Sample`` ``example`` by running it once

@@ -6,6 +6,7 @@ batches, the spread between the 2 replicas, and how far the updates moved the pa
 """
 
 import json
+import os
 import sys
 
 import jax
@@ -210,6 +211,20 @@ def compare(devices, state, update, batches) -> dict:
     }
 
 
+def packed_against_plain(devices, state, update, batches) -> dict:
+    """The same updates with each batch packed into one array (``shoal.learners.packing``) and
+    with its fields placed one by one, both on ``devices``: the largest param difference."""
+    params = {}
+    for packed in ("1", "0"):
+        os.environ["SHOAL_PACK_BATCHES"] = packed
+        try:
+            params[packed], _ = train(devices, state, update, batches)
+        finally:
+            del os.environ["SHOAL_PACK_BATCHES"]
+    leaves = jax.tree_util.tree_leaves
+    return {"max_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(params["1"]), leaves(params["0"])))}
+
+
 def aux_in_host_order(devices) -> bool:
     """Per-example outputs reach the after_update hook in the host batch's order."""
     from shoal.learners import AXIS_NAME, UpdateOutput
@@ -243,6 +258,8 @@ CASES = {
     "sac": sac_case,
 }
 
+PACKED_CASES = ("dqn_prioritized", "ppo_dict_masked", "ppo_recurrent")
+
 
 def main() -> None:
     devices = jax.local_devices()
@@ -256,6 +273,10 @@ def main() -> None:
         and rows[devices[0]] == [[0, 1], [2, 3], [4, 5]],
     }
     out["aux_in_host_order"] = aux_in_host_order(devices)
+    os.environ["SHOAL_PACK_BATCHES"] = "1"
+    out["aux_in_host_order_packed"] = aux_in_host_order(devices)
+    del os.environ["SHOAL_PACK_BATCHES"]
+    out["packed"] = {name: packed_against_plain(devices, *CASES[name]()) for name in PACKED_CASES}
     for name, case in CASES.items():
         out[name] = compare(devices, *case())
     print(json.dumps(out))
