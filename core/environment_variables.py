@@ -128,6 +128,12 @@ VARIABLES: dict[str, Variable] = {
             _choice("auto", "rpc"),
             "auto or rpc (native replay's bulk arrays through shared memory on one host, or always RPC)",
         ),
+        Variable(
+            "SHOAL_PACK_BATCHES",
+            "auto",
+            _choice("auto", "1", "0"),
+            "auto, 1 or 0 (the learner packs each host batch into one array: auto on accelerators, 1 always, 0 never)",
+        ),
         Variable("SHOAL_TOKEN", None, _token, "printable ASCII without spaces, at most 4096 characters"),
         Variable("SHOAL_PORTS", None, parse_ports, "FIRST-LAST with 1024 <= FIRST <= LAST <= 65535"),
         Variable("SHOAL_NODE_START", 1, _count, "an integer in [1, 1000000000] (set by the launcher)"),

@@ -16,13 +16,14 @@ function's numpy arguments are converted).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 from jax import lax
+
+from shoal.core import environment_variables
 
 
 class Field(NamedTuple):
@@ -93,17 +94,12 @@ def unpacked(batch: Any) -> Any:
 
 
 def packs_batches(devices: Sequence[jax.Device]) -> bool:
-    """Whether a learner on ``devices`` packs its batches: ``SHOAL_PACK_BATCHES=1`` or ``0`` says
-    so; unset, it packs when its devices are accelerators (on CPU placing an array is a copy in
-    the same memory, and a packed batch measured slower: one more copy, the same dispatch)."""
-    chosen = os.environ.get("SHOAL_PACK_BATCHES", "")
-    if chosen not in ("", "0", "1"):
-        raise ValueError(
-            f"SHOAL_PACK_BATCHES must be 1 (pack batches), 0 (do not) or unset (pack on accelerators), got {chosen!r}"
-        )
-    if chosen:
-        return chosen == "1"
-    return any(d.platform != "cpu" for d in devices)
+    """Whether a learner on ``devices`` packs its batches: as ``SHOAL_PACK_BATCHES`` says (``1``,
+    ``0``), and by default (``auto``) when its devices are accelerators (on CPU placing an array
+    is a copy in the same memory, and packing measured no faster: one more copy, the same
+    dispatch). A bad value is refused before a run starts (``shoal.core.environment_variables``)."""
+    chosen = environment_variables.value("SHOAL_PACK_BATCHES")
+    return any(d.platform != "cpu" for d in devices) if chosen == "auto" else chosen == "1"
 
 
 __all__ = ["Field", "PackedBatch", "pack", "packs_batches", "unpacked"]

@@ -37,6 +37,7 @@ VARIABLES = [
     ("SHOAL_PORTS", "50000-50010", (50000, 50010), "50010-50000"),
     ("SHOAL_NODE_START", "3", 3, "0"),
     ("SHOAL_BIND_HOST", "0.0.0.0", "0.0.0.0", "a host"),
+    ("SHOAL_PACK_BATCHES", "0", "0", "yes"),
     ("SHOAL_ADVERTISE_HOST", "10.0.0.2", "10.0.0.2", "x" * 256),
 ]
 
