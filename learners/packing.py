@@ -29,7 +29,7 @@ from shoal.core import environment_variables
 class Field(NamedTuple):
     """One leaf's place in a packed row: its dtype, its shape after the batch axis, and its bytes."""
 
-    dtype: str
+    dtype: np.dtype
     shape: tuple[int, ...]
     offset: int
     nbytes: int
@@ -57,7 +57,7 @@ class PackedBatch:
         leaves = []
         for field in fields:
             columns = lax.slice_in_dim(self.data, field.offset, field.offset + field.nbytes, axis=1)
-            dtype = np.dtype(field.dtype)
+            dtype = field.dtype
             if dtype == np.bool_:
                 leaf = columns != 0
             elif dtype.itemsize == 1:
@@ -73,14 +73,21 @@ def pack(tree: Any) -> PackedBatch:
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     arrays = [np.asarray(leaf) for leaf in leaves]
     arrays = [a.astype(jax.dtypes.canonicalize_dtype(a.dtype), copy=False) for a in arrays]
-    rows = {str(a.shape[0]) if a.ndim else "none (a scalar)" for a in arrays}
+    rows = {a.shape[0] if a.ndim else -1 for a in arrays}
     if len(rows) != 1 or not arrays[0].ndim:
-        raise ValueError(f"a packed batch's fields share one leading batch axis; got leading sizes {sorted(rows)}")
+        sizes = ", ".join("none (a scalar)" if n < 0 else str(n) for n in sorted(rows))
+        raise ValueError(f"a packed batch's fields share one leading batch axis; got leading sizes {sizes}")
+    complex_fields = sorted({str(a.dtype) for a in arrays if a.dtype.kind == "c"})
+    if complex_fields:
+        raise ValueError(
+            f"a packed batch holds real numbers only, got {', '.join(complex_fields)} fields "
+            "(SHOAL_PACK_BATCHES=0 places a batch's fields one by one)"
+        )
     batch = arrays[0].shape[0]
     fields, offset = [], 0
     for a in arrays:
         nbytes = a[:1].nbytes
-        fields.append(Field(a.dtype.str, a.shape[1:], offset, nbytes))
+        fields.append(Field(a.dtype, a.shape[1:], offset, nbytes))
         offset += nbytes
     data = np.empty((batch, offset), np.uint8)
     for a, field in zip(arrays, fields, strict=True):

@@ -274,8 +274,10 @@ def main() -> None:
     }
     out["aux_in_host_order"] = aux_in_host_order(devices)
     os.environ["SHOAL_PACK_BATCHES"] = "1"
-    out["aux_in_host_order_packed"] = aux_in_host_order(devices)
-    del os.environ["SHOAL_PACK_BATCHES"]
+    try:
+        out["aux_in_host_order_packed"] = aux_in_host_order(devices)
+    finally:
+        del os.environ["SHOAL_PACK_BATCHES"]
     out["packed"] = {name: packed_against_plain(devices, *CASES[name]()) for name in PACKED_CASES}
     for name, case in CASES.items():
         out[name] = compare(devices, *case())

@@ -6,6 +6,7 @@ import dataclasses
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from shoal.agents.dqn.config import DQNConfig
 from shoal.agents.dqn.learning import make_optimizer
@@ -50,3 +51,23 @@ def test_an_unknown_optimizer_is_one_line_before_anything_starts(tmp_path, capsy
     errors = captured.err.strip().splitlines()
     assert errors == ["shoal: error: optimizer must be one of adam, rmsprop, got 'sgd'"], errors
     assert captured.out == "" and not run_dir.exists()
+
+
+def test_a_name_make_optimizer_does_not_know_is_refused_not_taken_for_adam():
+    with pytest.raises(ValueError, match="optimizer must be one of adam, rmsprop, got 'RMSprop'"):
+        make_optimizer(dataclasses.replace(DQNConfig(), optimizer="RMSprop"))
+
+
+def test_continuous_cql_refuses_an_optimizer_it_would_not_use():
+    from shoal.agents import get_builder
+    from shoal.core.specs import make_environment_spec
+    from shoal.envs import make_vector_env
+
+    env = make_vector_env("Pendulum-v1", 1, seed=0)
+    spec = make_environment_spec(env)
+    env.close()
+    get_builder("cql").validate(spec, 1)
+    with pytest.raises(
+        ValueError, match="optimizer=rmsprop applies to discrete cql .*continuous cql trains with SAC's Adam"
+    ):
+        get_builder("cql", optimizer="rmsprop").validate(spec, 1)

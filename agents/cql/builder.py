@@ -68,6 +68,10 @@ class CQLBuilder(DQNBuilder):
             raise ValueError(
                 "prioritized_replay applies to discrete cql (DQN's TD errors); continuous cql samples uniformly"
             )
+        if c.optimizer != "adam":
+            raise ValueError(
+                f"optimizer={c.optimizer} applies to discrete cql (DQN's); continuous cql trains with SAC's Adam"
+            )
         TransitionReplayBuilder.validate(self, spec, num_devices)  # (the settings' ranges, the batch, replay)
         if c.log_std_min >= c.log_std_max:
             raise ValueError(f"log_std_min={c.log_std_min} must be below log_std_max={c.log_std_max}")

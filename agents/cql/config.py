@@ -24,9 +24,10 @@ class CQLConfig(DQNConfig):
 
     One agent for both kinds of action (``shoal.agents.cql.builder``): a Discrete action space
     trains on DQN's loss seam, a Box on SAC's. Shared: ``alpha``, ``learning_rate`` (every
-    Adam), ``batch_size``, ``discount``, ``n_step``, ``hidden_sizes``, ``sgd_steps_per_update``,
+    optimizer's), ``batch_size``, ``discount``, ``n_step``, ``hidden_sizes``, ``sgd_steps_per_update``,
     ``max_replay_size``. Discrete only: ``torso``, ``target_update_period``, ``huber_delta``,
-    ``max_gradient_norm``, ``prioritized_replay`` and its exponents, ``eval_epsilon``.
+    ``max_gradient_norm``, ``optimizer`` (continuous: SAC's Adam), ``prioritized_replay`` and its
+    exponents, ``eval_epsilon``.
     Continuous only: ``num_sampled_actions``, ``tau``, ``initial_temperature``,
     ``target_entropy``, ``log_std_min`` / ``log_std_max`` (SAC's, ``shoal.agents.sac.config``).
 

@@ -34,7 +34,7 @@ import optax
 
 from shoal.agents.components.dict_observations import MASKED_LOGIT, action_mask, example_observation, mask_logits
 from shoal.agents.components.flax_apply import apply_network
-from shoal.agents.dqn.config import DQNConfig
+from shoal.agents.dqn.config import DQNConfig, check_optimizer
 from shoal.agents.dqn.networks import QNetwork
 from shoal.core.types import ActorInfo, Batch, Policy, Pytree
 from shoal.learners.updates import AXIS_NAME, UpdateFn, scan_sgd_steps
@@ -49,6 +49,7 @@ class TrainingState(NamedTuple):
 
 def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
     """The gradient clipped at ``max_gradient_norm``, then Adam or centred RMSProp (``config.optimizer``)."""
+    check_optimizer(config)  # (a name it does not know is never Adam by default)
     if config.optimizer == "rmsprop":  # PyTorch's RMSprop(alpha=0.95, eps=0.01, centered=True)
         step = optax.rmsprop(config.learning_rate, decay=0.95, eps=0.01, centered=True, eps_in_sqrt=False)
     else:
