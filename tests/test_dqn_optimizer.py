@@ -71,3 +71,33 @@ def test_continuous_cql_refuses_an_optimizer_it_would_not_use():
         ValueError, match="optimizer=rmsprop applies to discrete cql .*continuous cql trains with SAC's Adam"
     ):
         get_builder("cql", optimizer="rmsprop").validate(spec, 1)
+
+
+def test_a_run_resumed_with_another_optimizer_is_refused_naming_it(tmp_path):
+    from shoal.agents import get_builder
+    from shoal.launch import ExperimentConfig, run_experiment
+
+    config = ExperimentConfig.from_flat(
+        builder=get_builder("dqn"),
+        env_id="CartPole-v1",
+        num_envs=4,
+        seed=0,
+        max_env_steps=1_200,
+        eval_every=10**8,
+        eval_episodes=1,
+        target_return=1e9,
+        run_dir=str(tmp_path / "run"),
+        progress=False,
+        replay="native",
+    )
+    run_experiment(config)
+    saved = (tmp_path / "run" / "checkpoints" / "run.json").read_text()
+    changed = dataclasses.replace(
+        config.replace(max_env_steps=2_400, resume=True), builder=get_builder("dqn", optimizer="rmsprop")
+    )
+    with pytest.raises(ValueError) as refused:
+        run_experiment(changed)
+    assert str(refused.value).startswith("a resumed run keeps its agent's settings")
+    assert 'optimizer "adam" (config.json) vs "rmsprop" (this config)' in str(refused.value)
+    assert (tmp_path / "run" / "checkpoints" / "run.json").read_text() == saved  # (nothing written)
+    assert run_experiment(config.replace(max_env_steps=2_400, resume=True))["env_steps"] >= 2_400

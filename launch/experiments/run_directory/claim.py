@@ -21,13 +21,14 @@ is imported or written.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from typing import Any
 
 from shoal.agents.builders import try_factories
 from shoal.agents.registry import builtin_agents
-from shoal.core.files import check_run_directory
+from shoal.core.files import check_run_directory, json_text
 from shoal.core.specs import EnvironmentSpec
 from shoal.envs.env_sources import factory_path
 from shoal.envs.jax_envs import is_jax_env
@@ -79,6 +80,7 @@ def claim_run_directory(
                 raise ValueError(f"run directory {directory!r} holds no checkpoint to resume")
             recover_committed_replay(os.path.join(directory, "checkpoints"), saved.get("replay_checkpoint"))
             check_resumable(directory, saved, config.builder.name, spec)
+            check_agent_settings(directory, config)
             # Reverb loads its latest checkpoint: make that the one run.json names.
             keep_only_replay_checkpoint(os.path.join(directory, "checkpoints"), saved.get("replay_checkpoint"))
         else:
@@ -92,6 +94,29 @@ def claim_run_directory(
         run_dir.unlock()
         raise
     return run_dir
+
+
+def check_agent_settings(directory: str, config: ExperimentConfig) -> None:
+    """Raises ``ValueError`` (one line naming each setting) if ``config``'s agent settings differ
+    from those the run saved in its ``config.json``: a resumed run keeps its own (``load_run``
+    gives them; a config built anew, e.g. ``run_experiment(config.replace(resume=True, ...))``,
+    could otherwise name another optimizer or network, whose state the checkpoint does not
+    hold). A setting the saved file does not name (added to Shoal since) is its default."""
+    saved = read_json(os.path.join(directory, "config.json"), "the run's config")
+    recorded = saved.get("agent_config") if isinstance(saved, dict) else None
+    if not isinstance(recorded, dict):
+        return
+    now = json.loads(json_text(config.to_dict()["agent_config"]))
+    differ = [
+        f"{key} {json.dumps(recorded[key])} (config.json) vs {json.dumps(value)} (this config)"
+        for key, value in now.items()
+        if key in recorded and recorded[key] != value
+    ]
+    if differ:
+        raise ValueError(
+            f"a resumed run keeps its agent's settings, and {os.path.join(directory, 'config.json')} "
+            f"differs: {', '.join(differ)}; resume with the saved config (shoal train --resume, or load_run)"
+        )
 
 
 def load_run(
