@@ -77,6 +77,10 @@ def test_every_agent_has_a_default_space_its_config_takes():
             "learning_rate: a float setting's choice must be a number",
         ),
         ("space: {learning_rate: {low: 0.001, high: 2.0}}", "leaves the setting's accepted range (0, 1]"),
+        (
+            "space: {optimizer: {choices: [adam, sgd]}}",
+            "optimizer='sgd' is refused: optimizer must be one of adam, rmsprop, got 'sgd'",
+        ),
     ],
 )
 def test_a_bad_space_is_one_line_and_nothing_starts(tmp_path, capsys, space, message):

@@ -191,7 +191,7 @@ def _settings(args: argparse.Namespace) -> TuneSettings:
         sampler_seed=args.sampler_seed or 0,
         prune=not args.no_prune,
     )
-    check_settings(settings)
+    check_settings(settings, where)
     return settings
 
 
@@ -275,7 +275,7 @@ def run_tune(
         sampler_seed=sampler_seed,
         prune=prune,
     )
-    check_settings(tune)
+    check_settings(tune, where)
     tune_dir = out or default_tune_dir(agent, env_id)
     check_run_directory(tune_dir, flag="out")
     studies.check_new_directory(tune_dir, agent)

@@ -90,11 +90,13 @@ def settings_from_record(record: dict[str, Any], where: str) -> TuneSettings:
         raise ValueError(f"{where}: not a tune's settings ({type(e).__name__}: {e})") from None
 
 
-def check_settings(settings: TuneSettings) -> None:
+def check_settings(settings: TuneSettings, where: str = "the space") -> None:
     """The settings every trial shares, checked before anything is written: the objective, the
     seeds, the agent's fixed settings, and the experiment's (``ExperimentConfig``'s own checks,
-    the agent against the env included, on the settings before any is sampled; a sampled
-    combination the agent refuses fails its trial alone)."""
+    the agent against the env included, on the settings before any is sampled); then each text
+    choice of the space alone (a name the agent does not know, e.g. ``optimizer: {choices:
+    [adam, sgd]}``, is one line naming ``where``). A sampled combination the agent refuses
+    fails its trial alone."""
     if settings.objective not in OBJECTIVES:
         raise ValueError(f"--objective {settings.objective!r}: expected one of {', '.join(OBJECTIVES)}")
     if not 1 <= settings.trials <= 100_000:
@@ -108,7 +110,14 @@ def check_settings(settings: TuneSettings) -> None:
         raise ValueError(f"--set {', '.join(overlap)}: the space samples it; drop it from --set or from the space")
     config = trial_config(settings, {}, settings.seeds[0], None)  # (the settings before any is sampled)
     config.validate_settings()
-    config.validate_agent(config.environment_spec())  # (e.g. a budget below DQN's first update)
+    spec = config.environment_spec()
+    config.validate_agent(spec)  # (e.g. a budget below DQN's first update)
+    for param in settings.space.params:
+        for choice in (c for c in param.choices if isinstance(c, str)):
+            try:
+                trial_config(settings, {param.name: choice}, settings.seeds[0], None).validate_agent(spec)
+            except ValueError as e:
+                raise ValueError(f"{where}: {param.name}={choice!r} is refused: {e}") from None
 
 
 def trial_config(settings: TuneSettings, sampled: dict[str, Any], seed: int, run_dir: str | None, callbacks=()) -> Any:
