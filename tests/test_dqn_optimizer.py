@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax.numpy as jnp
 import numpy as np
@@ -95,9 +96,15 @@ def test_a_run_resumed_with_another_optimizer_is_refused_naming_it(tmp_path):
     changed = dataclasses.replace(
         config.replace(max_env_steps=2_400, resume=True), builder=get_builder("dqn", optimizer="rmsprop")
     )
-    with pytest.raises(ValueError) as refused:
-        run_experiment(changed)
-    assert str(refused.value).startswith("a resumed run keeps its agent's settings")
-    assert 'optimizer "adam" (config.json) vs "rmsprop" (this config)' in str(refused.value)
-    assert (tmp_path / "run" / "checkpoints" / "run.json").read_text() == saved  # (nothing written)
+    config_json = tmp_path / "run" / "config.json"
+    for older in (False, True):
+        if older:  # a config.json written before the setting existed: its default is what it had
+            record = json.loads(config_json.read_text())
+            del record["agent_config"]["optimizer"]
+            config_json.write_text(json.dumps(record))
+        with pytest.raises(ValueError) as refused:
+            run_experiment(changed)
+        assert str(refused.value).startswith("a resumed run keeps its agent's settings")
+        assert 'optimizer "adam" (config.json) vs "rmsprop" (this config)' in str(refused.value)
+        assert (tmp_path / "run" / "checkpoints" / "run.json").read_text() == saved  # (nothing written)
     assert run_experiment(config.replace(max_env_steps=2_400, resume=True))["env_steps"] >= 2_400

@@ -3,6 +3,7 @@ trial's preset trained by ``shoal train --preset FILE``), and the bad inputs ref
 before anything starts."""
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -306,3 +307,27 @@ def test_trials_as_ray_tasks_are_pruned_resumed_and_stopped(tmp_path):
     assert _states(stopped) == {0: "COMPLETE", 1: "FAIL"}, stderr
     assert "error" not in studies.load(str(stopped)).trials[1].user_attrs  # (interrupted: not counted)
     assert "trial 1 interrupted" in stderr
+
+
+def test_a_text_choice_that_suits_another_combination_is_not_refused():
+    """``activation=relu`` is refused with the frames' default torso (a convolutional one has no
+    activation to set) but suits ``torso=mlp``: the space is taken, only such trials fail."""
+    pytest.importorskip("minatar")
+    from shoal.agents import config_class
+    from shoal.launch.experiments.tune.spaces import check_space
+    from shoal.launch.experiments.tune.study import TuneSettings, check_settings
+
+    space = {"activation": {"choices": ["tanh", "relu"]}, "torso": {"choices": ["auto", "mlp"]}}
+    settings = TuneSettings(
+        agent="ppo",
+        env_id="MinAtar/Breakout-v1",
+        trials=4,
+        space=check_space("ppo", config_class("ppo"), space),
+        experiment={"max_env_steps": 100_000},
+    )
+    check_settings(settings, "s.yaml")
+    bad = dataclasses.replace(
+        settings, space=check_space("ppo", config_class("ppo"), {"torso": {"choices": ["mlp", "resnet"]}})
+    )
+    with pytest.raises(ValueError, match="s.yaml: torso='resnet' is refused: torso must be one of"):
+        check_settings(bad, "s.yaml")

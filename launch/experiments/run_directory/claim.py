@@ -21,6 +21,7 @@ is imported or written.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -28,7 +29,7 @@ from typing import Any
 
 from shoal.agents.builders import try_factories
 from shoal.agents.registry import builtin_agents
-from shoal.core.files import check_run_directory, json_text
+from shoal.core.files import check_run_directory
 from shoal.core.specs import EnvironmentSpec
 from shoal.envs.env_sources import factory_path
 from shoal.envs.jax_envs import is_jax_env
@@ -101,22 +102,44 @@ def check_agent_settings(directory: str, config: ExperimentConfig) -> None:
     from those the run saved in its ``config.json``: a resumed run keeps its own (``load_run``
     gives them; a config built anew, e.g. ``run_experiment(config.replace(resume=True, ...))``,
     could otherwise name another optimizer or network, whose state the checkpoint does not
-    hold). A setting the saved file does not name (added to Shoal since) is its default."""
+    hold). A setting the saved file does not name (added to Shoal since) is its default; one
+    that JSON cannot hold (a plug-in's function, written as its text) is not compared."""
     saved = read_json(os.path.join(directory, "config.json"), "the run's config")
     recorded = saved.get("agent_config") if isinstance(saved, dict) else None
     if not isinstance(recorded, dict):
         return
-    now = json.loads(json_text(config.to_dict()["agent_config"]))
-    differ = [
-        f"{key} {json.dumps(recorded[key])} (config.json) vs {json.dumps(value)} (this config)"
-        for key, value in now.items()
-        if key in recorded and recorded[key] != value
-    ]
+    agent_config: Any = config.builder.config  # (a dataclass)
+    defaults = {f.name: _default(f) for f in dataclasses.fields(agent_config)}
+    differ = []
+    for key, value in dataclasses.asdict(agent_config).items():
+        now, then = _as_json(value), _as_json(recorded[key] if key in recorded else defaults[key])
+        if now is not _NOT_JSON and then is not _NOT_JSON and now != then:
+            differ.append(f"{key} {json.dumps(then)} (config.json) vs {json.dumps(now)} (this config)")
     if differ:
         raise ValueError(
             f"a resumed run keeps its agent's settings, and {os.path.join(directory, 'config.json')} "
             f"differs: {', '.join(differ)}; resume with the saved config (shoal train --resume, or load_run)"
         )
+
+
+_NOT_JSON = object()
+
+
+def _default(field: dataclasses.Field) -> Any:
+    """A dataclass field's default (``_NOT_JSON`` if it has none)."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return _NOT_JSON
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as JSON reads it back (tuples as lists), or ``_NOT_JSON`` if JSON cannot hold it."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        return _NOT_JSON
 
 
 def load_run(

@@ -299,7 +299,7 @@ def tune_command(args: argparse.Namespace, stop: threading.Event | None = None) 
         studies.check_resumed(tune_dir, settings, args.agent, args.env)
         if args.trials is not None:
             settings = dataclasses.replace(settings, trials=args.trials)
-            studies.check_settings(settings)
+            studies.check_settings(settings, os.path.join(tune_dir, studies.SETTINGS_FILE))
     else:
         settings = _settings(args)
         tune_dir = args.out or default_tune_dir(args.agent, args.env)

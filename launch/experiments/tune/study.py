@@ -94,9 +94,10 @@ def check_settings(settings: TuneSettings, where: str = "the space") -> None:
     """The settings every trial shares, checked before anything is written: the objective, the
     seeds, the agent's fixed settings, and the experiment's (``ExperimentConfig``'s own checks,
     the agent against the env included, on the settings before any is sampled); then each text
-    choice of the space alone (a name the agent does not know, e.g. ``optimizer: {choices:
-    [adam, sgd]}``, is one line naming ``where``). A sampled combination the agent refuses
-    fails its trial alone."""
+    choice of the space alone, for a name the agent does not know (``optimizer: {choices: [adam,
+    sgd]}``: the agent's own ``<setting> must be one of ...``), one line naming ``where``. A
+    choice refused for another reason may suit another combination (``activation=relu`` with
+    ``torso=mlp`` on frames): a sampled combination the agent refuses fails its trial alone."""
     if settings.objective not in OBJECTIVES:
         raise ValueError(f"--objective {settings.objective!r}: expected one of {', '.join(OBJECTIVES)}")
     if not 1 <= settings.trials <= 100_000:
@@ -117,7 +118,8 @@ def check_settings(settings: TuneSettings, where: str = "the space") -> None:
             try:
                 trial_config(settings, {param.name: choice}, settings.seeds[0], None).validate_agent(spec)
             except ValueError as e:
-                raise ValueError(f"{where}: {param.name}={choice!r} is refused: {e}") from None
+                if f"{param.name} must be one of" in str(e):
+                    raise ValueError(f"{where}: {param.name}={choice!r} is refused: {e}") from None
 
 
 def trial_config(settings: TuneSettings, sampled: dict[str, Any], seed: int, run_dir: str | None, callbacks=()) -> Any:
