@@ -130,8 +130,7 @@ class ReplicatedLearner(Learner):
             in_shardings=(place.replicated, place.replicated, place.split),
             donate_argnums=(1,),
         )
-        self.packs_batches = packs_batches(place.devices)
-        self._host_batch = pack if self.packs_batches else (lambda data: data)
+        self._host_batch = pack if packs_batches(place.devices) else (lambda data: data)
         placed = place.shard if place_ahead else place.check
 
         def prepare(data: Batch) -> Any:  # what the update is given, as a batch

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import jax.numpy as jnp
 import numpy as np
@@ -74,29 +75,17 @@ def test_continuous_cql_refuses_an_optimizer_it_would_not_use():
         get_builder("cql", optimizer="rmsprop").validate(spec, 1)
 
 
-def test_a_run_resumed_with_another_optimizer_is_refused_naming_it(tmp_path):
+def test_a_run_resumed_with_another_optimizer_is_refused_naming_it(finished_dqn_run, tmp_path):
     from shoal.agents import get_builder
-    from shoal.launch import ExperimentConfig, run_experiment
+    from shoal.launch import run_experiment
+    from shoal.launch.experiments.run_directory.claim import load_run
 
-    config = ExperimentConfig.from_flat(
-        builder=get_builder("dqn"),
-        env_id="CartPole-v1",
-        num_envs=4,
-        seed=0,
-        max_env_steps=1_200,
-        eval_every=10**8,
-        eval_episodes=1,
-        target_return=1e9,
-        run_dir=str(tmp_path / "run"),
-        progress=False,
-        replay="native",
-    )
-    run_experiment(config)
-    saved = (tmp_path / "run" / "checkpoints" / "run.json").read_text()
-    changed = dataclasses.replace(
-        config.replace(max_env_steps=2_400, resume=True), builder=get_builder("dqn", optimizer="rmsprop")
-    )
-    config_json = tmp_path / "run" / "config.json"
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_dqn_run, run_dir, symlinks=True)  # (the session's checkpointed run: conftest.py)
+    config = load_run(str(run_dir))[0].replace(max_env_steps=800)
+    saved = (run_dir / "checkpoints" / "run.json").read_text()
+    changed = dataclasses.replace(config, builder=get_builder("dqn", min_replay_size=100, optimizer="rmsprop"))
+    config_json = run_dir / "config.json"
     for older in (False, True):
         if older:  # a config.json written before the setting existed: its default is what it had
             record = json.loads(config_json.read_text())
@@ -106,5 +95,5 @@ def test_a_run_resumed_with_another_optimizer_is_refused_naming_it(tmp_path):
             run_experiment(changed)
         assert str(refused.value).startswith("a resumed run keeps its agent's settings")
         assert 'optimizer "adam" (config.json) vs "rmsprop" (this config)' in str(refused.value)
-        assert (tmp_path / "run" / "checkpoints" / "run.json").read_text() == saved  # (nothing written)
-    assert run_experiment(config.replace(max_env_steps=2_400, resume=True))["env_steps"] >= 2_400
+        assert (run_dir / "checkpoints" / "run.json").read_text() == saved  # (nothing written)
+    assert run_experiment(config)["env_steps"] >= 800
