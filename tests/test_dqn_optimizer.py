@@ -1,4 +1,5 @@
-"""DQN's optimizer setting: Adam by default, or the MinAtar paper's centred RMSProp."""
+"""DQN's settings for the MinAtar paper's DQN: the optimizer (Adam by default, or the paper's
+centred RMSProp) and the target (double Q by default, or the paper's ``max_a' Q(s', a'; target)``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from shoal.agents.dqn.config import DQNConfig
-from shoal.agents.dqn.learning import make_optimizer
+from shoal.agents.dqn.learning import double_q_td, make_optimizer, max_q_bootstrap
 
 
 def centred_rmsprop_by_hand(grads: list[np.ndarray], lr: float) -> np.ndarray:
@@ -73,6 +74,53 @@ def test_continuous_cql_refuses_an_optimizer_it_would_not_use():
         ValueError, match="optimizer=rmsprop applies to discrete cql .*continuous cql trains with SAC's Adam"
     ):
         get_builder("cql", optimizer="rmsprop").validate(spec, 1)
+    with pytest.raises(ValueError, match="double_q=False applies to discrete cql"):
+        get_builder("cql", double_q=False).validate(spec, 1)
+
+
+def test_max_q_bootstrap_maximises_the_target_net_over_the_allowed_next_actions():
+    q_target = jnp.array([[10.0, 20.0, 30.0], [40.0, 50.0, 60.0]])
+    assert max_q_bootstrap(q_target, None).tolist() == [30.0, 60.0]
+    mask = jnp.array([[True, True, False], [False, True, False]])
+    assert max_q_bootstrap(q_target, mask).tolist() == [20.0, 50.0]
+
+
+def test_double_q_false_bootstraps_from_the_target_nets_max_and_the_builder_passes_it_on():
+    import jax
+
+    from shoal.agents import get_builder
+    from shoal.agents.components.flax_apply import apply_network
+    from shoal.core.specs import make_environment_spec
+    from shoal.envs import make_vector_env
+
+    env = make_vector_env("CartPole-v1", 1, seed=0)
+    spec = make_environment_spec(env)
+    env.close()
+    builders = {double_q: get_builder("dqn", double_q=double_q) for double_q in (True, False)}
+    network = builders[True].make_networks(spec).q_network
+    params, target_params = (network.init(jax.random.PRNGKey(k), jnp.zeros((1, 4))) for k in (0, 1))
+    rng = np.random.default_rng(0)
+    batch = {
+        "observation": jnp.asarray(rng.normal(size=(64, 4)), jnp.float32),
+        "next_observation": jnp.asarray(rng.normal(size=(64, 4)), jnp.float32),
+        "action": jnp.asarray(rng.integers(0, 2, 64), jnp.int32),
+        "reward": jnp.asarray(rng.normal(size=64), jnp.float32),
+        "discount": jnp.full(64, 0.99, jnp.float32),
+    }
+    q_online_next = apply_network(network, params, batch["next_observation"])
+    q_target_next = apply_network(network, target_params, batch["next_observation"])
+    q_taken = apply_network(network, params, batch["observation"])[np.arange(64), batch["action"]]
+    by_hand = {
+        False: q_taken - (batch["reward"] + 0.99 * q_target_next.max(axis=-1)),
+        True: q_taken - (batch["reward"] + 0.99 * q_target_next[np.arange(64), q_online_next.argmax(axis=-1)]),
+    }
+    assert not np.allclose(by_hand[False], by_hand[True])  # (the two targets differ on this batch)
+    for double_q, builder in builders.items():
+        np.testing.assert_allclose(
+            double_q_td(network, params, target_params, batch, double_q)[2], by_hand[double_q], rtol=1e-5, atol=1e-5
+        )
+        out = builder.loss(network, params, target_params, batch)
+        np.testing.assert_allclose(out.td_abs, np.abs(by_hand[double_q]), rtol=1e-5, atol=1e-5)
 
 
 def test_a_run_resumed_with_another_optimizer_is_refused_naming_it(finished_dqn_run, tmp_path):

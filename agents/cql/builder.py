@@ -72,6 +72,10 @@ class CQLBuilder(DQNBuilder):
             raise ValueError(
                 f"optimizer={c.optimizer} applies to discrete cql (DQN's); continuous cql trains with SAC's Adam"
             )
+        if not c.double_q:
+            raise ValueError(
+                "double_q=False applies to discrete cql (DQN's target); continuous cql has SAC's twin critics"
+            )
         TransitionReplayBuilder.validate(self, spec, num_devices)  # (the settings' ranges, the batch, replay)
         if c.log_std_min >= c.log_std_max:
             raise ValueError(f"log_std_min={c.log_std_min} must be below log_std_max={c.log_std_max}")
@@ -101,7 +105,9 @@ class CQLBuilder(DQNBuilder):
     def loss(self, network: Any, params: optax.Params, target_params: optax.Params, batch: Batch) -> LossOutput:
         """Discrete CQL's loss (``shoal.agents.cql.learning``), on DQN's seam."""
         c = self.config
-        return cql_loss(network, params, target_params, batch, c.huber_delta, c.conservative_weight(discrete=True))
+        return cql_loss(
+            network, params, target_params, batch, c.huber_delta, c.conservative_weight(discrete=True), c.double_q
+        )
 
     def _continuous_config(self) -> CQLConfig:
         """The config continuous CQL's loss reads: ``alpha`` resolved (``None``: its default)."""

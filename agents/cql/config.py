@@ -26,7 +26,7 @@ class CQLConfig(DQNConfig):
     trains on DQN's loss seam, a Box on SAC's. Shared: ``alpha``, ``learning_rate`` (every
     optimizer's), ``batch_size``, ``discount``, ``n_step``, ``hidden_sizes``, ``sgd_steps_per_update``,
     ``max_replay_size``. Discrete only: ``torso``, ``target_update_period``, ``huber_delta``,
-    ``max_gradient_norm``, ``optimizer`` (continuous: SAC's Adam), ``prioritized_replay`` and its
+    ``max_gradient_norm``, ``optimizer`` (continuous: SAC's Adam), ``double_q``, ``prioritized_replay`` and its
     exponents, ``eval_epsilon``.
     Continuous only: ``num_sampled_actions``, ``tau``, ``initial_temperature``,
     ``target_entropy``, ``log_std_min`` / ``log_std_max`` (SAC's, ``shoal.agents.sac.config``).

@@ -36,10 +36,11 @@ def cql_loss(
     batch: Batch,
     huber_delta: float,
     alpha: float,
+    double_q: bool = True,
 ) -> LossOutput:
     """The loss in the module docstring, per transition (``LossOutput``: its ``td_abs`` is the
     TD error's alone)."""
-    q_tm1, q_taken, td = double_q_td(network, params, target_params, batch)  # (DQN's, as above)
+    q_tm1, q_taken, td = double_q_td(network, params, target_params, batch, double_q)  # (DQN's, as above)
     conservative = jax.nn.logsumexp(mask_logits(q_tm1, action_mask(batch["observation"])), axis=-1) - q_taken
     return LossOutput(optax.huber_loss(td, delta=huber_delta) + alpha * conservative, jnp.abs(td), q_taken)
 

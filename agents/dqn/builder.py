@@ -67,7 +67,9 @@ class DQNBuilder(TransitionReplayBuilder):
         """The loss of one device's batch, per transition (``learning.LossOutput``): DQN's is
         ``learning.double_q_loss``. A DQN variant overrides this (and ``make_networks`` if its
         network differs); the optimizer, target network, importance weights and priorities stay."""
-        return learning.double_q_loss(network, params, target_params, batch, self.config.huber_delta)
+        return learning.double_q_loss(
+            network, params, target_params, batch, self.config.huber_delta, self.config.double_q
+        )
 
     def init_state(self, key: jax.Array, networks: DQNNetworks) -> learning.TrainingState:
         return learning.init_state(key, networks.q_network, networks.observation_shape, self.config)

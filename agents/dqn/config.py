@@ -19,6 +19,9 @@ class DQNConfig:
         PyTorch's ``RMSprop(alpha=0.95, eps=0.01, centered=True)`` in MinAtar's ``examples/dqn.py``).
       batch_size: transitions per SGD step (the global batch, split across devices).
       discount: gamma.
+      double_q: the double-Q target (the default): the online net picks ``s'``'s action, the
+        target net values it. ``False``: ``max_a' Q(s', a'; target)``, the Nature and MinAtar
+        papers' DQN target.
       n_step: horizon of the n-step return ``sum_{k<n} gamma^k r_{t+k} + gamma^n Q(s_{t+n})``.
       hidden_sizes: widths of the Q network's hidden layers.
       torso: for image observations (rank-3 uint8 frames): the convolutional torso, ``nature``
@@ -49,6 +52,7 @@ class DQNConfig:
     optimizer: str = "adam"
     batch_size: int = setting(64, low=1, high=1_000_000)
     discount: float = setting(0.99, low=0.0, high=1.0)
+    double_q: bool = True
     n_step: int = setting(3, low=1, high=1_000)
     hidden_sizes: tuple[int, ...] = setting((64, 64), low=1, high=65_536, items=True)
     torso: str = "auto"

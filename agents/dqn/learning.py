@@ -7,6 +7,8 @@ bootstrap discount, 0 after termination -- see ``shoal.replay.adders``):
     y      = R + d * Q(s', a*; target)                        # target net evaluates
     loss   = mean_i  w_i * huber(Q(s_i, a_i; online) - y_i)
 
+or, with ``double_q=False``, the Nature and MinAtar papers' ``y = R + d * max_a' Q(s', a'; target)``,
+
 with ``w_i = 1`` for uniform replay, or importance weights ``(N P(i))^-beta / max_j(...)`` for
 prioritized replay. Gradients are averaged over devices (``pmean``), clipped, and applied with
 Adam; every ``target_update_period`` steps the target params are set to the online ones. One
@@ -78,6 +80,12 @@ def double_q_bootstrap(q_t_online: jax.Array, q_t_target: jax.Array, mask: jax.A
     return jnp.take_along_axis(q_t_target, best_next[:, None], axis=-1)[:, 0]
 
 
+def max_q_bootstrap(q_t_target: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """``max_a' Q(s', a'; target)`` over the actions ``mask`` allows in ``s'`` (all, if
+    ``None``), per transition ``[batch]``: the target without double Q."""
+    return jnp.max(mask_logits(q_t_target, mask), axis=-1)
+
+
 class LossOutput(NamedTuple):
     """A DQN loss's output, per transition of one device's batch ``[batch]``."""
 
@@ -92,29 +100,41 @@ Loss = Callable[[Any, optax.Params, optax.Params, dict], LossOutput]
 
 
 def double_q_td(
-    network: QNetwork, params: optax.Params, target_params: optax.Params, batch: Batch
+    network: QNetwork, params: optax.Params, target_params: optax.Params, batch: Batch, double_q: bool = True
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``(Q(s, .; online), Q(s, a; online), td)`` per transition, ``td = Q(s, a) - y`` with the
-    double-Q target ``y`` of the module docstring (no gradient through ``y``)."""
-    batch_size = batch["reward"].shape[0]
-    # One pass of the online net over s and s' together (half the dispatches of two).
-    both = jax.tree_util.tree_map(
-        lambda s, s_next: jnp.concatenate([s, s_next]), batch["observation"], batch["next_observation"]
-    )
-    q_online = apply_network(network, params, both)
-    q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
+    target ``y`` of the module docstring (no gradient through ``y``): double Q, or the target
+    net's max with ``double_q=False``."""
     q_t_target = apply_network(network, target_params, batch["next_observation"])
-    bootstrap = double_q_bootstrap(q_t_online, q_t_target, action_mask(batch["next_observation"]))
+    mask = action_mask(batch["next_observation"])
+    if double_q:
+        batch_size = batch["reward"].shape[0]
+        # One pass of the online net over s and s' together (half the dispatches of two).
+        both = jax.tree_util.tree_map(
+            lambda s, s_next: jnp.concatenate([s, s_next]), batch["observation"], batch["next_observation"]
+        )
+        q_online = apply_network(network, params, both)
+        q_tm1, q_t_online = q_online[:batch_size], q_online[batch_size:]
+        bootstrap = double_q_bootstrap(q_t_online, q_t_target, mask)
+    else:  # (the online net reads s alone)
+        q_tm1 = apply_network(network, params, batch["observation"])
+        bootstrap = max_q_bootstrap(q_t_target, mask)
     target = jax.lax.stop_gradient(batch["reward"] + batch["discount"] * bootstrap)
     q_taken = jnp.take_along_axis(q_tm1, batch["action"][:, None].astype(jnp.int32), axis=-1)[:, 0]
     return q_tm1, q_taken, q_taken - target
 
 
 def double_q_loss(
-    network: QNetwork, params: optax.Params, target_params: optax.Params, batch: Batch, huber_delta: float
+    network: QNetwork,
+    params: optax.Params,
+    target_params: optax.Params,
+    batch: Batch,
+    huber_delta: float,
+    double_q: bool = True,
 ) -> LossOutput:
-    """DQN's loss (module docstring): ``huber(Q(s, a; online) - y)`` with the double-Q target."""
-    _, q_taken, td = double_q_td(network, params, target_params, batch)
+    """DQN's loss (module docstring): ``huber(Q(s, a; online) - y)`` with the double-Q target
+    (the target net's max with ``double_q=False``)."""
+    _, q_taken, td = double_q_td(network, params, target_params, batch, double_q)
     return LossOutput(optax.huber_loss(td, delta=huber_delta), jnp.abs(td), q_taken)
 
 
@@ -126,7 +146,7 @@ def make_update(network: QNetwork, config: DQNConfig, loss: Loss | None = None) 
     if loss is None:
 
         def loss(network: Any, params: optax.Params, target_params: optax.Params, batch: Batch) -> LossOutput:
-            return double_q_loss(network, params, target_params, batch, config.huber_delta)
+            return double_q_loss(network, params, target_params, batch, config.huber_delta, config.double_q)
 
     def loss_fn(
         params: optax.Params,
