@@ -20,9 +20,10 @@
   (conv 16 3x3, dense 128). The published 5M-frame budget; evaluations of 10 episodes every
   100k frames with epsilon 0.01. Where Shoal differs: Adam (the paper: centred RMSProp with
   squared-gradient momentum 0.95 and minimum squared gradient 0.01, ``--set optimizer=rmsprop``;
-  on gymnax's Freeway, seed 0 at 1M, it never learned to cross where Adam reached 30.6), gradients
-  clipped at norm 10, 4 envs stepped together (the paper: 1), and the evaluation (the paper plots
-  the returns of the training episodes, under exploration).
+  on gymnax's Freeway, seed 0 at 1M, it never learned to cross where Adam reached 30.6), the
+  double-Q target (the paper: the target net's max, ``--set double_q=false``), gradients clipped
+  at norm 10, 4 envs stepped together (the paper: 1), and the evaluation (the paper plots the
+  returns of the training episodes, under exploration).
 * ``gymnax-minatar`` -- the same DQN (the ``minatar`` preset's settings, budget and evaluations)
   for gymnax's MinAtar games in the compiled loop (``gymnax:<Game>-MinAtar``, ``--launcher
   anakin``: the replay buffer on the device). At 1M env steps, seeds 0-4 (the ``minatar``
