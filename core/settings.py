@@ -4,8 +4,8 @@
 
 ``check_settings(config)`` checks every field of a dataclass that declares a range: numbers must
 be of the field's type, finite, and inside ``[low, high]`` (an open end excludes the bound);
-a tuple field (``items=True``) must be non-empty with every element in range; ``None`` passes
-only for an optional field. The first bad value raises ``ValueError`` naming the field, the
+a tuple field (``items=True``) must be non-empty with every element in range; a ``bool`` field
+must hold a bool (not ``"false"`` or ``0``); ``None`` passes only for an optional field. The first bad value raises ``ValueError`` naming the field, the
 value, and what would be accepted. ``parse_setting(config_cls, key, text)`` reads a field's
 value from text (``--set KEY=VALUE``) as the field's type.
 """
@@ -96,12 +96,14 @@ def check_settings(config: Any, prefix: str = "", names: Mapping[str, str] | Non
     hints = typing.get_type_hints(type(config))
     for field in dataclasses.fields(config):
         accepted: Range | None = field.metadata.get("range")
-        if accepted is None:
-            continue
-        value = getattr(config, field.name)
         kind, optional = _kind(hints[field.name])
+        value = getattr(config, field.name)
         name = f"{prefix}{(names or {}).get(field.name, field.name)}"
         if value is None and optional:
+            continue
+        if kind is bool and not isinstance(value, bool):  # ("false" or 0 would be read as truth values)
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        if accepted is None:
             continue
         values = value if accepted.items else (value,)
         if accepted.items and (not isinstance(value, (tuple, list)) or not value):

@@ -13,7 +13,8 @@ fractions ``tau_i = (2i - 1) / 2N``; ``Q(s, a)`` is their mean (what DQN's polic
 a batch of n-step transitions ``(s, a, R, d, s')`` (``R`` the n-step return, ``d`` the
 bootstrap discount, 0 after termination -- see ``shoal.replay.adders``):
 
-    a*        = argmax_a' mean_j theta_j(s', a'; target)        # the target net chooses (the paper's)
+    a*        = argmax_a' mean_j theta_j(s', a'; target)        # the target net chooses (the paper's;
+                                                                #   the online net with double_q=True)
     y_j       = R + d * theta_j(s', a*; target),  j = 1..N      # N samples of the target return
     u_ij      = y_j - theta_i(s, a; online)
     rho_i(u)  = |tau_i - 1{u < 0}| * huber_kappa(u) / kappa      # quantile Huber loss
@@ -38,15 +39,18 @@ from shoal.core.specs import EnvironmentSpec
 
 @dataclasses.dataclass
 class QRDQNConfig(DQNConfig):
-    """DQN's settings (``shoal.agents.dqn.DQNConfig``, with its defaults), and:
+    """DQN's settings (``shoal.agents.dqn.DQNConfig``, with its defaults but ``double_q``), and:
 
     Attributes:
       num_quantiles: ``N``, the quantiles of the return predicted for each action.
       kappa: the quantile Huber loss is quadratic for ``|u| <= kappa``, linear beyond.
+      double_q: ``False`` (the paper's): the target net chooses ``a*``; ``True``: the online net
+        does (DQN's double-Q choice).
     """
 
     num_quantiles: int = setting(32, low=1, high=10_000)
     kappa: float = setting(1.0, low=0.0, low_open=True)
+    double_q: bool = False
 
 
 class QuantileNetwork(nn.Module):
@@ -104,7 +108,8 @@ class QRDQNBuilder(DQNBuilder):
         theta = network.apply(params, batch["observation"], method=QuantileNetwork.quantiles)
         theta = theta[rows, batch["action"].astype(jnp.int32)]  # [B, N]
         theta_next = network.apply(target_params, batch["next_observation"], method=QuantileNetwork.quantiles)
-        best_next = jnp.argmax(theta_next.mean(axis=-1), axis=-1)
+        chooser = network.apply(params, batch["next_observation"]) if self.config.double_q else theta_next.mean(-1)
+        best_next = jnp.argmax(chooser, axis=-1)
         targets = batch["reward"][:, None] + batch["discount"][:, None] * theta_next[rows, best_next]  # [B, N]
         targets = jax.lax.stop_gradient(targets)
         losses = jax.vmap(quantile_huber_loss, (0, 0, None))(theta, targets, self.config.kappa)

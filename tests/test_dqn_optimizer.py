@@ -7,12 +7,19 @@ import dataclasses
 import json
 import shutil
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from shoal.agents.dqn.config import DQNConfig
-from shoal.agents.dqn.learning import double_q_td, make_optimizer, max_q_bootstrap
+from shoal.agents.dqn.learning import TrainingState, double_q_td, make_optimizer, make_update, max_q_bootstrap
+from shoal.learners.updates import AXIS_NAME
+
+
+def batch_of_columns(batch: dict) -> dict:
+    """``batch`` laid out ``[batch, k=1, ...]``, as ``make_update``'s scan of SGD steps reads it."""
+    return {key: value[:, None] for key, value in batch.items()}
 
 
 def centred_rmsprop_by_hand(grads: list[np.ndarray], lr: float) -> np.ndarray:
@@ -86,8 +93,6 @@ def test_max_q_bootstrap_maximises_the_target_net_over_the_allowed_next_actions(
 
 
 def test_double_q_false_bootstraps_from_the_target_nets_max_and_the_builder_passes_it_on():
-    import jax
-
     from shoal.agents import get_builder
     from shoal.agents.components.flax_apply import apply_network
     from shoal.core.specs import make_environment_spec
@@ -121,6 +126,15 @@ def test_double_q_false_bootstraps_from_the_target_nets_max_and_the_builder_pass
         )
         out = builder.loss(network, params, target_params, batch)
         np.testing.assert_allclose(out.td_abs, np.abs(by_hand[double_q]), rtol=1e-5, atol=1e-5)
+        # discrete CQL's loss (DQN's TD error plus its conservative term) ...
+        cql = get_builder("cql", double_q=double_q).loss(network, params, target_params, batch)
+        np.testing.assert_allclose(cql.td_abs, np.abs(by_hand[double_q]), rtol=1e-5, atol=1e-5)
+        # ... and make_update's own loss (no loss given): its aux is the first SGD step's |TD|
+        config = dataclasses.replace(builder.config, sgd_steps_per_update=1)
+        update = jax.vmap(make_update(network, config), axis_name=AXIS_NAME)  # (one device's named axis)
+        state = TrainingState(params, target_params, make_optimizer(config).init(params), jnp.zeros((), jnp.int32))
+        _, output = update(*jax.tree_util.tree_map(lambda x: x[None], (state, batch_of_columns(batch))))
+        np.testing.assert_allclose(output.aux[0, :, 0], np.abs(by_hand[double_q]), rtol=1e-5, atol=1e-5)
 
 
 def test_a_run_resumed_with_another_optimizer_is_refused_naming_it(finished_dqn_run, tmp_path):

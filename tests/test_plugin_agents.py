@@ -109,6 +109,31 @@ def test_the_loss_seam_gives_dqns_update_the_quantile_loss(qrdqn):
     assert bool(jnp.all(out.losses > 0)) and bool(jnp.all(out.td_abs >= 0))
 
 
+def test_the_target_net_chooses_the_next_action_unless_double_q(qrdqn):
+    from shoal.envs import environment_spec
+
+    assert qrdqn.QRDQNConfig().double_q is False  # (the paper's target)
+    network = qrdqn.QRDQNBuilder(qrdqn.QRDQNConfig()).make_networks(environment_spec("CartPole-v1", 1)).q_network
+    params, target_params = (network.init(jax.random.PRNGKey(k), jnp.zeros((1, 4))) for k in (0, 1))
+    rng = np.random.default_rng(0)
+    batch = {
+        "observation": jnp.asarray(rng.normal(size=(64, 4)), jnp.float32),
+        "action": jnp.asarray(rng.integers(0, 2, 64), jnp.int32),
+        "reward": jnp.zeros(64),
+        "discount": jnp.ones(64),
+        "next_observation": jnp.asarray(rng.normal(size=(64, 4)), jnp.float32),
+    }
+    theta_next = network.apply(target_params, batch["next_observation"], method=qrdqn.QuantileNetwork.quantiles)
+    q = network.apply(params, batch["observation"])[np.arange(64), batch["action"]]
+    for double_q, chooser in ((False, theta_next.mean(-1)), (True, network.apply(params, batch["next_observation"]))):
+        out = qrdqn.QRDQNBuilder(qrdqn.QRDQNConfig(double_q=double_q)).loss(network, params, target_params, batch)
+        chosen = theta_next[np.arange(64), jnp.argmax(chooser, -1)].mean(-1)  # (r = 0, d = 1: y is theta')
+        np.testing.assert_allclose(out.td_abs, np.abs(q - chosen), rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(
+        jnp.argmax(theta_next.mean(-1), -1), jnp.argmax(network.apply(params, batch["next_observation"]), -1)
+    )
+
+
 # -- the command line ----------------------------------------------------------------------------
 
 

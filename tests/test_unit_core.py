@@ -85,6 +85,8 @@ def test_check_settings_accepts_the_defaults_and_values_inside_their_ranges():
         ({"sizes": (64, 0)}, "cfg.sizes must be an integer in [1, 65536], got (64, 0)"),
         ({"sizes": 64}, "cfg.sizes must be a non-empty list of numbers"),
         ({"target": 1.0}, "cfg.target must be a finite number in [-1, 1), got 1.0"),
+        ({"flag": "false"}, "cfg.flag must be true or false, got 'false'"),  # (a truthy string)
+        ({"flag": 0}, "cfg.flag must be true or false, got 0"),
     ],
 )
 def test_check_settings_names_the_first_bad_field(change, message):

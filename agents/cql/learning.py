@@ -3,7 +3,8 @@
 For a batch of n-step transitions ``(s, a, R, d, s')`` from a fixed dataset (``a`` the
 dataset's action):
 
-    a*     = argmax_a' Q(s', a'; online)                      # double Q, as DQN
+    a*     = argmax_a' Q(s', a'; online)                      # double Q, as DQN (double_q=False:
+                                                               #   y = R + d * max_a' Q(s', a'; target))
     y      = R + d * Q(s', a*; target)
     td     = Q(s, a; online) - y
     loss   = mean_i  huber(td_i) + alpha * (logsumexp_b Q(s_i, b; online) - Q(s_i, a_i; online))
