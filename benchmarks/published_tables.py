@@ -18,11 +18,16 @@ Text outside the markers is never touched. One command rewrites them all::
 steps (``--max-env-steps 10000000 --out ...``).
 ``minatar-dqn``: ``benchmarks/results/minatar/dqn-presets.jsonl``, the same script with ``--preset
 dqn/minatar --max-env-steps 1000000`` (the MinAtar paper's DQN).
+``mujoco-sac``: ``benchmarks/results/mujoco/runs-sac-*.jsonl``, ``benchmarks/solve.py``'s records of
+SAC on MuJoCo (each run's ``OUT/runs.jsonl``, copied there).
+``mappo-spread``: ``benchmarks/results/multiagent/mappo-spread-jaxmarl.jsonl``, written by
+``benchmarks/mappo_spread.py`` (MAPPO and IPPO on JaxMARL's simple_spread).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -71,6 +76,38 @@ YOUNG_TIAN_DQN_1M: dict[str, tuple[float | None, str]] = {
 }
 GAMES = tuple(GYMNAX_BLINES_1_28M)
 
+# SAC on MuJoCo: Tianshou's MuJoCo benchmark (thu-ml/tianshou, 2021, since removed from the tree),
+# examples/mujoco/benchmark/<Env>-v3/sac/test_rew_10seeds.csv, the 300,000 row: mean and std over 10
+# seeds of a deterministic evaluation of 10 episodes (256x256 networks, a fixed temperature 0.2,
+# 10k random steps; -v3 envs), as Shoal's final greedy evaluation is. At 1M: CleanRL's
+# sac_continuous_action.py docs, "Experiment results" (-v2 envs, training return, 3 seeds).
+TIANSHOU_SAC = "Tianshou's MuJoCo benchmark, `examples/mujoco/benchmark/{env}-v3/sac/test_rew_10seeds.csv`"
+SAC_MUJOCO_REFERENCES: dict[tuple[str, int], tuple[float, float, str]] = {
+    ("HalfCheetah-v5", 300_000): (9059.3, 1051.4, TIANSHOU_SAC.format(env="HalfCheetah") + ", the 300,000 row"),
+    ("Hopper-v5", 300_000): (3387.7, 114.6, TIANSHOU_SAC.format(env="Hopper") + ", the 300,000 row"),
+    ("Walker2d-v5", 300_000): (3386.8, 1182.0, TIANSHOU_SAC.format(env="Walker2d") + ", the 300,000 row"),
+    ("Hopper-v5", 1_000_000): (2310.46, 342.82, "CleanRL `sac_continuous_action.py` docs (Hopper-v2, training return)"),
+    ("Walker2d-v5", 1_000_000): (
+        3591.45,
+        911.33,
+        "CleanRL `sac_continuous_action.py` docs (Walker2d-v2, training return)",
+    ),
+}
+MUJOCO_ENVS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
+
+# MAPPO on simple_spread: DI-engine's MAPPO on PettingZoo's Spread at 1M env steps, read off its
+# docs' simple_spread.png, on the MAPPO paper's scale (2 x team return - 75).
+DI_ENGINE_SPREAD_1M = (
+    -133.0,
+    "DI-engine's MAPPO on PettingZoo's Spread, its docs' `simple_spread.png` (read off the plot)",
+)
+# benchmarks/mappo_spread.py's labels, in the table's words and order
+MAPPO_SPREAD_LABELS: dict[str, str] = {
+    "none": "PPO's plain defaults (`--preset none`)",
+    "auto": "`ppo/jaxmarl-mpe` (the tuned preset)",
+    "ippo auto": "IPPO: `ppo/jaxmarl-mpe` without `--global-state` (each agent's value reads its own observation)",
+}
+
 
 def read_records(path: str) -> list[dict[str, Any]]:
     """The JSON lines in ``path`` (none when it does not exist)."""
@@ -84,7 +121,8 @@ def median_range(values: list[float], fmt: str = ".2f") -> str:
     """``median [min-max]`` of ``values`` (the one value alone)."""
     if len(values) == 1:
         return f"{values[0]:{fmt}}"
-    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+    between = ", " if min(values) < 0 else "-"  # (-61.9, -48.0: not -61.9--48.0)
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}{between}{max(values):{fmt}}]"
 
 
 def seeds_text(seeds: list[int]) -> str:
@@ -158,11 +196,77 @@ def minatar_table(
     return "\n".join(lines) + "\n"
 
 
-# name -> (records, relative to benchmarks/results/; the table made of them)
-SECTIONS: dict[str, tuple[str, Callable[[list[dict[str, Any]]], str]]] = {
-    "minatar-ppo": (os.path.join("minatar", "presets.jsonl"), minatar_ppo_table),
-    "minatar-ppo-10m": (os.path.join("minatar", "presets-10m.jsonl"), minatar_ppo_10m_table),
-    "minatar-dqn": (os.path.join("minatar", "dqn-presets.jsonl"), minatar_dqn_table),
+def against(value: float, reference: float) -> str:
+    """``at or above (+x%)`` or ``below (-x%)``: ``value`` against ``reference`` (higher is better,
+    negative returns too: the gap is a fraction of ``|reference|``)."""
+    gap = (value - reference) / abs(reference)
+    return f"{'at or above' if gap >= 0 else 'below'} ({gap:+.0%})"
+
+
+def mujoco_sac_table(records: list[dict[str, Any]]) -> str:
+    """One row per (agent and settings, env, budget) of ``benchmarks/solve.py``'s SAC records: the
+    final greedy evaluation over seeds beside the published figure at the same budget."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["agent"], r["env"], int(r["env_steps"])), []).append(r)
+    lines = [
+        "| env | agent and settings (`benchmarks/solve.py --agents`) | env steps | seeds | final greedy eval "
+        "(5 episodes), median [range] | per seed | reference, mean ± std | source | median against it |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    if not records:
+        lines.append("| (no records yet) | | | | | | | | |")
+    envs = [*MUJOCO_ENVS, *sorted({env for _, env, _ in groups} - set(MUJOCO_ENVS))]
+    for env in envs:
+        for agent, _, steps in sorted(k for k in groups if k[1] == env):
+            group = sorted(groups[(agent, env, steps)], key=lambda r: r["seed"])
+            finals = [float(r["final_eval_return"]) for r in group]
+            known = SAC_MUJOCO_REFERENCES.get((env, steps))
+            reference = "—" if known is None else f"{known[0]:,.1f} ± {known[1]:,.1f}"
+            verdict = "—" if known is None else against(statistics.median(finals), known[0])
+            lines.append(
+                f"| {env} | `{agent}` | {f'{steps / 1e6:g}M' if steps >= 1_000_000 else f'{steps / 1e3:g}k'} | {seeds_text([r['seed'] for r in group])} | "
+                f"{median_range(finals, '.0f')} | {', '.join(f'{v:.0f}' for v in finals)} | {reference} | "
+                f"{'none recorded here' if known is None else known[2]} | {verdict} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def mappo_spread_table(records: list[dict[str, Any]]) -> str:
+    """One row per ``benchmarks/mappo_spread.py`` label: the last evaluation's team return and the
+    same on the MAPPO paper's scale over seeds, beside DI-engine's MAPPO at 1M env steps."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(r["label"], []).append(r)
+    reference, source = DI_ENGINE_SPREAD_1M
+    lines = [
+        "| settings | seeds | team return, median [range] | MAPPO scale, median [range] | per seed | "
+        "wall s, median | reference at 1M env steps | source | against it |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    if not records:
+        lines.append("| (no records yet) | | | | | | | | |")
+    for label in sorted(groups, key=lambda x: list(MAPPO_SPREAD_LABELS).index(x) if x in MAPPO_SPREAD_LABELS else 99):
+        group = sorted(groups[label], key=lambda r: r["seed"])
+        scale = [float(r["mappo_scale"]) for r in group]
+        above = sum(v >= reference for v in scale)
+        lines.append(
+            f"| {MAPPO_SPREAD_LABELS.get(label, f'`{label}`')} | {seeds_text([r['seed'] for r in group])} | "
+            f"{median_range([float(r['team_return']) for r in group])} | {median_range(scale, '.1f')} | "
+            f"{', '.join(f'{v:.1f}' for v in scale)} | {statistics.median(r['wall_s'] for r in group):.0f} | "
+            f"~{reference:.0f} | {source} | {against(statistics.median(scale), reference)}; "
+            f"{above} of {len(scale)} seeds at or above |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# name -> (records: files or glob patterns, relative to benchmarks/results/; the table made of them)
+SECTIONS: dict[str, tuple[tuple[str, ...], Callable[[list[dict[str, Any]]], str]]] = {
+    "minatar-ppo": ((os.path.join("minatar", "presets.jsonl"),), minatar_ppo_table),
+    "minatar-ppo-10m": ((os.path.join("minatar", "presets-10m.jsonl"),), minatar_ppo_10m_table),
+    "minatar-dqn": ((os.path.join("minatar", "dqn-presets.jsonl"),), minatar_dqn_table),
+    "mujoco-sac": ((os.path.join("mujoco", "runs-sac-*.jsonl"),), mujoco_sac_table),
+    "mappo-spread": ((os.path.join("multiagent", "mappo-spread-jaxmarl.jsonl"),), mappo_spread_table),
 }
 
 
@@ -180,7 +284,9 @@ def regenerate(text: str, results: str) -> str:
     """``text`` with every section in ``SECTIONS`` it has markers for rewritten from ``results``."""
     for name, (records, table) in SECTIONS.items():
         if f"<!-- generated:{name} start -->" in text:
-            text = replace_section(text, name, table(read_records(os.path.join(results, records))))
+            paths = [path for pattern in records for path in sorted(glob.glob(os.path.join(results, pattern)))]
+            rows = [r for path in paths for r in read_records(path)]
+            text = replace_section(text, name, table(rows))
     return text
 
 

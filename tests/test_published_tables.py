@@ -82,3 +82,38 @@ def test_dqn_rows_stand_beside_the_minatar_papers_dqn(tables):
     assert (
         "| 0-2 | 30.00 [30.00-30.00] | 41.00 [40.00-42.00] | 40.0, 41.0, 42.0 | 47.8 |" in row and "below (-14%)" in row
     )
+
+
+def test_against_reads_negative_returns_as_higher_is_better(tables):
+    assert tables.against(-131.8, -133.0) == "at or above (+1%)"  # (closer to 0: better)
+    assert tables.against(-175.1, -133.0) == "below (-32%)"
+    assert tables.against(9173.0, 9059.3) == "at or above (+1%)"
+
+
+def test_mappo_and_sac_tables_from_their_records(tables):
+    spread = [
+        {"label": "auto", "seed": s, "team_return": t, "mappo_scale": 2 * t - 75, "wall_s": 100.0}
+        for s, t in enumerate([-29.0, -28.0, -30.0])
+    ]
+    row = tables.mappo_spread_table(spread).splitlines()[2]
+    assert row.startswith(
+        "| `ppo/jaxmarl-mpe` (the tuned preset) | 0-2 | -29.00 [-30.00, -28.00] | -133.0 [-135.0, -131.0]"
+    )
+    assert row.endswith("| at or above (+0%); 2 of 3 seeds at or above |")
+    sac = [
+        {
+            "agent": "sac hidden_sizes=256,256",
+            "env": "Hopper-v5",
+            "seed": s,
+            "env_steps": 300_000,
+            "final_eval_return": v,
+        }
+        for s, v in enumerate([3000.0, 3500.0])
+    ]
+    sac.append({"agent": "sac", "env": "Ant-v5", "seed": 0, "env_steps": 1_000_000, "final_eval_return": 5000.0})
+    rows = tables.mujoco_sac_table(sac).splitlines()[2:]
+    assert rows[0].startswith(
+        "| Hopper-v5 | `sac hidden_sizes=256,256` | 300k | 0-1 | 3250 [3000-3500] | 3000, 3500 | 3,387.7 ± 114.6 |"
+    )
+    assert rows[0].endswith("| below (-4%) |")
+    assert rows[1] == "| Ant-v5 | `sac` | 1M | 0 | 5000 | 5000 | — | none recorded here | — |"
