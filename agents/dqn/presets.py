@@ -22,8 +22,9 @@
   squared-gradient momentum 0.95 and minimum squared gradient 0.01, ``--set optimizer=rmsprop``;
   on gymnax's Freeway, seed 0 at 1M, it never learned to cross where Adam reached 30.6), the
   double-Q target (the paper: the target net's max, ``--set double_q=false``; on gymnax's Freeway,
-  seed 0 at 1M, a training return of 39.8 against double Q's 30.6), gradients clipped at norm 10, 4 envs stepped together (the paper: 1), and the evaluation (the paper plots the
-  returns of the training episodes, under exploration).
+  seed 0 at 1M, a training return of 39.8 against double Q's 30.6), gradients clipped at norm
+  10, 4 envs stepped together (the paper: 1), and the evaluation (the paper plots the returns of
+  the training episodes, under exploration).
 * ``gymnax-minatar`` -- the same DQN (the ``minatar`` preset's settings, budget and evaluations)
   for gymnax's MinAtar games in the compiled loop (``gymnax:<Game>-MinAtar``, ``--launcher
   anakin``: the replay buffer on the device). At 1M env steps, seeds 0-4 (the ``minatar``
