@@ -105,7 +105,9 @@ DI_ENGINE_SPREAD_1M = (
 MAPPO_SPREAD_LABELS: dict[str, str] = {
     "none": "PPO's plain defaults (`--preset none`)",
     "auto": "`ppo/jaxmarl-mpe` (the tuned preset)",
-    "ippo auto": "IPPO: `ppo/jaxmarl-mpe` without `--global-state` (each agent's value reads its own observation)",
+    "ippo auto": (
+        "IPPO: `ppo/jaxmarl-mpe` without `--global-state` (each agent's value reads its own observation; Python 3.12)"
+    ),
 }
 
 
@@ -207,8 +209,15 @@ def mujoco_sac_table(records: list[dict[str, Any]]) -> str:
     """One row per (agent and settings, env, budget) of ``benchmarks/solve.py``'s SAC records: the
     final greedy evaluation over seeds beside the published figure at the same budget."""
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    seen: set[tuple[str, str, int, int]] = set()
     for r in records:
-        groups.setdefault((r["agent"], r["env"], int(r["env_steps"])), []).append(r)
+        if r["agent"].split()[0] != "sac":  # (solve.py records every agent of a sweep: SAC's figures are SAC's)
+            continue
+        key = (r["agent"], r["env"], int(r["env_steps"]), int(r["seed"]))
+        if key in seen:  # (a record copied into two files is one seed)
+            continue
+        seen.add(key)
+        groups.setdefault(key[:3], []).append(r)
     lines = [
         "| env | agent and settings (`benchmarks/solve.py --agents`) | env steps | seeds | final greedy eval "
         "(5 episodes), median [range] | per seed | reference, mean ± std | source | median against it |",

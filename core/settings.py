@@ -90,6 +90,11 @@ def _kind(hint: Any) -> tuple[type, bool]:
     return (typing.get_origin(hint) or hint), optional
 
 
+def _is_bool(hint: Any) -> bool:
+    """Whether a field's type hint is ``bool`` or ``bool | None`` (not ``bool | str``)."""
+    return [a for a in (typing.get_args(hint) or (hint,)) if a is not type(None)] == [bool]
+
+
 def check_settings(config: Any, prefix: str = "", names: Mapping[str, str] | None = None) -> None:
     """Raises ``ValueError`` for the first field of ``config`` out of its declared range, named
     ``prefix`` + its name (``names``: another name for a field, e.g. its flag's)."""
@@ -101,7 +106,7 @@ def check_settings(config: Any, prefix: str = "", names: Mapping[str, str] | Non
         name = f"{prefix}{(names or {}).get(field.name, field.name)}"
         if value is None and optional:
             continue
-        if kind is bool and not isinstance(value, bool):  # ("false" or 0 would be read as truth values)
+        if _is_bool(hints[field.name]) and not isinstance(value, bool):  # ("false" or 0 would be read as truth values)
             raise ValueError(f"{name} must be true or false, got {value!r}")
         if accepted is None:
             continue

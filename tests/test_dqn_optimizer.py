@@ -90,6 +90,8 @@ def test_max_q_bootstrap_maximises_the_target_net_over_the_allowed_next_actions(
     assert max_q_bootstrap(q_target, None).tolist() == [30.0, 60.0]
     mask = jnp.array([[True, True, False], [False, True, False]])
     assert max_q_bootstrap(q_target, mask).tolist() == [20.0, 50.0]
+    nothing_allowed = jnp.zeros((2, 3), bool)  # (a Q value, as double Q reads, not the mask's -1e9)
+    assert max_q_bootstrap(q_target, nothing_allowed).tolist() == [10.0, 40.0]
 
 
 def test_double_q_false_bootstraps_from_the_target_nets_max_and_the_builder_passes_it_on():

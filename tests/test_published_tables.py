@@ -111,7 +111,10 @@ def test_mappo_and_sac_tables_from_their_records(tables):
         for s, v in enumerate([3000.0, 3500.0])
     ]
     sac.append({"agent": "sac", "env": "Ant-v5", "seed": 0, "env_steps": 1_000_000, "final_eval_return": 5000.0})
+    sac.append(dict(sac[0]))  # (a record copied twice: one seed)
+    sac.append({**sac[0], "agent": "ppo"})  # (a sweep's other agent: not SAC's row)
     rows = tables.mujoco_sac_table(sac).splitlines()[2:]
+    assert len(rows) == 2
     assert rows[0].startswith(
         "| Hopper-v5 | `sac hidden_sizes=256,256` | 300k | 0-1 | 3250 [3000-3500] | 3000, 3500 | 3,387.7 ± 114.6 |"
     )

@@ -74,7 +74,7 @@ class CQLBuilder(DQNBuilder):
             )
         if not c.double_q:
             raise ValueError(
-                "double_q=False applies to discrete cql (DQN's target); continuous cql has SAC's twin critics"
+                f"double_q={c.double_q!r} applies to discrete cql (DQN's target); continuous cql has SAC's twin critics"
             )
         TransitionReplayBuilder.validate(self, spec, num_devices)  # (the settings' ranges, the batch, replay)
         if c.log_std_min >= c.log_std_max:

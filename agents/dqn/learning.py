@@ -82,8 +82,10 @@ def double_q_bootstrap(q_t_online: jax.Array, q_t_target: jax.Array, mask: jax.A
 
 def max_q_bootstrap(q_t_target: jax.Array, mask: jax.Array | None) -> jax.Array:
     """``max_a' Q(s', a'; target)`` over the actions ``mask`` allows in ``s'`` (all, if
-    ``None``), per transition ``[batch]``: the target without double Q."""
-    return jnp.max(mask_logits(q_t_target, mask), axis=-1)
+    ``None``), per transition ``[batch]``: the target without double Q. (Read at the argmax, as
+    ``double_q_bootstrap`` is: a state with no allowed action reads a Q value, not the mask's.)"""
+    best_next = jnp.argmax(mask_logits(q_t_target, mask), axis=-1)
+    return jnp.take_along_axis(q_t_target, best_next[:, None], axis=-1)[:, 0]
 
 
 class LossOutput(NamedTuple):
