@@ -198,6 +198,11 @@ def minatar_table(
     return "\n".join(lines) + "\n"
 
 
+def steps_text(steps: int) -> str:
+    """``300k``, ``1M``: a budget in env steps."""
+    return f"{steps / 1e6:g}M" if steps >= 1_000_000 else f"{steps / 1e3:g}k"
+
+
 def against(value: float, reference: float) -> str:
     """``at or above (+x%)`` or ``below (-x%)``: ``value`` against ``reference`` (higher is better,
     negative returns too: the gap is a fraction of ``|reference|``)."""
@@ -234,7 +239,7 @@ def mujoco_sac_table(records: list[dict[str, Any]]) -> str:
             reference = "—" if known is None else f"{known[0]:,.1f} ± {known[1]:,.1f}"
             verdict = "—" if known is None else against(statistics.median(finals), known[0])
             lines.append(
-                f"| {env} | `{agent}` | {f'{steps / 1e6:g}M' if steps >= 1_000_000 else f'{steps / 1e3:g}k'} | {seeds_text([r['seed'] for r in group])} | "
+                f"| {env} | `{agent}` | {steps_text(steps)} | {seeds_text([r['seed'] for r in group])} | "
                 f"{median_range(finals, '.0f')} | {', '.join(f'{v:.0f}' for v in finals)} | {reference} | "
                 f"{'none recorded here' if known is None else known[2]} | {verdict} |"
             )

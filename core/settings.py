@@ -5,9 +5,10 @@
 ``check_settings(config)`` checks every field of a dataclass that declares a range: numbers must
 be of the field's type, finite, and inside ``[low, high]`` (an open end excludes the bound);
 a tuple field (``items=True``) must be non-empty with every element in range; a ``bool`` field
-must hold a bool (not ``"false"`` or ``0``); ``None`` passes only for an optional field. The first bad value raises ``ValueError`` naming the field, the
-value, and what would be accepted. ``parse_setting(config_cls, key, text)`` reads a field's
-value from text (``--set KEY=VALUE``) as the field's type.
+must hold a bool (not ``"false"`` or ``0``); ``None`` passes only for an optional field. The
+first bad value raises ``ValueError`` naming the field, the value, and what would be accepted.
+``parse_setting(config_cls, key, text)`` reads a field's value from text (``--set KEY=VALUE``)
+as the field's type.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def check_settings(config: Any, prefix: str = "", names: Mapping[str, str] | Non
         name = f"{prefix}{(names or {}).get(field.name, field.name)}"
         if value is None and optional:
             continue
-        if _is_bool(hints[field.name]) and not isinstance(value, bool):  # ("false" or 0 would be read as truth values)
+        if _is_bool(hints[field.name]) and not isinstance(value, bool):  # ("false" or 0: read as truth values)
             raise ValueError(f"{name} must be true or false, got {value!r}")
         if accepted is None:
             continue

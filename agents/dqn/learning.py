@@ -84,8 +84,7 @@ def max_q_bootstrap(q_t_target: jax.Array, mask: jax.Array | None) -> jax.Array:
     """``max_a' Q(s', a'; target)`` over the actions ``mask`` allows in ``s'`` (all, if
     ``None``), per transition ``[batch]``: the target without double Q. (Read at the argmax, as
     ``double_q_bootstrap`` is: a state with no allowed action reads a Q value, not the mask's.)"""
-    best_next = jnp.argmax(mask_logits(q_t_target, mask), axis=-1)
-    return jnp.take_along_axis(q_t_target, best_next[:, None], axis=-1)[:, 0]
+    return double_q_bootstrap(q_t_target, q_t_target, mask)  # (the target net chooses as well)
 
 
 class LossOutput(NamedTuple):

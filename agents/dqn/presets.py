@@ -14,14 +14,14 @@
   short run learn). The published 10M-step budget, evaluations of 8 whole games every 100k
   with epsilon 0.05 (CleanRL's evaluation; a greedy policy may never serve in Breakout).
 * ``minatar`` -- the MinAtar paper's DQN (Young & Tian, 2019; MinAtar's ``examples/dqn.py``):
-  learning rate 2.5e-4, batch 32, a 100k replay, learning after 5k frames, one SGD step per
-  frame (a replay ratio of 32), the target network copied every 1,000 SGD steps, epsilon from
-  1 to 0.1 over the first 100k frames, 1-step returns, the target net's max as the target (not
-  Shoal's double Q: ``double_q=false``), the Huber loss, the MinAtar network (conv 16 3x3, dense
-  128). The published 5M-frame budget; evaluations of 10 episodes every 100k frames with epsilon
-  0.01. On gymnax's five games (seed 0, 1M env steps) the paper's target beat double Q on each
-  (training returns: Freeway 39.8 against 30.6, Breakout 11.9 / 8.9, Asterix 13.4 / 7.1,
-  SpaceInvaders 48.4 / 44.3, Seaquest 2.3 / 1.9); ``--set double_q=true`` gives double Q back. Where Shoal differs:
+  learning rate 2.5e-4, batch 32, a 100k replay, learning after 5k frames, one SGD step per frame
+  (a replay ratio of 32), the target network copied every 1,000 SGD steps, epsilon from 1 to 0.1
+  over the first 100k frames, 1-step returns, the target net's max as the target (not Shoal's
+  double Q: ``double_q=false``), the Huber loss, the MinAtar network (conv 16 3x3, dense 128). The
+  published 5M-frame budget; evaluations of 10 episodes every 100k frames with epsilon 0.01. On
+  gymnax's five games (seed 0, 1M env steps) the paper's target beat double Q on each (training
+  returns: Freeway 39.8 against 30.6, Breakout 11.9 / 8.9, Asterix 13.4 / 7.1, SpaceInvaders 48.4
+  / 44.3, Seaquest 2.3 / 1.9); ``--set double_q=true`` gives double Q back. Where Shoal differs:
   Adam (the paper: centred RMSProp with squared-gradient momentum 0.95 and minimum squared
   gradient 0.01, ``--set optimizer=rmsprop``; on gymnax's Freeway, seed 0 at 1M with double Q, it
   never learned to cross where Adam reached 30.6), gradients clipped at norm 10, 4 envs stepped
